@@ -1,0 +1,209 @@
+//! The sample ModelDeployments under `config/samples/`: the three examples of 004 §4.2,
+//! and one object per rule of 004 §8 that the API server itself enforces, under
+//! `config/samples/invalid/`, each with the field and message it is refused with.
+
+use serde_json::{Value, json};
+
+/// Why the API server refuses a sample.
+#[derive(Debug, Clone)]
+pub struct Rejection {
+    /// The field path the API server names.
+    pub field: &'static str,
+    /// The message, exactly as 004 §8 words it.
+    pub message: &'static str,
+}
+
+/// One sample manifest.
+#[derive(Debug, Clone)]
+pub struct Sample {
+    /// File stem.
+    pub name: &'static str,
+    /// What the sample shows (the file's header comment).
+    pub description: &'static str,
+    /// The manifest as a user writes it.
+    pub manifest: Value,
+    /// `Some` for a sample the API server must refuse.
+    pub rejection: Option<Rejection>,
+}
+
+impl Sample {
+    /// Path of the generated file, relative to the repository root.
+    pub fn path(&self) -> String {
+        match self.rejection {
+            None => format!("config/samples/{}.yaml", self.name),
+            Some(_) => format!("config/samples/invalid/{}.yaml", self.name),
+        }
+    }
+}
+
+fn md(name: &str, spec: Value) -> Value {
+    let mut manifest = json!({
+        "apiVersion": "kubeairunway.ai/v1alpha1",
+        "kind": "ModelDeployment",
+        "metadata": {"name": name, "namespace": "default"},
+    });
+    manifest["spec"] = spec;
+    manifest
+}
+
+fn rejected(
+    name: &'static str,
+    description: &'static str,
+    field: &'static str,
+    message: &'static str,
+    spec: Value,
+) -> Sample {
+    Sample {
+        name,
+        description,
+        manifest: md(name, spec),
+        rejection: Some(Rejection { field, message }),
+    }
+}
+
+/// Every sample, valid ones first.
+pub fn all() -> Vec<Sample> {
+    vec![
+        Sample {
+            name: "gpu-vllm",
+            description: "A GPU vLLM deployment with no provider named: core selects one (dynamo with the built-in providers).",
+            manifest: md(
+                "llama-8b",
+                json!({
+                    "model": {"id": "meta-llama/Llama-3.1-8B-Instruct", "source": "huggingface"},
+                    "engine": {"type": "vllm", "contextLength": 8192},
+                    "serving": {"mode": "aggregated"},
+                    "scaling": {"replicas": 1},
+                    "resources": {"gpu": {"count": 1}, "memory": "32Gi"},
+                    "secrets": {"huggingFaceToken": "hf-token"},
+                }),
+            ),
+            rejection: None,
+        },
+        Sample {
+            name: "cpu-llamacpp",
+            description: "A CPU-only llama.cpp deployment of a GGUF model: core selects kaito, the only CPU provider.\nThe image must serve on port 5000.",
+            manifest: md(
+                "gemma-cpu",
+                json!({
+                    "model": {"id": "google/gemma-3-1b-it-qat-q8_0-gguf", "source": "huggingface"},
+                    "engine": {"type": "llamacpp"},
+                    "serving": {"mode": "aggregated"},
+                    "scaling": {"replicas": 1},
+                    "resources": {"gpu": {"count": 0}, "memory": "16Gi", "cpu": "8"},
+                    "image": "ghcr.io/sozercan/llama-cpp-runner:latest",
+                }),
+            ),
+            rejection: None,
+        },
+        Sample {
+            name: "disaggregated-kv-routing",
+            description: "Disaggregated prefill/decode serving on Dynamo with KV-cache-aware routing.\nrouterMode reaches Dynamo's frontend as DYN_ROUTER_MODE (Dynamo has no router-mode field).",
+            manifest: md(
+                "llama-70b-pd",
+                json!({
+                    "model": {"id": "meta-llama/Llama-3.1-70B-Instruct", "source": "huggingface"},
+                    "provider": {
+                        "name": "dynamo",
+                        "overrides": {
+                            "routerMode": "kv",
+                            "frontend": {"replicas": 2, "resources": {"cpu": "4", "memory": "8Gi"}},
+                        },
+                    },
+                    "engine": {"type": "vllm"},
+                    "serving": {"mode": "disaggregated"},
+                    "scaling": {
+                        "prefill": {"replicas": 2, "gpu": {"count": 4}, "memory": "128Gi"},
+                        "decode": {"replicas": 4, "gpu": {"count": 2}, "memory": "64Gi"},
+                    },
+                    "secrets": {"huggingFaceToken": "hf-token"},
+                }),
+            ),
+            rejection: None,
+        },
+        rejected(
+            "vllm-without-gpu",
+            "vLLM needs a GPU; no resources means CPU-only.",
+            "spec.resources.gpu.count",
+            "vLLM engine requires GPU (set resources.gpu.count > 0)",
+            json!({"model": {"id": "meta-llama/Llama-3.1-8B-Instruct"}, "engine": {"type": "vllm"}}),
+        ),
+        rejected(
+            "sglang-zero-gpus",
+            "SGLang needs a GPU.",
+            "spec.resources.gpu.count",
+            "SGLang engine requires GPU (set resources.gpu.count > 0)",
+            json!({"model": {"id": "Qwen/Qwen2.5-7B-Instruct"}, "engine": {"type": "sglang"}, "resources": {"gpu": {"count": 0}}}),
+        ),
+        rejected(
+            "trtllm-without-gpu",
+            "TensorRT-LLM needs a GPU.",
+            "spec.resources.gpu.count",
+            "TensorRT-LLM engine requires GPU (set resources.gpu.count > 0)",
+            json!({"model": {"id": "meta-llama/Llama-3.1-8B-Instruct"}, "engine": {"type": "trtllm"}, "resources": {"memory": "32Gi"}}),
+        ),
+        rejected(
+            "disaggregated-with-resources-gpu",
+            "Disaggregated serving takes GPUs per role from scaling.prefill/decode, never from resources.gpu.",
+            "spec.resources.gpu",
+            "Cannot specify both resources.gpu and scaling.prefill/decode",
+            json!({
+                "model": {"id": "meta-llama/Llama-3.1-70B-Instruct"},
+                "engine": {"type": "vllm"},
+                "serving": {"mode": "disaggregated"},
+                "resources": {"gpu": {"count": 1}},
+                "scaling": {"prefill": {"gpu": {"count": 1}}, "decode": {"gpu": {"count": 1}}},
+            }),
+        ),
+        rejected(
+            "disaggregated-without-roles",
+            "Disaggregated serving needs both a prefill and a decode role.",
+            "spec.scaling",
+            "Disaggregated mode requires scaling.prefill and scaling.decode",
+            json!({
+                "model": {"id": "meta-llama/Llama-3.1-70B-Instruct"},
+                "engine": {"type": "vllm"},
+                "serving": {"mode": "disaggregated"},
+                "scaling": {"prefill": {"gpu": {"count": 1}}},
+            }),
+        ),
+        rejected(
+            "disaggregated-prefill-without-gpu",
+            "Each disaggregated role needs a GPU count.",
+            "spec.scaling.prefill.gpu.count",
+            "Disaggregated mode requires scaling.prefill.gpu.count",
+            json!({
+                "model": {"id": "meta-llama/Llama-3.1-70B-Instruct"},
+                "engine": {"type": "vllm"},
+                "serving": {"mode": "disaggregated"},
+                "scaling": {"prefill": {"memory": "64Gi"}, "decode": {"gpu": {"count": 1}}},
+            }),
+        ),
+        rejected(
+            "disaggregated-decode-without-gpu",
+            "Each disaggregated role needs a GPU count.",
+            "spec.scaling.decode.gpu.count",
+            "Disaggregated mode requires scaling.decode.gpu.count",
+            json!({
+                "model": {"id": "meta-llama/Llama-3.1-70B-Instruct"},
+                "engine": {"type": "vllm"},
+                "serving": {"mode": "disaggregated"},
+                "scaling": {"prefill": {"gpu": {"count": 1}}, "decode": {"gpu": {"count": 0}}},
+            }),
+        ),
+        rejected(
+            "missing-engine-type",
+            "The engine type is required.",
+            "spec.engine.type",
+            "engine.type is required",
+            json!({"model": {"id": "meta-llama/Llama-3.1-8B-Instruct"}, "resources": {"gpu": {"count": 1}}}),
+        ),
+        rejected(
+            "huggingface-without-model-id",
+            "A Hugging Face model needs its id.",
+            "spec.model.id",
+            "model.id is required when source is huggingface",
+            json!({"model": {"source": "huggingface"}, "engine": {"type": "vllm"}, "resources": {"gpu": {"count": 1}}}),
+        ),
+    ]
+}

@@ -1,0 +1,13 @@
+//! The `kubeairunway.ai/v1alpha1` kinds.
+//!
+//! [`model_deployment`] is field-for-field compatible with the ModelDeployment that AI
+//! Runway shipped under the same group, so a manifest written for it is accepted here;
+//! fields of ours are optional additions. [`provider_config`] is how providers register.
+
+pub mod crds;
+pub mod model_deployment;
+pub mod provider_config;
+mod schema;
+
+pub use model_deployment::*;
+pub use provider_config::*;

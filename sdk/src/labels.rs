@@ -1,0 +1,41 @@
+//! Labels and annotations with a meaning across the platform (004 §4.12).
+
+/// Annotation that stops every controller from reconciling a ModelDeployment while it is
+/// `"true"`.
+pub const RECONCILE_PAUSED: &str = "kubeairunway.ai/reconcile-paused";
+
+/// Label put on every object a kubeairunway controller creates.
+pub const MANAGED_BY: &str = "kubeairunway.ai/managed-by";
+/// Value of [`MANAGED_BY`].
+pub const MANAGED_BY_VALUE: &str = "kubeairunway";
+
+/// Label put on every serving pod template, naming the ModelDeployment it serves. The
+/// kernel-cache webhook selects pods by it.
+pub const MODEL_DEPLOYMENT: &str = "kubeairunway.ai/model-deployment";
+
+/// Prefix of the ModelDeployment labels that providers copy onto the upstream object.
+pub const PROPAGATED_PREFIX: &str = "kubeairunway.ai/";
+
+/// Whether the object carrying these annotations asks controllers to stand still.
+pub fn is_paused(annotations: Option<&std::collections::BTreeMap<String, String>>) -> bool {
+    annotations
+        .and_then(|a| a.get(RECONCILE_PAUSED))
+        .is_some_and(|v| v.eq_ignore_ascii_case("true"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    #[test]
+    fn paused_only_when_true() {
+        let mut a = BTreeMap::new();
+        assert!(!is_paused(None));
+        assert!(!is_paused(Some(&a)));
+        a.insert(RECONCILE_PAUSED.to_string(), "false".to_string());
+        assert!(!is_paused(Some(&a)));
+        a.insert(RECONCILE_PAUSED.to_string(), "True".to_string());
+        assert!(is_paused(Some(&a)));
+    }
+}

@@ -1,0 +1,432 @@
+//! A real Kubernetes API server on loopback for integration tests.
+//!
+//! [`TestCluster::start`] runs etcd and the upstream `k8s.io/apiextensions-apiserver`
+//! (the code kube-apiserver serves CRDs with: schemas, CEL validation, defaulting,
+//! server-side apply, watches, finalizers, status subresources) on free loopback ports,
+//! with certificates of its own. The binaries are built once by `build.sh` from PyPI and
+//! Debian packages and cached in the user cache directory.
+//!
+//! The servers are tied to the process that started them: each runs under a small shell
+//! watchdog that stops it when the test process's end of a pipe closes, however the
+//! process ends. [`shared`] gives every test of one test binary the same cluster; tests
+//! keep apart by namespace ([`TestCluster::namespace`]).
+//!
+//! Not served: anything under `/api/v1` (namespaces, secrets, events, pods) and every
+//! built-in group but `apiextensions.k8s.io`; namespaces need not exist.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+use std::{fs, thread};
+
+use anyhow::{Context, bail};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, Patch, PatchParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Client, Config};
+
+pub mod pki;
+
+/// Name of the API server binary that `build.sh` produces.
+pub const APISERVER_BIN: &str = "kubeairunway-apiserver";
+
+/// How a started cluster ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lifetime {
+    /// Stopped when the starting process exits (tests).
+    TiedToProcess,
+    /// Runs until [`stop_detached`] (a developer's local cluster).
+    Detached,
+}
+
+/// A running etcd + API server pair.
+#[derive(Debug)]
+pub struct TestCluster {
+    dir: PathBuf,
+    server: String,
+    kubeconfig: PathBuf,
+    processes: Vec<Child>,
+    lifetime: Lifetime,
+}
+
+static NAMESPACE_SEQ: AtomicU32 = AtomicU32::new(0);
+
+impl TestCluster {
+    /// Start a cluster in `dir` (created; its previous content is removed).
+    pub fn start(dir: &Path, lifetime: Lifetime) -> anyhow::Result<Self> {
+        let bin = binaries()?;
+        let mut last_err = None;
+        for _ in 0..3 {
+            match Self::start_once(&bin, dir, lifetime) {
+                Ok(c) => return Ok(c),
+                Err(e) => last_err = Some(e),
+            }
+        }
+        Err(last_err.unwrap_or_else(|| anyhow::anyhow!("cluster did not start")))
+    }
+
+    fn start_once(bin: &Path, dir: &Path, lifetime: Lifetime) -> anyhow::Result<Self> {
+        if dir.exists() {
+            fs::remove_dir_all(dir).with_context(|| format!("cleaning {}", dir.display()))?;
+        }
+        let pki_dir = dir.join("pki");
+        pki::generate(&pki_dir)?;
+        let [etcd_client, etcd_peer, api_port] = free_ports()?;
+        let mut cluster = TestCluster {
+            dir: dir.to_path_buf(),
+            server: format!("https://127.0.0.1:{api_port}"),
+            kubeconfig: dir.join("kubeconfig"),
+            processes: Vec::new(),
+            lifetime,
+        };
+
+        let etcd_url = format!("http://127.0.0.1:{etcd_client}");
+        let peer_url = format!("http://127.0.0.1:{etcd_peer}");
+        cluster.spawn(
+            "etcd",
+            &bin.join("etcd"),
+            &[
+                "--name=testcluster".into(),
+                format!("--data-dir={}", dir.join("etcd-data").display()),
+                format!("--listen-client-urls={etcd_url}"),
+                format!("--advertise-client-urls={etcd_url}"),
+                format!("--listen-peer-urls={peer_url}"),
+                format!("--initial-advertise-peer-urls={peer_url}"),
+                format!("--initial-cluster=testcluster={peer_url}"),
+                "--initial-cluster-state=new".into(),
+                "--unsafe-no-fsync".into(),
+                "--log-level=warn".into(),
+            ],
+        )?;
+        cluster.wait_until("etcd", Duration::from_secs(60), || {
+            etcd_healthy(etcd_client)
+        })?;
+
+        cluster.spawn(
+            "apiserver",
+            &bin.join(APISERVER_BIN),
+            &[
+                format!("--etcd-servers={etcd_url}"),
+                "--bind-address=127.0.0.1".into(),
+                "--advertise-address=127.0.0.1".into(),
+                format!("--secure-port={api_port}"),
+                format!("--tls-cert-file={}", pki_dir.join("server.crt").display()),
+                format!(
+                    "--tls-private-key-file={}",
+                    pki_dir.join("server.key").display()
+                ),
+                format!("--client-ca-file={}", pki_dir.join("ca.crt").display()),
+                format!("--cert-dir={}", pki_dir.display()),
+            ],
+        )?;
+        fs::write(&cluster.kubeconfig, cluster.kubeconfig_yaml(&pki_dir))?;
+        let kubeconfig = cluster.kubeconfig.clone();
+        cluster.wait_until("apiserver", Duration::from_secs(90), || {
+            let kubeconfig = kubeconfig.clone();
+            block_on(async move {
+                let client = client_from(&kubeconfig).await.ok()?;
+                let req = http::Request::get("/readyz").body(Vec::new()).ok()?;
+                client.request_text(req).await.ok()
+            })
+            .is_some_and(|body| body.trim() == "ok")
+        })?;
+        fs::write(dir.join("env"), cluster.env_lines())?;
+        Ok(cluster)
+    }
+
+    fn spawn(&mut self, name: &str, program: &Path, args: &[String]) -> anyhow::Result<()> {
+        let log = fs::File::create(self.dir.join(format!("{name}.log")))?;
+        let child = match self.lifetime {
+            // The watchdog stops the server when our end of its stdin closes, and exits
+            // when the server exits, so a crash is visible through `try_wait`.
+            Lifetime::TiedToProcess => Command::new("sh")
+                .arg("-c")
+                .arg(r#"exec 3<&0; "$@" </dev/null & pid=$!; (cat <&3 >/dev/null; kill -TERM $pid 2>/dev/null) & exec 3<&-; wait $pid"#)
+                .arg("watchdog")
+                .arg(program)
+                .args(args)
+                .stdin(Stdio::piped())
+                .stdout(log.try_clone()?)
+                .stderr(log)
+                .spawn(),
+            Lifetime::Detached => {
+                use std::os::unix::process::CommandExt;
+                Command::new(program)
+                    .args(args)
+                    .stdin(Stdio::null())
+                    .stdout(log.try_clone()?)
+                    .stderr(log)
+                    .process_group(0)
+                    .spawn()
+            }
+        }
+        .with_context(|| format!("starting {}", program.display()))?;
+        fs::write(self.dir.join(format!("{name}.pid")), child.id().to_string())?;
+        self.processes.push(child);
+        Ok(())
+    }
+
+    fn wait_until(
+        &mut self,
+        name: &str,
+        timeout: Duration,
+        mut ready: impl FnMut() -> bool,
+    ) -> anyhow::Result<()> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if ready() {
+                return Ok(());
+            }
+            if let Some(p) = self.processes.last_mut()
+                && let Some(status) = p.try_wait()?
+            {
+                bail!("{name} exited ({status}): {}", self.log_tail(name));
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "{name} not ready after {timeout:?}: {}",
+                    self.log_tail(name)
+                );
+            }
+            thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    fn log_tail(&self, name: &str) -> String {
+        let log = fs::read_to_string(self.dir.join(format!("{name}.log"))).unwrap_or_default();
+        let lines: Vec<&str> = log.lines().collect();
+        lines[lines.len().saturating_sub(8)..].join("\n")
+    }
+
+    fn kubeconfig_yaml(&self, pki: &Path) -> String {
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: testcluster\n  cluster:\n    server: {server}\n    certificate-authority: {ca}\nusers:\n- name: admin\n  user:\n    client-certificate: {cert}\n    client-key: {key}\ncontexts:\n- name: testcluster\n  context:\n    cluster: testcluster\n    user: admin\n    namespace: default\ncurrent-context: testcluster\n",
+            server = self.server,
+            ca = pki.join("ca.crt").display(),
+            cert = pki.join("admin.crt").display(),
+            key = pki.join("admin.key").display(),
+        )
+    }
+
+    fn env_lines(&self) -> String {
+        format!(
+            "export KUBECONFIG={}\nexport TESTCLUSTER_SERVER={}\nexport TESTCLUSTER_DIR={}\n",
+            self.kubeconfig.display(),
+            self.server,
+            self.dir.display()
+        )
+    }
+
+    /// The API server URL.
+    pub fn server(&self) -> &str {
+        &self.server
+    }
+
+    /// Path of a kubeconfig for this cluster (admin, `system:masters`).
+    pub fn kubeconfig(&self) -> &Path {
+        &self.kubeconfig
+    }
+
+    /// The directory holding certificates, logs and etcd data.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// `export` lines for a shell (`KUBECONFIG`, `TESTCLUSTER_SERVER`, `TESTCLUSTER_DIR`).
+    pub fn env(&self) -> String {
+        self.env_lines()
+    }
+
+    /// A new client for this cluster. Create one per test: a client is bound to the
+    /// async runtime it first connects from.
+    pub async fn client(&self) -> anyhow::Result<Client> {
+        client_from(&self.kubeconfig).await
+    }
+
+    /// A namespace name unique to this process and call, starting with `prefix`.
+    pub fn namespace(&self, prefix: &str) -> String {
+        let n = NAMESPACE_SEQ.fetch_add(1, Ordering::Relaxed);
+        format!("{prefix}-{}-{n}", std::process::id())
+    }
+}
+
+impl Drop for TestCluster {
+    fn drop(&mut self) {
+        if self.lifetime == Lifetime::Detached {
+            return;
+        }
+        // Closing stdin makes each watchdog stop its server; then reap it. The API
+        // server goes first, etcd after it.
+        for child in self.processes.iter_mut().rev() {
+            drop(child.stdin.take());
+            let _ = child.wait();
+        }
+    }
+}
+
+async fn client_from(kubeconfig: &Path) -> anyhow::Result<Client> {
+    install_crypto_provider();
+    let kc = Kubeconfig::read_from(kubeconfig)?;
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default()).await?;
+    Ok(Client::try_from(config)?)
+}
+
+/// Run a future to completion on a fresh single-threaded runtime in its own thread, so
+/// that it works from sync code and from inside another runtime alike.
+fn block_on<T: Send + 'static>(fut: impl std::future::Future<Output = T> + Send + 'static) -> T {
+    thread::spawn(move || {
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map(|rt| rt.block_on(fut))
+    })
+    .join()
+    .map_err(|_| ())
+    .and_then(|r| r.map_err(|_| ()))
+    .unwrap_or_else(|()| panic!("cluster readiness probe thread failed"))
+}
+
+/// Install rustls's ring provider as the process default (idempotent). kube and the
+/// test servers all use it.
+pub fn install_crypto_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
+fn free_ports() -> anyhow::Result<[u16; 3]> {
+    let listeners = [
+        TcpListener::bind("127.0.0.1:0")?,
+        TcpListener::bind("127.0.0.1:0")?,
+        TcpListener::bind("127.0.0.1:0")?,
+    ];
+    Ok([
+        listeners[0].local_addr()?.port(),
+        listeners[1].local_addr()?.port(),
+        listeners[2].local_addr()?.port(),
+    ])
+}
+
+fn etcd_healthy(port: u16) -> bool {
+    let Ok(mut s) = TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
+    if s.write_all(b"GET /health HTTP/1.0\r\n\r\n").is_err() {
+        return false;
+    }
+    let mut body = String::new();
+    let _ = s.read_to_string(&mut body);
+    body.contains("\"health\":\"true\"")
+}
+
+/// The cache directory for binaries and run directories.
+pub fn cache_dir() -> PathBuf {
+    if let Ok(dir) = std::env::var("KUBEAIRUNWAY_TESTCLUSTER_CACHE") {
+        return PathBuf::from(dir);
+    }
+    let base = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_else(std::env::temp_dir);
+    base.join("kubeairunway").join("testcluster")
+}
+
+/// The directory holding `etcd` and the API server, building them with `build.sh` first
+/// when they are missing (5-9 minutes cold, seconds when cached).
+pub fn binaries() -> anyhow::Result<PathBuf> {
+    let bin = cache_dir().join("bin");
+    if bin.join(APISERVER_BIN).is_file() && bin.join("etcd").is_file() {
+        return Ok(bin);
+    }
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("build.sh");
+    let status = Command::new("bash")
+        .arg(&script)
+        .env("KUBEAIRUNWAY_TESTCLUSTER_CACHE", cache_dir())
+        .stdout(Stdio::null())
+        .status()
+        .with_context(|| format!("running {}", script.display()))?;
+    if !status.success() {
+        bail!("{} failed ({status})", script.display());
+    }
+    Ok(bin)
+}
+
+/// The cluster shared by every test of this process, started on first use in a run
+/// directory of the cache (stale ones of dead processes are removed first).
+pub fn shared() -> &'static TestCluster {
+    static SHARED: OnceLock<TestCluster> = OnceLock::new();
+    SHARED.get_or_init(|| {
+        let runs = cache_dir().join("runs");
+        remove_stale_runs(&runs);
+        TestCluster::start(
+            &runs.join(std::process::id().to_string()),
+            Lifetime::TiedToProcess,
+        )
+        .unwrap_or_else(|e| panic!("starting the test API server: {e:#}"))
+    })
+}
+
+fn remove_stale_runs(runs: &Path) {
+    let Ok(entries) = fs::read_dir(runs) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let alive = entry
+            .file_name()
+            .to_str()
+            .and_then(|pid| pid.parse::<u32>().ok())
+            .is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
+        if !alive {
+            let _ = fs::remove_dir_all(entry.path());
+        }
+    }
+}
+
+/// Stop a cluster started with [`Lifetime::Detached`] in `dir`.
+pub fn stop_detached(dir: &Path) -> anyhow::Result<()> {
+    for name in ["apiserver", "etcd"] {
+        let pid_file = dir.join(format!("{name}.pid"));
+        let Ok(pid) = fs::read_to_string(&pid_file) else {
+            continue;
+        };
+        let pid = pid.trim().to_string();
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            Command::new("kill").arg("-TERM").arg(&pid).status()?;
+            let deadline = Instant::now() + Duration::from_secs(15);
+            while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < deadline {
+                thread::sleep(Duration::from_millis(100));
+            }
+        }
+        fs::remove_file(pid_file)?;
+    }
+    Ok(())
+}
+
+/// Server-side apply CRDs and wait until each is Established.
+pub async fn install_crds(
+    client: &Client,
+    crds: &[CustomResourceDefinition],
+) -> anyhow::Result<()> {
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let pp = PatchParams::apply("kubeairunway-tests").force();
+    for crd in crds {
+        let name = crd.metadata.name.clone().context("CRD without a name")?;
+        api.patch(&name, &pp, &Patch::Apply(crd))
+            .await
+            .with_context(|| format!("applying CRD {name}"))?;
+    }
+    for crd in crds {
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        let cond = kube::runtime::conditions::is_crd_established();
+        tokio::time::timeout(
+            Duration::from_secs(30),
+            kube::runtime::wait::await_condition(api.clone(), &name, cond),
+        )
+        .await
+        .with_context(|| format!("CRD {name} not established in 30s"))??;
+    }
+    Ok(())
+}

@@ -1,0 +1,77 @@
+//! Helpers for the end-to-end tests: fixtures, the shared cluster with the core CRDs
+//! installed, and small API conveniences.
+
+use std::path::{Path, PathBuf};
+
+use anyhow::Context;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::Client;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::discovery::ApiResource;
+use kubeairunway_sdk::ModelDeployment;
+use kubeairunway_testcluster::{TestCluster, install_crds, shared};
+
+/// `tests/fixtures` of the repository.
+pub fn fixtures_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures")
+}
+
+/// Read a CRD from a YAML file.
+pub fn read_crd(path: &Path) -> anyhow::Result<CustomResourceDefinition> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    serde_saphyr::from_str(&text).with_context(|| format!("parsing {}", path.display()))
+}
+
+/// The real upstream CRDs shipped as fixtures, by file name.
+pub fn upstream_crds() -> anyhow::Result<Vec<(String, CustomResourceDefinition)>> {
+    let mut out = Vec::new();
+    let mut entries: Vec<_> = std::fs::read_dir(fixtures_dir().join("crds/upstream"))?
+        .flatten()
+        .collect();
+    entries.sort_by_key(std::fs::DirEntry::file_name);
+    for entry in entries {
+        let path = entry.path();
+        if path.extension().is_some_and(|e| e == "yaml") {
+            out.push((
+                entry.file_name().to_string_lossy().into_owned(),
+                read_crd(&path)?,
+            ));
+        }
+    }
+    Ok(out)
+}
+
+/// The shared cluster of this test process, with the core CRDs installed, and a fresh
+/// client for the calling test.
+pub async fn core_cluster() -> anyhow::Result<(&'static TestCluster, Client)> {
+    static INSTALLED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    let cluster = shared();
+    INSTALLED
+        .get_or_try_init(|| async {
+            // A client of its own: the caller's runtime may end before other tests run.
+            let client = cluster.client().await?;
+            install_crds(&client, &kubeairunway_sdk::api::crds::all()).await
+        })
+        .await?;
+    Ok((cluster, cluster.client().await?))
+}
+
+/// Server-side apply a ModelDeployment manifest (JSON) as `manager` into `namespace`.
+pub async fn apply_md(
+    client: &Client,
+    namespace: &str,
+    manager: &str,
+    manifest: &serde_json::Value,
+) -> kube::Result<DynamicObject> {
+    let ar = ApiResource::erase::<ModelDeployment>(&());
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &ar);
+    let mut obj = manifest.clone();
+    obj["metadata"]["namespace"] = serde_json::Value::String(namespace.to_string());
+    let name = obj["metadata"]["name"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    api.patch(&name, &PatchParams::apply(manager), &Patch::Apply(&obj))
+        .await
+}

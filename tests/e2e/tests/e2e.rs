@@ -1,0 +1,14 @@
+//! End-to-end tests against a real Kubernetes API server (one per test process, started
+//! on first use; tests keep apart by namespace). See `kubeairunway-testcluster`.
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
+
+#[path = "e2e/crds.rs"]
+mod crds;
+#[path = "e2e/reference_compat.rs"]
+mod reference_compat;
+#[path = "e2e/samples.rs"]
+mod samples;
+#[path = "e2e/status_ownership.rs"]
+mod status_ownership;
+#[path = "e2e/upstream_crds.rs"]
+mod upstream_crds;
