@@ -21,6 +21,9 @@ pub const RESOURCE_CREATED: &str = "ResourceCreated";
 pub const READY: &str = "Ready";
 /// Provider: the upstream status has not moved for longer than expected.
 pub const STALE_STATUS: &str = "StaleStatus";
+/// Provider, on its InferenceProviderConfig: the upstream CRD is installed and an adapter
+/// fits it.
+pub const UPSTREAM_READY: &str = "UpstreamReady";
 /// Kernel-cache provider: the requested kernel cache is staged and injectable.
 pub const KERNEL_CACHE_READY: &str = "KernelCacheReady";
 
@@ -48,6 +51,10 @@ pub mod reasons {
     pub const UPSTREAM_SCHEMA_MISMATCH: &str = "UpstreamSchemaMismatch";
     /// `ProviderCompatible=False`: the upstream CRD is not installed.
     pub const UPSTREAM_CRD_MISSING: &str = "UpstreamCRDMissing";
+    /// `UpstreamReady=True`.
+    pub const UPSTREAM_DETECTED: &str = "UpstreamDetected";
+    /// `ProviderCompatible=False`: the spec has a value this provider cannot use.
+    pub const INVALID_CONFIGURATION: &str = "InvalidConfiguration";
     /// `ResourceCreated=True`.
     pub const RESOURCE_CREATED: &str = "ResourceCreated";
     /// `ResourceCreated=False`.

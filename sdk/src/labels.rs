@@ -13,6 +13,13 @@ pub const MANAGED_BY_VALUE: &str = "kubeairunway";
 /// kernel-cache webhook selects pods by it.
 pub const MODEL_DEPLOYMENT: &str = "kubeairunway.ai/model-deployment";
 
+/// Label put on every upstream object, naming the provider that manages it.
+pub const PROVIDER: &str = "kubeairunway.ai/provider";
+
+/// Annotation on the primary upstream object: a hash of the ModelDeployment's identity
+/// fields (004 §4.11). When it no longer matches, the object is deleted and recreated.
+pub const IDENTITY: &str = "kubeairunway.ai/identity";
+
 /// Prefix of the ModelDeployment labels that providers copy onto the upstream object.
 pub const PROPAGATED_PREFIX: &str = "kubeairunway.ai/";
 

@@ -1,18 +1,34 @@
 //! # kubeairunway-sdk
 //!
-//! The API types of `kubeairunway.ai/v1alpha1` ([`ModelDeployment`],
-//! [`InferenceProviderConfig`]) and the helpers every controller of the platform shares:
-//! condition handling ([`conditions`]) and the well-known labels and annotations
-//! ([`labels`]).
+//! Everything a kubeairunway provider is built on, ours and third parties' alike:
 //!
-//! The types do no I/O. They serialise to exactly what the API server stores, with
-//! optional fields left out when unset, so that a controller applying a partial status by
-//! server-side apply owns only the fields it sets.
+//! - the API types of `kubeairunway.ai/v1alpha1` ([`ModelDeployment`],
+//!   [`InferenceProviderConfig`]) in [`api`], with condition handling ([`conditions`]) and
+//!   the well-known labels and annotations ([`labels`]);
+//! - the [`Provider`] trait: the pure functions a provider writes ([`provider`]), with
+//!   helpers for rendering ([`render`]), typed `provider.overrides` ([`overrides`]) and
+//!   the installed upstream API ([`upstream`]);
+//! - the runtime that does all the I/O ([`runtime::run`]; a provider's `main` is
+//!   [`runtime::main`]);
+//! - with the `testing` feature, helpers for provider authors' tests ([`testing`]).
+//!
+//! The provider contract (what a provider must and should do, and what the runtime does
+//! for it) is in the crate's README.
 #![deny(missing_docs)]
 
 pub mod api;
 pub mod conditions;
 pub mod labels;
+pub mod overrides;
+pub mod provider;
+pub mod render;
+pub mod runtime;
+#[cfg(feature = "testing")]
+pub mod testing;
+pub mod upstream;
+
+pub use provider::{Incompatible, Observed, Provider, RenderError, Rendered, UpstreamRef, Warning};
+pub use upstream::UpstreamApi;
 
 pub use api::model_deployment::{ModelDeployment, ModelDeploymentSpec, ModelDeploymentStatus};
 pub use api::provider_config::{

@@ -27,6 +27,7 @@ use super::schema;
     shortname = "md",
     namespaced,
     status = "ModelDeploymentStatus",
+    selectable = ".status.provider.name",
     doc = "A model served as an OpenAI-compatible inference service by one of the installed providers.",
     printcolumn = r#"{"name":"Phase","type":"string","description":"Current phase","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Provider","type":"string","description":"Selected provider","jsonPath":".status.provider.name"}"#,

@@ -141,11 +141,13 @@ impl TestCluster {
     fn spawn(&mut self, name: &str, program: &Path, args: &[String]) -> anyhow::Result<()> {
         let log = fs::File::create(self.dir.join(format!("{name}.log")))?;
         let child = match self.lifetime {
-            // The watchdog stops the server when our end of its stdin closes, and exits
-            // when the server exits, so a crash is visible through `try_wait`.
+            // The watchdog stops the server when our end of its stdin closes (SIGTERM, then
+            // SIGKILL after 3 s: open watches of a blocked test runtime must not hold a
+            // graceful shutdown), and exits when the server exits, so a crash is visible
+            // through `try_wait`.
             Lifetime::TiedToProcess => Command::new("sh")
                 .arg("-c")
-                .arg(r#"exec 3<&0; "$@" </dev/null & pid=$!; (cat <&3 >/dev/null; kill -TERM $pid 2>/dev/null) & exec 3<&-; wait $pid"#)
+                .arg(r#"exec 3<&0; "$@" </dev/null & pid=$!; (cat <&3 >/dev/null; kill -TERM $pid 2>/dev/null; sleep 3; kill -KILL $pid 2>/dev/null) & exec 3<&-; wait $pid"#)
                 .arg("watchdog")
                 .arg(program)
                 .args(args)
@@ -429,4 +431,34 @@ pub async fn install_crds(
         .with_context(|| format!("CRD {name} not established in 30s"))??;
     }
     Ok(())
+}
+
+/// Stand-in CRDs for built-in kinds the test server does not serve, so that code using
+/// them can run against it: `events.k8s.io/v1` Event and `coordination.k8s.io/v1` Lease.
+/// Their schemas keep any field; the API server does no validation of their content.
+pub fn standin_crds() -> Vec<CustomResourceDefinition> {
+    let crd = |group: &str, kind: &str, plural: &str| -> CustomResourceDefinition {
+        let value = serde_json::json!({
+            "apiVersion": "apiextensions.k8s.io/v1",
+            "kind": "CustomResourceDefinition",
+            "metadata": {
+                "name": format!("{plural}.{group}"),
+                "annotations": {"api-approved.kubernetes.io": "unapproved, test stand-in for a built-in kind"},
+            },
+            "spec": {
+                "group": group,
+                "scope": "Namespaced",
+                "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(), "listKind": format!("{kind}List")},
+                "versions": [{
+                    "name": "v1", "served": true, "storage": true,
+                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+                }],
+            },
+        });
+        serde_json::from_value(value).unwrap_or_else(|e| panic!("stand-in CRD {kind}: {e}"))
+    };
+    vec![
+        crd("events.k8s.io", "Event", "events"),
+        crd("coordination.k8s.io", "Lease", "leases"),
+    ]
 }

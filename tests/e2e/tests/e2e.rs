@@ -2,12 +2,19 @@
 //! on first use; tests keep apart by namespace). See `kubeairunway-testcluster`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
+/// The example third-party provider of the SDK, driven by `sdk_runtime`.
+#[path = "../../../sdk/examples/chatserver/provider.rs"]
+mod chatserver;
 #[path = "e2e/crds.rs"]
 mod crds;
 #[path = "e2e/reference_compat.rs"]
 mod reference_compat;
 #[path = "e2e/samples.rs"]
 mod samples;
+#[path = "e2e/sdk_mock.rs"]
+mod sdk_mock;
+#[path = "e2e/sdk_runtime.rs"]
+mod sdk_runtime;
 #[path = "e2e/status_ownership.rs"]
 mod status_ownership;
 #[path = "e2e/upstream_crds.rs"]

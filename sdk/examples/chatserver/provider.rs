@@ -1,0 +1,163 @@
+//! A complete third-party provider: it serves llama.cpp ModelDeployments as `ChatServer`
+//! objects, a CRD of its own (`example.kubeairunway.ai/v1`), for an operator of yours
+//! that runs them.
+
+use std::collections::BTreeMap;
+
+use kube::CustomResource;
+use kube::api::DynamicObject;
+use kubeairunway_sdk::api::{
+    Capabilities, EngineType, InferenceProviderConfigSpec, ModelDeployment, SelectionRule,
+    ServingMode,
+};
+use kubeairunway_sdk::provider::{engine_flags, object};
+use kubeairunway_sdk::render::{pod_annotations, pod_labels};
+use kubeairunway_sdk::{
+    Incompatible, Observed, Provider, RenderError, Rendered, UpstreamApi, UpstreamRef, overrides,
+};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The upstream kind this provider targets.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, JsonSchema)]
+#[kube(
+    group = "example.kubeairunway.ai",
+    version = "v1",
+    kind = "ChatServer",
+    namespaced,
+    status = "ChatServerStatus"
+)]
+#[serde(rename_all = "camelCase")]
+pub struct ChatServerSpec {
+    pub model: String,
+    pub served_name: String,
+    pub replicas: i32,
+    pub image: String,
+    pub port: i32,
+    pub args: Vec<String>,
+    pub pod_labels: BTreeMap<String, String>,
+    pub pod_annotations: BTreeMap<String, String>,
+}
+
+/// What the ChatServer operator reports.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ChatServerStatus {
+    pub phase: Option<String>,
+    pub ready_replicas: Option<i32>,
+    pub message: Option<String>,
+}
+
+/// Documented `provider.overrides` keys.
+#[derive(Deserialize, Default)]
+#[serde(default)]
+struct ChatOverrides {
+    port: Option<i32>,
+}
+
+/// The provider; `name` is what `spec.provider.name` / `status.provider.name` say.
+pub struct ChatServerProvider {
+    pub name: String,
+}
+
+impl Provider for ChatServerProvider {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn config(&self) -> InferenceProviderConfigSpec {
+        InferenceProviderConfigSpec {
+            capabilities: Some(Capabilities {
+                engines: vec![EngineType::Llamacpp],
+                serving_modes: vec![ServingMode::Aggregated],
+                cpu_support: true,
+                ..Capabilities::default()
+            }),
+            selection_rules: vec![SelectionRule {
+                condition: "spec.engine.type == 'llamacpp'".into(),
+                priority: 10,
+            }],
+            documentation: Some("https://example.com/chatserver".into()),
+            installation: None,
+        }
+    }
+
+    fn upstream(&self) -> UpstreamRef {
+        UpstreamRef::new(
+            "example.kubeairunway.ai",
+            "ChatServer",
+            "chatservers",
+            &["v1"],
+        )
+    }
+
+    fn check(&self, md: &ModelDeployment) -> Result<(), Incompatible> {
+        match md.spec.engine.type_ {
+            Some(EngineType::Llamacpp) if md.spec.serving.mode == ServingMode::Aggregated => Ok(()),
+            Some(EngineType::Llamacpp) => Err(Incompatible(
+                "ChatServer does not support disaggregated mode".into(),
+            )),
+            other => Err(Incompatible(format!(
+                "ChatServer does not support {} engine",
+                other.map_or("unset", EngineType::as_str)
+            ))),
+        }
+    }
+
+    fn render(
+        &self,
+        md: &ModelDeployment,
+        upstream: &UpstreamApi,
+    ) -> Result<Rendered, RenderError> {
+        let (o, warnings) = overrides::parse::<ChatOverrides>(md)?;
+        let image = md.spec.image.clone().ok_or_else(|| {
+            RenderError("spec.image is required: ChatServer runs your llama.cpp image".into())
+        })?;
+        let server = object(serde_json::json!({
+            "apiVersion": upstream.api_version(),
+            "kind": "ChatServer",
+            "metadata": {"name": md.metadata.name},
+            "spec": {
+                "model": md.spec.model.id,
+                "servedName": md.spec.served_model_name(),
+                "replicas": md.spec.scaling.replicas,
+                "image": image,
+                "port": o.port.unwrap_or(8080),
+                "args": engine_flags(md.spec.engine.args.as_ref()),
+                "podLabels": pod_labels(md),
+                "podAnnotations": pod_annotations(md),
+            },
+        }))?;
+        Ok(Rendered {
+            objects: vec![server],
+            warnings,
+        })
+    }
+
+    fn observe(&self, md: &ModelDeployment, upstream: Option<&DynamicObject>) -> Observed {
+        let status = upstream.and_then(|u| u.data.get("status"));
+        let text = |k: &str| {
+            status
+                .and_then(|s| s.get(k))
+                .and_then(|v| v.as_str())
+                .unwrap_or_default()
+                .to_string()
+        };
+        let ready = status
+            .and_then(|s| s.get("readyReplicas"))
+            .and_then(serde_json::Value::as_i64)
+            .unwrap_or(0);
+        let port = upstream
+            .and_then(|u| u.data["spec"]["port"].as_i64())
+            .unwrap_or(8080);
+        let name = md.metadata.name.clone().unwrap_or_default();
+        let observed = match text("phase").as_str() {
+            "Ready" => Observed::running("ChatServer is ready"),
+            "Failed" => Observed::failed(text("message")),
+            _ => Observed::deploying("waiting for the ChatServer to become ready"),
+        };
+        observed
+            .with_endpoint(name, i32::try_from(port).unwrap_or(8080))
+            .with_replicas(md.spec.scaling.replicas, i32::try_from(ready).unwrap_or(0))
+    }
+}

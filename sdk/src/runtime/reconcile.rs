@@ -1,0 +1,667 @@
+//! One reconciliation of one ModelDeployment.
+
+use std::collections::BTreeSet;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::ApiResource;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType};
+use kube::runtime::reflector::ObjectRef;
+use kube::{Resource, ResourceExt};
+use serde_json::{Value, json};
+
+use super::Context;
+use super::status::{self, ProviderView};
+use crate::api::{ModelDeployment, Phase};
+use crate::conditions::{PROVIDER_COMPATIBLE, READY, RESOURCE_CREATED, STALE_STATUS, reasons};
+use crate::labels;
+use crate::provider::{Provider, Warning};
+use crate::render;
+use crate::upstream::UpstreamApi;
+
+/// A reconciliation failure that is worth retrying (API errors, conflicts). Terminal
+/// problems of the spec are not errors: they become conditions, and the runtime waits for
+/// the spec to change.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The Kubernetes API failed.
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+    /// Anything else that may pass on retry.
+    #[error("{0}")]
+    Other(String),
+}
+
+/// How long to wait between polls while something is being deleted.
+const DELETE_POLL: Duration = Duration::from_secs(2);
+/// How often a deployment that is not Running is re-read.
+const PROGRESS_POLL: Duration = Duration::from_secs(15);
+
+pub(crate) async fn reconcile<P: Provider>(
+    md: Arc<ModelDeployment>,
+    ctx: Arc<Context<P>>,
+) -> Result<Action, Error> {
+    let started = Instant::now();
+    let result = reconcile_once(&md, &ctx).await;
+    ctx.metrics.observe(
+        if result.is_ok() { "ok" } else { "error" },
+        started.elapsed(),
+    );
+    if result.is_ok()
+        && let Ok(mut failures) = ctx.failures.lock()
+    {
+        failures.remove(&ObjectRef::from(md.as_ref()));
+    }
+    result
+}
+
+#[allow(clippy::needless_pass_by_value)] // the signature kube's Controller::run asks for
+pub(crate) fn error_policy<P: Provider>(
+    md: Arc<ModelDeployment>,
+    error: &Error,
+    ctx: Arc<Context<P>>,
+) -> Action {
+    ctx.metrics.error("transient");
+    let attempts = ctx.failures.lock().map_or(1, |mut f| {
+        let n = f.entry(ObjectRef::from(md.as_ref())).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    });
+    let delay = Duration::from_secs(2u64.saturating_pow(attempts.min(9)).min(300));
+    tracing::warn!(name = %md.name_any(), namespace = ?md.namespace(), %error, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+/// Reconcile `md` once: what [`super::run`] does for each event. Public so that tests
+/// can drive single steps, for example against a mock API.
+pub async fn reconcile_once<P: Provider>(
+    md: &ModelDeployment,
+    ctx: &Context<P>,
+) -> Result<Action, Error> {
+    if md.selected_provider() != Some(ctx.name()) {
+        return Ok(Action::await_change());
+    }
+    if labels::is_paused(md.metadata.annotations.as_ref()) {
+        tracing::debug!(name = %md.name_any(), "paused");
+        return Ok(Action::await_change());
+    }
+    if md.metadata.deletion_timestamp.is_some() {
+        return cleanup(md, ctx).await;
+    }
+    ensure_finalizer(md, ctx).await?;
+
+    if let Err(incompatible) = ctx.provider.check(md) {
+        let view = terminal(Phase::Failed, reasons::INCOMPATIBLE, &incompatible.0);
+        status::apply(ctx, md, &view).await?;
+        return Ok(Action::await_change());
+    }
+    let crd = ctx.provider.upstream().crd_name();
+    let upstream = ctx.upstream.borrow().clone();
+    let api = match upstream {
+        Some(Ok(api)) => api,
+        Some(Err(reason)) => {
+            status::apply(
+                ctx,
+                md,
+                &terminal(Phase::Failed, reasons::UPSTREAM_SCHEMA_MISMATCH, &reason),
+            )
+            .await?;
+            return Ok(Action::await_change());
+        }
+        None => {
+            let message = format!("upstream CRD {crd} is not installed; waiting for it");
+            status::apply(
+                ctx,
+                md,
+                &terminal(Phase::Pending, reasons::UPSTREAM_CRD_MISSING, &message),
+            )
+            .await?;
+            return Ok(Action::await_change());
+        }
+    };
+
+    let rendered = match ctx.provider.render(md, &api) {
+        Ok(r) => r,
+        Err(e) => {
+            status::apply(
+                ctx,
+                md,
+                &terminal(Phase::Failed, reasons::INVALID_CONFIGURATION, &e.0),
+            )
+            .await?;
+            return Ok(Action::await_change());
+        }
+    };
+    publish_warnings(md, ctx, &rendered.warnings).await;
+    let mut objects = rendered.objects;
+    if objects.is_empty() {
+        return Err(Error::Other(format!(
+            "provider {} rendered no objects",
+            ctx.name()
+        )));
+    }
+    for (i, object) in objects.iter_mut().enumerate() {
+        render::finish(object, md, ctx.name(), i == 0);
+    }
+
+    // Nothing is applied unless every field we set exists in the installed schema.
+    let mut missing = BTreeSet::new();
+    for object in &objects {
+        let value = serde_json::to_value(object).map_err(|e| Error::Other(e.to_string()))?;
+        if api.is_upstream_object(&value) {
+            missing.extend(api.missing_paths(&value));
+        }
+    }
+    if !missing.is_empty() {
+        let message = format!(
+            "installed {crd} {} (schema {}) has no field {}; nothing was applied",
+            api.version,
+            api.schema_hash,
+            missing.into_iter().collect::<Vec<_>>().join(", ")
+        );
+        event(
+            ctx,
+            md,
+            EventType::Warning,
+            reasons::UPSTREAM_SCHEMA_MISMATCH,
+            &message,
+        )
+        .await;
+        status::apply(
+            ctx,
+            md,
+            &terminal(Phase::Failed, reasons::UPSTREAM_SCHEMA_MISMATCH, &message),
+        )
+        .await?;
+        return Ok(Action::await_change());
+    }
+
+    let ns = md.namespace().unwrap_or_default();
+    let primary = &objects[0];
+    let (primary_name, primary_kind) = (primary.name_any(), kind_of(primary));
+    let primary_api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &ns, &resource_of(primary, &api));
+    let live = primary_api.get_opt(&primary_name).await?;
+    if let Some(live) = &live {
+        if live.metadata.deletion_timestamp.is_some() {
+            let view = ProviderView::new(
+                Phase::Deploying,
+                format!("waiting for the previous {primary_kind} to be deleted"),
+            )
+            .condition(READY, false, reasons::DEPLOYMENT_PROGRESSING, "recreating");
+            status::apply(ctx, md, &view).await?;
+            return Ok(Action::requeue(DELETE_POLL));
+        }
+        let live_identity = live.annotations().get(labels::IDENTITY);
+        if live_identity.is_some_and(|id| *id != render::identity(md)) {
+            let message = format!(
+                "an identity field changed: deleting {primary_kind} '{primary_name}' to create it anew"
+            );
+            event(ctx, md, EventType::Normal, "Recreating", &message).await;
+            match primary_api
+                .delete(&primary_name, &DeleteParams::background())
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
+            let view = ProviderView::new(Phase::Deploying, message).condition(
+                READY,
+                false,
+                reasons::DEPLOYMENT_PROGRESSING,
+                "recreating",
+            );
+            status::apply(ctx, md, &view).await?;
+            return Ok(Action::requeue(DELETE_POLL));
+        }
+        let rendered = serde_json::to_value(primary).map_err(|e| Error::Other(e.to_string()))?;
+        let live_value = serde_json::to_value(live).map_err(|e| Error::Other(e.to_string()))?;
+        let drift = drifted_paths(&rendered, &live_value);
+        if !drift.is_empty() {
+            let message = format!(
+                "{primary_kind} '{primary_name}' was modified directly ({}); restoring it from the ModelDeployment",
+                drift.join(", ")
+            );
+            event(ctx, md, EventType::Warning, "DriftDetected", &message).await;
+        }
+    }
+
+    let pp = PatchParams::apply(&ctx.field_manager()).force();
+    let mut applied = None;
+    for (i, object) in objects.iter().enumerate() {
+        let target: Api<DynamicObject> =
+            Api::namespaced_with(ctx.client.clone(), &ns, &resource_of(object, &api));
+        match target
+            .patch(&object.name_any(), &pp, &Patch::Apply(object))
+            .await
+        {
+            Ok(result) if i == 0 => applied = Some(result),
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if [400, 404, 422].contains(&s.code) => {
+                let message = format!(
+                    "the API server refused {} '{}': {}",
+                    kind_of(object),
+                    object.name_any(),
+                    s.message
+                );
+                event(
+                    ctx,
+                    md,
+                    EventType::Warning,
+                    reasons::RESOURCE_FAILED,
+                    &message,
+                )
+                .await;
+                let view = ProviderView::new(Phase::Failed, message.clone())
+                    .condition(
+                        PROVIDER_COMPATIBLE,
+                        true,
+                        reasons::COMPATIBILITY_VERIFIED,
+                        compatible_message(ctx, &api),
+                    )
+                    .condition(
+                        RESOURCE_CREATED,
+                        false,
+                        reasons::RESOURCE_FAILED,
+                        message.clone(),
+                    )
+                    .condition(READY, false, reasons::RESOURCE_FAILED, message);
+                status::apply(ctx, md, &view).await?;
+                return Ok(Action::await_change());
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if live.is_none() {
+        event(
+            ctx,
+            md,
+            EventType::Normal,
+            reasons::RESOURCE_CREATED,
+            &format!("Created {primary_kind} '{primary_name}'"),
+        )
+        .await;
+    }
+
+    let observed = ctx.provider.observe(md, applied.as_ref());
+    let stale = stale_for(md, ctx, applied.as_ref(), observed.phase);
+    let mut view = ProviderView::new(observed.phase, observed.message.clone())
+        .condition(
+            PROVIDER_COMPATIBLE,
+            true,
+            reasons::COMPATIBILITY_VERIFIED,
+            compatible_message(ctx, &api),
+        )
+        .condition(
+            RESOURCE_CREATED,
+            true,
+            reasons::RESOURCE_CREATED,
+            format!("{primary_kind} '{primary_name}' is applied"),
+        )
+        .condition(
+            READY,
+            observed.ready,
+            &observed.reason,
+            observed.message.clone(),
+        );
+    view.resource = Some((primary_name, primary_kind.clone()));
+    view.endpoint = observed.endpoint;
+    view.replicas = observed.replicas;
+    let stale_after = ctx.options.stale_after();
+    let requeue = match stale {
+        _ if observed.phase == Phase::Running => {
+            Duration::from_secs(ctx.options.resync_seconds.max(1))
+        }
+        Some(still) if still >= stale_after => {
+            let message = format!(
+                "the {primary_kind} status has not changed for {}s while the deployment is {}; is its operator running?",
+                still.as_secs(),
+                observed.phase
+            );
+            view = view.condition(STALE_STATUS, true, reasons::STATUS_NOT_UPDATED, message);
+            PROGRESS_POLL
+        }
+        Some(still) => {
+            PROGRESS_POLL.min(stale_after.saturating_sub(still) + Duration::from_millis(100))
+        }
+        None => PROGRESS_POLL,
+    };
+    status::apply(ctx, md, &view).await?;
+    Ok(Action::requeue(requeue))
+}
+
+fn compatible_message<P: Provider>(ctx: &Context<P>, api: &UpstreamApi) -> String {
+    format!(
+        "{} serves this spec with {} {}",
+        ctx.name(),
+        api.api_version(),
+        api.kind
+    )
+}
+
+/// A terminal state: the phase, `ProviderCompatible=False` and `Ready=False` with
+/// `reason` and `message`.
+fn terminal(phase: Phase, reason: &str, message: &str) -> ProviderView {
+    ProviderView::new(phase, message)
+        .condition(PROVIDER_COMPATIBLE, false, reason, message)
+        .condition(READY, false, reason, message)
+}
+
+fn kind_of(object: &DynamicObject) -> String {
+    object
+        .types
+        .as_ref()
+        .map(|t| t.kind.clone())
+        .unwrap_or_default()
+}
+
+/// The API resource of a rendered object: the detected upstream one, or derived from its
+/// `apiVersion` and `kind` for other kinds (ConfigMaps and the like).
+fn resource_of(object: &DynamicObject, upstream: &UpstreamApi) -> ApiResource {
+    let types = object.types.clone().unwrap_or_default();
+    let (group, version) = types
+        .api_version
+        .rsplit_once('/')
+        .unwrap_or(("", types.api_version.as_str()));
+    if group == upstream.group && version == upstream.version && types.kind == upstream.kind {
+        return upstream.api_resource();
+    }
+    ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &types.kind))
+}
+
+/// Paths whose live value differs from what we render (metadata and status aside).
+fn drifted_paths(rendered: &Value, live: &Value) -> Vec<String> {
+    fn walk(path: &str, want: &Value, have: Option<&Value>, out: &mut Vec<String>) {
+        match (want, have) {
+            (Value::Object(w), Some(Value::Object(h))) => {
+                for (k, v) in w {
+                    if path.is_empty()
+                        && (k == "metadata" || k == "status" || k == "apiVersion" || k == "kind")
+                    {
+                        continue;
+                    }
+                    let p = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    walk(&p, v, h.get(k), out);
+                }
+            }
+            (Value::Array(w), Some(Value::Array(h))) if w.len() == h.len() => {
+                for (i, (a, b)) in w.iter().zip(h).enumerate() {
+                    walk(&format!("{path}[{i}]"), a, Some(b), out);
+                }
+            }
+            (Value::Number(a), Some(Value::Number(b))) if a.as_f64() == b.as_f64() => {}
+            (w, Some(h)) if w == h => {}
+            _ => out.push(path.to_string()),
+        }
+    }
+    let mut out = Vec::new();
+    walk("", rendered, Some(live), &mut out);
+    out
+}
+
+/// How long the upstream status has stood still, when it matters (not Running).
+fn stale_for<P: Provider>(
+    md: &ModelDeployment,
+    ctx: &Context<P>,
+    live: Option<&DynamicObject>,
+    phase: Phase,
+) -> Option<Duration> {
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    live.and_then(|l| l.data.get("status"))
+        .map(Value::to_string)
+        .unwrap_or_default()
+        .hash(&mut hasher);
+    let fingerprint = hasher.finish();
+    let mut seen = ctx.upstream_seen.lock().ok()?;
+    let entry = seen
+        .entry(ObjectRef::from(md))
+        .or_insert((fingerprint, Instant::now()));
+    if entry.0 != fingerprint {
+        *entry = (fingerprint, Instant::now());
+    }
+    (phase != Phase::Running).then(|| entry.1.elapsed())
+}
+
+async fn publish_warnings<P: Provider>(
+    md: &ModelDeployment,
+    ctx: &Context<P>,
+    warnings: &[Warning],
+) {
+    let generation = md.metadata.generation.unwrap_or_default();
+    let key = ObjectRef::from(md);
+    let already = ctx.warned.lock().ok().and_then(|w| w.get(&key).copied()) == Some(generation);
+    if already {
+        return;
+    }
+    // One event per reason: events with the same reason and object are merged into one
+    // series, so separate notes would be lost.
+    let mut by_reason: std::collections::BTreeMap<&str, Vec<&str>> =
+        std::collections::BTreeMap::new();
+    for w in warnings {
+        tracing::info!(name = %md.name_any(), reason = %w.reason, message = %w.message, "spec warning");
+        by_reason
+            .entry(w.reason.as_str())
+            .or_default()
+            .push(w.message.as_str());
+    }
+    for (reason, messages) in by_reason {
+        event(ctx, md, EventType::Warning, reason, &messages.join("; ")).await;
+    }
+    if let Ok(mut warned) = ctx.warned.lock() {
+        warned.insert(key, generation);
+    }
+}
+
+/// Publish an event about `md`; failures are logged, never fatal.
+pub(crate) async fn event<P: Provider>(
+    ctx: &Context<P>,
+    md: &ModelDeployment,
+    type_: EventType,
+    reason: &str,
+    note: &str,
+) {
+    let ev = Event {
+        type_,
+        reason: reason.to_string(),
+        note: Some(note.chars().take(1024).collect()),
+        action: "Reconcile".to_string(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&ev, &md.object_ref(&())).await {
+        tracing::debug!(error = %e, reason, "could not publish event");
+    }
+}
+
+async fn ensure_finalizer<P: Provider>(
+    md: &ModelDeployment,
+    ctx: &Context<P>,
+) -> Result<(), Error> {
+    let finalizer = ctx.finalizer();
+    if md.finalizers().contains(&finalizer) {
+        return Ok(());
+    }
+    let mut finalizers = md.finalizers().to_vec();
+    finalizers.push(finalizer);
+    set_finalizers(md, ctx, finalizers).await
+}
+
+/// Replace the finalizer list, guarded by the resourceVersion we read.
+async fn set_finalizers<P: Provider>(
+    md: &ModelDeployment,
+    ctx: &Context<P>,
+    finalizers: Vec<String>,
+) -> Result<(), Error> {
+    let api: Api<ModelDeployment> =
+        Api::namespaced(ctx.client.clone(), &md.namespace().unwrap_or_default());
+    let patch =
+        json!({"metadata": {"finalizers": finalizers, "resourceVersion": md.resource_version()}});
+    match api
+        .patch(
+            &md.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Deletion: delete our upstream objects, wait until they are gone, then release the
+/// ModelDeployment; give up after the finalizer timeout.
+async fn cleanup<P: Provider>(md: &ModelDeployment, ctx: &Context<P>) -> Result<Action, Error> {
+    let finalizer = ctx.finalizer();
+    if !md.finalizers().contains(&finalizer) {
+        return Ok(Action::await_change());
+    }
+    let _ = status::apply(
+        ctx,
+        md,
+        &ProviderView::new(Phase::Terminating, "deleting the provider's resources"),
+    )
+    .await;
+    let remaining = delete_upstream_objects(md, ctx).await?;
+    let release = |md: &ModelDeployment| {
+        md.finalizers()
+            .iter()
+            .filter(|f| **f != finalizer)
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    if remaining.is_empty() {
+        set_finalizers(md, ctx, release(md)).await?;
+        return Ok(Action::await_change());
+    }
+    let deleting_since = md
+        .metadata
+        .deletion_timestamp
+        .as_ref()
+        .map_or_else(Timestamp::now, |t| t.0);
+    let waited =
+        Duration::try_from(Timestamp::now().duration_since(deleting_since)).unwrap_or_default();
+    let timeout = ctx.options.finalizer_timeout();
+    if waited >= timeout {
+        let message = format!(
+            "Finalizer removed after {}s, provider resource may be orphaned: {}",
+            timeout.as_secs(),
+            remaining.join(", ")
+        );
+        event(ctx, md, EventType::Warning, "FinalizerTimeout", &message).await;
+        set_finalizers(md, ctx, release(md)).await?;
+        return Ok(Action::await_change());
+    }
+    Ok(Action::requeue(
+        DELETE_POLL.min(timeout.saturating_sub(waited)),
+    ))
+}
+
+/// Ask for the deletion of every upstream object this provider made for `md`; return
+/// those that still exist (`Kind/name`).
+async fn delete_upstream_objects<P: Provider>(
+    md: &ModelDeployment,
+    ctx: &Context<P>,
+) -> Result<Vec<String>, Error> {
+    let Some(Ok(api)) = ctx.upstream.borrow().clone() else {
+        return Ok(Vec::new()); // no upstream CRD: nothing of ours can exist
+    };
+    let ns = md.namespace().unwrap_or_default();
+    let mut targets: Vec<(ApiResource, String)> = Vec::new();
+    if let Ok(rendered) = ctx.provider.render(md, &api) {
+        targets.extend(
+            rendered
+                .objects
+                .iter()
+                .map(|o| (resource_of(o, &api), o.name_any())),
+        );
+    }
+    let selector = format!(
+        "{}={},{}={}",
+        labels::MODEL_DEPLOYMENT,
+        md.name_any(),
+        labels::PROVIDER,
+        ctx.name()
+    );
+    let upstream_api: Api<DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &ns, &api.api_resource());
+    match upstream_api
+        .list(&ListParams::default().labels(&selector))
+        .await
+    {
+        Ok(list) => targets.extend(
+            list.items
+                .iter()
+                .map(|o| (api.api_resource(), o.name_any())),
+        ),
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => return Err(e.into()),
+    }
+    targets.sort_by(|a, b| {
+        (&a.0.api_version, &a.0.kind, &a.1).cmp(&(&b.0.api_version, &b.0.kind, &b.1))
+    });
+    targets.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
+
+    let uid = md.uid();
+    let mut remaining = Vec::new();
+    for (resource, name) in targets {
+        let objects: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, &resource);
+        let live = match objects.get_opt(&name).await {
+            Ok(live) => live,
+            Err(kube::Error::Api(s)) if s.code == 404 => None,
+            Err(e) => return Err(e.into()),
+        };
+        let Some(live) = live else { continue };
+        let ours = live
+            .owner_references()
+            .iter()
+            .any(|o| Some(&o.uid) == uid.as_ref());
+        if !ours {
+            continue; // never delete what another owner made under the same name
+        }
+        if live.metadata.deletion_timestamp.is_none() {
+            match objects.delete(&name, &DeleteParams::background()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => continue,
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if objects.get_opt(&name).await?.is_some() {
+            remaining.push(format!("{}/{name}", resource.kind));
+        }
+    }
+    Ok(remaining)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drift_is_a_changed_value_we_set() {
+        let rendered = json!({"apiVersion": "v", "kind": "K", "metadata": {"name": "a"},
+                              "spec": {"replicas": 2, "containers": [{"name": "c", "args": ["--a"]}]}});
+        let same_plus_defaults = json!({"apiVersion": "v", "kind": "K", "metadata": {"name": "a", "uid": "x"},
+                                        "spec": {"replicas": 2.0, "extra": true, "containers": [{"name": "c", "args": ["--a"], "image": "i"}]},
+                                        "status": {"ready": true}});
+        assert!(drifted_paths(&rendered, &same_plus_defaults).is_empty());
+        let edited = json!({"apiVersion": "v", "kind": "K", "metadata": {"name": "a"},
+                            "spec": {"replicas": 5, "containers": [{"name": "c", "args": ["--b"]}]}});
+        assert_eq!(
+            drifted_paths(&rendered, &edited),
+            ["spec.containers[0].args[0]", "spec.replicas"]
+        );
+        let removed = json!({"apiVersion": "v", "kind": "K", "metadata": {"name": "a"}, "spec": {"replicas": 2}});
+        assert_eq!(drifted_paths(&rendered, &removed), ["spec.containers"]);
+    }
+}

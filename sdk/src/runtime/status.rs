@@ -1,0 +1,214 @@
+//! Writing the provider's part of a ModelDeployment's status by server-side apply.
+
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+
+use super::Context;
+use crate::api::{
+    EndpointStatus, ModelDeployment, ModelDeploymentStatus, Phase, ProviderStatus, ReplicaStatus,
+};
+use crate::conditions::{self, PROVIDER_COMPATIBLE, READY, RESOURCE_CREATED, STALE_STATUS, Status};
+use crate::provider::Provider;
+
+/// Condition types a provider owns.
+pub(crate) const OWNED_CONDITIONS: [&str; 4] =
+    [PROVIDER_COMPATIBLE, RESOURCE_CREATED, READY, STALE_STATUS];
+
+/// The provider's fields of a ModelDeployment status. Conditions not listed are removed
+/// (the provider stops owning them).
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct ProviderView {
+    pub phase: Phase,
+    pub message: String,
+    pub resource: Option<(String, String)>,
+    pub endpoint: Option<EndpointStatus>,
+    pub replicas: Option<ReplicaStatus>,
+    pub conditions: Vec<(&'static str, Status, String, String)>,
+}
+
+impl ProviderView {
+    pub(crate) fn new(phase: Phase, message: impl Into<String>) -> Self {
+        Self {
+            phase,
+            message: message.into(),
+            resource: None,
+            endpoint: None,
+            replicas: None,
+            conditions: Vec::new(),
+        }
+    }
+
+    pub(crate) fn condition(
+        mut self,
+        type_: &'static str,
+        status: impl Into<Status>,
+        reason: &str,
+        message: impl Into<String>,
+    ) -> Self {
+        self.conditions
+            .push((type_, status.into(), reason.to_string(), message.into()));
+        self
+    }
+
+    /// The status to apply, reusing transition times from `md`'s current conditions.
+    pub(crate) fn to_status(&self, md: &ModelDeployment, now: Timestamp) -> ModelDeploymentStatus {
+        let current = md
+            .status
+            .as_ref()
+            .map(|s| s.conditions.as_slice())
+            .unwrap_or_default();
+        let generation = md.metadata.generation;
+        ModelDeploymentStatus {
+            phase: Some(self.phase),
+            message: Some(self.message.clone()),
+            provider: self.resource.as_ref().map(|(name, kind)| ProviderStatus {
+                resource_name: Some(name.clone()),
+                resource_kind: Some(kind.clone()),
+                ..ProviderStatus::default()
+            }),
+            endpoint: self.endpoint.clone(),
+            replicas: self.replicas.clone(),
+            observed_generation: generation,
+            conditions: self
+                .conditions
+                .iter()
+                .map(|(t, s, r, m)| {
+                    conditions::new(
+                        conditions::find(current, t),
+                        t,
+                        *s,
+                        r,
+                        m.clone(),
+                        generation,
+                        now,
+                    )
+                })
+                .collect(),
+            ..ModelDeploymentStatus::default()
+        }
+    }
+
+    /// Whether `md` already shows exactly this (ignoring transition times).
+    pub(crate) fn is_current(&self, md: &ModelDeployment) -> bool {
+        let Some(s) = md.status.as_ref() else {
+            return false;
+        };
+        let provider = s.provider.as_ref();
+        let resource =
+            provider.and_then(|p| Some((p.resource_name.clone()?, p.resource_kind.clone()?)));
+        let ours: Vec<_> = s
+            .conditions
+            .iter()
+            .filter(|c| OWNED_CONDITIONS.contains(&c.type_.as_str()))
+            .collect();
+        s.phase == Some(self.phase)
+            && s.message.as_deref() == Some(self.message.as_str())
+            && resource == self.resource
+            && s.endpoint == self.endpoint
+            && s.replicas == self.replicas
+            && s.observed_generation == md.metadata.generation
+            && ours.len() == self.conditions.len()
+            && self.conditions.iter().all(|(t, st, r, m)| {
+                ours.iter().any(|c| {
+                    c.type_ == *t
+                        && c.status == st.as_str()
+                        && &c.reason == r
+                        && &c.message == m
+                        && c.observed_generation == md.metadata.generation
+                })
+            })
+    }
+}
+
+/// Apply `view` to `md`'s status under the provider's field manager, unless it is
+/// already current. Forced: after selection the provider owns the phase, even if core
+/// had not yet released it.
+pub(crate) async fn apply<P: Provider>(
+    ctx: &Context<P>,
+    md: &ModelDeployment,
+    view: &ProviderView,
+) -> Result<(), kube::Error> {
+    if view.is_current(md) {
+        return Ok(());
+    }
+    let api: Api<ModelDeployment> =
+        Api::namespaced(ctx.client.clone(), &md.namespace().unwrap_or_default());
+    let patch = json!({
+        "apiVersion": crate::API_VERSION,
+        "kind": "ModelDeployment",
+        "status": view.to_status(md, Timestamp::now()),
+    });
+    api.patch_status(
+        &md.name_any(),
+        &PatchParams::apply(&ctx.field_manager()).force(),
+        &Patch::Apply(&patch),
+    )
+    .await?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::conditions::reasons;
+
+    fn md() -> ModelDeployment {
+        serde_json::from_value(json!({
+            "apiVersion": "kubeairunway.ai/v1alpha1", "kind": "ModelDeployment",
+            "metadata": {"name": "m", "namespace": "ns", "generation": 3},
+            "spec": {"model": {"id": "a/b"}},
+            "status": {
+                "provider": {"name": "x", "selectedReason": "explicit provider selection"},
+                "conditions": [{"type": "ProviderSelected", "status": "True", "reason": "ExplicitSelection", "message": "",
+                                "lastTransitionTime": "2026-01-01T00:00:00Z"}],
+            },
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn status_carries_only_provider_fields() {
+        let view = ProviderView::new(Phase::Deploying, "creating").condition(
+            READY,
+            false,
+            reasons::DEPLOYMENT_PROGRESSING,
+            "creating",
+        );
+        let status = serde_json::to_value(view.to_status(&md(), Timestamp::now())).unwrap();
+        assert_eq!(status["phase"], "Deploying");
+        assert_eq!(status["observedGeneration"], 3);
+        assert!(
+            status.get("provider").is_none(),
+            "no resource yet, and never core's provider.name"
+        );
+        assert_eq!(status["conditions"].as_array().unwrap().len(), 1);
+    }
+
+    #[test]
+    fn current_view_is_not_rewritten() {
+        let view = ProviderView::new(Phase::Running, "ok").condition(
+            READY,
+            true,
+            reasons::DEPLOYMENT_READY,
+            "ok",
+        );
+        let mut m = md();
+        assert!(!view.is_current(&m));
+        let status = view.to_status(&m, Timestamp::now());
+        let s = m.status.get_or_insert_with(Default::default);
+        s.phase = status.phase;
+        s.message = status.message;
+        s.observed_generation = status.observed_generation;
+        s.conditions.extend(status.conditions);
+        assert!(view.is_current(&m));
+        let changed = ProviderView::new(Phase::Running, "ok").condition(
+            READY,
+            true,
+            reasons::DEPLOYMENT_READY,
+            "other",
+        );
+        assert!(!changed.is_current(&m));
+    }
+}

@@ -1,0 +1,336 @@
+//! Test helpers for provider authors (feature `testing`).
+//!
+//! - [`ModelDeploymentBuilder`]: ModelDeployments in a line or two.
+//! - [`cluster`]: a real Kubernetes API server (etcd + apiextensions-apiserver) with the
+//!   platform's CRDs installed, and [`spawn`] to run a provider against it in-process.
+//! - [`select`]: set `status.provider.name` the way core (or a custom selector) does.
+//! - [`write_upstream_status`]: play the upstream operator, writing the upstream
+//!   object's status the way it does (and nothing else).
+//! - [`mock`]: a tower-test mock API server for unit tests of single reconcile steps.
+//! - [`wait_for`]: poll an object until a condition holds.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::discovery::ApiResource;
+use kube::{Client, Resource};
+use serde_json::json;
+
+use crate::api::{EngineType, ModelDeployment, ModelDeploymentSpec, ServingMode};
+use crate::conditions::{self, PROVIDER_SELECTED, reasons};
+use crate::provider::Provider;
+use crate::runtime::{self, Options};
+
+pub use kubeairunway_testcluster::{TestCluster, install_crds, shared, standin_crds};
+
+/// Field manager of core, as [`select`] uses it.
+pub const CORE_MANAGER: &str = "kubeairunway-controller";
+/// Field manager [`write_upstream_status`] uses.
+pub const UPSTREAM_FIXTURE_MANAGER: &str = "upstream-operator-fixture";
+
+/// Builds a [`ModelDeployment`].
+#[derive(Clone, Debug)]
+pub struct ModelDeploymentBuilder {
+    md: ModelDeployment,
+}
+
+impl ModelDeploymentBuilder {
+    /// A ModelDeployment named `name` in `default`, serving `Qwen/Qwen2.5-0.5B-Instruct`
+    /// with vLLM on one GPU.
+    pub fn new(name: &str) -> Self {
+        let mut md = ModelDeployment::new(name, ModelDeploymentSpec::default());
+        md.metadata.namespace = Some("default".to_string());
+        let b = Self { md };
+        b.model("Qwen/Qwen2.5-0.5B-Instruct")
+            .engine(EngineType::Vllm)
+            .gpus(1)
+    }
+
+    /// Namespace.
+    pub fn namespace(mut self, ns: &str) -> Self {
+        self.md.metadata.namespace = Some(ns.to_string());
+        self
+    }
+
+    /// Hugging Face model id.
+    pub fn model(mut self, id: &str) -> Self {
+        self.md.spec.model.id = Some(id.to_string());
+        self
+    }
+
+    /// Engine type.
+    pub fn engine(mut self, engine: EngineType) -> Self {
+        self.md.spec.engine.type_ = Some(engine);
+        self
+    }
+
+    /// GPUs per replica (0 is CPU-only).
+    pub fn gpus(mut self, count: i32) -> Self {
+        let resources = self.md.spec.resources.get_or_insert_with(Default::default);
+        resources.gpu = Some(crate::api::GpuSpec {
+            count,
+            ..Default::default()
+        });
+        self
+    }
+
+    /// Replicas.
+    pub fn replicas(mut self, replicas: i32) -> Self {
+        self.md.spec.scaling.replicas = replicas;
+        self
+    }
+
+    /// Serving mode.
+    pub fn mode(mut self, mode: ServingMode) -> Self {
+        self.md.spec.serving.mode = mode;
+        self
+    }
+
+    /// Name a provider in the spec.
+    pub fn provider(mut self, name: &str) -> Self {
+        self.md
+            .spec
+            .provider
+            .get_or_insert_with(Default::default)
+            .name = Some(name.to_string());
+        self
+    }
+
+    /// `provider.overrides` (a JSON object).
+    pub fn overrides(mut self, overrides: serde_json::Value) -> Self {
+        if let serde_json::Value::Object(map) = overrides {
+            self.md
+                .spec
+                .provider
+                .get_or_insert_with(Default::default)
+                .overrides = Some(map);
+        }
+        self
+    }
+
+    /// Custom image.
+    pub fn image(mut self, image: &str) -> Self {
+        self.md.spec.image = Some(image.to_string());
+        self
+    }
+
+    /// A label on the ModelDeployment itself.
+    pub fn label(mut self, key: &str, value: &str) -> Self {
+        self.md
+            .metadata
+            .labels
+            .get_or_insert_with(BTreeMap::new)
+            .insert(key.to_string(), value.to_string());
+        self
+    }
+
+    /// Change the spec directly.
+    pub fn spec(mut self, f: impl FnOnce(&mut ModelDeploymentSpec)) -> Self {
+        f(&mut self.md.spec);
+        self
+    }
+
+    /// The ModelDeployment.
+    pub fn build(self) -> ModelDeployment {
+        self.md
+    }
+}
+
+/// The shared test cluster of this process with the platform's CRDs and the Event and
+/// Lease stand-ins installed, and a client for the caller.
+pub async fn cluster() -> anyhow::Result<(&'static TestCluster, Client)> {
+    static INSTALLED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    let cluster = shared();
+    INSTALLED
+        .get_or_try_init(|| async {
+            let client = cluster.client().await?;
+            let mut crds = crate::api::crds::all();
+            crds.extend(standin_crds());
+            install_crds(&client, &crds).await
+        })
+        .await?;
+    Ok((cluster, cluster.client().await?))
+}
+
+/// Runtime options for tests: short heartbeat, stale and finalizer timings, no metrics
+/// server.
+pub fn test_options() -> Options {
+    Options {
+        finalizer_timeout_seconds: 5,
+        stale_status_seconds: 3,
+        heartbeat_seconds: 1,
+        resync_seconds: 2,
+        metrics_addr: String::new(),
+    }
+}
+
+/// A provider running in-process; stopped when dropped.
+#[derive(Debug)]
+pub struct RunningProvider {
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+}
+
+impl RunningProvider {
+    /// Stop the provider and wait for it to finish.
+    pub async fn stop(mut self) -> anyhow::Result<()> {
+        if let Some(stop) = self.stop.take() {
+            let _ = stop.send(());
+        }
+        (&mut self.task).await?
+    }
+}
+
+impl Drop for RunningProvider {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Run `provider` against `client` in a task of the current runtime.
+pub fn spawn<P: Provider>(provider: P, client: Client, options: Options) -> RunningProvider {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(runtime::run_until(provider, client, options, async move {
+        let _ = stopped.await;
+        Ok(())
+    }));
+    RunningProvider {
+        stop: Some(stop),
+        task,
+    }
+}
+
+/// Select `provider` for the ModelDeployment as core does: apply `status.provider.name`,
+/// `selectedReason` and `ProviderSelected=True` under core's field manager.
+pub async fn select(
+    client: &Client,
+    md: &ModelDeployment,
+    provider: &str,
+) -> kube::Result<ModelDeployment> {
+    let ns = md
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".to_string());
+    let name = md.metadata.name.clone().unwrap_or_default();
+    let api: Api<ModelDeployment> = Api::namespaced(client.clone(), &ns);
+    let condition = conditions::new(
+        None,
+        PROVIDER_SELECTED,
+        true,
+        reasons::EXPLICIT,
+        format!("Provider {provider} selected"),
+        md.metadata.generation,
+        Timestamp::now(),
+    );
+    let patch = json!({
+        "apiVersion": ModelDeployment::api_version(&()),
+        "kind": "ModelDeployment",
+        "status": {
+            "provider": {"name": provider, "selectedReason": "explicit provider selection"},
+            "conditions": [condition],
+        },
+    });
+    api.patch_status(
+        &name,
+        &PatchParams::apply(CORE_MANAGER).force(),
+        &Patch::Apply(&patch),
+    )
+    .await
+}
+
+/// Write an upstream object's `status` as its operator would (a merge patch of the status
+/// subresource, under the fixture's own field manager).
+pub async fn write_upstream_status(
+    client: &Client,
+    resource: &ApiResource,
+    namespace: &str,
+    name: &str,
+    status: serde_json::Value,
+) -> kube::Result<DynamicObject> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, resource);
+    let pp = PatchParams {
+        field_manager: Some(UPSTREAM_FIXTURE_MANAGER.to_string()),
+        ..PatchParams::default()
+    };
+    api.patch_status(name, &pp, &Patch::Merge(&json!({ "status": status })))
+        .await
+}
+
+/// Poll `get` every 100 ms until `ready` holds for its value; fail after `timeout` with the
+/// last value seen.
+pub async fn wait_for<T: std::fmt::Debug, F, Fut>(
+    timeout: Duration,
+    what: &str,
+    mut get: F,
+    ready: impl Fn(&T) -> bool,
+) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = kube::Result<T>>,
+{
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        let last = get().await;
+        if let Ok(v) = &last
+            && ready(v)
+        {
+            return last.map_err(Into::into);
+        }
+        if tokio::time::Instant::now() > deadline {
+            anyhow::bail!("timed out after {timeout:?} waiting for {what}; last: {last:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A mock API server for unit tests of single reconcile steps, on `tower-test`.
+pub mod mock {
+    use http::{Request, Response};
+    use kube::Client;
+    use kube::client::Body;
+
+    /// The server side of a mock client: answer its requests one by one.
+    #[derive(Debug)]
+    pub struct ApiServer(tower_test::mock::Handle<Request<Body>, Response<Body>>);
+
+    /// A client whose every request is answered by the returned [`ApiServer`].
+    pub fn pair() -> (Client, ApiServer) {
+        let (service, handle) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        (Client::new(service, "default"), ApiServer(handle))
+    }
+
+    impl ApiServer {
+        /// Take the next request, check it with `check` (method, path and query, body),
+        /// and answer with `status` and `body`.
+        pub async fn answer(
+            &mut self,
+            check: impl FnOnce(&http::Method, &str, &serde_json::Value),
+            status: u16,
+            body: serde_json::Value,
+        ) -> anyhow::Result<()> {
+            let (request, send) = self
+                .0
+                .next_request()
+                .await
+                .ok_or_else(|| anyhow::anyhow!("no request came"))?;
+            let method = request.method().clone();
+            let uri = request.uri().to_string();
+            let bytes = request.into_body().collect_bytes().await?;
+            let sent: serde_json::Value = if bytes.is_empty() {
+                serde_json::Value::Null
+            } else {
+                serde_json::from_slice(&bytes)?
+            };
+            check(&method, &uri, &sent);
+            let response = Response::builder()
+                .status(status)
+                .body(Body::from(serde_json::to_vec(&body)?))?;
+            send.send_response(response);
+            Ok(())
+        }
+    }
+}

@@ -1,0 +1,643 @@
+//! The SDK's provider runtime, end to end on the real API server, driving the example
+//! third-party provider (`sdk/examples/chatserver`). Each test runs its own provider
+//! instance under a name of its own, so tests never see each other's ModelDeployments.
+
+use std::time::Duration;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::discovery::ApiResource;
+use kube::{Client, CustomResourceExt, ResourceExt};
+use kubeairunway_sdk::api::{EngineType, InferenceProviderConfig, ModelDeployment, Phase};
+use kubeairunway_sdk::conditions::{
+    self, PROVIDER_COMPATIBLE, PROVIDER_SELECTED, READY, RESOURCE_CREATED, STALE_STATUS,
+};
+use kubeairunway_sdk::labels;
+use kubeairunway_sdk::testing::{
+    self, ModelDeploymentBuilder, RunningProvider, test_options, wait_for,
+};
+use serde_json::json;
+
+use crate::chatserver::{ChatServer, ChatServerProvider};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn chatservers() -> ApiResource {
+    ApiResource::erase::<ChatServer>(&())
+}
+
+async fn setup(provider: &str) -> (Client, String, RunningProvider) {
+    let (cluster, client) = testing::cluster().await.unwrap();
+    testing::install_crds(&client, &[ChatServer::crd()])
+        .await
+        .unwrap();
+    let ns = cluster.namespace(provider);
+    let running = testing::spawn(
+        ChatServerProvider {
+            name: provider.to_string(),
+        },
+        client.clone(),
+        test_options(),
+    );
+    (client, ns, running)
+}
+
+fn llama(name: &str, ns: &str, provider: &str) -> ModelDeploymentBuilder {
+    ModelDeploymentBuilder::new(name)
+        .namespace(ns)
+        .model("google/gemma-3-1b-it-qat-q8_0-gguf")
+        .engine(EngineType::Llamacpp)
+        .gpus(0)
+        .image("ghcr.io/example/llama-server:1")
+        .provider(provider)
+}
+
+/// Create (or update) the ModelDeployment as a user would, and select its provider as
+/// core would.
+async fn deploy(client: &Client, md: &ModelDeployment) -> ModelDeployment {
+    let api: Api<ModelDeployment> = Api::namespaced(client.clone(), &md.namespace().unwrap());
+    let mut body = serde_json::to_value(md).unwrap();
+    body.as_object_mut().unwrap().remove("status");
+    let created = api
+        .patch(
+            &md.name_any(),
+            &PatchParams::apply("user").force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .unwrap();
+    testing::select(client, &created, md.spec.provider_name().unwrap())
+        .await
+        .unwrap()
+}
+
+async fn md_where(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+    ready: impl Fn(&ModelDeployment) -> bool,
+) -> ModelDeployment {
+    let api: Api<ModelDeployment> = Api::namespaced(client.clone(), ns);
+    wait_for(WAIT, what, || api.get(name), ready).await.unwrap()
+}
+
+async fn chatserver_where(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+    ready: impl Fn(&Option<DynamicObject>) -> bool,
+) -> Option<DynamicObject> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &chatservers());
+    wait_for(WAIT, what, || api.get_opt(name), ready)
+        .await
+        .unwrap()
+}
+
+fn phase(md: &ModelDeployment) -> Option<Phase> {
+    md.status.as_ref().and_then(|s| s.phase)
+}
+
+fn condition<'a>(
+    md: &'a ModelDeployment,
+    type_: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    md.status
+        .as_ref()
+        .and_then(|s| conditions::find(&s.conditions, type_))
+}
+
+/// Notes of the events with `reason` about the ModelDeployment `name`.
+async fn events(client: &Client, ns: &str, name: &str, reason: &str) -> Vec<String> {
+    let ar = ApiResource {
+        group: "events.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "events.k8s.io/v1".into(),
+        kind: "Event".into(),
+        plural: "events".into(),
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+    api.list(&kube::api::ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.data["regarding"]["name"] == name && e.data["reason"] == reason)
+        .map(|e| e.data["note"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+async fn wait_event(client: &Client, ns: &str, name: &str, reason: &str) -> Vec<String> {
+    wait_for(
+        WAIT,
+        &format!("a {reason} event"),
+        || async { Ok(events(client, ns, name, reason).await) },
+        |e: &Vec<String>| !e.is_empty(),
+    )
+    .await
+    .unwrap()
+}
+
+#[tokio::test]
+async fn example_provider_end_to_end() {
+    let provider = "chat-e2e";
+    let (client, ns, running) = setup(provider).await;
+
+    // Registration: the InferenceProviderConfig with a ready status and the detected API.
+    let ipcs: Api<InferenceProviderConfig> = Api::all(client.clone());
+    let ipc = wait_for(
+        WAIT,
+        "registration",
+        || ipcs.get(provider),
+        |c: &InferenceProviderConfig| c.status.as_ref().is_some_and(|s| s.ready == Some(true)),
+    )
+    .await
+    .unwrap();
+    let status = ipc.status.unwrap();
+    assert_eq!(
+        status.upstream_crd_version.as_deref(),
+        Some("example.kubeairunway.ai/v1")
+    );
+    assert_eq!(
+        status.upstream_schema_hash.as_ref().map(String::len),
+        Some(16)
+    );
+    assert!(status.last_heartbeat.is_some());
+    assert_eq!(
+        ipc.spec.selection_rules[0].condition,
+        "spec.engine.type == 'llamacpp'"
+    );
+
+    // Core writes its own fields before the provider acts; they must survive.
+    let md = deploy(
+        &client,
+        &llama("llama", &ns, provider)
+            .label("kubeairunway.ai/team", "a")
+            .label("app", "x")
+            .build(),
+    )
+    .await;
+    let server = chatserver_where(&client, &ns, "llama", "the ChatServer", Option::is_some)
+        .await
+        .unwrap();
+    let owner = &server.owner_references()[0];
+    assert_eq!(owner.uid, md.uid().unwrap());
+    assert_eq!(
+        (
+            owner.controller,
+            owner.block_owner_deletion,
+            owner.kind.as_str()
+        ),
+        (Some(true), Some(true), "ModelDeployment")
+    );
+    assert_eq!(
+        server.labels().get(labels::MANAGED_BY).map(String::as_str),
+        Some("kubeairunway")
+    );
+    assert_eq!(
+        server
+            .labels()
+            .get("kubeairunway.ai/team")
+            .map(String::as_str),
+        Some("a")
+    );
+    assert!(
+        !server.labels().contains_key("app"),
+        "only kubeairunway.ai/ labels propagate"
+    );
+    assert_eq!(
+        server.data["spec"]["podLabels"][labels::MODEL_DEPLOYMENT],
+        "llama"
+    );
+
+    let md = md_where(&client, &ns, "llama", "Deploying", |m| {
+        phase(m) == Some(Phase::Deploying)
+    })
+    .await;
+    assert!(
+        md.finalizers()
+            .contains(&"kubeairunway.ai/chat-e2e-provider".to_string())
+    );
+    assert_eq!(condition(&md, PROVIDER_COMPATIBLE).unwrap().status, "True");
+    assert_eq!(condition(&md, RESOURCE_CREATED).unwrap().status, "True");
+    assert_eq!(condition(&md, READY).unwrap().status, "False");
+    assert_eq!(
+        md.status
+            .as_ref()
+            .unwrap()
+            .provider
+            .as_ref()
+            .unwrap()
+            .resource_kind
+            .as_deref(),
+        Some("ChatServer")
+    );
+    assert!(
+        !wait_event(&client, &ns, "llama", "ResourceCreated")
+            .await
+            .is_empty()
+    );
+
+    // Status flows back from the upstream object.
+    testing::write_upstream_status(
+        &client,
+        &chatservers(),
+        &ns,
+        "llama",
+        json!({"phase": "Ready", "readyReplicas": 1}),
+    )
+    .await
+    .unwrap();
+    let md = md_where(&client, &ns, "llama", "Running", |m| {
+        phase(m) == Some(Phase::Running)
+    })
+    .await;
+    let status = md.status.clone().unwrap();
+    assert_eq!(
+        status.endpoint.as_ref().unwrap().service.as_deref(),
+        Some("llama")
+    );
+    assert_eq!(status.endpoint.as_ref().unwrap().port, Some(8080));
+    assert_eq!(status.replicas.as_ref().unwrap().ready, Some(1));
+    assert_eq!(condition(&md, READY).unwrap().status, "True");
+    assert_eq!(status.observed_generation, md.metadata.generation);
+    // Core's fields survived the provider's writes.
+    assert_eq!(
+        status.provider.as_ref().unwrap().name.as_deref(),
+        Some(provider)
+    );
+    assert_eq!(
+        status.provider.as_ref().unwrap().selected_reason.as_deref(),
+        Some("explicit provider selection")
+    );
+    assert_eq!(condition(&md, PROVIDER_SELECTED).unwrap().status, "True");
+
+    // Drift: someone edits the ChatServer; the provider restores it and says so.
+    let servers: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &chatservers());
+    let edit = PatchParams {
+        field_manager: Some("kubectl-edit".into()),
+        ..Default::default()
+    };
+    servers
+        .patch(
+            "llama",
+            &edit,
+            &Patch::Merge(json!({"spec": {"replicas": 7}})),
+        )
+        .await
+        .unwrap();
+    chatserver_where(&client, &ns, "llama", "the edit to be undone", |s| {
+        s.as_ref().is_some_and(|s| s.data["spec"]["replicas"] == 1)
+    })
+    .await;
+    let drift = wait_event(&client, &ns, "llama", "DriftDetected").await;
+    assert!(drift[0].contains("spec.replicas"), "{drift:?}");
+
+    // Deletion removes the upstream object, then the ModelDeployment.
+    let mds: Api<ModelDeployment> = Api::namespaced(client.clone(), &ns);
+    mds.delete("llama", &DeleteParams::default()).await.unwrap();
+    chatserver_where(
+        &client,
+        &ns,
+        "llama",
+        "the ChatServer to go",
+        Option::is_none,
+    )
+    .await;
+    wait_for(
+        WAIT,
+        "the ModelDeployment to go",
+        || mds.get_opt("llama"),
+        Option::is_none,
+    )
+    .await
+    .unwrap();
+    running.stop().await.unwrap();
+}
+
+#[tokio::test]
+async fn finalizer_gives_up_after_its_timeout() {
+    let provider = "chat-finalizer";
+    let (client, ns, _running) = setup(provider).await;
+    deploy(&client, &llama("held", &ns, provider).build()).await;
+    chatserver_where(&client, &ns, "held", "the ChatServer", Option::is_some).await;
+
+    // An upstream finalizer that never goes away (an operator that is down).
+    let servers: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &chatservers());
+    servers
+        .patch(
+            "held",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": ["example.com/hold"]}})),
+        )
+        .await
+        .unwrap();
+    let mds: Api<ModelDeployment> = Api::namespaced(client.clone(), &ns);
+    mds.delete("held", &DeleteParams::default()).await.unwrap();
+
+    let md = md_where(&client, &ns, "held", "Terminating", |m| {
+        phase(m) == Some(Phase::Terminating)
+    })
+    .await;
+    assert!(
+        md.finalizers()
+            .contains(&"kubeairunway.ai/chat-finalizer-provider".to_string()),
+        "still waiting"
+    );
+    wait_for(
+        Duration::from_secs(20),
+        "the ModelDeployment to be released",
+        || mds.get_opt("held"),
+        Option::is_none,
+    )
+    .await
+    .unwrap();
+    let timeout = wait_event(&client, &ns, "held", "FinalizerTimeout").await;
+    assert!(timeout[0].contains("ChatServer/held"), "{timeout:?}");
+    // The orphan is still there, marked for deletion; release it.
+    let orphan = servers.get("held").await.unwrap();
+    assert!(orphan.metadata.deletion_timestamp.is_some());
+    servers
+        .patch(
+            "held",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn identity_change_recreates_the_upstream_object() {
+    let provider = "chat-identity";
+    let (client, ns, _running) = setup(provider).await;
+    let md = llama("ident", &ns, provider).build();
+    deploy(&client, &md).await;
+    let first = chatserver_where(&client, &ns, "ident", "the ChatServer", Option::is_some)
+        .await
+        .unwrap();
+
+    // A config field is updated in place...
+    let mut scaled = md.clone();
+    scaled.spec.scaling.replicas = 2;
+    deploy(&client, &scaled).await;
+    let same = chatserver_where(&client, &ns, "ident", "replicas 2", |s| {
+        s.as_ref().is_some_and(|s| s.data["spec"]["replicas"] == 2)
+    })
+    .await
+    .unwrap();
+    assert_eq!(same.uid(), first.uid());
+
+    // ...an identity field recreates the object.
+    let mut moved = scaled.clone();
+    moved.spec.model.id = Some("bartowski/Llama-3.2-1B-Instruct-GGUF".into());
+    deploy(&client, &moved).await;
+    let second = chatserver_where(&client, &ns, "ident", "a new ChatServer", |s| {
+        s.as_ref()
+            .is_some_and(|s| s.uid() != first.uid() && s.metadata.deletion_timestamp.is_none())
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        second.data["spec"]["model"],
+        "bartowski/Llama-3.2-1B-Instruct-GGUF"
+    );
+    assert!(
+        !wait_event(&client, &ns, "ident", "Recreating")
+            .await
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn overrides_warn_on_unknown_keys_and_fail_on_wrong_types() {
+    let provider = "chat-overrides";
+    let (client, ns, _running) = setup(provider).await;
+    let md = llama("ov", &ns, provider)
+        .overrides(json!({"port": 9000, "prot": 1, "nested": {"deep": true}}))
+        .build();
+    deploy(&client, &md).await;
+    chatserver_where(&client, &ns, "ov", "port 9000", |s| {
+        s.as_ref().is_some_and(|s| s.data["spec"]["port"] == 9000)
+    })
+    .await;
+    let warnings = wait_event(&client, &ns, "ov", "UnknownOverride").await;
+    assert_eq!(
+        warnings,
+        [
+            "unknown override provider.overrides.nested is ignored; unknown override provider.overrides.prot is ignored"
+        ]
+    );
+
+    let bad = llama("ov", &ns, provider)
+        .overrides(json!({"port": "high"}))
+        .build();
+    deploy(&client, &bad).await;
+    let md = md_where(&client, &ns, "ov", "Failed", |m| {
+        phase(m) == Some(Phase::Failed)
+    })
+    .await;
+    let compatible = condition(&md, PROVIDER_COMPATIBLE).unwrap();
+    assert_eq!(
+        (compatible.status.as_str(), compatible.reason.as_str()),
+        ("False", "InvalidConfiguration")
+    );
+    assert!(
+        compatible
+            .message
+            .starts_with("invalid override provider.overrides.port:"),
+        "{}",
+        compatible.message
+    );
+}
+
+#[tokio::test]
+async fn incompatible_specs_fail_with_the_providers_message() {
+    let provider = "chat-incompatible";
+    let (client, ns, _running) = setup(provider).await;
+    deploy(
+        &client,
+        &llama("gpu", &ns, provider)
+            .engine(EngineType::Vllm)
+            .gpus(1)
+            .build(),
+    )
+    .await;
+    let md = md_where(&client, &ns, "gpu", "Failed", |m| {
+        phase(m) == Some(Phase::Failed)
+    })
+    .await;
+    let c = condition(&md, PROVIDER_COMPATIBLE).unwrap();
+    assert_eq!(
+        (c.status.as_str(), c.message.as_str()),
+        ("False", "ChatServer does not support vllm engine")
+    );
+    assert_eq!(
+        md.status.unwrap().message.as_deref(),
+        Some("ChatServer does not support vllm engine")
+    );
+    let servers: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &chatservers());
+    assert!(servers.get_opt("gpu").await.unwrap().is_none());
+}
+
+#[tokio::test]
+async fn two_providers_never_touch_each_others_deployments() {
+    let (client, ns, _a) = setup("chat-a").await;
+    let _b = testing::spawn(
+        ChatServerProvider {
+            name: "chat-b".into(),
+        },
+        client.clone(),
+        test_options(),
+    );
+    deploy(&client, &llama("for-a", &ns, "chat-a").build()).await;
+    deploy(&client, &llama("for-b", &ns, "chat-b").build()).await;
+    let paused = llama("paused", &ns, "chat-a").build();
+    let mut paused_md = paused.clone();
+    paused_md.metadata.annotations =
+        Some([(labels::RECONCILE_PAUSED.to_string(), "true".to_string())].into());
+    deploy(&client, &paused_md).await;
+
+    for (name, owner, other) in [("for-a", "chat-a", "chat-b"), ("for-b", "chat-b", "chat-a")] {
+        let server = chatserver_where(&client, &ns, name, "its ChatServer", Option::is_some)
+            .await
+            .unwrap();
+        assert_eq!(
+            server.labels().get(labels::PROVIDER).map(String::as_str),
+            Some(owner)
+        );
+        let md = md_where(&client, &ns, name, "its provider's status", |m| {
+            condition(m, RESOURCE_CREATED).is_some()
+        })
+        .await;
+        assert_eq!(
+            md.finalizers(),
+            [format!("kubeairunway.ai/{owner}-provider")]
+        );
+        let managers: Vec<String> = md
+            .managed_fields()
+            .iter()
+            .filter_map(|f| f.manager.clone())
+            .collect();
+        assert!(
+            managers.contains(&format!("{owner}-provider")),
+            "{managers:?}"
+        );
+        assert!(
+            !managers.contains(&format!("{other}-provider")),
+            "{managers:?}"
+        );
+    }
+    // The paused one is left alone.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let servers: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &chatservers());
+    assert!(servers.get_opt("paused").await.unwrap().is_none());
+    let md: ModelDeployment = Api::namespaced(client.clone(), &ns)
+        .get("paused")
+        .await
+        .unwrap();
+    assert!(md.finalizers().is_empty());
+}
+
+#[tokio::test]
+async fn stale_upstream_status_is_reported() {
+    let provider = "chat-stale";
+    let (client, ns, _running) = setup(provider).await;
+    deploy(&client, &llama("stuck", &ns, provider).build()).await;
+    // Nobody writes the ChatServer's status: after the stale threshold (3 s in tests) the
+    // condition says so; once the upstream moves and the deployment runs, it goes.
+    let md = md_where(&client, &ns, "stuck", "StaleStatus", |m| {
+        condition(m, STALE_STATUS).is_some()
+    })
+    .await;
+    assert_eq!(condition(&md, STALE_STATUS).unwrap().status, "True");
+    assert_eq!(phase(&md), Some(Phase::Deploying));
+    testing::write_upstream_status(
+        &client,
+        &chatservers(),
+        &ns,
+        "stuck",
+        json!({"phase": "Ready", "readyReplicas": 1}),
+    )
+    .await
+    .unwrap();
+    let md = md_where(&client, &ns, "stuck", "Running", |m| {
+        phase(m) == Some(Phase::Running)
+    })
+    .await;
+    assert!(condition(&md, STALE_STATUS).is_none());
+}
+
+/// An installed upstream CRD that lacks a field the provider renders: nothing is applied,
+/// and `ProviderCompatible=False` lists the missing paths; installing a CRD that has the
+/// field lets the provider go on by itself. Runs on a cluster of its own (it replaces the
+/// ChatServer CRD).
+#[tokio::test]
+async fn unknown_upstream_schema_is_refused_with_the_missing_paths() {
+    let dir = kubeairunway_testcluster::cache_dir()
+        .join("runs")
+        .join(format!("{}-schema", std::process::id()));
+    let cluster = tokio::task::spawn_blocking(move || {
+        testing::TestCluster::start(&dir, kubeairunway_testcluster::Lifetime::TiedToProcess)
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let client = cluster.client().await.unwrap();
+    let mut crds = kubeairunway_sdk::api::crds::all();
+    crds.extend(testing::standin_crds());
+    let mut narrow = serde_json::to_value(ChatServer::crd()).unwrap();
+    let spec =
+        &mut narrow["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
+    spec["properties"]
+        .as_object_mut()
+        .unwrap()
+        .remove("podAnnotations");
+    spec["required"]
+        .as_array_mut()
+        .unwrap()
+        .retain(|r| r != "podAnnotations");
+    crds.push(serde_json::from_value::<CustomResourceDefinition>(narrow).unwrap());
+    testing::install_crds(&client, &crds).await.unwrap();
+
+    let provider = "chat-schema";
+    let _running = testing::spawn(
+        ChatServerProvider {
+            name: provider.into(),
+        },
+        client.clone(),
+        test_options(),
+    );
+    deploy(&client, &llama("narrow", "default", provider).build()).await;
+    let md = md_where(&client, "default", "narrow", "Failed", |m| {
+        phase(m) == Some(Phase::Failed)
+    })
+    .await;
+    let c = condition(&md, PROVIDER_COMPATIBLE).unwrap();
+    assert_eq!(
+        (c.status.as_str(), c.reason.as_str()),
+        ("False", "UpstreamSchemaMismatch")
+    );
+    assert!(
+        c.message.contains("has no field spec.podAnnotations"),
+        "{}",
+        c.message
+    );
+    let servers: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), "default", &chatservers());
+    assert!(
+        servers.get_opt("narrow").await.unwrap().is_none(),
+        "nothing applied"
+    );
+
+    testing::install_crds(&client, &[ChatServer::crd()])
+        .await
+        .unwrap();
+    let md = md_where(&client, "default", "narrow", "compatible again", |m| {
+        condition(m, PROVIDER_COMPATIBLE).is_some_and(|c| c.status == "True")
+    })
+    .await;
+    assert_eq!(phase(&md), Some(Phase::Deploying));
+    assert!(servers.get_opt("narrow").await.unwrap().is_some());
+}
