@@ -28,6 +28,10 @@ python3 -m pip --version >/dev/null 2>&1 || python3 -m ensurepip --user >/dev/nu
 step "test API server (etcd + apiextensions-apiserver), cached"
 bash tests/cluster/build.sh >/dev/null
 
+step "helm (for chart lint and template tests), cached"
+HELM="$(bash scripts/install-helm.sh)"
+export HELM
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 

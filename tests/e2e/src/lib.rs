@@ -1,6 +1,8 @@
 //! Helpers for the end-to-end tests: fixtures, the shared cluster with the core CRDs
 //! installed, and small API conveniences.
 
+pub mod helm;
+
 use std::path::{Path, PathBuf};
 
 use anyhow::Context;
