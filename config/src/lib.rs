@@ -33,6 +33,11 @@ pub fn core_crds() -> Vec<CustomResourceDefinition> {
     kubeairunway_sdk::api::crds::all()
 }
 
+/// The CRDs of the kernel-cache provider's API group.
+pub fn kernelcache_crds() -> Vec<CustomResourceDefinition> {
+    kubeairunway_kernelcache::api::crds()
+}
+
 /// YAML with a header saying the file is generated.
 pub fn to_yaml(value: &impl Serialize, header: &str) -> anyhow::Result<String> {
     let body = serde_saphyr::to_string(value)?;
@@ -59,7 +64,7 @@ pub fn to_yaml(value: &impl Serialize, header: &str) -> anyhow::Result<String> {
 /// Every generated file.
 pub fn generate() -> anyhow::Result<Vec<GeneratedFile>> {
     let mut files = Vec::new();
-    for crd in core_crds() {
+    for crd in core_crds().into_iter().chain(kernelcache_crds()) {
         let name = crd.metadata.name.clone().unwrap_or_default();
         let (plural, group) = name.split_once('.').unwrap_or((&name, ""));
         files.push(GeneratedFile {

@@ -1,0 +1,14 @@
+//! The kernel-cache provider: node-level GPU kernel caches (Triton and vLLM
+//! torch.compile caches, packaged as OCI images in the GKM/MCV "compat" format), verified,
+//! staged on the GPU nodes they fit, and mounted into any provider's serving pods.
+//!
+//! This crate holds the provider's API ([`api`]) and the pure parts every component
+//! shares: reading a cache image's labels and manifest ([`image`]), deciding per GPU
+//! whether a cache fits ([`compat`]), extracting a cache layer safely ([`extract`]),
+//! and rewriting Triton group files to the path pods see ([`triton`]).
+
+pub mod api;
+pub mod compat;
+pub mod extract;
+pub mod image;
+pub mod triton;
