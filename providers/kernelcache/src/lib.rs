@@ -5,10 +5,12 @@
 //! This crate holds the provider's API ([`api`]) and the pure parts every component
 //! shares: reading a cache image's labels and manifest ([`image`]), deciding per GPU
 //! whether a cache fits ([`compat`]), extracting a cache layer safely ([`extract`]),
-//! and rewriting Triton group files to the path pods see ([`triton`]).
+//! rewriting Triton group files to the path pods see ([`triton`]), and the pod patch that
+//! mounts a cache ([`inject`]).
 
 pub mod api;
 pub mod compat;
 pub mod extract;
 pub mod image;
+pub mod inject;
 pub mod triton;
