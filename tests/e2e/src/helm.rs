@@ -9,7 +9,10 @@ use anyhow::{Context, bail};
 
 /// The helm binary: `$HELM`, else the one `scripts/install-helm.sh` caches.
 pub fn binary() -> Option<PathBuf> {
-    if let Some(h) = std::env::var_os("HELM").map(PathBuf::from).filter(|p| p.is_file()) {
+    if let Some(h) = std::env::var_os("HELM")
+        .map(PathBuf::from)
+        .filter(|p| p.is_file())
+    {
         return Some(h);
     }
     let cache = std::env::var_os("XDG_CACHE_HOME")
@@ -22,7 +25,10 @@ pub fn binary() -> Option<PathBuf> {
 pub fn require() -> Option<PathBuf> {
     let found = binary();
     if found.is_none() {
-        assert!(std::env::var("CI").is_err(), "helm is missing in CI: run scripts/install-helm.sh");
+        assert!(
+            std::env::var("CI").is_err(),
+            "helm is missing in CI: run scripts/install-helm.sh"
+        );
         eprintln!("helm not found: skipping (run scripts/install-helm.sh)");
     }
     found
@@ -30,13 +36,24 @@ pub fn require() -> Option<PathBuf> {
 
 /// The chart directory `charts/<name>` of the repository.
 pub fn chart(name: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../charts").join(name)
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../charts")
+        .join(name)
 }
 
 /// `helm lint --strict` on a chart; its output on success.
 pub fn lint(helm: &Path, chart: &Path) -> anyhow::Result<String> {
-    let out = Command::new(helm).arg("lint").arg("--strict").arg(chart).output().context("running helm lint")?;
-    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(helm)
+        .arg("lint")
+        .arg("--strict")
+        .arg(chart)
+        .output()
+        .context("running helm lint")?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
     if !out.status.success() {
         bail!("helm lint {} failed:\n{text}", chart.display());
     }
@@ -44,18 +61,34 @@ pub fn lint(helm: &Path, chart: &Path) -> anyhow::Result<String> {
 }
 
 /// `helm template` with `--set` values; every rendered object.
-pub fn template(helm: &Path, chart: &Path, set: &[(&str, &str)]) -> anyhow::Result<Vec<serde_json::Value>> {
+pub fn template(
+    helm: &Path,
+    chart: &Path,
+    set: &[(&str, &str)],
+) -> anyhow::Result<Vec<serde_json::Value>> {
     let mut cmd = Command::new(helm);
-    cmd.args(["template", "release", "--namespace", "kubeairunway-system", "--include-crds"]).arg(chart);
+    cmd.args([
+        "template",
+        "release",
+        "--namespace",
+        "kubeairunway-system",
+        "--include-crds",
+    ])
+    .arg(chart);
     for (k, v) in set {
         cmd.arg("--set").arg(format!("{k}={v}"));
     }
     let out = cmd.output().context("running helm template")?;
     if !out.status.success() {
-        bail!("helm template {} failed:\n{}", chart.display(), String::from_utf8_lossy(&out.stderr));
+        bail!(
+            "helm template {} failed:\n{}",
+            chart.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let text = String::from_utf8(out.stdout)?;
-    let docs: Vec<serde_json::Value> = serde_saphyr::from_multiple(&text).context("parsing helm template output")?;
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(&text).context("parsing helm template output")?;
     Ok(docs.into_iter().filter(|d| !d.is_null()).collect())
 }
 
