@@ -453,6 +453,143 @@ async fn kaito_v0_10_workspace_end_to_end() {
     Box::pin(walk("v010", "kaito.sh_workspaces.v0.10.0.yaml")).await;
 }
 
+fn inference_sets() -> ApiResource {
+    ApiResource {
+        group: "kaito.sh".into(),
+        version: "v1alpha1".into(),
+        api_version: "kaito.sh/v1alpha1".into(),
+        kind: "InferenceSet".into(),
+        plural: "inferencesets".into(),
+    }
+}
+
+/// Replicas > 1 with KAITO's real InferenceSet CRD installed (beside the v0.12 Workspace
+/// CRD): an InferenceSet is created (not `resource.count`), accepted by the real schema,
+/// its ready count followed, and deleted with the ModelDeployment.
+#[tokio::test]
+async fn kaito_inference_set_for_replicas() {
+    let (_cluster, client, api) = cluster("iset", "kaito.sh_workspaces.yaml").await;
+    let iset_crd =
+        read_crd(&fixtures_dir().join("crds/upstream/kaito.sh_inferencesets.yaml")).unwrap();
+    testing::install_crds(&client, &[iset_crd]).await.unwrap();
+    let provider = KaitoProvider {
+        inference_set: true,
+        instance_type: Some("Standard_NC24ads_A100_v4".into()),
+    };
+
+    // Strict dry runs of every shape against the real InferenceSet schema.
+    let isets: Api<DynamicObject> = Api::namespaced_with(client.clone(), "iset", &inference_sets());
+    let strict = PatchParams::apply("schema-check")
+        .validation_strict()
+        .dry_run();
+    for md in [
+        gpu_vllm("vllm3", "iset").replicas(3).build(),
+        cpu_llamacpp("llama2", "iset").replicas(2).build(),
+    ] {
+        let mut md = md;
+        md.metadata.uid = Some("00000000-0000-0000-0000-000000000002".into());
+        let mut object = provider.render(&md, &api).unwrap().objects.remove(0);
+        kubeairunway_sdk::render::finish(&mut object, &md, "kaito", true);
+        assert_eq!(object.types.as_ref().unwrap().kind, "InferenceSet");
+        isets
+            .patch(&object.name_any(), &strict, &Patch::Apply(&object))
+            .await
+            .unwrap_or_else(|e| panic!("{} refused: {e}", md.name_any()));
+    }
+
+    let running = testing::spawn(provider, client.clone(), test_options());
+    deploy(&client, &gpu_vllm("qwen3", "iset").replicas(3).build()).await;
+    let iset = wait_for(
+        WAIT,
+        "the InferenceSet",
+        || isets.get_opt("qwen3"),
+        Option::is_some,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(iset.data["spec"]["replicas"], 3);
+    assert_eq!(
+        iset.data["spec"]["template"]["inference"]["preset"]["name"],
+        "Qwen/Qwen2.5-0.5B-Instruct"
+    );
+    let ws: Api<DynamicObject> = Api::namespaced_with(client.clone(), "iset", &workspaces());
+    assert!(
+        ws.get_opt("qwen3").await.unwrap().is_none(),
+        "no Workspace with resource.count"
+    );
+
+    // KAITO's InferenceSet controller reports ready Workspaces; the runtime polls it.
+    let slow = Duration::from_secs(60);
+    let mds: Api<ModelDeployment> = Api::namespaced(client.clone(), "iset");
+    testing::write_upstream_status(
+        &client,
+        &inference_sets(),
+        "iset",
+        "qwen3",
+        json!({"replicas": 3, "readyReplicas": 1}),
+    )
+    .await
+    .unwrap();
+    let md = wait_for(
+        slow,
+        "1/3 ready",
+        || mds.get("qwen3"),
+        |m: &ModelDeployment| {
+            m.status
+                .as_ref()
+                .and_then(|s| s.replicas.as_ref())
+                .and_then(|r| r.ready)
+                == Some(1)
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(phase(&md), Some(Phase::Deploying));
+    assert_eq!(message(&md), "KAITO InferenceSet has 1/3 Workspaces ready");
+    testing::write_upstream_status(
+        &client,
+        &inference_sets(),
+        "iset",
+        "qwen3",
+        json!({"replicas": 3, "readyReplicas": 3}),
+    )
+    .await
+    .unwrap();
+    let md = wait_for(
+        slow,
+        "Running",
+        || mds.get("qwen3"),
+        |m: &ModelDeployment| phase(m) == Some(Phase::Running),
+    )
+    .await
+    .unwrap();
+    let replicas = md.status.as_ref().unwrap().replicas.as_ref().unwrap();
+    assert_eq!((replicas.desired, replicas.ready), (Some(3), Some(3)));
+    assert_eq!(
+        md.status
+            .as_ref()
+            .unwrap()
+            .provider
+            .as_ref()
+            .unwrap()
+            .resource_kind
+            .as_deref(),
+        Some("InferenceSet")
+    );
+
+    mds.delete("qwen3", &DeleteParams::default()).await.unwrap();
+    wait_for(
+        WAIT,
+        "the InferenceSet to go",
+        || isets.get_opt("qwen3"),
+        Option::is_none,
+    )
+    .await
+    .unwrap();
+    running.stop().await.unwrap();
+}
+
 #[test]
 fn kaito_chart_lints_and_renders_least_privilege_rbac() {
     let Some(helm) = helm::require() else { return };
