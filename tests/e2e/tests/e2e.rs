@@ -7,6 +7,8 @@
 mod chatserver;
 #[path = "e2e/crds.rs"]
 mod crds;
+#[path = "e2e/dynamo.rs"]
+mod dynamo;
 #[path = "e2e/reference_compat.rs"]
 mod reference_compat;
 #[path = "e2e/samples.rs"]
