@@ -106,13 +106,15 @@ pub fn observe(
             Observed::running(detail.unwrap_or_else(|| "DynamoGraphDeployment is ready".into()))
         }
         Some("failed") => {
-            let since = upstream
+            // The later of the Ready condition's last transition and the first sighting
+            // of `failed`: Ready may have been False long before (while pending), and a
+            // failure must itself have lasted `failed_after`.
+            let ready_since = upstream
                 .ready
                 .as_ref()
                 .filter(|r| r.status != "True")
-                .and_then(|r| r.since)
-                .or(failed_since)
-                .unwrap_or(now);
+                .and_then(|r| r.since);
+            let since = ready_since.max(failed_since).unwrap_or(now);
             let lasted = Duration::try_from(now.duration_since(since)).unwrap_or_default();
             let message = detail.unwrap_or_else(|| "DynamoGraphDeployment failed".into());
             if lasted >= failed_after {

@@ -435,6 +435,14 @@ fn failed_counts_only_once_it_persists() {
         (o.phase, o.reason.as_str(), o.message.as_str()),
         (Phase::Failed, "ReconcileError", "image pull failed")
     );
+    // Ready was False long before (pending), but failed was first seen just now.
+    let failed = json!({"state": "failed", "conditions": [ready("False", "ReconcileError", "image pull failed", "2026-01-01T00:00:00Z")]});
+    let o = observe(
+        failed,
+        Some(at("2026-01-01T00:09:00Z")),
+        "2026-01-01T00:10:00Z",
+    );
+    assert_eq!(o.phase, Phase::Deploying);
     // Without a Ready condition, from when the provider first saw it.
     let bare = json!({"state": "failed"});
     let o = observe(

@@ -133,6 +133,36 @@ fn condition<'a>(
         .and_then(|s| conditions::find(&s.conditions, type_))
 }
 
+/// Notes of the events with `reason` about the ModelDeployment `name`, once there is one.
+async fn wait_event(client: &Client, ns: &str, name: &str, reason: &str) -> Vec<String> {
+    let ar = ApiResource {
+        group: "events.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "events.k8s.io/v1".into(),
+        kind: "Event".into(),
+        plural: "events".into(),
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+    let lp = kube::api::ListParams::default();
+    let list = wait_for(
+        WAIT,
+        &format!("a {reason} event"),
+        || api.list(&lp),
+        |l| {
+            l.items
+                .iter()
+                .any(|e| e.data["regarding"]["name"] == name && e.data["reason"] == reason)
+        },
+    )
+    .await
+    .unwrap();
+    list.items
+        .into_iter()
+        .filter(|e| e.data["regarding"]["name"] == name && e.data["reason"] == reason)
+        .map(|e| e.data["note"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
 fn ready_condition(status: &str, reason: &str, message: &str) -> Value {
     json!({
         "type": "Ready", "status": status, "reason": reason, "message": message,
@@ -196,7 +226,7 @@ async fn walk(tag: &str, crd: CustomResourceDefinition, version: &str) {
             ModelDeploymentBuilder::new("disagg")
                 .gpus(0)
                 .mode(ServingMode::Disaggregated)
-                .overrides(json!({"routerMode": "kv", "frontend": {"replicas": 2, "resources": {"cpu": "4", "memory": "8Gi"}}}))
+                .overrides(json!({"routerMode": "kv", "frontend": {"replicas": 2, "resources": {"cpu": "4", "memory": "8Gi"}}, "routerTypo": 1}))
                 .spec(|s| {
                     s.resources = None;
                     s.scaling.prefill = serde_json::from_value(json!({"replicas": 2, "gpu": {"count": 4}, "memory": "128Gi"})).unwrap();
@@ -257,6 +287,48 @@ async fn walk(tag: &str, crd: CustomResourceDefinition, version: &str) {
             Some("True")
         );
     }
+
+    // Warnings: an unknown override key, a setting TensorRT-LLM ignores.
+    let notes = wait_event(
+        &client,
+        &format!("{tag}-disagg"),
+        "disagg",
+        "UnknownOverride",
+    )
+    .await;
+    assert_eq!(
+        notes,
+        ["unknown override provider.overrides.routerTypo is ignored"]
+    );
+    let notes = wait_event(
+        &client,
+        &format!("{tag}-trtllm"),
+        "trtllm",
+        "ContextLengthIgnored",
+    )
+    .await;
+    assert!(
+        notes[0].starts_with("engine.contextLength 4096 is ignored"),
+        "{notes:?}"
+    );
+
+    // A wrong override type or router mode fails with the path.
+    let bad_ns = format!("{tag}-bad");
+    let bad = ModelDeploymentBuilder::new("bad")
+        .namespace(&bad_ns)
+        .overrides(json!({"routerMode": "none"}))
+        .build();
+    deploy(&client, &bad).await;
+    let md = md_where(&client, &bad_ns, "bad", "Failed", |m| {
+        phase(m) == Some(Phase::Failed)
+    })
+    .await;
+    assert!(
+        message(&md).contains("provider.overrides.routerMode"),
+        "{}",
+        message(&md)
+    );
+    assert!(dgds(&bad_ns).get_opt("bad").await.unwrap().is_none());
 
     // Status walk on the aggregated one: initializing -> pending -> successful, and a
     // failure that persists.
