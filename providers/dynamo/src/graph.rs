@@ -168,6 +168,22 @@ pub fn build(
             )),
         }
     }
+    let volumes: Vec<&str> = spec
+        .model
+        .storage
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .map(|v| v.name.as_str())
+        .collect();
+    if !volumes.is_empty() {
+        warnings.push(Warning::new(
+            "StorageIgnored",
+            format!(
+                "model.storage volumes [{}] are not mounted: the Dynamo provider does not render storage yet",
+                volumes.join(", ")
+            ),
+        ));
+    }
     let user_flags = engine_flags(spec.engine.args.as_ref());
     let user_env = spec.env.clone().unwrap_or_default();
     let prefix = match engine {

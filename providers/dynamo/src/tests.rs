@@ -233,6 +233,23 @@ fn custom_image_overrides_the_runtime_image() {
 }
 
 #[test]
+fn storage_is_not_rendered_and_says_so() {
+    let m = ModelDeploymentBuilder::new("s")
+        .spec(|s| {
+            s.model.storage = serde_json::from_value(json!({"volumes": [{"name": "weights", "claimName": "pvc", "purpose": "modelCache"}]})).unwrap();
+        })
+        .build();
+    let (object, warnings) = render(&m, "v1beta1");
+    assert!(!object.to_string().contains("pvc"));
+    assert_eq!(
+        warnings,
+        [
+            "model.storage volumes [weights] are not mounted: the Dynamo provider does not render storage yet"
+        ]
+    );
+}
+
+#[test]
 fn bad_overrides_fail_rendering() {
     let m = ModelDeploymentBuilder::new("bad")
         .overrides(json!({"routerMode": "none"}))
