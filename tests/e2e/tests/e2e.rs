@@ -7,6 +7,8 @@
 mod chatserver;
 #[path = "e2e/crds.rs"]
 mod crds;
+#[path = "e2e/dynamo.rs"]
+mod dynamo;
 #[path = "e2e/kaito.rs"]
 mod kaito;
 #[path = "e2e/kuberay.rs"]
