@@ -7,8 +7,14 @@
 mod chatserver;
 #[path = "e2e/crds.rs"]
 mod crds;
+#[path = "e2e/dynamo.rs"]
+mod dynamo;
+#[path = "e2e/kaito.rs"]
+mod kaito;
 #[path = "e2e/kernelcache.rs"]
 mod kernelcache;
+#[path = "e2e/kuberay.rs"]
+mod kuberay;
 #[path = "e2e/reference_compat.rs"]
 mod reference_compat;
 #[path = "e2e/samples.rs"]

@@ -1,0 +1,203 @@
+//! The Dynamo provider: ModelDeployment to NVIDIA Dynamo's DynamoGraphDeployment
+//! (`nvidia.com`, v1beta1 preferred, v1alpha1 for Dynamo <= 1.1), aggregated and
+//! disaggregated, with vLLM, SGLang and TensorRT-LLM workers.
+//!
+//! - [`graph`]: the frontend and worker components, from the ModelDeployment;
+//! - [`v1alpha1`], [`v1beta1`]: one adapter per upstream version;
+//! - [`overrides`]: `provider.overrides` (`routerMode`, `frontend.*`);
+//! - [`status`]: the upstream status as ours.
+
+pub mod graph;
+pub mod overrides;
+pub mod status;
+pub mod v1alpha1;
+pub mod v1beta1;
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+use kube::api::DynamicObject;
+use kubeairunway_sdk::api::{
+    Capabilities, EngineType, InferenceProviderConfigSpec, SelectionRule, ServingMode,
+};
+use kubeairunway_sdk::provider::object;
+use kubeairunway_sdk::{
+    Incompatible, ModelDeployment, Observed, Provider, RenderError, Rendered, UpstreamApi,
+    UpstreamRef,
+};
+use serde_json::json;
+
+/// The provider's name.
+pub const NAME: &str = "dynamo";
+/// The Dynamo version whose runtime images are used by default.
+pub const DEFAULT_DYNAMO_VERSION: &str = "1.1.0";
+
+/// Settings from flags.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Tag of `nvcr.io/nvidia/ai-dynamo/*-runtime` images.
+    pub dynamo_version: String,
+    /// How long `failed` must last before the ModelDeployment is `Failed`.
+    pub failed_after: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            dynamo_version: DEFAULT_DYNAMO_VERSION.to_string(),
+            failed_after: Duration::from_secs(300),
+        }
+    }
+}
+
+/// The Dynamo provider.
+#[derive(Debug, Default)]
+pub struct Dynamo {
+    settings: Settings,
+    /// When each DynamoGraphDeployment (by uid) was first seen `failed`.
+    failed_seen: Mutex<HashMap<String, Timestamp>>,
+}
+
+impl Dynamo {
+    /// A provider with these settings.
+    pub fn new(settings: Settings) -> Self {
+        Self {
+            settings,
+            failed_seen: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Remember when `live` was first seen failed; forget it once it is not.
+    fn failed_since(&self, live: &DynamicObject, failed: bool) -> Option<Timestamp> {
+        let key = live.metadata.uid.clone().unwrap_or_default();
+        let mut seen = self
+            .failed_seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if failed {
+            Some(*seen.entry(key).or_insert_with(Timestamp::now))
+        } else {
+            seen.remove(&key);
+            None
+        }
+    }
+}
+
+fn has_gpus(md: &ModelDeployment) -> bool {
+    md.spec
+        .resources
+        .as_ref()
+        .and_then(|r| r.gpu.as_ref())
+        .is_some_and(|g| g.count > 0)
+}
+
+impl Provider for Dynamo {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn version(&self) -> String {
+        env!("CARGO_PKG_VERSION").to_string()
+    }
+
+    fn config(&self) -> InferenceProviderConfigSpec {
+        let rule = |condition: &str, priority| SelectionRule {
+            condition: condition.to_string(),
+            priority,
+        };
+        InferenceProviderConfigSpec {
+            capabilities: Some(Capabilities {
+                engines: vec![EngineType::Vllm, EngineType::Sglang, EngineType::Trtllm],
+                serving_modes: vec![ServingMode::Aggregated, ServingMode::Disaggregated],
+                cpu_support: false,
+                gpu_support: true,
+                ..Capabilities::default()
+            }),
+            selection_rules: vec![
+                rule("spec.engine.type == 'trtllm'", 100),
+                rule("spec.engine.type == 'sglang'", 100),
+                rule("spec.serving.mode == 'disaggregated'", 90),
+                rule(
+                    "spec.engine.type == 'vllm' && has(spec.resources) && has(spec.resources.gpu) && spec.resources.gpu.count > 0",
+                    50,
+                ),
+            ],
+            documentation: Some("https://github.com/ai-dynamo/dynamo".to_string()),
+            installation: None,
+        }
+    }
+
+    fn upstream(&self) -> UpstreamRef {
+        UpstreamRef::new(
+            "nvidia.com",
+            "DynamoGraphDeployment",
+            "dynamographdeployments",
+            &["v1beta1", "v1alpha1"],
+        )
+    }
+
+    fn check(&self, md: &ModelDeployment) -> Result<(), Incompatible> {
+        match md.spec.engine.type_ {
+            Some(EngineType::Llamacpp) => {
+                return Err(Incompatible(
+                    "Dynamo does not support llamacpp engine".into(),
+                ));
+            }
+            None => return Err(Incompatible("engine.type is required".into())),
+            Some(_) => {}
+        }
+        if md.spec.serving.mode == ServingMode::Aggregated && !has_gpus(md) {
+            return Err(Incompatible(
+                "Dynamo requires GPU (set resources.gpu.count > 0)".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn render(
+        &self,
+        md: &ModelDeployment,
+        upstream: &UpstreamApi,
+    ) -> Result<Rendered, RenderError> {
+        let (o, mut warnings) = overrides::parse(md)?;
+        let (graph, more) = graph::build(md, &o, &self.settings.dynamo_version)?;
+        warnings.extend(more);
+        let spec = match upstream.version.as_str() {
+            "v1beta1" => v1beta1::spec(&graph),
+            "v1alpha1" => v1alpha1::spec(&graph),
+            other => {
+                return Err(RenderError(format!(
+                    "no adapter for DynamoGraphDeployment {other}"
+                )));
+            }
+        };
+        let dgd = object(json!({
+            "apiVersion": upstream.api_version(),
+            "kind": upstream.kind,
+            "metadata": {"name": graph.name},
+            "spec": spec,
+        }))?;
+        Ok(Rendered {
+            objects: vec![dgd],
+            warnings,
+        })
+    }
+
+    fn observe(&self, md: &ModelDeployment, live: Option<&DynamicObject>) -> Observed {
+        let upstream = status::Upstream::read(live.and_then(|l| l.data.get("status")));
+        let failed_since =
+            live.and_then(|l| self.failed_since(l, upstream.state.as_deref() == Some("failed")));
+        status::observe(
+            md,
+            &upstream,
+            failed_since,
+            self.settings.failed_after,
+            Timestamp::now(),
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,41 @@
+//! `dynamo-provider`: the Dynamo provider binary.
+
+use std::time::Duration;
+
+use clap::Parser;
+use kubeairunway_dynamo_provider::{DEFAULT_DYNAMO_VERSION, Dynamo, Settings};
+
+/// Serves ModelDeployments whose provider is `dynamo` as DynamoGraphDeployments.
+#[derive(Debug, Parser)]
+#[command(version, about)]
+struct Args {
+    #[command(flatten)]
+    options: kubeairunway_sdk::runtime::Options,
+    /// Tag of the `nvcr.io/nvidia/ai-dynamo/{vllm,sglang,tensorrtllm}-runtime` images.
+    #[arg(long, env = "DYNAMO_VERSION", default_value = DEFAULT_DYNAMO_VERSION)]
+    dynamo_version: String,
+    /// How long Dynamo's `failed` state must last before the ModelDeployment is Failed.
+    #[arg(
+        long,
+        env = "FAILED_THRESHOLD_SECONDS",
+        default_value_t = 300,
+        value_name = "SECONDS"
+    )]
+    failed_threshold_seconds: u64,
+    /// Log as JSON.
+    #[arg(long, env = "LOG_JSON")]
+    log_json: bool,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    kubeairunway_sdk::runtime::init_tracing(args.log_json);
+    kubeairunway_sdk::runtime::install_crypto_provider();
+    let client = kube::Client::try_default().await?;
+    let provider = Dynamo::new(Settings {
+        dynamo_version: args.dynamo_version,
+        failed_after: Duration::from_secs(args.failed_threshold_seconds),
+    });
+    kubeairunway_sdk::runtime::run(provider, client, args.options).await
+}

@@ -1,0 +1,170 @@
+//! `provider.overrides` the Dynamo provider reads (004 §4.15, corrected): `routerMode`,
+//! `frontend.replicas`, `frontend.resources.cpu`, `frontend.resources.memory`.
+
+use kubeairunway_sdk::{ModelDeployment, RenderError, Warning, overrides};
+use serde::Deserialize;
+
+/// Dynamo's router modes (`DYN_ROUTER_MODE` of `dynamo.frontend`).
+pub const ROUTER_MODES: [&str; 7] = [
+    "round-robin",
+    "random",
+    "power-of-two",
+    "kv",
+    "direct",
+    "least-loaded",
+    "device-aware-weighted",
+];
+/// The router mode when none is asked for.
+pub const DEFAULT_ROUTER_MODE: &str = "round-robin";
+/// Frontend replicas when none are asked for.
+pub const DEFAULT_FRONTEND_REPLICAS: i32 = 1;
+/// Frontend CPU request when none is asked for.
+pub const DEFAULT_FRONTEND_CPU: &str = "2";
+/// Frontend memory request when none is asked for.
+pub const DEFAULT_FRONTEND_MEMORY: &str = "4Gi";
+
+/// The documented override keys, as the user wrote them.
+#[derive(Deserialize, Default, Debug, Clone, PartialEq)]
+#[serde(rename_all = "camelCase", default)]
+struct Raw {
+    router_mode: Option<String>,
+    frontend: Option<RawFrontend>,
+}
+
+#[derive(Deserialize, Default, Debug, Clone, PartialEq)]
+#[serde(default)]
+struct RawFrontend {
+    replicas: Option<i32>,
+    resources: Option<RawResources>,
+}
+
+#[derive(Deserialize, Default, Debug, Clone, PartialEq)]
+#[serde(default)]
+struct RawResources {
+    cpu: Option<String>,
+    memory: Option<String>,
+}
+
+/// Overrides with their defaults applied and validated.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Overrides {
+    /// `DYN_ROUTER_MODE` of the frontend.
+    pub router_mode: String,
+    /// Frontend replicas.
+    pub frontend_replicas: i32,
+    /// Frontend CPU request.
+    pub frontend_cpu: String,
+    /// Frontend memory request.
+    pub frontend_memory: String,
+}
+
+/// Parse and validate `md`'s overrides: unknown keys give warnings, wrong types and
+/// unknown router modes fail.
+pub fn parse(md: &ModelDeployment) -> Result<(Overrides, Vec<Warning>), RenderError> {
+    let (raw, warnings) = overrides::parse::<Raw>(md)?;
+    let router_mode = raw
+        .router_mode
+        .unwrap_or_else(|| DEFAULT_ROUTER_MODE.to_string());
+    if !ROUTER_MODES.contains(&router_mode.as_str()) {
+        return Err(RenderError(format!(
+            "invalid override provider.overrides.routerMode: {router_mode:?} is not a Dynamo router mode (one of {})",
+            ROUTER_MODES.join(", ")
+        )));
+    }
+    let frontend = raw.frontend.unwrap_or_default();
+    let frontend_replicas = frontend.replicas.unwrap_or(DEFAULT_FRONTEND_REPLICAS);
+    if frontend_replicas < 0 {
+        return Err(RenderError(format!(
+            "invalid override provider.overrides.frontend.replicas: {frontend_replicas} is negative"
+        )));
+    }
+    let resources = frontend.resources.unwrap_or_default();
+    let nonempty = |v: Option<String>, default: &str| {
+        v.filter(|s| !s.is_empty())
+            .unwrap_or_else(|| default.to_string())
+    };
+    Ok((
+        Overrides {
+            router_mode,
+            frontend_replicas,
+            frontend_cpu: nonempty(resources.cpu, DEFAULT_FRONTEND_CPU),
+            frontend_memory: nonempty(resources.memory, DEFAULT_FRONTEND_MEMORY),
+        },
+        warnings,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kubeairunway_sdk::testing::ModelDeploymentBuilder;
+    use serde_json::json;
+
+    fn parsed(o: serde_json::Value) -> Result<(Overrides, Vec<Warning>), RenderError> {
+        parse(&ModelDeploymentBuilder::new("m").overrides(o).build())
+    }
+
+    #[test]
+    fn defaults_when_absent() {
+        let (o, w) = parse(&ModelDeploymentBuilder::new("m").build()).unwrap();
+        assert_eq!(
+            o,
+            Overrides {
+                router_mode: "round-robin".into(),
+                frontend_replicas: 1,
+                frontend_cpu: "2".into(),
+                frontend_memory: "4Gi".into(),
+            }
+        );
+        assert!(w.is_empty());
+    }
+
+    #[test]
+    fn every_router_mode_is_accepted_and_others_refused() {
+        for mode in ROUTER_MODES {
+            assert_eq!(
+                parsed(json!({"routerMode": mode})).unwrap().0.router_mode,
+                mode
+            );
+        }
+        let err = parsed(json!({"routerMode": "none"})).unwrap_err();
+        assert_eq!(
+            err.0,
+            "invalid override provider.overrides.routerMode: \"none\" is not a Dynamo router mode (one of round-robin, random, power-of-two, kv, direct, least-loaded, device-aware-weighted)"
+        );
+    }
+
+    #[test]
+    fn unknown_keys_warn_and_wrong_types_fail() {
+        let (o, w) = parsed(json!({
+            "frontend": {"replicas": 2, "resources": {"cpu": "4", "memory": "8Gi", "gpu": 1}},
+            "router-mode": "kv",
+        }))
+        .unwrap();
+        assert_eq!(
+            (
+                o.frontend_replicas,
+                o.frontend_cpu.as_str(),
+                o.frontend_memory.as_str()
+            ),
+            (2, "4", "8Gi")
+        );
+        let messages: Vec<_> = w.iter().map(|w| w.message.as_str()).collect();
+        assert_eq!(
+            messages,
+            [
+                "unknown override provider.overrides.frontend.resources.gpu is ignored",
+                "unknown override provider.overrides.router-mode is ignored",
+            ]
+        );
+        let err = parsed(json!({"frontend": {"replicas": "two"}})).unwrap_err();
+        assert!(
+            err.0
+                .starts_with("invalid override provider.overrides.frontend.replicas:"),
+            "{}",
+            err.0
+        );
+        let err = parsed(json!({"frontend": {"replicas": -1}})).unwrap_err();
+        assert!(err.0.contains("negative"), "{}", err.0);
+    }
+}

@@ -1,0 +1,504 @@
+//! Unit tests: rendering (snapshots of both adapters, checked against the real upstream
+//! schemas), compatibility, registration, and status mapping.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::needless_pass_by_value
+)]
+
+use std::path::Path;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::jiff::Timestamp;
+use kubeairunway_sdk::api::{EngineType, Phase, ServingMode};
+use kubeairunway_sdk::testing::ModelDeploymentBuilder;
+use kubeairunway_sdk::{ModelDeployment, Provider, UpstreamApi, UpstreamRef};
+use serde_json::{Value, json};
+
+use super::*;
+
+fn crd(file: &str) -> CustomResourceDefinition {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/crds/upstream")
+        .join(file);
+    serde_saphyr::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// The installed APIs an adapter is chosen for: the v1alpha1-only CRD of Dynamo 1.1, and
+/// the newer CRD (v1beta1 preferred; its deprecated v1alpha1 checked as well).
+fn apis() -> &'static [(&'static str, UpstreamApi)] {
+    static APIS: OnceLock<Vec<(&'static str, UpstreamApi)>> = OnceLock::new();
+    APIS.get_or_init(|| {
+        let ours = Dynamo::default().upstream();
+        let old = crd("nvidia.com_dynamographdeployments.v1alpha1-only.dynamo-1.1-branchcut.yaml");
+        let new = crd("nvidia.com_dynamographdeployments.yaml");
+        let alpha_of_new = UpstreamApi::detect(
+            &new,
+            &UpstreamRef {
+                versions: vec!["v1alpha1".into()],
+                ..ours.clone()
+            },
+        )
+        .unwrap();
+        vec![
+            ("v1alpha1", UpstreamApi::detect(&old, &ours).unwrap()),
+            ("v1beta1", UpstreamApi::detect(&new, &ours).unwrap()),
+            ("v1alpha1-deprecated", alpha_of_new),
+        ]
+    })
+}
+
+fn api(version: &str) -> &'static UpstreamApi {
+    &apis().iter().find(|(v, _)| *v == version).unwrap().1
+}
+
+fn md(yaml: &str) -> ModelDeployment {
+    let mut md: ModelDeployment = serde_saphyr::from_str(yaml).unwrap();
+    md.metadata.uid = Some("uid-1".into());
+    md
+}
+
+/// 004 §4.2 example 1.
+fn example1() -> ModelDeployment {
+    md(r"
+apiVersion: kubeairunway.ai/v1alpha1
+kind: ModelDeployment
+metadata: {name: llama-8b, namespace: default}
+spec:
+  model: {id: meta-llama/Llama-3.1-8B-Instruct, source: huggingface}
+  engine: {type: vllm, contextLength: 8192}
+  serving: {mode: aggregated}
+  scaling: {replicas: 1}
+  resources: {gpu: {count: 1}, memory: 32Gi}
+  secrets: {huggingFaceToken: hf-token}
+")
+}
+
+/// 004 §4.2 example 3 (corrected: router mode as env, `--disaggregation-mode`).
+fn example3() -> ModelDeployment {
+    md(r#"
+apiVersion: kubeairunway.ai/v1alpha1
+kind: ModelDeployment
+metadata: {name: llama-70b-pd, namespace: default}
+spec:
+  model: {id: meta-llama/Llama-3.1-70B-Instruct, source: huggingface}
+  provider:
+    name: dynamo
+    overrides:
+      routerMode: kv
+      frontend: {replicas: 2, resources: {cpu: "4", memory: 8Gi}}
+  engine: {type: vllm}
+  serving: {mode: disaggregated}
+  scaling:
+    prefill: {replicas: 2, gpu: {count: 4}, memory: 128Gi}
+    decode: {replicas: 4, gpu: {count: 2}, memory: 64Gi}
+  secrets: {huggingFaceToken: hf-token}
+"#)
+}
+
+/// Everything a pod template can carry: labels, annotations, env, node selector,
+/// tolerations, engine args, trust-remote-code, a served name and a custom image.
+fn full(engine: EngineType) -> ModelDeployment {
+    let mut m = md(r#"
+apiVersion: kubeairunway.ai/v1alpha1
+kind: ModelDeployment
+metadata: {name: full, namespace: team-a}
+spec:
+  model: {id: Qwen/Qwen3-0.6B, servedName: qwen}
+  engine:
+    contextLength: 4096
+    trustRemoteCode: true
+    args: {tensor-parallel-size: "1", enforce-eager: "true", gpu-memory-utilization: "0.9"}
+  resources: {gpu: {count: 2}, memory: 48Gi, cpu: "8"}
+  scaling: {replicas: 3}
+  env: [{name: LOG_LEVEL, value: debug}]
+  podTemplate: {metadata: {labels: {team: a}, annotations: {note: hi}}}
+  nodeSelector: {gpu: h100}
+  tolerations: [{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}]
+"#);
+    m.spec.engine.type_ = Some(engine);
+    m
+}
+
+fn render(md: &ModelDeployment, version: &str) -> (Value, Vec<String>) {
+    let rendered = Dynamo::default().render(md, api(version)).unwrap();
+    assert_eq!(rendered.objects.len(), 1);
+    let object = serde_json::to_value(&rendered.objects[0]).unwrap();
+    // Every rendered field exists in the real upstream schema.
+    assert_eq!(
+        api(version).missing_paths(&object),
+        Vec::<String>::new(),
+        "{version}"
+    );
+    // Deterministic.
+    let again = Dynamo::default().render(md, api(version)).unwrap();
+    assert_eq!(rendered, again);
+    (
+        object,
+        rendered.warnings.into_iter().map(|w| w.message).collect(),
+    )
+}
+
+fn snapshot(name: &str, md: &ModelDeployment) {
+    for version in ["v1alpha1", "v1beta1"] {
+        let (object, warnings) = render(md, version);
+        insta::assert_yaml_snapshot!(
+            format!("{name}_{version}"),
+            json!({"object": object, "warnings": warnings})
+        );
+    }
+    let (deprecated, _) = render(md, "v1alpha1-deprecated");
+    assert!(
+        !deprecated.to_string().contains("dynamoNamespace"),
+        "the deprecated dynamoNamespace is never written"
+    );
+}
+
+#[test]
+fn example1_aggregated_vllm() {
+    snapshot("example1", &example1());
+}
+
+#[test]
+fn example3_disaggregated_with_kv_routing() {
+    snapshot("example3", &example3());
+}
+
+#[test]
+fn each_engine_with_every_option() {
+    snapshot("vllm", &full(EngineType::Vllm));
+    snapshot("sglang", &full(EngineType::Sglang));
+    snapshot("trtllm", &full(EngineType::Trtllm));
+}
+
+#[test]
+fn each_engine_disaggregated() {
+    for engine in [EngineType::Sglang, EngineType::Trtllm] {
+        let mut m = example3();
+        m.spec.engine.type_ = Some(engine);
+        m.spec.provider = None;
+        snapshot(&format!("{engine}_disaggregated"), &m);
+    }
+}
+
+#[test]
+fn each_override() {
+    let base = || ModelDeploymentBuilder::new("ov").namespace("ns");
+    snapshot(
+        "override_router_mode",
+        &base()
+            .overrides(json!({"routerMode": "least-loaded"}))
+            .build(),
+    );
+    snapshot(
+        "override_frontend",
+        &base()
+            .overrides(
+                json!({"frontend": {"replicas": 3, "resources": {"cpu": "500m", "memory": "1Gi"}}}),
+            )
+            .build(),
+    );
+}
+
+#[test]
+fn custom_image_overrides_the_runtime_image() {
+    let m = ModelDeploymentBuilder::new("img")
+        .image("registry.example/dynamo:dev")
+        .build();
+    for version in ["v1alpha1", "v1beta1"] {
+        let (object, _) = render(&m, version);
+        let text = object.to_string();
+        assert!(text.contains("registry.example/dynamo:dev"));
+        assert!(!text.contains("nvcr.io"));
+    }
+    let settings = Settings {
+        dynamo_version: "9.9.9".into(),
+        ..Settings::default()
+    };
+    let rendered = Dynamo::new(settings)
+        .render(
+            &ModelDeploymentBuilder::new("v")
+                .engine(EngineType::Sglang)
+                .build(),
+            api("v1beta1"),
+        )
+        .unwrap();
+    assert!(
+        serde_json::to_string(&rendered.objects[0])
+            .unwrap()
+            .contains("nvcr.io/nvidia/ai-dynamo/sglang-runtime:9.9.9")
+    );
+}
+
+#[test]
+fn storage_is_not_rendered_and_says_so() {
+    let m = ModelDeploymentBuilder::new("s")
+        .spec(|s| {
+            s.model.storage = serde_json::from_value(json!({"volumes": [{"name": "weights", "claimName": "pvc", "purpose": "modelCache"}]})).unwrap();
+        })
+        .build();
+    let (object, warnings) = render(&m, "v1beta1");
+    assert!(!object.to_string().contains("pvc"));
+    assert_eq!(
+        warnings,
+        [
+            "model.storage volumes [weights] are not mounted: the Dynamo provider does not render storage yet"
+        ]
+    );
+}
+
+#[test]
+fn bad_overrides_fail_rendering() {
+    let m = ModelDeploymentBuilder::new("bad")
+        .overrides(json!({"routerMode": "none"}))
+        .build();
+    let err = Dynamo::default().render(&m, api("v1beta1")).unwrap_err();
+    assert!(err.0.contains("routerMode"), "{}", err.0);
+    let m = ModelDeploymentBuilder::new("bad")
+        .overrides(json!({"routerMode": 3}))
+        .build();
+    let err = Dynamo::default().render(&m, api("v1beta1")).unwrap_err();
+    assert!(
+        err.0
+            .starts_with("invalid override provider.overrides.routerMode:"),
+        "{}",
+        err.0
+    );
+}
+
+#[test]
+fn the_adapter_follows_the_installed_crd() {
+    assert_eq!(api("v1alpha1").version, "v1alpha1");
+    assert_eq!(api("v1beta1").version, "v1beta1");
+    let (old, _) = render(&example1(), "v1alpha1");
+    let (new, _) = render(&example1(), "v1beta1");
+    assert_eq!(old["apiVersion"], "nvidia.com/v1alpha1");
+    assert!(old["spec"]["services"].is_object());
+    assert_eq!(new["apiVersion"], "nvidia.com/v1beta1");
+    assert!(new["spec"]["components"].is_array());
+}
+
+#[test]
+fn compatibility_messages_are_those_of_004_section_8() {
+    let p = Dynamo::default();
+    let llama = ModelDeploymentBuilder::new("l")
+        .engine(EngineType::Llamacpp)
+        .build();
+    assert_eq!(
+        p.check(&llama).unwrap_err().0,
+        "Dynamo does not support llamacpp engine"
+    );
+    let cpu = ModelDeploymentBuilder::new("c").gpus(0).build();
+    assert_eq!(
+        p.check(&cpu).unwrap_err().0,
+        "Dynamo requires GPU (set resources.gpu.count > 0)"
+    );
+    let mut no_resources = ModelDeploymentBuilder::new("n").build();
+    no_resources.spec.resources = None;
+    assert!(p.check(&no_resources).is_err());
+    assert!(p.check(&example1()).is_ok());
+    assert!(p.check(&example3()).is_ok());
+    let disagg = ModelDeploymentBuilder::new("d")
+        .gpus(0)
+        .mode(ServingMode::Disaggregated)
+        .build();
+    assert!(
+        p.check(&disagg).is_ok(),
+        "GPUs come from scaling.prefill/decode"
+    );
+}
+
+#[test]
+fn registration() {
+    let config = Dynamo::default().config();
+    let caps = config.capabilities.unwrap();
+    assert_eq!(
+        caps.engines,
+        [EngineType::Vllm, EngineType::Sglang, EngineType::Trtllm]
+    );
+    assert_eq!(
+        caps.serving_modes,
+        [ServingMode::Aggregated, ServingMode::Disaggregated]
+    );
+    assert!(caps.gpu_support && !caps.cpu_support);
+    let rules: Vec<_> = config
+        .selection_rules
+        .iter()
+        .map(|r| (r.condition.as_str(), r.priority))
+        .collect();
+    assert_eq!(
+        rules,
+        [
+            ("spec.engine.type == 'trtllm'", 100),
+            ("spec.engine.type == 'sglang'", 100),
+            ("spec.serving.mode == 'disaggregated'", 90),
+            (
+                "spec.engine.type == 'vllm' && has(spec.resources) && has(spec.resources.gpu) && spec.resources.gpu.count > 0",
+                50
+            ),
+        ]
+    );
+}
+
+// ---- status mapping ----
+
+fn at(s: &str) -> Timestamp {
+    s.parse().unwrap()
+}
+
+fn observe(status: Value, failed_since: Option<Timestamp>, now: &str) -> Observed {
+    let upstream = status::Upstream::read(Some(&status));
+    status::observe(
+        &example3(),
+        &upstream,
+        failed_since,
+        Duration::from_secs(300),
+        at(now),
+    )
+}
+
+fn ready(status: &str, reason: &str, message: &str, since: &str) -> Value {
+    json!({"type": "Ready", "status": status, "reason": reason, "message": message, "lastTransitionTime": since})
+}
+
+#[test]
+fn no_status_yet_is_deploying_with_the_endpoint() {
+    let o = status::observe(
+        &example1(),
+        &status::Upstream::read(None),
+        None,
+        Duration::from_secs(300),
+        at("2026-01-01T00:00:00Z"),
+    );
+    assert_eq!(o.phase, Phase::Deploying);
+    assert!(!o.ready);
+    let endpoint = o.endpoint.unwrap();
+    assert_eq!(
+        (endpoint.service.as_deref(), endpoint.port),
+        (Some("llama-8b-frontend"), Some(8000))
+    );
+    assert_eq!(o.replicas, None);
+}
+
+#[test]
+fn initializing_and_pending_are_deploying_with_the_ready_message() {
+    let o = observe(
+        json!({"state": "initializing"}),
+        None,
+        "2026-01-01T00:00:00Z",
+    );
+    assert_eq!(
+        (o.phase, o.message.as_str()),
+        (Phase::Deploying, "DynamoGraphDeployment is initializing")
+    );
+    let o = observe(
+        json!({"state": "pending", "conditions": [ready("False", "ComponentsNotReady", "VllmDecodeWorker: 1/4 ready", "2026-01-01T00:00:00Z")]}),
+        None,
+        "2026-01-01T00:00:00Z",
+    );
+    assert_eq!(
+        (o.phase, o.message.as_str()),
+        (Phase::Deploying, "VllmDecodeWorker: 1/4 ready")
+    );
+    assert!(!o.ready);
+}
+
+#[test]
+fn successful_is_running_with_worker_replicas() {
+    // v1alpha1 reports per service in status.services.
+    let o = observe(
+        json!({"state": "successful",
+               "conditions": [ready("True", "AllComponentsReady", "All resources are ready", "2026-01-01T00:00:00Z")],
+               "services": {
+                   "Frontend": {"replicas": 2, "readyReplicas": 2},
+                   "VllmPrefillWorker": {"replicas": 2, "readyReplicas": 2},
+                   "VllmDecodeWorker": {"replicas": 4, "readyReplicas": 3}}}),
+        None,
+        "2026-01-01T00:00:00Z",
+    );
+    assert_eq!(
+        (o.phase, o.ready, o.message.as_str()),
+        (Phase::Running, true, "All resources are ready")
+    );
+    let r = o.replicas.unwrap();
+    assert_eq!((r.desired, r.ready), (Some(6), Some(5)));
+    assert_eq!(
+        o.endpoint.unwrap().service.as_deref(),
+        Some("llama-70b-pd-frontend")
+    );
+    // v1beta1 reports per component in status.components.
+    let o = observe(
+        json!({"state": "successful", "components": {"VllmWorker": {"replicas": 3, "readyReplicas": 3}}}),
+        None,
+        "2026-01-01T00:00:00Z",
+    );
+    let r = o.replicas.unwrap();
+    assert_eq!((r.desired, r.ready), (Some(3), Some(3)));
+}
+
+#[test]
+fn failed_counts_only_once_it_persists() {
+    let failed = json!({"state": "failed", "conditions": [ready("False", "ReconcileError", "image pull failed", "2026-01-01T00:00:00Z")]});
+    let o = observe(failed.clone(), None, "2026-01-01T00:01:00Z");
+    assert_eq!(o.phase, Phase::Deploying);
+    assert_eq!(
+        o.message,
+        "Dynamo reports a failure, which may be transient (for 60s so far): image pull failed"
+    );
+    let o = observe(failed, None, "2026-01-01T00:05:00Z");
+    assert_eq!(
+        (o.phase, o.reason.as_str(), o.message.as_str()),
+        (Phase::Failed, "ReconcileError", "image pull failed")
+    );
+    // Ready was False long before (pending), but failed was first seen just now.
+    let failed = json!({"state": "failed", "conditions": [ready("False", "ReconcileError", "image pull failed", "2026-01-01T00:00:00Z")]});
+    let o = observe(
+        failed,
+        Some(at("2026-01-01T00:09:00Z")),
+        "2026-01-01T00:10:00Z",
+    );
+    assert_eq!(o.phase, Phase::Deploying);
+    // Without a Ready condition, from when the provider first saw it.
+    let bare = json!({"state": "failed"});
+    let o = observe(
+        bare.clone(),
+        Some(at("2026-01-01T00:00:00Z")),
+        "2026-01-01T00:04:59Z",
+    );
+    assert_eq!(o.phase, Phase::Deploying);
+    let o = observe(
+        bare,
+        Some(at("2026-01-01T00:00:00Z")),
+        "2026-01-01T00:05:00Z",
+    );
+    assert_eq!(
+        (o.phase, o.message.as_str()),
+        (Phase::Failed, "DynamoGraphDeployment failed")
+    );
+}
+
+#[test]
+fn unknown_states_are_deploying() {
+    let o = observe(json!({"state": "deploying"}), None, "2026-01-01T00:00:00Z");
+    assert_eq!(o.phase, Phase::Deploying);
+}
+
+#[test]
+fn first_sighting_of_failed_is_remembered_and_forgotten() {
+    let p = Dynamo::default();
+    let live: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "nvidia.com/v1beta1", "kind": "DynamoGraphDeployment",
+        "metadata": {"name": "x", "uid": "u"}, "status": {"state": "failed"}}))
+    .unwrap();
+    let first = p.failed_since(&live, true).unwrap();
+    assert_eq!(p.failed_since(&live, true), Some(first));
+    assert_eq!(p.failed_since(&live, false), None);
+    let o = p.observe(&example1(), Some(&live));
+    assert_eq!(
+        o.phase,
+        Phase::Deploying,
+        "a fresh failure is not yet Failed"
+    );
+}

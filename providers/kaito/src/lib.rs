@@ -1,0 +1,126 @@
+//! The KAITO provider: a ModelDeployment becomes a `kaito.sh/v1beta1` Workspace (one
+//! replica) or a `kaito.sh/v1alpha1` InferenceSet (more replicas, when enabled), and the
+//! Workspace's status becomes ours.
+//!
+//! - [`render`]: the translation (Workspace, InferenceSet, inference-config ConfigMap).
+//! - [`status`]: KAITO's real status values read as ours.
+//! - [`overrides`]: KAITO has no documented overrides; every key warns.
+//!
+//! Everything here is pure; `kubeairunway_sdk::runtime` does the I/O.
+
+pub mod overrides;
+pub mod render;
+pub mod status;
+
+use kube::api::DynamicObject;
+use kubeairunway_sdk::api::{
+    Capabilities, EngineType, InferenceProviderConfigSpec, Installation, ModelDeployment,
+    SelectionRule, ServingMode,
+};
+use kubeairunway_sdk::{
+    Incompatible, Observed, Provider, RenderError, Rendered, UpstreamApi, UpstreamRef,
+};
+
+/// The provider's name: `status.provider.name`, its InferenceProviderConfig, field manager
+/// stem.
+pub const NAME: &str = "kaito";
+/// KAITO's API group.
+pub const GROUP: &str = "kaito.sh";
+/// The InferenceSet CRD, which serves more than one replica.
+pub const INFERENCE_SET_CRD: &str = "inferencesets.kaito.sh";
+
+/// The KAITO provider.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct KaitoProvider {
+    /// Whether KAITO's InferenceSet CRD is available: `scaling.replicas` other than 1 is
+    /// served by an InferenceSet when true, and refused when false.
+    pub inference_set: bool,
+    /// `resource.instanceType` of every Workspace (the GPU node SKU KAITO provisions);
+    /// empty leaves it unset (bring-your-own nodes).
+    pub instance_type: Option<String>,
+}
+
+impl Provider for KaitoProvider {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn version(&self) -> String {
+        env!("CARGO_PKG_VERSION").to_string()
+    }
+
+    fn config(&self) -> InferenceProviderConfigSpec {
+        InferenceProviderConfigSpec {
+            capabilities: Some(Capabilities {
+                engines: vec![EngineType::Vllm, EngineType::Llamacpp],
+                serving_modes: vec![ServingMode::Aggregated],
+                cpu_support: true,
+                gpu_support: true,
+                ..Capabilities::default()
+            }),
+            selection_rules: vec![
+                // `has()` guards only its last step, so each step is guarded in turn.
+                SelectionRule {
+                    condition: "!has(spec.resources) || !has(spec.resources.gpu) || spec.resources.gpu.count == 0".into(),
+                    priority: 100,
+                },
+                SelectionRule {
+                    condition: "spec.engine.type == 'llamacpp'".into(),
+                    priority: 100,
+                },
+            ],
+            documentation: Some("https://github.com/kaito-project/kaito".into()),
+            installation: Some(Installation {
+                description: Some(
+                    "KAITO's workspace operator (v0.10 or newer), then the kaito-provider chart".into(),
+                ),
+                default_namespace: Some("kaito-workspace".into()),
+                ..Installation::default()
+            }),
+        }
+    }
+
+    fn upstream(&self) -> UpstreamRef {
+        UpstreamRef::new(GROUP, "Workspace", "workspaces", &["v1beta1"])
+    }
+
+    fn check(&self, md: &ModelDeployment) -> Result<(), Incompatible> {
+        if md.spec.serving.mode == ServingMode::Disaggregated {
+            return Err(Incompatible(
+                "KAITO does not support disaggregated mode".into(),
+            ));
+        }
+        match md.spec.engine.type_ {
+            Some(EngineType::Vllm | EngineType::Llamacpp) => {}
+            Some(other) => {
+                return Err(Incompatible(format!(
+                    "KAITO does not support {} engine",
+                    other.as_str()
+                )));
+            }
+            None => return Err(Incompatible("engine.type is required".into())),
+        }
+        let replicas = md.spec.scaling.replicas;
+        if replicas != 1 && !self.inference_set {
+            return Err(Incompatible(format!(
+                "scaling.replicas is {replicas}: a KAITO Workspace serves exactly one replica \
+                 (resource.count is GPU nodes of one instance, not replicas); more need KAITO's \
+                 InferenceSet ({INFERENCE_SET_CRD}), which is not installed or not enabled \
+                 (--inference-set)"
+            )));
+        }
+        Ok(())
+    }
+
+    fn render(
+        &self,
+        md: &ModelDeployment,
+        upstream: &UpstreamApi,
+    ) -> Result<Rendered, RenderError> {
+        render::render(self, md, upstream)
+    }
+
+    fn observe(&self, md: &ModelDeployment, upstream: Option<&DynamicObject>) -> Observed {
+        status::observe(md, upstream)
+    }
+}

@@ -1,0 +1,145 @@
+//! The KubeRay provider: a ModelDeployment becomes a `ray.io/v1` RayService that runs a
+//! Ray Serve LLM OpenAI app (vLLM) on a Ray cluster of one head and GPU workers.
+//!
+//! - [`check`]: what KubeRay can serve (004 §8 messages, KubeRay's name limit);
+//! - [`overrides`]: the typed `provider.overrides` (`head.*`, 004 §4.15);
+//! - [`serve_config`]: the `serveConfigV2` YAML (Ray Serve LLM application);
+//! - [`rayservice`]: the RayService object with its head and worker groups;
+//! - [`status`]: the RayService status read as ours.
+
+pub mod check;
+pub mod overrides;
+pub mod rayservice;
+pub mod serve_config;
+pub mod status;
+
+#[cfg(test)]
+mod render_tests;
+
+use kube::api::DynamicObject;
+use kubeairunway_sdk::api::{
+    Capabilities, EngineType, HelmChart, HelmRepo, InferenceProviderConfigSpec, Installation,
+    ModelDeployment, ServingMode,
+};
+use kubeairunway_sdk::{
+    Incompatible, Observed, Provider, RenderError, Rendered, UpstreamApi, UpstreamRef,
+};
+
+/// The provider's name (`spec.provider.name: kuberay`).
+pub const NAME: &str = "kuberay";
+/// The default Ray version: the tag of `rayproject/ray-llm` (and, up to its first `-`,
+/// the cluster's `rayVersion`).
+pub const DEFAULT_RAY_VERSION: &str = "2.52.0-py311-cu128";
+/// The default image repository of the Ray LLM image.
+pub const DEFAULT_RAY_IMAGE: &str = "rayproject/ray-llm";
+
+/// The KubeRay provider.
+#[derive(Clone, Debug)]
+pub struct KubeRayProvider {
+    /// Image repository of the Ray LLM image, without tag.
+    pub image: String,
+    /// Ray version: the image tag.
+    pub ray_version: String,
+}
+
+impl Default for KubeRayProvider {
+    fn default() -> Self {
+        Self {
+            image: DEFAULT_RAY_IMAGE.to_string(),
+            ray_version: DEFAULT_RAY_VERSION.to_string(),
+        }
+    }
+}
+
+impl KubeRayProvider {
+    /// The provider with this image repository and Ray version (image tag).
+    pub fn new(image: impl Into<String>, ray_version: impl Into<String>) -> Self {
+        Self {
+            image: image.into(),
+            ray_version: ray_version.into(),
+        }
+    }
+
+    /// The default serving image, `<image>:<ray version>`.
+    pub fn default_image(&self) -> String {
+        format!("{}:{}", self.image, self.ray_version)
+    }
+
+    /// The cluster's `rayVersion`: the Ray version up to its first `-` (`2.52.0` of
+    /// `2.52.0-py311-cu128`).
+    pub fn cluster_ray_version(&self) -> &str {
+        self.ray_version
+            .split('-')
+            .next()
+            .unwrap_or(&self.ray_version)
+    }
+}
+
+impl Provider for KubeRayProvider {
+    fn name(&self) -> &str {
+        NAME
+    }
+
+    fn version(&self) -> String {
+        env!("CARGO_PKG_VERSION").to_string()
+    }
+
+    fn config(&self) -> InferenceProviderConfigSpec {
+        InferenceProviderConfigSpec {
+            capabilities: Some(Capabilities {
+                engines: vec![EngineType::Vllm],
+                serving_modes: vec![ServingMode::Aggregated, ServingMode::Disaggregated],
+                cpu_support: false,
+                gpu_support: true,
+                ..Capabilities::default()
+            }),
+            // 004 §4.4: KubeRay is never auto-selected, only when named.
+            selection_rules: Vec::new(),
+            documentation: Some("https://docs.ray.io/en/latest/serve/llm/".to_string()),
+            installation: Some(Installation {
+                helm_repos: vec![HelmRepo {
+                    name: "kuberay".to_string(),
+                    url: "https://ray-project.github.io/kuberay-helm/".to_string(),
+                }],
+                helm_charts: vec![HelmChart {
+                    name: "kuberay-operator".to_string(),
+                    chart: "kuberay/kuberay-operator".to_string(),
+                    version: Some("1.3.0".to_string()),
+                    namespace: "ray-system".to_string(),
+                    create_namespace: Some(true),
+                }],
+                steps: Vec::new(),
+                description: Some(
+                    "KubeRay operator (1.3 or newer) for RayService; serving images are rayproject/ray-llm"
+                        .to_string(),
+                ),
+                default_namespace: Some("ray-system".to_string()),
+            }),
+        }
+    }
+
+    fn upstream(&self) -> UpstreamRef {
+        UpstreamRef::new("ray.io", "RayService", "rayservices", &["v1"])
+    }
+
+    fn check(&self, md: &ModelDeployment) -> Result<(), Incompatible> {
+        check::check(md)
+    }
+
+    fn render(
+        &self,
+        md: &ModelDeployment,
+        upstream: &UpstreamApi,
+    ) -> Result<Rendered, RenderError> {
+        let (o, warnings) = kubeairunway_sdk::overrides::parse::<overrides::KubeRayOverrides>(md)?;
+        let object = rayservice::render(self, md, &upstream.api_version(), &o)?;
+        Ok(Rendered {
+            objects: vec![object],
+            warnings,
+        })
+    }
+
+    fn observe(&self, md: &ModelDeployment, upstream: Option<&DynamicObject>) -> Observed {
+        status::observe(md, upstream)
+    }
+}

@@ -1,0 +1,32 @@
+//! `kuberay-provider`: serves ModelDeployments whose provider is `kuberay` as KubeRay
+//! RayServices.
+
+use clap::Parser;
+use kubeairunway_kuberay_provider::{DEFAULT_RAY_IMAGE, DEFAULT_RAY_VERSION, KubeRayProvider};
+
+#[derive(Debug, Parser)]
+#[command(name = "kuberay-provider", version, about)]
+struct Cli {
+    #[command(flatten)]
+    options: kubeairunway_sdk::runtime::Options,
+    /// Ray version: the tag of the Ray LLM image (up to its first `-`, the cluster's
+    /// rayVersion).
+    #[arg(long, env = "RAY_VERSION", default_value = DEFAULT_RAY_VERSION)]
+    ray_version: String,
+    /// Repository of the Ray LLM image, used unless a ModelDeployment sets spec.image.
+    #[arg(long, env = "RAY_IMAGE", default_value = DEFAULT_RAY_IMAGE)]
+    ray_image: String,
+    /// Log as JSON lines.
+    #[arg(long, env = "LOG_JSON")]
+    log_json: bool,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    kubeairunway_sdk::runtime::init_tracing(cli.log_json);
+    kubeairunway_sdk::runtime::install_crypto_provider();
+    let client = kube::Client::try_default().await?;
+    let provider = KubeRayProvider::new(cli.ray_image, cli.ray_version);
+    kubeairunway_sdk::runtime::run(provider, client, cli.options).await
+}

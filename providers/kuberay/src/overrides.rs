@@ -1,0 +1,144 @@
+//! `provider.overrides` for KubeRay (004 §4.15): the Ray head's resources and start
+//! parameters. Parsed with [`kubeairunway_sdk::overrides::parse`]: unknown keys warn,
+//! wrong types fail.
+
+use std::collections::BTreeMap;
+
+use serde::Deserialize;
+
+/// Default CPU of the Ray head.
+pub const DEFAULT_HEAD_CPU: &str = "4";
+/// Default memory of the Ray head.
+pub const DEFAULT_HEAD_MEMORY: &str = "16Gi";
+
+/// The documented keys.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct KubeRayOverrides {
+    /// The Ray head group.
+    pub head: Option<HeadOverrides>,
+}
+
+/// `head.*`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", default)]
+pub struct HeadOverrides {
+    /// `head.resources`.
+    pub resources: Option<HeadResources>,
+    /// `head.rayStartParams`: `ray start` parameters of the head (strings).
+    pub ray_start_params: Option<BTreeMap<String, String>>,
+}
+
+/// `head.resources`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(default)]
+pub struct HeadResources {
+    /// CPU of the head (default `"4"`).
+    pub cpu: Option<String>,
+    /// Memory of the head (default `"16Gi"`).
+    pub memory: Option<String>,
+}
+
+impl KubeRayOverrides {
+    /// The head's CPU, overridden or default.
+    pub fn head_cpu(&self) -> &str {
+        self.head_resources()
+            .and_then(|r| r.cpu.as_deref())
+            .unwrap_or(DEFAULT_HEAD_CPU)
+    }
+
+    /// The head's memory, overridden or default.
+    pub fn head_memory(&self) -> &str {
+        self.head_resources()
+            .and_then(|r| r.memory.as_deref())
+            .unwrap_or(DEFAULT_HEAD_MEMORY)
+    }
+
+    /// The head's `rayStartParams`, overridden or empty.
+    pub fn head_ray_start_params(&self) -> BTreeMap<String, String> {
+        self.head
+            .as_ref()
+            .and_then(|h| h.ray_start_params.clone())
+            .unwrap_or_default()
+    }
+
+    fn head_resources(&self) -> Option<&HeadResources> {
+        self.head.as_ref().and_then(|h| h.resources.as_ref())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kubeairunway_sdk::overrides::{UNKNOWN_OVERRIDE, parse_value};
+    use serde_json::json;
+
+    #[test]
+    fn defaults_when_absent() {
+        let o = KubeRayOverrides::default();
+        assert_eq!(
+            (o.head_cpu(), o.head_memory()),
+            (DEFAULT_HEAD_CPU, DEFAULT_HEAD_MEMORY)
+        );
+        assert!(o.head_ray_start_params().is_empty());
+    }
+
+    #[test]
+    fn head_keys_are_typed() {
+        let (o, warnings) = parse_value::<KubeRayOverrides>(json!({
+            "head": {"resources": {"cpu": "8", "memory": "8Gi"},
+                     "rayStartParams": {"num-cpus": "0", "dashboard-host": "0.0.0.0"}},
+        }))
+        .unwrap();
+        assert!(warnings.is_empty());
+        assert_eq!((o.head_cpu(), o.head_memory()), ("8", "8Gi"));
+        assert_eq!(
+            o.head_ray_start_params(),
+            BTreeMap::from([
+                ("dashboard-host".to_string(), "0.0.0.0".to_string()),
+                ("num-cpus".to_string(), "0".to_string()),
+            ])
+        );
+    }
+
+    #[test]
+    fn unknown_keys_warn_at_any_depth() {
+        let (o, warnings) = parse_value::<KubeRayOverrides>(json!({
+            "head": {"resources": {"cpu": "2", "gpu": "1"}, "replicsa": 2},
+            "routerMode": "kv",
+        }))
+        .unwrap();
+        assert_eq!(o.head_cpu(), "2");
+        let messages: Vec<_> = warnings.iter().map(|w| w.message.as_str()).collect();
+        assert_eq!(
+            messages,
+            [
+                "unknown override provider.overrides.head.replicsa is ignored",
+                "unknown override provider.overrides.head.resources.gpu is ignored",
+                "unknown override provider.overrides.routerMode is ignored",
+            ]
+        );
+        assert!(warnings.iter().all(|w| w.reason == UNKNOWN_OVERRIDE));
+    }
+
+    #[test]
+    fn wrong_types_fail_with_the_path() {
+        let err =
+            parse_value::<KubeRayOverrides>(json!({"head": {"rayStartParams": {"num-cpus": 0}}}))
+                .unwrap_err();
+        assert!(
+            err.0
+                .starts_with("invalid override provider.overrides.head.rayStartParams.num-cpus"),
+            "{}",
+            err.0
+        );
+        let err = parse_value::<KubeRayOverrides>(json!({"head": {"resources": {"cpu": 4}}}))
+            .unwrap_err();
+        assert!(
+            err.0
+                .starts_with("invalid override provider.overrides.head.resources.cpu"),
+            "{}",
+            err.0
+        );
+    }
+}

@@ -1,0 +1,207 @@
+//! `serveConfigV2`: the Ray Serve config (a YAML string) holding one Ray Serve LLM
+//! application.
+//!
+//! Aggregated: `ray.serve.llm:build_openai_app` with `args.llm_configs: [LLMConfig]`.
+//! Disaggregated: `ray.serve.llm:build_pd_openai_app` with `args.prefill_config` and
+//! `args.decode_config` (two LLMConfigs whose engines exchange the KV cache through
+//! vLLM's NIXL connector).
+//!
+//! An `LLMConfig` here sets `model_loading_config{model_id, model_source}` (the served
+//! name and the Hugging Face id or path), `engine_kwargs` (vLLM engine arguments:
+//! `max_model_len` from `engine.contextLength`, `trust_remote_code`,
+//! `tensor_parallel_size` from the GPUs per replica, then `engine.args` with their keys in
+//! snake case and their values typed) and `deployment_config.num_replicas`.
+
+use kubeairunway_sdk::RenderError;
+use kubeairunway_sdk::api::{ModelDeployment, ServingMode};
+use serde_json::{Map, Value, json};
+
+/// Name of the Serve application.
+pub const APP_NAME: &str = "llm";
+/// Import path of the aggregated OpenAI app builder.
+pub const OPENAI_APP: &str = "ray.serve.llm:build_openai_app";
+/// Import path of the prefill/decode OpenAI app builder.
+pub const PD_OPENAI_APP: &str = "ray.serve.llm:build_pd_openai_app";
+/// The KV connector of disaggregated serving.
+pub const KV_CONNECTOR: &str = "NixlConnector";
+
+/// GPUs per replica and replicas of one serving role.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Role {
+    /// Serve replicas (one engine each).
+    pub replicas: i32,
+    /// GPUs per replica (the tensor-parallel size).
+    pub gpus: i32,
+}
+
+/// The serving roles of `md`: one for aggregated, prefill then decode for disaggregated.
+pub fn roles(md: &ModelDeployment) -> Vec<(&'static str, Role)> {
+    let spec = &md.spec;
+    match spec.serving.mode {
+        ServingMode::Aggregated => vec![(
+            "aggregated",
+            Role {
+                replicas: spec.scaling.replicas,
+                gpus: spec.gpu_count(),
+            },
+        )],
+        ServingMode::Disaggregated => [
+            ("prefill", spec.scaling.prefill.as_ref()),
+            ("decode", spec.scaling.decode.as_ref()),
+        ]
+        .into_iter()
+        .map(|(name, c)| {
+            (
+                name,
+                Role {
+                    replicas: c.map_or(1, |c| c.replicas),
+                    gpus: c.and_then(|c| c.gpu.as_ref()).map_or(0, |g| g.count),
+                },
+            )
+        })
+        .collect(),
+    }
+}
+
+/// The Serve config of `md` as a value (`applications: [...]`).
+pub fn serve_config(md: &ModelDeployment) -> Result<Value, RenderError> {
+    let roles = roles(md);
+    let (import_path, args) = match md.spec.serving.mode {
+        ServingMode::Aggregated => {
+            let role = roles
+                .first()
+                .map(|(_, r)| *r)
+                .ok_or_else(|| RenderError("no serving role".into()))?;
+            let config = llm_config(md, role, None)?;
+            (OPENAI_APP, json!({ "llm_configs": [config] }))
+        }
+        ServingMode::Disaggregated => {
+            let kv = json!({"kv_connector": KV_CONNECTOR, "kv_role": "kv_both"});
+            let mut args = Map::new();
+            for (name, role) in roles {
+                args.insert(
+                    format!("{name}_config"),
+                    llm_config(md, role, Some(kv.clone()))?,
+                );
+            }
+            (PD_OPENAI_APP, Value::Object(args))
+        }
+    };
+    Ok(json!({
+        "applications": [{
+            "name": APP_NAME,
+            "route_prefix": "/",
+            "import_path": import_path,
+            "args": args,
+        }],
+    }))
+}
+
+/// The Serve config of `md` as the YAML string `serveConfigV2` holds. Strings a YAML 1.1
+/// reader would take for booleans or numbers (`on`, `yes`, `1e3`) are quoted.
+pub fn serve_config_yaml(md: &ModelDeployment) -> Result<String, RenderError> {
+    serde_saphyr::to_string(&serve_config(md)?)
+        .map_err(|e| RenderError(format!("cannot write serveConfigV2: {e}")))
+}
+
+fn llm_config(
+    md: &ModelDeployment,
+    role: Role,
+    kv_transfer: Option<Value>,
+) -> Result<Value, RenderError> {
+    let source = md
+        .spec
+        .model
+        .id
+        .as_deref()
+        .filter(|s| !s.is_empty())
+        .ok_or_else(|| {
+            RenderError(
+            "KubeRay needs spec.model.id: the Hugging Face id, or the model's path inside the image"
+                .into(),
+        )
+        })?;
+    let served = md.spec.served_model_name().unwrap_or(source);
+    let mut kwargs = Map::new();
+    if let Some(len) = md.spec.engine.context_length {
+        kwargs.insert("max_model_len".into(), json!(len));
+    }
+    if md.spec.engine.trust_remote_code {
+        kwargs.insert("trust_remote_code".into(), json!(true));
+    }
+    kwargs.insert("tensor_parallel_size".into(), json!(role.gpus));
+    if let Some(kv) = kv_transfer {
+        kwargs.insert("kv_transfer_config".into(), kv);
+    }
+    for (key, value) in md.spec.engine.args.iter().flatten() {
+        kwargs.insert(kwarg_key(key), typed(value));
+    }
+    Ok(json!({
+        "model_loading_config": {"model_id": served, "model_source": source},
+        "engine_kwargs": kwargs,
+        "deployment_config": {"num_replicas": role.replicas},
+    }))
+}
+
+/// `--gpu-memory-utilization` and `gpu-memory-utilization` as the engine keyword
+/// `gpu_memory_utilization`.
+pub fn kwarg_key(flag: &str) -> String {
+    flag.trim_start_matches('-').replace('-', "_")
+}
+
+/// An `engine.args` value (always a string) as the typed value vLLM's engine arguments
+/// expect: `true`/`false` as booleans, integers and decimals as numbers, the rest as
+/// strings.
+pub fn typed(value: &str) -> Value {
+    match value {
+        "true" => return Value::Bool(true),
+        "false" => return Value::Bool(false),
+        _ => {}
+    }
+    let numeric = !value.is_empty()
+        && value
+            .chars()
+            .all(|c| c.is_ascii_digit() || matches!(c, '-' | '+' | '.' | 'e' | 'E'))
+        && value.chars().any(|c| c.is_ascii_digit());
+    if numeric {
+        if let Ok(i) = value.parse::<i64>() {
+            return json!(i);
+        }
+        if let Ok(f) = value.parse::<f64>()
+            && let Some(n) = serde_json::Number::from_f64(f)
+        {
+            return Value::Number(n);
+        }
+    }
+    Value::String(value.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn engine_arg_keys_become_snake_case() {
+        assert_eq!(
+            kwarg_key("--gpu-memory-utilization"),
+            "gpu_memory_utilization"
+        );
+        assert_eq!(kwarg_key("enforce-eager"), "enforce_eager");
+        assert_eq!(kwarg_key("max_num_seqs"), "max_num_seqs");
+    }
+
+    #[test]
+    fn engine_arg_values_are_typed() {
+        assert_eq!(typed("true"), json!(true));
+        assert_eq!(typed("false"), json!(false));
+        assert_eq!(typed("256"), json!(256));
+        assert_eq!(typed("-1"), json!(-1));
+        assert_eq!(typed("0.9"), json!(0.9));
+        assert_eq!(typed("awq"), json!("awq"));
+        assert_eq!(typed("on"), json!("on"));
+        assert_eq!(typed("e"), json!("e"));
+        assert_eq!(typed("1-2"), json!("1-2"));
+        assert_eq!(typed(""), json!(""));
+        assert_eq!(typed("NaN"), json!("NaN"));
+    }
+}

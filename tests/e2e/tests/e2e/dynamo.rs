@@ -1,0 +1,609 @@
+//! The Dynamo provider end to end on a real API server, once per real
+//! DynamoGraphDeployment CRD: the v1alpha1-only CRD of Dynamo 1.1, and the newer CRD
+//! (v1alpha1 deprecated, v1beta1 storage; its conversion webhook is unreachable here, so
+//! only v1beta1 objects are ever created and read on it). Each CRD gets a private
+//! cluster and exactly one provider instance; the whole walk runs in one test function.
+//! Also: the chart lints and renders with least-privilege RBAC.
+
+use std::time::Duration;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::discovery::ApiResource;
+use kube::{Client, ResourceExt};
+use kubeairunway_dynamo_provider::{Dynamo, Settings};
+use kubeairunway_e2e::{fixtures_dir, helm, read_crd};
+use kubeairunway_sdk::api::{
+    EngineType, InferenceProviderConfig, ModelDeployment, Phase, ServingMode,
+};
+use kubeairunway_sdk::conditions::{self, PROVIDER_COMPATIBLE, READY};
+use kubeairunway_sdk::testing::{
+    self, ModelDeploymentBuilder, TestCluster, test_options, wait_for,
+};
+use serde_json::{Value, json};
+
+const WAIT: Duration = Duration::from_secs(60);
+const OLD_CRD: &str = "nvidia.com_dynamographdeployments.v1alpha1-only.dynamo-1.1-branchcut.yaml";
+const NEW_CRD: &str = "nvidia.com_dynamographdeployments.yaml";
+
+fn dgd_resource(version: &str) -> ApiResource {
+    ApiResource {
+        group: "nvidia.com".into(),
+        version: version.into(),
+        api_version: format!("nvidia.com/{version}"),
+        kind: "DynamoGraphDeployment".into(),
+        plural: "dynamographdeployments".into(),
+    }
+}
+
+fn upstream_crd(file: &str) -> CustomResourceDefinition {
+    read_crd(&fixtures_dir().join("crds/upstream").join(file)).unwrap()
+}
+
+/// A private cluster with the platform's CRDs, the stand-ins and `crd`.
+async fn private_cluster(tag: &str, crd: &CustomResourceDefinition) -> (TestCluster, Client) {
+    let dir = kubeairunway_testcluster::cache_dir()
+        .join("runs")
+        .join(format!("{}-dynamo-{tag}", std::process::id()));
+    let cluster = tokio::task::spawn_blocking(move || {
+        TestCluster::start(&dir, kubeairunway_testcluster::Lifetime::TiedToProcess)
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let client = cluster.client().await.unwrap();
+    let mut crds = kubeairunway_sdk::api::crds::all();
+    crds.extend(testing::standin_crds());
+    crds.push(crd.clone());
+    testing::install_crds(&client, &crds).await.unwrap();
+    (cluster, client)
+}
+
+/// Create the ModelDeployment as a user would and select `dynamo` as core would.
+async fn deploy(client: &Client, md: &ModelDeployment) -> ModelDeployment {
+    let api: Api<ModelDeployment> = Api::namespaced(client.clone(), &md.namespace().unwrap());
+    let mut body = serde_json::to_value(md).unwrap();
+    body.as_object_mut().unwrap().remove("status");
+    let created = api
+        .patch(
+            &md.name_any(),
+            &PatchParams::apply("user").force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .unwrap();
+    testing::select(client, &created, "dynamo").await.unwrap()
+}
+
+async fn md_where(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+    ready: impl Fn(&ModelDeployment) -> bool,
+) -> ModelDeployment {
+    let api: Api<ModelDeployment> = Api::namespaced(client.clone(), ns);
+    wait_for(
+        WAIT,
+        &format!("{ns}/{name}: {what}"),
+        || api.get(name),
+        ready,
+    )
+    .await
+    .unwrap()
+}
+
+async fn dgd_where(
+    client: &Client,
+    version: &str,
+    ns: &str,
+    name: &str,
+    what: &str,
+    ready: impl Fn(&Option<DynamicObject>) -> bool,
+) -> Option<DynamicObject> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &dgd_resource(version));
+    wait_for(
+        WAIT,
+        &format!("DGD {ns}/{name}: {what}"),
+        || api.get_opt(name),
+        ready,
+    )
+    .await
+    .unwrap()
+}
+
+fn phase(md: &ModelDeployment) -> Option<Phase> {
+    md.status.as_ref().and_then(|s| s.phase)
+}
+
+fn message(md: &ModelDeployment) -> String {
+    md.status
+        .as_ref()
+        .and_then(|s| s.message.clone())
+        .unwrap_or_default()
+}
+
+fn condition<'a>(
+    md: &'a ModelDeployment,
+    type_: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    md.status
+        .as_ref()
+        .and_then(|s| conditions::find(&s.conditions, type_))
+}
+
+/// Notes of the events with `reason` about the ModelDeployment `name`, once there is one.
+async fn wait_event(client: &Client, ns: &str, name: &str, reason: &str) -> Vec<String> {
+    let ar = ApiResource {
+        group: "events.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "events.k8s.io/v1".into(),
+        kind: "Event".into(),
+        plural: "events".into(),
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+    let lp = kube::api::ListParams::default();
+    let list = wait_for(
+        WAIT,
+        &format!("a {reason} event"),
+        || api.list(&lp),
+        |l| {
+            l.items
+                .iter()
+                .any(|e| e.data["regarding"]["name"] == name && e.data["reason"] == reason)
+        },
+    )
+    .await
+    .unwrap();
+    list.items
+        .into_iter()
+        .filter(|e| e.data["regarding"]["name"] == name && e.data["reason"] == reason)
+        .map(|e| e.data["note"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+fn ready_condition(status: &str, reason: &str, message: &str) -> Value {
+    json!({
+        "type": "Ready", "status": status, "reason": reason, "message": message,
+        "lastTransitionTime": Timestamp::now().to_string(),
+    })
+}
+
+/// One component's replica status as Dynamo writes it (v1alpha1 requires
+/// `componentName`, both require `updatedReplicas`).
+fn replica_status(version: &str, name: &str, replicas: i32, ready: i32) -> Value {
+    let mut s = json!({
+        "componentKind": "Deployment", "componentNames": [name],
+        "replicas": replicas, "updatedReplicas": replicas, "readyReplicas": ready,
+        "availableReplicas": ready,
+    });
+    if version == "v1alpha1" {
+        s["componentName"] = json!(name);
+    }
+    s
+}
+
+/// The whole walk for one installed CRD; `version` is the adapter it must choose.
+async fn walk(tag: &str, crd: CustomResourceDefinition, version: &str) {
+    let (_cluster, client) = private_cluster(tag, &crd).await;
+    let settings = Settings {
+        failed_after: Duration::from_secs(2),
+        ..Settings::default()
+    };
+    let _running = testing::spawn(Dynamo::new(settings), client.clone(), test_options());
+    let dgds = |ns: &str| -> Api<DynamicObject> {
+        Api::namespaced_with(client.clone(), ns, &dgd_resource(version))
+    };
+
+    // Registration says which upstream version was detected.
+    let configs: Api<InferenceProviderConfig> = Api::all(client.clone());
+    let config = wait_for(
+        WAIT,
+        "dynamo registered and ready",
+        || configs.get_opt("dynamo"),
+        |c| {
+            c.as_ref()
+                .and_then(|c| c.status.as_ref())
+                .is_some_and(|s| s.ready == Some(true))
+        },
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        config.status.unwrap().upstream_crd_version,
+        Some(format!("nvidia.com/{version}")),
+        "the adapter is chosen from the installed CRD"
+    );
+
+    // Every engine and mode renders an object the real API server accepts, at the
+    // version the adapter was chosen for.
+    let cases = [
+        ("agg", ModelDeploymentBuilder::new("agg").gpus(1).build()),
+        (
+            "disagg",
+            ModelDeploymentBuilder::new("disagg")
+                .gpus(0)
+                .mode(ServingMode::Disaggregated)
+                .overrides(json!({"routerMode": "kv", "frontend": {"replicas": 2, "resources": {"cpu": "4", "memory": "8Gi"}}, "routerTypo": 1}))
+                .spec(|s| {
+                    s.resources = None;
+                    s.scaling.prefill = serde_json::from_value(json!({"replicas": 2, "gpu": {"count": 4}, "memory": "128Gi"})).unwrap();
+                    s.scaling.decode = serde_json::from_value(json!({"replicas": 4, "gpu": {"count": 2}, "memory": "64Gi"})).unwrap();
+                    s.secrets = serde_json::from_value(json!({"huggingFaceToken": "hf-token"})).unwrap();
+                })
+                .build(),
+        ),
+        ("sglang", ModelDeploymentBuilder::new("sglang").engine(EngineType::Sglang).build()),
+        (
+            "trtllm",
+            ModelDeploymentBuilder::new("trtllm")
+                .engine(EngineType::Trtllm)
+                .spec(|s| s.engine.context_length = Some(4096))
+                .build(),
+        ),
+    ];
+    for (prefix, md) in &cases {
+        let ns = format!("{tag}-{prefix}");
+        let mut md = md.clone();
+        md.metadata.namespace = Some(ns.clone());
+        deploy(&client, &md).await;
+        let live = dgd_where(
+            &client,
+            version,
+            &ns,
+            &md.name_any(),
+            "created",
+            Option::is_some,
+        )
+        .await
+        .unwrap();
+        let expected = serde_json::to_value(
+            &kubeairunway_sdk::Provider::render(&Dynamo::default(), &md, &detected(&crd))
+                .unwrap()
+                .objects[0],
+        )
+        .unwrap();
+        assert_eq!(
+            live.data["spec"]["backendFramework"],
+            expected["spec"]["backendFramework"]
+        );
+        let components = if version == "v1beta1" {
+            "components"
+        } else {
+            "services"
+        };
+        assert_eq!(
+            live.data["spec"][components], expected["spec"][components],
+            "{prefix}: as rendered"
+        );
+        let md = md_where(&client, &ns, &md.name_any(), "Deploying", |m| {
+            phase(m) == Some(Phase::Deploying)
+        })
+        .await;
+        assert_eq!(
+            condition(&md, PROVIDER_COMPATIBLE).map(|c| c.status.as_str()),
+            Some("True")
+        );
+    }
+
+    // Warnings: an unknown override key, a setting TensorRT-LLM ignores.
+    let notes = wait_event(
+        &client,
+        &format!("{tag}-disagg"),
+        "disagg",
+        "UnknownOverride",
+    )
+    .await;
+    assert_eq!(
+        notes,
+        ["unknown override provider.overrides.routerTypo is ignored"]
+    );
+    let notes = wait_event(
+        &client,
+        &format!("{tag}-trtllm"),
+        "trtllm",
+        "ContextLengthIgnored",
+    )
+    .await;
+    assert!(
+        notes[0].starts_with("engine.contextLength 4096 is ignored"),
+        "{notes:?}"
+    );
+
+    // A wrong override type or router mode fails with the path.
+    let bad_ns = format!("{tag}-bad");
+    let bad = ModelDeploymentBuilder::new("bad")
+        .namespace(&bad_ns)
+        .overrides(json!({"routerMode": "none"}))
+        .build();
+    deploy(&client, &bad).await;
+    let md = md_where(&client, &bad_ns, "bad", "Failed", |m| {
+        phase(m) == Some(Phase::Failed)
+    })
+    .await;
+    assert!(
+        message(&md).contains("provider.overrides.routerMode"),
+        "{}",
+        message(&md)
+    );
+    assert!(dgds(&bad_ns).get_opt("bad").await.unwrap().is_none());
+
+    // Status walk on the aggregated one: initializing -> pending -> successful, and a
+    // failure that persists.
+    let ns = format!("{tag}-agg");
+    let resource = dgd_resource(version);
+    let write = |status: Value| {
+        let client = client.clone();
+        let resource = resource.clone();
+        let ns = ns.clone();
+        async move {
+            testing::write_upstream_status(&client, &resource, &ns, "agg", status)
+                .await
+                .unwrap();
+        }
+    };
+    write(json!({"state": "initializing"})).await;
+    let md = md_where(&client, &ns, "agg", "initializing", |m| {
+        message(m) == "DynamoGraphDeployment is initializing"
+    })
+    .await;
+    assert_eq!(phase(&md), Some(Phase::Deploying));
+
+    write(json!({"state": "pending", "conditions": [ready_condition("False", "ComponentsNotReady", "VllmWorker: 0/1 ready")]})).await;
+    let md = md_where(&client, &ns, "agg", "pending", |m| {
+        message(m) == "VllmWorker: 0/1 ready"
+    })
+    .await;
+    assert_eq!(phase(&md), Some(Phase::Deploying));
+    assert_eq!(
+        condition(&md, READY).map(|c| c.status.as_str()),
+        Some("False")
+    );
+
+    let per_component = if version == "v1beta1" {
+        "components"
+    } else {
+        "services"
+    };
+    write(json!({
+        "state": "successful",
+        "conditions": [ready_condition("True", "AllComponentsReady", "All resources are ready")],
+        per_component: {
+            "Frontend": replica_status(version, "agg-frontend", 2, 2),
+            "VllmWorker": replica_status(version, "agg-vllmworker", 1, 1),
+        },
+    }))
+    .await;
+    let md = md_where(&client, &ns, "agg", "Running", |m| {
+        phase(m) == Some(Phase::Running)
+    })
+    .await;
+    let status = md.status.clone().unwrap();
+    assert_eq!(status.message.as_deref(), Some("All resources are ready"));
+    let endpoint = status.endpoint.unwrap();
+    assert_eq!(
+        (endpoint.service.as_deref(), endpoint.port),
+        (Some("agg-frontend"), Some(8000))
+    );
+    let replicas = status.replicas.unwrap();
+    assert_eq!((replicas.desired, replicas.ready), (Some(1), Some(1)));
+    assert_eq!(
+        condition(&md, READY).map(|c| c.status.as_str()),
+        Some("True")
+    );
+
+    write(json!({"state": "failed", "conditions": [ready_condition("False", "ReconcileFailed", "image pull failed")]})).await;
+    let md = md_where(&client, &ns, "agg", "a transient failure", |m| {
+        message(m).contains("may be transient") || phase(m) == Some(Phase::Failed)
+    })
+    .await;
+    assert!(
+        message(&md).ends_with("image pull failed"),
+        "{}",
+        message(&md)
+    );
+    let md = md_where(&client, &ns, "agg", "Failed once it persists", |m| {
+        phase(m) == Some(Phase::Failed)
+    })
+    .await;
+    assert_eq!(message(&md), "image pull failed");
+    assert_eq!(
+        condition(&md, READY).map(|c| c.reason.as_str()),
+        Some("ReconcileFailed")
+    );
+
+    // What Dynamo cannot serve is refused with 004 §8's message.
+    let llama = ModelDeploymentBuilder::new("llama")
+        .namespace(&format!("{tag}-llama"))
+        .engine(EngineType::Llamacpp)
+        .gpus(0)
+        .build();
+    deploy(&client, &llama).await;
+    let md = md_where(&client, &format!("{tag}-llama"), "llama", "Failed", |m| {
+        phase(m) == Some(Phase::Failed)
+    })
+    .await;
+    let c = condition(&md, PROVIDER_COMPATIBLE).unwrap();
+    assert_eq!(
+        (c.status.as_str(), c.message.as_str()),
+        ("False", "Dynamo does not support llamacpp engine")
+    );
+    assert!(
+        dgds(&format!("{tag}-llama"))
+            .get_opt("llama")
+            .await
+            .unwrap()
+            .is_none()
+    );
+
+    // Deletion removes the upstream object.
+    let mds: Api<ModelDeployment> = Api::namespaced(client.clone(), &ns);
+    mds.delete("agg", &DeleteParams::default()).await.unwrap();
+    dgd_where(&client, version, &ns, "agg", "deleted", Option::is_none).await;
+    wait_for(
+        WAIT,
+        "ModelDeployment gone",
+        || mds.get_opt("agg"),
+        Option::is_none,
+    )
+    .await
+    .unwrap();
+
+    // A CRD whose schema lacks a field we render: ProviderCompatible=False with the path,
+    // and nothing applied.
+    let mut narrow = serde_json::to_value(&crd).unwrap();
+    for v in narrow["spec"]["versions"].as_array_mut().unwrap() {
+        if v["name"] == version {
+            v["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+                .as_object_mut()
+                .unwrap()
+                .remove("backendFramework");
+        }
+    }
+    let narrow: CustomResourceDefinition = serde_json::from_value(narrow).unwrap();
+    testing::install_crds(&client, &[narrow]).await.unwrap();
+    let ns = format!("{tag}-narrow");
+    deploy(
+        &client,
+        &ModelDeploymentBuilder::new("narrow").namespace(&ns).build(),
+    )
+    .await;
+    let md = md_where(&client, &ns, "narrow", "schema mismatch", |m| {
+        condition(m, PROVIDER_COMPATIBLE).is_some_and(|c| c.status == "False")
+    })
+    .await;
+    let c = condition(&md, PROVIDER_COMPATIBLE).unwrap();
+    assert_eq!(c.reason, "UpstreamSchemaMismatch");
+    assert!(c.message.contains("spec.backendFramework"), "{}", c.message);
+    assert_eq!(phase(&md), Some(Phase::Failed));
+    assert!(
+        dgds(&ns).get_opt("narrow").await.unwrap().is_none(),
+        "nothing applied"
+    );
+}
+
+fn detected(crd: &CustomResourceDefinition) -> kubeairunway_sdk::UpstreamApi {
+    kubeairunway_sdk::UpstreamApi::detect(
+        crd,
+        &kubeairunway_sdk::Provider::upstream(&Dynamo::default()),
+    )
+    .unwrap()
+}
+
+#[tokio::test]
+async fn dynamo_1_1_v1alpha1_crd_end_to_end() {
+    Box::pin(walk("old", upstream_crd(OLD_CRD), "v1alpha1")).await;
+}
+
+#[tokio::test]
+async fn dynamo_v1beta1_crd_end_to_end() {
+    Box::pin(walk("new", upstream_crd(NEW_CRD), "v1beta1")).await;
+}
+
+#[test]
+fn chart_lints_and_renders_least_privilege_rbac() {
+    let Some(helm) = helm::require() else { return };
+    let chart = helm::chart("dynamo-provider");
+    helm::lint(&helm, &chart).unwrap();
+    let objects = helm::template(
+        &helm,
+        &chart,
+        &[
+            ("image.tag", "1.2.3"),
+            ("dynamoVersion", "2.0.0"),
+            ("failedThresholdSeconds", "120"),
+        ],
+    )
+    .unwrap();
+
+    let roles = helm::of_kind(&objects, "ClusterRole");
+    assert_eq!(roles.len(), 1);
+    let rule = |groups: &[&str], resources: &[&str], verbs: &[&str]| json!({"apiGroups": groups, "resources": resources, "verbs": verbs});
+    assert_eq!(
+        roles[0]["rules"],
+        json!([
+            rule(
+                &["kubeairunway.ai"],
+                &["modeldeployments"],
+                &["get", "list", "watch", "patch", "update"]
+            ),
+            rule(
+                &["kubeairunway.ai"],
+                &["modeldeployments/status"],
+                &["get", "patch", "update"]
+            ),
+            rule(
+                &["kubeairunway.ai"],
+                &[
+                    "inferenceproviderconfigs",
+                    "inferenceproviderconfigs/status"
+                ],
+                &["get", "create", "patch", "update"]
+            ),
+            rule(
+                &["apiextensions.k8s.io"],
+                &["customresourcedefinitions"],
+                &["get", "list", "watch"]
+            ),
+            rule(
+                &["nvidia.com"],
+                &["dynamographdeployments"],
+                &[
+                    "get", "list", "watch", "create", "patch", "update", "delete"
+                ]
+            ),
+            rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
+        ])
+    );
+    assert!(
+        !serde_json::to_string(&roles[0]).unwrap().contains('*'),
+        "no wildcards"
+    );
+    assert!(helm::of_kind(&objects, "Role").is_empty());
+
+    let bindings = helm::of_kind(&objects, "ClusterRoleBinding");
+    let accounts = helm::of_kind(&objects, "ServiceAccount");
+    assert_eq!((bindings.len(), accounts.len()), (1, 1));
+    assert_eq!(bindings[0]["roleRef"]["name"], roles[0]["metadata"]["name"]);
+    assert_eq!(
+        bindings[0]["subjects"][0]["name"],
+        accounts[0]["metadata"]["name"]
+    );
+    assert_eq!(
+        bindings[0]["subjects"][0]["namespace"],
+        "kubeairunway-system"
+    );
+
+    let deployments = helm::of_kind(&objects, "Deployment");
+    assert_eq!(deployments.len(), 1);
+    let pod = &deployments[0]["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], accounts[0]["metadata"]["name"]);
+    let container = &pod["containers"][0];
+    assert_eq!(
+        container["image"],
+        "ghcr.io/kubeairunway/dynamo-provider:1.2.3"
+    );
+    assert_eq!(
+        container["args"],
+        json!([
+            "--dynamo-version=2.0.0",
+            "--failed-threshold-seconds=120",
+            "--finalizer-timeout-seconds=300",
+            "--stale-status-seconds=300",
+            "--heartbeat-seconds=30",
+            "--resync-seconds=300",
+            "--metrics-addr=0.0.0.0:8080",
+            "--log-json",
+        ])
+    );
+    assert_eq!(container["env"][0]["name"], "POD_NAME");
+    assert_eq!(
+        container["env"][0]["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.name"
+    );
+    assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
+    assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
+    assert_eq!(container["ports"][0]["containerPort"], 8080);
+}
