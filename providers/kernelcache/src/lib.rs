@@ -13,4 +13,5 @@ pub mod compat;
 pub mod extract;
 pub mod image;
 pub mod inject;
+pub mod oci;
 pub mod triton;

@@ -9,7 +9,9 @@
 use std::path::{Path, PathBuf};
 
 use oci_client::client::{ClientConfig, ClientProtocol};
-use oci_client::manifest::{IMAGE_DOCKER_LAYER_GZIP_MEDIA_TYPE, IMAGE_LAYER_GZIP_MEDIA_TYPE, OciImageManifest};
+use oci_client::manifest::{
+    IMAGE_DOCKER_LAYER_GZIP_MEDIA_TYPE, IMAGE_LAYER_GZIP_MEDIA_TYPE, OciImageManifest,
+};
 use oci_client::secrets::RegistryAuth;
 use oci_client::{Client, Reference};
 
@@ -79,14 +81,23 @@ impl std::fmt::Debug for Puller {
 impl Puller {
     /// A client using `auth`; registries in `plain_http` are spoken to over HTTP.
     pub fn new(auth: RegistryAuth, plain_http: Vec<String>) -> Self {
-        let config = ClientConfig { protocol: ClientProtocol::HttpsExcept(plain_http), ..ClientConfig::default() };
-        Self { client: Client::new(config), auth }
+        let config = ClientConfig {
+            protocol: ClientProtocol::HttpsExcept(plain_http),
+            ..ClientConfig::default()
+        };
+        Self {
+            client: Client::new(config),
+            auth,
+        }
     }
 
     /// Resolve a reference (tag or digest) to the digest of its manifest.
     pub async fn resolve(&self, image: &str) -> Result<String, PullError> {
         let reference = parse(image)?;
-        self.client.fetch_manifest_digest(&reference, &self.auth).await.map_err(|e| PullError::Registry(e.to_string()))
+        self.client
+            .fetch_manifest_digest(&reference, &self.auth)
+            .await
+            .map_err(|e| PullError::Registry(e.to_string()))
     }
 
     /// Check that the tag of `image` still points at `pinned`.
@@ -95,22 +106,44 @@ impl Puller {
         if current == pinned {
             Ok(())
         } else {
-            Err(PullError::TagMoved { reference: image.to_string(), pinned: pinned.to_string(), current })
+            Err(PullError::TagMoved {
+                reference: image.to_string(),
+                pinned: pinned.to_string(),
+                current,
+            })
         }
     }
 
     /// The manifest and cache description of a pinned image (`repo@sha256:...`).
     pub async fn inspect(&self, pinned: &str) -> Result<(OciImageManifest, CacheImage), PullError> {
         let reference = pinned_reference(pinned)?;
-        let (manifest, _digest, config) =
-            self.client.pull_manifest_and_config(&reference, &self.auth).await.map_err(|e| PullError::Registry(e.to_string()))?;
-        let config: serde_json::Value =
-            serde_json::from_str(&config).map_err(|e| PullError::Layout(format!("image config is not JSON: {e}")))?;
+        let (manifest, _digest, config) = self
+            .client
+            .pull_manifest_and_config(&reference, &self.auth)
+            .await
+            .map_err(|e| PullError::Registry(e.to_string()))?;
+        let config: serde_json::Value = serde_json::from_str(&config)
+            .map_err(|e| PullError::Layout(format!("image config is not JSON: {e}")))?;
         let cache = image::from_labels(&image::labels_of_config(&config))?;
         match manifest.layers.as_slice() {
-            [layer] if [IMAGE_LAYER_GZIP_MEDIA_TYPE, IMAGE_DOCKER_LAYER_GZIP_MEDIA_TYPE].contains(&layer.media_type.as_str()) => {}
-            [layer] => return Err(PullError::Layout(format!("the layer is {}, not a gzip tar", layer.media_type))),
-            layers => return Err(PullError::Layout(format!("a cache image has exactly one layer, this one has {}", layers.len()))),
+            [layer]
+                if [
+                    IMAGE_LAYER_GZIP_MEDIA_TYPE,
+                    IMAGE_DOCKER_LAYER_GZIP_MEDIA_TYPE,
+                ]
+                .contains(&layer.media_type.as_str()) => {}
+            [layer] => {
+                return Err(PullError::Layout(format!(
+                    "the layer is {}, not a gzip tar",
+                    layer.media_type
+                )));
+            }
+            layers => {
+                return Err(PullError::Layout(format!(
+                    "a cache image has exactly one layer, this one has {}",
+                    layers.len()
+                )));
+            }
         }
         Ok((manifest, cache))
     }
@@ -133,23 +166,40 @@ impl Puller {
         let (manifest, cache) = self.inspect(pinned).await?;
         let layer = &manifest.layers[0];
         if u64::try_from(layer.size).unwrap_or(u64::MAX) > limits.max_bytes {
-            return Err(PullError::Extract(ExtractError::TooLarge { limit: limits.max_bytes }));
+            return Err(PullError::Extract(ExtractError::TooLarge {
+                limit: limits.max_bytes,
+            }));
         }
         if dir.exists() {
-            return Ok(Staged { image: cache, dir, extracted: Extracted { files: 0, bytes: 0, already_present: true } });
+            return Ok(Staged {
+                image: cache,
+                dir,
+                extracted: Extracted {
+                    files: 0,
+                    bytes: 0,
+                    already_present: true,
+                },
+            });
         }
         let downloads = root.join(".downloads");
-        std::fs::create_dir_all(&downloads).map_err(|e| PullError::Io(format!("creating {}: {e}", downloads.display())))?;
-        let blob = tempfile::NamedTempFile::new_in(&downloads).map_err(|e| PullError::Io(format!("creating a download file: {e}")))?;
-        let file = tokio::fs::File::from_std(blob.reopen().map_err(|e| PullError::Io(e.to_string()))?);
+        std::fs::create_dir_all(&downloads)
+            .map_err(|e| PullError::Io(format!("creating {}: {e}", downloads.display())))?;
+        let blob = tempfile::NamedTempFile::new_in(&downloads)
+            .map_err(|e| PullError::Io(format!("creating a download file: {e}")))?;
+        let file =
+            tokio::fs::File::from_std(blob.reopen().map_err(|e| PullError::Io(e.to_string()))?);
         // pull_blob checks the content against the layer digest as it streams.
-        self.client.pull_blob(&reference, layer, file).await.map_err(|e| PullError::Registry(e.to_string()))?;
+        self.client
+            .pull_blob(&reference, layer, file)
+            .await
+            .map_err(|e| PullError::Registry(e.to_string()))?;
 
         let (root, target) = (root.to_path_buf(), dir.clone());
         let cache_type = cache.cache_type;
         let mount = triton_mount.map(str::to_string);
         let extracted = tokio::task::spawn_blocking(move || -> Result<Extracted, PullError> {
-            let reader = std::io::BufReader::new(blob.reopen().map_err(|e| PullError::Io(e.to_string()))?);
+            let reader =
+                std::io::BufReader::new(blob.reopen().map_err(|e| PullError::Io(e.to_string()))?);
             let extracted = extract::extract(reader, &root, &target, limits)?;
             if let Err(e) = finish(&target, cache_type, mount.as_deref()) {
                 let _ = std::fs::remove_dir_all(&target);
@@ -159,28 +209,39 @@ impl Puller {
         })
         .await
         .map_err(|e| PullError::Io(format!("extraction task: {e}")))??;
-        Ok(Staged { image: cache, dir, extracted })
+        Ok(Staged {
+            image: cache,
+            dir,
+            extracted,
+        })
     }
 }
 
 /// After extraction: the layer must hold the cache directory and a manifest that parses;
 /// Triton group files are rewritten to the mount path.
 fn finish(dir: &Path, cache_type: CacheType, triton_mount: Option<&str>) -> Result<(), PullError> {
-    let manifest = std::fs::read(dir.join(cache_type.manifest_path()))
-        .map_err(|_| PullError::Layout(format!("the layer has no {}", cache_type.manifest_path())))?;
+    let manifest = std::fs::read(dir.join(cache_type.manifest_path())).map_err(|_| {
+        PullError::Layout(format!("the layer has no {}", cache_type.manifest_path()))
+    })?;
     image::manifest_targets(cache_type, &manifest)?;
     let cache_dir = dir.join(cache_type.cache_dir());
     if !cache_dir.is_dir() {
-        return Err(PullError::Layout(format!("the layer has no {}/", cache_type.cache_dir())));
+        return Err(PullError::Layout(format!(
+            "the layer has no {}/",
+            cache_type.cache_dir()
+        )));
     }
     if let (CacheType::Triton, Some(mount)) = (cache_type, triton_mount) {
-        triton::rewrite_group_files(&cache_dir, mount).map_err(|e| PullError::Io(format!("rewriting Triton group files: {e}")))?;
+        triton::rewrite_group_files(&cache_dir, mount)
+            .map_err(|e| PullError::Io(format!("rewriting Triton group files: {e}")))?;
     }
     Ok(())
 }
 
 fn parse(image: &str) -> Result<Reference, PullError> {
-    image.parse::<Reference>().map_err(|e| PullError::Reference(image.to_string(), e.to_string()))
+    image
+        .parse::<Reference>()
+        .map_err(|e| PullError::Reference(image.to_string(), e.to_string()))
 }
 
 fn pinned_reference(pinned: &str) -> Result<Reference, PullError> {
@@ -194,5 +255,9 @@ fn pinned_reference(pinned: &str) -> Result<Reference, PullError> {
 /// `repo@digest` for an image reference given by tag or digest.
 pub fn pin(image: &str, digest: &str) -> Result<String, PullError> {
     let reference = parse(image)?;
-    Ok(format!("{}/{}@{digest}", reference.registry(), reference.repository()))
+    Ok(format!(
+        "{}/{}@{digest}",
+        reference.registry(),
+        reference.repository()
+    ))
 }

@@ -30,6 +30,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
 pub mod pki;
+pub mod registry;
 
 /// Name of the API server binary that `build.sh` produces.
 pub const APISERVER_BIN: &str = "kubeairunway-apiserver";

@@ -47,11 +47,18 @@ impl Registry {
             .stderr(log)
             .spawn()
             .context("starting docker-registry")?;
-        let mut registry = Registry { addr, dir: dir.to_path_buf(), process };
+        let mut registry = Registry {
+            addr,
+            dir: dir.to_path_buf(),
+            process,
+        };
         let deadline = Instant::now() + Duration::from_secs(30);
         while !registry.answers() {
             if let Some(status) = registry.process.try_wait()? {
-                bail!("registry exited ({status}): {}", fs::read_to_string(dir.join("registry.log")).unwrap_or_default());
+                bail!(
+                    "registry exited ({status}): {}",
+                    fs::read_to_string(dir.join("registry.log")).unwrap_or_default()
+                );
             }
             if Instant::now() > deadline {
                 bail!("registry not ready after 30s");
@@ -63,7 +70,9 @@ impl Registry {
 
     fn answers(&self) -> bool {
         use std::io::Write;
-        let Ok(mut s) = TcpStream::connect(&self.addr) else { return false };
+        let Ok(mut s) = TcpStream::connect(&self.addr) else {
+            return false;
+        };
         let _ = s.set_read_timeout(Some(Duration::from_secs(1)));
         if s.write_all(b"GET /v2/ HTTP/1.0\r\n\r\n").is_err() {
             return false;

@@ -94,3 +94,339 @@ async fn node_status_round_trips() {
         "BackendMismatch"
     );
 }
+
+/// Pulling and staging cache images from a real OCI registry on loopback.
+mod oci {
+    use std::path::{Path, PathBuf};
+
+    use flate2::Compression;
+    use flate2::write::GzEncoder;
+    use kubeairunway_kernelcache::extract::Limits;
+    use kubeairunway_kernelcache::image::CacheType;
+    use kubeairunway_kernelcache::oci::{PullError, Puller, pin};
+    use kubeairunway_testcluster::registry::Registry;
+    use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
+    use oci_client::manifest::{IMAGE_CONFIG_MEDIA_TYPE, IMAGE_LAYER_GZIP_MEDIA_TYPE};
+    use oci_client::secrets::RegistryAuth;
+    use oci_client::{Client, Reference};
+    use serde_json::{Value, json};
+
+    const HASH: &str = "MCELTMXFCSPAMZYLZ3C3WPPYYVTVR4QOYNE52X3X6FIH7Z6N6X5A";
+
+    fn example() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../providers/kernelcache/tests/data/triton-rocm-vector-add")
+    }
+
+    /// The real ROCm vector-add cache (its metadata files) as a compat-format layer.
+    fn triton_layer(extra: &[(&str, &[u8])]) -> Vec<u8> {
+        let mut builder = tar::Builder::new(GzEncoder::new(Vec::new(), Compression::fast()));
+        let mut add = |path: &str, data: &[u8]| {
+            let mut header = tar::Header::new_gnu();
+            header.set_size(data.len() as u64);
+            header.set_mode(0o644);
+            header.set_entry_type(tar::EntryType::Regular);
+            builder.append_data(&mut header, path, data).unwrap();
+        };
+        for file in ["__grp__add_kernel.json", "add_kernel.json"] {
+            let data =
+                std::fs::read(example().join("io.triton.cache").join(HASH).join(file)).unwrap();
+            add(&format!("io.triton.cache/{HASH}/{file}"), &data);
+        }
+        add(
+            "io.triton.manifest/manifest.json",
+            &std::fs::read(example().join("io.triton.manifest/manifest.json")).unwrap(),
+        );
+        for (path, data) in extra {
+            add(path, data);
+        }
+        builder.into_inner().unwrap().finish().unwrap()
+    }
+
+    fn config(labels: &Value) -> Vec<u8> {
+        let mut c: Value =
+            serde_json::from_slice(&std::fs::read(example().join("image-config.json")).unwrap())
+                .unwrap();
+        c["config"]["Labels"] = labels.clone();
+        c["rootfs"] = json!({"type": "layers", "diff_ids": []});
+        serde_json::to_vec(&c).unwrap()
+    }
+
+    fn real_labels() -> Value {
+        let c: Value =
+            serde_json::from_slice(&std::fs::read(example().join("image-config.json")).unwrap())
+                .unwrap();
+        c["config"]["Labels"].clone()
+    }
+
+    async fn push(
+        registry: &Registry,
+        repo_tag: &str,
+        layer: Vec<u8>,
+        config_blob: Vec<u8>,
+    ) -> String {
+        let client = Client::new(ClientConfig {
+            protocol: ClientProtocol::Http,
+            ..ClientConfig::default()
+        });
+        let reference: Reference = format!("{}/{repo_tag}", registry.addr()).parse().unwrap();
+        let layers = [ImageLayer::new(
+            layer,
+            IMAGE_LAYER_GZIP_MEDIA_TYPE.to_string(),
+            None,
+        )];
+        let config = Config::new(config_blob, IMAGE_CONFIG_MEDIA_TYPE.to_string(), None);
+        client
+            .push(&reference, &layers, config, &RegistryAuth::Anonymous, None)
+            .await
+            .unwrap();
+        reference.to_string()
+    }
+
+    fn puller(registry: &Registry) -> Puller {
+        Puller::new(RegistryAuth::Anonymous, vec![registry.addr().to_string()])
+    }
+
+    fn listing(dir: &Path) -> Vec<String> {
+        let mut out: Vec<String> = walk(dir)
+            .into_iter()
+            .map(|p| p.strip_prefix(dir).unwrap().display().to_string())
+            .collect();
+        out.sort();
+        out
+    }
+
+    fn walk(dir: &Path) -> Vec<PathBuf> {
+        let mut out = Vec::new();
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            out.push(e.path());
+            if e.file_type().unwrap().is_dir() {
+                out.extend(walk(&e.path()));
+            }
+        }
+        out
+    }
+
+    fn start_registry(tag: &str) -> Registry {
+        let dir = kubeairunway_testcluster::cache_dir()
+            .join("runs")
+            .join(format!("{}-registry-{tag}", std::process::id()));
+        Registry::start(&dir).unwrap()
+    }
+
+    #[tokio::test]
+    async fn a_pinned_triton_cache_is_pulled_verified_and_staged() {
+        let registry = start_registry("stage");
+        let image = push(
+            &registry,
+            "caches/vadd:rocm",
+            triton_layer(&[]),
+            config(&real_labels()),
+        )
+        .await;
+        let puller = puller(&registry);
+        let digest = puller.resolve(&image).await.unwrap();
+        assert!(digest.starts_with("sha256:"));
+        let pinned = pin(&image, &digest).unwrap();
+
+        // Tags are never pulled.
+        let root = tempfile::tempdir().unwrap();
+        assert!(matches!(
+            puller
+                .stage(&image, root.path(), "ml", "vadd", None, Limits::default())
+                .await,
+            Err(PullError::NotPinned(_))
+        ));
+
+        let mount = "/var/cache/kubeairunway/kernels/vadd";
+        let staged = puller
+            .stage(
+                &pinned,
+                root.path(),
+                "ml",
+                "vadd",
+                Some(mount),
+                Limits::default(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(staged.image.cache_type, CacheType::Triton);
+        assert_eq!(staged.image.targets[0].arch, "gfx90a");
+        assert_eq!(
+            staged.dir,
+            root.path().join("ml/vadd").join(digest.replace(':', "-"))
+        );
+        let group: Value = serde_json::from_slice(
+            &std::fs::read(
+                staged
+                    .dir
+                    .join("io.triton.cache")
+                    .join(HASH)
+                    .join("__grp__add_kernel.json"),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(
+            group["child_paths"]["add_kernel.json"],
+            format!("{mount}/{HASH}/add_kernel.json")
+        );
+        // Staging again (an agent restart) redoes nothing.
+        let again = puller
+            .stage(
+                &pinned,
+                root.path(),
+                "ml",
+                "vadd",
+                Some(mount),
+                Limits::default(),
+            )
+            .await
+            .unwrap();
+        assert!(again.extracted.already_present);
+
+        // The tag moves: the pin notices, and the pinned digest still stages what it was.
+        push(
+            &registry,
+            "caches/vadd:rocm",
+            triton_layer(&[("io.triton.cache/extra.txt", b"new")]),
+            config(&real_labels()),
+        )
+        .await;
+        let moved = puller.check_pin(&image, &digest).await.unwrap_err();
+        assert!(
+            matches!(&moved, PullError::TagMoved { pinned, .. } if pinned == &digest),
+            "{moved}"
+        );
+        let other_root = tempfile::tempdir().unwrap();
+        let old = puller
+            .stage(
+                &pinned,
+                other_root.path(),
+                "ml",
+                "vadd",
+                None,
+                Limits::default(),
+            )
+            .await
+            .unwrap();
+        assert!(!old.dir.join("io.triton.cache/extra.txt").exists());
+    }
+
+    #[tokio::test]
+    async fn tampered_and_malformed_images_are_refused_with_nothing_written() {
+        let registry = start_registry("refuse");
+        let puller = puller(&registry);
+        let refuse = |root: &tempfile::TempDir| {
+            let left: Vec<String> = listing(root.path())
+                .into_iter()
+                .filter(|p| p != ".downloads")
+                .collect();
+            assert!(left.is_empty(), "left behind: {left:?}");
+        };
+
+        // A corrupted blob: the registry serves bytes that do not match the layer digest.
+        let layer = triton_layer(&[]);
+        let image = push(
+            &registry,
+            "caches/corrupt:1",
+            layer.clone(),
+            config(&real_labels()),
+        )
+        .await;
+        let pinned = pin(&image, &puller.resolve(&image).await.unwrap()).unwrap();
+        let layer_digest = format!("{:x}", <sha2::Sha256 as sha2::Digest>::digest(&layer));
+        let stored = walk(&registry.storage())
+            .into_iter()
+            .find(|p| p.ends_with(Path::new(&layer_digest).join("data")))
+            .unwrap();
+        let mut bytes = std::fs::read(&stored).unwrap();
+        let last = bytes.len() - 20;
+        bytes[last] ^= 0xff;
+        std::fs::write(&stored, bytes).unwrap();
+        let root = tempfile::tempdir().unwrap();
+        let err = puller
+            .stage(
+                &pinned,
+                root.path(),
+                "ml",
+                "corrupt",
+                None,
+                Limits::default(),
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, PullError::Registry(ref m) if m.to_lowercase().contains("digest")),
+            "{err}"
+        );
+        refuse(&root);
+
+        // Not a kernel cache: no cache labels.
+        let image = push(
+            &registry,
+            "caches/plain:1",
+            triton_layer(&[]),
+            config(&json!({"maintainer": "x"})),
+        )
+        .await;
+        let pinned = pin(&image, &puller.resolve(&image).await.unwrap()).unwrap();
+        let root = tempfile::tempdir().unwrap();
+        let err = puller
+            .stage(&pinned, root.path(), "ml", "plain", None, Limits::default())
+            .await
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "not a kernel cache image: no cache.triton.image/summary or cache.vllm.image/summary label"
+        );
+        refuse(&root);
+
+        // A layer that climbs out of the cache.
+        let mut builder = tar::Builder::new(GzEncoder::new(Vec::new(), Compression::fast()));
+        let mut header = tar::Header::new_gnu();
+        header.as_old_mut().name[..14].copy_from_slice(b"../../escape.x");
+        header.set_size(1);
+        header.set_mode(0o644);
+        header.set_cksum();
+        builder.append(&header, &b"x"[..]).unwrap();
+        let evil = builder.into_inner().unwrap().finish().unwrap();
+        let image = push(&registry, "caches/evil:1", evil, config(&real_labels())).await;
+        let pinned = pin(&image, &puller.resolve(&image).await.unwrap()).unwrap();
+        let root = tempfile::tempdir().unwrap();
+        let err = puller
+            .stage(&pinned, root.path(), "ml", "evil", None, Limits::default())
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("contains '..'"), "{err}");
+        refuse(&root);
+        assert!(!root.path().parent().unwrap().join("escape.x").exists());
+
+        // Over the size cap: refused from the manifest, before downloading.
+        let image = push(
+            &registry,
+            "caches/big:1",
+            triton_layer(&[]),
+            config(&real_labels()),
+        )
+        .await;
+        let pinned = pin(&image, &puller.resolve(&image).await.unwrap()).unwrap();
+        let root = tempfile::tempdir().unwrap();
+        let err = puller
+            .stage(
+                &pinned,
+                root.path(),
+                "ml",
+                "big",
+                None,
+                Limits {
+                    max_bytes: 100,
+                    max_entries: 10,
+                },
+            )
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("exceeds 100 bytes"), "{err}");
+        refuse(&root);
+    }
+}
