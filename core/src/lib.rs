@@ -11,3 +11,5 @@ pub mod validation;
 
 /// The field manager core applies its status fields with.
 pub const FIELD_MANAGER: &str = "kubeairunway-controller";
+pub mod metrics;
+pub mod reconciler;

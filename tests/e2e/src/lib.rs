@@ -75,3 +75,71 @@ pub async fn apply_md(
     api.patch(&name, &PatchParams::apply(manager), &Patch::Apply(&obj))
         .await
 }
+
+/// A stand-in CRD for a built-in kind the test API server does not serve (for example
+/// `events.k8s.io/v1` Event or `coordination.k8s.io/v1` Lease), with a schema that keeps
+/// every field. Test code only: it lets controllers that publish Events or hold Leases
+/// run against the test server unchanged.
+pub fn stand_in_crd(
+    group: &str,
+    version: &str,
+    kind: &str,
+    plural: &str,
+) -> anyhow::Result<CustomResourceDefinition> {
+    Ok(serde_json::from_value(serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": format!("{plural}.{group}"),
+            "annotations": {"api-approved.kubernetes.io": "unapproved, test stand-in"},
+        },
+        "spec": {
+            "group": group,
+            "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(), "listKind": format!("{kind}List")},
+            "scope": "Namespaced",
+            "versions": [{
+                "name": version, "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+            }],
+        },
+    }))?)
+}
+
+/// Install the Event and Lease stand-in CRDs (once per process).
+pub async fn install_stand_ins(client: &Client) -> anyhow::Result<()> {
+    static INSTALLED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
+    let cluster = shared();
+    let _ = client;
+    INSTALLED
+        .get_or_try_init(|| async {
+            let client = cluster.client().await?;
+            install_crds(
+                &client,
+                &[
+                    stand_in_crd("events.k8s.io", "v1", "Event", "events")?,
+                    stand_in_crd("coordination.k8s.io", "v1", "Lease", "leases")?,
+                ],
+            )
+            .await
+        })
+        .await?;
+    Ok(())
+}
+
+/// Poll `check` every 100 ms until it returns `Some`, or fail after `secs` seconds.
+pub async fn eventually<T, F, Fut>(secs: u64, what: &str, mut check: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        if let Some(v) = check().await {
+            return Ok(v);
+        }
+        if tokio::time::Instant::now() > deadline {
+            anyhow::bail!("timed out after {secs}s waiting for {what}");
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
