@@ -13,3 +13,5 @@ pub mod validation;
 pub const FIELD_MANAGER: &str = "kubeairunway-controller";
 pub mod metrics;
 pub mod reconciler;
+pub mod tls;
+pub mod webhook;

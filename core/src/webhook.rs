@@ -1,0 +1,243 @@
+//! Admission webhooks for ModelDeployment, speaking `admission.k8s.io/v1`
+//! AdmissionReview: validating (`/validate-modeldeployment`, the rules of 004 §8 plus the
+//! check that an explicitly named provider is registered) and mutating
+//! (`/mutate-modeldeployment`, defaults as a JSON patch).
+//!
+//! Every request gets an AdmissionReview back, malformed ones included (`allowed: false`
+//! with the reason); nothing a client sends makes the handler panic.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use futures::FutureExt;
+use kube::api::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kubeairunway_sdk::{InferenceProviderConfig, ModelDeployment};
+use serde_json::Value;
+use tracing::{debug, warn};
+
+use crate::validation::{provider_not_installed, validate};
+
+/// Path of the validating webhook.
+pub const VALIDATE_PATH: &str = "/validate-modeldeployment";
+/// Path of the mutating webhook.
+pub const MUTATE_PATH: &str = "/mutate-modeldeployment";
+/// Largest request body accepted (the API server sends at most a few MiB).
+pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+/// Where the webhook looks up registered providers.
+#[derive(Clone)]
+pub struct WebhookState {
+    providers: Option<Store<InferenceProviderConfig>>,
+}
+
+impl std::fmt::Debug for WebhookState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookState")
+            .field("providers", &self.providers.is_some())
+            .finish()
+    }
+}
+
+impl WebhookState {
+    /// Webhooks that check explicitly named providers against this cache (`None`: never
+    /// check).
+    pub fn new(providers: Option<Store<InferenceProviderConfig>>) -> Self {
+        Self { providers }
+    }
+
+    /// Whether a provider is registered; `None` when the cache has not synced yet.
+    fn provider_registered(&self, name: &str) -> Option<bool> {
+        let store = self.providers.as_ref()?;
+        store.wait_until_ready().now_or_never()?.ok()?;
+        Some(store.get(&ObjectRef::new(name)).is_some())
+    }
+}
+
+/// The webhook routes.
+pub fn router(state: WebhookState) -> Router {
+    Router::new()
+        .route(VALIDATE_PATH, post(validate_handler))
+        .route(MUTATE_PATH, post(mutate_handler))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(Arc::new(state))
+}
+
+fn respond(resp: AdmissionResponse) -> Response {
+    match serde_json::to_vec(&resp.into_review()) {
+        Ok(body) => (
+            StatusCode::OK,
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+/// A response for a request that could not be read, keeping its uid when it has one.
+fn invalid(raw: Option<&Value>, reason: &str) -> AdmissionResponse {
+    let mut resp = AdmissionResponse::invalid(reason);
+    if let Some(uid) = raw
+        .and_then(|v| v.pointer("/request/uid"))
+        .and_then(Value::as_str)
+    {
+        resp.uid = uid.to_string();
+    }
+    if let Some(api_version) = raw
+        .and_then(|v| v.get("apiVersion"))
+        .and_then(Value::as_str)
+        .filter(|v| v.starts_with("admission.k8s.io/"))
+    {
+        resp.types.api_version = api_version.to_string();
+    }
+    resp
+}
+
+/// Parse a request body into an AdmissionRequest for a ModelDeployment.
+fn parse(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, Box<AdmissionResponse>> {
+    let raw: Value = serde_json::from_slice(body)
+        .map_err(|e| Box::new(invalid(None, &format!("malformed AdmissionReview: {e}"))))?;
+    let review: AdmissionReview<DynamicObject> =
+        serde_json::from_value(raw.clone()).map_err(|e| {
+            Box::new(invalid(
+                Some(&raw),
+                &format!("malformed AdmissionReview: {e}"),
+            ))
+        })?;
+    if review.types.kind != "AdmissionReview" {
+        return Err(Box::new(invalid(
+            Some(&raw),
+            &format!("expected kind AdmissionReview, got {:?}", review.types.kind),
+        )));
+    }
+    let req: AdmissionRequest<DynamicObject> = review
+        .try_into()
+        .map_err(|_| Box::new(invalid(Some(&raw), "AdmissionReview without a request")))?;
+    if req.kind.group != kubeairunway_sdk::GROUP || req.kind.kind != "ModelDeployment" {
+        let reason = format!(
+            "this webhook admits kubeairunway.ai ModelDeployments, not {}/{} {}",
+            req.kind.group, req.kind.version, req.kind.kind
+        );
+        return Err(Box::new(AdmissionResponse::from(&req).deny(reason)));
+    }
+    Ok(req)
+}
+
+fn typed(obj: &DynamicObject) -> Result<ModelDeployment, String> {
+    let value = serde_json::to_value(obj).map_err(|e| e.to_string())?;
+    serde_json::from_value(value).map_err(|e| format!("invalid ModelDeployment: {e}"))
+}
+
+/// Decide a validating request.
+pub fn review_validate(
+    req: &AdmissionRequest<DynamicObject>,
+    state: &WebhookState,
+) -> AdmissionResponse {
+    let resp = AdmissionResponse::from(req);
+    let Some(obj) = req.object.as_ref() else {
+        // DELETE and CONNECT carry no object: nothing to validate.
+        return resp;
+    };
+    if matches!(req.operation, Operation::Delete | Operation::Connect) {
+        return resp;
+    }
+    if obj.metadata.deletion_timestamp.is_some() {
+        // Never block finalizers from being removed.
+        return resp;
+    }
+    let md = match typed(obj) {
+        Ok(md) => md,
+        Err(e) => return resp.deny(e),
+    };
+    let v = validate(&md.spec);
+    let mut resp = resp;
+    if !v.warnings.is_empty() {
+        resp.warnings = Some(v.warnings.clone());
+    }
+    if !v.is_valid() {
+        return resp.deny(v.message());
+    }
+    if let Some(name) = md.spec.provider_name() {
+        let old_name = req
+            .old_object
+            .as_ref()
+            .and_then(|o| typed(o).ok())
+            .and_then(|o| o.spec.provider_name().map(str::to_string));
+        if old_name.as_deref() != Some(name) {
+            match state.provider_registered(name) {
+                Some(true) => {}
+                Some(false) => return resp.deny(provider_not_installed(name)),
+                None => {
+                    resp.warnings.get_or_insert_with(Vec::new).push(format!(
+                        "could not check that provider '{name}' is installed yet"
+                    ));
+                }
+            }
+        }
+    }
+    resp
+}
+
+/// Decide a mutating request: the defaults as a JSON patch.
+pub fn review_mutate(req: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+    let resp = AdmissionResponse::from(req);
+    let Some(obj) = req.object.as_ref() else {
+        return resp;
+    };
+    if matches!(req.operation, Operation::Delete | Operation::Connect) {
+        return resp;
+    }
+    let original = match serde_json::to_value(obj) {
+        Ok(v) => v,
+        Err(e) => return resp.deny(format!("unreadable object: {e}")),
+    };
+    if original.get("spec").is_none() {
+        // Nothing to default; validation reports the missing spec.
+        return resp;
+    }
+    let mut defaulted = original.clone();
+    if let Some(spec) = defaulted.get_mut("spec") {
+        crate::defaults::apply(spec);
+    }
+    let patch = json_patch::diff(&original, &defaulted);
+    if patch.0.is_empty() {
+        return resp;
+    }
+    match resp.clone().with_patch(patch) {
+        Ok(r) => r,
+        Err(e) => resp.deny(format!("building patch: {e}")),
+    }
+}
+
+async fn validate_handler(State(state): State<Arc<WebhookState>>, body: Bytes) -> Response {
+    let resp = match parse(&body) {
+        Ok(req) => {
+            let r = review_validate(&req, &state);
+            debug!(uid = %req.uid, allowed = r.allowed, name = %req.name, namespace = ?req.namespace, "validated");
+            r
+        }
+        Err(r) => {
+            warn!(reason = %r.result.message, "rejected a malformed validating request");
+            *r
+        }
+    };
+    respond(resp)
+}
+
+async fn mutate_handler(body: Bytes) -> Response {
+    let resp = match parse(&body) {
+        Ok(req) => review_mutate(&req),
+        Err(r) => {
+            warn!(reason = %r.result.message, "rejected a malformed mutating request");
+            *r
+        }
+    };
+    respond(resp)
+}
