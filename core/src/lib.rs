@@ -11,6 +11,8 @@ pub mod validation;
 
 /// The field manager core applies its status fields with.
 pub const FIELD_MANAGER: &str = "kubeairunway-controller";
+pub mod app;
+pub mod leader;
 pub mod metrics;
 pub mod reconciler;
 pub mod tls;

@@ -4,6 +4,8 @@
 
 #[path = "e2e/core_selection.rs"]
 mod core_selection;
+#[path = "e2e/core_webhook.rs"]
+mod core_webhook;
 #[path = "e2e/crds.rs"]
 mod crds;
 #[path = "e2e/reference_compat.rs"]
