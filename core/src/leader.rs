@@ -70,9 +70,11 @@ impl LeaderElector {
 
     /// Take or renew the Lease; `Ok(true)` while this candidate holds it.
     pub async fn try_acquire_or_renew(&self) -> kube::Result<bool> {
-        let now = Timestamp::now();
         let me = &self.settings.identity;
-        let Some(lease) = self.api.get_opt(&self.settings.name).await? else {
+        let found = self.api.get_opt(&self.settings.name).await?;
+        // Taken after the read, so a slow read never shortens the lease we write.
+        let now = Timestamp::now();
+        let Some(lease) = found else {
             let lease = Lease {
                 metadata: ObjectMeta {
                     name: Some(self.settings.name.clone()),

@@ -71,7 +71,7 @@ fn builtin_configs() -> Vec<(&'static str, Value)> {
 
 /// Register every config as its provider would (spec and a fresh heartbeat), once per
 /// process; later calls only refresh the heartbeats.
-async fn register_providers(client: &Client) {
+pub async fn register_providers(client: &Client) {
     let api: Api<InferenceProviderConfig> = Api::all(client.clone());
     for (name, spec) in builtin_configs() {
         let manager = format!("{name}-provider");
