@@ -4,7 +4,8 @@
 # end-to-end tests included.
 #
 # Caches (safe to delete): the test API server and etcd under
-# ${XDG_CACHE_HOME:-~/.cache}/kubeairunway/testcluster; cargo's registry as usual.
+# ${XDG_CACHE_HOME:-~/.cache}/kubeairunway/testcluster; helm under
+# ${XDG_CACHE_HOME:-~/.cache}/kubeairunway/helm; cargo's registry as usual.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -27,6 +28,16 @@ python3 -m pip --version >/dev/null 2>&1 || python3 -m ensurepip --user >/dev/nu
 
 step "test API server (etcd + apiextensions-apiserver), cached"
 bash tests/cluster/build.sh >/dev/null
+
+step "helm (for the chart checks), cached"
+helm="$(bash scripts/install-helm.sh)"
+export KUBEAIRUNWAY_HELM="$helm"
+
+step "helm lint and helm template"
+for chart in charts/*/; do
+  "$helm" lint --strict "$chart"
+  "$helm" template ci "$chart" --namespace kubeairunway-system >/dev/null
+done
 
 step "cargo fmt --check"
 cargo fmt --all -- --check

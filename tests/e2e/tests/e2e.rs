@@ -2,6 +2,8 @@
 //! on first use; tests keep apart by namespace). See `kubeairunway-testcluster`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
+#[path = "e2e/core_chart.rs"]
+mod core_chart;
 #[path = "e2e/core_leader.rs"]
 mod core_leader;
 #[path = "e2e/core_selection.rs"]
