@@ -375,6 +375,8 @@ async fn decide(md: &ModelDeployment, ctx: &Context, now: Timestamp) -> Desired 
     }
 
     let configs = ctx.providers.state();
+    let names: Vec<String> = configs.iter().map(|c| c.name_any()).collect();
+    ctx.rules.retain(&names);
     let sel = selection::select(md, &configs, &ctx.rules, &ctx.settings.selection, now);
     report_rule_errors(ctx, &configs, &sel.rule_errors, &sel.clean_providers, now).await;
     match sel.outcome {

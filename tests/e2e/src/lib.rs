@@ -86,6 +86,17 @@ pub fn stand_in_crd(
     kind: &str,
     plural: &str,
 ) -> anyhow::Result<CustomResourceDefinition> {
+    stand_in_crd_scoped(group, version, kind, plural, true)
+}
+
+/// [`stand_in_crd`] for a namespaced (`true`) or cluster-scoped kind.
+pub fn stand_in_crd_scoped(
+    group: &str,
+    version: &str,
+    kind: &str,
+    plural: &str,
+    namespaced: bool,
+) -> anyhow::Result<CustomResourceDefinition> {
     Ok(serde_json::from_value(serde_json::json!({
         "apiVersion": "apiextensions.k8s.io/v1",
         "kind": "CustomResourceDefinition",
@@ -96,7 +107,7 @@ pub fn stand_in_crd(
         "spec": {
             "group": group,
             "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(), "listKind": format!("{kind}List")},
-            "scope": "Namespaced",
+            "scope": if namespaced { "Namespaced" } else { "Cluster" },
             "versions": [{
                 "name": version, "served": true, "storage": true,
                 "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
@@ -105,7 +116,8 @@ pub fn stand_in_crd(
     }))?)
 }
 
-/// Install the Event and Lease stand-in CRDs (once per process).
+/// Install the stand-in CRDs of Event, Lease and the two webhook configuration kinds
+/// (once per process).
 pub async fn install_stand_ins(client: &Client) -> anyhow::Result<()> {
     static INSTALLED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
     let cluster = shared();
@@ -118,6 +130,20 @@ pub async fn install_stand_ins(client: &Client) -> anyhow::Result<()> {
                 &[
                     stand_in_crd("events.k8s.io", "v1", "Event", "events")?,
                     stand_in_crd("coordination.k8s.io", "v1", "Lease", "leases")?,
+                    stand_in_crd_scoped(
+                        "admissionregistration.k8s.io",
+                        "v1",
+                        "ValidatingWebhookConfiguration",
+                        "validatingwebhookconfigurations",
+                        false,
+                    )?,
+                    stand_in_crd_scoped(
+                        "admissionregistration.k8s.io",
+                        "v1",
+                        "MutatingWebhookConfiguration",
+                        "mutatingwebhookconfigurations",
+                        false,
+                    )?,
                 ],
             )
             .await

@@ -325,7 +325,47 @@ async fn core_waits_while_paused_and_when_nothing_fits() {
         status.message.as_deref(),
         Some("Provider 'nonesuch' CRD not installed in cluster")
     );
-    assert_eq!(got.metadata.name.as_deref(), Some("unknown"));
+
+    // Valid, but no provider fits: Pending, and the message says why, per provider.
+    apply_md(
+        &client,
+        &ns,
+        "user",
+        &md(
+            "nofit",
+            json!({"model": {"id": "a/b"}, "engine": {"type": "llamacpp"}, "serving": {"mode": "disaggregated"},
+                   "scaling": {"prefill": {"gpu": {"count": 1}}, "decode": {"gpu": {"count": 1}}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    let got = wait_md(&api, "nofit", "Pending", |m| {
+        m.status.as_ref().and_then(|s| s.phase).is_some()
+    })
+    .await;
+    let status = got.status.clone().unwrap();
+    assert_eq!(
+        status.phase.map(kubeairunway_sdk::api::Phase::as_str),
+        Some("Pending")
+    );
+    let message = status.message.unwrap();
+    assert!(
+        message.starts_with("No provider fits (engine=llamacpp, gpu=true, mode=disaggregated): "),
+        "{message}"
+    );
+    for why in [
+        "dynamo: engine llamacpp not supported",
+        "kaito: serving mode disaggregated not supported",
+        "kuberay: engine llamacpp not supported",
+    ] {
+        assert!(message.contains(why), "{why} missing in {message}");
+    }
+    let sel = conditions::find(&status.conditions, PROVIDER_SELECTED).unwrap();
+    assert_eq!(
+        (sel.status.as_str(), sel.reason.as_str()),
+        ("False", "NoSuitableProvider")
+    );
+    assert_eq!(got.selected_provider(), None);
 }
 
 #[tokio::test]

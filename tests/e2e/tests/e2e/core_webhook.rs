@@ -366,3 +366,70 @@ fn base64_decode(s: &str) -> Vec<u8> {
     use base64::Engine as _;
     base64::engine::general_purpose::STANDARD.decode(s).unwrap()
 }
+
+/// The CA bundle goes into every webhook of both configurations (served here by
+/// stand-in CRDs of `admissionregistration.k8s.io/v1`), and only when it changed.
+#[tokio::test]
+async fn core_webhook_ca_bundle_is_patched_into_the_configurations() {
+    use k8s_openapi::api::admissionregistration::v1::{
+        MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+    };
+    use kube::api::{Api, PostParams};
+    use kubeairunway_core::tls::{CertBundle, CertStore, KubeCertStore};
+
+    let (cluster, client) = kubeairunway_e2e::core_cluster().await.unwrap();
+    kubeairunway_e2e::install_stand_ins(&client).await.unwrap();
+    let suffix = cluster.namespace("cab");
+    let (vname, mname) = (format!("v-{suffix}"), format!("m-{suffix}"));
+    let hook = |name: &str| {
+        json!({"name": name, "admissionReviewVersions": ["v1"], "sideEffects": "None",
+            "clientConfig": {"service": {"name": "kubeairunway-webhook", "namespace": "kubeairunway-system", "path": "/x"}}})
+    };
+    let vwc: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": vname}, "webhooks": [hook("a.kubeairunway.ai"), hook("b.kubeairunway.ai")]}))
+    .unwrap();
+    let mwc: MutatingWebhookConfiguration = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": mname}, "webhooks": [hook("c.kubeairunway.ai")]}))
+    .unwrap();
+    let vapi: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let mapi: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    vapi.create(&PostParams::default(), &vwc).await.unwrap();
+    mapi.create(&PostParams::default(), &mwc).await.unwrap();
+
+    let store = KubeCertStore::new(
+        client.clone(),
+        "kubeairunway-system",
+        "unused",
+        &vname,
+        &mname,
+    );
+    let bundle =
+        CertBundle::generate(&cert_settings(3600, 60), std::time::SystemTime::now()).unwrap();
+    store.publish_ca_bundle(&bundle.ca_crt).await.unwrap();
+    let v = vapi.get(&vname).await.unwrap();
+    for w in v.webhooks.unwrap() {
+        assert_eq!(
+            w.client_config.ca_bundle.unwrap().0,
+            bundle.ca_crt.as_bytes()
+        );
+    }
+    let m = mapi.get(&mname).await.unwrap();
+    let rv = m.metadata.resource_version.clone();
+    assert_eq!(
+        m.webhooks.unwrap()[0]
+            .client_config
+            .ca_bundle
+            .as_ref()
+            .unwrap()
+            .0,
+        bundle.ca_crt.as_bytes()
+    );
+    // Unchanged bundle: no write.
+    store.publish_ca_bundle(&bundle.ca_crt).await.unwrap();
+    assert_eq!(
+        mapi.get(&mname).await.unwrap().metadata.resource_version,
+        rv
+    );
+}
