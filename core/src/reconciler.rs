@@ -550,14 +550,19 @@ async fn report_rule_errors(
             config.metadata.generation,
             now,
         );
-        let unchanged = previous.is_some_and(|p| {
-            p.status == c.status
-                && p.reason == c.reason
-                && p.message == c.message
-                && p.observed_generation == c.observed_generation
-        });
-        // Nothing to say about a clean config core never reported on.
-        if unchanged || (ok && previous.is_none()) {
+        // Report at most once per generation each way, so ModelDeployments that
+        // evaluate a rule differently cannot flip the condition back and forth (each
+        // write of the config wakes every waiting ModelDeployment):
+        // - a failure is written unless one is already recorded for this generation;
+        // - "valid" is written only over a report of an older generation.
+        let same_generation =
+            previous.is_some_and(|p| p.observed_generation == c.observed_generation);
+        let skip = match previous {
+            None => ok,
+            Some(p) if ok => same_generation || p.status == "True",
+            Some(p) => same_generation && p.status == "False",
+        };
+        if skip {
             continue;
         }
         if !ok {

@@ -269,9 +269,11 @@ pub fn unhealthy_reason(
     let age = now.duration_since(hb.0);
     let max = k8s_openapi::jiff::SignedDuration::try_from(max_age).unwrap_or_default();
     if age > max {
+        // No age in the message: it must stay the same between reconciles, or every
+        // status write would trigger the next one.
         return Some(format!(
-            "heartbeat stale ({}s old, max {}s)",
-            age.as_secs(),
+            "heartbeat stale (last {}, max age {}s)",
+            hb.0,
             max_age.as_secs()
         ));
     }
@@ -574,7 +576,7 @@ mod tests {
         };
         assert_eq!(
             detail,
-            "down: not ready; silent: no heartbeat; stale: heartbeat stale (3600s old, max 300s)"
+            "down: not ready; silent: no heartbeat; stale: heartbeat stale (last 2026-06-01T11:00:00Z, max age 300s)"
         );
         assert!(matches!(
             run(&gpu_vllm(), &[]).outcome,

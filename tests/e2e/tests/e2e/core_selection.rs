@@ -366,6 +366,14 @@ async fn core_waits_while_paused_and_when_nothing_fits() {
         ("False", "NoSuitableProvider")
     );
     assert_eq!(got.selected_provider(), None);
+
+    // Waiting is quiet: requeued every second here, yet no write changes the object.
+    let rv = api.get("nofit").await.unwrap().metadata.resource_version;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert_eq!(
+        api.get("nofit").await.unwrap().metadata.resource_version,
+        rv
+    );
 }
 
 #[tokio::test]
