@@ -235,10 +235,11 @@ pub fn review_mutate(req: &AdmissionRequest<DynamicObject>) -> AdmissionResponse
     }
 }
 
-async fn validate_handler(State(state): State<Arc<WebhookState>>, body: Bytes) -> Response {
-    let resp = match parse(&body) {
+/// Answer a validating request body (what the HTTP handler does, without HTTP).
+pub fn validate_body(body: &[u8], state: &WebhookState) -> AdmissionResponse {
+    match parse(body) {
         Ok(req) => {
-            let r = review_validate(&req, &state);
+            let r = review_validate(&req, state);
             debug!(uid = %req.uid, allowed = r.allowed, name = %req.name, namespace = ?req.namespace, "validated");
             r
         }
@@ -246,17 +247,121 @@ async fn validate_handler(State(state): State<Arc<WebhookState>>, body: Bytes) -
             warn!(reason = %r.result.message, "rejected a malformed validating request");
             *r
         }
-    };
-    respond(resp)
+    }
 }
 
-async fn mutate_handler(body: Bytes) -> Response {
-    let resp = match parse(&body) {
+/// Answer a mutating request body (what the HTTP handler does, without HTTP).
+pub fn mutate_body(body: &[u8]) -> AdmissionResponse {
+    match parse(body) {
         Ok(req) => review_mutate(&req),
         Err(r) => {
             warn!(reason = %r.result.message, "rejected a malformed mutating request");
             *r
         }
-    };
-    respond(resp)
+    }
+}
+
+async fn validate_handler(State(state): State<Arc<WebhookState>>, body: Bytes) -> Response {
+    respond(validate_body(&body, &state))
+}
+
+async fn mutate_handler(body: Bytes) -> Response {
+    respond(mutate_body(&body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn review() -> Value {
+        json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "u", "kind": {"group": "kubeairunway.ai", "version": "v1alpha1", "kind": "ModelDeployment"},
+                "resource": {"group": "kubeairunway.ai", "version": "v1alpha1", "resource": "modeldeployments"},
+                "name": "m", "namespace": "ns", "operation": "UPDATE", "userInfo": {"username": "x"},
+                "object": {"apiVersion": "kubeairunway.ai/v1alpha1", "kind": "ModelDeployment",
+                    "metadata": {"name": "m", "namespace": "ns", "labels": {"a": "b"}},
+                    "spec": {"model": {"id": "a/b", "servedName": "s"}, "engine": {"type": "vllm", "args": {"k": "v"}},
+                        "provider": {"name": "p", "overrides": {"x": 1}},
+                        "serving": {"mode": "disaggregated"},
+                        "resources": {"gpu": {"count": 1}},
+                        "scaling": {"replicas": 2, "prefill": {"gpu": {"count": 1}}, "decode": {"gpu": {"count": 1}}}}},
+                "oldObject": {"apiVersion": "kubeairunway.ai/v1alpha1", "kind": "ModelDeployment",
+                    "metadata": {"name": "m", "namespace": "ns"}, "spec": {"model": {"id": "a/b"}, "engine": {"type": "sglang"}}}
+            }
+        })
+    }
+
+    /// Every JSON pointer of a value.
+    fn pointers(v: &Value, at: &str, out: &mut Vec<String>) {
+        out.push(at.to_string());
+        match v {
+            Value::Object(m) => m
+                .iter()
+                .for_each(|(k, c)| pointers(c, &format!("{at}/{k}"), out)),
+            Value::Array(a) => a
+                .iter()
+                .enumerate()
+                .for_each(|(i, c)| pointers(c, &format!("{at}/{i}"), out)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn any_mangled_review_gets_an_answer_never_a_panic() {
+        let state = WebhookState::new(None);
+        let base = review();
+        let mut paths = Vec::new();
+        pointers(&base, "", &mut paths);
+        let replacements = [
+            Value::Null,
+            json!(0),
+            json!(-1),
+            json!(1e308),
+            json!(u64::MAX),
+            json!("x"),
+            json!(""),
+            json!("a".repeat(10_000)),
+            json!([]),
+            json!({}),
+            json!(true),
+            json!([{"type": 1}]),
+        ];
+        let mut answered = 0;
+        for path in &paths {
+            for r in &replacements {
+                let mut v = base.clone();
+                if path.is_empty() {
+                    v = r.clone();
+                } else if let Some(slot) = v.pointer_mut(path) {
+                    *slot = r.clone();
+                }
+                let body = serde_json::to_vec(&v).unwrap();
+                for resp in [validate_body(&body, &state), mutate_body(&body)] {
+                    assert!(review_json(resp).is_ok());
+                    answered += 1;
+                }
+            }
+        }
+        // Truncated bodies at every length.
+        let body = serde_json::to_vec(&base).unwrap();
+        for n in 0..body.len() {
+            let resp = validate_body(&body[..n], &state);
+            assert!(!resp.allowed, "truncated at {n}");
+            answered += 1;
+        }
+        assert!(answered > 1000);
+    }
+
+    #[test]
+    fn patch_is_base64_in_the_review() {
+        let mut v = review();
+        v["request"]["operation"] = json!("CREATE");
+        let resp = mutate_body(&serde_json::to_vec(&v).unwrap());
+        let json = review_json(resp).unwrap();
+        assert!(json["response"]["patch"].is_string(), "{json}");
+        assert_eq!(json["response"]["patchType"], "JSONPatch");
+    }
 }
