@@ -629,16 +629,27 @@ impl<S: CertStore> CertManager<S> {
         ))
     }
 
-    /// Call [`ensure`](Self::ensure) every `interval` until `shutdown`.
+    /// Call [`ensure`](Self::ensure) every `interval` until `shutdown`; after a failure,
+    /// retry sooner (from 1 s, doubling, at most `interval`).
     pub async fn run(self, interval: Duration, shutdown: impl Future<Output = ()>) {
         tokio::pin!(shutdown);
+        let mut retry = Duration::from_secs(1);
         loop {
-            if let Err(e) = self.ensure().await {
-                warn!(error = %e, "webhook certificate check failed");
-            }
+            let wait = match self.ensure().await {
+                Ok(_) => {
+                    retry = Duration::from_secs(1);
+                    interval
+                }
+                Err(e) => {
+                    warn!(error = %e, retry_in = ?retry, "webhook certificate check failed");
+                    let wait = retry.min(interval);
+                    retry = (retry * 2).min(interval);
+                    wait
+                }
+            };
             tokio::select! {
                 () = &mut shutdown => return,
-                () = tokio::time::sleep(interval) => {}
+                () = tokio::time::sleep(wait) => {}
             }
         }
     }
