@@ -72,7 +72,8 @@ impl RuleInput {
         }
     }
 
-    fn context(&self) -> Context<'_, '_> {
+    /// The CEL context holding `spec` and `metadata`; build it once per selection.
+    pub fn context(&self) -> Context<'_, '_> {
         let mut ctx = Context::with_env(Arc::clone(&ENV));
         ctx.add_variable_from_value("spec", self.spec.clone());
         ctx.add_variable_from_value("metadata", self.metadata.clone());
@@ -110,12 +111,12 @@ impl CompiledRule {
 
     /// Evaluate: `Ok(true)` when the condition holds; an error when it does not compile,
     /// fails, or is not a boolean.
-    pub fn eval(&self, input: &RuleInput) -> Result<bool, String> {
+    pub fn eval(&self, ctx: &Context<'_, '_>) -> Result<bool, String> {
         let program = self
             .program
             .as_ref()
             .map_err(|e| format!("does not compile: {e}"))?;
-        match program.execute(&input.context()) {
+        match program.execute(ctx) {
             Ok(CelValue::Bool(b)) => Ok(b),
             Ok(other) => Err(format!("evaluates to {other:?}, not a bool")),
             Err(e) => Err(format!("evaluation failed: {e}")),
@@ -325,6 +326,7 @@ pub fn select(
     now: Timestamp,
 ) -> Selection {
     let input = RuleInput::new(md);
+    let ctx = input.context();
     let mut sorted: Vec<&InferenceProviderConfig> = configs
         .iter()
         .map(AsRef::as_ref)
@@ -354,7 +356,7 @@ pub fn select(
         let mut top: Option<(i32, &str)> = None;
         let mut had_error = false;
         for (index, rule) in rules.iter().enumerate() {
-            match rule.eval(&input) {
+            match rule.eval(&ctx) {
                 Ok(true) => {
                     if top.is_none_or(|(p, _)| rule.priority > p) {
                         top = Some((rule.priority, &rule.condition));
