@@ -210,6 +210,16 @@ fn core_chart_lints_and_renders_least_privilege_rbac_and_webhooks() {
     }
     assert_eq!(vwc["webhooks"][0]["failurePolicy"], "Fail");
 
+    // Two replicas: a disruption budget keeps one serving the webhooks.
+    let pdb = find(&docs, "PodDisruptionBudget");
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    assert_eq!(
+        pdb["spec"]["selector"]["matchLabels"],
+        deployment["spec"]["selector"]["matchLabels"]
+    );
+    let single = template(&helm, &["--set", "replicaCount=1"]);
+    assert!(single.iter().all(|d| d["kind"] != "PodDisruptionBudget"));
+
     // Values flow into the flags.
     let docs = template(
         &helm,
