@@ -335,7 +335,23 @@ async fn decide(md: &ModelDeployment, ctx: &Context, now: Timestamp) -> Desired 
         return d;
     }
     if let Some(name) = explicit {
-        if ctx.providers.get(&ObjectRef::new(&name)).is_some() {
+        let registered = ctx
+            .providers
+            .get(&ObjectRef::new(&name))
+            .map(|c| c.spec.serves());
+        if registered == Some(false) {
+            let msg = validation::provider_does_not_serve(&name);
+            d.conditions.push(cond(
+                md,
+                PROVIDER_SELECTED,
+                false,
+                "ProviderDoesNotServe",
+                msg.clone(),
+                now,
+            ));
+            d.phase_message = Some(msg);
+            d.requeue = Some(ctx.settings.pending_requeue);
+        } else if registered == Some(true) {
             d.conditions.push(cond(
                 md,
                 PROVIDER_SELECTED,

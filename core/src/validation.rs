@@ -47,6 +47,12 @@ pub fn provider_not_installed(name: &str) -> String {
     format!("Provider '{name}' CRD not installed in cluster")
 }
 
+/// The message for an explicitly named provider that registers only capabilities (such
+/// as a kernel cache) and serves no model.
+pub fn provider_does_not_serve(name: &str) -> String {
+    format!("Provider '{name}' serves no models (it registers no engines)")
+}
+
 /// Validate a spec against the core rules of 004 §8.
 pub fn validate(spec: &ModelDeploymentSpec) -> Validation {
     let mut v = Validation::default();

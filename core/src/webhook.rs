@@ -22,7 +22,7 @@ use kubeairunway_sdk::{InferenceProviderConfig, ModelDeployment};
 use serde_json::Value;
 use tracing::{debug, warn};
 
-use crate::validation::{provider_not_installed, validate};
+use crate::validation::{provider_does_not_serve, provider_not_installed, validate};
 
 /// Path of the validating webhook.
 pub const VALIDATE_PATH: &str = "/validate-modeldeployment";
@@ -30,6 +30,18 @@ pub const VALIDATE_PATH: &str = "/validate-modeldeployment";
 pub const MUTATE_PATH: &str = "/mutate-modeldeployment";
 /// Largest request body accepted (the API server sends at most a few MiB).
 pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+/// What the webhook knows about a named provider.
+enum Registration {
+    /// The cache has not synced (or there is none): cannot tell.
+    Unknown,
+    /// No InferenceProviderConfig of that name.
+    Missing,
+    /// Registered, lists engines.
+    Serving,
+    /// Registered, but only capabilities (no engines).
+    CapabilityOnly,
+}
 
 /// Where the webhook looks up registered providers.
 #[derive(Clone)]
@@ -52,11 +64,19 @@ impl WebhookState {
         Self { providers }
     }
 
-    /// Whether a provider is registered; `None` when the cache has not synced yet.
-    fn provider_registered(&self, name: &str) -> Option<bool> {
-        let store = self.providers.as_ref()?;
-        store.wait_until_ready().now_or_never()?.ok()?;
-        Some(store.get(&ObjectRef::new(name)).is_some())
+    /// What the cache knows of a provider.
+    fn provider_registered(&self, name: &str) -> Registration {
+        let Some(store) = self.providers.as_ref() else {
+            return Registration::Unknown;
+        };
+        if !matches!(store.wait_until_ready().now_or_never(), Some(Ok(()))) {
+            return Registration::Unknown;
+        }
+        match store.get(&ObjectRef::new(name)) {
+            None => Registration::Missing,
+            Some(c) if c.spec.serves() => Registration::Serving,
+            Some(_) => Registration::CapabilityOnly,
+        }
     }
 }
 
@@ -191,9 +211,10 @@ pub fn review_validate(
             .and_then(|o| o.spec.provider_name().map(str::to_string));
         if old_name.as_deref() != Some(name) {
             match state.provider_registered(name) {
-                Some(true) => {}
-                Some(false) => return resp.deny(provider_not_installed(name)),
-                None => {
+                Registration::Serving => {}
+                Registration::CapabilityOnly => return resp.deny(provider_does_not_serve(name)),
+                Registration::Missing => return resp.deny(provider_not_installed(name)),
+                Registration::Unknown => {
                     resp.warnings.get_or_insert_with(Vec::new).push(format!(
                         "could not check that provider '{name}' is installed yet"
                     ));

@@ -46,10 +46,20 @@ async fn start(validity: u64, rotate_before: u64) -> Server {
     kubeairunway_testcluster::install_crypto_provider();
     let (store, mut writer) = reflector::store::<InferenceProviderConfig>();
     writer.apply_watcher_event(&watcher::Event::Init);
-    writer.apply_watcher_event(&watcher::Event::InitApply(InferenceProviderConfig::new(
-        "kaito",
-        InferenceProviderConfigSpec::default(),
-    )));
+    let mut kaito = InferenceProviderConfig::new("kaito", InferenceProviderConfigSpec::default());
+    kaito.spec.capabilities = Some(kubeairunway_sdk::api::Capabilities {
+        engines: vec![kubeairunway_sdk::api::EngineType::Llamacpp],
+        ..Default::default()
+    });
+    writer.apply_watcher_event(&watcher::Event::InitApply(kaito));
+    // A capability provider: registered, but serves no models.
+    let mut kernelcache =
+        InferenceProviderConfig::new("kernelcache", InferenceProviderConfigSpec::default());
+    kernelcache.spec.capabilities = Some(kubeairunway_sdk::api::Capabilities {
+        features: vec!["kernelCache".into()],
+        ..Default::default()
+    });
+    writer.apply_watcher_event(&watcher::Event::InitApply(kernelcache));
     writer.apply_watcher_event(&watcher::Event::InitDone);
     // The writer must outlive the test for the store to stay ready.
     std::mem::forget(writer);
@@ -201,6 +211,17 @@ async fn core_webhook_allows_denies_and_warns() {
     )
     .await;
     assert_eq!(r["allowed"], true, "{r}");
+    let r = post_review(
+        &server,
+        VALIDATE_PATH,
+        &review("CREATE", &named("kernelcache"), None),
+    )
+    .await;
+    assert_eq!(r["allowed"], false, "{r}");
+    assert_eq!(
+        r["status"]["message"],
+        "Provider 'kernelcache' serves no models (it registers no engines)"
+    );
     // An update that keeps the provider is not re-checked (it may have been removed since).
     let r = post_review(
         &server,
