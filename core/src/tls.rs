@@ -139,6 +139,31 @@ pub fn not_after(pem: &str) -> Result<Vec<SystemTime>, Error> {
     Ok(out)
 }
 
+/// The DNS names of the first certificate in a PEM bundle.
+pub fn dns_names(pem: &str) -> Result<Vec<String>, Error> {
+    let der = CertificateDer::pem_slice_iter(pem.as_bytes())
+        .next()
+        .ok_or_else(|| Error::Invalid("no certificate in PEM".into()))?
+        .map_err(|e| Error::Invalid(e.to_string()))?;
+    let (_, cert) =
+        x509_parser::parse_x509_certificate(&der).map_err(|e| Error::Invalid(e.to_string()))?;
+    let san = cert
+        .subject_alternative_name()
+        .map_err(|e| Error::Invalid(e.to_string()))?;
+    Ok(san
+        .map(|s| {
+            s.value
+                .general_names
+                .iter()
+                .filter_map(|n| match n {
+                    x509_parser::extensions::GeneralName::DNSName(d) => Some((*d).to_string()),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
 fn remaining(t: SystemTime, now: SystemTime) -> Duration {
     t.duration_since(now).unwrap_or_default()
 }
@@ -188,8 +213,16 @@ impl CertBundle {
     /// What to do with this bundle now: `None` when it is good, or the rotated bundle.
     pub fn rotated(&self, settings: &CertSettings, now: SystemTime) -> Result<Option<Self>, Error> {
         let ca_ends = not_after(&self.ca_crt)?;
-        let leaf_ok =
-            not_after(&self.tls_crt).is_ok_and(|t| remaining(t[0], now) > settings.rotate_before);
+        // A certificate for other names (the Service was renamed) is replaced at once.
+        let names_ok = dns_names(&self.tls_crt).is_ok_and(|mut n| {
+            let mut want = settings.dns_names();
+            n.sort();
+            want.sort();
+            n == want
+        });
+        let leaf_ok = names_ok
+            && not_after(&self.tls_crt)
+                .is_ok_and(|t| remaining(t[0], now) > settings.rotate_before);
         let key_ok = self.certified_key().is_ok();
         // The CA must outlive a full new serving certificate plus the rotation margin.
         let ca_ok = remaining(ca_ends[0], now) > settings.rotate_before + settings.cert_validity
@@ -743,6 +776,20 @@ mod tests {
             ))
         );
         assert!(next.certified_key().is_ok());
+    }
+
+    #[test]
+    fn a_renamed_service_gets_a_new_certificate() {
+        let s = settings(86400, 3600);
+        let now = SystemTime::now();
+        let b = CertBundle::generate(&s, now).unwrap();
+        assert_eq!(dns_names(&b.tls_crt).unwrap(), s.dns_names());
+        assert_eq!(b.rotated(&s, now).unwrap(), None);
+        let mut renamed = s.clone();
+        renamed.service_name = "other".into();
+        let next = b.rotated(&renamed, now).unwrap().unwrap();
+        assert_eq!(dns_names(&next.tls_crt).unwrap(), renamed.dns_names());
+        assert_eq!(next.ca_crt, b.ca_crt, "same CA");
     }
 
     #[test]
