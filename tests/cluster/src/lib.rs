@@ -434,32 +434,54 @@ pub async fn install_crds(
     Ok(())
 }
 
-/// Stand-in CRDs for built-in kinds the test server does not serve, so that code using
-/// them can run against it: `events.k8s.io/v1` Event and `coordination.k8s.io/v1` Lease.
-/// Their schemas keep any field; the API server does no validation of their content.
+/// A stand-in CRD for a built-in kind the test server does not serve, with a schema that
+/// keeps every field (the API server does no validation of their content). Test code
+/// only: it lets controllers that publish Events, hold Leases or patch webhook
+/// configurations run against the test server unchanged.
+pub fn stand_in_crd(
+    group: &str,
+    kind: &str,
+    plural: &str,
+    namespaced: bool,
+) -> CustomResourceDefinition {
+    let value = serde_json::json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {
+            "name": format!("{plural}.{group}"),
+            "annotations": {"api-approved.kubernetes.io": "unapproved, test stand-in for a built-in kind"},
+        },
+        "spec": {
+            "group": group,
+            "scope": if namespaced { "Namespaced" } else { "Cluster" },
+            "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(), "listKind": format!("{kind}List")},
+            "versions": [{
+                "name": "v1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+            }],
+        },
+    });
+    serde_json::from_value(value).unwrap_or_else(|e| panic!("stand-in CRD {kind}: {e}"))
+}
+
+/// Stand-ins for the built-in kinds the platform's controllers use: `events.k8s.io/v1`
+/// Event, `coordination.k8s.io/v1` Lease, and the `admissionregistration.k8s.io/v1`
+/// webhook configurations.
 pub fn standin_crds() -> Vec<CustomResourceDefinition> {
-    let crd = |group: &str, kind: &str, plural: &str| -> CustomResourceDefinition {
-        let value = serde_json::json!({
-            "apiVersion": "apiextensions.k8s.io/v1",
-            "kind": "CustomResourceDefinition",
-            "metadata": {
-                "name": format!("{plural}.{group}"),
-                "annotations": {"api-approved.kubernetes.io": "unapproved, test stand-in for a built-in kind"},
-            },
-            "spec": {
-                "group": group,
-                "scope": "Namespaced",
-                "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(), "listKind": format!("{kind}List")},
-                "versions": [{
-                    "name": "v1", "served": true, "storage": true,
-                    "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
-                }],
-            },
-        });
-        serde_json::from_value(value).unwrap_or_else(|e| panic!("stand-in CRD {kind}: {e}"))
-    };
     vec![
-        crd("events.k8s.io", "Event", "events"),
-        crd("coordination.k8s.io", "Lease", "leases"),
+        stand_in_crd("events.k8s.io", "Event", "events", true),
+        stand_in_crd("coordination.k8s.io", "Lease", "leases", true),
+        stand_in_crd(
+            "admissionregistration.k8s.io",
+            "ValidatingWebhookConfiguration",
+            "validatingwebhookconfigurations",
+            false,
+        ),
+        stand_in_crd(
+            "admissionregistration.k8s.io",
+            "MutatingWebhookConfiguration",
+            "mutatingwebhookconfigurations",
+            false,
+        ),
     ]
 }

@@ -5,6 +5,14 @@
 /// The example third-party provider of the SDK, driven by `sdk_runtime`.
 #[path = "../../../sdk/examples/chatserver/provider.rs"]
 mod chatserver;
+#[path = "e2e/core_chart.rs"]
+mod core_chart;
+#[path = "e2e/core_leader.rs"]
+mod core_leader;
+#[path = "e2e/core_selection.rs"]
+mod core_selection;
+#[path = "e2e/core_webhook.rs"]
+mod core_webhook;
 #[path = "e2e/crds.rs"]
 mod crds;
 #[path = "e2e/dynamo.rs"]

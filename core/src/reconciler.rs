@@ -1,0 +1,604 @@
+//! The ModelDeployment reconciler (004 §4.3 steps 1-4): pause, re-validation, provider
+//! selection, and core's own status fields, applied by server-side apply under
+//! [`FIELD_MANAGER`](crate::FIELD_MANAGER).
+//!
+//! Core owns `status.provider.name`, `status.provider.selectedReason`, `status.engine`,
+//! the conditions `Validated` and `ProviderSelected`, and `status.phase`/`message` only
+//! while no provider is selected. Every apply carries the whole set of fields core still
+//! owns; a field left out is released (and removed unless another manager owns it), which
+//! is how core gives the phase up once a provider is selected.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Client, Resource, ResourceExt};
+use kubeairunway_sdk::conditions::{self, PROVIDER_SELECTED, VALIDATED, reasons};
+use kubeairunway_sdk::{API_VERSION, InferenceProviderConfig, ModelDeployment, labels};
+use serde_json::{Value, json};
+use tracing::{debug, info, warn};
+
+use crate::FIELD_MANAGER;
+use crate::metrics::Metrics;
+use crate::selection::{self, Outcome, RuleCache, RuleError};
+use crate::validation::{self, validate};
+
+/// `selectedReason` of a provider named in `spec.provider.name`.
+pub const EXPLICIT_REASON: &str = "explicit provider selection";
+/// Condition core sets on an InferenceProviderConfig about its selection rules.
+pub const SELECTION_RULES_VALID: &str = "SelectionRulesValid";
+/// Message while the built-in selector is off and nobody has selected yet.
+pub const AWAITING_SELECTOR_MESSAGE: &str = "No provider specified and provider-selector not installed: a custom selector must set status.provider.name";
+
+/// Controller settings.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Run the built-in provider selection (`--enable-provider-selector`).
+    pub enable_provider_selector: bool,
+    /// Selection settings.
+    pub selection: selection::Settings,
+    /// Only this namespace (all when `None`).
+    pub namespace: Option<String>,
+    /// How often to look again at a ModelDeployment that waits for a provider.
+    pub pending_requeue: Duration,
+    /// Reporter name for events.
+    pub reporter: Reporter,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            enable_provider_selector: true,
+            selection: selection::Settings::default(),
+            namespace: None,
+            pending_requeue: Duration::from_secs(30),
+            reporter: Reporter {
+                controller: FIELD_MANAGER.into(),
+                instance: None,
+            },
+        }
+    }
+}
+
+/// Reconciliation errors.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// Applying status failed.
+    #[error("applying status: {0}")]
+    Apply(#[source] kube::Error),
+    /// Serialising failed.
+    #[error("serialising: {0}")]
+    Serialize(#[from] serde_json::Error),
+}
+
+impl Error {
+    fn kind(&self) -> &'static str {
+        match self {
+            Error::Apply(_) => "apply",
+            Error::Serialize(_) => "serialize",
+        }
+    }
+}
+
+/// Shared state of the reconciler.
+pub struct Context {
+    client: Client,
+    providers: Store<InferenceProviderConfig>,
+    rules: RuleCache,
+    settings: Settings,
+    recorder: Recorder,
+    metrics: Arc<Metrics>,
+}
+
+impl std::fmt::Debug for Context {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Context")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Context {
+    /// A context over a provider cache.
+    pub fn new(
+        client: Client,
+        providers: Store<InferenceProviderConfig>,
+        settings: Settings,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let recorder = Recorder::new(client.clone(), settings.reporter.clone());
+        Self {
+            client,
+            providers,
+            rules: RuleCache::default(),
+            settings,
+            recorder,
+            metrics,
+        }
+    }
+}
+
+/// A cache of every InferenceProviderConfig and the future that keeps it current.
+pub fn provider_cache(
+    client: Client,
+) -> (
+    Store<InferenceProviderConfig>,
+    impl std::future::Future<Output = ()> + Send,
+) {
+    let (store, writer) = reflector::store();
+    let api: Api<InferenceProviderConfig> = Api::all(client);
+    let stream = reflector(writer, watcher(api, watcher::Config::default()))
+        .default_backoff()
+        .touched_objects();
+    let fut = async move {
+        futures::pin_mut!(stream);
+        while let Some(ev) = stream.next().await {
+            if let Err(e) = ev {
+                warn!(error = %e, "InferenceProviderConfig watch error");
+            }
+        }
+    };
+    (store, fut)
+}
+
+/// Whether core's field manager owns `status.provider.name` (core selected the provider,
+/// not a custom selector).
+pub fn core_owns_selection(md: &ModelDeployment) -> bool {
+    md.metadata.managed_fields.iter().flatten().any(|m| {
+        m.manager.as_deref() == Some(FIELD_MANAGER)
+            && m.fields_v1.as_ref().is_some_and(|f| {
+                f.0.get("f:status")
+                    .and_then(|s| s.get("f:provider"))
+                    .and_then(|p| p.get("f:name"))
+                    .is_some()
+            })
+    })
+}
+
+fn condition_of<'a>(md: &'a ModelDeployment, type_: &str) -> Option<&'a Condition> {
+    md.status
+        .as_ref()
+        .and_then(|s| conditions::find(&s.conditions, type_))
+}
+
+/// Core's status for one ModelDeployment, before it is applied.
+#[derive(Debug, Default)]
+struct Desired {
+    phase_message: Option<String>,
+    provider: Option<(String, String)>,
+    conditions: Vec<Condition>,
+    newly_selected: bool,
+    requeue: Option<Duration>,
+}
+
+/// Run the reconciler until `shutdown` completes.
+pub async fn run(
+    client: Client,
+    providers: Store<InferenceProviderConfig>,
+    settings: Settings,
+    metrics: Arc<Metrics>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let mds: Api<ModelDeployment> = match &settings.namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let ipcs: Api<InferenceProviderConfig> = Api::all(client.clone());
+    let controller = Controller::new(mds, watcher::Config::default());
+    let md_store = controller.store();
+    metrics.set_store(Some(md_store.clone()));
+    let waiting = md_store.clone();
+    let ctx = Arc::new(Context::new(
+        client,
+        providers,
+        settings,
+        Arc::clone(&metrics),
+    ));
+    controller
+        // A provider registering or changing may unblock deployments that wait.
+        .watches(ipcs, watcher::Config::default(), move |_ipc| {
+            waiting
+                .state()
+                .into_iter()
+                .filter(|md| md.selected_provider().is_none())
+                .map(|md| ObjectRef::from_obj(md.as_ref()))
+                .collect::<Vec<_>>()
+        })
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            match res {
+                Ok((obj, _)) => debug!(name = %obj.name, namespace = ?obj.namespace, "reconciled"),
+                Err(e) => debug!(error = %e, "reconcile failed"),
+            }
+        })
+        .await;
+    metrics.set_store(None);
+}
+
+#[allow(clippy::needless_pass_by_value)] // the signature kube-runtime wants
+fn error_policy(md: Arc<ModelDeployment>, error: &Error, ctx: Arc<Context>) -> Action {
+    let provider = md.selected_provider().unwrap_or("none");
+    ctx.metrics.count_error(provider, error.kind());
+    warn!(name = %md.name_any(), namespace = ?md.namespace(), error = %error, "reconcile failed");
+    Action::requeue(Duration::from_secs(15))
+}
+
+/// Reconcile one ModelDeployment.
+pub async fn reconcile(md: Arc<ModelDeployment>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let start = Instant::now();
+    let result = reconcile_inner(&md, &ctx).await;
+    let provider = md.selected_provider().unwrap_or("none").to_string();
+    ctx.metrics
+        .observe_reconcile(&provider, start.elapsed().as_secs_f64());
+    result
+}
+
+async fn reconcile_inner(md: &ModelDeployment, ctx: &Context) -> Result<Action, Error> {
+    if labels::is_paused(md.metadata.annotations.as_ref()) {
+        debug!(name = %md.name_any(), "paused");
+        return Ok(Action::await_change());
+    }
+    if md.metadata.deletion_timestamp.is_some() {
+        return Ok(Action::await_change());
+    }
+    let now = Timestamp::now();
+    let desired = decide(md, ctx, now).await;
+    apply_status(md, ctx, &desired).await?;
+    publish_events(md, ctx, &desired).await;
+    Ok(desired
+        .requeue
+        .map_or_else(Action::await_change, Action::requeue))
+}
+
+fn cond(
+    md: &ModelDeployment,
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: impl Into<String>,
+    now: Timestamp,
+) -> Condition {
+    conditions::new(
+        condition_of(md, type_),
+        type_,
+        ok,
+        reason,
+        message,
+        md.metadata.generation,
+        now,
+    )
+}
+
+async fn decide(md: &ModelDeployment, ctx: &Context, now: Timestamp) -> Desired {
+    let mut d = Desired::default();
+    let v = validate(&md.spec);
+    let valid = v.is_valid();
+    d.conditions.push(if valid {
+        cond(
+            md,
+            VALIDATED,
+            true,
+            reasons::VALIDATION_PASSED,
+            "Spec validation passed",
+            now,
+        )
+    } else {
+        cond(
+            md,
+            VALIDATED,
+            false,
+            reasons::VALIDATION_FAILED,
+            v.message(),
+            now,
+        )
+    });
+
+    let selected = md.selected_provider().map(str::to_string);
+    let owns = core_owns_selection(md);
+    let explicit = md.spec.provider_name().map(str::to_string);
+    let explicit_change = explicit
+        .as_ref()
+        .is_some_and(|e| selected.as_ref() != Some(e) && (selected.is_none() || owns));
+
+    if let Some(name) = selected.as_ref().filter(|_| !explicit_change) {
+        // One-time selection: keep it. Re-apply what core owns so SSA keeps it; give the
+        // phase up (a provider owns it now).
+        if owns {
+            let reason = md
+                .status
+                .as_ref()
+                .and_then(|s| s.provider.as_ref())
+                .and_then(|p| p.selected_reason.clone())
+                .unwrap_or_default();
+            let kind = if reason == EXPLICIT_REASON {
+                reasons::EXPLICIT
+            } else {
+                reasons::AUTO_SELECTED
+            };
+            d.conditions
+                .push(cond(md, PROVIDER_SELECTED, true, kind, reason.clone(), now));
+            d.provider = Some((name.clone(), reason));
+        }
+        return d;
+    }
+    if !valid {
+        d.phase_message = Some(format!("Validation failed: {}", v.message()));
+        return d;
+    }
+    if let Some(name) = explicit {
+        let registered = ctx
+            .providers
+            .get(&ObjectRef::new(&name))
+            .map(|c| c.spec.serves());
+        if registered == Some(false) {
+            let msg = validation::provider_does_not_serve(&name);
+            d.conditions.push(cond(
+                md,
+                PROVIDER_SELECTED,
+                false,
+                "ProviderDoesNotServe",
+                msg.clone(),
+                now,
+            ));
+            d.phase_message = Some(msg);
+            d.requeue = Some(ctx.settings.pending_requeue);
+        } else if registered == Some(true) {
+            d.conditions.push(cond(
+                md,
+                PROVIDER_SELECTED,
+                true,
+                reasons::EXPLICIT,
+                EXPLICIT_REASON,
+                now,
+            ));
+            d.provider = Some((name, EXPLICIT_REASON.to_string()));
+            d.newly_selected = true;
+        } else {
+            let msg = validation::provider_not_installed(&name);
+            d.conditions.push(cond(
+                md,
+                PROVIDER_SELECTED,
+                false,
+                "ProviderNotInstalled",
+                msg.clone(),
+                now,
+            ));
+            d.phase_message = Some(msg);
+            d.requeue = Some(ctx.settings.pending_requeue);
+        }
+        return d;
+    }
+    if !ctx.settings.enable_provider_selector {
+        d.conditions.push(cond(
+            md,
+            PROVIDER_SELECTED,
+            false,
+            reasons::AWAITING_SELECTOR,
+            AWAITING_SELECTOR_MESSAGE,
+            now,
+        ));
+        d.phase_message = Some(AWAITING_SELECTOR_MESSAGE.to_string());
+        return d;
+    }
+
+    let configs = ctx.providers.state();
+    let names: Vec<String> = configs.iter().map(|c| c.name_any()).collect();
+    ctx.rules.retain(&names);
+    let sel = selection::select(md, &configs, &ctx.rules, &ctx.settings.selection, now);
+    report_rule_errors(ctx, &configs, &sel.rule_errors, &sel.clean_providers, now).await;
+    match sel.outcome {
+        Outcome::Selected {
+            provider, reason, ..
+        } => {
+            d.conditions.push(cond(
+                md,
+                PROVIDER_SELECTED,
+                true,
+                reasons::AUTO_SELECTED,
+                reason.clone(),
+                now,
+            ));
+            d.provider = Some((provider, reason));
+            d.newly_selected = true;
+        }
+        Outcome::NoHealthyProviders { detail } => {
+            d.conditions.push(cond(
+                md,
+                PROVIDER_SELECTED,
+                false,
+                reasons::NO_HEALTHY_PROVIDERS,
+                format!("{}: {detail}", selection::NO_HEALTHY_PROVIDERS),
+                now,
+            ));
+            d.phase_message = Some(selection::NO_HEALTHY_PROVIDERS.to_string());
+            d.requeue = Some(ctx.settings.pending_requeue);
+        }
+        Outcome::NoneFits { message } => {
+            d.conditions.push(cond(
+                md,
+                PROVIDER_SELECTED,
+                false,
+                reasons::NO_PROVIDER,
+                message.clone(),
+                now,
+            ));
+            d.phase_message = Some(message);
+            d.requeue = Some(ctx.settings.pending_requeue);
+        }
+    }
+    d
+}
+
+/// The status object core applies.
+fn status_body(md: &ModelDeployment, d: &Desired) -> Value {
+    let mut status = serde_json::Map::new();
+    if let Some(message) = &d.phase_message {
+        status.insert("phase".into(), json!("Pending"));
+        status.insert("message".into(), json!(message));
+    }
+    if let Some((name, reason)) = &d.provider {
+        status.insert(
+            "provider".into(),
+            json!({"name": name, "selectedReason": reason}),
+        );
+    }
+    if let Some(engine) = md.spec.engine.type_ {
+        status.insert("engine".into(), json!({"type": engine}));
+    }
+    status.insert(
+        "conditions".into(),
+        serde_json::to_value(&d.conditions).unwrap_or_default(),
+    );
+    json!({
+        "apiVersion": API_VERSION,
+        "kind": "ModelDeployment",
+        "metadata": {"name": md.name_any(), "namespace": md.namespace()},
+        "status": status,
+    })
+}
+
+async fn apply_status(md: &ModelDeployment, ctx: &Context, d: &Desired) -> Result<(), Error> {
+    let ns = md.namespace().unwrap_or_default();
+    let api: Api<ModelDeployment> = Api::namespaced(ctx.client.clone(), &ns);
+    let body = status_body(md, d);
+    api.patch_status(
+        &md.name_any(),
+        &PatchParams::apply(FIELD_MANAGER),
+        &Patch::Apply(&body),
+    )
+    .await
+    .map_err(Error::Apply)?;
+    Ok(())
+}
+
+async fn publish_events(md: &ModelDeployment, ctx: &Context, d: &Desired) {
+    let mut events = Vec::new();
+    if d.newly_selected
+        && let Some((name, reason)) = &d.provider
+    {
+        info!(name = %md.name_any(), namespace = ?md.namespace(), provider = %name, reason = %reason, "provider selected");
+        events.push(Event {
+            type_: EventType::Normal,
+            reason: "ProviderSelected".into(),
+            note: Some(format!("Selected provider '{name}': {reason}")),
+            action: "SelectProvider".into(),
+            secondary: None,
+        });
+    }
+    if let Some(v) = d.conditions.iter().find(|c| c.type_ == VALIDATED)
+        && v.status == "False"
+        && condition_of(md, VALIDATED).is_none_or(|p| p.status != "False" || p.message != v.message)
+    {
+        events.push(Event {
+            type_: EventType::Warning,
+            reason: "ValidationFailed".into(),
+            note: Some(v.message.clone()),
+            action: "Validate".into(),
+            secondary: None,
+        });
+    }
+    let reference = md.object_ref(&());
+    for ev in events {
+        if let Err(e) = ctx.recorder.publish(&ev, &reference).await {
+            warn!(error = %e, reason = %ev.reason, "publishing event failed");
+        }
+    }
+}
+
+async fn report_rule_errors(
+    ctx: &Context,
+    configs: &[Arc<InferenceProviderConfig>],
+    errors: &[RuleError],
+    clean: &[(String, Option<i64>)],
+    now: Timestamp,
+) {
+    let mut by_provider: BTreeMap<&str, Vec<&RuleError>> = BTreeMap::new();
+    for e in errors {
+        by_provider.entry(e.provider.as_str()).or_default().push(e);
+    }
+    let mut wanted: Vec<(String, bool, &str, String)> = Vec::new();
+    for (provider, errs) in by_provider {
+        let compile = errs.iter().any(|e| e.compile);
+        let message = errs
+            .iter()
+            .map(|e| format!("rule {} `{}`: {}", e.index, e.condition, e.error))
+            .collect::<Vec<_>>()
+            .join("; ");
+        let reason = if compile {
+            "InvalidSelectionRule"
+        } else {
+            "SelectionRuleFailed"
+        };
+        wanted.push((provider.to_string(), false, reason, message));
+    }
+    for (provider, _) in clean {
+        wanted.push((
+            provider.clone(),
+            true,
+            "SelectionRulesValid",
+            "Every selection rule compiles and evaluates to a bool".into(),
+        ));
+    }
+    let api: Api<InferenceProviderConfig> = Api::all(ctx.client.clone());
+    for (provider, ok, reason, message) in wanted {
+        let Some(config) = configs.iter().find(|c| c.name_any() == provider) else {
+            continue;
+        };
+        let previous = config
+            .status
+            .as_ref()
+            .and_then(|s| conditions::find(&s.conditions, SELECTION_RULES_VALID));
+        let c = conditions::new(
+            previous,
+            SELECTION_RULES_VALID,
+            ok,
+            reason,
+            message,
+            config.metadata.generation,
+            now,
+        );
+        // Report at most once per generation each way, so ModelDeployments that
+        // evaluate a rule differently cannot flip the condition back and forth (each
+        // write of the config wakes every waiting ModelDeployment):
+        // - a failure is written unless one is already recorded for this generation;
+        // - "valid" is written only over a report of an older generation.
+        let same_generation =
+            previous.is_some_and(|p| p.observed_generation == c.observed_generation);
+        let skip = match previous {
+            None => ok,
+            Some(p) if ok => same_generation || p.status == "True",
+            Some(p) => same_generation && p.status == "False",
+        };
+        if skip {
+            continue;
+        }
+        if !ok {
+            warn!(provider = %provider, message = %c.message, "selection rule failed");
+        }
+        let body = json!({
+            "apiVersion": API_VERSION,
+            "kind": "InferenceProviderConfig",
+            "metadata": {"name": provider},
+            "status": {"conditions": [c]},
+        });
+        if let Err(e) = api
+            .patch_status(
+                &provider,
+                &PatchParams::apply(FIELD_MANAGER),
+                &Patch::Apply(&body),
+            )
+            .await
+        {
+            warn!(provider = %provider, error = %e, "reporting selection rule errors failed");
+        }
+    }
+}

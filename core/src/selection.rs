@@ -1,0 +1,738 @@
+//! Built-in provider selection (004 §3.5.2, §4.4).
+//!
+//! 1. Candidates: serving providers whose InferenceProviderConfig is `ready` with a fresh
+//!    heartbeat and whose capabilities fit the spec (engine, GPU or CPU, serving mode).
+//! 2. A candidate's priority is the highest priority among its CEL rules that are true;
+//!    a candidate with no true rule is not auto-selected.
+//! 3. Highest priority wins; ties break by name.
+//!
+//! Rules are compiled once per config generation ([`RuleCache`]). A rule that does not
+//! compile, or fails when evaluated, is skipped and reported ([`Selection::rule_errors`]);
+//! it never stops the selection.
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt::Write as _;
+use std::sync::{Arc, LazyLock, Mutex};
+use std::time::Duration;
+
+use cel::objects::{Key, Map as CelMap};
+use cel::{Context, Env, Program, Value as CelValue};
+use k8s_openapi::jiff::Timestamp;
+use kube::ResourceExt;
+use kubeairunway_sdk::api::{Capabilities, ServingMode};
+use kubeairunway_sdk::{InferenceProviderConfig, ModelDeployment, ModelDeploymentSpec};
+
+static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| Arc::new(Env::stdlib()));
+
+/// Convert JSON to a CEL value the way Kubernetes CEL sees it: integers are signed `int`
+/// (never `uint`), other numbers `double`, objects maps with string keys.
+pub fn to_cel(value: &serde_json::Value) -> CelValue {
+    use serde_json::Value as J;
+    match value {
+        J::Null => CelValue::Null,
+        J::Bool(b) => CelValue::Bool(*b),
+        J::Number(n) => n.as_i64().map_or_else(
+            || CelValue::Float(n.as_f64().unwrap_or(f64::NAN)),
+            CelValue::Int,
+        ),
+        J::String(s) => CelValue::String(Arc::new(s.clone())),
+        J::Array(items) => CelValue::List(Arc::new(items.iter().map(to_cel).collect())),
+        J::Object(map) => {
+            let m: HashMap<Key, CelValue> = map
+                .iter()
+                .map(|(k, v)| (Key::String(Arc::new(k.clone())), to_cel(v)))
+                .collect();
+            CelValue::Map(CelMap { map: Arc::new(m) })
+        }
+    }
+}
+
+/// The CEL variables of a ModelDeployment: `spec` (defaults applied) and `metadata`
+/// (name, namespace, labels, annotations).
+#[derive(Debug, Clone)]
+pub struct RuleInput {
+    spec: CelValue,
+    metadata: CelValue,
+}
+
+impl RuleInput {
+    /// Build the variables for `md`.
+    pub fn new(md: &ModelDeployment) -> Self {
+        let mut spec = serde_json::to_value(&md.spec).unwrap_or_default();
+        crate::defaults::apply(&mut spec);
+        let metadata = serde_json::json!({
+            "name": md.name_any(),
+            "namespace": md.namespace().unwrap_or_default(),
+            "labels": md.labels(),
+            "annotations": md.annotations(),
+        });
+        Self {
+            spec: to_cel(&spec),
+            metadata: to_cel(&metadata),
+        }
+    }
+
+    /// The CEL context holding `spec` and `metadata`; build it once per selection.
+    pub fn context(&self) -> Context<'_, '_> {
+        let mut ctx = Context::with_env(Arc::clone(&ENV));
+        ctx.add_variable_from_value("spec", self.spec.clone());
+        ctx.add_variable_from_value("metadata", self.metadata.clone());
+        ctx
+    }
+}
+
+/// One compiled rule of a config.
+#[derive(Debug)]
+pub struct CompiledRule {
+    /// The CEL source.
+    pub condition: String,
+    /// Its priority.
+    pub priority: i32,
+    /// The program, or why it does not compile.
+    pub program: Result<Program, String>,
+}
+
+impl CompiledRule {
+    fn compile(condition: &str, priority: i32) -> Self {
+        let program = ENV.compile(condition).map_err(|e| {
+            e.to_string()
+                .lines()
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect::<Vec<_>>()
+                .join(" ")
+        });
+        Self {
+            condition: condition.to_string(),
+            priority,
+            program,
+        }
+    }
+
+    /// Evaluate: `Ok(true)` when the condition holds; an error when it does not compile,
+    /// fails, or is not a boolean.
+    pub fn eval(&self, ctx: &Context<'_, '_>) -> Result<bool, String> {
+        let program = self
+            .program
+            .as_ref()
+            .map_err(|e| format!("does not compile: {e}"))?;
+        match program.execute(ctx) {
+            Ok(CelValue::Bool(b)) => Ok(b),
+            Ok(other) => Err(format!("evaluates to {other:?}, not a bool")),
+            Err(e) => Err(format!("evaluation failed: {e}")),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct CacheEntry {
+    uid: String,
+    generation: Option<i64>,
+    rules: Arc<Vec<CompiledRule>>,
+}
+
+/// Compiled rules per InferenceProviderConfig, recompiled only when the config's
+/// generation (or uid) changes.
+#[derive(Debug, Default)]
+pub struct RuleCache {
+    entries: Mutex<HashMap<String, CacheEntry>>,
+}
+
+impl RuleCache {
+    /// The compiled rules of `config`.
+    pub fn rules(&self, config: &InferenceProviderConfig) -> Arc<Vec<CompiledRule>> {
+        let name = config.name_any();
+        let uid = config.uid().unwrap_or_default();
+        let generation = config.metadata.generation;
+        let mut entries = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(e) = entries.get(&name)
+            && e.uid == uid
+            && e.generation == generation
+            && generation.is_some()
+        {
+            return Arc::clone(&e.rules);
+        }
+        let rules = Arc::new(
+            config
+                .spec
+                .selection_rules
+                .iter()
+                .map(|r| CompiledRule::compile(&r.condition, r.priority))
+                .collect::<Vec<_>>(),
+        );
+        entries.insert(
+            name,
+            CacheEntry {
+                uid,
+                generation,
+                rules: Arc::clone(&rules),
+            },
+        );
+        rules
+    }
+
+    /// Forget configs that no longer exist.
+    pub fn retain(&self, names: &[String]) {
+        let mut entries = self
+            .entries
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        entries.retain(|k, _| names.contains(k));
+    }
+}
+
+/// A rule that failed, to be reported on its config.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleError {
+    /// The config (provider) name.
+    pub provider: String,
+    /// Generation of the config.
+    pub generation: Option<i64>,
+    /// Index of the rule in `spec.selectionRules`.
+    pub index: usize,
+    /// The rule's CEL source.
+    pub condition: String,
+    /// What went wrong.
+    pub error: String,
+    /// Whether it failed to compile (true) or at evaluation (false).
+    pub compile: bool,
+}
+
+/// Selection settings.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// A heartbeat older than this makes a provider unhealthy.
+    pub heartbeat_max_age: Duration,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            heartbeat_max_age: Duration::from_secs(300),
+        }
+    }
+}
+
+/// The outcome of selection for one ModelDeployment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// A provider was chosen.
+    Selected {
+        /// Provider name.
+        provider: String,
+        /// `selectedReason`.
+        reason: String,
+        /// The winning priority.
+        priority: i32,
+    },
+    /// No serving provider is registered, ready and fresh.
+    NoHealthyProviders {
+        /// Why each registered provider is unhealthy.
+        detail: String,
+    },
+    /// Healthy providers exist, but none fits.
+    NoneFits {
+        /// Per provider, why it was not chosen.
+        message: String,
+    },
+}
+
+/// The outcome plus the rule errors met on the way.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Selection {
+    /// What was decided.
+    pub outcome: Outcome,
+    /// Rules that failed to compile or to evaluate, per provider.
+    pub rule_errors: Vec<RuleError>,
+    /// The serving providers whose rules all compiled and evaluated cleanly.
+    pub clean_providers: Vec<(String, Option<i64>)>,
+}
+
+/// The message of [`Outcome::NoHealthyProviders`].
+pub const NO_HEALTHY_PROVIDERS: &str = "No healthy providers available";
+
+/// Why a provider is not healthy, if it is not.
+pub fn unhealthy_reason(
+    config: &InferenceProviderConfig,
+    now: Timestamp,
+    max_age: Duration,
+) -> Option<String> {
+    let status = config.status.as_ref();
+    if status.and_then(|s| s.ready) != Some(true) {
+        return Some("not ready".into());
+    }
+    let Some(hb) = status.and_then(|s| s.last_heartbeat.as_ref()) else {
+        return Some("no heartbeat".into());
+    };
+    let age = now.duration_since(hb.0);
+    let max = k8s_openapi::jiff::SignedDuration::try_from(max_age).unwrap_or_default();
+    if age > max {
+        // No age in the message: it must stay the same between reconciles, or every
+        // status write would trigger the next one.
+        return Some(format!(
+            "heartbeat stale (last {}, max age {}s)",
+            hb.0,
+            max_age.as_secs()
+        ));
+    }
+    None
+}
+
+/// Whether capabilities fit a spec; `Err` says why not.
+pub fn fits(caps: &Capabilities, spec: &ModelDeploymentSpec) -> Result<(), String> {
+    if let Some(engine) = spec.engine.type_
+        && !caps.engines.contains(&engine)
+    {
+        return Err(format!("engine {engine} not supported"));
+    }
+    let gpu = spec.uses_gpu();
+    if gpu && !caps.gpu_support {
+        return Err("GPU not supported".into());
+    }
+    if !gpu && !caps.cpu_support {
+        return Err("CPU-only not supported".into());
+    }
+    let mode = spec.serving.mode;
+    let modes_ok = if caps.serving_modes.is_empty() {
+        mode == ServingMode::Aggregated
+    } else {
+        caps.serving_modes.contains(&mode)
+    };
+    if !modes_ok {
+        return Err(format!("serving mode {mode} not supported"));
+    }
+    Ok(())
+}
+
+/// The capability part of `selectedReason`.
+pub fn capability_summary(spec: &ModelDeploymentSpec) -> String {
+    format!(
+        "engine={}, gpu={}, mode={}",
+        spec.engine.type_.map_or("unset", |e| e.as_str()),
+        spec.uses_gpu(),
+        spec.serving.mode
+    )
+}
+
+/// Select a provider for `md` among `configs`.
+pub fn select(
+    md: &ModelDeployment,
+    configs: &[Arc<InferenceProviderConfig>],
+    cache: &RuleCache,
+    settings: &Settings,
+    now: Timestamp,
+) -> Selection {
+    let input = RuleInput::new(md);
+    let ctx = input.context();
+    let mut sorted: Vec<&InferenceProviderConfig> = configs
+        .iter()
+        .map(AsRef::as_ref)
+        .filter(|c| c.spec.serves())
+        .collect();
+    sorted.sort_by_key(|c| c.name_any());
+
+    let mut unhealthy = BTreeMap::new();
+    let mut why_not = BTreeMap::new();
+    let mut rule_errors = Vec::new();
+    let mut clean = Vec::new();
+    // (priority, name, rule source)
+    let mut best: Option<(i32, String, String)> = None;
+
+    for config in sorted {
+        let name = config.name_any();
+        if let Some(r) = unhealthy_reason(config, now, settings.heartbeat_max_age) {
+            unhealthy.insert(name, r);
+            continue;
+        }
+        let caps = config.spec.capabilities.clone().unwrap_or_default();
+        if let Err(r) = fits(&caps, &md.spec) {
+            why_not.insert(name, r);
+            continue;
+        }
+        let rules = cache.rules(config);
+        let mut top: Option<(i32, &str)> = None;
+        let mut had_error = false;
+        for (index, rule) in rules.iter().enumerate() {
+            match rule.eval(&ctx) {
+                Ok(true) => {
+                    if top.is_none_or(|(p, _)| rule.priority > p) {
+                        top = Some((rule.priority, &rule.condition));
+                    }
+                }
+                Ok(false) => {}
+                Err(error) => {
+                    had_error = true;
+                    rule_errors.push(RuleError {
+                        provider: name.clone(),
+                        generation: config.metadata.generation,
+                        index,
+                        condition: rule.condition.clone(),
+                        error,
+                        compile: rule.program.is_err(),
+                    });
+                }
+            }
+        }
+        if !had_error {
+            clean.push((name.clone(), config.metadata.generation));
+        }
+        match top {
+            None => {
+                let why = if rules.is_empty() {
+                    "no selection rules (explicit selection only)"
+                } else {
+                    "no selection rule matched"
+                };
+                why_not.insert(name, why.to_string());
+            }
+            Some((priority, condition)) => {
+                // Strictly higher wins; equal keeps the earlier name (sorted ascending).
+                if best.as_ref().is_none_or(|(p, _, _)| priority > *p) {
+                    best = Some((priority, name, condition.to_string()));
+                } else if let Some((p, n, _)) = &best {
+                    why_not.insert(name, format!("priority {priority} lost to {n} ({p})"));
+                }
+            }
+        }
+    }
+
+    let outcome = if let Some((priority, provider, condition)) = best {
+        Outcome::Selected {
+            reason: format!(
+                "matched capabilities: {}; rule `{condition}` priority {priority}",
+                capability_summary(&md.spec)
+            ),
+            provider,
+            priority,
+        }
+    } else if why_not.is_empty() {
+        let mut detail = String::new();
+        for (n, r) in &unhealthy {
+            let _ = write!(
+                detail,
+                "{}{n}: {r}",
+                if detail.is_empty() { "" } else { "; " }
+            );
+        }
+        if detail.is_empty() {
+            detail = "no serving provider is registered".into();
+        }
+        Outcome::NoHealthyProviders { detail }
+    } else {
+        let mut message = format!("No provider fits ({}): ", capability_summary(&md.spec));
+        let all: BTreeMap<_, _> = why_not.iter().chain(unhealthy.iter()).collect();
+        let parts: Vec<String> = all.iter().map(|(n, r)| format!("{n}: {r}")).collect();
+        message.push_str(&parts.join("; "));
+        Outcome::NoneFits { message }
+    };
+    Selection {
+        outcome,
+        rule_errors,
+        clean_providers: clean,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+    use kubeairunway_sdk::api::{EngineType, SelectionRule};
+    use kubeairunway_sdk::{InferenceProviderConfigSpec, InferenceProviderConfigStatus};
+    use serde_json::json;
+
+    fn now() -> Timestamp {
+        "2026-06-01T12:00:00Z".parse().unwrap()
+    }
+
+    fn provider(
+        name: &str,
+        engines: &[EngineType],
+        cpu: bool,
+        gpu: bool,
+        modes: &[ServingMode],
+        rules: &[(&str, i32)],
+    ) -> Arc<InferenceProviderConfig> {
+        let mut c = InferenceProviderConfig::new(
+            name,
+            InferenceProviderConfigSpec {
+                capabilities: Some(Capabilities {
+                    engines: engines.to_vec(),
+                    serving_modes: modes.to_vec(),
+                    cpu_support: cpu,
+                    gpu_support: gpu,
+                    features: vec![],
+                }),
+                selection_rules: rules
+                    .iter()
+                    .map(|(c, p)| SelectionRule {
+                        condition: (*c).to_string(),
+                        priority: *p,
+                    })
+                    .collect(),
+                ..Default::default()
+            },
+        );
+        c.metadata.generation = Some(1);
+        c.metadata.uid = Some(format!("uid-{name}"));
+        c.status = Some(InferenceProviderConfigStatus {
+            ready: Some(true),
+            last_heartbeat: Some(Time(now())),
+            ..Default::default()
+        });
+        Arc::new(c)
+    }
+
+    fn md(spec: serde_json::Value) -> ModelDeployment {
+        let mut md = ModelDeployment::new("m", serde_json::from_value(spec).unwrap());
+        md.metadata.namespace = Some("ns".into());
+        md
+    }
+
+    fn gpu_vllm() -> ModelDeployment {
+        md(
+            json!({"model": {"id": "a/b"}, "engine": {"type": "vllm"}, "resources": {"gpu": {"count": 1}}}),
+        )
+    }
+
+    fn run(md: &ModelDeployment, configs: &[Arc<InferenceProviderConfig>]) -> Selection {
+        select(
+            md,
+            configs,
+            &RuleCache::default(),
+            &Settings::default(),
+            now(),
+        )
+    }
+
+    const V: &[EngineType] = &[EngineType::Vllm];
+    const AGG: &[ServingMode] = &[ServingMode::Aggregated];
+
+    #[test]
+    fn ties_break_by_name() {
+        let configs = [
+            provider("zeta", V, false, true, AGG, &[("true", 10)]),
+            provider("alpha", V, false, true, AGG, &[("true", 10)]),
+        ];
+        let s = run(&gpu_vllm(), &configs);
+        assert!(
+            matches!(&s.outcome, Outcome::Selected { provider, .. } if provider == "alpha"),
+            "{s:?}"
+        );
+    }
+
+    #[test]
+    fn highest_true_rule_counts() {
+        let configs = [
+            provider("a", V, false, true, AGG, &[("true", 10), ("false", 99)]),
+            provider(
+                "b",
+                V,
+                false,
+                true,
+                AGG,
+                &[("spec.engine.type == 'vllm'", 20), ("true", 5)],
+            ),
+        ];
+        let s = run(&gpu_vllm(), &configs);
+        assert_eq!(
+            s.outcome,
+            Outcome::Selected {
+                provider: "b".into(),
+                reason: "matched capabilities: engine=vllm, gpu=true, mode=aggregated; rule `spec.engine.type == 'vllm'` priority 20".into(),
+                priority: 20
+            }
+        );
+    }
+
+    #[test]
+    fn no_true_rule_is_never_auto_selected() {
+        let configs = [provider("only", V, false, true, AGG, &[])];
+        let s = run(&gpu_vllm(), &configs);
+        let Outcome::NoneFits { message } = s.outcome else {
+            panic!("{s:?}")
+        };
+        assert!(
+            message.contains("only: no selection rules (explicit selection only)"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn stale_heartbeat_and_not_ready_are_unhealthy() {
+        let mut stale = (*provider("stale", V, false, true, AGG, &[("true", 1)])).clone();
+        stale.status.as_mut().unwrap().last_heartbeat =
+            Some(Time("2026-06-01T11:00:00Z".parse().unwrap()));
+        let mut down = (*provider("down", V, false, true, AGG, &[("true", 1)])).clone();
+        down.status.as_mut().unwrap().ready = Some(false);
+        let mut silent = (*provider("silent", V, false, true, AGG, &[("true", 1)])).clone();
+        silent.status.as_mut().unwrap().last_heartbeat = None;
+        let s = run(
+            &gpu_vllm(),
+            &[Arc::new(stale), Arc::new(down), Arc::new(silent)],
+        );
+        let Outcome::NoHealthyProviders { detail } = s.outcome else {
+            panic!("{s:?}")
+        };
+        assert_eq!(
+            detail,
+            "down: not ready; silent: no heartbeat; stale: heartbeat stale (last 2026-06-01T11:00:00Z, max age 300s)"
+        );
+        assert!(matches!(
+            run(&gpu_vllm(), &[]).outcome,
+            Outcome::NoHealthyProviders { .. }
+        ));
+    }
+
+    #[test]
+    fn capability_mismatches_are_explained() {
+        let configs = [
+            provider("cpu-only", V, true, false, AGG, &[("true", 1)]),
+            provider(
+                "sg",
+                &[EngineType::Sglang],
+                false,
+                true,
+                AGG,
+                &[("true", 1)],
+            ),
+            provider("agg", V, false, true, AGG, &[("true", 1)]),
+        ];
+        let disagg = md(
+            json!({"model": {"id": "a/b"}, "engine": {"type": "vllm"}, "serving": {"mode": "disaggregated"},
+            "scaling": {"prefill": {"gpu": {"count": 1}}, "decode": {"gpu": {"count": 1}}}}),
+        );
+        let s = run(&disagg, &configs);
+        let Outcome::NoneFits { message } = s.outcome else {
+            panic!("{s:?}")
+        };
+        assert_eq!(
+            message,
+            "No provider fits (engine=vllm, gpu=true, mode=disaggregated): agg: serving mode disaggregated not supported; cpu-only: GPU not supported; sg: engine vllm not supported"
+        );
+    }
+
+    #[test]
+    fn bad_rules_are_reported_and_skipped() {
+        let configs = [
+            provider(
+                "bad",
+                V,
+                false,
+                true,
+                AGG,
+                &[
+                    ("spec.engine.type ==", 100),
+                    ("spec.nope.deeper == 1", 90),
+                    ("1 + 1", 80),
+                    ("true", 1),
+                ],
+            ),
+            provider("good", V, false, true, AGG, &[("true", 2)]),
+        ];
+        let s = run(&gpu_vllm(), &configs);
+        assert!(
+            matches!(&s.outcome, Outcome::Selected { provider, .. } if provider == "good"),
+            "{s:?}"
+        );
+        let idx: Vec<(usize, bool)> = s.rule_errors.iter().map(|e| (e.index, e.compile)).collect();
+        assert_eq!(
+            idx,
+            vec![(0, true), (1, false), (2, false)],
+            "{:?}",
+            s.rule_errors
+        );
+        assert!(s.rule_errors.iter().all(|e| e.provider == "bad"));
+        assert_eq!(s.clean_providers, vec![("good".to_string(), Some(1))]);
+    }
+
+    #[test]
+    fn has_guards_only_the_last_step() {
+        let cpu = md(json!({"model": {"id": "a/b"}, "engine": {"type": "llamacpp"}}));
+        // `resources` is absent: the seed's form fails, the guarded form works.
+        let configs = [
+            provider(
+                "seedform",
+                &[EngineType::Llamacpp],
+                true,
+                false,
+                AGG,
+                &[(
+                    "!has(spec.resources.gpu) || spec.resources.gpu.count == 0",
+                    100,
+                )],
+            ),
+            provider(
+                "safe",
+                &[EngineType::Llamacpp],
+                true,
+                false,
+                AGG,
+                &[(
+                    "!has(spec.resources) || !has(spec.resources.gpu) || spec.resources.gpu.count == 0",
+                    100,
+                )],
+            ),
+        ];
+        let s = run(&cpu, &configs);
+        assert!(
+            matches!(&s.outcome, Outcome::Selected { provider, .. } if provider == "safe"),
+            "{s:?}"
+        );
+        assert_eq!(s.rule_errors.len(), 1);
+        assert_eq!(s.rule_errors[0].provider, "seedform");
+    }
+
+    #[test]
+    fn integers_are_signed_and_defaults_applied_and_metadata_visible() {
+        let mut m = md(
+            json!({"model": {"id": "a/b"}, "engine": {"type": "vllm"}, "resources": {"gpu": {"count": 2}}}),
+        );
+        m.metadata.labels = Some([("team".to_string(), "x".to_string())].into());
+        let configs = [provider(
+            "p",
+            V,
+            false,
+            true,
+            AGG,
+            &[(
+                "spec.resources.gpu.count * -1 == -2 && spec.scaling.replicas == 1 && spec.model.source == 'huggingface' && spec.serving.mode == 'aggregated' && metadata.labels.team == 'x' && metadata.namespace == 'ns' && metadata.name == 'm'",
+                7,
+            )],
+        )];
+        let s = run(&m, &configs);
+        assert!(s.rule_errors.is_empty(), "{:?}", s.rule_errors);
+        assert!(
+            matches!(&s.outcome, Outcome::Selected { priority: 7, .. }),
+            "{s:?}"
+        );
+    }
+
+    #[test]
+    fn rules_compile_once_per_generation() {
+        let cache = RuleCache::default();
+        let c = provider("p", V, false, true, AGG, &[("true", 1)]);
+        let a = cache.rules(&c);
+        let b = cache.rules(&c);
+        assert!(Arc::ptr_eq(&a, &b));
+        let mut c2 = (*c).clone();
+        c2.metadata.generation = Some(2);
+        c2.spec.selection_rules[0].condition = "false".into();
+        let d = cache.rules(&c2);
+        assert!(!Arc::ptr_eq(&a, &d));
+        assert_eq!(d[0].condition, "false");
+    }
+
+    #[test]
+    fn capability_only_providers_are_never_candidates() {
+        let mut kc = (*provider("kernelcache", &[], false, true, AGG, &[("true", 1000)])).clone();
+        kc.spec.capabilities.as_mut().unwrap().features = vec!["kernelCache".into()];
+        let s = run(&gpu_vllm(), &[Arc::new(kc)]);
+        assert!(
+            matches!(s.outcome, Outcome::NoHealthyProviders { .. }),
+            "{s:?}"
+        );
+    }
+}

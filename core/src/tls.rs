@@ -1,0 +1,806 @@
+//! TLS for the webhooks, managed by the controller itself (the job cert-controller does in
+//! 004 §5): a self-signed CA and a serving certificate for the webhook Service's DNS
+//! names, made with rcgen and kept in a Secret that every replica shares; the CA bundle
+//! patched into the webhook configurations; rotation before expiry; and hot reload of the
+//! serving certificate ([`CertResolver`]) without a restart.
+//!
+//! All Secret and webhook-configuration I/O goes through [`CertStore`], so rotation is
+//! tested without a cluster ([`MemoryCertStore`]); [`KubeCertStore`] is the real one.
+//! Replicas coordinate through the Secret's resourceVersion: whoever writes first wins,
+//! the others load what it wrote.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use arc_swap::ArcSwapOption;
+use base64::Engine as _;
+use k8s_openapi::ByteString;
+use k8s_openapi::api::admissionregistration::v1::{
+    MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, ExtendedKeyUsagePurpose, IsCa,
+    Issuer, KeyPair, KeyUsagePurpose,
+};
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::sign::CertifiedKey;
+use tracing::{info, warn};
+
+/// Subject common name of the CA.
+const CA_NAME: &str = "kubeairunway-webhook-ca";
+
+/// Errors of certificate management.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// rcgen failed.
+    #[error("generating certificate: {0}")]
+    Generate(#[from] rcgen::Error),
+    /// A stored certificate or key does not parse.
+    #[error("invalid certificate data: {0}")]
+    Invalid(String),
+    /// The store failed.
+    #[error("certificate store: {0}")]
+    Store(String),
+}
+
+/// Names and lifetimes (flags of the controller).
+#[derive(Clone, Debug)]
+pub struct CertSettings {
+    /// The webhook Service's name.
+    pub service_name: String,
+    /// The namespace of the Service and the Secret.
+    pub namespace: String,
+    /// How long a new CA is valid.
+    pub ca_validity: Duration,
+    /// How long a new serving certificate is valid.
+    pub cert_validity: Duration,
+    /// Rotate a certificate this long before it expires.
+    pub rotate_before: Duration,
+}
+
+impl CertSettings {
+    /// The DNS names of the webhook Service.
+    pub fn dns_names(&self) -> Vec<String> {
+        let (s, ns) = (&self.service_name, &self.namespace);
+        vec![
+            s.clone(),
+            format!("{s}.{ns}"),
+            format!("{s}.{ns}.svc"),
+            format!("{s}.{ns}.svc.cluster.local"),
+        ]
+    }
+}
+
+/// The PEM files kept in the Secret: `ca.crt` (the CA bundle: the signing CA first, then
+/// a previous CA still valid during a CA rotation), `ca.key`, `tls.crt`, `tls.key`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct CertBundle {
+    /// CA bundle (PEM, one or more certificates; the first signs).
+    pub ca_crt: String,
+    /// Private key of the first CA (PEM).
+    pub ca_key: String,
+    /// Serving certificate (PEM).
+    pub tls_crt: String,
+    /// Serving key (PEM).
+    pub tls_key: String,
+}
+
+impl fmt::Debug for CertBundle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CertBundle")
+            .field("ca_crt", &self.ca_crt)
+            .field("tls_crt", &self.tls_crt)
+            .finish_non_exhaustive()
+    }
+}
+
+fn offset(t: SystemTime) -> time::OffsetDateTime {
+    let secs = t.duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+    time::OffsetDateTime::from_unix_timestamp(i64::try_from(secs).unwrap_or(0))
+        .unwrap_or(time::OffsetDateTime::UNIX_EPOCH)
+}
+
+fn ca_params(not_before: SystemTime, not_after: SystemTime) -> CertificateParams {
+    let mut params = CertificateParams::default();
+    let mut dn = DistinguishedName::new();
+    dn.push(DnType::CommonName, CA_NAME);
+    params.distinguished_name = dn;
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params.key_usages = vec![
+        KeyUsagePurpose::KeyCertSign,
+        KeyUsagePurpose::CrlSign,
+        KeyUsagePurpose::DigitalSignature,
+    ];
+    params.not_before = offset(not_before);
+    params.not_after = offset(not_after);
+    params
+}
+
+/// The `notAfter` of each certificate in a PEM bundle.
+pub fn not_after(pem: &str) -> Result<Vec<SystemTime>, Error> {
+    let mut out = Vec::new();
+    for der in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+        let der = der.map_err(|e| Error::Invalid(e.to_string()))?;
+        let (_, cert) =
+            x509_parser::parse_x509_certificate(&der).map_err(|e| Error::Invalid(e.to_string()))?;
+        let ts = cert.validity().not_after.timestamp();
+        out.push(UNIX_EPOCH + Duration::from_secs(u64::try_from(ts).unwrap_or(0)));
+    }
+    if out.is_empty() {
+        return Err(Error::Invalid("no certificate in PEM".into()));
+    }
+    Ok(out)
+}
+
+/// The DNS names of the first certificate in a PEM bundle.
+pub fn dns_names(pem: &str) -> Result<Vec<String>, Error> {
+    let der = CertificateDer::pem_slice_iter(pem.as_bytes())
+        .next()
+        .ok_or_else(|| Error::Invalid("no certificate in PEM".into()))?
+        .map_err(|e| Error::Invalid(e.to_string()))?;
+    let (_, cert) =
+        x509_parser::parse_x509_certificate(&der).map_err(|e| Error::Invalid(e.to_string()))?;
+    let san = cert
+        .subject_alternative_name()
+        .map_err(|e| Error::Invalid(e.to_string()))?;
+    Ok(san
+        .map(|s| {
+            s.value
+                .general_names
+                .iter()
+                .filter_map(|n| match n {
+                    x509_parser::extensions::GeneralName::DNSName(d) => Some((*d).to_string()),
+                    _ => None,
+                })
+                .collect()
+        })
+        .unwrap_or_default())
+}
+
+fn remaining(t: SystemTime, now: SystemTime) -> Duration {
+    t.duration_since(now).unwrap_or_default()
+}
+
+impl CertBundle {
+    /// A new CA and a serving certificate signed by it.
+    pub fn generate(settings: &CertSettings, now: SystemTime) -> Result<Self, Error> {
+        let ca_key = KeyPair::generate()?;
+        let params = ca_params(now - Duration::from_secs(60), now + settings.ca_validity);
+        let ca_cert = params.self_signed(&ca_key)?;
+        let mut bundle = Self {
+            ca_crt: ca_cert.pem(),
+            ca_key: ca_key.serialize_pem(),
+            tls_crt: String::new(),
+            tls_key: String::new(),
+        };
+        bundle.issue_leaf(settings, now)?;
+        Ok(bundle)
+    }
+
+    /// Replace the serving certificate with a new one signed by the bundle's CA.
+    fn issue_leaf(&mut self, settings: &CertSettings, now: SystemTime) -> Result<(), Error> {
+        let ca_key = KeyPair::from_pem(&self.ca_key).map_err(|e| Error::Invalid(e.to_string()))?;
+        // The issuer is identified by its subject and key; the validity of these params
+        // is not used for signing.
+        let issuer = Issuer::new(ca_params(now, now), ca_key);
+        let mut params = CertificateParams::new(settings.dns_names())?;
+        let mut dn = DistinguishedName::new();
+        dn.push(DnType::CommonName, settings.dns_names()[2].clone());
+        params.distinguished_name = dn;
+        params.use_authority_key_identifier_extension = true;
+        params.key_usages = vec![
+            KeyUsagePurpose::DigitalSignature,
+            KeyUsagePurpose::KeyEncipherment,
+        ];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        params.not_before = offset(now - Duration::from_secs(60));
+        let ca_end = not_after(&self.ca_crt)?[0];
+        params.not_after = offset((now + settings.cert_validity).min(ca_end));
+        let key = KeyPair::generate()?;
+        let cert = params.signed_by(&key, &issuer)?;
+        self.tls_crt = cert.pem();
+        self.tls_key = key.serialize_pem();
+        Ok(())
+    }
+
+    /// What to do with this bundle now: `None` when it is good, or the rotated bundle.
+    pub fn rotated(&self, settings: &CertSettings, now: SystemTime) -> Result<Option<Self>, Error> {
+        let ca_ends = not_after(&self.ca_crt)?;
+        // A certificate for other names (the Service was renamed) is replaced at once.
+        let names_ok = dns_names(&self.tls_crt).is_ok_and(|mut n| {
+            let mut want = settings.dns_names();
+            n.sort();
+            want.sort();
+            n == want
+        });
+        let leaf_ok = names_ok
+            && not_after(&self.tls_crt)
+                .is_ok_and(|t| remaining(t[0], now) > settings.rotate_before);
+        let key_ok = self.certified_key().is_ok();
+        // The CA must outlive a full new serving certificate plus the rotation margin.
+        let ca_ok = remaining(ca_ends[0], now) > settings.rotate_before + settings.cert_validity
+            || remaining(ca_ends[0], now) > settings.rotate_before && leaf_ok;
+        if leaf_ok && key_ok && ca_ok {
+            return Ok(None);
+        }
+        if ca_ok {
+            let mut next = self.clone();
+            next.issue_leaf(settings, now)?;
+            return Ok(Some(next));
+        }
+        // New CA; keep the old one in the bundle while it is valid, so replicas still
+        // serving a certificate it signed stay trusted until they reload.
+        let mut next = Self::generate(settings, now)?;
+        let old: Vec<_> = CertificateDer::pem_slice_iter(self.ca_crt.as_bytes())
+            .flatten()
+            .zip(ca_ends)
+            .filter(|(_, end)| *end > now)
+            .take(1)
+            .collect();
+        for (der, _) in old {
+            next.ca_crt.push_str(&pem_cert(&der));
+        }
+        Ok(Some(next))
+    }
+
+    /// The serving certificate and key, ready for rustls.
+    pub fn certified_key(&self) -> Result<Arc<CertifiedKey>, Error> {
+        let certs: Vec<CertificateDer<'static>> =
+            CertificateDer::pem_slice_iter(self.tls_crt.as_bytes())
+                .collect::<Result<_, _>>()
+                .map_err(|e| Error::Invalid(e.to_string()))?;
+        if certs.is_empty() {
+            return Err(Error::Invalid("no serving certificate".into()));
+        }
+        let key = PrivateKeyDer::from_pem_slice(self.tls_key.as_bytes())
+            .map_err(|e| Error::Invalid(e.to_string()))?;
+        let key = rustls::crypto::ring::sign::any_supported_type(&key)
+            .map_err(|e| Error::Invalid(e.to_string()))?;
+        Ok(Arc::new(CertifiedKey::new(certs, key)))
+    }
+
+    /// The Secret data.
+    pub fn to_data(&self) -> BTreeMap<String, ByteString> {
+        [
+            ("ca.crt", &self.ca_crt),
+            ("ca.key", &self.ca_key),
+            ("tls.crt", &self.tls_crt),
+            ("tls.key", &self.tls_key),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
+        .collect()
+    }
+
+    /// Read Secret data.
+    pub fn from_data(data: &BTreeMap<String, ByteString>) -> Result<Self, Error> {
+        let get = |k: &str| {
+            data.get(k)
+                .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+                .ok_or_else(|| Error::Invalid(format!("secret has no {k}")))
+        };
+        Ok(Self {
+            ca_crt: get("ca.crt")?,
+            ca_key: get("ca.key")?,
+            tls_crt: get("tls.crt")?,
+            tls_key: get("tls.key")?,
+        })
+    }
+}
+
+fn pem_cert(der: &CertificateDer<'_>) -> String {
+    let b64 = base64::engine::general_purpose::STANDARD.encode(der.as_ref());
+    let mut out = String::from("-----BEGIN CERTIFICATE-----\n");
+    for chunk in b64.as_bytes().chunks(64) {
+        out.push_str(&String::from_utf8_lossy(chunk));
+        out.push('\n');
+    }
+    out.push_str("-----END CERTIFICATE-----\n");
+    out
+}
+
+/// The outcome of a conditional write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Saved {
+    /// Written.
+    Yes,
+    /// Someone else wrote first; load again.
+    Conflict,
+}
+
+/// Where the certificates live and where the CA bundle goes.
+pub trait CertStore: Send + Sync {
+    /// The stored bundle and its version, if any (unreadable data counts as a bundle
+    /// to replace: return it with its version and let rotation handle it).
+    fn load(
+        &self,
+    ) -> impl Future<Output = Result<Option<(Option<CertBundle>, String)>, Error>> + Send;
+    /// Write `bundle` if the stored version is still `version` (`None`: create).
+    fn save(
+        &self,
+        bundle: &CertBundle,
+        version: Option<&str>,
+    ) -> impl Future<Output = Result<Saved, Error>> + Send;
+    /// Put the CA bundle into the webhook configurations.
+    fn publish_ca_bundle(&self, ca_pem: &str) -> impl Future<Output = Result<(), Error>> + Send;
+}
+
+/// The stored bundle with its version, and the CA bundles published.
+type MemoryState = (Option<(CertBundle, u64)>, Vec<String>);
+
+/// An in-memory store, shared by clones (for tests and the benchmark).
+#[derive(Clone, Debug, Default)]
+pub struct MemoryCertStore {
+    inner: Arc<Mutex<MemoryState>>,
+}
+
+impl MemoryCertStore {
+    /// The CA bundles published so far.
+    pub fn published(&self) -> Vec<String> {
+        self.inner.lock().map(|g| g.1.clone()).unwrap_or_default()
+    }
+
+    /// The stored bundle.
+    pub fn stored(&self) -> Option<CertBundle> {
+        self.inner
+            .lock()
+            .ok()
+            .and_then(|g| g.0.as_ref().map(|(b, _)| b.clone()))
+    }
+
+    /// Replace the stored bundle (as another replica would).
+    pub fn put(&self, bundle: CertBundle) {
+        if let Ok(mut g) = self.inner.lock() {
+            let v = g.0.as_ref().map_or(1, |(_, v)| v + 1);
+            g.0 = Some((bundle, v));
+        }
+    }
+}
+
+impl CertStore for MemoryCertStore {
+    async fn load(&self) -> Result<Option<(Option<CertBundle>, String)>, Error> {
+        let g = self.inner.lock().map_err(|e| Error::Store(e.to_string()))?;
+        Ok(g.0.as_ref().map(|(b, v)| (Some(b.clone()), v.to_string())))
+    }
+
+    async fn save(&self, bundle: &CertBundle, version: Option<&str>) -> Result<Saved, Error> {
+        let mut g = self.inner.lock().map_err(|e| Error::Store(e.to_string()))?;
+        let current = g.0.as_ref().map(|(_, v)| v.to_string());
+        if current.as_deref() != version {
+            return Ok(Saved::Conflict);
+        }
+        let next = g.0.as_ref().map_or(1, |(_, v)| v + 1);
+        g.0 = Some((bundle.clone(), next));
+        Ok(Saved::Yes)
+    }
+
+    async fn publish_ca_bundle(&self, ca_pem: &str) -> Result<(), Error> {
+        let mut g = self.inner.lock().map_err(|e| Error::Store(e.to_string()))?;
+        if g.1.last().map(String::as_str) != Some(ca_pem) {
+            g.1.push(ca_pem.to_string());
+        }
+        Ok(())
+    }
+}
+
+/// The real store: a `kubernetes.io/tls` Secret and the two webhook configurations.
+#[derive(Clone)]
+pub struct KubeCertStore {
+    secrets: Api<Secret>,
+    secret_name: String,
+    validating: Api<ValidatingWebhookConfiguration>,
+    validating_name: String,
+    mutating: Api<MutatingWebhookConfiguration>,
+    mutating_name: String,
+}
+
+impl fmt::Debug for KubeCertStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("KubeCertStore")
+            .field("secret_name", &self.secret_name)
+            .field("validating_name", &self.validating_name)
+            .field("mutating_name", &self.mutating_name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl KubeCertStore {
+    /// A store for `secret_name` in `namespace` and the named webhook configurations.
+    pub fn new(
+        client: kube::Client,
+        namespace: &str,
+        secret_name: &str,
+        validating_name: &str,
+        mutating_name: &str,
+    ) -> Self {
+        Self {
+            secrets: Api::namespaced(client.clone(), namespace),
+            secret_name: secret_name.into(),
+            validating: Api::all(client.clone()),
+            validating_name: validating_name.into(),
+            mutating: Api::all(client),
+            mutating_name: mutating_name.into(),
+        }
+    }
+}
+
+fn store_err(e: impl fmt::Display) -> Error {
+    Error::Store(e.to_string())
+}
+
+fn is_conflict(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409)
+}
+
+/// JSON patch setting `clientConfig.caBundle` on every webhook of a configuration.
+fn ca_bundle_patch(webhooks: usize, ca_pem: &str) -> Result<json_patch::Patch, Error> {
+    let b64 = base64::engine::general_purpose::STANDARD.encode(ca_pem.as_bytes());
+    let ops: Vec<serde_json::Value> = (0..webhooks)
+        .map(|i| serde_json::json!({"op": "add", "path": format!("/webhooks/{i}/clientConfig/caBundle"), "value": b64}))
+        .collect();
+    serde_json::from_value(serde_json::Value::Array(ops)).map_err(store_err)
+}
+
+impl CertStore for KubeCertStore {
+    async fn load(&self) -> Result<Option<(Option<CertBundle>, String)>, Error> {
+        let Some(secret) = self
+            .secrets
+            .get_opt(&self.secret_name)
+            .await
+            .map_err(store_err)?
+        else {
+            return Ok(None);
+        };
+        let version = secret.metadata.resource_version.clone().unwrap_or_default();
+        let bundle = secret
+            .data
+            .as_ref()
+            .and_then(|d| CertBundle::from_data(d).ok());
+        Ok(Some((bundle, version)))
+    }
+
+    async fn save(&self, bundle: &CertBundle, version: Option<&str>) -> Result<Saved, Error> {
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(self.secret_name.clone()),
+                resource_version: version.map(str::to_string),
+                labels: Some(
+                    [(
+                        kubeairunway_sdk::labels::MANAGED_BY.to_string(),
+                        kubeairunway_sdk::labels::MANAGED_BY_VALUE.to_string(),
+                    )]
+                    .into(),
+                ),
+                ..ObjectMeta::default()
+            },
+            type_: Some("kubernetes.io/tls".into()),
+            data: Some(bundle.to_data()),
+            ..Secret::default()
+        };
+        let result = match version {
+            None => self
+                .secrets
+                .create(&PostParams::default(), &secret)
+                .await
+                .map(|_| ()),
+            Some(_) => self
+                .secrets
+                .replace(&self.secret_name, &PostParams::default(), &secret)
+                .await
+                .map(|_| ()),
+        };
+        match result {
+            Ok(()) => Ok(Saved::Yes),
+            Err(e) if is_conflict(&e) => Ok(Saved::Conflict),
+            Err(e) => Err(store_err(e)),
+        }
+    }
+
+    async fn publish_ca_bundle(&self, ca_pem: &str) -> Result<(), Error> {
+        let pp = PatchParams::default();
+        let wanted = ca_pem.as_bytes();
+        if let Some(v) = self
+            .validating
+            .get_opt(&self.validating_name)
+            .await
+            .map_err(store_err)?
+        {
+            let hooks = v.webhooks.unwrap_or_default();
+            if hooks
+                .iter()
+                .any(|w| w.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice()) != Some(wanted))
+            {
+                let patch = ca_bundle_patch(hooks.len(), ca_pem)?;
+                self.validating
+                    .patch(&self.validating_name, &pp, &Patch::<()>::Json(patch))
+                    .await
+                    .map_err(store_err)?;
+            }
+        } else {
+            warn!(name = %self.validating_name, "validating webhook configuration not found");
+        }
+        if let Some(m) = self
+            .mutating
+            .get_opt(&self.mutating_name)
+            .await
+            .map_err(store_err)?
+        {
+            let hooks = m.webhooks.unwrap_or_default();
+            if hooks
+                .iter()
+                .any(|w| w.client_config.ca_bundle.as_ref().map(|b| b.0.as_slice()) != Some(wanted))
+            {
+                let patch = ca_bundle_patch(hooks.len(), ca_pem)?;
+                self.mutating
+                    .patch(&self.mutating_name, &pp, &Patch::<()>::Json(patch))
+                    .await
+                    .map_err(store_err)?;
+            }
+        } else {
+            warn!(name = %self.mutating_name, "mutating webhook configuration not found");
+        }
+        Ok(())
+    }
+}
+
+/// A rustls certificate resolver whose certificate can be swapped at any time; every new
+/// TLS handshake gets the current one.
+#[derive(Default)]
+pub struct CertResolver {
+    current: ArcSwapOption<CertifiedKey>,
+    pem: Mutex<Option<String>>,
+}
+
+impl fmt::Debug for CertResolver {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CertResolver")
+            .field("loaded", &self.current.load().is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl CertResolver {
+    /// Serve this bundle's certificate from now on (no-op when it is already served).
+    pub fn install(&self, bundle: &CertBundle) -> Result<bool, Error> {
+        let mut pem = self.pem.lock().map_err(|e| Error::Store(e.to_string()))?;
+        if pem.as_deref() == Some(bundle.tls_crt.as_str()) {
+            return Ok(false);
+        }
+        self.current.store(Some(bundle.certified_key()?));
+        *pem = Some(bundle.tls_crt.clone());
+        Ok(true)
+    }
+
+    /// Whether a certificate is loaded.
+    pub fn is_loaded(&self) -> bool {
+        self.current.load().is_some()
+    }
+
+    /// The PEM of the certificate being served.
+    pub fn serving_pem(&self) -> Option<String> {
+        self.pem.lock().ok().and_then(|p| p.clone())
+    }
+}
+
+impl ResolvesServerCert for CertResolver {
+    fn resolve(&self, _hello: ClientHello<'_>) -> Option<Arc<CertifiedKey>> {
+        self.current.load_full()
+    }
+}
+
+/// The rustls server configuration for the webhook server (ring, TLS 1.2 and 1.3, h2 and
+/// HTTP/1.1), serving whatever `resolver` holds.
+pub fn server_config(resolver: Arc<CertResolver>) -> Result<Arc<rustls::ServerConfig>, Error> {
+    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
+        rustls::crypto::ring::default_provider(),
+    ))
+    .with_safe_default_protocol_versions()
+    .map_err(|e| Error::Invalid(e.to_string()))?
+    .with_no_client_auth()
+    .with_cert_resolver(resolver);
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    Ok(Arc::new(config))
+}
+
+/// Keeps the serving certificate valid: creates, rotates, shares and reloads it.
+#[derive(Debug)]
+pub struct CertManager<S> {
+    store: S,
+    settings: CertSettings,
+    resolver: Arc<CertResolver>,
+}
+
+impl<S: CertStore> CertManager<S> {
+    /// A manager over `store`, serving through `resolver`.
+    pub fn new(store: S, settings: CertSettings, resolver: Arc<CertResolver>) -> Self {
+        Self {
+            store,
+            settings,
+            resolver,
+        }
+    }
+
+    /// Make sure a valid certificate is stored, published and served; returns the bundle
+    /// in force.
+    pub async fn ensure(&self) -> Result<CertBundle, Error> {
+        for _ in 0..5 {
+            let now = SystemTime::now();
+            let loaded = self.store.load().await?;
+            let (bundle, version) = match loaded {
+                Some((Some(b), v)) => match b.rotated(&self.settings, now) {
+                    Ok(None) => (b, None),
+                    Ok(Some(next)) => (next, Some(Some(v))),
+                    Err(e) => {
+                        warn!(error = %e, "stored webhook certificate unreadable; replacing it");
+                        (CertBundle::generate(&self.settings, now)?, Some(Some(v)))
+                    }
+                },
+                Some((None, v)) => (CertBundle::generate(&self.settings, now)?, Some(Some(v))),
+                None => (CertBundle::generate(&self.settings, now)?, Some(None)),
+            };
+            if let Some(version) = version {
+                match self.store.save(&bundle, version.as_deref()).await? {
+                    Saved::Yes => info!("stored a new webhook serving certificate"),
+                    Saved::Conflict => continue,
+                }
+            }
+            self.store.publish_ca_bundle(&bundle.ca_crt).await?;
+            if self.resolver.install(&bundle)? {
+                info!("serving a new webhook certificate");
+            }
+            return Ok(bundle);
+        }
+        Err(Error::Store(
+            "the certificate Secret kept changing under us".into(),
+        ))
+    }
+
+    /// Call [`ensure`](Self::ensure) every `interval` until `shutdown`; after a failure,
+    /// retry sooner (from 1 s, doubling, at most `interval`).
+    pub async fn run(self, interval: Duration, shutdown: impl Future<Output = ()>) {
+        tokio::pin!(shutdown);
+        let mut retry = Duration::from_secs(1);
+        loop {
+            let wait = match self.ensure().await {
+                Ok(_) => {
+                    retry = Duration::from_secs(1);
+                    interval
+                }
+                Err(e) => {
+                    warn!(error = %e, retry_in = ?retry, "webhook certificate check failed");
+                    let wait = retry.min(interval);
+                    retry = (retry * 2).min(interval);
+                    wait
+                }
+            };
+            tokio::select! {
+                () = &mut shutdown => return,
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn settings(cert: u64, before: u64) -> CertSettings {
+        CertSettings {
+            service_name: "kubeairunway-webhook".into(),
+            namespace: "kubeairunway-system".into(),
+            ca_validity: Duration::from_secs(3650 * 86400),
+            cert_validity: Duration::from_secs(cert),
+            rotate_before: Duration::from_secs(before),
+        }
+    }
+
+    #[tokio::test]
+    async fn creates_then_keeps_then_rotates() {
+        let store = MemoryCertStore::default();
+        let resolver = Arc::new(CertResolver::default());
+        let m = CertManager::new(store.clone(), settings(86400, 3600), Arc::clone(&resolver));
+        let first = m.ensure().await.unwrap();
+        assert!(resolver.is_loaded());
+        assert_eq!(store.published(), vec![first.ca_crt.clone()]);
+        let again = m.ensure().await.unwrap();
+        assert_eq!(first, again, "a valid certificate is kept");
+
+        // Lifetimes shorter than the rotation margin: rotate at once, same CA.
+        let m2 = CertManager::new(store.clone(), settings(7200, 86400), Arc::clone(&resolver));
+        let rotated = m2.ensure().await.unwrap();
+        assert_ne!(rotated.tls_crt, first.tls_crt);
+        assert_eq!(rotated.ca_crt, first.ca_crt);
+        assert_eq!(
+            resolver.serving_pem().as_deref(),
+            Some(rotated.tls_crt.as_str())
+        );
+    }
+
+    #[tokio::test]
+    async fn another_replicas_write_wins() {
+        let store = MemoryCertStore::default();
+        let a = CertManager::new(
+            store.clone(),
+            settings(86400, 3600),
+            Arc::new(CertResolver::default()),
+        );
+        let b_resolver = Arc::new(CertResolver::default());
+        let b = CertManager::new(
+            store.clone(),
+            settings(86400, 3600),
+            Arc::clone(&b_resolver),
+        );
+        let ours = a.ensure().await.unwrap();
+        let theirs = b.ensure().await.unwrap();
+        assert_eq!(
+            ours, theirs,
+            "the second replica loads the first one's certificate"
+        );
+        assert_eq!(
+            b_resolver.serving_pem().as_deref(),
+            Some(ours.tls_crt.as_str())
+        );
+        // Conditional write: a stale version conflicts.
+        assert_eq!(store.save(&ours, Some("0")).await.unwrap(), Saved::Conflict);
+    }
+
+    #[test]
+    fn ca_rotation_keeps_the_old_ca_in_the_bundle() {
+        let s = settings(3600, 600);
+        let now = SystemTime::now();
+        let mut short_ca = s.clone();
+        short_ca.ca_validity = Duration::from_secs(3000);
+        let old = CertBundle::generate(&short_ca, now).unwrap();
+        assert_eq!(
+            old.rotated(&s, now).unwrap(),
+            None,
+            "fine while the leaf is"
+        );
+        let later = now + Duration::from_secs(2500);
+        let next = old.rotated(&s, later).unwrap().unwrap();
+        assert_eq!(not_after(&next.ca_crt).unwrap().len(), 2);
+        assert!(
+            next.ca_crt.ends_with(&pem_cert(
+                &CertificateDer::pem_slice_iter(old.ca_crt.as_bytes())
+                    .next()
+                    .unwrap()
+                    .unwrap()
+            ))
+        );
+        assert!(next.certified_key().is_ok());
+    }
+
+    #[test]
+    fn a_renamed_service_gets_a_new_certificate() {
+        let s = settings(86400, 3600);
+        let now = SystemTime::now();
+        let b = CertBundle::generate(&s, now).unwrap();
+        assert_eq!(dns_names(&b.tls_crt).unwrap(), s.dns_names());
+        assert_eq!(b.rotated(&s, now).unwrap(), None);
+        let mut renamed = s.clone();
+        renamed.service_name = "other".into();
+        let next = b.rotated(&renamed, now).unwrap().unwrap();
+        assert_eq!(dns_names(&next.tls_crt).unwrap(), renamed.dns_names());
+        assert_eq!(next.ca_crt, b.ca_crt, "same CA");
+    }
+
+    #[test]
+    fn garbage_is_replaced_not_fatal() {
+        let b = CertBundle {
+            ca_crt: "x".into(),
+            ca_key: "y".into(),
+            tls_crt: "z".into(),
+            tls_key: "w".into(),
+        };
+        assert!(b.rotated(&settings(3600, 60), SystemTime::now()).is_err());
+        assert!(b.certified_key().is_err());
+    }
+}

@@ -1,0 +1,388 @@
+//! Admission webhooks for ModelDeployment, speaking `admission.k8s.io/v1`
+//! AdmissionReview: validating (`/validate-modeldeployment`, the rules of 004 §8 plus the
+//! check that an explicitly named provider is registered) and mutating
+//! (`/mutate-modeldeployment`, defaults as a JSON patch).
+//!
+//! Every request gets an AdmissionReview back, malformed ones included (`allowed: false`
+//! with the reason); nothing a client sends makes the handler panic.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use futures::FutureExt;
+use kube::api::DynamicObject;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kubeairunway_sdk::{InferenceProviderConfig, ModelDeployment};
+use serde_json::Value;
+use tracing::{debug, warn};
+
+use crate::validation::{provider_does_not_serve, provider_not_installed, validate};
+
+/// Path of the validating webhook.
+pub const VALIDATE_PATH: &str = "/validate-modeldeployment";
+/// Path of the mutating webhook.
+pub const MUTATE_PATH: &str = "/mutate-modeldeployment";
+/// Largest request body accepted (the API server sends at most a few MiB).
+pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+/// What the webhook knows about a named provider.
+enum Registration {
+    /// The cache has not synced (or there is none): cannot tell.
+    Unknown,
+    /// No InferenceProviderConfig of that name.
+    Missing,
+    /// Registered, lists engines.
+    Serving,
+    /// Registered, but only capabilities (no engines).
+    CapabilityOnly,
+}
+
+/// Where the webhook looks up registered providers.
+#[derive(Clone)]
+pub struct WebhookState {
+    providers: Option<Store<InferenceProviderConfig>>,
+}
+
+impl std::fmt::Debug for WebhookState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WebhookState")
+            .field("providers", &self.providers.is_some())
+            .finish()
+    }
+}
+
+impl WebhookState {
+    /// Webhooks that check explicitly named providers against this cache (`None`: never
+    /// check).
+    pub fn new(providers: Option<Store<InferenceProviderConfig>>) -> Self {
+        Self { providers }
+    }
+
+    /// What the cache knows of a provider.
+    fn provider_registered(&self, name: &str) -> Registration {
+        let Some(store) = self.providers.as_ref() else {
+            return Registration::Unknown;
+        };
+        if !matches!(store.wait_until_ready().now_or_never(), Some(Ok(()))) {
+            return Registration::Unknown;
+        }
+        match store.get(&ObjectRef::new(name)) {
+            None => Registration::Missing,
+            Some(c) if c.spec.serves() => Registration::Serving,
+            Some(_) => Registration::CapabilityOnly,
+        }
+    }
+}
+
+/// The webhook routes.
+pub fn router(state: WebhookState) -> Router {
+    Router::new()
+        .route(VALIDATE_PATH, post(validate_handler))
+        .route(MUTATE_PATH, post(mutate_handler))
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .with_state(Arc::new(state))
+}
+
+/// The AdmissionReview JSON for a response. kube serialises `patch` (Go `[]byte`) as an
+/// array of numbers; the API server's Go JSON reads that too, but the canonical form (what
+/// Go writes and every other consumer expects) is a base64 string, so write that.
+pub fn review_json(resp: AdmissionResponse) -> Result<Value, serde_json::Error> {
+    use base64::Engine as _;
+    let mut v = serde_json::to_value(resp.into_review())?;
+    if let Some(patch) = v.pointer_mut("/response/patch")
+        && let Value::Array(items) = patch
+    {
+        let bytes: Vec<u8> = items
+            .iter()
+            .filter_map(Value::as_u64)
+            .filter_map(|b| u8::try_from(b).ok())
+            .collect();
+        *patch = Value::String(base64::engine::general_purpose::STANDARD.encode(bytes));
+    }
+    Ok(v)
+}
+
+fn respond(resp: AdmissionResponse) -> Response {
+    match review_json(resp).and_then(|v| serde_json::to_vec(&v)) {
+        Ok(body) => (
+            StatusCode::OK,
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            body,
+        )
+            .into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+/// A response for a request that could not be read, keeping its uid when it has one.
+fn invalid(raw: Option<&Value>, reason: &str) -> AdmissionResponse {
+    let mut resp = AdmissionResponse::invalid(reason);
+    if let Some(uid) = raw
+        .and_then(|v| v.pointer("/request/uid"))
+        .and_then(Value::as_str)
+    {
+        resp.uid = uid.to_string();
+    }
+    if let Some(api_version) = raw
+        .and_then(|v| v.get("apiVersion"))
+        .and_then(Value::as_str)
+        .filter(|v| v.starts_with("admission.k8s.io/"))
+    {
+        resp.types.api_version = api_version.to_string();
+    }
+    resp
+}
+
+/// Parse a request body into an AdmissionRequest for a ModelDeployment.
+fn parse(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, Box<AdmissionResponse>> {
+    let raw: Value = serde_json::from_slice(body)
+        .map_err(|e| Box::new(invalid(None, &format!("malformed AdmissionReview: {e}"))))?;
+    let review: AdmissionReview<DynamicObject> =
+        serde_json::from_value(raw.clone()).map_err(|e| {
+            Box::new(invalid(
+                Some(&raw),
+                &format!("malformed AdmissionReview: {e}"),
+            ))
+        })?;
+    if review.types.kind != "AdmissionReview" {
+        return Err(Box::new(invalid(
+            Some(&raw),
+            &format!("expected kind AdmissionReview, got {:?}", review.types.kind),
+        )));
+    }
+    let req: AdmissionRequest<DynamicObject> = review
+        .try_into()
+        .map_err(|_| Box::new(invalid(Some(&raw), "AdmissionReview without a request")))?;
+    if req.kind.group != kubeairunway_sdk::GROUP || req.kind.kind != "ModelDeployment" {
+        let reason = format!(
+            "this webhook admits kubeairunway.ai ModelDeployments, not {}/{} {}",
+            req.kind.group, req.kind.version, req.kind.kind
+        );
+        return Err(Box::new(AdmissionResponse::from(&req).deny(reason)));
+    }
+    Ok(req)
+}
+
+fn typed(obj: &DynamicObject) -> Result<ModelDeployment, String> {
+    let value = serde_json::to_value(obj).map_err(|e| e.to_string())?;
+    serde_json::from_value(value).map_err(|e| format!("invalid ModelDeployment: {e}"))
+}
+
+/// Decide a validating request.
+pub fn review_validate(
+    req: &AdmissionRequest<DynamicObject>,
+    state: &WebhookState,
+) -> AdmissionResponse {
+    let resp = AdmissionResponse::from(req);
+    let Some(obj) = req.object.as_ref() else {
+        // DELETE and CONNECT carry no object: nothing to validate.
+        return resp;
+    };
+    if matches!(req.operation, Operation::Delete | Operation::Connect) {
+        return resp;
+    }
+    if obj.metadata.deletion_timestamp.is_some() {
+        // Never block finalizers from being removed.
+        return resp;
+    }
+    let md = match typed(obj) {
+        Ok(md) => md,
+        Err(e) => return resp.deny(e),
+    };
+    let v = validate(&md.spec);
+    let mut resp = resp;
+    if !v.warnings.is_empty() {
+        resp.warnings = Some(v.warnings.clone());
+    }
+    if !v.is_valid() {
+        return resp.deny(v.message());
+    }
+    if let Some(name) = md.spec.provider_name() {
+        let old_name = req
+            .old_object
+            .as_ref()
+            .and_then(|o| typed(o).ok())
+            .and_then(|o| o.spec.provider_name().map(str::to_string));
+        if old_name.as_deref() != Some(name) {
+            match state.provider_registered(name) {
+                Registration::Serving => {}
+                Registration::CapabilityOnly => return resp.deny(provider_does_not_serve(name)),
+                Registration::Missing => return resp.deny(provider_not_installed(name)),
+                Registration::Unknown => {
+                    resp.warnings.get_or_insert_with(Vec::new).push(format!(
+                        "could not check that provider '{name}' is installed yet"
+                    ));
+                }
+            }
+        }
+    }
+    resp
+}
+
+/// Decide a mutating request: the defaults as a JSON patch.
+pub fn review_mutate(req: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+    let resp = AdmissionResponse::from(req);
+    let Some(obj) = req.object.as_ref() else {
+        return resp;
+    };
+    if matches!(req.operation, Operation::Delete | Operation::Connect) {
+        return resp;
+    }
+    let original = match serde_json::to_value(obj) {
+        Ok(v) => v,
+        Err(e) => return resp.deny(format!("unreadable object: {e}")),
+    };
+    if original.get("spec").is_none() {
+        // Nothing to default; validation reports the missing spec.
+        return resp;
+    }
+    let mut defaulted = original.clone();
+    if let Some(spec) = defaulted.get_mut("spec") {
+        crate::defaults::apply(spec);
+    }
+    let patch = json_patch::diff(&original, &defaulted);
+    if patch.0.is_empty() {
+        return resp;
+    }
+    match resp.clone().with_patch(patch) {
+        Ok(r) => r,
+        Err(e) => resp.deny(format!("building patch: {e}")),
+    }
+}
+
+/// Answer a validating request body (what the HTTP handler does, without HTTP).
+pub fn validate_body(body: &[u8], state: &WebhookState) -> AdmissionResponse {
+    match parse(body) {
+        Ok(req) => {
+            let r = review_validate(&req, state);
+            debug!(uid = %req.uid, allowed = r.allowed, name = %req.name, namespace = ?req.namespace, "validated");
+            r
+        }
+        Err(r) => {
+            warn!(reason = %r.result.message, "rejected a malformed validating request");
+            *r
+        }
+    }
+}
+
+/// Answer a mutating request body (what the HTTP handler does, without HTTP).
+pub fn mutate_body(body: &[u8]) -> AdmissionResponse {
+    match parse(body) {
+        Ok(req) => review_mutate(&req),
+        Err(r) => {
+            warn!(reason = %r.result.message, "rejected a malformed mutating request");
+            *r
+        }
+    }
+}
+
+async fn validate_handler(State(state): State<Arc<WebhookState>>, body: Bytes) -> Response {
+    respond(validate_body(&body, &state))
+}
+
+async fn mutate_handler(body: Bytes) -> Response {
+    respond(mutate_body(&body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn review() -> Value {
+        json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {
+                "uid": "u", "kind": {"group": "kubeairunway.ai", "version": "v1alpha1", "kind": "ModelDeployment"},
+                "resource": {"group": "kubeairunway.ai", "version": "v1alpha1", "resource": "modeldeployments"},
+                "name": "m", "namespace": "ns", "operation": "UPDATE", "userInfo": {"username": "x"},
+                "object": {"apiVersion": "kubeairunway.ai/v1alpha1", "kind": "ModelDeployment",
+                    "metadata": {"name": "m", "namespace": "ns", "labels": {"a": "b"}},
+                    "spec": {"model": {"id": "a/b", "servedName": "s"}, "engine": {"type": "vllm", "args": {"k": "v"}},
+                        "provider": {"name": "p", "overrides": {"x": 1}},
+                        "serving": {"mode": "disaggregated"},
+                        "resources": {"gpu": {"count": 1}},
+                        "scaling": {"replicas": 2, "prefill": {"gpu": {"count": 1}}, "decode": {"gpu": {"count": 1}}}}},
+                "oldObject": {"apiVersion": "kubeairunway.ai/v1alpha1", "kind": "ModelDeployment",
+                    "metadata": {"name": "m", "namespace": "ns"}, "spec": {"model": {"id": "a/b"}, "engine": {"type": "sglang"}}}
+            }
+        })
+    }
+
+    /// Every JSON pointer of a value.
+    fn pointers(v: &Value, at: &str, out: &mut Vec<String>) {
+        out.push(at.to_string());
+        match v {
+            Value::Object(m) => m
+                .iter()
+                .for_each(|(k, c)| pointers(c, &format!("{at}/{k}"), out)),
+            Value::Array(a) => a
+                .iter()
+                .enumerate()
+                .for_each(|(i, c)| pointers(c, &format!("{at}/{i}"), out)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn any_mangled_review_gets_an_answer_never_a_panic() {
+        let state = WebhookState::new(None);
+        let base = review();
+        let mut paths = Vec::new();
+        pointers(&base, "", &mut paths);
+        let replacements = [
+            Value::Null,
+            json!(0),
+            json!(-1),
+            json!(1e308),
+            json!(u64::MAX),
+            json!("x"),
+            json!(""),
+            json!("a".repeat(10_000)),
+            json!([]),
+            json!({}),
+            json!(true),
+            json!([{"type": 1}]),
+        ];
+        let mut answered = 0;
+        for path in &paths {
+            for r in &replacements {
+                let mut v = base.clone();
+                if path.is_empty() {
+                    v = r.clone();
+                } else if let Some(slot) = v.pointer_mut(path) {
+                    *slot = r.clone();
+                }
+                let body = serde_json::to_vec(&v).unwrap();
+                for resp in [validate_body(&body, &state), mutate_body(&body)] {
+                    assert!(review_json(resp).is_ok());
+                    answered += 1;
+                }
+            }
+        }
+        // Truncated bodies at every length.
+        let body = serde_json::to_vec(&base).unwrap();
+        for n in 0..body.len() {
+            let resp = validate_body(&body[..n], &state);
+            assert!(!resp.allowed, "truncated at {n}");
+            answered += 1;
+        }
+        assert!(answered > 1000);
+    }
+
+    #[test]
+    fn patch_is_base64_in_the_review() {
+        let mut v = review();
+        v["request"]["operation"] = json!("CREATE");
+        let resp = mutate_body(&serde_json::to_vec(&v).unwrap());
+        let json = review_json(resp).unwrap();
+        assert!(json["response"]["patch"].is_string(), "{json}");
+        assert_eq!(json["response"]["patchType"], "JSONPatch");
+    }
+}

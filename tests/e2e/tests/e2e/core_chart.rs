@@ -1,0 +1,213 @@
+//! The core Helm chart (`charts/kubeairunway`): `helm lint`, and the objects `helm
+//! template` renders: least-privilege RBAC, the webhook configurations, the Deployment's
+//! flags and the CRDs (the generated ones).
+//!
+//! helm comes from `scripts/install-helm.sh` (run by `scripts/test.sh`). Without it the
+//! test is skipped with a message, except in CI (`CI=true`), where it fails.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::Value;
+
+fn chart() -> PathBuf {
+    kubeairunway_e2e::helm::chart("kubeairunway")
+}
+
+fn template(helm: &Path, args: &[&str]) -> Vec<Value> {
+    let out = Command::new(helm)
+        .args(["template", "kubeairunway"])
+        .arg(chart())
+        .args(["--namespace", "kubeairunway-system"])
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "helm template failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let docs: Vec<Value> = serde_saphyr::from_multiple(&text).unwrap();
+    docs.into_iter().filter(Value::is_object).collect()
+}
+
+fn find<'a>(docs: &'a [Value], kind: &str) -> &'a Value {
+    docs.iter()
+        .find(|d| d["kind"] == kind)
+        .unwrap_or_else(|| panic!("no {kind} rendered"))
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn arg(deployment: &Value, flag: &str) -> Option<String> {
+    strings(&deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+        .into_iter()
+        .find_map(|a| a.strip_prefix(&format!("--{flag}=")).map(str::to_string))
+}
+
+#[test]
+fn core_chart_lints_and_renders_least_privilege_rbac_and_webhooks() {
+    let Some(helm) = kubeairunway_e2e::helm::require() else {
+        return;
+    };
+    kubeairunway_e2e::helm::lint(&helm, &chart()).unwrap();
+
+    let docs = template(&helm, &[]);
+    let deployment = find(&docs, "Deployment");
+    assert_eq!(deployment["spec"]["replicas"], 2);
+    assert_eq!(
+        arg(deployment, "enable-provider-selector").as_deref(),
+        Some("true")
+    );
+    let secret = arg(deployment, "webhook-secret-name").unwrap();
+    let lease = arg(deployment, "leader-election-lease").unwrap();
+    let service_name = arg(deployment, "webhook-service-name").unwrap();
+    let vwc_name = arg(deployment, "validating-webhook-configuration").unwrap();
+    let mwc_name = arg(deployment, "mutating-webhook-configuration").unwrap();
+    let sa = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+        .as_str()
+        .unwrap();
+
+    // ClusterRole: read our kinds, apply our status, events, our two webhook configs.
+    let cluster_role = find(&docs, "ClusterRole");
+    for rule in cluster_role["rules"].as_array().unwrap() {
+        for key in ["apiGroups", "resources", "verbs"] {
+            assert!(
+                !strings(&rule[key]).contains(&"*".to_string()),
+                "wildcard in {rule}"
+            );
+        }
+        let resources = strings(&rule["resources"]);
+        let verbs = strings(&rule["verbs"]);
+        assert!(
+            !resources.contains(&"secrets".to_string()),
+            "cluster-wide secrets: {rule}"
+        );
+        for group in strings(&rule["apiGroups"]) {
+            assert!(
+                [
+                    "kubeairunway.ai",
+                    "events.k8s.io",
+                    "admissionregistration.k8s.io"
+                ]
+                .contains(&group.as_str()),
+                "core needs no {group} (no provider knowledge): {rule}"
+            );
+        }
+        if resources.iter().any(|r| r.ends_with("/status")) {
+            assert_eq!(verbs, ["get", "patch"], "{rule}");
+        } else if resources.contains(&"modeldeployments".to_string()) {
+            assert_eq!(verbs, ["get", "list", "watch"], "{rule}");
+        }
+        if resources
+            .iter()
+            .any(|r| r.ends_with("webhookconfigurations"))
+        {
+            let names = strings(&rule["resourceNames"]);
+            assert!(
+                names == [vwc_name.clone()] || names == [mwc_name.clone()],
+                "{rule}"
+            );
+            assert_eq!(verbs, ["get", "patch"]);
+        }
+    }
+    let binding = find(&docs, "ClusterRoleBinding");
+    assert_eq!(binding["subjects"][0]["name"], sa);
+    assert_eq!(binding["subjects"][0]["namespace"], "kubeairunway-system");
+
+    // Role: the one Secret and the one Lease, by name (create cannot be named).
+    let role = find(&docs, "Role");
+    assert_eq!(role["metadata"]["namespace"], "kubeairunway-system");
+    for rule in role["rules"].as_array().unwrap() {
+        let verbs = strings(&rule["verbs"]);
+        if verbs == ["create"] {
+            assert!(rule.get("resourceNames").is_none());
+            continue;
+        }
+        assert_eq!(verbs, ["get", "update"], "{rule}");
+        let names = strings(&rule["resourceNames"]);
+        match strings(&rule["resources"]).as_slice() {
+            [r] if r == "secrets" => assert_eq!(names, std::slice::from_ref(&secret)),
+            [r] if r == "leases" => assert_eq!(names, std::slice::from_ref(&lease)),
+            other => panic!("unexpected namespaced rule for {other:?}"),
+        }
+    }
+
+    // Webhooks: our Service and paths, Fail for validation, CA bundle left to the controller.
+    let service = find(&docs, "Service");
+    assert_eq!(service["metadata"]["name"], service_name.as_str());
+    let vwc = find(&docs, "ValidatingWebhookConfiguration");
+    let mwc = find(&docs, "MutatingWebhookConfiguration");
+    assert_eq!(vwc["metadata"]["name"], vwc_name.as_str());
+    assert_eq!(mwc["metadata"]["name"], mwc_name.as_str());
+    for (cfg, path) in [
+        (vwc, "/validate-modeldeployment"),
+        (mwc, "/mutate-modeldeployment"),
+    ] {
+        let hook = &cfg["webhooks"][0];
+        assert_eq!(
+            hook["clientConfig"]["service"]["name"],
+            service_name.as_str()
+        );
+        assert_eq!(
+            hook["clientConfig"]["service"]["namespace"],
+            "kubeairunway-system"
+        );
+        assert_eq!(hook["clientConfig"]["service"]["path"], path);
+        assert!(hook["clientConfig"].get("caBundle").is_none());
+        assert_eq!(hook["sideEffects"], "None");
+        assert_eq!(hook["admissionReviewVersions"], serde_json::json!(["v1"]));
+        assert_eq!(
+            hook["rules"][0]["resources"],
+            serde_json::json!(["modeldeployments"])
+        );
+    }
+    assert_eq!(vwc["webhooks"][0]["failurePolicy"], "Fail");
+
+    // Two replicas: a disruption budget keeps one serving the webhooks.
+    let pdb = find(&docs, "PodDisruptionBudget");
+    assert_eq!(pdb["spec"]["minAvailable"], 1);
+    assert_eq!(
+        pdb["spec"]["selector"]["matchLabels"],
+        deployment["spec"]["selector"]["matchLabels"]
+    );
+    let single = template(&helm, &["--set", "replicaCount=1"]);
+    assert!(single.iter().all(|d| d["kind"] != "PodDisruptionBudget"));
+
+    // Values flow into the flags.
+    let docs = template(
+        &helm,
+        &["--set", "enableProviderSelector=false,replicaCount=3"],
+    );
+    let deployment = find(&docs, "Deployment");
+    assert_eq!(deployment["spec"]["replicas"], 3);
+    assert_eq!(
+        arg(deployment, "enable-provider-selector").as_deref(),
+        Some("false")
+    );
+
+    // The chart's CRDs are the generated ones.
+    let docs = template(&helm, &["--include-crds"]);
+    let mut crds: Vec<String> = docs
+        .iter()
+        .filter(|d| d["kind"] == "CustomResourceDefinition")
+        .map(|d| d["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    crds.sort();
+    assert_eq!(
+        crds,
+        [
+            "inferenceproviderconfigs.kubeairunway.ai",
+            "modeldeployments.kubeairunway.ai"
+        ]
+    );
+}

@@ -1,0 +1,456 @@
+//! The admission webhooks over real HTTPS (rustls, a certificate made by the controller's
+//! own certificate manager, the client verifying it against the CA bundle), with real
+//! AdmissionReview JSON: allowed, denied with every message of 004 §8, mutated (the JSON
+//! patch applied gives the defaults), malformed input; and certificate rotation with hot
+//! reload while requests keep succeeding.
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::runtime::reflector;
+use kube::runtime::watcher;
+use kubeairunway_core::tls::{CertManager, CertResolver, CertSettings, MemoryCertStore};
+use kubeairunway_core::webhook::{self, MUTATE_PATH, VALIDATE_PATH, WebhookState};
+use kubeairunway_sdk::{InferenceProviderConfig, InferenceProviderConfigSpec};
+use serde_json::{Value, json};
+
+const HOST: &str = "kubeairunway-webhook.kubeairunway-system.svc";
+
+fn cert_settings(validity: u64, rotate_before: u64) -> CertSettings {
+    CertSettings {
+        service_name: "kubeairunway-webhook".into(),
+        namespace: "kubeairunway-system".into(),
+        ca_validity: Duration::from_secs(86400),
+        cert_validity: Duration::from_secs(validity),
+        rotate_before: Duration::from_secs(rotate_before),
+    }
+}
+
+struct Server {
+    addr: SocketAddr,
+    store: MemoryCertStore,
+    resolver: Arc<CertResolver>,
+    handle: axum_server::Handle<SocketAddr>,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.handle.shutdown();
+    }
+}
+
+/// A webhook server on a loopback port, with `kaito` registered as a provider.
+async fn start(validity: u64, rotate_before: u64) -> Server {
+    kubeairunway_testcluster::install_crypto_provider();
+    let (store, mut writer) = reflector::store::<InferenceProviderConfig>();
+    writer.apply_watcher_event(&watcher::Event::Init);
+    let mut kaito = InferenceProviderConfig::new("kaito", InferenceProviderConfigSpec::default());
+    kaito.spec.capabilities = Some(kubeairunway_sdk::api::Capabilities {
+        engines: vec![kubeairunway_sdk::api::EngineType::Llamacpp],
+        ..Default::default()
+    });
+    writer.apply_watcher_event(&watcher::Event::InitApply(kaito));
+    // A capability provider: registered, but serves no models.
+    let mut kernelcache =
+        InferenceProviderConfig::new("kernelcache", InferenceProviderConfigSpec::default());
+    kernelcache.spec.capabilities = Some(kubeairunway_sdk::api::Capabilities {
+        features: vec!["kernelCache".into()],
+        ..Default::default()
+    });
+    writer.apply_watcher_event(&watcher::Event::InitApply(kernelcache));
+    writer.apply_watcher_event(&watcher::Event::InitDone);
+    // The writer must outlive the test for the store to stay ready.
+    std::mem::forget(writer);
+
+    let certs = MemoryCertStore::default();
+    let resolver = Arc::new(CertResolver::default());
+    let manager = CertManager::new(
+        certs.clone(),
+        cert_settings(validity, rotate_before),
+        Arc::clone(&resolver),
+    );
+    manager.ensure().await.unwrap();
+    tokio::spawn(manager.run(Duration::from_millis(200), std::future::pending()));
+
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let addr = listener.local_addr().unwrap();
+    let tls = kubeairunway_core::tls::server_config(Arc::clone(&resolver)).unwrap();
+    let handle = axum_server::Handle::new();
+    let server = axum_server::from_tcp_rustls(
+        listener,
+        axum_server::tls_rustls::RustlsConfig::from_config(tls),
+    )
+    .unwrap()
+    .handle(handle.clone());
+    let app = webhook::router(WebhookState::new(Some(store)));
+    tokio::spawn(async move { server.serve(app.into_make_service()).await });
+    Server {
+        addr,
+        store: certs,
+        resolver,
+        handle,
+    }
+}
+
+/// A client that trusts only the published CA bundle and reaches the server by its
+/// Service DNS name; a new one per call makes a new TLS handshake.
+fn client(server: &Server) -> reqwest::Client {
+    let ca = server.store.published().last().cloned().unwrap();
+    let mut builder = reqwest::Client::builder()
+        .use_rustls_tls()
+        .tls_built_in_root_certs(false)
+        .tls_info(true)
+        .pool_max_idle_per_host(0)
+        .resolve(HOST, server.addr);
+    for cert in reqwest::Certificate::from_pem_bundle(ca.as_bytes()).unwrap() {
+        builder = builder.add_root_certificate(cert);
+    }
+    builder.build().unwrap()
+}
+
+fn url(server: &Server, path: &str) -> String {
+    format!("https://{HOST}:{}{path}", server.addr.port())
+}
+
+fn review(operation: &str, object: &Value, old: Option<&Value>) -> Value {
+    json!({
+        "apiVersion": "admission.k8s.io/v1",
+        "kind": "AdmissionReview",
+        "request": {
+            "uid": "705ab4f5-6393-11e8-b7cc-42010a800002",
+            "kind": {"group": "kubeairunway.ai", "version": "v1alpha1", "kind": "ModelDeployment"},
+            "resource": {"group": "kubeairunway.ai", "version": "v1alpha1", "resource": "modeldeployments"},
+            "requestKind": {"group": "kubeairunway.ai", "version": "v1alpha1", "kind": "ModelDeployment"},
+            "requestResource": {"group": "kubeairunway.ai", "version": "v1alpha1", "resource": "modeldeployments"},
+            "name": object["metadata"]["name"],
+            "namespace": "default",
+            "operation": operation,
+            "userInfo": {"username": "admin", "groups": ["system:authenticated"]},
+            "object": object,
+            "oldObject": old,
+            "dryRun": false,
+            "options": {"apiVersion": "meta.k8s.io/v1", "kind": "CreateOptions"},
+        }
+    })
+}
+
+#[allow(clippy::needless_pass_by_value)] // reads better at the call sites
+fn md(spec: Value) -> Value {
+    json!({"apiVersion": "kubeairunway.ai/v1alpha1", "kind": "ModelDeployment",
+        "metadata": {"name": "m", "namespace": "default"}, "spec": spec})
+}
+
+async fn post(server: &Server, path: &str, body: Vec<u8>) -> Value {
+    let resp = client(server)
+        .post(url(server, path))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let v: Value = resp.json().await.unwrap();
+    assert_eq!(v["kind"], "AdmissionReview", "{v}");
+    assert_eq!(v["apiVersion"], "admission.k8s.io/v1", "{v}");
+    v["response"].clone()
+}
+
+async fn post_review(server: &Server, path: &str, review: &Value) -> Value {
+    post(server, path, serde_json::to_vec(review).unwrap()).await
+}
+
+#[tokio::test]
+async fn core_webhook_allows_denies_and_warns() {
+    let server = start(86400, 3600).await;
+    let valid = md(
+        json!({"model": {"id": "a/b"}, "engine": {"type": "vllm"}, "resources": {"gpu": {"count": 1}}}),
+    );
+    let r = post_review(&server, VALIDATE_PATH, &review("CREATE", &valid, None)).await;
+    assert_eq!(r["allowed"], true, "{r}");
+    assert_eq!(r["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002");
+
+    // Every refused sample of config/samples/invalid is denied with its §8 message.
+    let invalid: Vec<_> = kubeairunway_config::samples::all()
+        .into_iter()
+        .filter_map(|s| s.rejection.clone().map(|r| (s, r)))
+        .collect();
+    assert!(invalid.len() >= 9);
+    for (sample, rejection) in invalid {
+        let r = post_review(
+            &server,
+            VALIDATE_PATH,
+            &review("CREATE", &sample.manifest, None),
+        )
+        .await;
+        assert_eq!(r["allowed"], false, "{}: {r}", sample.name);
+        assert_eq!(r["status"]["message"], rejection.message, "{}", sample.name);
+    }
+
+    // An explicitly named provider must be registered.
+    let named = |p: &str| {
+        md(json!({"model": {"id": "a/b"}, "engine": {"type": "llamacpp"}, "provider": {"name": p}}))
+    };
+    let r = post_review(
+        &server,
+        VALIDATE_PATH,
+        &review("CREATE", &named("nonesuch"), None),
+    )
+    .await;
+    assert_eq!(r["allowed"], false);
+    assert_eq!(
+        r["status"]["message"],
+        "Provider 'nonesuch' CRD not installed in cluster"
+    );
+    let r = post_review(
+        &server,
+        VALIDATE_PATH,
+        &review("CREATE", &named("kaito"), None),
+    )
+    .await;
+    assert_eq!(r["allowed"], true, "{r}");
+    let r = post_review(
+        &server,
+        VALIDATE_PATH,
+        &review("CREATE", &named("kernelcache"), None),
+    )
+    .await;
+    assert_eq!(r["allowed"], false, "{r}");
+    assert_eq!(
+        r["status"]["message"],
+        "Provider 'kernelcache' serves no models (it registers no engines)"
+    );
+    // An update that keeps the provider is not re-checked (it may have been removed since).
+    let r = post_review(
+        &server,
+        VALIDATE_PATH,
+        &review("UPDATE", &named("gone"), Some(&named("gone"))),
+    )
+    .await;
+    assert_eq!(r["allowed"], true, "{r}");
+
+    // Warnings.
+    let custom = md(
+        json!({"model": {"source": "custom", "servedName": "x"}, "engine": {"type": "llamacpp"}}),
+    );
+    let r = post_review(&server, VALIDATE_PATH, &review("CREATE", &custom, None)).await;
+    assert_eq!(r["allowed"], true, "{r}");
+    assert_eq!(
+        r["warnings"],
+        json!(["servedName is ignored for custom source"])
+    );
+
+    // DELETE carries no object and is allowed.
+    let mut del = review("DELETE", &valid, None);
+    del["request"]["object"] = Value::Null;
+    del["request"]["oldObject"] = valid.clone();
+    let r = post_review(&server, VALIDATE_PATH, &del).await;
+    assert_eq!(r["allowed"], true, "{r}");
+}
+
+#[tokio::test]
+async fn core_webhook_mutates_with_defaults() {
+    let server = start(86400, 3600).await;
+    let object = md(json!({
+        "model": {"id": "a/b"}, "engine": {"type": "vllm"},
+        "resources": {"gpu": {"count": 1}},
+        "scaling": {"prefill": {"gpu": {"count": 2}}}
+    }));
+    let r = post_review(&server, MUTATE_PATH, &review("CREATE", &object, None)).await;
+    assert_eq!(r["allowed"], true, "{r}");
+    assert_eq!(r["patchType"], "JSONPatch");
+    let patch_bytes = base64_decode(r["patch"].as_str().unwrap());
+    let patch: json_patch::Patch = serde_json::from_slice(&patch_bytes).unwrap();
+    let mut patched = object.clone();
+    json_patch::patch(&mut patched, &patch).unwrap();
+    assert_eq!(
+        patched["spec"],
+        json!({
+            "model": {"id": "a/b", "source": "huggingface"},
+            "engine": {"type": "vllm", "trustRemoteCode": false},
+            "serving": {"mode": "aggregated"},
+            "resources": {"gpu": {"count": 1, "type": "nvidia.com/gpu"}},
+            "scaling": {"replicas": 1, "prefill": {"replicas": 1, "gpu": {"count": 2, "type": "nvidia.com/gpu"}}}
+        })
+    );
+    // Already defaulted: no patch.
+    let r = post_review(&server, MUTATE_PATH, &review("CREATE", &patched, None)).await;
+    assert_eq!(r["allowed"], true);
+    assert!(r.get("patch").is_none(), "{r}");
+}
+
+#[tokio::test]
+async fn core_webhook_answers_malformed_requests() {
+    let server = start(86400, 3600).await;
+    for path in [VALIDATE_PATH, MUTATE_PATH] {
+        for body in [
+            b"not json".to_vec(),
+            Vec::new(),
+            b"[]".to_vec(),
+            br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}"#.to_vec(),
+            br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u1"}}"#.to_vec(),
+        ] {
+            let r = post(&server, path, body.clone()).await;
+            assert_eq!(r["allowed"], false, "{path} {}: {r}", String::from_utf8_lossy(&body));
+            assert!(
+                r["status"]["message"].as_str().unwrap().contains("AdmissionReview"),
+                "{r}"
+            );
+        }
+        // The uid survives when the rest does not parse.
+        let r = post(
+            &server,
+            path,
+            br#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","request":{"uid":"u2","kind":7}}"#.to_vec(),
+        )
+        .await;
+        assert_eq!(r["uid"], "u2", "{r}");
+
+        // Another kind is refused, not admitted by accident.
+        let mut pod = review("CREATE", &md(json!({})), None);
+        pod["request"]["kind"] = json!({"group": "", "version": "v1", "kind": "Pod"});
+        let r = post_review(&server, path, &pod).await;
+        assert_eq!(r["allowed"], false, "{r}");
+        assert_eq!(r["uid"], "705ab4f5-6393-11e8-b7cc-42010a800002");
+    }
+    // A spec of the wrong shape is denied with the reason, and does not break mutation.
+    let odd = md(json!({"model": {"id": "a/b"}, "engine": {"type": "nonsense"}, "scaling": "x"}));
+    let r = post_review(&server, VALIDATE_PATH, &review("CREATE", &odd, None)).await;
+    assert_eq!(r["allowed"], false);
+    assert!(
+        r["status"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("invalid ModelDeployment"),
+        "{r}"
+    );
+    let r = post_review(&server, MUTATE_PATH, &review("CREATE", &odd, None)).await;
+    assert_eq!(r["allowed"], true, "{r}");
+    // Not POST.
+    let resp = client(&server)
+        .get(url(&server, VALIDATE_PATH))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 405);
+}
+
+#[tokio::test]
+async fn core_webhook_certificate_rotates_without_restart() {
+    // Certificates valid 4 s, rotated when less than 2 s remain, checked every 200 ms.
+    let server = start(4, 2).await;
+    let first = server.resolver.serving_pem().unwrap();
+    let valid = md(json!({"model": {"id": "a/b"}, "engine": {"type": "llamacpp"}}));
+    let body = serde_json::to_vec(&review("CREATE", &valid, None)).unwrap();
+    let mut seen = BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(7);
+    let mut requests = 0;
+    while tokio::time::Instant::now() < deadline {
+        // A fresh client each time: a new handshake sees the current certificate.
+        let resp = client(&server)
+            .post(url(&server, VALIDATE_PATH))
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap_or_else(|e| panic!("request {requests} failed during rotation: {e:?}"));
+        let tls = resp
+            .extensions()
+            .get::<reqwest::tls::TlsInfo>()
+            .and_then(|t| t.peer_certificate().map(<[u8]>::to_vec))
+            .unwrap();
+        seen.insert(tls);
+        let v: Value = resp.json().await.unwrap();
+        assert_eq!(v["response"]["allowed"], true);
+        requests += 1;
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(
+        seen.len() >= 2,
+        "only {} certificate(s) served in {requests} requests",
+        seen.len()
+    );
+    let last = server.resolver.serving_pem().unwrap();
+    assert_ne!(first, last);
+    assert_eq!(
+        server.store.stored().unwrap().tls_crt,
+        last,
+        "serves what is stored"
+    );
+    // Same CA throughout: one CA bundle published.
+    assert_eq!(server.store.published().len(), 1);
+}
+
+fn base64_decode(s: &str) -> Vec<u8> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.decode(s).unwrap()
+}
+
+/// The CA bundle goes into every webhook of both configurations (served here by
+/// stand-in CRDs of `admissionregistration.k8s.io/v1`), and only when it changed.
+#[tokio::test]
+async fn core_webhook_ca_bundle_is_patched_into_the_configurations() {
+    use k8s_openapi::api::admissionregistration::v1::{
+        MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+    };
+    use kube::api::{Api, PostParams};
+    use kubeairunway_core::tls::{CertBundle, CertStore, KubeCertStore};
+
+    let (cluster, client) = kubeairunway_e2e::core_cluster().await.unwrap();
+    kubeairunway_e2e::install_stand_ins(&client).await.unwrap();
+    let suffix = cluster.namespace("cab");
+    let (vname, mname) = (format!("v-{suffix}"), format!("m-{suffix}"));
+    let hook = |name: &str| {
+        json!({"name": name, "admissionReviewVersions": ["v1"], "sideEffects": "None",
+            "clientConfig": {"service": {"name": "kubeairunway-webhook", "namespace": "kubeairunway-system", "path": "/x"}}})
+    };
+    let vwc: ValidatingWebhookConfiguration = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": vname}, "webhooks": [hook("a.kubeairunway.ai"), hook("b.kubeairunway.ai")]}))
+    .unwrap();
+    let mwc: MutatingWebhookConfiguration = serde_json::from_value(json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "MutatingWebhookConfiguration",
+        "metadata": {"name": mname}, "webhooks": [hook("c.kubeairunway.ai")]}))
+    .unwrap();
+    let vapi: Api<ValidatingWebhookConfiguration> = Api::all(client.clone());
+    let mapi: Api<MutatingWebhookConfiguration> = Api::all(client.clone());
+    vapi.create(&PostParams::default(), &vwc).await.unwrap();
+    mapi.create(&PostParams::default(), &mwc).await.unwrap();
+
+    let store = KubeCertStore::new(
+        client.clone(),
+        "kubeairunway-system",
+        "unused",
+        &vname,
+        &mname,
+    );
+    let bundle =
+        CertBundle::generate(&cert_settings(3600, 60), std::time::SystemTime::now()).unwrap();
+    store.publish_ca_bundle(&bundle.ca_crt).await.unwrap();
+    let v = vapi.get(&vname).await.unwrap();
+    for w in v.webhooks.unwrap() {
+        assert_eq!(
+            w.client_config.ca_bundle.unwrap().0,
+            bundle.ca_crt.as_bytes()
+        );
+    }
+    let m = mapi.get(&mname).await.unwrap();
+    let rv = m.metadata.resource_version.clone();
+    assert_eq!(
+        m.webhooks.unwrap()[0]
+            .client_config
+            .ca_bundle
+            .as_ref()
+            .unwrap()
+            .0,
+        bundle.ca_crt.as_bytes()
+    );
+    // Unchanged bundle: no write.
+    store.publish_ca_bundle(&bundle.ca_crt).await.unwrap();
+    assert_eq!(
+        mapi.get(&mname).await.unwrap().metadata.resource_version,
+        rv
+    );
+}
