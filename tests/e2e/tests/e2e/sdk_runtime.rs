@@ -20,7 +20,7 @@ use serde_json::json;
 
 use crate::chatserver::{ChatServer, ChatServerProvider};
 
-const WAIT: Duration = Duration::from_secs(30);
+const WAIT: Duration = Duration::from_secs(60);
 
 fn chatservers() -> ApiResource {
     ApiResource::erase::<ChatServer>(&())
@@ -129,14 +129,42 @@ async fn events(client: &Client, ns: &str, name: &str, reason: &str) -> Vec<Stri
 }
 
 async fn wait_event(client: &Client, ns: &str, name: &str, reason: &str) -> Vec<String> {
-    wait_for(
+    let found = wait_for(
         WAIT,
         &format!("a {reason} event"),
         || async { Ok(events(client, ns, name, reason).await) },
         |e: &Vec<String>| !e.is_empty(),
     )
-    .await
-    .unwrap()
+    .await;
+    match found {
+        Ok(notes) => notes,
+        Err(e) => {
+            // Say what did arrive, to tell a missing event from a slow one.
+            let ar = ApiResource {
+                group: "events.k8s.io".into(),
+                version: "v1".into(),
+                api_version: "events.k8s.io/v1".into(),
+                kind: "Event".into(),
+                plural: "events".into(),
+            };
+            let all: Vec<String> = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &ar)
+                .list(&kube::api::ListParams::default())
+                .await
+                .map(|l| {
+                    l.items
+                        .iter()
+                        .map(|e| {
+                            format!(
+                                "{}/{}: {}",
+                                e.data["regarding"]["name"], e.data["reason"], e.data["note"]
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            panic!("{e}; events in {ns}: {all:?}");
+        }
+    }
 }
 
 #[tokio::test]
