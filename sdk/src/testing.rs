@@ -7,7 +7,12 @@
 //! - [`write_upstream_status`]: play the upstream operator, writing the upstream
 //!   object's status the way it does (and nothing else).
 //! - [`mock`]: a tower-test mock API server for unit tests of single reconcile steps.
-//! - [`wait_for`]: poll an object until a condition holds.
+//! - [`wait_for`]: poll an object until a condition holds; [`md_where`],
+//!   [`object_where`] and [`event_where`] do it for ModelDeployments, upstream objects and
+//!   events, panicking with what they saw when time runs out (they are for tests).
+//! - [`private_cluster`]: a cluster of the test's own, for tests that install a specific
+//!   upstream CRD version or run a provider (two instances of one provider on a shared
+//!   cluster would serve the same ModelDeployments).
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -201,6 +206,172 @@ pub fn spawn<P: Provider>(provider: P, client: Client, options: Options) -> Runn
         stop: Some(stop),
         task,
     }
+}
+
+/// How long the `*_where` helpers wait.
+pub const WAIT: Duration = Duration::from_secs(60);
+
+/// A cluster of the caller's own (stopped when dropped) with the platform's CRDs, the
+/// stand-ins and `extra` CRDs installed, and a client. `tag` names its run directory.
+pub async fn private_cluster(
+    tag: &str,
+    extra: &[k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition],
+) -> anyhow::Result<(TestCluster, Client)> {
+    let dir = kubeairunway_testcluster::cache_dir()
+        .join("runs")
+        .join(format!("{}-{tag}", std::process::id()));
+    let cluster = tokio::task::spawn_blocking(move || {
+        TestCluster::start(&dir, kubeairunway_testcluster::Lifetime::TiedToProcess)
+    })
+    .await??;
+    let client = cluster.client().await?;
+    let mut crds = crate::api::crds::all();
+    crds.extend(standin_crds());
+    crds.extend(extra.iter().cloned());
+    install_crds(&client, &crds).await?;
+    Ok((cluster, client))
+}
+
+/// Create or update the ModelDeployment as a user would (server-side apply of its spec as
+/// `user`), then [`select`] `provider` as core would.
+pub async fn deploy(
+    client: &Client,
+    md: &ModelDeployment,
+    provider: &str,
+) -> kube::Result<ModelDeployment> {
+    let api: Api<ModelDeployment> = Api::namespaced(
+        client.clone(),
+        md.metadata.namespace.as_deref().unwrap_or("default"),
+    );
+    let mut body = serde_json::to_value(md).map_err(kube::Error::SerdeError)?;
+    if let Some(obj) = body.as_object_mut() {
+        obj.remove("status");
+    }
+    let name = md.metadata.name.clone().unwrap_or_default();
+    let created = api
+        .patch(
+            &name,
+            &PatchParams::apply("user").force(),
+            &Patch::Apply(&body),
+        )
+        .await?;
+    select(client, &created, provider).await
+}
+
+/// Wait until the ModelDeployment satisfies `ready`; panics after [`WAIT`] with the last
+/// state seen.
+pub async fn md_where(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+    ready: impl Fn(&ModelDeployment) -> bool,
+) -> ModelDeployment {
+    let api: Api<ModelDeployment> = Api::namespaced(client.clone(), ns);
+    wait_for(WAIT, what, || api.get(name), ready)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Wait until the object (`None` while absent) satisfies `ready`; panics after [`WAIT`].
+pub async fn object_where(
+    client: &Client,
+    resource: &ApiResource,
+    ns: &str,
+    name: &str,
+    what: &str,
+    ready: impl Fn(&Option<DynamicObject>) -> bool,
+) -> Option<DynamicObject> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, resource);
+    wait_for(WAIT, what, || api.get_opt(name), ready)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn events_resource() -> ApiResource {
+    ApiResource {
+        group: "events.k8s.io".into(),
+        version: "v1".into(),
+        api_version: "events.k8s.io/v1".into(),
+        kind: "Event".into(),
+        plural: "events".into(),
+    }
+}
+
+/// Notes of the events with `reason` about the object named `regarding` in `ns`.
+pub async fn events(
+    client: &Client,
+    ns: &str,
+    regarding: &str,
+    reason: &str,
+) -> kube::Result<Vec<String>> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &events_resource());
+    Ok(api
+        .list(&kube::api::ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|e| e.data["regarding"]["name"] == regarding && e.data["reason"] == reason)
+        .map(|e| e.data["note"].as_str().unwrap_or_default().to_string())
+        .collect())
+}
+
+/// Wait for at least one event with `reason` about `regarding`; panics after [`WAIT`]
+/// listing the events that did arrive.
+pub async fn event_where(client: &Client, ns: &str, regarding: &str, reason: &str) -> Vec<String> {
+    let found = wait_for(
+        WAIT,
+        &format!("a {reason} event"),
+        || events(client, ns, regarding, reason),
+        |e: &Vec<String>| !e.is_empty(),
+    )
+    .await;
+    match found {
+        Ok(notes) => notes,
+        Err(e) => {
+            let api: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), ns, &events_resource());
+            let all: Vec<String> = api
+                .list(&kube::api::ListParams::default())
+                .await
+                .map(|l| {
+                    l.items
+                        .iter()
+                        .map(|e| {
+                            format!(
+                                "{}/{}: {}",
+                                e.data["regarding"]["name"], e.data["reason"], e.data["note"]
+                            )
+                        })
+                        .collect()
+                })
+                .unwrap_or_default();
+            panic!("{e}; events in {ns}: {all:?}");
+        }
+    }
+}
+
+/// The phase of a ModelDeployment.
+pub fn phase(md: &ModelDeployment) -> Option<crate::api::Phase> {
+    md.status.as_ref().and_then(|s| s.phase)
+}
+
+/// The status message of a ModelDeployment (empty when unset).
+pub fn message(md: &ModelDeployment) -> String {
+    md.status
+        .as_ref()
+        .and_then(|s| s.message.clone())
+        .unwrap_or_default()
+}
+
+/// A condition of a ModelDeployment.
+pub fn condition<'a>(
+    md: &'a ModelDeployment,
+    type_: &str,
+) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+    md.status
+        .as_ref()
+        .and_then(|s| conditions::find(&s.conditions, type_))
 }
 
 /// Select `provider` for the ModelDeployment as core does: apply `status.provider.name`,

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject};
 use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
 use kubeairunway_dynamo_provider::{Dynamo, Settings};
@@ -17,9 +17,10 @@ use kubeairunway_e2e::{fixtures_dir, helm, read_crd};
 use kubeairunway_sdk::api::{
     EngineType, InferenceProviderConfig, ModelDeployment, Phase, ServingMode,
 };
-use kubeairunway_sdk::conditions::{self, PROVIDER_COMPATIBLE, READY};
+use kubeairunway_sdk::conditions::{PROVIDER_COMPATIBLE, READY};
 use kubeairunway_sdk::testing::{
-    self, ModelDeploymentBuilder, TestCluster, test_options, wait_for,
+    self, ModelDeploymentBuilder, TestCluster, condition, event_where, md_where, message, phase,
+    test_options, wait_for,
 };
 use serde_json::{Value, json};
 
@@ -43,55 +44,9 @@ fn upstream_crd(file: &str) -> CustomResourceDefinition {
 
 /// A private cluster with the platform's CRDs, the stand-ins and `crd`.
 async fn private_cluster(tag: &str, crd: &CustomResourceDefinition) -> (TestCluster, Client) {
-    let dir = kubeairunway_testcluster::cache_dir()
-        .join("runs")
-        .join(format!("{}-dynamo-{tag}", std::process::id()));
-    let cluster = tokio::task::spawn_blocking(move || {
-        TestCluster::start(&dir, kubeairunway_testcluster::Lifetime::TiedToProcess)
-    })
-    .await
-    .unwrap()
-    .unwrap();
-    let client = cluster.client().await.unwrap();
-    let mut crds = kubeairunway_sdk::api::crds::all();
-    crds.extend(testing::standin_crds());
-    crds.push(crd.clone());
-    testing::install_crds(&client, &crds).await.unwrap();
-    (cluster, client)
-}
-
-/// Create the ModelDeployment as a user would and select `dynamo` as core would.
-async fn deploy(client: &Client, md: &ModelDeployment) -> ModelDeployment {
-    let api: Api<ModelDeployment> = Api::namespaced(client.clone(), &md.namespace().unwrap());
-    let mut body = serde_json::to_value(md).unwrap();
-    body.as_object_mut().unwrap().remove("status");
-    let created = api
-        .patch(
-            &md.name_any(),
-            &PatchParams::apply("user").force(),
-            &Patch::Apply(&body),
-        )
+    testing::private_cluster(&format!("dynamo-{tag}"), std::slice::from_ref(crd))
         .await
-        .unwrap();
-    testing::select(client, &created, "dynamo").await.unwrap()
-}
-
-async fn md_where(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    what: &str,
-    ready: impl Fn(&ModelDeployment) -> bool,
-) -> ModelDeployment {
-    let api: Api<ModelDeployment> = Api::namespaced(client.clone(), ns);
-    wait_for(
-        WAIT,
-        &format!("{ns}/{name}: {what}"),
-        || api.get(name),
-        ready,
-    )
-    .await
-    .unwrap()
+        .unwrap()
 }
 
 async fn dgd_where(
@@ -111,56 +66,6 @@ async fn dgd_where(
     )
     .await
     .unwrap()
-}
-
-fn phase(md: &ModelDeployment) -> Option<Phase> {
-    md.status.as_ref().and_then(|s| s.phase)
-}
-
-fn message(md: &ModelDeployment) -> String {
-    md.status
-        .as_ref()
-        .and_then(|s| s.message.clone())
-        .unwrap_or_default()
-}
-
-fn condition<'a>(
-    md: &'a ModelDeployment,
-    type_: &str,
-) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
-    md.status
-        .as_ref()
-        .and_then(|s| conditions::find(&s.conditions, type_))
-}
-
-/// Notes of the events with `reason` about the ModelDeployment `name`, once there is one.
-async fn wait_event(client: &Client, ns: &str, name: &str, reason: &str) -> Vec<String> {
-    let ar = ApiResource {
-        group: "events.k8s.io".into(),
-        version: "v1".into(),
-        api_version: "events.k8s.io/v1".into(),
-        kind: "Event".into(),
-        plural: "events".into(),
-    };
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
-    let lp = kube::api::ListParams::default();
-    let list = wait_for(
-        WAIT,
-        &format!("a {reason} event"),
-        || api.list(&lp),
-        |l| {
-            l.items
-                .iter()
-                .any(|e| e.data["regarding"]["name"] == name && e.data["reason"] == reason)
-        },
-    )
-    .await
-    .unwrap();
-    list.items
-        .into_iter()
-        .filter(|e| e.data["regarding"]["name"] == name && e.data["reason"] == reason)
-        .map(|e| e.data["note"].as_str().unwrap_or_default().to_string())
-        .collect()
 }
 
 fn ready_condition(status: &str, reason: &str, message: &str) -> Value {
@@ -289,7 +194,7 @@ async fn walk(tag: &str, crd: CustomResourceDefinition, version: &str) {
     }
 
     // Warnings: an unknown override key, a setting TensorRT-LLM ignores.
-    let notes = wait_event(
+    let notes = event_where(
         &client,
         &format!("{tag}-disagg"),
         "disagg",
@@ -300,7 +205,7 @@ async fn walk(tag: &str, crd: CustomResourceDefinition, version: &str) {
         notes,
         ["unknown override provider.overrides.routerTypo is ignored"]
     );
-    let notes = wait_event(
+    let notes = event_where(
         &client,
         &format!("{tag}-trtllm"),
         "trtllm",
@@ -606,4 +511,9 @@ fn chart_lints_and_renders_least_privilege_rbac() {
     assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert_eq!(container["ports"][0]["containerPort"], 8080);
+}
+
+/// Create the ModelDeployment as a user would and select `dynamo` as core would.
+async fn deploy(client: &Client, md: &ModelDeployment) -> ModelDeployment {
+    testing::deploy(client, md, "dynamo").await.unwrap()
 }

@@ -12,10 +12,12 @@ use kube::{Client, ResourceExt};
 use kubeairunway_e2e::{fixtures_dir, helm, read_crd};
 use kubeairunway_kaito_provider::KaitoProvider;
 use kubeairunway_sdk::api::{EngineType, InferenceProviderConfig, ModelDeployment, Phase};
-use kubeairunway_sdk::conditions::{self, PROVIDER_COMPATIBLE, READY, RESOURCE_CREATED};
-use kubeairunway_sdk::testing::{self, ModelDeploymentBuilder, test_options, wait_for};
+use kubeairunway_sdk::conditions::{PROVIDER_COMPATIBLE, READY, RESOURCE_CREATED};
+use kubeairunway_sdk::testing::{
+    self, ModelDeploymentBuilder, condition, md_where, message, phase, test_options, wait_for,
+};
 use kubeairunway_sdk::{Provider, UpstreamApi, labels};
-use kubeairunway_testcluster::{Lifetime, TestCluster, cache_dir};
+use kubeairunway_testcluster::TestCluster;
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(30);
@@ -32,21 +34,11 @@ fn workspaces() -> ApiResource {
 
 /// A private cluster with the platform's CRDs, the stand-ins and one real Workspace CRD.
 async fn cluster(tag: &str, crd_file: &str) -> (TestCluster, Client, UpstreamApi) {
-    let dir = cache_dir()
-        .join("runs")
-        .join(format!("{}-kaito-{tag}", std::process::id()));
-    let cluster =
-        tokio::task::spawn_blocking(move || TestCluster::start(&dir, Lifetime::TiedToProcess))
-            .await
-            .unwrap()
-            .unwrap();
-    let client = cluster.client().await.unwrap();
     let crd = read_crd(&fixtures_dir().join("crds/upstream").join(crd_file)).unwrap();
     let api = UpstreamApi::detect(&crd, &KaitoProvider::default().upstream()).unwrap();
-    let mut crds = kubeairunway_sdk::api::crds::all();
-    crds.extend(testing::standin_crds());
-    crds.push(crd);
-    testing::install_crds(&client, &crds).await.unwrap();
+    let (cluster, client) = testing::private_cluster(&format!("kaito-{tag}"), &[crd])
+        .await
+        .unwrap();
     (cluster, client, api)
 }
 
@@ -137,52 +129,6 @@ async fn rendered_objects_are_accepted(client: &Client, api: &UpstreamApi) {
         }
     }
     assert_eq!(checked, 8);
-}
-
-async fn deploy(client: &Client, md: &ModelDeployment) -> ModelDeployment {
-    let api: Api<ModelDeployment> = Api::namespaced(client.clone(), &md.namespace().unwrap());
-    let mut body = serde_json::to_value(md).unwrap();
-    body.as_object_mut().unwrap().remove("status");
-    let created = api
-        .patch(
-            &md.name_any(),
-            &PatchParams::apply("user").force(),
-            &Patch::Apply(&body),
-        )
-        .await
-        .unwrap();
-    testing::select(client, &created, "kaito").await.unwrap()
-}
-
-async fn md_where(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    what: &str,
-    ready: impl Fn(&ModelDeployment) -> bool,
-) -> ModelDeployment {
-    let api: Api<ModelDeployment> = Api::namespaced(client.clone(), ns);
-    wait_for(WAIT, what, || api.get(name), ready).await.unwrap()
-}
-
-fn phase(md: &ModelDeployment) -> Option<Phase> {
-    md.status.as_ref().and_then(|s| s.phase)
-}
-
-fn message(md: &ModelDeployment) -> &str {
-    md.status
-        .as_ref()
-        .and_then(|s| s.message.as_deref())
-        .unwrap_or_default()
-}
-
-fn condition<'a>(
-    md: &'a ModelDeployment,
-    type_: &str,
-) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
-    md.status
-        .as_ref()
-        .and_then(|s| conditions::find(&s.conditions, type_))
 }
 
 fn cond(type_: &str, status: &str, reason: &str, message: &str) -> Value {
@@ -656,4 +602,9 @@ fn kaito_chart_lints_and_renders_least_privilege_rbac() {
         deployment["spec"]["template"]["spec"]["serviceAccountName"],
         sa["metadata"]["name"]
     );
+}
+
+/// Create the ModelDeployment as a user would and select `kaito` as core would.
+async fn deploy(client: &Client, md: &ModelDeployment) -> ModelDeployment {
+    testing::deploy(client, md, "kaito").await.unwrap()
 }

@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject};
 use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
 use kubeairunway_kuberay_provider::KubeRayProvider;
@@ -14,8 +14,11 @@ use kubeairunway_sdk::api::{
     ComponentScaling, EngineType, GpuSpec, InferenceProviderConfig, ModelDeployment, Phase,
     ServingMode,
 };
-use kubeairunway_sdk::conditions::{self, PROVIDER_COMPATIBLE, READY, RESOURCE_CREATED};
-use kubeairunway_sdk::testing::{self, ModelDeploymentBuilder, test_options, wait_for};
+use kubeairunway_sdk::conditions::{PROVIDER_COMPATIBLE, READY, RESOURCE_CREATED};
+use kubeairunway_sdk::testing::{
+    self, ModelDeploymentBuilder, condition, event_where, md_where, message, phase, test_options,
+    wait_for,
+};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -28,85 +31,6 @@ fn rayservices() -> ApiResource {
         kind: "RayService".into(),
         plural: "rayservices".into(),
     }
-}
-
-async fn deploy(client: &Client, md: &ModelDeployment) -> ModelDeployment {
-    let api: Api<ModelDeployment> = Api::namespaced(client.clone(), &md.namespace().unwrap());
-    let mut body = serde_json::to_value(md).unwrap();
-    body.as_object_mut().unwrap().remove("status");
-    let created = api
-        .patch(
-            &md.name_any(),
-            &PatchParams::apply("user").force(),
-            &Patch::Apply(&body),
-        )
-        .await
-        .unwrap();
-    testing::select(client, &created, "kuberay").await.unwrap()
-}
-
-async fn md_where(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    what: &str,
-    ready: impl Fn(&ModelDeployment) -> bool,
-) -> ModelDeployment {
-    let api: Api<ModelDeployment> = Api::namespaced(client.clone(), ns);
-    wait_for(WAIT, what, || api.get(name), ready).await.unwrap()
-}
-
-async fn rayservice_where(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    what: &str,
-    ready: impl Fn(&Option<DynamicObject>) -> bool,
-) -> Option<DynamicObject> {
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &rayservices());
-    wait_for(WAIT, what, || api.get_opt(name), ready)
-        .await
-        .unwrap()
-}
-
-fn phase(md: &ModelDeployment) -> Option<Phase> {
-    md.status.as_ref().and_then(|s| s.phase)
-}
-
-fn message(md: &ModelDeployment) -> String {
-    md.status
-        .as_ref()
-        .and_then(|s| s.message.clone())
-        .unwrap_or_default()
-}
-
-fn condition<'a>(
-    md: &'a ModelDeployment,
-    type_: &str,
-) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
-    md.status
-        .as_ref()
-        .and_then(|s| conditions::find(&s.conditions, type_))
-}
-
-/// Notes of the events with `reason` about the ModelDeployment `name`.
-async fn events(client: &Client, ns: &str, name: &str, reason: &str) -> Vec<String> {
-    let ar = ApiResource {
-        group: "events.k8s.io".into(),
-        version: "v1".into(),
-        api_version: "events.k8s.io/v1".into(),
-        kind: "Event".into(),
-        plural: "events".into(),
-    };
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
-    api.list(&kube::api::ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.data["regarding"]["name"] == name && e.data["reason"] == reason)
-        .map(|e| e.data["note"].as_str().unwrap_or_default().to_string())
-        .collect()
 }
 
 /// A condition as KubeRay writes it.
@@ -136,27 +60,15 @@ fn active(app_status: &str, app_message: &str, ready_workers: i64) -> Value {
 
 /// The whole walk for one RayService CRD version, on a private cluster.
 async fn walk(crd_file: &str, tag: &str) {
-    let dir = kubeairunway_testcluster::cache_dir()
-        .join("runs")
-        .join(format!("{}-kuberay-{tag}", std::process::id()));
-    let cluster = tokio::task::spawn_blocking(move || {
-        testing::TestCluster::start(&dir, kubeairunway_testcluster::Lifetime::TiedToProcess)
-    })
-    .await
-    .unwrap()
+    let crd = kubeairunway_e2e::read_crd(
+        &kubeairunway_e2e::fixtures_dir()
+            .join("crds/upstream")
+            .join(crd_file),
+    )
     .unwrap();
-    let client = cluster.client().await.unwrap();
-    let mut crds = kubeairunway_sdk::api::crds::all();
-    crds.extend(testing::standin_crds());
-    crds.push(
-        kubeairunway_e2e::read_crd(
-            &kubeairunway_e2e::fixtures_dir()
-                .join("crds/upstream")
-                .join(crd_file),
-        )
-        .unwrap(),
-    );
-    testing::install_crds(&client, &crds).await.unwrap();
+    let (_cluster, client) = testing::private_cluster(&format!("kuberay-{tag}"), &[crd])
+        .await
+        .unwrap();
     let running = testing::spawn(KubeRayProvider::default(), client.clone(), test_options());
 
     // Registration.
@@ -258,14 +170,7 @@ async fn walk(crd_file: &str, tag: &str) {
         (endpoint.service.as_deref(), endpoint.port),
         (Some("llama-serve-svc"), Some(8000))
     );
-    let warnings = wait_for(
-        WAIT,
-        "an UnknownOverride event",
-        || async { Ok(events(&client, ns, "llama", "UnknownOverride").await) },
-        |e: &Vec<String>| !e.is_empty(),
-    )
-    .await
-    .unwrap();
+    let warnings = event_where(&client, ns, "llama", "UnknownOverride").await;
     assert!(
         warnings[0].contains("provider.overrides.heda"),
         "{warnings:?}"
@@ -592,4 +497,19 @@ fn chart_lints_and_renders_least_privilege_rbac() {
         json!({"path": "/readyz", "port": 8080})
     );
     assert!(container["resources"]["requests"].is_object());
+}
+
+async fn rayservice_where(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+    ready: impl Fn(&Option<DynamicObject>) -> bool,
+) -> Option<DynamicObject> {
+    testing::object_where(client, &rayservices(), ns, name, what, ready).await
+}
+
+/// Create the ModelDeployment as a user would and select `kuberay` as core would.
+async fn deploy(client: &Client, md: &ModelDeployment) -> ModelDeployment {
+    testing::deploy(client, md, "kuberay").await.unwrap()
 }

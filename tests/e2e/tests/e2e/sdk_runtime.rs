@@ -10,11 +10,12 @@ use kube::discovery::ApiResource;
 use kube::{Client, CustomResourceExt, ResourceExt};
 use kubeairunway_sdk::api::{EngineType, InferenceProviderConfig, ModelDeployment, Phase};
 use kubeairunway_sdk::conditions::{
-    self, PROVIDER_COMPATIBLE, PROVIDER_SELECTED, READY, RESOURCE_CREATED, STALE_STATUS,
+    PROVIDER_COMPATIBLE, PROVIDER_SELECTED, READY, RESOURCE_CREATED, STALE_STATUS,
 };
 use kubeairunway_sdk::labels;
 use kubeairunway_sdk::testing::{
-    self, ModelDeploymentBuilder, RunningProvider, test_options, wait_for,
+    self, ModelDeploymentBuilder, RunningProvider, condition, event_where, md_where, phase,
+    test_options, wait_for,
 };
 use serde_json::json;
 
@@ -50,121 +51,6 @@ fn llama(name: &str, ns: &str, provider: &str) -> ModelDeploymentBuilder {
         .gpus(0)
         .image("ghcr.io/example/llama-server:1")
         .provider(provider)
-}
-
-/// Create (or update) the ModelDeployment as a user would, and select its provider as
-/// core would.
-async fn deploy(client: &Client, md: &ModelDeployment) -> ModelDeployment {
-    let api: Api<ModelDeployment> = Api::namespaced(client.clone(), &md.namespace().unwrap());
-    let mut body = serde_json::to_value(md).unwrap();
-    body.as_object_mut().unwrap().remove("status");
-    let created = api
-        .patch(
-            &md.name_any(),
-            &PatchParams::apply("user").force(),
-            &Patch::Apply(&body),
-        )
-        .await
-        .unwrap();
-    testing::select(client, &created, md.spec.provider_name().unwrap())
-        .await
-        .unwrap()
-}
-
-async fn md_where(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    what: &str,
-    ready: impl Fn(&ModelDeployment) -> bool,
-) -> ModelDeployment {
-    let api: Api<ModelDeployment> = Api::namespaced(client.clone(), ns);
-    wait_for(WAIT, what, || api.get(name), ready).await.unwrap()
-}
-
-async fn chatserver_where(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    what: &str,
-    ready: impl Fn(&Option<DynamicObject>) -> bool,
-) -> Option<DynamicObject> {
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &chatservers());
-    wait_for(WAIT, what, || api.get_opt(name), ready)
-        .await
-        .unwrap()
-}
-
-fn phase(md: &ModelDeployment) -> Option<Phase> {
-    md.status.as_ref().and_then(|s| s.phase)
-}
-
-fn condition<'a>(
-    md: &'a ModelDeployment,
-    type_: &str,
-) -> Option<&'a k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
-    md.status
-        .as_ref()
-        .and_then(|s| conditions::find(&s.conditions, type_))
-}
-
-/// Notes of the events with `reason` about the ModelDeployment `name`.
-async fn events(client: &Client, ns: &str, name: &str, reason: &str) -> Vec<String> {
-    let ar = ApiResource {
-        group: "events.k8s.io".into(),
-        version: "v1".into(),
-        api_version: "events.k8s.io/v1".into(),
-        kind: "Event".into(),
-        plural: "events".into(),
-    };
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
-    api.list(&kube::api::ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .into_iter()
-        .filter(|e| e.data["regarding"]["name"] == name && e.data["reason"] == reason)
-        .map(|e| e.data["note"].as_str().unwrap_or_default().to_string())
-        .collect()
-}
-
-async fn wait_event(client: &Client, ns: &str, name: &str, reason: &str) -> Vec<String> {
-    let found = wait_for(
-        WAIT,
-        &format!("a {reason} event"),
-        || async { Ok(events(client, ns, name, reason).await) },
-        |e: &Vec<String>| !e.is_empty(),
-    )
-    .await;
-    match found {
-        Ok(notes) => notes,
-        Err(e) => {
-            // Say what did arrive, to tell a missing event from a slow one.
-            let ar = ApiResource {
-                group: "events.k8s.io".into(),
-                version: "v1".into(),
-                api_version: "events.k8s.io/v1".into(),
-                kind: "Event".into(),
-                plural: "events".into(),
-            };
-            let all: Vec<String> = Api::<DynamicObject>::namespaced_with(client.clone(), ns, &ar)
-                .list(&kube::api::ListParams::default())
-                .await
-                .map(|l| {
-                    l.items
-                        .iter()
-                        .map(|e| {
-                            format!(
-                                "{}/{}: {}",
-                                e.data["regarding"]["name"], e.data["reason"], e.data["note"]
-                            )
-                        })
-                        .collect()
-                })
-                .unwrap_or_default();
-            panic!("{e}; events in {ns}: {all:?}");
-        }
-    }
 }
 
 #[tokio::test]
@@ -262,7 +148,7 @@ async fn example_provider_end_to_end() {
         Some("ChatServer")
     );
     assert!(
-        !wait_event(&client, &ns, "llama", "ResourceCreated")
+        !event_where(&client, &ns, "llama", "ResourceCreated")
             .await
             .is_empty()
     );
@@ -319,7 +205,7 @@ async fn example_provider_end_to_end() {
         s.as_ref().is_some_and(|s| s.data["spec"]["replicas"] == 1)
     })
     .await;
-    let drift = wait_event(&client, &ns, "llama", "DriftDetected").await;
+    let drift = event_where(&client, &ns, "llama", "DriftDetected").await;
     assert!(drift[0].contains("spec.replicas"), "{drift:?}");
 
     // Deletion removes the upstream object, then the ModelDeployment.
@@ -381,7 +267,7 @@ async fn finalizer_gives_up_after_its_timeout() {
     )
     .await
     .unwrap();
-    let timeout = wait_event(&client, &ns, "held", "FinalizerTimeout").await;
+    let timeout = event_where(&client, &ns, "held", "FinalizerTimeout").await;
     assert!(timeout[0].contains("ChatServer/held"), "{timeout:?}");
     // The orphan is still there, marked for deletion; release it.
     let orphan = servers.get("held").await.unwrap();
@@ -432,7 +318,7 @@ async fn identity_change_recreates_the_upstream_object() {
         "bartowski/Llama-3.2-1B-Instruct-GGUF"
     );
     assert!(
-        !wait_event(&client, &ns, "ident", "Recreating")
+        !event_where(&client, &ns, "ident", "Recreating")
             .await
             .is_empty()
     );
@@ -450,7 +336,7 @@ async fn overrides_warn_on_unknown_keys_and_fail_on_wrong_types() {
         s.as_ref().is_some_and(|s| s.data["spec"]["port"] == 9000)
     })
     .await;
-    let warnings = wait_event(&client, &ns, "ov", "UnknownOverride").await;
+    let warnings = event_where(&client, &ns, "ov", "UnknownOverride").await;
     assert_eq!(
         warnings,
         [
@@ -603,18 +489,6 @@ async fn stale_upstream_status_is_reported() {
 /// ChatServer CRD).
 #[tokio::test]
 async fn unknown_upstream_schema_is_refused_with_the_missing_paths() {
-    let dir = kubeairunway_testcluster::cache_dir()
-        .join("runs")
-        .join(format!("{}-schema", std::process::id()));
-    let cluster = tokio::task::spawn_blocking(move || {
-        testing::TestCluster::start(&dir, kubeairunway_testcluster::Lifetime::TiedToProcess)
-    })
-    .await
-    .unwrap()
-    .unwrap();
-    let client = cluster.client().await.unwrap();
-    let mut crds = kubeairunway_sdk::api::crds::all();
-    crds.extend(testing::standin_crds());
     let mut narrow = serde_json::to_value(ChatServer::crd()).unwrap();
     let spec =
         &mut narrow["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"];
@@ -626,8 +500,8 @@ async fn unknown_upstream_schema_is_refused_with_the_missing_paths() {
         .as_array_mut()
         .unwrap()
         .retain(|r| r != "podAnnotations");
-    crds.push(serde_json::from_value::<CustomResourceDefinition>(narrow).unwrap());
-    testing::install_crds(&client, &crds).await.unwrap();
+    let narrow: CustomResourceDefinition = serde_json::from_value(narrow).unwrap();
+    let (_cluster, client) = testing::private_cluster("schema", &[narrow]).await.unwrap();
 
     let provider = "chat-schema";
     let _running = testing::spawn(
@@ -668,4 +542,21 @@ async fn unknown_upstream_schema_is_refused_with_the_missing_paths() {
     .await;
     assert_eq!(phase(&md), Some(Phase::Deploying));
     assert!(servers.get_opt("narrow").await.unwrap().is_some());
+}
+
+async fn chatserver_where(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+    ready: impl Fn(&Option<DynamicObject>) -> bool,
+) -> Option<DynamicObject> {
+    testing::object_where(client, &chatservers(), ns, name, what, ready).await
+}
+
+/// Create the ModelDeployment as a user would and select its named provider as core would.
+async fn deploy(client: &Client, md: &ModelDeployment) -> ModelDeployment {
+    testing::deploy(client, md, md.spec.provider_name().unwrap())
+        .await
+        .unwrap()
 }
