@@ -22,17 +22,12 @@ struct Args {
         value_name = "SECONDS"
     )]
     failed_threshold_seconds: u64,
-    /// Log as JSON.
-    #[arg(long, env = "LOG_JSON")]
-    log_json: bool,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    kubeairunway_sdk::runtime::init_tracing(args.log_json);
-    kubeairunway_sdk::runtime::install_crypto_provider();
-    let client = kube::Client::try_default().await?;
+    let client = kubeairunway_sdk::runtime::connect(&args.options).await?;
     let provider = Dynamo::new(Settings {
         dynamo_version: args.dynamo_version,
         failed_after: Duration::from_secs(args.failed_threshold_seconds),

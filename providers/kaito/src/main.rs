@@ -34,17 +34,12 @@ struct Args {
     /// empty for bring-your-own nodes.
     #[arg(long, env = "KAITO_INSTANCE_TYPE", default_value = "")]
     instance_type: String,
-    /// Log as JSON.
-    #[arg(long, env = "LOG_JSON")]
-    log_json: bool,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    kubeairunway_sdk::runtime::init_tracing(args.log_json);
-    kubeairunway_sdk::runtime::install_crypto_provider();
-    let client = kube::Client::try_default().await?;
+    let client = kubeairunway_sdk::runtime::connect(&args.options).await?;
     let inference_set = match args.inference_set {
         InferenceSetMode::Enabled => true,
         InferenceSetMode::Disabled => false,

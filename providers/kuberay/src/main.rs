@@ -16,17 +16,12 @@ struct Cli {
     /// Repository of the Ray LLM image, used unless a ModelDeployment sets spec.image.
     #[arg(long, env = "RAY_IMAGE", default_value = DEFAULT_RAY_IMAGE)]
     ray_image: String,
-    /// Log as JSON lines.
-    #[arg(long, env = "LOG_JSON")]
-    log_json: bool,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    kubeairunway_sdk::runtime::init_tracing(cli.log_json);
-    kubeairunway_sdk::runtime::install_crypto_provider();
-    let client = kube::Client::try_default().await?;
+    let client = kubeairunway_sdk::runtime::connect(&cli.options).await?;
     let provider = KubeRayProvider::new(cli.ray_image, cli.ray_version);
     kubeairunway_sdk::runtime::run(provider, client, cli.options).await
 }

@@ -88,6 +88,9 @@ pub struct Options {
     /// Address of `/metrics`, `/healthz` and `/readyz`; empty to disable.
     #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: String,
+    /// Log as JSON lines.
+    #[arg(long, env = "LOG_JSON")]
+    pub log_json: bool,
 }
 
 impl Default for Options {
@@ -98,6 +101,7 @@ impl Default for Options {
             heartbeat_seconds: 30,
             resync_seconds: 300,
             metrics_addr: "0.0.0.0:8080".to_string(),
+            log_json: false,
         }
     }
 }
@@ -202,15 +206,18 @@ pub async fn main<P: Provider>(provider: P) -> anyhow::Result<()> {
     struct Cli {
         #[command(flatten)]
         options: Options,
-        /// Log as JSON lines.
-        #[arg(long, env = "LOG_JSON")]
-        log_json: bool,
     }
-    let cli = Cli::parse();
-    init_tracing(cli.log_json);
+    let options = Cli::parse().options;
+    let client = connect(&options).await?;
+    run(provider, client, options).await
+}
+
+/// What every provider binary does before [`run`]: set up logging (`--log-json`), install
+/// the TLS crypto provider, and connect to the cluster (in-cluster or `KUBECONFIG`).
+pub async fn connect(options: &Options) -> anyhow::Result<Client> {
+    init_tracing(options.log_json);
     install_crypto_provider();
-    let client = Client::try_default().await?;
-    run(provider, client, cli.options).await
+    Ok(Client::try_default().await?)
 }
 
 /// Structured logs to stderr, filtered by `RUST_LOG` (default `info`).
