@@ -13,9 +13,14 @@
 //!   certificate's key. No network beyond the registry.
 //! - `keyless`: a Fulcio certificate plus a Rekor bundle (`dev.sigstore.cosign/bundle`),
 //!   checked offline by sigstore against the policy's trust root (the bundle's SET with a
-//!   Rekor key; the certificate against the Fulcio CAs at the bundle's integration time),
-//!   then issuer and subject compared exactly and the signature checked with the
-//!   certificate's key.
+//!   Rekor key named by its log ID, the SHA-256 of the key; the certificate against the
+//!   Fulcio certificates, code signing, with the bundle's integration time inside its
+//!   validity); we then check that the log entry is a `hashedrekord` of this payload,
+//!   signature and certificate (sigstore checks the SET only), compare the OIDC issuer
+//!   (extension 1.3.6.1.4.1.57264.1.1, what sigstore reads; not yet .8) and the subject
+//!   (the certificate's first email or URI SAN) exactly, and check the signature with the
+//!   certificate's key. Not checked: Rekor inclusion proofs and CT SCTs (as with
+//!   `cosign verify --offline` on a bundle's SET).
 //! - `disabled`: nothing is checked and nothing is reported verified.
 //!
 //! `verify` returns `Ok` only for a signature that satisfied the policy (or for
@@ -603,11 +608,33 @@ async fn verify_keyless(
     };
     let layers = sigstore_layers(reference, digest, auth, plain_http.clone(), Some(&trust)).await?;
     if layers.is_empty() {
-        return Err(diagnose_empty(reference, digest, auth, plain_http).await);
+        return Err(
+            match diagnose_empty(reference, digest, auth, plain_http).await {
+                VerifyError::Unsatisfied(_) => VerifyError::Untrusted(
+                    "no signature with a Rekor bundle signed by a trustRoot Rekor key".into(),
+                ),
+                e => e,
+            },
+        );
     }
+    // sigstore checks the bundle's SET but not that the log entry is about this signature;
+    // the raw layers give the certificate and bundle to compare with.
+    let raws = fetch_signatures(reference, digest, auth, plain_http).await?;
     let mut failure: Option<VerifyError> = None;
     for layer in &layers {
-        match check_keyless_layer(layer, &identity.issuer, &identity.subject) {
+        let raw = raws.iter().find(|r| {
+            r.payload == layer.raw_data
+                && r.annotations.get(SIGNATURE_ANNOTATION) == layer.signature.as_ref()
+        });
+        let result =
+            check_keyless_layer(layer, &identity.issuer, &identity.subject).and_then(|subject| {
+                let raw = raw.ok_or_else(|| {
+                    VerifyError::Untrusted("the signature layer changed while verifying".into())
+                })?;
+                check_rekor_entry(raw)?;
+                Ok(subject)
+            });
+        match result {
             Ok(subject) => return Ok(subject),
             Err(e) => {
                 if failure.as_ref().is_none_or(|f| rank(&e) > rank(f)) {
@@ -617,6 +644,53 @@ async fn verify_keyless(
         }
     }
     Err(failure.unwrap_or_else(|| VerifyError::NoSignature(digest.to_string())))
+}
+
+/// The Rekor entry of a (SET-verified) bundle must record this signature: a
+/// `hashedrekord` of the payload's SHA-256, this signature, and this certificate.
+fn check_rekor_entry(raw: &RawSignature) -> Result<(), VerifyError> {
+    use base64::Engine as _;
+    use base64::engine::general_purpose::STANDARD;
+    let bad = |why: &str| VerifyError::Untrusted(format!("Rekor bundle: {why}"));
+    let bundle: serde_json::Value = raw
+        .annotations
+        .get(BUNDLE_ANNOTATION)
+        .ok_or_else(|| bad("missing"))
+        .and_then(|b| serde_json::from_str(b).map_err(|_| bad("not JSON")))?;
+    let body = bundle
+        .pointer("/Payload/body")
+        .and_then(serde_json::Value::as_str)
+        .ok_or_else(|| bad("no body"))?;
+    let body: serde_json::Value = STANDARD
+        .decode(body)
+        .ok()
+        .and_then(|b| serde_json::from_slice(&b).ok())
+        .ok_or_else(|| bad("body is not base64 JSON"))?;
+    let field = |path: &str| body.pointer(path).and_then(serde_json::Value::as_str);
+    if field("/kind") != Some("hashedrekord") {
+        return Err(bad("the log entry is not a hashedrekord"));
+    }
+    if field("/spec/data/hash/algorithm") != Some("sha256")
+        || field("/spec/data/hash/value") != Some(hex(&Sha256::digest(&raw.payload)).as_str())
+    {
+        return Err(bad("the log entry records another payload"));
+    }
+    if field("/spec/signature/content") != Some(raw.signature()?) {
+        return Err(bad("the log entry records another signature"));
+    }
+    let logged = field("/spec/signature/publicKey/content")
+        .and_then(|c| STANDARD.decode(c).ok())
+        .and_then(|pem| pem_certificates(&String::from_utf8_lossy(&pem)).ok())
+        .ok_or_else(|| bad("the log entry records no certificate"))?;
+    let presented = raw
+        .annotations
+        .get(CERTIFICATE_ANNOTATION)
+        .and_then(|pem| pem_certificates(pem).ok())
+        .ok_or_else(|| bad("the signature carries no certificate"))?;
+    if logged.is_empty() || logged.first() != presented.first() {
+        return Err(bad("the log entry records another certificate"));
+    }
+    Ok(())
 }
 
 fn check_keyless_layer(

@@ -9,11 +9,13 @@ use std::process::Command;
 
 use flate2::Compression;
 use flate2::write::GzEncoder;
-use kubeairunway_kernelcache::api::{CertificatePolicy, KernelCachePolicySpec, VerificationMode};
+use kubeairunway_kernelcache::api::{
+    CertificatePolicy, KernelCachePolicySpec, KeylessIdentity, TrustRoot, VerificationMode,
+};
 use kubeairunway_kernelcache::oci::{Puller, pin};
 use kubeairunway_kernelcache::verify::{
-    CERTIFICATE_ANNOTATION, CHAIN_ANNOTATION, DISABLED_MESSAGE, SIGNATURE_ANNOTATION,
-    SIMPLE_SIGNING_MEDIA_TYPE, VerifyError, key_fingerprint, refused, verify,
+    BUNDLE_ANNOTATION, CERTIFICATE_ANNOTATION, CHAIN_ANNOTATION, DISABLED_MESSAGE,
+    SIGNATURE_ANNOTATION, SIMPLE_SIGNING_MEDIA_TYPE, VerifyError, key_fingerprint, refused, verify,
 };
 use kubeairunway_testcluster::registry::Registry;
 use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
@@ -75,6 +77,14 @@ async fn push_image(registry: &Registry, repo_tag: &str, marker: &str) -> String
     let puller = Puller::new(RegistryAuth::Anonymous, vec![registry.addr().to_string()]);
     let digest = puller.resolve(&reference.to_string()).await.unwrap();
     pin(&reference.to_string(), &digest).unwrap()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    use std::fmt::Write as _;
+    bytes.iter().fold(String::new(), |mut s, b| {
+        write!(s, "{b:02x}").unwrap();
+        s
+    })
 }
 
 fn digest_of(pinned: &str) -> String {
@@ -548,4 +558,203 @@ async fn a_signature_made_by_the_cosign_cli_verifies() {
         .await
         .unwrap_err();
     assert!(matches!(err, VerifyError::Unsatisfied(_)), "{err}");
+}
+
+/// A Fulcio-style CA and Rekor key made in the test, for offline keyless verification.
+struct Sigstore {
+    fulcio: CertifiedIssuer<'static, KeyPair>,
+    rekor: SigStoreSigner,
+    rekor_pem: String,
+}
+
+const ISSUER_OID: &[u64] = &[1, 3, 6, 1, 4, 1, 57264, 1, 1];
+
+impl Sigstore {
+    fn new(name: &str) -> Self {
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params
+            .distinguished_name
+            .push(DnType::CommonName, format!("{name} fulcio"));
+        params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
+        let fulcio = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+        let (rekor, rekor_pem) = new_signer();
+        Sigstore {
+            fulcio,
+            rekor,
+            rekor_pem,
+        }
+    }
+
+    fn policy(&self, issuer: &str, subject: &str) -> KernelCachePolicySpec {
+        KernelCachePolicySpec {
+            mode: VerificationMode::Keyless,
+            keyless: Some(KeylessIdentity {
+                issuer: issuer.to_string(),
+                subject: subject.to_string(),
+            }),
+            trust_root: Some(TrustRoot {
+                fulcio_certificates: vec![self.fulcio.pem()],
+                rekor_keys: vec![self.rekor_pem.clone()],
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// A Fulcio-style leaf for `signer`: email SAN, OIDC issuer extension, code signing.
+    fn leaf(&self, signer: &SigStoreSigner, email: &str, issuer: &str) -> String {
+        let private = signer
+            .to_sigstore_keypair()
+            .unwrap()
+            .private_key_to_pem()
+            .unwrap();
+        let key = KeyPair::from_pem(&private).unwrap();
+        let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+        params.subject_alt_names = vec![SanType::Rfc822Name(email.try_into().unwrap())];
+        params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
+        params.extended_key_usages = vec![ExtendedKeyUsagePurpose::CodeSigning];
+        params.custom_extensions = vec![rcgen::CustomExtension::from_oid_content(
+            ISSUER_OID,
+            issuer.as_bytes().to_vec(),
+        )];
+        params.signed_by(&key, &self.fulcio).unwrap().pem()
+    }
+
+    /// A Rekor bundle for a hashedrekord of (payload, signature, certificate), its SET
+    /// signed with this test Rekor key.
+    fn bundle(&self, payload: &[u8], signature: &str, leaf_pem: &str) -> String {
+        use base64::Engine as _;
+        use base64::engine::general_purpose::STANDARD;
+        use sha2::Digest as _;
+        let body = serde_json::json!({
+            "apiVersion": "0.0.1",
+            "kind": "hashedrekord",
+            "spec": {
+                "data": {"hash": {"algorithm": "sha256", "value": hex(&sha2::Sha256::digest(payload))}},
+                "signature": {"content": signature, "publicKey": {"content": STANDARD.encode(leaf_pem)}}
+            }
+        });
+        let body = STANDARD.encode(serde_json::to_vec(&body).unwrap());
+        let log_id = hex(&sha2::Sha256::digest(
+            self.rekor
+                .to_sigstore_keypair()
+                .unwrap()
+                .public_key_to_der()
+                .unwrap(),
+        ));
+        let time = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        // RFC 8785 canonical JSON of the payload (keys sorted; plain strings and integers).
+        let canonical = format!(
+            r#"{{"body":"{body}","integratedTime":{time},"logID":"{log_id}","logIndex":42}}"#
+        );
+        let set = STANDARD.encode(self.rekor.sign(canonical.as_bytes()).unwrap());
+        serde_json::json!({
+            "SignedEntryTimestamp": set,
+            "Payload": {"body": body, "integratedTime": time, "logIndex": 42, "logID": log_id}
+        })
+        .to_string()
+    }
+}
+
+/// Sign `pinned` keyless-style: Fulcio-style certificate plus a Rekor bundle. With
+/// `bundle_for`, the bundle records that other payload instead (a replayed entry).
+async fn sign_keyless(
+    pinned: &str,
+    sigstore: &Sigstore,
+    bundle_from: &Sigstore,
+    email: &str,
+    issuer: &str,
+    bundle_for: Option<&[u8]>,
+) {
+    let (signer, _) = new_signer();
+    let leaf = sigstore.leaf(&signer, email, issuer);
+    let layer = signed_layer(signer, pinned, &digest_of(pinned));
+    let signature = layer.signature.clone().unwrap();
+    let bundle = bundle_from.bundle(bundle_for.unwrap_or(&layer.raw_data), &signature, &leaf);
+    push_signature_object(
+        pinned,
+        layer.raw_data.clone(),
+        [
+            (SIGNATURE_ANNOTATION.to_string(), signature),
+            (CERTIFICATE_ANNOTATION.to_string(), leaf),
+            (BUNDLE_ANNOTATION.to_string(), bundle),
+        ]
+        .into(),
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn keyless_mode_checks_fulcio_rekor_issuer_and_subject_offline() {
+    let registry = start_registry("keyless");
+    let sigstore = Sigstore::new("test");
+    let rogue = Sigstore::new("rogue");
+    let (issuer, subject) = ("https://token.example.com", "builder@example.com");
+    let policy = sigstore.policy(issuer, subject);
+
+    let good = push_image(&registry, "caches/keyless:v1", "keyless").await;
+    sign_keyless(&good, &sigstore, &sigstore, subject, issuer, None).await;
+    let v = check(&policy, &registry, &good).await.unwrap();
+    assert!(v.verified, "{v:?}");
+    assert_eq!(v.mode, VerificationMode::Keyless);
+    assert_eq!(v.signer.as_deref(), Some(subject));
+
+    let err = check(
+        &sigstore.policy(issuer, "other@example.com"),
+        &registry,
+        &good,
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, VerifyError::SubjectMismatch { .. }), "{err}");
+    let err = check(
+        &sigstore.policy("https://evil.example.com", subject),
+        &registry,
+        &good,
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, VerifyError::IssuerMismatch { .. }), "{err}");
+
+    // A certificate from another CA.
+    let rogue_cert = push_image(&registry, "caches/rogue-cert:v1", "rogue-cert").await;
+    sign_keyless(&rogue_cert, &rogue, &sigstore, subject, issuer, None).await;
+    let err = check(&policy, &registry, &rogue_cert).await.unwrap_err();
+    assert!(matches!(err, VerifyError::Untrusted(_)), "{err}");
+
+    // A bundle signed by another Rekor key.
+    let rogue_log = push_image(&registry, "caches/rogue-log:v1", "rogue-log").await;
+    sign_keyless(&rogue_log, &sigstore, &rogue, subject, issuer, None).await;
+    let err = check(&policy, &registry, &rogue_log).await.unwrap_err();
+    assert!(matches!(err, VerifyError::Untrusted(_)), "{err}");
+
+    // A genuine bundle of another entry.
+    let replayed = push_image(&registry, "caches/replayed:v1", "replayed").await;
+    sign_keyless(
+        &replayed,
+        &sigstore,
+        &sigstore,
+        subject,
+        issuer,
+        Some(b"another payload"),
+    )
+    .await;
+    let err = check(&policy, &registry, &replayed).await.unwrap_err();
+    assert!(
+        matches!(&err, VerifyError::Untrusted(m) if m.contains("Rekor bundle")),
+        "{err}"
+    );
+
+    // A key-only signature and an unsigned image.
+    let keyonly = push_image(&registry, "caches/keyonly:v1", "keyonly").await;
+    let (signer, _) = new_signer();
+    sign_with_sigstore(&registry, &keyonly, signer).await;
+    let err = check(&policy, &registry, &keyonly).await.unwrap_err();
+    assert!(matches!(err, VerifyError::Untrusted(_)), "{err}");
+    let unsigned = push_image(&registry, "caches/unsigned:v1", "unsigned").await;
+    let err = check(&policy, &registry, &unsigned).await.unwrap_err();
+    assert!(matches!(err, VerifyError::NoSignature(_)), "{err}");
 }
