@@ -56,6 +56,9 @@ pub const BUNDLE_ANNOTATION: &str = "dev.sigstore.cosign/bundle";
 /// The message of mode `disabled`.
 pub const DISABLED_MESSAGE: &str = "signature verification disabled by policy (development only)";
 
+/// At most this many signature layers are read.
+const MAX_SIGNATURES: usize = 64;
+
 /// Code signing extended key usage (1.3.6.1.5.5.7.3.3), DER of the OID's value.
 const EKU_CODE_SIGNING: &[u8] = &[0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x03];
 
@@ -125,14 +128,6 @@ pub async fn verify(
     auth: &RegistryAuth,
     plain_http: Vec<String>,
 ) -> Result<Verification, VerifyError> {
-    if policy.mode == VerificationMode::Disabled {
-        return Ok(Verification {
-            mode: VerificationMode::Disabled,
-            verified: false,
-            signer: None,
-            message: Some(DISABLED_MESSAGE.to_string()),
-        });
-    }
     let reference: Reference = pinned.parse().map_err(|e: oci_client::ParseError| {
         VerifyError::Reference(pinned.into(), e.to_string())
     })?;
@@ -148,7 +143,14 @@ pub async fn verify(
         VerificationMode::Keyless => {
             verify_keyless(policy, &reference, &digest, auth, plain_http).await?
         }
-        VerificationMode::Disabled => unreachable!("handled above"),
+        VerificationMode::Disabled => {
+            return Ok(Verification {
+                mode: VerificationMode::Disabled,
+                verified: false,
+                signer: None,
+                message: Some(DISABLED_MESSAGE.to_string()),
+            });
+        }
     };
     Ok(Verification {
         mode: policy.mode,
@@ -318,6 +320,12 @@ async fn fetch_signatures(
         Err(e) if manifest_unknown(&e) => return Err(VerifyError::NoSignature(pinned)),
         Err(e) => return Err(VerifyError::Registry(format!("fetching {sig_ref}: {e}"))),
     };
+    if manifest.layers.len() > MAX_SIGNATURES {
+        return Err(VerifyError::Registry(format!(
+            "{} signature layers, more than the {MAX_SIGNATURES} checked",
+            manifest.layers.len()
+        )));
+    }
     let mut out = Vec::new();
     for layer in &manifest.layers {
         if layer.media_type != SIMPLE_SIGNING_MEDIA_TYPE {
@@ -790,7 +798,7 @@ JsB89BPhZYch0U0hKANx5TY+ncrm0s8bfJxxHoenAEFhwhuXeb4PqIrtoQ==
         };
         let v = verify(
             &policy,
-            "nowhere.invalid/x@sha256:00",
+            "nowhere.invalid/x@sha256:0000000000000000000000000000000000000000000000000000000000000000",
             &RegistryAuth::Anonymous,
             vec![],
         )
