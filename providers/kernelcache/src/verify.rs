@@ -8,7 +8,10 @@
 //!   `PublicKeyVerifier` constraint). The signer is the key's fingerprint.
 //! - `certificate`: the layer carries a certificate (and optionally a chain) in cosign's
 //!   `dev.sigstore.cosign/certificate` and `dev.sigstore.cosign/chain` annotations; the
-//!   certificate must chain to the policy's CA bundle (rustls-webpki, now), its email or
+//!   certificate must chain to the policy's CA bundle (rustls-webpki, now; every bundle
+//!   certificate is a trust anchor, and the chain annotation supplies intermediates; the
+//!   cosign 3.1.1 CLI leaves that annotation empty, so list intermediates in the bundle
+//!   for its signatures), its email or
 //!   URI SAN must fully match the subject pattern, and the signature must verify with the
 //!   certificate's key. No network beyond the registry.
 //! - `keyless`: a Fulcio certificate plus a Rekor bundle (`dev.sigstore.cosign/bundle`),

@@ -558,6 +558,71 @@ async fn a_signature_made_by_the_cosign_cli_verifies() {
         .await
         .unwrap_err();
     assert!(matches!(err, VerifyError::Unsatisfied(_)), "{err}");
+
+    // Certificate mode: cosign signs with an imported key and a certificate chain made
+    // with rcgen (`--certificate`, `--certificate-chain`).
+    let certified = push_image(&registry, "caches/cosigned-cert:v1", "cosigned-cert").await;
+    let pki = Pki::new("cosign-ca");
+    let (signer, _) = new_signer();
+    let (leaf, chain) = pki.leaf(
+        &signer,
+        vec![SanType::Rfc822Name(
+            "builder@example.com".try_into().unwrap(),
+        )],
+    );
+    let private = signer
+        .to_sigstore_keypair()
+        .unwrap()
+        .private_key_to_pem()
+        .unwrap();
+    std::fs::write(work.path().join("imported.pem"), private.as_bytes()).unwrap();
+    std::fs::write(work.path().join("leaf.pem"), &leaf).unwrap();
+    std::fs::write(work.path().join("chain.pem"), &chain).unwrap();
+    run(&[
+        "import-key-pair",
+        "--key",
+        "imported.pem",
+        "--output-key-prefix",
+        "imported",
+        "--yes",
+    ]);
+    run(&[
+        "sign",
+        "--key",
+        "imported.key",
+        "--certificate",
+        "leaf.pem",
+        "--certificate-chain",
+        "chain.pem",
+        "--tlog-upload=false",
+        "--new-bundle-format=false",
+        "--use-signing-config=false",
+        "--allow-insecure-registry",
+        "--allow-http-registry",
+        "--yes",
+        &certified,
+    ]);
+    // cosign 3.1.1 writes the chain annotation empty here (`dev.sigstore.cosign/chain: ""`),
+    // so the CA bundle must hold the intermediate too: every bundle certificate is a trust
+    // anchor.
+    let ca_bundle = format!("{}{}", pki.intermediate.pem(), pki.root_pem);
+    let v = check(
+        &cert_policy(&ca_bundle, r"builder@example\.com"),
+        &registry,
+        &certified,
+    )
+    .await
+    .unwrap();
+    assert!(v.verified, "{v:?}");
+    assert_eq!(v.signer.as_deref(), Some("builder@example.com"));
+    let err = check(
+        &cert_policy(&Pki::new("other").root_pem, ".*"),
+        &registry,
+        &certified,
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, VerifyError::Untrusted(_)), "{err}");
 }
 
 /// A Fulcio-style CA and Rekor key made in the test, for offline keyless verification.
