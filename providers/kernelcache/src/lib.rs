@@ -15,3 +15,4 @@ pub mod image;
 pub mod inject;
 pub mod oci;
 pub mod triton;
+pub mod verify;

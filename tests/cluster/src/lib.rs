@@ -380,7 +380,8 @@ fn remove_stale_runs(runs: &Path) {
         let alive = entry
             .file_name()
             .to_str()
-            .and_then(|pid| pid.parse::<u32>().ok())
+            // `<pid>` or `<pid>-<what>` (a test's own registry directory, say).
+            .and_then(|name| name.split('-').next()?.parse::<u32>().ok())
             .is_some_and(|pid| Path::new(&format!("/proc/{pid}")).exists());
         if !alive {
             let _ = fs::remove_dir_all(entry.path());

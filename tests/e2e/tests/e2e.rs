@@ -21,6 +21,8 @@ mod dynamo;
 mod kaito;
 #[path = "e2e/kernelcache.rs"]
 mod kernelcache;
+#[path = "e2e/kernelcache_verify.rs"]
+mod kernelcache_verify;
 #[path = "e2e/kuberay.rs"]
 mod kuberay;
 #[path = "e2e/reference_compat.rs"]
