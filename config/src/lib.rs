@@ -1,5 +1,7 @@
 //! Everything under `config/` is generated here from the Rust types: the CRDs and the
-//! samples; so are the CRDs of the core Helm chart (`charts/kubeairunway/crds/`). `cargo run -p kubeairunway-config -- gen` writes the files; the drift test
+//! samples; so are the CRDs of the Helm charts (`charts/kubeairunway/crds/`,
+//! `charts/kernelcache-provider/crds/`). `cargo run -p kubeairunway-config -- gen` writes
+//! the files; the drift test
 //! fails when a committed file differs from what the code generates.
 
 use std::path::{Path, PathBuf};
@@ -14,6 +16,9 @@ pub const REGENERATE: &str = "cargo run -p kubeairunway-config -- gen";
 
 /// Where the core Helm chart keeps its CRDs (generated too).
 pub const CHART_CRDS: &str = "charts/kubeairunway/crds";
+
+/// Where the kernel-cache provider's chart keeps its CRDs (generated too).
+pub const KERNELCACHE_CHART_CRDS: &str = "charts/kernelcache-provider/crds";
 
 /// One generated file, with its path relative to the repository root.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,12 +75,16 @@ pub fn generate() -> anyhow::Result<Vec<GeneratedFile>> {
     let crds = core_crds()
         .into_iter()
         .map(|c| (c, Some(CHART_CRDS)))
-        .chain(kernelcache_crds().into_iter().map(|c| (c, None)));
+        .chain(
+            kernelcache_crds()
+                .into_iter()
+                .map(|c| (c, Some(KERNELCACHE_CHART_CRDS))),
+        );
     for (crd, chart) in crds {
         let name = crd.metadata.name.clone().unwrap_or_default();
         let (plural, group) = name.split_once('.').unwrap_or((&name, ""));
         let content = to_yaml(&crd, &format!("CustomResourceDefinition {name}"))?;
-        // The core chart ships the core CRDs (Helm installs `crds/` before templates).
+        // Each chart ships its group's CRDs (Helm installs `crds/` before templates).
         if let Some(chart) = chart {
             files.push(GeneratedFile {
                 path: format!("{chart}/{group}_{plural}.yaml"),
@@ -126,6 +135,7 @@ pub fn orphaned_files(root: &Path) -> anyhow::Result<Vec<String>> {
         "config/samples",
         "config/samples/invalid",
         CHART_CRDS,
+        KERNELCACHE_CHART_CRDS,
     ] {
         let Ok(entries) = std::fs::read_dir(root.join(dir)) else {
             continue;

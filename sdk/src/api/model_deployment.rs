@@ -142,6 +142,22 @@ pub struct ModelDeploymentSpec {
     /// Gateway API integration.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway: Option<GatewaySpec>,
+
+    /// A GPU kernel cache to mount into the serving pods (the kernel-cache provider's
+    /// `KernelCache`, in this namespace). Optional: without it, or while the cache is not
+    /// ready, the engine compiles its kernels as usual.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel_cache: Option<KernelCacheRef>,
+}
+
+/// A reference to a `KernelCache` (group `cache.kubeairunway.ai`) in the
+/// ModelDeployment's namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KernelCacheRef {
+    /// The KernelCache's name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
 }
 
 /// The model to serve.
