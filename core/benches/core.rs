@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kubeairunway_core::selection::{self, RuleCache, Settings};
-use kubeairunway_core::tls::{CertManager, CertResolver, CertSettings, MemoryCertStore};
 use kubeairunway_core::webhook::{self, VALIDATE_PATH, WebhookState};
+use kubeairunway_sdk::tls::{CertManager, CertResolver, CertSettings, MemoryCertStore};
 use kubeairunway_sdk::{
     InferenceProviderConfig, InferenceProviderConfigSpec, InferenceProviderConfigStatus,
     ModelDeployment,
@@ -155,7 +155,7 @@ async fn bench_webhook() -> anyhow::Result<()> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
-    let tls = kubeairunway_core::tls::server_config(resolver)?;
+    let tls = kubeairunway_sdk::tls::server_config(resolver)?;
     let server = axum_server::from_tcp_rustls(
         listener,
         axum_server::tls_rustls::RustlsConfig::from_config(tls),

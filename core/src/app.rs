@@ -20,11 +20,11 @@ use kubeairunway_sdk::InferenceProviderConfig;
 use tokio::sync::watch;
 use tracing::{error, info};
 
-use crate::leader::{LeaderElector, LeaseSettings};
 use crate::metrics::Metrics;
 use crate::reconciler::{self, Settings};
-use crate::tls::{CertManager, CertResolver, CertSettings, KubeCertStore};
 use crate::{FIELD_MANAGER, selection, webhook};
+use kubeairunway_sdk::leader::{LeaderElector, LeaseSettings};
+use kubeairunway_sdk::tls::{CertManager, CertResolver, CertSettings, KubeCertStore};
 
 /// Parse `90s`, `5m`, `12h`, `30d` or plain seconds.
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
@@ -243,7 +243,7 @@ pub async fn run(
             Arc::clone(&resolver),
         );
         tokio::spawn(certs.run(cli.webhook_cert_check_interval, stopped()));
-        let tls = crate::tls::server_config(Arc::clone(&resolver))?;
+        let tls = kubeairunway_sdk::tls::server_config(Arc::clone(&resolver))?;
         let app = webhook::router(webhook::WebhookState::new(Some(providers.clone())));
         let handle = axum_server::Handle::new();
         let h = handle.clone();

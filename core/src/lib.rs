@@ -1,9 +1,9 @@
 //! # kubeairunway-core
 //!
 //! The core controller of kubeairunway: admission webhooks for ModelDeployment
-//! ([`webhook`]) with self-managed TLS ([`tls`]), provider selection ([`selection`]), the
-//! ModelDeployment reconciler ([`reconciler`]), leader election ([`leader`]) and
-//! observability ([`metrics`]). It contains no knowledge of any particular provider.
+//! ([`webhook`]) with self-managed TLS (`kubeairunway_sdk::tls`), provider selection
+//! ([`selection`]), the ModelDeployment reconciler ([`reconciler`]), leader election
+//! (`kubeairunway_sdk::leader`) and observability ([`metrics`]). It contains no knowledge of any particular provider.
 
 pub mod defaults;
 pub mod selection;
@@ -12,8 +12,6 @@ pub mod validation;
 /// The field manager core applies its status fields with.
 pub const FIELD_MANAGER: &str = "kubeairunway-controller";
 pub mod app;
-pub mod leader;
 pub mod metrics;
 pub mod reconciler;
-pub mod tls;
 pub mod webhook;

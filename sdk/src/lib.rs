@@ -10,6 +10,8 @@
 //!   the installed upstream API ([`upstream`]);
 //! - the runtime that does all the I/O ([`runtime::run`]; a provider's `main` is
 //!   [`runtime::main`]);
+//! - for components that serve admission webhooks or run several replicas: self-managed
+//!   webhook TLS ([`tls`]) and Lease leader election ([`leader`]);
 //! - with the `testing` feature, helpers for provider authors' tests ([`testing`]).
 //!
 //! The provider contract (what a provider must and should do, and what the runtime does
@@ -19,12 +21,14 @@
 pub mod api;
 pub mod conditions;
 pub mod labels;
+pub mod leader;
 pub mod overrides;
 pub mod provider;
 pub mod render;
 pub mod runtime;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod tls;
 pub mod upstream;
 
 pub use provider::{Incompatible, Observed, Provider, RenderError, Rendered, UpstreamRef, Warning};

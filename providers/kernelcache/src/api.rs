@@ -79,6 +79,9 @@ pub struct KernelCacheStatus {
     /// The digest the image resolved to; agents pull only this.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resolved_digest: Option<String>,
+    /// The image pinned to that digest (`registry/repo@sha256:...`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned_image: Option<String>,
     /// Cache type read from the image labels (`triton` or `vllm`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_type: Option<String>,
@@ -98,6 +101,18 @@ pub struct KernelCacheStatus {
     /// The generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+}
+
+impl KernelCacheStatus {
+    /// The pinned image nodes may stage and pods may use: set only when the pinned digest
+    /// passed verification (or verification is `disabled` by policy), never otherwise.
+    pub fn usable_image(&self) -> Option<&str> {
+        let verification = self.verification.as_ref()?;
+        let usable = verification.verified || verification.mode == VerificationMode::Disabled;
+        let pinned = self.pinned_image.as_deref()?;
+        let digest = self.resolved_digest.as_deref()?;
+        (usable && pinned.ends_with(&format!("@{digest}"))).then_some(pinned)
+    }
 }
 
 /// Result of verifying the pinned digest's signature.
@@ -335,4 +350,43 @@ pub fn crds()
         without_nullable(KernelCacheNode::crd()),
         without_nullable(KernelCachePolicy::crd()),
     ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(mode: VerificationMode, verified: bool) -> KernelCacheStatus {
+        KernelCacheStatus {
+            resolved_digest: Some("sha256:ab".into()),
+            pinned_image: Some("r.example/c@sha256:ab".into()),
+            verification: Some(Verification {
+                mode,
+                verified,
+                ..Verification::default()
+            }),
+            ..KernelCacheStatus::default()
+        }
+    }
+
+    #[test]
+    fn only_verified_or_policy_disabled_digests_are_usable() {
+        let pinned = Some("r.example/c@sha256:ab");
+        assert_eq!(status(VerificationMode::Key, true).usable_image(), pinned);
+        assert_eq!(
+            status(VerificationMode::Disabled, false).usable_image(),
+            pinned
+        );
+        assert_eq!(status(VerificationMode::Key, false).usable_image(), None);
+        assert_eq!(
+            status(VerificationMode::Certificate, false).usable_image(),
+            None
+        );
+        let mut other = status(VerificationMode::Key, true);
+        other.resolved_digest = Some("sha256:cd".into());
+        assert_eq!(other.usable_image(), None, "pinned image of another digest");
+        let mut unverified = status(VerificationMode::Key, true);
+        unverified.verification = None;
+        assert_eq!(unverified.usable_image(), None);
+    }
 }

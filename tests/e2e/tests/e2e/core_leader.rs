@@ -8,9 +8,9 @@ use clap::Parser;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use kubeairunway_core::app::{self, Cli};
-use kubeairunway_core::leader::{LeaderElector, LeaseSettings};
 use kubeairunway_e2e::{apply_md, core_cluster, eventually, install_stand_ins};
 use kubeairunway_sdk::ModelDeployment;
+use kubeairunway_sdk::leader::{LeaderElector, LeaseSettings};
 use serde_json::json;
 
 fn lease(ns: &str, identity: &str, duration_ms: u64) -> LeaseSettings {

@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use kube::runtime::reflector;
 use kube::runtime::watcher;
-use kubeairunway_core::tls::{CertManager, CertResolver, CertSettings, MemoryCertStore};
 use kubeairunway_core::webhook::{self, MUTATE_PATH, VALIDATE_PATH, WebhookState};
+use kubeairunway_sdk::tls::{CertManager, CertResolver, CertSettings, MemoryCertStore};
 use kubeairunway_sdk::{InferenceProviderConfig, InferenceProviderConfigSpec};
 use serde_json::{Value, json};
 
@@ -77,7 +77,7 @@ async fn start(validity: u64, rotate_before: u64) -> Server {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let addr = listener.local_addr().unwrap();
-    let tls = kubeairunway_core::tls::server_config(Arc::clone(&resolver)).unwrap();
+    let tls = kubeairunway_sdk::tls::server_config(Arc::clone(&resolver)).unwrap();
     let handle = axum_server::Handle::new();
     let server = axum_server::from_tcp_rustls(
         listener,
@@ -396,7 +396,7 @@ async fn core_webhook_ca_bundle_is_patched_into_the_configurations() {
         MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
     };
     use kube::api::{Api, PostParams};
-    use kubeairunway_core::tls::{CertBundle, CertStore, KubeCertStore};
+    use kubeairunway_sdk::tls::{CertBundle, CertStore, KubeCertStore};
 
     let (cluster, client) = kubeairunway_e2e::core_cluster().await.unwrap();
     kubeairunway_e2e::install_stand_ins(&client).await.unwrap();

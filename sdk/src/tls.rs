@@ -473,8 +473,8 @@ impl CertStore for KubeCertStore {
                 resource_version: version.map(str::to_string),
                 labels: Some(
                     [(
-                        kubeairunway_sdk::labels::MANAGED_BY.to_string(),
-                        kubeairunway_sdk::labels::MANAGED_BY_VALUE.to_string(),
+                        crate::labels::MANAGED_BY.to_string(),
+                        crate::labels::MANAGED_BY_VALUE.to_string(),
                     )]
                     .into(),
                 ),
