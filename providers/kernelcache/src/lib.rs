@@ -10,6 +10,7 @@
 
 pub mod api;
 pub mod compat;
+pub mod credentials;
 pub mod extract;
 pub mod image;
 pub mod inject;
