@@ -103,88 +103,25 @@ mod oci {
     use flate2::write::GzEncoder;
     use kubeairunway_kernelcache::extract::Limits;
     use kubeairunway_kernelcache::image::CacheType;
-    use kubeairunway_kernelcache::oci::{PullError, Puller, pin};
+    use kubeairunway_kernelcache::oci::{PullError, pin};
     use kubeairunway_testcluster::registry::Registry;
-    use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
-    use oci_client::manifest::{IMAGE_CONFIG_MEDIA_TYPE, IMAGE_LAYER_GZIP_MEDIA_TYPE};
-    use oci_client::secrets::RegistryAuth;
-    use oci_client::{Client, Reference};
     use serde_json::{Value, json};
 
-    const HASH: &str = "MCELTMXFCSPAMZYLZ3C3WPPYYVTVR4QOYNE52X3X6FIH7Z6N6X5A";
+    use kubeairunway_e2e::cache_images::{
+        self, CacheImage, ROCM_HASH as HASH, puller, start_registry, triton_rocm,
+    };
 
-    fn example() -> PathBuf {
-        Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../providers/kernelcache/tests/data/triton-rocm-vector-add")
-    }
-
-    /// The real ROCm vector-add cache (its metadata files) as a compat-format layer.
-    fn triton_layer(extra: &[(&str, &[u8])]) -> Vec<u8> {
-        let mut builder = tar::Builder::new(GzEncoder::new(Vec::new(), Compression::fast()));
-        let mut add = |path: &str, data: &[u8]| {
-            let mut header = tar::Header::new_gnu();
-            header.set_size(data.len() as u64);
-            header.set_mode(0o644);
-            header.set_entry_type(tar::EntryType::Regular);
-            builder.append_data(&mut header, path, data).unwrap();
-        };
-        for file in ["__grp__add_kernel.json", "add_kernel.json"] {
-            let data =
-                std::fs::read(example().join("io.triton.cache").join(HASH).join(file)).unwrap();
-            add(&format!("io.triton.cache/{HASH}/{file}"), &data);
-        }
-        add(
-            "io.triton.manifest/manifest.json",
-            &std::fs::read(example().join("io.triton.manifest/manifest.json")).unwrap(),
-        );
-        for (path, data) in extra {
-            add(path, data);
-        }
-        builder.into_inner().unwrap().finish().unwrap()
-    }
-
-    fn config(labels: &Value) -> Vec<u8> {
-        let mut c: Value =
-            serde_json::from_slice(&std::fs::read(example().join("image-config.json")).unwrap())
-                .unwrap();
-        c["config"]["Labels"] = labels.clone();
-        c["rootfs"] = json!({"type": "layers", "diff_ids": []});
-        serde_json::to_vec(&c).unwrap()
-    }
-
-    fn real_labels() -> Value {
-        let c: Value =
-            serde_json::from_slice(&std::fs::read(example().join("image-config.json")).unwrap())
-                .unwrap();
-        c["config"]["Labels"].clone()
-    }
-
-    async fn push(
-        registry: &Registry,
-        repo_tag: &str,
-        layer: Vec<u8>,
-        config_blob: Vec<u8>,
-    ) -> String {
-        let client = Client::new(ClientConfig {
-            protocol: ClientProtocol::Http,
-            ..ClientConfig::default()
-        });
-        let reference: Reference = format!("{}/{repo_tag}", registry.addr()).parse().unwrap();
-        let layers = [ImageLayer::new(
-            layer,
-            IMAGE_LAYER_GZIP_MEDIA_TYPE.to_string(),
-            None,
-        )];
-        let config = Config::new(config_blob, IMAGE_CONFIG_MEDIA_TYPE.to_string(), None);
-        client
-            .push(&reference, &layers, config, &RegistryAuth::Anonymous, None)
+    async fn push(registry: &Registry, repo_tag: &str, image: CacheImage) -> String {
+        cache_images::push(registry, repo_tag, &image)
             .await
-            .unwrap();
-        reference.to_string()
+            .unwrap()
     }
 
-    fn puller(registry: &Registry) -> Puller {
-        Puller::new(RegistryAuth::Anonymous, vec![registry.addr().to_string()])
+    fn with_labels(image: CacheImage, labels: &Value) -> CacheImage {
+        CacheImage {
+            config: cache_images::config(labels),
+            ..image
+        }
     }
 
     fn listing(dir: &Path) -> Vec<String> {
@@ -207,23 +144,10 @@ mod oci {
         out
     }
 
-    fn start_registry(tag: &str) -> Registry {
-        let dir = kubeairunway_testcluster::cache_dir()
-            .join("runs")
-            .join(format!("{}-registry-{tag}", std::process::id()));
-        Registry::start(&dir).unwrap()
-    }
-
     #[tokio::test]
     async fn a_pinned_triton_cache_is_pulled_verified_and_staged() {
-        let registry = start_registry("stage");
-        let image = push(
-            &registry,
-            "caches/vadd:rocm",
-            triton_layer(&[]),
-            config(&real_labels()),
-        )
-        .await;
+        let registry = start_registry("stage").unwrap();
+        let image = push(&registry, "caches/vadd:rocm", triton_rocm(&[]).unwrap()).await;
         let puller = puller(&registry);
         let digest = puller.resolve(&image).await.unwrap();
         assert!(digest.starts_with("sha256:"));
@@ -289,8 +213,7 @@ mod oci {
         push(
             &registry,
             "caches/vadd:rocm",
-            triton_layer(&[("io.triton.cache/extra.txt", b"new")]),
-            config(&real_labels()),
+            triton_rocm(&[("io.triton.cache/extra.txt", b"new")]).unwrap(),
         )
         .await;
         let moved = puller.check_pin(&image, &digest).await.unwrap_err();
@@ -315,7 +238,7 @@ mod oci {
 
     #[tokio::test]
     async fn tampered_and_malformed_images_are_refused_with_nothing_written() {
-        let registry = start_registry("refuse");
+        let registry = start_registry("refuse").unwrap();
         let puller = puller(&registry);
         let refuse = |root: &tempfile::TempDir| {
             let left: Vec<String> = listing(root.path())
@@ -326,14 +249,9 @@ mod oci {
         };
 
         // A corrupted blob: the registry serves bytes that do not match the layer digest.
-        let layer = triton_layer(&[]);
-        let image = push(
-            &registry,
-            "caches/corrupt:1",
-            layer.clone(),
-            config(&real_labels()),
-        )
-        .await;
+        let corrupt = triton_rocm(&[]).unwrap();
+        let layer = corrupt.layer.clone();
+        let image = push(&registry, "caches/corrupt:1", corrupt).await;
         let pinned = pin(&image, &puller.resolve(&image).await.unwrap()).unwrap();
         let layer_digest = format!("{:x}", <sha2::Sha256 as sha2::Digest>::digest(&layer));
         let stored = walk(&registry.storage())
@@ -366,8 +284,7 @@ mod oci {
         let image = push(
             &registry,
             "caches/plain:1",
-            triton_layer(&[]),
-            config(&json!({"maintainer": "x"})),
+            with_labels(triton_rocm(&[]).unwrap(), &json!({"maintainer": "x"})),
         )
         .await;
         let pinned = pin(&image, &puller.resolve(&image).await.unwrap()).unwrap();
@@ -391,7 +308,15 @@ mod oci {
         header.set_cksum();
         builder.append(&header, &b"x"[..]).unwrap();
         let evil = builder.into_inner().unwrap().finish().unwrap();
-        let image = push(&registry, "caches/evil:1", evil, config(&real_labels())).await;
+        let image = push(
+            &registry,
+            "caches/evil:1",
+            CacheImage {
+                layer: evil,
+                ..triton_rocm(&[]).unwrap()
+            },
+        )
+        .await;
         let pinned = pin(&image, &puller.resolve(&image).await.unwrap()).unwrap();
         let root = tempfile::tempdir().unwrap();
         let err = puller
@@ -403,13 +328,7 @@ mod oci {
         assert!(!root.path().parent().unwrap().join("escape.x").exists());
 
         // Over the size cap: refused from the manifest, before downloading.
-        let image = push(
-            &registry,
-            "caches/big:1",
-            triton_layer(&[]),
-            config(&real_labels()),
-        )
-        .await;
+        let image = push(&registry, "caches/big:1", triton_rocm(&[]).unwrap()).await;
         let pinned = pin(&image, &puller.resolve(&image).await.unwrap()).unwrap();
         let root = tempfile::tempdir().unwrap();
         let err = puller

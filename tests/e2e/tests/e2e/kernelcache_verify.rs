@@ -9,6 +9,7 @@ use std::process::Command;
 
 use flate2::Compression;
 use flate2::write::GzEncoder;
+use kubeairunway_e2e::cache_images;
 use kubeairunway_kernelcache::api::{
     CertificatePolicy, KernelCachePolicySpec, KeylessIdentity, TrustRoot, VerificationMode,
 };
@@ -18,7 +19,7 @@ use kubeairunway_kernelcache::verify::{
     SIGNATURE_ANNOTATION, SIMPLE_SIGNING_MEDIA_TYPE, VerifyError, key_fingerprint, refused, verify,
 };
 use kubeairunway_testcluster::registry::Registry;
-use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
+use oci_client::client::{Config, ImageLayer};
 use oci_client::manifest::{
     IMAGE_CONFIG_MEDIA_TYPE, IMAGE_LAYER_GZIP_MEDIA_TYPE, OCI_IMAGE_MEDIA_TYPE, OciImageManifest,
 };
@@ -29,22 +30,16 @@ use rcgen::{
     KeyPair, KeyUsagePurpose, SanType,
 };
 use sigstore::cosign::constraint::PrivateKeySigner;
-use sigstore::cosign::{ClientBuilder, Constraint, CosignCapabilities, SignatureLayer};
-use sigstore::crypto::{SigStoreSigner, SigningScheme};
-use sigstore::registry::{Auth, OciReference};
+use sigstore::cosign::{Constraint, SignatureLayer};
+use sigstore::crypto::SigStoreSigner;
+use sigstore::registry::OciReference;
 
 fn start_registry(tag: &str) -> Registry {
-    let dir = kubeairunway_testcluster::cache_dir()
-        .join("runs")
-        .join(format!("{}-registry-verify-{tag}", std::process::id()));
-    Registry::start(&dir).unwrap()
+    cache_images::start_registry(&format!("verify-{tag}")).unwrap()
 }
 
 fn oci() -> Client {
-    Client::new(ClientConfig {
-        protocol: ClientProtocol::Http,
-        ..ClientConfig::default()
-    })
+    cache_images::oci_client()
 }
 
 /// Push a small image (one gzip tar layer, whose content is `marker`) and return it pinned.
@@ -92,15 +87,7 @@ fn digest_of(pinned: &str) -> String {
 }
 
 fn new_signer() -> (SigStoreSigner, String) {
-    let signer = SigningScheme::ECDSA_P256_SHA256_ASN1
-        .create_signer()
-        .unwrap();
-    let public = signer
-        .to_sigstore_keypair()
-        .unwrap()
-        .public_key_to_pem()
-        .unwrap();
-    (signer, public)
+    cache_images::new_signer().unwrap()
 }
 
 /// A signed simple-signing layer for `digest` (of the image `pinned` names).
@@ -117,23 +104,7 @@ fn signed_layer(signer: SigStoreSigner, pinned: &str, digest: &str) -> Signature
 
 /// Sign `pinned` with sigstore's cosign client, the way `cosign sign --key` does.
 async fn sign_with_sigstore(registry: &Registry, pinned: &str, signer: SigStoreSigner) {
-    let mut client = ClientBuilder::default()
-        .with_oci_client_config(sigstore::registry::ClientConfig {
-            protocol: sigstore::registry::ClientProtocol::HttpsExcept(vec![
-                registry.addr().to_string(),
-            ]),
-            ..Default::default()
-        })
-        .build()
-        .unwrap();
-    let image: OciReference = pinned.parse().unwrap();
-    let (cosign_image, digest) = client.triangulate(&image, &Auth::Anonymous).await.unwrap();
-    assert_eq!(digest, digest_of(pinned));
-    let layer = signed_layer(signer, pinned, &digest);
-    client
-        .push_signature(None, &Auth::Anonymous, &cosign_image, vec![layer])
-        .await
-        .unwrap();
+    cache_images::sign(registry, pinned, signer).await.unwrap();
 }
 
 /// Push a signature object (`sha256-<hex>.sig`) for `pinned` by hand: one simple-signing
