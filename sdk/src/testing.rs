@@ -169,7 +169,7 @@ pub fn test_options() -> Options {
         heartbeat_seconds: 1,
         resync_seconds: 2,
         metrics_addr: String::new(),
-        log_json: false,
+        ..Options::default()
     }
 }
 

@@ -43,6 +43,7 @@ use tokio::sync::{mpsc, watch};
 
 use crate::api::ModelDeployment;
 use crate::labels;
+use crate::leader::{LeaderElector, LeaseSettings};
 use crate::provider::Provider;
 use crate::upstream::UpstreamApi;
 
@@ -91,6 +92,35 @@ pub struct Options {
     /// Log as JSON lines.
     #[arg(long, env = "LOG_JSON")]
     pub log_json: bool,
+    /// Elect a leader among replicas (a `coordination.k8s.io/v1` Lease): only the leader
+    /// reconciles and heartbeats; every replica serves `/metrics` and the health checks.
+    #[arg(long, env = "LEADER_ELECT", default_value_t = false, action = clap::ArgAction::Set)]
+    pub leader_elect: bool,
+    /// Namespace of the leader-election Lease (the provider's own namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub leader_election_namespace: String,
+    /// Name of the leader-election Lease; default `<name>-provider`.
+    #[arg(long, env = "LEADER_ELECTION_LEASE")]
+    pub leader_election_lease: Option<String>,
+    /// This replica's identity in the Lease (its pod name).
+    #[arg(long, env = "POD_NAME", default_value = "provider")]
+    pub leader_election_identity: String,
+    /// How long a Lease stays valid without renewal.
+    #[arg(
+        long,
+        env = "LEADER_ELECTION_LEASE_SECONDS",
+        default_value_t = 15,
+        value_name = "SECONDS"
+    )]
+    pub leader_election_lease_seconds: u64,
+    /// How often the leader renews the Lease (and others retry).
+    #[arg(
+        long,
+        env = "LEADER_ELECTION_RENEW_SECONDS",
+        default_value_t = 5,
+        value_name = "SECONDS"
+    )]
+    pub leader_election_renew_seconds: u64,
 }
 
 impl Default for Options {
@@ -102,6 +132,12 @@ impl Default for Options {
             resync_seconds: 300,
             metrics_addr: "0.0.0.0:8080".to_string(),
             log_json: false,
+            leader_elect: false,
+            leader_election_namespace: "default".to_string(),
+            leader_election_lease: None,
+            leader_election_identity: "provider".to_string(),
+            leader_election_lease_seconds: 15,
+            leader_election_renew_seconds: 5,
         }
     }
 }
@@ -112,6 +148,18 @@ impl Options {
     }
     fn stale_after(&self) -> Duration {
         Duration::from_secs(self.stale_status_seconds)
+    }
+    fn lease(&self, provider: &str) -> LeaseSettings {
+        LeaseSettings {
+            namespace: self.leader_election_namespace.clone(),
+            name: self
+                .leader_election_lease
+                .clone()
+                .unwrap_or_else(|| field_manager(provider)),
+            identity: self.leader_election_identity.clone(),
+            lease_duration: Duration::from_secs(self.leader_election_lease_seconds),
+            renew_interval: Duration::from_secs(self.leader_election_renew_seconds),
+        }
     }
 }
 
@@ -257,6 +305,11 @@ pub async fn run<P: Provider>(provider: P, client: Client, options: Options) -> 
 }
 
 /// Run `provider` until `shutdown` completes (tests pass their own signal).
+///
+/// With `--leader-elect`, the replica campaigns for the Lease and runs the writers (the
+/// heartbeat and the ModelDeployment controller) only while it leads; losing the Lease
+/// stops them until it leads again. The upstream CRD watch and the metrics server run on
+/// every replica.
 pub async fn run_until<P: Provider>(
     provider: P,
     client: Client,
@@ -280,12 +333,6 @@ pub async fn run_until<P: Provider>(
         client.clone(),
         upstream_tx,
     ));
-    tasks.spawn(registration::heartbeat(
-        provider.clone(),
-        client.clone(),
-        options.clone(),
-        upstream_rx.clone(),
-    ));
     if let Ok(addr) = options.metrics_addr.parse::<SocketAddr>() {
         tasks.spawn(metrics::serve(
             addr,
@@ -294,46 +341,111 @@ pub async fn run_until<P: Provider>(
         ));
     }
 
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tasks.spawn(async move {
+        if let Err(e) = shutdown.await {
+            tracing::warn!(error = %e, "shutdown signal failed");
+        }
+        stop_tx.send_replace(true);
+        // Keep the channel open for the replicas still waiting on it.
+        std::future::pending::<()>().await;
+    });
+    // Without election this replica always leads (the sender is kept, so that
+    // `leading` never closes); with it, the elector publishes whether it leads.
+    let (lead_tx, mut leading) = watch::channel(!options.leader_elect);
+    let (election, _always) = if options.leader_elect {
+        let elector = LeaderElector::new(client.clone(), options.lease(&name));
+        let stop = became(stop_rx.clone(), true);
+        (Some(tokio::spawn(elector.run(lead_tx, stop))), None)
+    } else {
+        (None, Some(lead_tx))
+    };
+
+    loop {
+        tokio::select! {
+            () = became(stop_rx.clone(), true) => break,
+            r = leading.wait_for(|l| *l) => if r.is_err() { break },
+        }
+        let term_over = {
+            let (stop, lost) = (stop_rx.clone(), leading.clone());
+            async move {
+                tokio::select! {
+                    () = became(stop, true) => {}
+                    () = became(lost, false) => {}
+                }
+            }
+        };
+        lead(&ctx, term_over).await;
+        if *stop_rx.borrow() {
+            break;
+        }
+        tracing::info!(provider = %name, "not leading; reconciliation paused");
+    }
+    if let Some(election) = election {
+        // The elector releases the Lease on shutdown, so a standby takes over at once.
+        let _ = election.await;
+    }
+    tasks.abort_all();
+    tracing::info!(provider = %name, "provider runtime stopped");
+    Ok(())
+}
+
+/// Completes once `rx` holds `value` (or its sender is gone).
+async fn became(mut rx: watch::Receiver<bool>, value: bool) {
+    let _ = rx.wait_for(|v| *v == value).await;
+}
+
+/// One term of leadership: the heartbeat, the upstream-object watch and the
+/// ModelDeployment controller, until `over` completes.
+async fn lead<P: Provider>(
+    ctx: &Arc<Context<P>>,
+    over: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) {
+    let (provider, client, name) = (
+        ctx.provider.clone(),
+        ctx.client.clone(),
+        ctx.name().to_string(),
+    );
+    let mut tasks = tokio::task::JoinSet::new();
+    tasks.spawn(registration::heartbeat(
+        provider.clone(),
+        client.clone(),
+        ctx.options.clone(),
+        ctx.upstream.clone(),
+    ));
+
     // Reconcile everything again whenever the detected upstream API changes; and
     // reconcile a ModelDeployment whenever one of its upstream objects changes.
     let (owned_tx, owned_rx) = mpsc::channel::<ObjectRef<ModelDeployment>>(256);
     tasks.spawn(watch_owned(
         provider.clone(),
         client.clone(),
-        upstream_rx.clone(),
+        ctx.upstream.clone(),
         owned_tx,
     ));
-    let upstream_changed = upstream_changes(upstream_rx.clone());
+    let upstream_changed = upstream_changes(ctx.upstream.clone());
 
-    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    tasks.spawn(async move {
-        if let Err(e) = shutdown.await {
-            tracing::warn!(error = %e, "shutdown signal failed");
-        }
-        let _ = stop_tx.send(());
-    });
-
-    let mds: Api<ModelDeployment> = Api::all(client.clone());
+    let mds: Api<ModelDeployment> = Api::all(client);
     let selector = format!("status.provider.name={name}");
-    let controller = Controller::new(
+    Controller::new(
         mds,
         watcher::Config::default().fields(&selector).any_semantic(),
     )
     .reconcile_on(tokio_stream_from(owned_rx))
     .reconcile_all_on(upstream_changed)
-    .graceful_shutdown_on(async move {
-        let _ = stop_rx.await;
-    })
-    .run(reconcile::reconcile::<P>, reconcile::error_policy::<P>, ctx)
+    .graceful_shutdown_on(over)
+    .run(
+        reconcile::reconcile::<P>,
+        reconcile::error_policy::<P>,
+        ctx.clone(),
+    )
     .for_each(|res| async move {
         if let Err(e) = res {
             tracing::debug!(error = %e, "reconcile loop");
         }
-    });
-    controller.await;
+    })
+    .await;
     tasks.abort_all();
-    tracing::info!(provider = %name, "provider runtime stopped");
-    Ok(())
 }
 
 /// One item each time the detected upstream API changes.

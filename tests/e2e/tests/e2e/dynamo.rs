@@ -466,7 +466,21 @@ fn chart_lints_and_renders_least_privilege_rbac() {
         !serde_json::to_string(&roles[0]).unwrap().contains('*'),
         "no wildcards"
     );
-    assert!(helm::of_kind(&objects, "Role").is_empty());
+    // The one namespaced permission: its leader-election Lease.
+    let lease_roles = helm::of_kind(&objects, "Role");
+    assert_eq!(lease_roles.len(), 1);
+    assert_eq!(
+        lease_roles[0]["metadata"]["namespace"],
+        "kubeairunway-system"
+    );
+    assert_eq!(
+        lease_roles[0]["rules"],
+        json!([
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+             "resourceNames": ["dynamo-provider"], "verbs": ["get", "update"]},
+        ])
+    );
 
     let bindings = helm::of_kind(&objects, "ClusterRoleBinding");
     let accounts = helm::of_kind(&objects, "ServiceAccount");
@@ -500,6 +514,7 @@ fn chart_lints_and_renders_least_privilege_rbac() {
             "--heartbeat-seconds=30",
             "--resync-seconds=300",
             "--metrics-addr=0.0.0.0:8080",
+            "--leader-elect=true",
             "--log-json",
         ])
     );

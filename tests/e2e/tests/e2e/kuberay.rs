@@ -481,6 +481,7 @@ fn chart_lints_and_renders_least_privilege_rbac() {
             "--heartbeat-seconds=30",
             "--resync-seconds=300",
             "--metrics-addr=0.0.0.0:8080",
+            "--leader-elect=true",
             "--log-json",
         ])
     );

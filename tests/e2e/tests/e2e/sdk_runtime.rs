@@ -455,6 +455,85 @@ async fn two_providers_never_touch_each_others_deployments() {
 }
 
 #[tokio::test]
+async fn with_leader_election_only_the_leader_reconciles_and_a_standby_takes_over() {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let provider = "chat-leader";
+    let (cluster, client) = testing::cluster().await.unwrap();
+    testing::install_crds(&client, &[ChatServer::crd()])
+        .await
+        .unwrap();
+    let ns = cluster.namespace(provider);
+    let replica = |identity: &str| {
+        let mut options = test_options();
+        options.leader_elect = true;
+        options.leader_election_namespace.clone_from(&ns);
+        options.leader_election_identity = identity.to_string();
+        options.leader_election_lease_seconds = 4;
+        options.leader_election_renew_seconds = 1;
+        testing::spawn(
+            ChatServerProvider {
+                name: provider.to_string(),
+            },
+            client.clone(),
+            options,
+        )
+    };
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+    let holder = |lease: &Lease| {
+        lease
+            .spec
+            .as_ref()
+            .and_then(|s| s.holder_identity.clone())
+            .unwrap_or_default()
+    };
+    let first = replica("replica-1");
+    let lease = wait_for(
+        WAIT,
+        "replica-1 to lead",
+        || leases.get("chat-leader-provider"),
+        |l: &Lease| holder(l) == "replica-1",
+    )
+    .await
+    .unwrap();
+    assert_eq!(holder(&lease), "replica-1");
+    let _second = replica("replica-2");
+    deploy(&client, &llama("one", &ns, provider).build()).await;
+    chatserver_where(
+        &client,
+        &ns,
+        "one",
+        "the leader's ChatServer",
+        Option::is_some,
+    )
+    .await;
+    // The standby never became leader while the first one renewed.
+    assert_eq!(
+        holder(&leases.get("chat-leader-provider").await.unwrap()),
+        "replica-1"
+    );
+
+    // The leader stops (and releases the Lease): the standby takes over and reconciles.
+    first.stop().await.unwrap();
+    wait_for(
+        WAIT,
+        "replica-2 to lead",
+        || leases.get("chat-leader-provider"),
+        |l: &Lease| holder(l) == "replica-2",
+    )
+    .await
+    .unwrap();
+    deploy(&client, &llama("two", &ns, provider).build()).await;
+    chatserver_where(
+        &client,
+        &ns,
+        "two",
+        "the new leader's ChatServer",
+        Option::is_some,
+    )
+    .await;
+}
+
+#[tokio::test]
 async fn stale_upstream_status_is_reported() {
     let provider = "chat-stale";
     let (client, ns, _running) = setup(provider).await;
