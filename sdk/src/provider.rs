@@ -50,6 +50,14 @@ pub trait Provider: Send + Sync + 'static {
 
     /// Our status for `md`, read from the live primary object (`None` before it exists).
     fn observe(&self, md: &ModelDeployment, upstream: Option<&DynamicObject>) -> Observed;
+
+    /// Kinds this provider may render for some spec but not for others (another primary
+    /// kind, an optional ConfigMap), besides the upstream kind. When the spec changes,
+    /// objects of these kinds (and of the upstream kind and every kind rendered now) that
+    /// the ModelDeployment owns but `render` no longer returns are deleted. Default: none.
+    fn owned_kinds(&self) -> Vec<kube::discovery::ApiResource> {
+        Vec::new()
+    }
 }
 
 /// The upstream CRD a provider targets.

@@ -13,6 +13,8 @@ pub mod render;
 pub mod status;
 
 use kube::api::DynamicObject;
+use kube::core::GroupVersionKind;
+use kube::discovery::ApiResource;
 use kubeairunway_sdk::api::{
     Capabilities, EngineType, InferenceProviderConfigSpec, Installation, ModelDeployment,
     SelectionRule, ServingMode,
@@ -122,5 +124,20 @@ impl Provider for KaitoProvider {
 
     fn observe(&self, md: &ModelDeployment, upstream: Option<&DynamicObject>) -> Observed {
         status::observe(md, upstream)
+    }
+
+    /// A replica count change swaps the Workspace for an InferenceSet (and back), and the
+    /// inference-config ConfigMap comes and goes with the vLLM options: the one left
+    /// behind is pruned.
+    fn owned_kinds(&self) -> Vec<ApiResource> {
+        let inference_set = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(GROUP, render::INFERENCE_SET_VERSION, "InferenceSet"),
+            "inferencesets",
+        );
+        let config_map = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("", "v1", "ConfigMap"),
+            "configmaps",
+        );
+        vec![inference_set, config_map]
     }
 }

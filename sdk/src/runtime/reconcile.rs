@@ -278,6 +278,13 @@ pub async fn reconcile_once<P: Provider>(
             Err(e) => return Err(e.into()),
         }
     }
+    // The rendered set changes only with the spec (or the provider's flags): prune what
+    // the ModelDeployment owns and no longer renders, e.g. the Workspace left behind when
+    // more replicas move it to an InferenceSet.
+    let status_generation = md.status.as_ref().and_then(|s| s.observed_generation);
+    if status_generation != md.metadata.generation {
+        prune(md, ctx, &objects, &api).await?;
+    }
     if live.is_none() {
         event(
             ctx,
@@ -567,6 +574,104 @@ async fn cleanup<P: Provider>(md: &ModelDeployment, ctx: &Context<P>) -> Result<
     ))
 }
 
+/// The kinds `md`'s objects may have: the upstream kind and the kinds in `rendered`
+/// (`true`: must be listable), then the provider's [`Provider::owned_kinds`] (`false`:
+/// optional, skipped when the cluster does not serve them), without duplicates.
+fn candidate_kinds<P: Provider>(
+    ctx: &Context<P>,
+    api: &UpstreamApi,
+    rendered: &[DynamicObject],
+) -> Vec<(ApiResource, bool)> {
+    let mut kinds = vec![(api.api_resource(), true)];
+    kinds.extend(rendered.iter().map(|o| (resource_of(o, api), true)));
+    kinds.extend(ctx.provider.owned_kinds().into_iter().map(|k| (k, false)));
+    let mut seen = BTreeSet::new();
+    kinds.retain(|(k, _)| seen.insert((k.api_version.clone(), k.kind.clone())));
+    kinds
+}
+
+/// Objects of `kinds` in `md`'s namespace that carry our labels for `md` and that `md`
+/// owns (by UID). Kinds whose API is not served are skipped, and so are optional kinds
+/// that cannot be listed (logged).
+async fn owned_objects<P: Provider>(
+    md: &ModelDeployment,
+    ctx: &Context<P>,
+    kinds: &[(ApiResource, bool)],
+) -> Result<Vec<(ApiResource, String)>, Error> {
+    let ns = md.namespace().unwrap_or_default();
+    let selector = format!(
+        "{}={},{}={}",
+        labels::MODEL_DEPLOYMENT,
+        md.name_any(),
+        labels::PROVIDER,
+        ctx.name()
+    );
+    let uid = md.uid();
+    let mut owned = Vec::new();
+    for (kind, required) in kinds {
+        let objects: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, kind);
+        let list = match objects.list(&ListParams::default().labels(&selector)).await {
+            Ok(list) => list,
+            Err(kube::Error::Api(s)) if s.code == 404 => continue,
+            Err(e) if !required => {
+                tracing::debug!(kind = %kind.kind, error = %e, "cannot list an optional owned kind");
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        owned.extend(
+            list.items
+                .iter()
+                .filter(|o| {
+                    o.owner_references()
+                        .iter()
+                        .any(|r| Some(&r.uid) == uid.as_ref())
+                })
+                .map(|o| (kind.clone(), o.name_any())),
+        );
+    }
+    Ok(owned)
+}
+
+/// Delete the objects `md` owns that are not among `rendered`.
+async fn prune<P: Provider>(
+    md: &ModelDeployment,
+    ctx: &Context<P>,
+    rendered: &[DynamicObject],
+    api: &UpstreamApi,
+) -> Result<(), Error> {
+    let wanted: BTreeSet<(String, String, String)> = rendered
+        .iter()
+        .map(|o| {
+            let r = resource_of(o, api);
+            (r.api_version, r.kind, o.name_any())
+        })
+        .collect();
+    let ns = md.namespace().unwrap_or_default();
+    for (resource, name) in owned_objects(md, ctx, &candidate_kinds(ctx, api, rendered)).await? {
+        if wanted.contains(&(
+            resource.api_version.clone(),
+            resource.kind.clone(),
+            name.clone(),
+        )) {
+            continue;
+        }
+        let objects: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, &resource);
+        match objects.delete(&name, &DeleteParams::background()).await {
+            Ok(_) => {
+                let message = format!(
+                    "Deleted {} '{name}': the ModelDeployment no longer needs it",
+                    resource.kind
+                );
+                event(ctx, md, EventType::Normal, "Pruned", &message).await;
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
 /// Ask for the deletion of every upstream object this provider made for `md`; return
 /// those that still exist (`Kind/name`).
 async fn delete_upstream_objects<P: Provider>(
@@ -578,35 +683,17 @@ async fn delete_upstream_objects<P: Provider>(
     };
     let ns = md.namespace().unwrap_or_default();
     let mut targets: Vec<(ApiResource, String)> = Vec::new();
-    if let Ok(rendered) = ctx.provider.render(md, &api) {
-        targets.extend(
-            rendered
-                .objects
-                .iter()
-                .map(|o| (resource_of(o, &api), o.name_any())),
-        );
-    }
-    let selector = format!(
-        "{}={},{}={}",
-        labels::MODEL_DEPLOYMENT,
-        md.name_any(),
-        labels::PROVIDER,
-        ctx.name()
+    let rendered = ctx
+        .provider
+        .render(md, &api)
+        .map(|r| r.objects)
+        .unwrap_or_default();
+    targets.extend(
+        rendered
+            .iter()
+            .map(|o| (resource_of(o, &api), o.name_any())),
     );
-    let upstream_api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &ns, &api.api_resource());
-    match upstream_api
-        .list(&ListParams::default().labels(&selector))
-        .await
-    {
-        Ok(list) => targets.extend(
-            list.items
-                .iter()
-                .map(|o| (api.api_resource(), o.name_any())),
-        ),
-        Err(kube::Error::Api(s)) if s.code == 404 => {}
-        Err(e) => return Err(e.into()),
-    }
+    targets.extend(owned_objects(md, ctx, &candidate_kinds(ctx, &api, &rendered)).await?);
     targets.sort_by(|a, b| {
         (&a.0.api_version, &a.0.kind, &a.1).cmp(&(&b.0.api_version, &b.0.kind, &b.1))
     });

@@ -533,6 +533,52 @@ async fn kaito_inference_set_for_replicas() {
     )
     .await
     .unwrap();
+
+    // Scaling a one-replica Workspace deployment out moves it to an InferenceSet, and the
+    // Workspace is pruned; scaling back in does the reverse.
+    deploy(&client, &gpu_vllm("scale", "iset").build()).await;
+    wait_for(
+        WAIT,
+        "the Workspace",
+        || ws.get_opt("scale"),
+        Option::is_some,
+    )
+    .await
+    .unwrap();
+    deploy(&client, &gpu_vllm("scale", "iset").replicas(2).build()).await;
+    wait_for(
+        WAIT,
+        "the InferenceSet",
+        || isets.get_opt("scale"),
+        Option::is_some,
+    )
+    .await
+    .unwrap();
+    wait_for(
+        WAIT,
+        "the Workspace to be pruned",
+        || ws.get_opt("scale"),
+        Option::is_none,
+    )
+    .await
+    .unwrap();
+    deploy(&client, &gpu_vllm("scale", "iset").replicas(1).build()).await;
+    wait_for(
+        WAIT,
+        "the Workspace again",
+        || ws.get_opt("scale"),
+        Option::is_some,
+    )
+    .await
+    .unwrap();
+    wait_for(
+        WAIT,
+        "the InferenceSet to be pruned",
+        || isets.get_opt("scale"),
+        Option::is_none,
+    )
+    .await
+    .unwrap();
     running.stop().await.unwrap();
 }
 
