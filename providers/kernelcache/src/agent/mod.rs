@@ -279,8 +279,14 @@ impl Agent {
         self.detected = detected;
     }
 
+    /// The next failure due for a retry (those already due are being retried).
     fn next_retry(&self) -> Option<Instant> {
-        self.failures.values().map(|f| f.retry_at).min()
+        let now = Instant::now();
+        self.failures
+            .values()
+            .map(|f| f.retry_at)
+            .filter(|at| *at > now)
+            .min()
     }
 
     fn fail(&mut self, key: &Key, message: String) {
@@ -301,13 +307,16 @@ impl Agent {
         self.busy.remove(key);
         match outcome {
             Outcome::Inspected(Ok(targets)) => {
+                self.failures.remove(key);
                 self.images.insert(wanted.pinned.clone(), targets);
             }
             Outcome::Inspected(Err(message)) => self.fail(key, message),
             Outcome::Staged { result, took } => match result {
                 Ok(extracted) => {
                     info!(cache = %key, files = extracted.files, bytes = extracted.bytes, seconds = took.as_secs_f64(), "kernel cache staged");
-                    self.metrics.download(true, took, extracted.bytes);
+                    if !extracted.already_present {
+                        self.metrics.download(true, took, extracted.bytes);
+                    }
                     self.failures.remove(key);
                     self.rewritten
                         .insert(key.clone(), wanted.triton_mount.clone());

@@ -13,7 +13,7 @@ use std::time::Duration;
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kubeairunway_e2e::cache_images::{
-    CUDA_HASH, push, start_registry, triton_cuda, triton_rocm, vllm_cuda,
+    CUDA_HASH, CacheImage, layer, push, start_registry, triton_cuda, triton_rocm, vllm_cuda,
 };
 use kubeairunway_e2e::eventually;
 use kubeairunway_kernelcache::agent::gpu::Static;
@@ -180,6 +180,40 @@ async fn the_agent_stages_what_fits_reports_labels_survives_restarts_and_cleans_
     let rocm_digest = cache(&client, &registry, ns, "rocm-vadd", &rocm, true).await;
     // The same content as the Triton cache, but its signature did not verify.
     cache(&client, &registry, ns, "unverified", &triton, false).await;
+    // A cache that fits, whose layer the registry serves tampered.
+    let manifest = br#"{"vllm":[{"backend":"cuda","arch":"90","warp_size":32}]}"#;
+    let corrupt_image = CacheImage {
+        layer: layer(&[
+            (
+                "io.vllm.cache/torch_compile_cache/x/rank_0_0/backbone/f",
+                b"corrupt",
+            ),
+            ("io.vllm.manifest/manifest.json", manifest),
+        ])
+        .unwrap(),
+        config: vllm_cuda("90").unwrap().config,
+    };
+    let corrupt = push(&registry, "kc/corrupt:v1", &corrupt_image)
+        .await
+        .unwrap();
+    let layer_digest = format!(
+        "{:x}",
+        <sha2::Sha256 as sha2::Digest>::digest(&corrupt_image.layer)
+    );
+    let stored = registry
+        .storage()
+        .join("docker/registry/v2/blobs/sha256")
+        .join(&layer_digest[..2])
+        .join(&layer_digest)
+        .join("data");
+    let mut bytes = std::fs::read(&stored).unwrap();
+    let last = bytes.len() - 20;
+    bytes[last] ^= 0xff;
+    std::fs::write(&stored, bytes).unwrap();
+    cache(&client, &registry, ns, "corrupt", &corrupt, true).await;
+    let corrupt_pinned = kubeairunway_e2e::cache_images::pinned(&registry, &corrupt)
+        .await
+        .unwrap();
 
     let root = tempfile::tempdir().unwrap();
     let node_name = "gpu-node-1";
@@ -194,6 +228,7 @@ async fn the_agent_stages_what_fits_reports_labels_survives_restarts_and_cleans_
             state_of(n, "triton-vadd") == Some(CacheState::Ready)
                 && state_of(n, "vllm-llama") == Some(CacheState::Ready)
                 && state_of(n, "rocm-vadd") == Some(CacheState::Incompatible)
+                && state_of(n, "corrupt") == Some(CacheState::Failed)
         },
     )
     .await;
@@ -231,6 +266,13 @@ async fn the_agent_stages_what_fits_reports_labels_survives_restarts_and_cleans_
                 "cache built for hip; GPU 1 (NVIDIA H100 80GB HBM3) is cuda"
             ),
         ]
+    );
+    let c = entry(&report, "corrupt").unwrap();
+    let message = c.message.as_deref().unwrap();
+    assert!(
+        message.starts_with(&format!("staging {corrupt_pinned}: registry: "))
+            && message.to_lowercase().contains("digest"),
+        "{message}"
     );
     assert!(
         entry(&report, "unverified").is_none(),
@@ -276,6 +318,10 @@ async fn the_agent_stages_what_fits_reports_labels_survives_restarts_and_cleans_
         "never pulled"
     );
     assert!(
+        !root.path().join(ns).join("corrupt").exists(),
+        "nothing of a bad layer kept"
+    );
+    assert!(
         !root
             .path()
             .join(".downloads")
@@ -300,13 +346,13 @@ async fn the_agent_stages_what_fits_reports_labels_survives_restarts_and_cleans_
     assert!(!labels.contains_key(&ready_label(ns, "rocm-vadd")));
     assert_eq!(labels.get("pool").map(String::as_str), Some("gpu"));
 
-    // Exactly two downloads; the compatibility decisions counted.
+    // Exactly two downloads, and the failed attempts; the compatibility decisions counted.
     assert_eq!(running.metrics.downloads("success"), 2);
-    assert_eq!(running.metrics.downloads("failure"), 0);
+    assert!(running.metrics.downloads("failure") >= 1);
     let text = running.metrics.encode();
     assert!(
         text.contains(
-            "kubeairunway_kernel_cache_compatibility_checks_total{result=\"compatible\"} 2"
+            "kubeairunway_kernel_cache_compatibility_checks_total{result=\"compatible\"} 3"
         ),
         "{text}"
     );
@@ -320,6 +366,12 @@ async fn the_agent_stages_what_fits_reports_labels_survives_restarts_and_cleans_
 
     // Events on the KernelCaches.
     kubeairunway_sdk::testing::event_where(&client, ns, "triton-vadd", "Staged").await;
+    let failed =
+        kubeairunway_sdk::testing::event_where(&client, ns, "corrupt", "StagingFailed").await;
+    assert!(
+        failed[0].contains("on node gpu-node-1: staging "),
+        "{failed:?}"
+    );
     let incompatible =
         kubeairunway_sdk::testing::event_where(&client, ns, "rocm-vadd", "Incompatible").await;
     assert!(
@@ -348,7 +400,6 @@ async fn the_agent_stages_what_fits_reports_labels_survives_restarts_and_cleans_
         0,
         "nothing downloaded again"
     );
-    assert_eq!(restarted.metrics.downloads("failure"), 0);
     assert_eq!(
         entry(&again, "triton-vadd").unwrap().last_transition_time,
         t.last_transition_time
