@@ -178,6 +178,7 @@ pub async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     kubeairunway_sdk::runtime::init_tracing(cli.log_format == LogFormat::Json);
     kubeairunway_sdk::runtime::install_crypto_provider();
+    let gpus = cli.gpu_source()?;
     let client = Client::try_default()
         .await
         .context("connecting to the cluster")?;
@@ -198,7 +199,7 @@ pub async fn main() -> anyhow::Result<()> {
         serve_ops(addr, Arc::clone(&metrics), stopped()).await?;
     }
     let seams = Seams {
-        gpus: cli.gpu_source()?,
+        gpus,
         node: Arc::new(KubeNode::new(client.clone(), &settings.node_name)),
         secrets: Arc::new(KubeSecrets(client.clone())),
     };
