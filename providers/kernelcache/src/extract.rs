@@ -110,6 +110,19 @@ pub fn extract(
     target: &Path,
     limits: Limits,
 ) -> Result<Extracted, ExtractError> {
+    extract_checked(layer, root, target, limits, |_| Ok::<(), ExtractError>(()))
+}
+
+/// [`extract`], running `check` on the staging directory before it is renamed into place:
+/// an error from `check` leaves nothing behind, and whatever `check` changes is part of
+/// the cache when it appears. So `target` existing always means complete and checked.
+pub fn extract_checked<E: From<ExtractError>>(
+    layer: impl Read,
+    root: &Path,
+    target: &Path,
+    limits: Limits,
+    check: impl FnOnce(&Path) -> Result<(), E>,
+) -> Result<Extracted, E> {
     if target.exists() {
         return Ok(Extracted {
             files: 0,
@@ -123,6 +136,7 @@ pub fn extract(
         .tempdir_in(root)
         .map_err(io_err("creating a staging directory"))?;
     let stats = unpack(layer, staging.path(), limits)?;
+    check(staging.path())?;
     let parent = target.parent().unwrap_or(root);
     fs::create_dir_all(parent).map_err(io_err(format!("creating {}", parent.display())))?;
     let kept = staging.keep();
@@ -136,10 +150,7 @@ pub fn extract(
                 already_present: true,
             });
         }
-        return Err(io_err(format!(
-            "moving the cache into {}",
-            target.display()
-        ))(e));
+        return Err(io_err(format!("moving the cache into {}", target.display()))(e).into());
     }
     Ok(stats)
 }

@@ -8,6 +8,7 @@
 //! rewriting Triton group files to the path pods see ([`triton`]), and the pod patch that
 //! mounts a cache ([`inject`]).
 
+pub mod agent;
 pub mod api;
 pub mod compat;
 pub mod credentials;

@@ -170,6 +170,7 @@ impl Puller {
                 limit: limits.max_bytes,
             }));
         }
+        // Extraction renames a checked directory into place, so an existing one is complete.
         if dir.exists() {
             return Ok(Staged {
                 image: cache,
@@ -200,12 +201,11 @@ impl Puller {
         let extracted = tokio::task::spawn_blocking(move || -> Result<Extracted, PullError> {
             let reader =
                 std::io::BufReader::new(blob.reopen().map_err(|e| PullError::Io(e.to_string()))?);
-            let extracted = extract::extract(reader, &root, &target, limits)?;
-            if let Err(e) = finish(&target, cache_type, mount.as_deref()) {
-                let _ = std::fs::remove_dir_all(&target);
-                return Err(e);
-            }
-            Ok(extracted)
+            // The manifest check and the Triton rewrite run in the staging directory, so
+            // the cache directory appears only complete (a restart can trust it).
+            extract::extract_checked(reader, &root, &target, limits, |staging| {
+                finish(staging, cache_type, mount.as_deref())
+            })
         })
         .await
         .map_err(|e| PullError::Io(format!("extraction task: {e}")))??;

@@ -21,6 +21,8 @@ mod dynamo;
 mod kaito;
 #[path = "e2e/kernelcache.rs"]
 mod kernelcache;
+#[path = "e2e/kernelcache_agent.rs"]
+mod kernelcache_agent;
 #[path = "e2e/kernelcache_verify.rs"]
 mod kernelcache_verify;
 #[path = "e2e/kuberay.rs"]

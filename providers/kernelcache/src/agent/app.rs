@@ -1,0 +1,237 @@
+//! The `kernelcache-agent` process: flags, logging, the metrics and health server, and
+//! the agent loop with the real seams (NVML or an inventory file, the Node, Secrets).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::extract::State;
+use axum::routing::get;
+use clap::Parser;
+use kube::Client;
+use tracing::{error, info};
+
+use super::gpu::{GpuSource, Nvml, Static};
+use super::metrics::Metrics;
+use super::node::KubeNode;
+use super::secrets::KubeSecrets;
+use super::{Seams, Settings};
+use crate::extract::Limits;
+
+/// Where caches are staged unless told otherwise (the webhook mounts from the same root).
+pub const DEFAULT_CACHE_ROOT: &str = "/var/lib/kubeairunway/kernel-caches";
+
+/// Parse `90s`, `5m`, `12h` or plain seconds.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
+    let n: u64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
+    let secs = match unit {
+        "" | "s" => n,
+        "m" => n * 60,
+        "h" => n * 3600,
+        _ => return Err(format!("invalid duration unit in {s:?} (use s, m or h)")),
+    };
+    if secs == 0 {
+        return Err(format!("duration {s:?} must be positive"));
+    }
+    Ok(Duration::from_secs(secs))
+}
+
+/// Log format.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Flags of `kernelcache-agent` (each also from an environment variable).
+#[derive(Clone, Debug, Parser)]
+#[command(
+    name = "kernelcache-agent",
+    version,
+    about = "kubeairunway kernel-cache node agent: detects GPUs and stages verified kernel caches that fit them"
+)]
+pub struct Cli {
+    /// This node's name (the KernelCacheNode and the Node labelled).
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: String,
+    /// Where caches are staged: <root>/<namespace>/<name>/<digest>.
+    #[arg(long, env = "CACHE_ROOT", default_value = DEFAULT_CACHE_ROOT)]
+    pub cache_root: PathBuf,
+    /// A GPU inventory file (YAML or JSON) used instead of NVML: for tests and for GPUs
+    /// NVML cannot see (e.g. AMD: `[{backend: hip, arch: gfx90a}]`).
+    #[arg(long, env = "GPU_INVENTORY")]
+    pub gpu_inventory: Option<PathBuf>,
+    /// Largest cache content accepted, in bytes.
+    #[arg(long, env = "MAX_CACHE_BYTES", default_value_t = Limits::default().max_bytes)]
+    pub max_cache_bytes: u64,
+    /// Most entries (files, directories, links) accepted in one cache layer.
+    #[arg(long, env = "MAX_CACHE_FILES", default_value_t = Limits::default().max_entries)]
+    pub max_cache_files: u64,
+    /// A registry (`host:port`) spoken to over plain HTTP; repeatable. For tests and
+    /// local mirrors only.
+    #[arg(long = "plain-http-registry", value_name = "HOST:PORT")]
+    pub plain_http_registries: Vec<String>,
+    /// How often to reconcile without a change (GPUs detected again, failures retried).
+    #[arg(long, env = "RESYNC", default_value = "2m", value_parser = parse_duration)]
+    pub resync: Duration,
+    /// How often the KernelCacheNode status is rewritten although nothing changed.
+    #[arg(long, env = "STATUS_REFRESH", default_value = "10m", value_parser = parse_duration)]
+    pub status_refresh: Duration,
+    /// Caches pulled and extracted at the same time.
+    #[arg(long, env = "PARALLEL_STAGES", default_value_t = 2)]
+    pub parallel_stages: usize,
+    /// Address of /metrics and /healthz; empty to disable.
+    #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    pub metrics_addr: String,
+    /// Log format.
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "json")]
+    pub log_format: LogFormat,
+}
+
+impl Cli {
+    /// The agent's settings.
+    pub fn settings(&self) -> Settings {
+        Settings {
+            node_name: self.node_name.clone(),
+            cache_root: self.cache_root.clone(),
+            limits: Limits {
+                max_bytes: self.max_cache_bytes,
+                max_entries: self.max_cache_files,
+            },
+            plain_http: self.plain_http_registries.clone(),
+            resync: self.resync,
+            status_refresh: self.status_refresh,
+            parallel_stages: self.parallel_stages,
+        }
+    }
+
+    /// The GPU source: the inventory file when given, else NVML.
+    pub fn gpu_source(&self) -> anyhow::Result<Arc<dyn GpuSource>> {
+        Ok(match &self.gpu_inventory {
+            Some(path) => Arc::new(Static::from_file(path).map_err(anyhow::Error::msg)?),
+            None => Arc::new(Nvml),
+        })
+    }
+}
+
+/// The metrics and health routes.
+pub fn ops_router(metrics: Arc<Metrics>) -> Router {
+    Router::new()
+        .route(
+            "/metrics",
+            get(|State(m): State<Arc<Metrics>>| async move {
+                (
+                    [(
+                        axum::http::header::CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    m.encode(),
+                )
+            }),
+        )
+        .route("/healthz", get(|| async { "ok" }))
+        .with_state(metrics)
+}
+
+/// Serve [`ops_router`] on `addr` until `shutdown`.
+pub async fn serve_ops(
+    addr: SocketAddr,
+    metrics: Arc<Metrics>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding {addr}"))?;
+    info!(address = %addr, "serving /metrics and /healthz");
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, ops_router(metrics))
+            .with_graceful_shutdown(shutdown)
+            .await
+        {
+            error!(error = %e, "metrics server failed");
+        }
+    });
+    Ok(())
+}
+
+async fn terminated() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(mut term) => {
+            tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
+        }
+        Err(_) => {
+            let _ = ctrl_c.await;
+        }
+    }
+}
+
+/// The whole `main` of `kernelcache-agent`.
+pub async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    kubeairunway_sdk::runtime::init_tracing(cli.log_format == LogFormat::Json);
+    kubeairunway_sdk::runtime::install_crypto_provider();
+    let gpus = cli.gpu_source()?;
+    let client = Client::try_default()
+        .await
+        .context("connecting to the cluster")?;
+    let settings = cli.settings();
+    let metrics = Arc::new(Metrics::new(&settings.node_name));
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let stopped = move || {
+        let mut rx = stop_rx.clone();
+        async move {
+            let _ = rx.wait_for(|s| *s).await;
+        }
+    };
+    if !cli.metrics_addr.is_empty() {
+        let addr: SocketAddr = cli
+            .metrics_addr
+            .parse()
+            .with_context(|| format!("--metrics-addr {:?}", cli.metrics_addr))?;
+        serve_ops(addr, Arc::clone(&metrics), stopped()).await?;
+    }
+    let seams = Seams {
+        gpus,
+        node: Arc::new(KubeNode::new(client.clone(), &settings.node_name)),
+        secrets: Arc::new(KubeSecrets(client.clone())),
+    };
+    info!(node = %settings.node_name, root = %settings.cache_root.display(), "kernel-cache agent starting");
+    let result = super::run(client, settings, seams, metrics, terminated()).await;
+    let _ = stop_tx.send(true);
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_parse_with_defaults() {
+        let cli = Cli::try_parse_from([
+            "kernelcache-agent",
+            "--node-name=gpu-1",
+            "--plain-http-registry=127.0.0.1:5000",
+            "--plain-http-registry=mirror:80",
+            "--resync=30s",
+        ])
+        .unwrap();
+        let s = cli.settings();
+        assert_eq!(s.node_name, "gpu-1");
+        assert_eq!(s.cache_root, PathBuf::from(DEFAULT_CACHE_ROOT));
+        assert_eq!(s.plain_http, ["127.0.0.1:5000", "mirror:80"]);
+        assert_eq!(s.resync, Duration::from_secs(30));
+        assert_eq!(s.limits, Limits::default());
+        assert!(cli.gpu_inventory.is_none());
+        assert!(Cli::try_parse_from(["kernelcache-agent", "--node-name=n", "--resync=0"]).is_err());
+        assert!(parse_duration("5d").is_err());
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+    }
+}

@@ -1,0 +1,482 @@
+//! The kernel-cache node agent, in-process, against a real API server of its own (it
+//! watches KernelCaches in every namespace) and a real loopback registry holding real
+//! cache images. The test plays the controller: it writes each KernelCache's status
+//! (pinned digest, verification) with the controller's field manager. The Node is a
+//! recording stand-in (the test server does not serve Nodes); GPUs come from a static
+//! inventory.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::Client;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kubeairunway_e2e::cache_images::{
+    CUDA_HASH, CacheImage, layer, push, start_registry, triton_cuda, triton_rocm, vllm_cuda,
+};
+use kubeairunway_e2e::eventually;
+use kubeairunway_kernelcache::agent::gpu::Static;
+use kubeairunway_kernelcache::agent::metrics::Metrics;
+use kubeairunway_kernelcache::agent::node::Recorded;
+use kubeairunway_kernelcache::agent::{self, Seams, Settings, secrets};
+use kubeairunway_kernelcache::api::{CacheState, KernelCache, KernelCacheNode, NodeCache};
+use kubeairunway_kernelcache::inject::ready_label;
+use kubeairunway_testcluster::TestCluster;
+use kubeairunway_testcluster::registry::Registry;
+use serde_json::{Value, json};
+
+const H100X2: &str = r"
+- {name: NVIDIA H100 80GB HBM3, backend: cuda, arch: '9.0'}
+- {name: NVIDIA H100 80GB HBM3, backend: cuda, arch: '9.0'}
+";
+
+struct RunningAgent {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    metrics: Arc<Metrics>,
+}
+
+impl RunningAgent {
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        self.task.await.unwrap().unwrap();
+    }
+}
+
+fn start_agent(
+    client: &Client,
+    node_name: &str,
+    root: &Path,
+    registry: &Registry,
+    inventory: &str,
+    node: &Recorded,
+) -> RunningAgent {
+    let mut settings = Settings::new(node_name, root.to_path_buf());
+    settings.plain_http = vec![registry.addr().to_string()];
+    settings.resync = Duration::from_secs(2);
+    let seams = Seams {
+        gpus: Arc::new(Static::parse(inventory).unwrap()),
+        node: Arc::new(node.clone()),
+        secrets: Arc::new(secrets::InMemory::default()),
+    };
+    let metrics = Arc::new(Metrics::new(node_name));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(agent::run(
+        client.clone(),
+        settings,
+        seams,
+        Arc::clone(&metrics),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    RunningAgent {
+        stop,
+        task,
+        metrics,
+    }
+}
+
+async fn setup(tag: &str) -> (TestCluster, Client, Registry) {
+    let (cluster, client) =
+        kubeairunway_sdk::testing::private_cluster(tag, &kubeairunway_kernelcache::api::crds())
+            .await
+            .unwrap();
+    (cluster, client, start_registry(tag).unwrap())
+}
+
+/// Create a KernelCache as a user would, then write its status as the controller does:
+/// pinned to the digest `image` points at, verified (`verified: false` leaves it
+/// unusable).
+async fn cache(
+    client: &Client,
+    registry: &Registry,
+    ns: &str,
+    name: &str,
+    image: &str,
+    verified: bool,
+) -> String {
+    let api: Api<KernelCache> = Api::namespaced(client.clone(), ns);
+    let body = json!({
+        "apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "KernelCache",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"image": image},
+    });
+    api.patch(name, &PatchParams::apply("user"), &Patch::Apply(&body))
+        .await
+        .unwrap();
+    let pinned = kubeairunway_e2e::cache_images::pinned(registry, image)
+        .await
+        .unwrap();
+    let digest = pinned.split_once('@').unwrap().1.to_string();
+    let status = json!({
+        "apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "KernelCache",
+        "metadata": {"name": name, "namespace": ns},
+        "status": {
+            "resolvedDigest": digest,
+            "pinnedImage": pinned,
+            "verification": {"mode": "key", "verified": verified},
+        },
+    });
+    api.patch_status(
+        name,
+        &PatchParams::apply("kernelcache-controller").force(),
+        &Patch::Apply(&status),
+    )
+    .await
+    .unwrap();
+    digest
+}
+
+fn entry<'a>(node: &'a KernelCacheNode, name: &str) -> Option<&'a NodeCache> {
+    node.status.as_ref()?.caches.iter().find(|c| c.name == name)
+}
+
+async fn node_where(
+    client: &Client,
+    name: &str,
+    what: &str,
+    ready: impl Fn(&KernelCacheNode) -> bool,
+) -> KernelCacheNode {
+    let api: Api<KernelCacheNode> = Api::all(client.clone());
+    let found = eventually(90, what, || async {
+        api.get_opt(name).await.ok().flatten().filter(|n| ready(n))
+    })
+    .await;
+    match found {
+        Ok(n) => n,
+        Err(e) => {
+            let last = api
+                .get_opt(name)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|n| n.status);
+            panic!("{e}; last status: {last:#?}")
+        }
+    }
+}
+
+fn state_of(node: &KernelCacheNode, name: &str) -> Option<CacheState> {
+    entry(node, name).map(|c| c.state)
+}
+
+#[tokio::test]
+async fn the_agent_stages_what_fits_reports_labels_survives_restarts_and_cleans_up() {
+    let (_cluster, client, registry) = setup("kc-agent").await;
+    let ns = "ml";
+    let triton = push(&registry, "kc/triton-vadd:v1", &triton_cuda("90").unwrap())
+        .await
+        .unwrap();
+    let vllm = push(&registry, "kc/vllm-llama:v1", &vllm_cuda("90").unwrap())
+        .await
+        .unwrap();
+    let rocm = push(&registry, "kc/rocm-vadd:v1", &triton_rocm(&[]).unwrap())
+        .await
+        .unwrap();
+    let triton_digest = cache(&client, &registry, ns, "triton-vadd", &triton, true).await;
+    let vllm_digest = cache(&client, &registry, ns, "vllm-llama", &vllm, true).await;
+    let rocm_digest = cache(&client, &registry, ns, "rocm-vadd", &rocm, true).await;
+    // The same content as the Triton cache, but its signature did not verify.
+    cache(&client, &registry, ns, "unverified", &triton, false).await;
+    // A cache that fits, whose layer the registry serves tampered.
+    let manifest = br#"{"vllm":[{"backend":"cuda","arch":"90","warp_size":32}]}"#;
+    let corrupt_image = CacheImage {
+        layer: layer(&[
+            (
+                "io.vllm.cache/torch_compile_cache/x/rank_0_0/backbone/f",
+                b"corrupt",
+            ),
+            ("io.vllm.manifest/manifest.json", manifest),
+        ])
+        .unwrap(),
+        config: vllm_cuda("90").unwrap().config,
+    };
+    let corrupt = push(&registry, "kc/corrupt:v1", &corrupt_image)
+        .await
+        .unwrap();
+    let layer_digest = format!(
+        "{:x}",
+        <sha2::Sha256 as sha2::Digest>::digest(&corrupt_image.layer)
+    );
+    let stored = registry
+        .storage()
+        .join("docker/registry/v2/blobs/sha256")
+        .join(&layer_digest[..2])
+        .join(&layer_digest)
+        .join("data");
+    let mut bytes = std::fs::read(&stored).unwrap();
+    let last = bytes.len() - 20;
+    bytes[last] ^= 0xff;
+    std::fs::write(&stored, bytes).unwrap();
+    cache(&client, &registry, ns, "corrupt", &corrupt, true).await;
+    let corrupt_pinned = kubeairunway_e2e::cache_images::pinned(&registry, &corrupt)
+        .await
+        .unwrap();
+
+    let root = tempfile::tempdir().unwrap();
+    let node_name = "gpu-node-1";
+    let node = Recorded::new(BTreeMap::from([("pool".into(), "gpu".into())]));
+    let running = start_agent(&client, node_name, root.path(), &registry, H100X2, &node);
+
+    let report = node_where(
+        &client,
+        node_name,
+        "Triton and vLLM Ready, ROCm Incompatible",
+        |n| {
+            state_of(n, "triton-vadd") == Some(CacheState::Ready)
+                && state_of(n, "vllm-llama") == Some(CacheState::Ready)
+                && state_of(n, "rocm-vadd") == Some(CacheState::Incompatible)
+                && state_of(n, "corrupt") == Some(CacheState::Failed)
+        },
+    )
+    .await;
+    let status = report.status.as_ref().unwrap();
+    assert_eq!(report.spec.node_name, node_name);
+    assert_eq!(status.gpu_count, 2);
+    assert_eq!(status.gpus[1].arch, "90");
+    assert_eq!(status.gpu_detection, None);
+    assert!(status.last_updated.is_some());
+    let t = entry(&report, "triton-vadd").unwrap();
+    assert_eq!(t.digest, triton_digest);
+    assert_eq!(t.compatible_gpus, [0, 1]);
+    assert!(t.size_bytes.unwrap() > 0);
+    assert!(t.last_transition_time.is_some());
+    let v = entry(&report, "vllm-llama").unwrap();
+    assert_eq!(v.digest, vllm_digest);
+    assert!(v.size_bytes.unwrap() > 0);
+    let r = entry(&report, "rocm-vadd").unwrap();
+    assert_eq!(r.digest, rocm_digest);
+    assert!(r.compatible_gpus.is_empty());
+    assert_eq!(
+        r.incompatible_gpus
+            .iter()
+            .map(|g| (g.index, g.reason.as_str(), g.message.as_str()))
+            .collect::<Vec<_>>(),
+        [
+            (
+                0,
+                "BackendMismatch",
+                "cache built for hip; GPU 0 (NVIDIA H100 80GB HBM3) is cuda"
+            ),
+            (
+                1,
+                "BackendMismatch",
+                "cache built for hip; GPU 1 (NVIDIA H100 80GB HBM3) is cuda"
+            ),
+        ]
+    );
+    let c = entry(&report, "corrupt").unwrap();
+    let message = c.message.as_deref().unwrap();
+    assert!(
+        message.starts_with(&format!("staging {corrupt_pinned}: registry: "))
+            && message.to_lowercase().contains("digest"),
+        "{message}"
+    );
+    assert!(
+        entry(&report, "unverified").is_none(),
+        "an unusable cache is not even considered"
+    );
+
+    // On disk: the two caches, Triton group files pointing where pods mount the cache.
+    let dir = |name: &str, digest: &str| {
+        root.path()
+            .join(ns)
+            .join(name)
+            .join(digest.replace(':', "-"))
+    };
+    let grp: Value = serde_json::from_slice(
+        &std::fs::read(
+            dir("triton-vadd", &triton_digest)
+                .join("io.triton.cache")
+                .join(CUDA_HASH)
+                .join("__grp__add_kernel.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let children = grp["child_paths"].as_object().unwrap();
+    assert!(!children.is_empty());
+    for (child, path) in children {
+        assert_eq!(
+            path.as_str().unwrap(),
+            format!("/var/cache/kubeairunway/kernels/triton-vadd/{CUDA_HASH}/{child}")
+        );
+    }
+    assert!(
+        dir("vllm-llama", &vllm_digest)
+            .join("io.vllm.cache/torch_compile_cache/edf531ca35/rank_0_0/backbone/cache_key_factors.json")
+            .is_file()
+    );
+    assert!(
+        !root.path().join(ns).join("rocm-vadd").exists(),
+        "nothing downloaded"
+    );
+    assert!(
+        !root.path().join(ns).join("unverified").exists(),
+        "never pulled"
+    );
+    assert!(
+        !root.path().join(ns).join("corrupt").exists(),
+        "nothing of a bad layer kept"
+    );
+    assert!(
+        !root
+            .path()
+            .join(".downloads")
+            .read_dir()
+            .is_ok_and(|mut d| d.next().is_some())
+    );
+
+    // The node is labelled for the ready caches only.
+    let labels = node.labels();
+    assert_eq!(
+        labels
+            .get(&ready_label(ns, "triton-vadd"))
+            .map(String::as_str),
+        Some("true")
+    );
+    assert_eq!(
+        labels
+            .get(&ready_label(ns, "vllm-llama"))
+            .map(String::as_str),
+        Some("true")
+    );
+    assert!(!labels.contains_key(&ready_label(ns, "rocm-vadd")));
+    assert_eq!(labels.get("pool").map(String::as_str), Some("gpu"));
+
+    // Exactly two downloads, and the failed attempts; the compatibility decisions counted.
+    assert_eq!(running.metrics.downloads("success"), 2);
+    assert!(running.metrics.downloads("failure") >= 1);
+    let text = running.metrics.encode();
+    assert!(
+        text.contains(
+            "kubeairunway_kernel_cache_compatibility_checks_total{result=\"compatible\"} 3"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "kubeairunway_kernel_cache_compatibility_checks_total{result=\"incompatible\"} 1"
+        ),
+        "{text}"
+    );
+    assert!(text.contains("kubeairunway_kernel_cache_size_bytes{namespace=\"ml\",name=\"triton-vadd\",node=\"gpu-node-1\"}"), "{text}");
+
+    // Events on the KernelCaches.
+    kubeairunway_sdk::testing::event_where(&client, ns, "triton-vadd", "Staged").await;
+    let failed =
+        kubeairunway_sdk::testing::event_where(&client, ns, "corrupt", "StagingFailed").await;
+    assert!(
+        failed[0].contains("on node gpu-node-1: staging "),
+        "{failed:?}"
+    );
+    let incompatible =
+        kubeairunway_sdk::testing::event_where(&client, ns, "rocm-vadd", "Incompatible").await;
+    assert!(
+        incompatible[0].contains("does not fit node gpu-node-1: cache built for hip"),
+        "{incompatible:?}"
+    );
+
+    // A restarted agent finds the caches complete on disk: Ready again, no download, the
+    // transition time kept.
+    running.stop().await;
+    let restarted = start_agent(&client, node_name, root.path(), &registry, H100X2, &node);
+    eventually(60, "the restarted agent to report sizes", || async {
+        let text = restarted.metrics.encode();
+        (text.contains("name=\"triton-vadd\"") && text.contains("name=\"vllm-llama\""))
+            .then_some(())
+    })
+    .await
+    .unwrap();
+    let again = node_where(&client, node_name, "still Ready after the restart", |n| {
+        state_of(n, "triton-vadd") == Some(CacheState::Ready)
+            && state_of(n, "vllm-llama") == Some(CacheState::Ready)
+    })
+    .await;
+    assert_eq!(
+        restarted.metrics.downloads("success"),
+        0,
+        "nothing downloaded again"
+    );
+    assert_eq!(
+        entry(&again, "triton-vadd").unwrap().last_transition_time,
+        t.last_transition_time
+    );
+
+    // Deleting a KernelCache removes its directory, its label and its entry.
+    let api: Api<KernelCache> = Api::namespaced(client.clone(), ns);
+    api.delete("triton-vadd", &DeleteParams::default())
+        .await
+        .unwrap();
+    node_where(
+        &client,
+        node_name,
+        "the deleted cache gone from the report",
+        |n| {
+            entry(n, "triton-vadd").is_none()
+                && state_of(n, "vllm-llama") == Some(CacheState::Ready)
+        },
+    )
+    .await;
+    eventually(30, "the deleted cache's directory removed", || async {
+        (!root.path().join(ns).join("triton-vadd").exists()).then_some(())
+    })
+    .await
+    .unwrap();
+    assert!(dir("vllm-llama", &vllm_digest).is_dir());
+    let labels = node.labels();
+    assert!(
+        !labels.contains_key(&ready_label(ns, "triton-vadd")),
+        "{labels:?}"
+    );
+    assert!(labels.contains_key(&ready_label(ns, "vllm-llama")));
+    assert!(
+        node.patches()
+            .iter()
+            .any(
+                |p| p["metadata"]["labels"][ready_label(ns, "triton-vadd")].is_null()
+                    && p["metadata"]["labels"]
+                        .as_object()
+                        .unwrap()
+                        .contains_key(&ready_label(ns, "triton-vadd"))
+            ),
+        "a merge patch removed the label: {:?}",
+        node.patches()
+    );
+    restarted.stop().await;
+}
+
+#[tokio::test]
+async fn a_node_without_gpus_reports_zero_with_a_message_and_downloads_nothing() {
+    let (_cluster, client, registry) = setup("kc-agent-nogpu").await;
+    let triton = push(&registry, "kc/triton-vadd:v1", &triton_cuda("90").unwrap())
+        .await
+        .unwrap();
+    cache(&client, &registry, "ml", "triton-vadd", &triton, true).await;
+    let root = tempfile::tempdir().unwrap();
+    let node = Recorded::default();
+    let running = start_agent(&client, "cpu-node", root.path(), &registry, "[]", &node);
+    let report = node_where(
+        &client,
+        "cpu-node",
+        "the cache Incompatible on a node without GPUs",
+        |n| state_of(n, "triton-vadd") == Some(CacheState::Incompatible),
+    )
+    .await;
+    let status = report.status.unwrap();
+    assert_eq!(status.gpu_count, 0);
+    assert_eq!(
+        status.gpu_detection.as_deref(),
+        Some("no GPUs in the GPU inventory")
+    );
+    assert_eq!(
+        status.caches[0].message.as_deref(),
+        Some("no GPUs on this node (no GPUs in the GPU inventory)")
+    );
+    assert_eq!(running.metrics.downloads("success"), 0);
+    assert!(!root.path().join("ml").exists());
+    assert!(node.patches().is_empty(), "no label set");
+    running.stop().await;
+}
