@@ -2,6 +2,7 @@
 //! metrics server, certificate management, leader election and the reconciler (leader
 //! only).
 
+use kubeairunway_sdk::cli::{LogFormat, parse_duration};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -25,30 +26,6 @@ use crate::reconciler::{self, Settings};
 use crate::{FIELD_MANAGER, selection, webhook};
 use kubeairunway_sdk::leader::{LeaderElector, LeaseSettings};
 use kubeairunway_sdk::tls::{CertManager, CertResolver, CertSettings, KubeCertStore};
-
-/// Parse `90s`, `5m`, `12h`, `30d` or plain seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
-    let secs = match unit {
-        "" | "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
-        "d" => n * 86400,
-        _ => return Err(format!("invalid duration unit in {s:?} (use s, m, h or d)")),
-    };
-    Ok(Duration::from_secs(secs))
-}
-
-/// Log format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
-}
 
 /// Flags of `kubeairunway-controller` (each also from an environment variable).
 #[derive(Clone, Debug, Parser)]
@@ -141,17 +118,6 @@ pub struct Cli {
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "json")]
     pub log_format: LogFormat,
-}
-
-/// Set up `tracing` (filter from `RUST_LOG`, default `info`).
-pub fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    let _ = match format {
-        LogFormat::Json => builder.json().flatten_event(true).try_init(),
-        LogFormat::Text => builder.try_init(),
-    };
 }
 
 #[derive(Clone)]
@@ -350,16 +316,6 @@ pub async fn run(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn durations_parse() {
-        assert_eq!(parse_duration("90"), Ok(Duration::from_secs(90)));
-        assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
-        assert_eq!(parse_duration("2h"), Ok(Duration::from_secs(7200)));
-        assert_eq!(parse_duration("30d"), Ok(Duration::from_secs(2_592_000)));
-        assert!(parse_duration("5y").is_err());
-        assert!(parse_duration("").is_err());
-    }
 
     #[test]
     fn flags_parse_with_defaults_and_selector_off() {

@@ -1,7 +1,8 @@
 //! `kubeairunway-controller`: parse flags, run.
 
 use clap::Parser;
-use kubeairunway_core::app::{Cli, init_logging, run};
+use kubeairunway_core::app::{Cli, run};
+use kubeairunway_sdk::cli::init_logging;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {

@@ -19,6 +19,7 @@
 #![deny(missing_docs)]
 
 pub mod api;
+pub mod cli;
 pub mod conditions;
 pub mod labels;
 pub mod leader;

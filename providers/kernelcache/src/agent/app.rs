@@ -1,6 +1,7 @@
 //! The `kernelcache-agent` process: flags, logging, the metrics and health server, and
 //! the agent loop with the real seams (NVML or an inventory file, the Node, Secrets).
 
+use kubeairunway_sdk::cli::{LogFormat, parse_duration};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -23,32 +24,6 @@ use crate::extract::Limits;
 
 /// Where caches are staged unless told otherwise (the webhook mounts from the same root).
 pub const DEFAULT_CACHE_ROOT: &str = "/var/lib/kubeairunway/kernel-caches";
-
-/// Parse `90s`, `5m`, `12h` or plain seconds.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
-    let s = s.trim();
-    let (num, unit) = s.split_at(s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len()));
-    let n: u64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
-    let secs = match unit {
-        "" | "s" => n,
-        "m" => n * 60,
-        "h" => n * 3600,
-        _ => return Err(format!("invalid duration unit in {s:?} (use s, m or h)")),
-    };
-    if secs == 0 {
-        return Err(format!("duration {s:?} must be positive"));
-    }
-    Ok(Duration::from_secs(secs))
-}
-
-/// Log format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
-}
 
 /// Flags of `kernelcache-agent` (each also from an environment variable).
 #[derive(Clone, Debug, Parser)]
@@ -231,7 +206,5 @@ mod tests {
         assert_eq!(s.limits, Limits::default());
         assert!(cli.gpu_inventory.is_none());
         assert!(Cli::try_parse_from(["kernelcache-agent", "--node-name=n", "--resync=0"]).is_err());
-        assert!(parse_duration("5d").is_err());
-        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
     }
 }
