@@ -11,10 +11,12 @@
 pub mod agent;
 pub mod api;
 pub mod compat;
+pub mod controller;
 pub mod credentials;
 pub mod extract;
 pub mod image;
 pub mod inject;
 pub mod oci;
+pub mod ops;
 pub mod triton;
 pub mod verify;

@@ -8,12 +8,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context as _;
-use axum::Router;
-use axum::extract::State;
-use axum::routing::get;
 use clap::Parser;
 use kube::Client;
-use tracing::{error, info};
+use tracing::info;
 
 use super::gpu::{GpuSource, Nvml, Static};
 use super::metrics::Metrics;
@@ -96,58 +93,6 @@ impl Cli {
     }
 }
 
-/// The metrics and health routes.
-pub fn ops_router(metrics: Arc<Metrics>) -> Router {
-    Router::new()
-        .route(
-            "/metrics",
-            get(|State(m): State<Arc<Metrics>>| async move {
-                (
-                    [(
-                        axum::http::header::CONTENT_TYPE,
-                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                    )],
-                    m.encode(),
-                )
-            }),
-        )
-        .route("/healthz", get(|| async { "ok" }))
-        .with_state(metrics)
-}
-
-/// Serve [`ops_router`] on `addr` until `shutdown`.
-pub async fn serve_ops(
-    addr: SocketAddr,
-    metrics: Arc<Metrics>,
-    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
-) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("binding {addr}"))?;
-    info!(address = %addr, "serving /metrics and /healthz");
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, ops_router(metrics))
-            .with_graceful_shutdown(shutdown)
-            .await
-        {
-            error!(error = %e, "metrics server failed");
-        }
-    });
-    Ok(())
-}
-
-async fn terminated() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(mut term) => {
-            tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
-        }
-        Err(_) => {
-            let _ = ctrl_c.await;
-        }
-    }
-}
-
 /// The whole `main` of `kernelcache-agent`.
 pub async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -171,7 +116,7 @@ pub async fn main() -> anyhow::Result<()> {
             .metrics_addr
             .parse()
             .with_context(|| format!("--metrics-addr {:?}", cli.metrics_addr))?;
-        serve_ops(addr, Arc::clone(&metrics), stopped()).await?;
+        crate::ops::serve(addr, metrics.clone(), stopped()).await?;
     }
     let seams = Seams {
         gpus,
@@ -179,7 +124,7 @@ pub async fn main() -> anyhow::Result<()> {
         secrets: Arc::new(KubeSecrets(client.clone())),
     };
     info!(node = %settings.node_name, root = %settings.cache_root.display(), "kernel-cache agent starting");
-    let result = super::run(client, settings, seams, metrics, terminated()).await;
+    let result = super::run(client, settings, seams, metrics, crate::ops::terminated()).await;
     let _ = stop_tx.send(true);
     result
 }

@@ -147,6 +147,12 @@ impl Metrics {
     }
 }
 
+impl crate::ops::Encode for Metrics {
+    fn encode(&self) -> String {
+        Metrics::encode(self)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,0 +1,699 @@
+//! The kernel-cache controller: pins each `KernelCache` image to a digest, verifies its
+//! cosign signature under the cluster's `KernelCachePolicy`, adds up what the node agents
+//! report, and tells the ModelDeployments that use a cache whether it is ready
+//! (`KernelCacheReady`).
+//!
+//! Two kube-runtime controllers share one process:
+//! - over `KernelCache`s (also woken by node reports and policy changes): the status,
+//!   written by server-side apply as `kernelcache-controller`;
+//! - over ModelDeployments that name a cache (also woken by cache changes): their one
+//!   condition `KernelCacheReady`, applied as `kernelcache-provider` so that every other
+//!   writer's conditions stay.
+//!
+//! A pin is kept while the spec is unchanged: a tag that moves later is reported
+//! (`Resolved=False`, `TagMoved`), never followed silently; editing the spec re-pins.
+//! Verification runs again only when the digest or the policy changes; until a pin has
+//! passed, `status.usable_image()` is `None` and no agent or pod uses it.
+
+pub mod app;
+pub mod decide;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::{Client, Resource, ResourceExt};
+use kubeairunway_sdk::ModelDeployment;
+use kubeairunway_sdk::conditions::{self, KERNEL_CACHE_READY};
+use serde_json::json;
+use tracing::{info, warn};
+
+use crate::agent::secrets::{SecretApi, auth_for};
+use crate::api::{
+    KernelCache, KernelCacheNode, KernelCachePolicy, KernelCacheStatus, Verification,
+    VerificationMode,
+};
+use crate::oci::{PullError, Puller, pin};
+use crate::verify;
+use decide::reasons;
+
+/// Field manager of the KernelCache status.
+pub const FIELD_MANAGER: &str = "kernelcache-controller";
+/// Field manager of `KernelCacheReady` on ModelDeployments (and of the provider's
+/// InferenceProviderConfig).
+pub const PROVIDER_FIELD_MANAGER: &str = "kernelcache-provider";
+/// The InferenceProviderConfig this capability provider registers.
+pub const PROVIDER_NAME: &str = "kernelcache";
+
+/// What the controller is told.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// Name of the cluster-scoped `KernelCachePolicy` to verify with.
+    pub policy: String,
+    /// Registries spoken to over plain HTTP.
+    pub plain_http: Vec<String>,
+    /// How often a cache is looked at again without a change (tag moves, heartbeat).
+    pub resync: Duration,
+    /// This replica's name, for events.
+    pub instance: Option<String>,
+}
+
+impl Default for Settings {
+    fn default() -> Self {
+        Self {
+            policy: "default".into(),
+            plain_http: Vec::new(),
+            resync: Duration::from_secs(300),
+            instance: None,
+        }
+    }
+}
+
+/// What one verification was made of, so that it is not redone every reconcile.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+struct VerifiedKey {
+    digest: String,
+    policy_version: Option<String>,
+}
+
+/// The last verification of a cache: what it was made of, its result, the cache type.
+type VerifiedEntry = (VerifiedKey, Verification, Option<String>);
+
+struct Ctx {
+    client: Client,
+    settings: Settings,
+    secrets: Arc<dyn SecretApi>,
+    nodes: Store<KernelCacheNode>,
+    recorder: Recorder,
+    metrics: Arc<app::Metrics>,
+    verified: Mutex<HashMap<(String, String), VerifiedEntry>>,
+}
+
+/// Controller failures worth a retry.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The Kubernetes API failed.
+    #[error("Kubernetes API: {0}")]
+    Kube(#[from] kube::Error),
+}
+
+/// Run both controllers and the registration until `shutdown`.
+pub async fn run(
+    client: Client,
+    settings: Settings,
+    secrets: Arc<dyn SecretApi>,
+    metrics: Arc<app::Metrics>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> anyhow::Result<()> {
+    let (nodes, node_writer) = reflector::store();
+    let node_stream = reflector(
+        node_writer,
+        watcher(
+            Api::<KernelCacheNode>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .touched_objects();
+    let (caches, cache_writer) = reflector::store();
+    let cache_stream = reflector(
+        cache_writer,
+        watcher(
+            Api::<KernelCache>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .touched_objects();
+    let (mds, md_writer) = reflector::store();
+    let md_stream = reflector(
+        md_writer,
+        watcher(
+            Api::<ModelDeployment>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .touched_objects();
+
+    let ctx = Arc::new(Ctx {
+        recorder: Recorder::new(
+            client.clone(),
+            Reporter {
+                controller: FIELD_MANAGER.into(),
+                instance: settings.instance.clone(),
+            },
+        ),
+        client: client.clone(),
+        settings,
+        secrets,
+        nodes: nodes.clone(),
+        metrics,
+        verified: Mutex::default(),
+    });
+    let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
+
+    let policies = watcher(
+        Api::<KernelCachePolicy>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .touched_objects()
+    .map(|_| ());
+    let registration = tokio::spawn(register(client.clone(), ctx.settings.resync));
+
+    // Node reports wake the caches they mention.
+    let node_caches = node_stream.filter_map(|n| async move {
+        let node = n.ok()?;
+        let refs: Vec<ObjectRef<KernelCache>> = node
+            .status
+            .iter()
+            .flat_map(|s| s.caches.iter())
+            .map(|c| ObjectRef::new(&c.name).within(&c.namespace))
+            .collect();
+        Some(futures::stream::iter(refs))
+    });
+    let caches_ctl = Controller::for_stream(cache_stream, caches.clone())
+        .reconcile_on(node_caches.flatten())
+        .reconcile_all_on(policies)
+        .graceful_shutdown_on(shutdown.clone())
+        .run(reconcile_cache, cache_error, Arc::clone(&ctx))
+        .for_each(|_| async {});
+
+    // Cache changes wake the ModelDeployments in their namespace that name them.
+    let md_store = mds.clone();
+    let cache_mds = cache_stream_for_mds(client.clone()).filter_map(move |c| {
+        let md_store = md_store.clone();
+        async move {
+            let cache = c.ok()?;
+            let (ns, name) = (cache.namespace()?, cache.name_any());
+            let refs: Vec<ObjectRef<ModelDeployment>> = md_store
+                .state()
+                .iter()
+                .filter(|md| md.namespace().as_deref() == Some(ns.as_str()))
+                .filter(|md| names_cache(md) == Some(name.as_str()))
+                .map(|md| ObjectRef::from_obj(md.as_ref()))
+                .collect();
+            Some(futures::stream::iter(refs))
+        }
+    });
+    let md_ctx = Arc::new(MdCtx {
+        client: client.clone(),
+        caches,
+    });
+    let mds_ctl = Controller::for_stream(md_stream, mds)
+        .reconcile_on(cache_mds.flatten())
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile_md, md_error, md_ctx)
+        .for_each(|_| async {});
+
+    info!("kernel-cache controller running");
+    tokio::join!(caches_ctl, mds_ctl);
+    registration.abort();
+    Ok(())
+}
+
+fn cache_stream_for_mds(
+    client: Client,
+) -> impl futures::Stream<Item = Result<KernelCache, watcher::Error>> + Send {
+    watcher(Api::<KernelCache>::all(client), watcher::Config::default())
+        .default_backoff()
+        .touched_objects()
+}
+
+fn names_cache(md: &ModelDeployment) -> Option<&str> {
+    md.spec.kernel_cache.as_ref().map(|k| k.name.as_str())
+}
+
+#[allow(clippy::needless_pass_by_value)] // kube-runtime's error-policy signature
+fn cache_error(_: Arc<KernelCache>, error: &Error, ctx: Arc<Ctx>) -> Action {
+    warn!(%error, "reconciling a KernelCache");
+    ctx.metrics.reconcile_error();
+    Action::requeue(Duration::from_secs(10))
+}
+
+async fn publish(ctx: &Ctx, cache: &KernelCache, type_: EventType, reason: &str, note: String) {
+    let event = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(e) = ctx.recorder.publish(&event, &cache.object_ref(&())).await {
+        warn!(error = %e, "publishing an event");
+    }
+}
+
+/// Pin, verify, aggregate and write one KernelCache's status.
+async fn reconcile_cache(cache: Arc<KernelCache>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let ns = cache.namespace().unwrap_or_default();
+    let name = cache.name_any();
+    let generation = cache.metadata.generation;
+    let previous = cache.status.clone().unwrap_or_default();
+    let mut status = previous.clone();
+    status.observed_generation = generation;
+    let image = cache.spec.image.clone();
+
+    let auth = match auth_for(
+        ctx.secrets.as_ref(),
+        &ns,
+        &cache.spec.image_pull_secrets,
+        &image,
+    )
+    .await
+    {
+        Ok(auth) => auth,
+        Err(e) => {
+            set(
+                &mut status,
+                "Resolved",
+                false,
+                reasons::RESOLVE_FAILED,
+                &e,
+                generation,
+            );
+            return write(&ctx, &cache, &previous, status).await;
+        }
+    };
+    let puller = Puller::new(auth.clone(), ctx.settings.plain_http.clone());
+
+    // Pin: keep the pin while the spec is unchanged; re-resolve when it changed.
+    let spec_changed = previous.observed_generation != generation;
+    let mut pinned = previous.pinned_image.clone().filter(|_| !spec_changed);
+    if pinned.is_none() {
+        status.resolved_digest = None;
+        status.pinned_image = None;
+        status.verification = None;
+        status.cache_type = None;
+        match puller
+            .resolve(&image)
+            .await
+            .and_then(|d| Ok((pin(&image, &d)?, d)))
+        {
+            Ok((p, digest)) => {
+                ctx.metrics.resolution(true);
+                publish(
+                    &ctx,
+                    &cache,
+                    EventType::Normal,
+                    "Pinned",
+                    format!("{image} pinned to {digest}"),
+                )
+                .await;
+                status.resolved_digest = Some(digest.clone());
+                status.pinned_image = Some(p.clone());
+                set(
+                    &mut status,
+                    "Resolved",
+                    true,
+                    reasons::PINNED,
+                    &format!("pinned to {digest}"),
+                    generation,
+                );
+                pinned = Some(p);
+            }
+            Err(e) => {
+                ctx.metrics.resolution(false);
+                set(
+                    &mut status,
+                    "Resolved",
+                    false,
+                    reasons::RESOLVE_FAILED,
+                    &e.to_string(),
+                    generation,
+                );
+                set(
+                    &mut status,
+                    "Ready",
+                    false,
+                    reasons::NOT_VERIFIED,
+                    "not pinned",
+                    generation,
+                );
+                write(&ctx, &cache, &previous, status).await?;
+                return Ok(Action::requeue(Duration::from_secs(30)));
+            }
+        }
+    } else if let (Some(p), Some(digest)) = (&pinned, &previous.resolved_digest) {
+        match puller.check_pin(&image, digest).await {
+            Ok(()) => set(
+                &mut status,
+                "Resolved",
+                true,
+                reasons::PINNED,
+                &format!("pinned to {digest}"),
+                generation,
+            ),
+            Err(e @ PullError::TagMoved { .. }) => {
+                let message = format!(
+                    "{e}; still using the verified pin {p} (edit the KernelCache to re-pin)"
+                );
+                if conditions::find(&previous.conditions, "Resolved")
+                    .is_none_or(|c| c.reason != reasons::TAG_MOVED)
+                {
+                    publish(
+                        &ctx,
+                        &cache,
+                        EventType::Warning,
+                        reasons::TAG_MOVED,
+                        message.clone(),
+                    )
+                    .await;
+                }
+                set(
+                    &mut status,
+                    "Resolved",
+                    false,
+                    reasons::TAG_MOVED,
+                    &message,
+                    generation,
+                );
+            }
+            // A registry outage does not un-pin: the pinned digest stays what it was.
+            Err(e) => warn!(cache = %name, error = %e, "checking the pin"),
+        }
+    }
+    let Some(pinned) = pinned else {
+        return write(&ctx, &cache, &previous, status).await;
+    };
+    let digest = status.resolved_digest.clone().unwrap_or_default();
+
+    // Verify (again only when the digest or the policy changed).
+    let policy = Api::<KernelCachePolicy>::all(ctx.client.clone())
+        .get_opt(&ctx.settings.policy)
+        .await?;
+    let key = VerifiedKey {
+        digest: digest.clone(),
+        policy_version: policy.as_ref().and_then(ResourceExt::resource_version),
+    };
+    let cached = ctx
+        .verified
+        .lock()
+        .ok()
+        .and_then(|m| m.get(&(ns.clone(), name.clone())).cloned())
+        .filter(|(k, _, _)| *k == key);
+    let (verification, cache_type) = if let Some((_, v, t)) = cached {
+        (v, t)
+    } else {
+        let (verification, cache_type) = match &policy {
+            None => (
+                Verification {
+                    mode: VerificationMode::Key,
+                    verified: false,
+                    signer: None,
+                    message: Some(format!("no KernelCachePolicy '{}'", ctx.settings.policy)),
+                },
+                None,
+            ),
+            Some(policy) => {
+                let result = verify::verify(
+                    &policy.spec,
+                    &pinned,
+                    &auth,
+                    ctx.settings.plain_http.clone(),
+                )
+                .await;
+                let verification = match result {
+                    Ok(v) => v,
+                    Err(e) => verify::refused(policy.spec.mode, &e),
+                };
+                ctx.metrics
+                    .verification(policy.spec.mode, verification.verified);
+                let cache_type = match puller.inspect(&pinned).await {
+                    Ok((_, c)) => Ok(c.cache_type.as_str().to_string()),
+                    Err(e) => Err(e.to_string()),
+                };
+                (verification, Some(cache_type))
+            }
+        };
+        let (verification, cache_type) = match cache_type {
+            Some(Err(not_a_cache)) => (
+                Verification {
+                    verified: false,
+                    message: Some(format!("not usable: {not_a_cache}")),
+                    ..verification
+                },
+                None,
+            ),
+            Some(Ok(t)) => (verification, Some(t)),
+            None => (verification, None),
+        };
+        let outcome = match (verification.verified, verification.mode) {
+            (true, _) => (
+                EventType::Normal,
+                "Verified",
+                format!(
+                    "{pinned} verified; signer {}",
+                    verification.signer.clone().unwrap_or_default()
+                ),
+            ),
+            (false, VerificationMode::Disabled) if cache_type.is_some() => (
+                EventType::Warning,
+                reasons::VERIFICATION_DISABLED,
+                format!(
+                    "{pinned} used without signature verification: {}",
+                    verify::DISABLED_MESSAGE
+                ),
+            ),
+            (false, _) => (
+                EventType::Warning,
+                reasons::VERIFICATION_FAILED,
+                format!(
+                    "{pinned} refused: {}",
+                    verification.message.clone().unwrap_or_default()
+                ),
+            ),
+        };
+        publish(&ctx, &cache, outcome.0, outcome.1, outcome.2).await;
+        if let Ok(mut m) = ctx.verified.lock() {
+            m.insert(
+                (ns.clone(), name.clone()),
+                (key, verification.clone(), cache_type.clone()),
+            );
+        }
+        (verification, cache_type)
+    };
+    let disabled = verification.mode == VerificationMode::Disabled && !verification.verified;
+    let (ok, reason, message) = match (&policy, verification.verified, disabled) {
+        (None, _, _) => (
+            false,
+            reasons::NO_POLICY,
+            verification.message.clone().unwrap_or_default(),
+        ),
+        (Some(_), _, _) if cache_type.is_none() => (
+            false,
+            reasons::NOT_A_CACHE,
+            verification.message.clone().unwrap_or_default(),
+        ),
+        (_, true, _) => (
+            true,
+            reasons::VERIFIED,
+            format!(
+                "signed by {}",
+                verification.signer.clone().unwrap_or_default()
+            ),
+        ),
+        (_, false, true) if cache_type.is_some() => (
+            true,
+            reasons::VERIFICATION_DISABLED,
+            verify::DISABLED_MESSAGE.to_string(),
+        ),
+        _ => (
+            false,
+            reasons::VERIFICATION_FAILED,
+            verification.message.clone().unwrap_or_default(),
+        ),
+    };
+    set(&mut status, "Verified", ok, reason, &message, generation);
+    // A refused pin must never look usable.
+    status.verification = Some(if ok {
+        verification
+    } else {
+        Verification {
+            verified: false,
+            ..verification
+        }
+    });
+    // Mode `disabled` makes any pin usable; one that is refused anyway (not a cache
+    // image) is not published at all.
+    status.pinned_image = (ok || !disabled).then(|| pinned.clone());
+    status.cache_type = cache_type;
+
+    // What the nodes report.
+    let nodes: Vec<KernelCacheNode> = ctx.nodes.state().iter().map(|n| (**n).clone()).collect();
+    let agg = decide::aggregate(&ns, &name, &digest, &nodes);
+    status.nodes = agg.nodes;
+    status.ready_nodes = Some(agg.ready);
+    let usable = status.usable_image().is_some();
+    match (usable, agg.ready) {
+        (false, _) => set(
+            &mut status,
+            "Ready",
+            false,
+            reasons::NOT_VERIFIED,
+            "not usable: see the Verified condition",
+            generation,
+        ),
+        (true, 0) => set(
+            &mut status,
+            "Ready",
+            false,
+            reasons::NOT_STAGED,
+            &agg.message,
+            generation,
+        ),
+        (true, _) => set(
+            &mut status,
+            "Ready",
+            true,
+            reasons::STAGED,
+            &agg.message,
+            generation,
+        ),
+    }
+    write(&ctx, &cache, &previous, status).await?;
+    Ok(Action::requeue(ctx.settings.resync))
+}
+
+fn set(
+    status: &mut KernelCacheStatus,
+    type_: &str,
+    ok: bool,
+    reason: &str,
+    message: &str,
+    generation: Option<i64>,
+) {
+    conditions::set(
+        &mut status.conditions,
+        type_,
+        ok,
+        reason,
+        message,
+        generation,
+    );
+}
+
+async fn write(
+    ctx: &Ctx,
+    cache: &KernelCache,
+    previous: &KernelCacheStatus,
+    status: KernelCacheStatus,
+) -> Result<Action, Error> {
+    if *previous != status {
+        let api: Api<KernelCache> =
+            Api::namespaced(ctx.client.clone(), &cache.namespace().unwrap_or_default());
+        let body = json!({
+            "apiVersion": "cache.kubeairunway.ai/v1alpha1",
+            "kind": "KernelCache",
+            "metadata": {"name": cache.name_any()},
+            "status": status,
+        });
+        api.patch_status(
+            &cache.name_any(),
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await?;
+    }
+    Ok(Action::requeue(ctx.settings.resync))
+}
+
+struct MdCtx {
+    client: Client,
+    caches: Store<KernelCache>,
+}
+
+#[allow(clippy::needless_pass_by_value)] // kube-runtime's error-policy signature
+fn md_error(_: Arc<ModelDeployment>, error: &Error, _: Arc<MdCtx>) -> Action {
+    warn!(%error, "writing KernelCacheReady");
+    Action::requeue(Duration::from_secs(10))
+}
+
+/// `KernelCacheReady` on one ModelDeployment that names a cache.
+async fn reconcile_md(md: Arc<ModelDeployment>, ctx: Arc<MdCtx>) -> Result<Action, Error> {
+    let Some(name) = names_cache(&md) else {
+        return Ok(Action::await_change());
+    };
+    let ns = md.namespace().unwrap_or_default();
+    let cache = ctx.caches.get(&ObjectRef::new(name).within(&ns));
+    let (ok, reason, message) = decide::model_deployment_condition(name, cache.as_deref());
+    let current = md
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    let previous = conditions::find(current, KERNEL_CACHE_READY);
+    let condition: Condition = conditions::new(
+        previous,
+        KERNEL_CACHE_READY,
+        ok,
+        reason,
+        message,
+        md.metadata.generation,
+        k8s_openapi::jiff::Timestamp::now(),
+    );
+    if previous == Some(&condition) {
+        return Ok(Action::await_change());
+    }
+    let api: Api<ModelDeployment> = Api::namespaced(ctx.client.clone(), &ns);
+    let body = json!({
+        "apiVersion": "kubeairunway.ai/v1alpha1",
+        "kind": "ModelDeployment",
+        "metadata": {"name": md.name_any()},
+        "status": {"conditions": [condition]},
+    });
+    api.patch_status(
+        &md.name_any(),
+        &PatchParams::apply(PROVIDER_FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await?;
+    Ok(Action::await_change())
+}
+
+/// Register the `kernelcache` InferenceProviderConfig (a capability, never selected to
+/// serve: no engines) and keep its heartbeat fresh.
+async fn register(client: Client, every: Duration) {
+    use kubeairunway_sdk::InferenceProviderConfig;
+    let api: Api<InferenceProviderConfig> = Api::all(client);
+    let pp = PatchParams::apply(PROVIDER_FIELD_MANAGER).force();
+    loop {
+        let spec = json!({
+            "apiVersion": "kubeairunway.ai/v1alpha1",
+            "kind": "InferenceProviderConfig",
+            "metadata": {"name": PROVIDER_NAME},
+            "spec": {
+                "capabilities": {"features": ["kernelCache"]},
+                "documentation": "Verified GPU kernel caches staged on nodes and mounted into serving pods (KernelCache, cache.kubeairunway.ai).",
+            },
+        });
+        let status = json!({
+            "apiVersion": "kubeairunway.ai/v1alpha1",
+            "kind": "InferenceProviderConfig",
+            "metadata": {"name": PROVIDER_NAME},
+            "status": {
+                "ready": true,
+                "version": env!("CARGO_PKG_VERSION"),
+                "lastHeartbeat": k8s_openapi::jiff::Timestamp::now().to_string(),
+            },
+        });
+        let result = async {
+            api.patch(PROVIDER_NAME, &pp, &Patch::Apply(&spec)).await?;
+            api.patch_status(PROVIDER_NAME, &pp, &Patch::Apply(&status))
+                .await
+        }
+        .await;
+        if let Err(e) = result {
+            warn!(error = %e, "registering the kernelcache InferenceProviderConfig");
+        }
+        tokio::time::sleep(every.min(Duration::from_secs(30))).await;
+    }
+}
