@@ -23,6 +23,8 @@ mod kaito;
 mod kernelcache;
 #[path = "e2e/kernelcache_agent.rs"]
 mod kernelcache_agent;
+#[path = "e2e/kernelcache_controller.rs"]
+mod kernelcache_controller;
 #[path = "e2e/kernelcache_verify.rs"]
 mod kernelcache_verify;
 #[path = "e2e/kuberay.rs"]

@@ -1,0 +1,396 @@
+//! The kernel-cache controller, in-process, against a real API server of its own and a
+//! real loopback registry holding real cache images with real cosign signatures (made with
+//! the sigstore crate). The test plays the node agents: it writes KernelCacheNode reports
+//! with the agent's field manager.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams};
+use kubeairunway_e2e::cache_images::{
+    new_signer, pinned, push, sign, start_registry, triton_cuda, vllm_cuda,
+};
+use kubeairunway_kernelcache::agent::secrets::InMemory;
+use kubeairunway_kernelcache::api::{KernelCache, KernelCacheStatus, VerificationMode};
+use kubeairunway_kernelcache::controller::{self, Settings, app::Metrics};
+use kubeairunway_sdk::conditions::{self, KERNEL_CACHE_READY};
+use kubeairunway_sdk::{InferenceProviderConfig, ModelDeployment};
+use serde_json::{Value, json};
+
+const NS: &str = "ml";
+
+/// Retry `check` for up to 60 s; on timeout, fail with its last error.
+async fn eventually<T, F, Fut>(what: &str, mut check: F) -> anyhow::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<T>>,
+{
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        match check().await {
+            Ok(v) => return Ok(v),
+            Err(e) if tokio::time::Instant::now() > deadline => {
+                anyhow::bail!("timed out waiting for {what}; last: {e}")
+            }
+            Err(_) => tokio::time::sleep(Duration::from_millis(250)).await,
+        }
+    }
+}
+
+async fn apply(
+    client: &Client,
+    api_version: &str,
+    kind: &str,
+    plural: &str,
+    name: &str,
+    body: Value,
+) {
+    let (group, version) = api_version.rsplit_once('/').unwrap_or(("", api_version));
+    let resource = kube::discovery::ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: api_version.into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    };
+    let namespaced = kind != "KernelCachePolicy" && kind != "KernelCacheNode";
+    let api: Api<kube::api::DynamicObject> = if namespaced {
+        Api::namespaced_with(client.clone(), NS, &resource)
+    } else {
+        Api::all_with(client.clone(), &resource)
+    };
+    let mut object = json!({"apiVersion": api_version, "kind": kind, "metadata": {"name": name}});
+    if let (Some(o), Some(b)) = (object.as_object_mut(), body.as_object()) {
+        o.extend(b.clone());
+    }
+    api.patch(
+        name,
+        &PatchParams::apply("test").force(),
+        &Patch::Apply(&object),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{kind} {name}: {e}"));
+}
+
+async fn cache(client: &Client, name: &str, image: &str) {
+    apply(
+        client,
+        "cache.kubeairunway.ai/v1alpha1",
+        "KernelCache",
+        "kernelcaches",
+        name,
+        json!({"spec": {"image": image}}),
+    )
+    .await;
+}
+
+async fn status_where(
+    client: &Client,
+    name: &str,
+    what: &str,
+    check: impl Fn(&KernelCacheStatus) -> bool,
+) -> KernelCacheStatus {
+    let api: Api<KernelCache> = Api::namespaced(client.clone(), NS);
+    eventually(what, || {
+        let api = api.clone();
+        let check = &check;
+        async move {
+            let c = api.get(name).await?;
+            let s = c.status.unwrap_or_default();
+            anyhow::ensure!(check(&s), "status: {s:?}");
+            Ok(s)
+        }
+    })
+    .await
+    .unwrap()
+}
+
+/// What an agent on `node` reports: `(cache, digest, state, message)` entries.
+async fn node_report(client: &Client, node: &str, entries: &[(&str, &str, &str, &str)]) {
+    let api: Api<kube::api::DynamicObject> = Api::all_with(
+        client.clone(),
+        &kube::discovery::ApiResource::erase::<kubeairunway_kernelcache::api::KernelCacheNode>(&()),
+    );
+    let body = json!({
+        "apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "KernelCacheNode",
+        "metadata": {"name": node}, "spec": {"nodeName": node},
+    });
+    api.patch(
+        node,
+        &PatchParams::apply("kernelcache-agent").force(),
+        &Patch::Apply(&body),
+    )
+    .await
+    .unwrap();
+    let caches: Vec<Value> = entries
+        .iter()
+        .map(|(name, digest, state, message)| {
+            json!({"namespace": NS, "name": name, "digest": digest, "state": state, "message": message})
+        })
+        .collect();
+    let status = json!({
+        "apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "KernelCacheNode",
+        "metadata": {"name": node}, "status": {"gpuCount": 1, "caches": caches},
+    });
+    api.patch_status(
+        node,
+        &PatchParams::apply("kernelcache-agent").force(),
+        &Patch::Apply(&status),
+    )
+    .await
+    .unwrap();
+}
+
+fn condition<'a>(s: &'a KernelCacheStatus, type_: &str) -> (&'a str, &'a str, &'a str) {
+    let c = conditions::find(&s.conditions, type_).unwrap_or_else(|| panic!("no {type_}: {s:?}"));
+    (c.status.as_str(), c.reason.as_str(), c.message.as_str())
+}
+
+#[tokio::test]
+async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments() {
+    let (_cluster, client) = kubeairunway_sdk::testing::private_cluster(
+        "kc-controller",
+        &kubeairunway_kernelcache::api::crds(),
+    )
+    .await
+    .unwrap();
+    let registry = start_registry("kc-controller").unwrap();
+    let (signer, public) = new_signer().unwrap();
+    let (other_signer, _) = new_signer().unwrap();
+
+    let signed = push(&registry, "caches/signed:v1", &triton_cuda("90").unwrap())
+        .await
+        .unwrap();
+    sign(
+        &registry,
+        &pinned(&registry, &signed).await.unwrap(),
+        signer,
+    )
+    .await
+    .unwrap();
+    let unsigned = push(&registry, "caches/unsigned:v1", &vllm_cuda("90").unwrap())
+        .await
+        .unwrap();
+    let wrong = push(&registry, "caches/wrong:v1", &triton_cuda("80").unwrap())
+        .await
+        .unwrap();
+    sign(
+        &registry,
+        &pinned(&registry, &wrong).await.unwrap(),
+        other_signer,
+    )
+    .await
+    .unwrap();
+
+    let settings = Settings {
+        plain_http: vec![registry.addr().to_string()],
+        resync: Duration::from_secs(2),
+        ..Settings::default()
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(controller::run(
+        client.clone(),
+        settings,
+        Arc::new(InMemory::default()),
+        Arc::new(Metrics::default()),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+
+    // Without a policy nothing is usable.
+    cache(&client, "signed", &signed).await;
+    let s = status_where(&client, "signed", "NoPolicy", |s| {
+        conditions::find(&s.conditions, "Verified").is_some_and(|c| c.reason == "NoPolicy")
+    })
+    .await;
+    assert!(
+        s.resolved_digest
+            .as_deref()
+            .is_some_and(|d| d.starts_with("sha256:"))
+    );
+    assert_eq!(s.usable_image(), None);
+
+    // Key policy: the signed cache is verified and usable; the others are refused.
+    apply(
+        &client,
+        "cache.kubeairunway.ai/v1alpha1",
+        "KernelCachePolicy",
+        "kernelcachepolicies",
+        "default",
+        json!({"spec": {"mode": "key", "publicKeys": [public]}}),
+    )
+    .await;
+    cache(&client, "unsigned", &unsigned).await;
+    cache(&client, "wrong", &wrong).await;
+    let s = status_where(&client, "signed", "verified", |s| {
+        s.usable_image().is_some()
+    })
+    .await;
+    let digest = s.resolved_digest.clone().unwrap();
+    assert_eq!(
+        s.pinned_image,
+        Some(pinned(&registry, &signed).await.unwrap())
+    );
+    assert_eq!(s.cache_type.as_deref(), Some("triton"));
+    assert_eq!(condition(&s, "Verified").1, "Verified");
+    assert!(s.verification.as_ref().unwrap().verified);
+    assert_eq!(condition(&s, "Ready").1, "NotStaged");
+    for (name, why) in [
+        ("unsigned", "no signature found"),
+        ("wrong", "no signature by a trusted key"),
+    ] {
+        let s = status_where(&client, name, "refused", |s| {
+            conditions::find(&s.conditions, "Verified")
+                .is_some_and(|c| c.reason == "VerificationFailed")
+        })
+        .await;
+        assert_eq!(s.usable_image(), None, "{name}");
+        assert!(condition(&s, "Verified").2.contains(why), "{name}: {s:?}");
+        assert_eq!(condition(&s, "Ready").0, "False");
+    }
+
+    // Node reports add up (an old digest's entry is ignored).
+    node_report(&client, "gpu-a", &[("signed", &digest, "Ready", "")]).await;
+    node_report(&client, "gpu-b", &[("signed", &digest, "Staging", "")]).await;
+    node_report(
+        &client,
+        "gpu-c",
+        &[("signed", &digest, "Failed", "layer digest mismatch")],
+    )
+    .await;
+    node_report(&client, "gpu-d", &[("signed", "sha256:0000", "Ready", "")]).await;
+    let s = status_where(&client, "signed", "aggregated", |s| s.nodes.len() == 3).await;
+    assert_eq!(s.ready_nodes, Some(1));
+    assert_eq!(s.nodes["Ready"], ["gpu-a"]);
+    assert_eq!(s.nodes["Staging"], ["gpu-b"]);
+    assert_eq!(s.nodes["Failed"], ["gpu-c"]);
+    let (ready, reason, message) = condition(&s, "Ready");
+    assert_eq!((ready, reason), ("True", "Staged"));
+    assert!(
+        message.contains("gpu-c: layer digest mismatch"),
+        "{message}"
+    );
+
+    // ModelDeployments: KernelCacheReady beside another writer's condition.
+    let md = |cache: &str| {
+        json!({"spec": {
+            "model": {"id": "Qwen/Qwen2.5-0.5B-Instruct"}, "engine": {"type": "vllm"},
+            "resources": {"gpu": {"count": 1}}, "kernelCache": {"name": cache},
+        }})
+    };
+    apply(
+        &client,
+        "kubeairunway.ai/v1alpha1",
+        "ModelDeployment",
+        "modeldeployments",
+        "uses",
+        md("signed"),
+    )
+    .await;
+    apply(
+        &client,
+        "kubeairunway.ai/v1alpha1",
+        "ModelDeployment",
+        "modeldeployments",
+        "missing",
+        md("nope"),
+    )
+    .await;
+    let mds: Api<ModelDeployment> = Api::namespaced(client.clone(), NS);
+    let other = json!({
+        "apiVersion": "kubeairunway.ai/v1alpha1", "kind": "ModelDeployment", "metadata": {"name": "uses"},
+        "status": {"conditions": [{"type": "Ready", "status": "False", "reason": "DeploymentProgressing",
+            "message": "written by a serving provider", "lastTransitionTime": "2026-01-01T00:00:00Z"}]},
+    });
+    mds.patch_status(
+        "uses",
+        &PatchParams::apply("kaito-provider").force(),
+        &Patch::Apply(&other),
+    )
+    .await
+    .unwrap();
+    let reason_of = |name: &'static str| {
+        let mds = mds.clone();
+        async move {
+            let md = mds.get(name).await?;
+            let conds = md.status.map(|s| s.conditions).unwrap_or_default();
+            let c = conditions::find(&conds, KERNEL_CACHE_READY).cloned();
+            anyhow::ensure!(c.is_some(), "no KernelCacheReady yet");
+            Ok((c, conditions::find(&conds, "Ready").cloned()))
+        }
+    };
+    let (kc, ready) = eventually("KernelCacheReady on uses", || reason_of("uses"))
+        .await
+        .unwrap();
+    let kc = kc.unwrap();
+    assert_eq!(
+        (kc.status.as_str(), kc.reason.as_str()),
+        ("True", "KernelCacheReady"),
+        "{kc:?}"
+    );
+    assert_eq!(
+        ready.map(|c| c.message),
+        Some("written by a serving provider".to_string())
+    );
+    let (kc, _) = eventually("KernelCacheReady on missing", || reason_of("missing"))
+        .await
+        .unwrap();
+    assert_eq!(
+        kc.map(|c| c.reason),
+        Some("KernelCacheNotFound".to_string())
+    );
+    let md = mds.get("uses").await.unwrap();
+    let managers: Vec<String> = md
+        .metadata
+        .managed_fields
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|f| f.manager)
+        .collect();
+    assert!(
+        managers.contains(&"kernelcache-provider".to_string()),
+        "{managers:?}"
+    );
+
+    // The tag moves after pinning: reported, the verified pin stays.
+    let pinned_before = s.pinned_image.clone();
+    push(&registry, "caches/signed:v1", &triton_cuda("80").unwrap())
+        .await
+        .unwrap();
+    let s = status_where(&client, "signed", "TagMoved", |s| {
+        conditions::find(&s.conditions, "Resolved").is_some_and(|c| c.reason == "TagMoved")
+    })
+    .await;
+    assert_eq!(s.pinned_image, pinned_before);
+    assert!(s.usable_image().is_some());
+
+    // Disabled policy: usable, and visibly unverified.
+    apply(
+        &client,
+        "cache.kubeairunway.ai/v1alpha1",
+        "KernelCachePolicy",
+        "kernelcachepolicies",
+        "default",
+        json!({"spec": {"mode": "disabled"}}),
+    )
+    .await;
+    let s = status_where(&client, "unsigned", "disabled", |s| {
+        conditions::find(&s.conditions, "Verified")
+            .is_some_and(|c| c.reason == "VerificationDisabled")
+    })
+    .await;
+    let v = s.verification.clone().unwrap();
+    assert_eq!((v.mode, v.verified), (VerificationMode::Disabled, false));
+    assert!(s.usable_image().is_some());
+
+    // The capability registration: no engines, never selected to serve.
+    let ipc: InferenceProviderConfig = Api::all(client.clone()).get("kernelcache").await.unwrap();
+    let caps = ipc.spec.capabilities.unwrap();
+    assert!(caps.engines.is_empty());
+    assert_eq!(caps.features, ["kernelCache"]);
+
+    let _ = stop.send(());
+    task.await.unwrap().unwrap();
+}
