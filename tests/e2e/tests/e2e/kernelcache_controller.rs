@@ -394,3 +394,83 @@ async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments
     let _ = stop.send(());
     task.await.unwrap().unwrap();
 }
+
+/// The kernel-cache chart: lints, ships the generated CRDs, and gives the controller and
+/// the agent least-privilege RBAC of their own.
+#[test]
+fn chart_lints_and_renders_the_controller_and_the_agent() {
+    use kubeairunway_e2e::helm;
+    let Some(helm_bin) = helm::require() else {
+        return;
+    };
+    let chart = helm::chart("kernelcache-provider");
+    helm::lint(&helm_bin, &chart).unwrap();
+    let objects = helm::template(&helm_bin, &chart, &[("image.tag", "v1")]).unwrap();
+    let crds: Vec<&str> = helm::of_kind(&objects, "CustomResourceDefinition")
+        .iter()
+        .filter_map(|c| c["metadata"]["name"].as_str())
+        .collect();
+    assert_eq!(
+        crds.len(),
+        kubeairunway_kernelcache::api::crds().len(),
+        "{crds:?}"
+    );
+    let deployment = helm::of_kind(&objects, "Deployment")
+        .into_iter()
+        .find(|d| d["metadata"]["name"] == "release-kernelcache-provider-controller")
+        .expect("the controller Deployment");
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        container["image"],
+        "ghcr.io/kubeairunway/kernelcache-provider:v1"
+    );
+    assert_eq!(container["command"], json!(["/kernelcache-controller"]));
+    let args: Vec<&str> = container["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(args.contains(&"--policy=default"), "{args:?}");
+    assert!(args.contains(&"--leader-elect=true"), "{args:?}");
+    assert_eq!(helm::of_kind(&objects, "DaemonSet").len(), 1);
+
+    let role = |name: &str| {
+        helm::of_kind(&objects, "ClusterRole")
+            .into_iter()
+            .find(|r| r["metadata"]["name"] == name)
+            .unwrap_or_else(|| panic!("ClusterRole {name}"))
+            .clone()
+    };
+    let controller = role("release-kernelcache-provider-controller");
+    let text = serde_json::to_string(&controller).unwrap();
+    assert!(!text.contains('*'), "no wildcards: {text}");
+    // Only the controller writes KernelCache status; it never writes nodes or specs.
+    let writes =
+        |rules: &Value, resource: &str| {
+            rules
+                .as_array()
+                .unwrap()
+                .iter()
+                .filter(|r| {
+                    r["resources"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .any(|x| x == resource)
+                })
+                .any(|r| {
+                    r["verbs"].as_array().unwrap().iter().any(|v| {
+                        ["create", "update", "patch", "delete"].contains(&v.as_str().unwrap())
+                    })
+                })
+        };
+    assert!(writes(&controller["rules"], "kernelcaches/status"));
+    assert!(!writes(&controller["rules"], "kernelcaches"));
+    assert!(!writes(&controller["rules"], "kernelcachenodes"));
+    assert!(writes(&controller["rules"], "modeldeployments/status"));
+    assert!(!writes(&controller["rules"], "modeldeployments"));
+    let agent = role("release-kernelcache-provider-agent");
+    assert!(!writes(&agent["rules"], "kernelcaches/status"));
+    assert!(writes(&agent["rules"], "kernelcachenodes/status"));
+}
