@@ -1,15 +1,23 @@
-//! The pod patch that mounts a staged cache into a serving pod (RFC 6902 JSON patch, as
-//! the mutating webhook answers it).
+//! The pod patch that gives a serving pod a staged cache (RFC 6902 JSON patch, as the
+//! mutating webhook answers it).
 //!
-//! - vLLM: the image's `io.vllm.cache` is a `VLLM_CACHE_ROOT`; its `torch_compile_cache`
-//!   is mounted read-only at `$VLLM_CACHE_ROOT/torch_compile_cache` (the container's own
-//!   `VLLM_CACHE_ROOT`, else vLLM's default `/root/.cache/vllm`, which is then set
-//!   explicitly), so the rest of the cache root stays writable.
-//! - Triton: `io.triton.cache` is mounted read-only at the cache's mount path and
-//!   `TRITON_CACHE_DIR` points there (the agent rewrote the group files to that path).
+//! A cache is never mounted read-only where the frameworks write: Triton and vLLM add new
+//! entries to their cache directories on any miss, and a read-only one would fail the
+//! model. Nor may a missing cache fail a pod. So the pod gets:
 //!
-//! Only the serving containers get it: every container of `spec.containers` (not init
-//! containers). A pod that already has the volume is left alone.
+//! - a read-only *source* volume: the agent's cache root as a hostPath
+//!   (`DirectoryOrCreate`, so a node without the agent does not fail the pod), or a
+//!   Kubernetes image volume of the pinned image;
+//! - a writable `emptyDir`, filled by an init container (`kernelcache-seed`, from our own
+//!   image) with a copy of the cache; a node where the cache is not staged gives an empty
+//!   directory and the engine compiles its kernels as usual;
+//! - in every serving container (`spec.containers`), that directory where the framework
+//!   reads it: vLLM at `$VLLM_CACHE_ROOT/torch_compile_cache` (the container's own
+//!   `VLLM_CACHE_ROOT`, else vLLM's default `/root/.cache/vllm`, then set explicitly);
+//!   Triton at the cache's mount path with `TRITON_CACHE_DIR` pointing there (the agent
+//!   rewrote the group files to that path).
+//!
+//! A pod that already has the volume is left alone.
 
 use serde_json::{Value, json};
 
@@ -20,16 +28,31 @@ pub const DEFAULT_VLLM_CACHE_ROOT: &str = "/root/.cache/vllm";
 /// Where Triton caches are mounted unless the KernelCache says otherwise.
 pub const DEFAULT_MOUNT_ROOT: &str = "/var/cache/kubeairunway/kernels";
 
+/// Where the seed container reads the source volume.
+pub const SOURCE_MOUNT: &str = "/kernel-cache-src";
+/// Where the seed container writes the pod's copy.
+pub const COPY_MOUNT: &str = "/kernel-cache";
+/// The init container's name.
+pub const SEED_CONTAINER: &str = "kernel-cache-seed";
+/// The seed binary in our image.
+pub const SEED_COMMAND: &str = "/kernelcache-seed";
+
 /// Where a staged cache comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Source {
-    /// The agent's directory on the node (`<root>/<namespace>/<name>/<digest>`).
-    HostPath(String),
+    /// The agent's cache root on the node, and the staged digest's directory below it
+    /// (`<namespace>/<name>/<digest>`).
+    HostPath {
+        /// The agent's `--cache-root`.
+        root: String,
+        /// `<namespace>/<name>/<digest with ':' as '-'>`.
+        staged: String,
+    },
     /// A Kubernetes image volume of `image@digest`.
     Image(String),
 }
 
-/// One cache to mount.
+/// One cache to give a pod.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Mount {
     /// The KernelCache's name (volume names derive from it).
@@ -40,14 +63,21 @@ pub struct Mount {
     pub source: Source,
     /// The Triton mount path (default `<DEFAULT_MOUNT_ROOT>/<name>`); unused for vLLM.
     pub path: Option<String>,
+    /// The image with `kernelcache-seed` (ours).
+    pub seed_image: String,
 }
 
 impl Mount {
-    /// The volume's name in the pod.
+    /// The name of the pod's writable copy (also the marker that a pod has the cache).
     pub fn volume_name(&self) -> String {
         let mut name = format!("kernel-cache-{}", self.name);
-        name.truncate(63);
+        name.truncate(59);
         name.trim_end_matches('-').to_string()
+    }
+
+    /// The name of the read-only source volume.
+    pub fn source_volume_name(&self) -> String {
+        format!("{}-src", self.volume_name())
     }
 
     /// Where pods see a Triton cache (`TRITON_CACHE_DIR`), which is also the path the
@@ -57,15 +87,27 @@ impl Mount {
             .clone()
             .unwrap_or_else(|| format!("{DEFAULT_MOUNT_ROOT}/{}", self.name))
     }
+
+    /// The directory the seed copies from (inside its source mount).
+    pub fn seed_from(&self) -> String {
+        let inner = match self.cache_type {
+            CacheType::Vllm => "io.vllm.cache/torch_compile_cache",
+            CacheType::Triton => "io.triton.cache",
+        };
+        match &self.source {
+            Source::HostPath { staged, .. } => format!("{SOURCE_MOUNT}/{staged}/{inner}"),
+            Source::Image(_) => format!("{SOURCE_MOUNT}/{inner}"),
+        }
+    }
 }
 
-/// The JSON patch adding `mount` to `pod`; empty when the pod already has it or has no
+/// The JSON patch giving `pod` the cache; empty when the pod already has it or has no
 /// containers.
 pub fn patch(pod: &Value, mount: &Mount) -> Vec<Value> {
     let spec = &pod["spec"];
-    let volume_name = mount.volume_name();
+    let copy = mount.volume_name();
     let volumes = spec.get("volumes").and_then(Value::as_array);
-    if volumes.is_some_and(|v| v.iter().any(|vol| vol["name"] == volume_name.as_str())) {
+    if volumes.is_some_and(|v| v.iter().any(|vol| vol["name"] == copy.as_str())) {
         return Vec::new();
     }
     let Some(containers) = spec
@@ -76,18 +118,46 @@ pub fn patch(pod: &Value, mount: &Mount) -> Vec<Value> {
         return Vec::new();
     };
     let mut ops = Vec::new();
-    let volume = match &mount.source {
-        Source::HostPath(path) => {
-            json!({"name": volume_name, "hostPath": {"path": path, "type": "Directory"}})
+    let source = match &mount.source {
+        Source::HostPath { root, .. } => {
+            json!({"name": mount.source_volume_name(), "hostPath": {"path": root, "type": "DirectoryOrCreate"}})
         }
         Source::Image(reference) => {
-            json!({"name": volume_name, "image": {"reference": reference, "pullPolicy": "IfNotPresent"}})
+            json!({"name": mount.source_volume_name(), "image": {"reference": reference, "pullPolicy": "IfNotPresent"}})
         }
     };
+    let new_volumes = [source, json!({"name": copy, "emptyDir": {}})];
     if volumes.is_some() {
-        ops.push(json!({"op": "add", "path": "/spec/volumes/-", "value": volume}));
+        for v in new_volumes {
+            ops.push(json!({"op": "add", "path": "/spec/volumes/-", "value": v}));
+        }
     } else {
-        ops.push(json!({"op": "add", "path": "/spec/volumes", "value": [volume]}));
+        ops.push(json!({"op": "add", "path": "/spec/volumes", "value": new_volumes}));
+    }
+    let seed = json!({
+        "name": SEED_CONTAINER,
+        "image": mount.seed_image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": [SEED_COMMAND, "--from", mount.seed_from(), "--to", COPY_MOUNT],
+        "volumeMounts": [
+            {"name": mount.source_volume_name(), "mountPath": SOURCE_MOUNT, "readOnly": true},
+            {"name": copy, "mountPath": COPY_MOUNT},
+        ],
+        "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "128Mi"}},
+        "securityContext": {
+            "allowPrivilegeEscalation": false,
+            "readOnlyRootFilesystem": true,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    });
+    if spec
+        .get("initContainers")
+        .and_then(Value::as_array)
+        .is_some()
+    {
+        ops.push(json!({"op": "add", "path": "/spec/initContainers/-", "value": seed}));
+    } else {
+        ops.push(json!({"op": "add", "path": "/spec/initContainers", "value": [seed]}));
     }
     for (i, container) in containers.iter().enumerate() {
         let env = container.get("env").and_then(Value::as_array);
@@ -96,7 +166,7 @@ pub fn patch(pod: &Value, mount: &Mount) -> Vec<Value> {
                 .and_then(|v| v["value"].as_str())
                 .map(str::to_string)
         };
-        let (mount_path, sub_path, set_env) = match mount.cache_type {
+        let (mount_path, set_env) = match mount.cache_type {
             CacheType::Vllm => {
                 let root = env_value("VLLM_CACHE_ROOT");
                 let set = root
@@ -105,20 +175,15 @@ pub fn patch(pod: &Value, mount: &Mount) -> Vec<Value> {
                 let root = root.unwrap_or_else(|| DEFAULT_VLLM_CACHE_ROOT.to_string());
                 (
                     format!("{}/torch_compile_cache", root.trim_end_matches('/')),
-                    "io.vllm.cache/torch_compile_cache",
                     set,
                 )
             }
             CacheType::Triton => {
                 let dir = mount.triton_dir();
-                (
-                    dir.clone(),
-                    "io.triton.cache",
-                    Some(("TRITON_CACHE_DIR", dir)),
-                )
+                (dir.clone(), Some(("TRITON_CACHE_DIR", dir)))
             }
         };
-        let volume_mount = json!({"name": volume_name, "mountPath": mount_path, "subPath": sub_path, "readOnly": true});
+        let volume_mount = json!({"name": copy, "mountPath": mount_path});
         if container
             .get("volumeMounts")
             .and_then(Value::as_array)
@@ -140,6 +205,30 @@ pub fn patch(pod: &Value, mount: &Mount) -> Vec<Value> {
         }
     }
     ops
+}
+
+/// A preferred node affinity (weight 100) to nodes labelled `label=true`, so pods land
+/// where the cache is when they can.
+pub fn preferred_affinity_patch(pod: &Value, label: &str) -> Vec<Value> {
+    let term = json!({"weight": 100, "preference": {"matchExpressions": [{"key": label, "operator": "In", "values": ["true"]}]}});
+    let node_affinity = &pod["spec"]["affinity"]["nodeAffinity"];
+    if node_affinity["preferredDuringSchedulingIgnoredDuringExecution"].is_array() {
+        vec![
+            json!({"op": "add", "path": "/spec/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution/-", "value": term}),
+        ]
+    } else if node_affinity.is_object() {
+        vec![
+            json!({"op": "add", "path": "/spec/affinity/nodeAffinity/preferredDuringSchedulingIgnoredDuringExecution", "value": [term]}),
+        ]
+    } else if pod["spec"]["affinity"].is_object() {
+        vec![
+            json!({"op": "add", "path": "/spec/affinity/nodeAffinity", "value": {"preferredDuringSchedulingIgnoredDuringExecution": [term]}}),
+        ]
+    } else {
+        vec![
+            json!({"op": "add", "path": "/spec/affinity", "value": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [term]}}}),
+        ]
+    }
 }
 
 /// A required node affinity to nodes labelled `label=true` (where the agent marked the
@@ -233,25 +322,50 @@ mod tests {
         ], "initContainers": [{"name": "init", "image": "busybox"}]}})
     }
 
-    #[test]
-    fn vllm_cache_goes_under_the_containers_cache_root() {
-        let mut pod = vllm_pod();
-        let mount = Mount {
+    fn host(cache_type: CacheType) -> Mount {
+        Mount {
             name: "llama".into(),
-            cache_type: CacheType::Vllm,
-            source: Source::HostPath("/var/lib/kc/ns/llama/sha256-1".into()),
+            cache_type,
+            source: Source::HostPath {
+                root: "/var/lib/kc".into(),
+                staged: "ns/llama/sha256-1".into(),
+            },
             path: None,
-        };
+            seed_image: "ghcr.io/x/kernelcache:1".into(),
+        }
+    }
+
+    #[test]
+    fn vllm_cache_is_copied_under_the_containers_cache_root() {
+        let mut pod = vllm_pod();
+        let mount = host(CacheType::Vllm);
         let ops = patch(&pod, &mount);
         apply(&mut pod, &ops);
         assert_eq!(
-            pod["spec"]["volumes"][0],
-            json!({"name": "kernel-cache-llama", "hostPath": {"path": "/var/lib/kc/ns/llama/sha256-1", "type": "Directory"}})
+            pod["spec"]["volumes"],
+            json!([
+                {"name": "kernel-cache-llama-src", "hostPath": {"path": "/var/lib/kc", "type": "DirectoryOrCreate"}},
+                {"name": "kernel-cache-llama", "emptyDir": {}},
+            ])
         );
+        let seed = &pod["spec"]["initContainers"][1];
+        assert_eq!(seed["name"], SEED_CONTAINER);
+        assert_eq!(
+            seed["command"],
+            json!([
+                "/kernelcache-seed",
+                "--from",
+                "/kernel-cache-src/ns/llama/sha256-1/io.vllm.cache/torch_compile_cache",
+                "--to",
+                "/kernel-cache"
+            ])
+        );
+        assert_eq!(seed["volumeMounts"][0]["readOnly"], true);
+        assert_eq!(pod["spec"]["initContainers"][0]["name"], "init");
         let main = &pod["spec"]["containers"][0];
         assert_eq!(
             main["volumeMounts"][0],
-            json!({"name": "kernel-cache-llama", "mountPath": "/root/.cache/vllm/torch_compile_cache", "subPath": "io.vllm.cache/torch_compile_cache", "readOnly": true})
+            json!({"name": "kernel-cache-llama", "mountPath": "/root/.cache/vllm/torch_compile_cache"})
         );
         assert_eq!(
             main["env"][1],
@@ -265,52 +379,75 @@ mod tests {
         assert_eq!(
             sidecar["env"].as_array().unwrap().len(),
             1,
-            "its own VLLM_CACHE_ROOT is kept"
+            "its own root is kept"
         );
-        assert!(
-            pod["spec"]["initContainers"][0]
-                .get("volumeMounts")
-                .is_none()
-        );
-        // Never the seed's invented variables.
-        let text = pod.to_string();
-        for invented in [
-            "VLLM_KERNEL_CACHE",
-            "TRITON_KERNEL_CACHE_PATH",
-            "TORCH_COMPILE_CACHE_DIR",
-        ] {
-            assert!(!text.contains(invented));
-        }
-        // Applying again changes nothing.
+        // Once injected, the pod is left alone.
         assert!(patch(&pod, &mount).is_empty());
     }
 
     #[test]
-    fn triton_cache_sets_triton_cache_dir_to_the_mount() {
-        let mut pod = json!({"spec": {"volumes": [{"name": "shm", "emptyDir": {}}], "containers": [{"name": "main", "image": "i"}]}});
+    fn triton_cache_sets_triton_cache_dir_to_the_copy() {
+        let mut pod = json!({"spec": {"volumes": [{"name": "shm", "emptyDir": {}}], "containers": [{"name": "main", "image": "i", "env": [{"name": "TRITON_CACHE_DIR", "value": "/old"}]}]}});
         let mount = Mount {
             name: "vadd".into(),
             cache_type: CacheType::Triton,
             source: Source::Image("reg/vadd@sha256:8ce4".into()),
             path: None,
+            seed_image: "s".into(),
         };
         let ops = patch(&pod, &mount);
         apply(&mut pod, &ops);
         assert_eq!(
             pod["spec"]["volumes"][1],
-            json!({"name": "kernel-cache-vadd", "image": {"reference": "reg/vadd@sha256:8ce4", "pullPolicy": "IfNotPresent"}})
+            json!({"name": "kernel-cache-vadd-src", "image": {"reference": "reg/vadd@sha256:8ce4", "pullPolicy": "IfNotPresent"}})
+        );
+        assert_eq!(
+            pod["spec"]["initContainers"][0]["command"][2],
+            "/kernel-cache-src/io.triton.cache"
         );
         let main = &pod["spec"]["containers"][0];
         assert_eq!(
             main["volumeMounts"][0]["mountPath"],
             "/var/cache/kubeairunway/kernels/vadd"
         );
-        assert_eq!(main["volumeMounts"][0]["subPath"], "io.triton.cache");
         assert_eq!(
             main["env"][0],
             json!({"name": "TRITON_CACHE_DIR", "value": "/var/cache/kubeairunway/kernels/vadd"})
         );
         assert_eq!(mount.triton_dir(), "/var/cache/kubeairunway/kernels/vadd");
+        for env in main["env"].as_array().unwrap() {
+            assert!(
+                ![
+                    "VLLM_KERNEL_CACHE",
+                    "TRITON_KERNEL_CACHE_PATH",
+                    "TORCH_COMPILE_CACHE_DIR"
+                ]
+                .contains(&env["name"].as_str().unwrap()),
+                "the seed's invented names"
+            );
+        }
+    }
+
+    #[test]
+    fn preferred_affinity_joins_what_is_there() {
+        let label = ready_label("ml", "vadd");
+        for mut pod in [
+            json!({"spec": {}}),
+            json!({"spec": {"affinity": {"podAntiAffinity": {}}}}),
+            json!({"spec": {"affinity": {"nodeAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [{"weight": 1, "preference": {}}]}}}}),
+        ] {
+            let ops = preferred_affinity_patch(&pod, &label);
+            apply(&mut pod, &ops);
+            let terms = pod["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"]
+                .as_array()
+                .unwrap();
+            let last = terms.last().unwrap();
+            assert_eq!(last["weight"], 100);
+            assert_eq!(
+                last["preference"]["matchExpressions"][0]["key"],
+                label.as_str()
+            );
+        }
     }
 
     #[test]
@@ -339,12 +476,7 @@ mod tests {
 
     #[test]
     fn pods_without_containers_are_untouched() {
-        let mount = Mount {
-            name: "x".into(),
-            cache_type: CacheType::Triton,
-            source: Source::HostPath("/p".into()),
-            path: None,
-        };
+        let mount = host(CacheType::Triton);
         assert!(patch(&json!({"spec": {}}), &mount).is_empty());
         assert!(patch(&json!({}), &mount).is_empty());
     }

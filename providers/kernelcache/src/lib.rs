@@ -18,5 +18,6 @@ pub mod image;
 pub mod inject;
 pub mod oci;
 pub mod ops;
+pub mod seed;
 pub mod triton;
 pub mod verify;

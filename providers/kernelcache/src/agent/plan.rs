@@ -68,8 +68,9 @@ pub fn triton_mount(cache: &KernelCache) -> String {
     inject::Mount {
         name: cache.name_any(),
         cache_type: CacheType::Triton,
-        source: inject::Source::HostPath(String::new()),
+        source: inject::Source::Image(String::new()),
         path: cache.spec.mount.as_ref().and_then(|m| m.path.clone()),
+        seed_image: String::new(),
     }
     .triton_dir()
 }
