@@ -18,6 +18,7 @@
 //! for it) is in the crate's README.
 #![deny(missing_docs)]
 
+pub mod admission;
 pub mod api;
 pub mod cli;
 pub mod conditions;

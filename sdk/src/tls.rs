@@ -413,6 +413,7 @@ impl fmt::Debug for KubeCertStore {
 
 impl KubeCertStore {
     /// A store for `secret_name` in `namespace` and the named webhook configurations.
+    /// An empty configuration name means there is none of that kind to patch.
     pub fn new(
         client: kube::Client,
         namespace: &str,
@@ -506,12 +507,16 @@ impl CertStore for KubeCertStore {
     async fn publish_ca_bundle(&self, ca_pem: &str) -> Result<(), Error> {
         let pp = PatchParams::default();
         let wanted = ca_pem.as_bytes();
-        if let Some(v) = self
-            .validating
-            .get_opt(&self.validating_name)
-            .await
-            .map_err(store_err)?
-        {
+        // An empty name: this component has no configuration of that kind.
+        let validating = if self.validating_name.is_empty() {
+            None
+        } else {
+            self.validating
+                .get_opt(&self.validating_name)
+                .await
+                .map_err(store_err)?
+        };
+        if let Some(v) = validating {
             let hooks = v.webhooks.unwrap_or_default();
             if hooks
                 .iter()
@@ -523,15 +528,18 @@ impl CertStore for KubeCertStore {
                     .await
                     .map_err(store_err)?;
             }
-        } else {
+        } else if !self.validating_name.is_empty() {
             warn!(name = %self.validating_name, "validating webhook configuration not found");
         }
-        if let Some(m) = self
-            .mutating
-            .get_opt(&self.mutating_name)
-            .await
-            .map_err(store_err)?
-        {
+        let mutating = if self.mutating_name.is_empty() {
+            None
+        } else {
+            self.mutating
+                .get_opt(&self.mutating_name)
+                .await
+                .map_err(store_err)?
+        };
+        if let Some(m) = mutating {
             let hooks = m.webhooks.unwrap_or_default();
             if hooks
                 .iter()
@@ -543,7 +551,7 @@ impl CertStore for KubeCertStore {
                     .await
                     .map_err(store_err)?;
             }
-        } else {
+        } else if !self.mutating_name.is_empty() {
             warn!(name = %self.mutating_name, "mutating webhook configuration not found");
         }
         Ok(())

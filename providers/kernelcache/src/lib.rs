@@ -21,3 +21,4 @@ pub mod ops;
 pub mod seed;
 pub mod triton;
 pub mod verify;
+pub mod webhook;
