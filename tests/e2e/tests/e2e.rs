@@ -27,6 +27,8 @@ mod kernelcache_agent;
 mod kernelcache_controller;
 #[path = "e2e/kernelcache_verify.rs"]
 mod kernelcache_verify;
+#[path = "e2e/kernelcache_webhook.rs"]
+mod kernelcache_webhook;
 #[path = "e2e/kuberay.rs"]
 mod kuberay;
 #[path = "e2e/reference_compat.rs"]
