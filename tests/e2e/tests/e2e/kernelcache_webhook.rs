@@ -73,7 +73,7 @@ fn pod(md: Option<&str>, container: Value) -> Value {
         |m| json!({"kubeairunway.ai/model-deployment": m}),
     );
     json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"generateName": "p-", "namespace": NS, "labels": labels},
-           "spec": {"containers": [container]}})
+           "spec": {"containers": Value::Array(vec![container])}})
 }
 
 /// POST a review; return (allowed, the pod with the returned patch applied, had a patch).
