@@ -395,10 +395,10 @@ async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments
     task.await.unwrap().unwrap();
 }
 
-/// The kernel-cache chart: lints, ships the generated CRDs, and gives the controller and
-/// the agent least-privilege RBAC of their own.
+/// The kernel-cache chart: lints, ships the generated CRDs, and gives the controller, the
+/// agent and the webhook least-privilege RBAC of their own.
 #[test]
-fn chart_lints_and_renders_the_controller_and_the_agent() {
+fn chart_lints_and_renders_the_controller_the_agent_and_the_webhook() {
     use kubeairunway_e2e::helm;
     let Some(helm_bin) = helm::require() else {
         return;
@@ -470,6 +470,38 @@ fn chart_lints_and_renders_the_controller_and_the_agent() {
     assert!(!writes(&controller["rules"], "kernelcachenodes"));
     assert!(writes(&controller["rules"], "modeldeployments/status"));
     assert!(!writes(&controller["rules"], "modeldeployments"));
+    // The webhook: never in the way of a pod, only for serving pods, only its own CA.
+    let hooks = helm::of_kind(&objects, "MutatingWebhookConfiguration");
+    assert_eq!(hooks.len(), 1);
+    let hook = &hooks[0]["webhooks"][0];
+    assert_eq!(hook["failurePolicy"], "Ignore");
+    assert_eq!(hook["sideEffects"], "None");
+    assert_eq!(hook["clientConfig"]["service"]["path"], "/mutate-pod");
+    assert_eq!(
+        hook["objectSelector"]["matchExpressions"][0],
+        json!({"key": "kubeairunway.ai/model-deployment", "operator": "Exists"})
+    );
+    assert_eq!(hook["rules"][0]["operations"], json!(["CREATE"]));
+    let webhook = role("release-kernelcache-provider-webhook");
+    assert!(!writes(&webhook["rules"], "modeldeployments"));
+    assert!(!writes(&webhook["rules"], "kernelcaches"));
+    assert!(
+        webhook["rules"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["resourceNames"] == json!(["release-kernelcache-provider-webhook"]))
+    );
+    let seed_image = helm::of_kind(&objects, "Deployment")
+        .into_iter()
+        .find(|d| d["metadata"]["name"] == "release-kernelcache-provider-webhook")
+        .expect("the webhook Deployment")["spec"]["template"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|a| a == "--seed-image=ghcr.io/kubeairunway/kernelcache-provider:v1");
+    assert!(seed_image, "the seed image defaults to the chart's image");
+    assert_eq!(helm::of_kind(&objects, "PodDisruptionBudget").len(), 1);
     let agent = role("release-kernelcache-provider-agent");
     assert!(!writes(&agent["rules"], "kernelcaches/status"));
     assert!(writes(&agent["rules"], "kernelcachenodes/status"));
