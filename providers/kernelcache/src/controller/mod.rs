@@ -112,36 +112,9 @@ pub async fn run(
     metrics: Arc<app::Metrics>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
-    let (nodes, node_writer) = reflector::store();
-    let node_stream = reflector(
-        node_writer,
-        watcher(
-            Api::<KernelCacheNode>::all(client.clone()),
-            watcher::Config::default(),
-        ),
-    )
-    .default_backoff()
-    .touched_objects();
-    let (caches, cache_writer) = reflector::store();
-    let cache_stream = reflector(
-        cache_writer,
-        watcher(
-            Api::<KernelCache>::all(client.clone()),
-            watcher::Config::default(),
-        ),
-    )
-    .default_backoff()
-    .touched_objects();
-    let (mds, md_writer) = reflector::store();
-    let md_stream = reflector(
-        md_writer,
-        watcher(
-            Api::<ModelDeployment>::all(client.clone()),
-            watcher::Config::default(),
-        ),
-    )
-    .default_backoff()
-    .touched_objects();
+    let (nodes, node_stream) = reflected::<KernelCacheNode>(&client);
+    let (caches, cache_stream) = reflected::<KernelCache>(&client);
+    let (mds, md_stream) = reflected::<ModelDeployment>(&client);
 
     let ctx = Arc::new(Ctx {
         recorder: Recorder::new(
@@ -189,27 +162,26 @@ pub async fn run(
 
     // Cache changes wake the ModelDeployments in their namespace that name them.
     let md_store = mds.clone();
-    let cache_mds = cache_stream_for_mds(client.clone()).filter_map(move |c| {
-        let md_store = md_store.clone();
-        async move {
-            let cache = c.ok()?;
-            let (ns, name) = (cache.namespace()?, cache.name_any());
-            let refs: Vec<ObjectRef<ModelDeployment>> = md_store
-                .state()
-                .iter()
-                .filter(|md| md.namespace().as_deref() == Some(ns.as_str()))
-                .filter(|md| names_cache(md) == Some(name.as_str()))
-                .map(|md| ObjectRef::from_obj(md.as_ref()))
-                .collect();
-            Some(futures::stream::iter(refs))
-        }
-    });
+    let cache_mds = move |cache: KernelCache| {
+        let (ns, name) = (cache.namespace().unwrap_or_default(), cache.name_any());
+        md_store
+            .state()
+            .iter()
+            .filter(|md| md.namespace().as_deref() == Some(ns.as_str()))
+            .filter(|md| names_cache(md) == Some(name.as_str()))
+            .map(|md| ObjectRef::from_obj(md.as_ref()))
+            .collect::<Vec<_>>()
+    };
     let md_ctx = Arc::new(MdCtx {
         client: client.clone(),
         caches,
     });
     let mds_ctl = Controller::for_stream(md_stream, mds)
-        .reconcile_on(cache_mds.flatten())
+        .watches(
+            Api::<KernelCache>::all(client.clone()),
+            watcher::Config::default(),
+            cache_mds,
+        )
         .graceful_shutdown_on(shutdown)
         .run(reconcile_md, md_error, md_ctx)
         .for_each(|_| async {});
@@ -220,12 +192,30 @@ pub async fn run(
     Ok(())
 }
 
-fn cache_stream_for_mds(
-    client: Client,
-) -> impl futures::Stream<Item = Result<KernelCache, watcher::Error>> + Send {
-    watcher(Api::<KernelCache>::all(client), watcher::Config::default())
-        .default_backoff()
-        .touched_objects()
+/// A reflector store of every `K` and the stream that keeps it current.
+fn reflected<K>(
+    client: &Client,
+) -> (
+    Store<K>,
+    impl futures::Stream<Item = Result<K, watcher::Error>> + Send + use<K>,
+)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (store, writer) = reflector::store();
+    let stream = reflector(
+        writer,
+        watcher(Api::<K>::all(client.clone()), watcher::Config::default()),
+    )
+    .default_backoff()
+    .touched_objects();
+    (store, stream)
 }
 
 fn names_cache(md: &ModelDeployment) -> Option<&str> {
