@@ -201,10 +201,6 @@ pub async fn main() -> anyhow::Result<()> {
         .context("connecting to the cluster")?;
     let stop = ops::terminated().shared();
     let metrics = Arc::new(Metrics::default());
-    if !cli.metrics_addr.is_empty() {
-        let addr: SocketAddr = cli.metrics_addr.parse().context("--metrics-addr")?;
-        ops::serve(addr, metrics.clone(), stop.clone()).await?;
-    }
     let resolver = Arc::new(CertResolver::default());
     let store = KubeCertStore::new(
         client.clone(),
@@ -227,8 +223,26 @@ pub async fn main() -> anyhow::Result<()> {
     certs.ensure().await.context("the webhook certificate")?;
     tokio::spawn(certs.run(Duration::from_secs(300), stop.clone()));
     let tls = kubeairunway_sdk::tls::server_config(resolver)?;
+    // Serve only once both caches are synced, so that no pod is admitted against an
+    // empty cache (the Service routes to ready replicas only).
+    let lookup = stores(&client);
+    lookup
+        .model_deployments
+        .wait_until_ready()
+        .await
+        .context("ModelDeployment cache")?;
+    lookup
+        .kernel_caches
+        .wait_until_ready()
+        .await
+        .context("KernelCache cache")?;
+    // Health (and so readiness) only from here on.
+    if !cli.metrics_addr.is_empty() {
+        let addr: SocketAddr = cli.metrics_addr.parse().context("--metrics-addr")?;
+        ops::serve(addr, metrics.clone(), stop.clone()).await?;
+    }
     let state = AppState {
-        lookup: Arc::new(stores(&client)),
+        lookup: Arc::new(lookup),
         settings: Settings {
             cache_root: cli.cache_root.clone(),
             seed_image: cli.seed_image.clone(),

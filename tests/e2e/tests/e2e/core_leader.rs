@@ -90,7 +90,9 @@ async fn core_two_replicas_one_leader() {
             &format!("--namespace={ns}"),
             &format!("--pod-name={name}"),
             &format!("--metrics-bind-address={metrics}"),
-            "--leader-election-lease-duration=4s",
+            // Long enough that a loaded machine never loses a renewal; the leader releases
+            // the Lease when stopped, so the takeover below does not wait for it.
+            "--leader-election-lease-duration=15s",
             "--leader-election-renew-interval=1s",
         ])
         .unwrap();

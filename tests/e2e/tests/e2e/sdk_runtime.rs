@@ -468,7 +468,9 @@ async fn with_leader_election_only_the_leader_reconciles_and_a_standby_takes_ove
         options.leader_elect = true;
         options.leader_election_namespace.clone_from(&ns);
         options.leader_election_identity = identity.to_string();
-        options.leader_election_lease_seconds = 4;
+        // Long enough that a loaded machine never loses a renewal; a stopped leader
+        // releases the Lease, so the takeover below does not wait for it.
+        options.leader_election_lease_seconds = 15;
         options.leader_election_renew_seconds = 1;
         testing::spawn(
             ChatServerProvider {
