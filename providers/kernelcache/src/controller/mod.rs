@@ -94,6 +94,8 @@ struct Ctx {
     recorder: Recorder,
     metrics: Arc<app::Metrics>,
     verified: Mutex<HashMap<(String, String), VerifiedEntry>>,
+    /// When each cache's tag was last compared with its pin.
+    pin_checked: Mutex<HashMap<(String, String), std::time::Instant>>,
 }
 
 /// Controller failures worth a retry.
@@ -130,6 +132,7 @@ pub async fn run(
         nodes: nodes.clone(),
         metrics,
         verified: Mutex::default(),
+        pin_checked: Mutex::default(),
     });
     let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
 
@@ -332,7 +335,9 @@ async fn reconcile_cache(cache: Arc<KernelCache>, ctx: Arc<Ctx>) -> Result<Actio
                 return Ok(Action::requeue(Duration::from_secs(30)));
             }
         }
-    } else if let (Some(p), Some(digest)) = (&pinned, &previous.resolved_digest) {
+    } else if let (Some(p), Some(digest)) = (&pinned, &previous.resolved_digest)
+        && pin_check_due(&ctx, &ns, &name)
+    {
         match puller.check_pin(&image, digest).await {
             Ok(()) => set(
                 &mut status,
@@ -551,6 +556,23 @@ async fn reconcile_cache(cache: Arc<KernelCache>, ctx: Arc<Ctx>) -> Result<Actio
     }
     write(&ctx, &cache, &previous, status).await?;
     Ok(Action::requeue(ctx.settings.resync))
+}
+
+/// Whether the tag of `namespace/name` is due for comparison with its pin: at most once
+/// per resync interval, however often node reports wake the cache (registries rate-limit).
+fn pin_check_due(ctx: &Ctx, namespace: &str, name: &str) -> bool {
+    let Ok(mut checked) = ctx.pin_checked.lock() else {
+        return true;
+    };
+    let now = std::time::Instant::now();
+    let key = (namespace.to_string(), name.to_string());
+    let due = checked
+        .get(&key)
+        .is_none_or(|last| now.duration_since(*last) >= ctx.settings.resync);
+    if due {
+        checked.insert(key, now);
+    }
+    due
 }
 
 fn set(
