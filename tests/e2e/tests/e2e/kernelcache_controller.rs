@@ -251,6 +251,42 @@ async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments
         assert_eq!(condition(&s, "Ready").0, "False");
     }
 
+    // A signed image that is not a kernel cache (no cache labels) is refused too.
+    let (plain_signer, plain_public) = new_signer().unwrap();
+    let mut plain_image = triton_cuda("90").unwrap();
+    plain_image.config = kubeairunway_e2e::cache_images::config(&json!({"maintainer": "x"}));
+    let plain = push(&registry, "caches/plain:v1", &plain_image)
+        .await
+        .unwrap();
+    sign(
+        &registry,
+        &pinned(&registry, &plain).await.unwrap(),
+        plain_signer,
+    )
+    .await
+    .unwrap();
+    apply(
+        &client,
+        "cache.kubeairunway.ai/v1alpha1",
+        "KernelCachePolicy",
+        "kernelcachepolicies",
+        "default",
+        json!({"spec": {"mode": "key", "publicKeys": [public.clone(), plain_public]}}),
+    )
+    .await;
+    cache(&client, "plain", &plain).await;
+    let s = status_where(&client, "plain", "not a cache", |s| {
+        conditions::find(&s.conditions, "Verified").is_some_and(|c| c.reason == "NotACacheImage")
+    })
+    .await;
+    assert_eq!(s.usable_image(), None);
+    assert!(
+        condition(&s, "Verified")
+            .2
+            .contains("not a kernel cache image"),
+        "{s:?}"
+    );
+
     // Node reports add up (an old digest's entry is ignored).
     node_report(&client, "gpu-a", &[("signed", &digest, "Ready", "")]).await;
     node_report(&client, "gpu-b", &[("signed", &digest, "Staging", "")]).await;
