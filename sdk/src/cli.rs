@@ -23,19 +23,7 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs(secs))
 }
 
-/// Log format.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
-    /// Human-readable lines.
-    Text,
-    /// One JSON object per line.
-    Json,
-}
-
-/// Set up `tracing` to stderr (filter from `RUST_LOG`, default `info`).
-pub fn init_logging(format: LogFormat) {
-    crate::runtime::init_tracing(format == LogFormat::Json);
-}
+pub use crate::process::{LogFormat, init_logging};
 
 #[cfg(test)]
 mod tests {

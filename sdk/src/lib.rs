@@ -25,6 +25,7 @@ pub mod conditions;
 pub mod labels;
 pub mod leader;
 pub mod overrides;
+pub mod process;
 pub mod provider;
 pub mod render;
 pub mod runtime;

@@ -39,7 +39,9 @@ struct Args {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let client = kubeairunway_sdk::runtime::connect(&args.options).await?;
+    let rt =
+        kubeairunway_sdk::process::Runtime::start("kaito-provider", args.options.process.clone()).await?;
+    let client = rt.client();
     let inference_set = match args.inference_set {
         InferenceSetMode::Enabled => true,
         InferenceSetMode::Disabled => false,
@@ -61,5 +63,5 @@ async fn main() -> anyhow::Result<()> {
         inference_set,
         instance_type: Some(args.instance_type).filter(|s| !s.is_empty()),
     };
-    kubeairunway_sdk::runtime::run(provider, client, args.options).await
+    kubeairunway_sdk::runtime::run(provider, rt, args.options).await
 }
