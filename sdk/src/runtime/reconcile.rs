@@ -138,56 +138,35 @@ pub async fn reconcile_once<P: Provider>(
         }
     };
     publish_warnings(md, ctx, &rendered.warnings).await;
-    let mut objects = rendered.objects;
-    if objects.is_empty() {
+    if rendered.objects.is_empty() {
         return Err(Error::Other(format!(
             "provider {} rendered no objects",
             ctx.name()
         )));
     }
-    let primary_kind = kind_of(&objects[0]);
-    for (i, object) in objects.iter_mut().enumerate() {
-        let role = if i == 0 {
-            render::Role::Primary {
-                immutable_fields: ctx.provider.immutable_fields(&primary_kind),
-            }
-        } else {
-            render::Role::Supporting
-        };
-        render::finish(object, md, ctx.name(), role);
-    }
-
     // Nothing is applied unless every field we set exists in the installed schema.
-    let mut missing = BTreeSet::new();
-    for object in &objects {
-        let value = serde_json::to_value(object).map_err(|e| Error::Other(e.to_string()))?;
-        if api.is_upstream_object(&value) {
-            missing.extend(api.missing_paths(&value));
+    let objects = match render::finalize(ctx.provider.as_ref(), md, &api, rendered.objects) {
+        Ok(objects) => objects,
+        Err(mismatch) => {
+            let message = mismatch.to_string();
+            event(
+                ctx,
+                md,
+                EventType::Warning,
+                reasons::UPSTREAM_SCHEMA_MISMATCH,
+                &message,
+            )
+            .await;
+            status::apply(
+                ctx,
+                md,
+                &terminal(Phase::Failed, reasons::UPSTREAM_SCHEMA_MISMATCH, &message),
+            )
+            .await?;
+            return Ok(Action::await_change());
         }
-    }
-    if !missing.is_empty() {
-        let message = format!(
-            "installed {crd} {} (schema {}) has no field {}; nothing was applied",
-            api.version,
-            api.schema_hash,
-            missing.into_iter().collect::<Vec<_>>().join(", ")
-        );
-        event(
-            ctx,
-            md,
-            EventType::Warning,
-            reasons::UPSTREAM_SCHEMA_MISMATCH,
-            &message,
-        )
-        .await;
-        status::apply(
-            ctx,
-            md,
-            &terminal(Phase::Failed, reasons::UPSTREAM_SCHEMA_MISMATCH, &message),
-        )
-        .await?;
-        return Ok(Action::await_change());
-    }
+    };
+    let primary_kind = kind_of(&objects[0]);
 
     let ns = md.namespace().unwrap_or_default();
     let primary = &objects[0];
