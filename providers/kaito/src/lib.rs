@@ -12,6 +12,7 @@ pub mod overrides;
 pub mod render;
 pub mod status;
 
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::DynamicObject;
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
@@ -30,6 +31,17 @@ pub const NAME: &str = "kaito";
 pub const GROUP: &str = "kaito.sh";
 /// The InferenceSet CRD, which serves more than one replica.
 pub const INFERENCE_SET_CRD: &str = "inferencesets.kaito.sh";
+
+/// Whether an installed InferenceSet CRD serves the version this provider renders: what
+/// `--inference-set auto` decides at start.
+pub fn inference_set_served(crd: Option<&CustomResourceDefinition>) -> bool {
+    crd.is_some_and(|crd| {
+        crd.spec
+            .versions
+            .iter()
+            .any(|v| v.served && v.name == render::INFERENCE_SET_VERSION)
+    })
+}
 
 /// The KAITO provider.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -139,5 +151,37 @@ impl Provider for KaitoProvider {
             "configmaps",
         );
         vec![inference_set, config_map]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn crd(versions: &[(&str, bool)]) -> CustomResourceDefinition {
+        let versions: Vec<_> = versions
+            .iter()
+            .map(|(name, served)| serde_json::json!({"name": name, "served": served, "storage": false}))
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": INFERENCE_SET_CRD},
+            "spec": {"group": GROUP, "scope": "Namespaced",
+                     "names": {"plural": "inferencesets", "kind": "InferenceSet"}, "versions": versions},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn inference_set_is_used_only_when_its_crd_serves_our_version() {
+        assert!(!inference_set_served(None));
+        assert!(inference_set_served(Some(&crd(&[
+            ("v1alpha1", true),
+            ("v1beta1", true)
+        ]))));
+        assert!(!inference_set_served(Some(&crd(&[
+            ("v1alpha1", false),
+            ("v1beta1", true)
+        ]))));
     }
 }

@@ -3,9 +3,7 @@
 use clap::{Parser, ValueEnum};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::Api;
-use kubeairunway_kaito_provider::{
-    INFERENCE_SET_CRD, KaitoProvider, render::INFERENCE_SET_VERSION,
-};
+use kubeairunway_kaito_provider::{INFERENCE_SET_CRD, KaitoProvider, inference_set_served};
 
 /// Whether replicas other than 1 are served by KAITO's InferenceSet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -45,15 +43,12 @@ async fn main() -> anyhow::Result<()> {
     let inference_set = match args.inference_set {
         InferenceSetMode::Enabled => true,
         InferenceSetMode::Disabled => false,
-        InferenceSetMode::Auto => Api::<CustomResourceDefinition>::all(client.clone())
-            .get_opt(INFERENCE_SET_CRD)
-            .await?
-            .is_some_and(|crd| {
-                crd.spec
-                    .versions
-                    .iter()
-                    .any(|v| v.served && v.name == INFERENCE_SET_VERSION)
-            }),
+        InferenceSetMode::Auto => inference_set_served(
+            Api::<CustomResourceDefinition>::all(client.clone())
+                .get_opt(INFERENCE_SET_CRD)
+                .await?
+                .as_ref(),
+        ),
     };
     tracing::info!(
         inference_set,

@@ -192,34 +192,29 @@ async fn prepare<P: Provider>(
         }
     };
     publish_warnings(md, ctx, &rendered.warnings).await;
-    let objects = finish_all(ctx.provider.as_ref(), md, ctx.name(), rendered.objects)
-        .map_err(Error::Other)?;
-
+    if rendered.objects.is_empty() {
+        return Err(Error::Other(format!(
+            "provider {} rendered no objects",
+            ctx.name()
+        )));
+    }
     // Nothing is applied unless every field we set exists in the installed schema.
-    let mut missing = BTreeSet::new();
-    for object in &objects {
-        let value = serde_json::to_value(object).map_err(|e| Error::Other(e.to_string()))?;
-        if api.is_upstream_object(&value) {
-            missing.extend(api.missing_paths(&value));
+    let objects = match render::finalize(ctx.provider.as_ref(), md, &api, rendered.objects) {
+        Ok(objects) => objects,
+        Err(mismatch) => {
+            let message = mismatch.to_string();
+            event(
+                ctx,
+                md,
+                EventType::Warning,
+                reasons::UPSTREAM_SCHEMA_MISMATCH,
+                &message,
+            )
+            .await;
+            return terminal_status(Phase::Failed, reasons::UPSTREAM_SCHEMA_MISMATCH, message)
+                .await;
         }
-    }
-    if !missing.is_empty() {
-        let message = format!(
-            "installed {crd} {} (schema {}) has no field {}; nothing was applied",
-            api.version,
-            api.schema_hash,
-            missing.into_iter().collect::<Vec<_>>().join(", ")
-        );
-        event(
-            ctx,
-            md,
-            EventType::Warning,
-            reasons::UPSTREAM_SCHEMA_MISMATCH,
-            &message,
-        )
-        .await;
-        return terminal_status(Phase::Failed, reasons::UPSTREAM_SCHEMA_MISMATCH, message).await;
-    }
+    };
     let resources = objects.iter().map(|o| resource_of(o, &api)).collect();
     Ok(Ok(Prepared {
         api,
@@ -227,50 +222,6 @@ async fn prepare<P: Provider>(
         resources,
         warnings: rendered.warnings,
     }))
-}
-
-/// The objects exactly as the runtime applies them: every rendered object of `provider`
-/// for `md`, finished by [`render::finish`] (the primary with the provider's immutable
-/// fields) and stamped with [`labels::RENDERED_HASH`]. The primary stays first.
-pub fn finish_all<P: Provider + ?Sized>(
-    provider: &P,
-    md: &ModelDeployment,
-    name: &str,
-    mut objects: Vec<DynamicObject>,
-) -> Result<Vec<DynamicObject>, String> {
-    if objects.is_empty() {
-        return Err(format!("provider {name} rendered no objects"));
-    }
-    let primary_kind = kind_of(&objects[0]);
-    for (i, object) in objects.iter_mut().enumerate() {
-        let role = if i == 0 {
-            render::Role::Primary {
-                immutable_fields: provider.immutable_fields(&primary_kind),
-            }
-        } else {
-            render::Role::Supporting
-        };
-        render::finish(object, md, name, role);
-        let hash = rendered_hash(object);
-        object
-            .metadata
-            .annotations
-            .get_or_insert_with(Default::default)
-            .insert(labels::RENDERED_HASH.to_string(), hash);
-    }
-    Ok(objects)
-}
-
-/// Hash of an object as rendered (without its own hash annotation).
-fn rendered_hash(object: &DynamicObject) -> String {
-    let mut value = serde_json::to_value(object).unwrap_or_default();
-    if let Some(a) = value
-        .pointer_mut("/metadata/annotations")
-        .and_then(Value::as_object_mut)
-    {
-        a.remove(labels::RENDERED_HASH);
-    }
-    crate::upstream::short_hash(value.to_string().as_bytes())
 }
 
 /// Phase 2: while the previous primary object is being deleted, wait; when it must be
@@ -558,14 +509,6 @@ fn terminal(phase: Phase, reason: &str, message: &str) -> ProviderView {
     ProviderView::new(phase, message)
         .condition(PROVIDER_COMPATIBLE, false, reason, message)
         .condition(READY, false, reason, message)
-}
-
-fn kind_of(object: &DynamicObject) -> String {
-    object
-        .types
-        .as_ref()
-        .map(|t| t.kind.clone())
-        .unwrap_or_default()
 }
 
 /// The API resource of a rendered object: the detected upstream one, or derived from its
