@@ -53,16 +53,16 @@ pub struct WebhookOptions {
     #[arg(long, env = "WEBHOOK_SECRET_NAME")]
     pub webhook_secret_name: Option<String>,
     /// Lifetime of a new CA.
-    #[arg(long, env = "WEBHOOK_CA_VALIDITY", default_value = "3650d", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "WEBHOOK_CA_VALIDITY", default_value = "3650d", value_parser = crate::process::parse_duration)]
     pub webhook_ca_validity: std::time::Duration,
     /// Lifetime of a new serving certificate.
-    #[arg(long, env = "WEBHOOK_CERT_VALIDITY", default_value = "365d", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "WEBHOOK_CERT_VALIDITY", default_value = "365d", value_parser = crate::process::parse_duration)]
     pub webhook_cert_validity: std::time::Duration,
     /// Rotate a certificate this long before it expires.
-    #[arg(long, env = "WEBHOOK_CERT_ROTATE_BEFORE", default_value = "30d", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "WEBHOOK_CERT_ROTATE_BEFORE", default_value = "30d", value_parser = crate::process::parse_duration)]
     pub webhook_cert_rotate_before: std::time::Duration,
     /// How often to check (and reload) the certificate.
-    #[arg(long, env = "WEBHOOK_CERT_CHECK_INTERVAL", default_value = "5m", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "WEBHOOK_CERT_CHECK_INTERVAL", default_value = "5m", value_parser = crate::process::parse_duration)]
     pub webhook_cert_check_interval: std::time::Duration,
 }
 

@@ -22,7 +22,6 @@
 
 pub mod admission;
 pub mod api;
-pub mod cli;
 pub mod conditions;
 pub mod defaults;
 pub mod labels;

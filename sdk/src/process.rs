@@ -44,6 +44,12 @@ use tokio::sync::watch;
 
 use crate::leader::{LeaderElector, LeaseSettings};
 
+/// The duration syntax of every flag of the platform (`90s`, `5m`, `1h 30m`, `30d`):
+/// `humantime`'s, for `value_parser = kubeairunway_sdk::process::parse_duration`.
+pub fn parse_duration(s: &str) -> Result<Duration, humantime::DurationError> {
+    humantime::parse_duration(s)
+}
+
 /// Log format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum LogFormat {
@@ -75,13 +81,13 @@ pub struct Options {
     pub leader_elect_resource_namespace: String,
     /// How long the others wait, from their own observation of the last renewal, before
     /// taking the Lease.
-    #[arg(long, env = "LEADER_ELECT_LEASE_DURATION", default_value = "15s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "LEADER_ELECT_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
     pub leader_elect_lease_duration: Duration,
     /// How long the leader keeps leading without a successful renewal.
-    #[arg(long, env = "LEADER_ELECT_RENEW_DEADLINE", default_value = "10s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "LEADER_ELECT_RENEW_DEADLINE", default_value = "10s", value_parser = parse_duration)]
     pub leader_elect_renew_deadline: Duration,
     /// How often the leader renews and the others look.
-    #[arg(long, env = "LEADER_ELECT_RETRY_PERIOD", default_value = "2s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "LEADER_ELECT_RETRY_PERIOD", default_value = "2s", value_parser = parse_duration)]
     pub leader_elect_retry_period: Duration,
     /// This replica's name: its identity in the Lease and in the events it writes.
     #[arg(long, env = "POD_NAME", default_value = "")]

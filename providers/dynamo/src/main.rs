@@ -15,7 +15,7 @@ struct Args {
     #[arg(long, env = "DYNAMO_VERSION", default_value = DEFAULT_DYNAMO_VERSION)]
     dynamo_version: String,
     /// How long Dynamo's `failed` state must last before the ModelDeployment is Failed.
-    #[arg(long, env = "FAILED_THRESHOLD", default_value = "5m", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "FAILED_THRESHOLD", default_value = "5m", value_parser = kubeairunway_sdk::process::parse_duration)]
     failed_threshold: Duration,
 }
 

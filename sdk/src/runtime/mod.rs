@@ -65,18 +65,18 @@ pub struct Options {
     #[command(flatten)]
     pub process: process::Options,
     /// How long deletion waits for upstream objects to go before giving up.
-    #[arg(long, env = "FINALIZER_TIMEOUT", default_value = "5m", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "FINALIZER_TIMEOUT", default_value = "5m", value_parser = crate::process::parse_duration)]
     pub finalizer_timeout: Duration,
     /// How long the upstream status may stand still, while not Running, before the
     /// `StaleStatus` condition is set.
-    #[arg(long, env = "STALE_STATUS_AFTER", default_value = "5m", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "STALE_STATUS_AFTER", default_value = "5m", value_parser = crate::process::parse_duration)]
     pub stale_status_after: Duration,
     /// How often the InferenceProviderConfig heartbeat is refreshed.
-    #[arg(long, env = "HEARTBEAT_INTERVAL", default_value = "30s", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "HEARTBEAT_INTERVAL", default_value = "30s", value_parser = crate::process::parse_duration)]
     pub heartbeat_interval: Duration,
     /// How often every ModelDeployment is looked at again without any change (from the
     /// caches: it costs no API request unless something drifted).
-    #[arg(long, env = "RESYNC_PERIOD", default_value = "5m", value_parser = humantime::parse_duration)]
+    #[arg(long, env = "RESYNC_PERIOD", default_value = "5m", value_parser = crate::process::parse_duration)]
     pub resync_period: Duration,
 }
 

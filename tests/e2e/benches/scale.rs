@@ -39,6 +39,7 @@ use kubeairunway_dynamo_provider::{Dynamo, Settings};
 use kubeairunway_e2e::{fixtures_dir, read_crd};
 use kubeairunway_sdk::api::{EngineType, InferenceProviderConfig, ModelDeployment};
 use kubeairunway_sdk::testing::ModelDeploymentBuilder;
+use kubeairunway_sdk::process::Runtime;
 use kubeairunway_sdk::{Provider, UpstreamApi};
 use kubeairunway_testcluster::{Lifetime, TestCluster, install_crds};
 use serde_json::json;
@@ -95,34 +96,31 @@ fn main() -> anyhow::Result<()> {
     rt.block_on(bench(&cluster, &args))
 }
 
-async fn child_client() -> anyhow::Result<Client> {
-    kubeairunway_testcluster::install_crypto_provider();
-    Ok(Client::try_default().await?)
-}
-
 /// The core controller, as its binary runs it (no webhooks: nothing calls them here).
 async fn run_core() -> anyhow::Result<()> {
     use clap::Parser;
-    kubeairunway_sdk::cli::init_logging(kubeairunway_sdk::cli::LogFormat::Text);
-    let client = child_client().await?;
     let cli = kubeairunway_core::app::Cli::try_parse_from([
         "kubeairunway-controller",
         "--enable-webhooks=false",
-        "--leader-elect=false",
+        "--log-format=text",
         &format!("--metrics-bind-address={}", std::env::var("METRICS")?),
     ])?;
-    kubeairunway_core::app::run(cli, client, std::future::pending()).await
+    let rt = Runtime::start(kubeairunway_core::app::COMPONENT, cli.process.clone()).await?;
+    kubeairunway_core::app::run(cli, rt).await
 }
 
 /// The Dynamo provider, as its binary runs it.
 async fn run_dynamo() -> anyhow::Result<()> {
-    kubeairunway_sdk::runtime::init_tracing(false);
-    let client = child_client().await?;
     let options = kubeairunway_sdk::runtime::Options {
-        metrics_addr: std::env::var("METRICS")?,
-        ..kubeairunway_sdk::runtime::Options::default()
+        process: kubeairunway_sdk::process::Options {
+            metrics_bind_address: std::env::var("METRICS")?,
+            log_format: kubeairunway_sdk::process::LogFormat::Text,
+            ..Default::default()
+        },
+        ..Default::default()
     };
-    kubeairunway_sdk::runtime::run(Dynamo::new(Settings::default()), client, options).await
+    let rt = Runtime::start("dynamo-provider", options.process.clone()).await?;
+    kubeairunway_sdk::runtime::run(Dynamo::new(Settings::default()), rt, options).await
 }
 
 struct Controller {
