@@ -77,7 +77,7 @@ pub async fn run(cli: Cli, mut rt: Runtime) -> anyhow::Result<()> {
             rt.readiness().process_check("InferenceProviderConfig cache"),
         );
         tokio::spawn(async move {
-            if providers.wait_until_ready().await.is_ok() {
+            if providers.synced().await {
                 synced.set();
             }
         });
@@ -112,7 +112,7 @@ pub async fn run(cli: Cli, mut rt: Runtime) -> anyhow::Result<()> {
     rt.run(|term| {
         let (client, providers, settings, metrics, synced) = (
             client.clone(),
-            providers.clone(),
+            providers.store.clone(),
             settings.clone(),
             Arc::clone(&metrics),
             synced.clone(),

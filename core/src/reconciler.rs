@@ -19,10 +19,10 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use kubeairunway_sdk::conditions::{self, PROVIDER_SELECTED, VALIDATED, reasons};
-use kubeairunway_sdk::{API_VERSION, InferenceProviderConfig, ModelDeployment, labels};
+use kubeairunway_sdk::{API_VERSION, InferenceProviderConfig, ModelDeployment, labels, reflect};
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
@@ -169,23 +169,16 @@ fn relevant(md: &ModelDeployment) -> Option<u64> {
 pub fn provider_cache(
     client: Client,
 ) -> (
-    Store<InferenceProviderConfig>,
+    reflect::Cache<InferenceProviderConfig>,
     impl std::future::Future<Output = ()> + Send,
 ) {
-    let (store, writer) = reflector::store();
-    let api: Api<InferenceProviderConfig> = Api::all(client);
-    let stream = reflector(writer, watcher(api, watcher::Config::default()))
-        .default_backoff()
-        .touched_objects();
-    let fut = async move {
-        futures::pin_mut!(stream);
-        while let Some(ev) = stream.next().await {
-            if let Err(e) = ev {
-                warn!(error = %e, "InferenceProviderConfig watch error");
-            }
-        }
-    };
-    (store, fut)
+    let (cache, stream) = reflect::cache(
+        Api::all(client),
+        watcher::Config::default(),
+        (),
+        reflect::strip,
+    );
+    (cache, reflect::drive("InferenceProviderConfig", stream))
 }
 
 /// Whether core's field manager owns `status.provider.name` (core selected the provider,
@@ -232,23 +225,18 @@ pub async fn run(
         None => Api::all(client.clone()),
     };
     let ipcs: Api<InferenceProviderConfig> = Api::all(client.clone());
-    let (md_store, writer) = reflector::store();
-    let stream = watcher(mds, watcher::Config::default().any_semantic())
-        .default_backoff()
-        .modify(strip)
-        .reflect(writer)
+    let (mds, stream) = reflect::cache(mds, watcher::Config::default().any_semantic(), (), strip);
+    let md_store = mds.store.clone();
+    let stream = stream
         .applied_objects()
         .predicate_filter(relevant, Default::default());
     let controller = Controller::for_stream(stream, md_store.clone());
     metrics.set_store(Some(md_store.clone()));
-    {
-        let store = md_store.clone();
-        tokio::spawn(async move {
-            if store.wait_until_ready().await.is_ok() {
-                synced.set();
-            }
-        });
-    }
+    tokio::spawn(async move {
+        if mds.synced().await {
+            synced.set();
+        }
+    });
     let waiting = md_store.clone();
     let ctx = Arc::new(Context::new(
         client,

@@ -29,6 +29,7 @@ pub mod leader;
 pub mod overrides;
 pub mod process;
 pub mod provider;
+pub mod reflect;
 pub mod render;
 pub mod runtime;
 pub mod selection;

@@ -45,9 +45,15 @@ use tokio::sync::watch;
 use crate::leader::{LeaderElector, LeaseSettings};
 
 /// The duration syntax of every flag of the platform (`90s`, `5m`, `1h 30m`, `30d`):
-/// `humantime`'s, for `value_parser = kubeairunway_sdk::process::parse_duration`.
-pub fn parse_duration(s: &str) -> Result<Duration, humantime::DurationError> {
-    humantime::parse_duration(s)
+/// `humantime`'s, for `value_parser = kubeairunway_sdk::process::parse_duration`. Zero is
+/// refused: every duration flag is an interval or a timeout, and zero would spin or fire
+/// at once.
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(s).map_err(|e| format!("{e} (e.g. 90s, 5m, 1h 30m)"))?;
+    if d.is_zero() {
+        return Err(format!("{s:?}: a duration must be positive"));
+    }
+    Ok(d)
 }
 
 /// Log format.

@@ -19,27 +19,16 @@ use std::time::Duration;
 use futures::StreamExt;
 use kube::api::{Api, DynamicObject};
 use kube::discovery::ApiResource;
-use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, watcher};
-use kube::{Client, Resource, ResourceExt};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
 use tokio::sync::mpsc;
 
 use crate::api::ModelDeployment;
-use crate::labels;
-
-/// The last-applied annotation of `kubectl apply`, dropped from cached objects.
-const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+use crate::{labels, reflect};
 
 /// How long a reconcile waits for a kind's cache to fill when it first needs it.
 const SYNC_WAIT: Duration = Duration::from_secs(30);
-
-/// Drop what no reconcile reads and what takes most of the memory.
-pub(crate) fn strip<K: Resource>(object: &mut K) {
-    object.meta_mut().managed_fields = None;
-    if let Some(a) = object.meta_mut().annotations.as_mut() {
-        a.remove(LAST_APPLIED);
-    }
-}
 
 /// `(namespace, ModelDeployment name)`.
 type MdKey = (String, String);
@@ -95,7 +84,7 @@ impl Index {
 
 struct KindCache {
     resource: ApiResource,
-    store: Store<DynamicObject>,
+    cache: reflect::Cache<DynamicObject>,
     index: Arc<RwLock<Index>>,
     task: tokio::task::AbortHandle,
 }
@@ -159,14 +148,14 @@ impl OwnedCache {
         if kinds.contains_key(&kind_key(resource)) {
             return;
         }
-        let writer = reflector::store::Writer::new(resource.clone());
-        let store = writer.as_reader();
         let index = Arc::new(RwLock::new(Index::default()));
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), resource);
-        let stream = watcher(api, watcher::Config::default().labels(&self.selector))
-            .default_backoff()
-            .modify(strip)
-            .reflect(writer);
+        let (cache, stream) = reflect::cache(
+            api,
+            watcher::Config::default().labels(&self.selector),
+            resource.clone(),
+            reflect::strip,
+        );
         let (idx, own, res) = (index.clone(), self.own_writes.clone(), resource.clone());
         let task = tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
@@ -197,30 +186,28 @@ impl OwnedCache {
             kind_key(resource),
             KindCache {
                 resource: resource.clone(),
-                store,
+                cache,
                 index,
                 task,
             },
         );
     }
 
-    fn store(&self, resource: &ApiResource) -> Option<Store<DynamicObject>> {
+    fn cache(&self, resource: &ApiResource) -> Option<reflect::Cache<DynamicObject>> {
         self.kinds
             .lock()
             .ok()?
             .get(&kind_key(resource))
-            .map(|k| k.store.clone())
+            .map(|k| k.cache.clone())
     }
 
     /// Wait (bounded) until the cache of `resource` has been filled once.
     pub(crate) async fn synced(&self, resource: &ApiResource) -> bool {
         self.watch(resource);
-        let Some(store) = self.store(resource) else {
-            return false;
-        };
-        tokio::time::timeout(SYNC_WAIT, store.wait_until_ready())
-            .await
-            .is_ok_and(|r| r.is_ok())
+        match self.cache(resource) {
+            Some(cache) => cache.synced_within(SYNC_WAIT).await,
+            None => false,
+        }
     }
 
     /// The cached object, if any.
@@ -230,7 +217,8 @@ impl OwnedCache {
         ns: &str,
         name: &str,
     ) -> Option<Arc<DynamicObject>> {
-        self.store(resource)?
+        self.cache(resource)?
+            .store
             .get(&ObjectRef::new_with(name, resource.clone()).within(ns))
     }
 
@@ -333,9 +321,9 @@ mod tests {
     fn stripping_drops_managed_fields_and_the_last_applied_annotation() {
         let mut o: DynamicObject = serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": "x", "managedFields": [{"manager": "m", "operation": "Apply"}],
-                         "annotations": {LAST_APPLIED: "{}", "keep": "1"}}}))
+                         "annotations": {"kubectl.kubernetes.io/last-applied-configuration": "{}", "keep": "1"}}}))
         .unwrap();
-        strip(&mut o);
+        reflect::strip(&mut o);
         assert!(o.metadata.managed_fields.is_none());
         assert_eq!(o.annotations().len(), 1);
     }

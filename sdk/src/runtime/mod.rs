@@ -44,13 +44,14 @@ use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tokio::sync::{mpsc, watch};
 
 use crate::api::ModelDeployment;
 use crate::process::{self, Readiness, Runtime, Shutdown, Term};
+use crate::reflect;
 use crate::provider::Provider;
 use crate::upstream::UpstreamApi;
 
@@ -328,30 +329,29 @@ async fn lead<P: Provider>(
     // the selection while still holding our finalizer is released (its objects deleted,
     // the finalizer removed).
     let (release_tx, release_rx) = mpsc::unbounded_channel::<(String, String)>();
-    let (reader, writer) = reflector::store();
     let selector = format!("status.provider.name={name}");
     let finalizer_name = finalizer(&name);
-    let mds = watcher(
+    let (mds, stream) = reflect::cache(
         Api::<ModelDeployment>::all(client.clone()),
         watcher::Config::default().fields(&selector).any_semantic(),
-    )
-    .default_backoff()
-    .modify(cache::strip)
-    .reflect(writer)
-    .inspect(move |event| {
-        if let Ok(watcher::Event::Delete(md)) = event
-            && md.finalizers().contains(&finalizer_name)
-            && let Some(ns) = md.namespace()
-        {
-            let _ = release_tx.send((ns, md.name_any()));
-        }
-    })
-    .applied_objects()
-    .predicate_filter(reconcile_relevant, Default::default());
-    tasks.spawn(release::run(ctx.clone(), reader.clone(), release_rx));
-    tasks.spawn(mark_synced(ctx.clone(), reader.clone(), synced));
+        (),
+        reflect::strip,
+    );
+    let stream = stream
+        .inspect(move |event| {
+            if let Ok(watcher::Event::Delete(md)) = event
+                && md.finalizers().contains(&finalizer_name)
+                && let Some(ns) = md.namespace()
+            {
+                let _ = release_tx.send((ns, md.name_any()));
+            }
+        })
+        .applied_objects()
+        .predicate_filter(reconcile_relevant, Default::default());
+    tasks.spawn(release::run(ctx.clone(), mds.clone(), release_rx));
+    tasks.spawn(mark_synced(ctx.clone(), mds.clone(), synced));
 
-    Controller::for_stream(mds, reader)
+    Controller::for_stream(stream, mds.store.clone())
         .with_config(ControllerConfig::default().concurrency(16))
         .reconcile_on(receiver_stream(owned_rx))
         .reconcile_all_on(upstream_changes(upstream))
@@ -378,10 +378,10 @@ async fn lead<P: Provider>(
 /// the provider's other kinds have been filled.
 async fn mark_synced<P: Provider>(
     ctx: Arc<Context<P>>,
-    mds: Store<ModelDeployment>,
+    mds: reflect::Cache<ModelDeployment>,
     synced: process::Check,
 ) {
-    if mds.wait_until_ready().await.is_err() {
+    if !mds.synced().await {
         return;
     }
     let mut upstream = ctx.upstream.clone();

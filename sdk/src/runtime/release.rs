@@ -25,6 +25,7 @@ use super::Context;
 use super::reconcile::{delete_owned, event, release_finalizer};
 use crate::api::ModelDeployment;
 use crate::provider::Provider;
+use crate::reflect;
 
 /// How long to wait before looking again at a ModelDeployment whose objects are still
 /// being deleted.
@@ -33,12 +34,13 @@ const RETRY: Duration = Duration::from_secs(2);
 /// Release every ModelDeployment sent on `requests`, and those a sweep finds.
 pub(super) async fn run<P: Provider>(
     ctx: Arc<Context<P>>,
-    mds: Store<ModelDeployment>,
+    mds: reflect::Cache<ModelDeployment>,
     mut requests: mpsc::UnboundedReceiver<(String, String)>,
 ) {
-    if mds.wait_until_ready().await.is_err() {
+    if !mds.synced().await {
         return;
     }
+    let mds = mds.store;
     let (retry_tx, mut retries) = mpsc::unbounded_channel::<(String, String)>();
     let mut sweep = tokio::time::interval(ctx.options.resync_period);
     loop {

@@ -11,6 +11,7 @@ use kubeairunway_core::app::{self, Cli};
 use kubeairunway_e2e::{apply_md, core_cluster, eventually};
 use kubeairunway_sdk::ModelDeployment;
 use kubeairunway_sdk::leader::{LeaderElector, LeaseSettings};
+use kubeairunway_sdk::process::{Runtime, Shutdown};
 use serde_json::json;
 
 fn lease(ns: &str, identity: &str, duration_ms: u64) -> LeaseSettings {
@@ -19,7 +20,8 @@ fn lease(ns: &str, identity: &str, duration_ms: u64) -> LeaseSettings {
         name: "core-test".into(),
         identity: identity.into(),
         lease_duration: Duration::from_millis(duration_ms),
-        renew_interval: Duration::from_millis(200),
+        renew_deadline: Duration::from_millis(duration_ms * 2 / 3),
+        retry_period: Duration::from_millis(200),
     }
 }
 
@@ -27,8 +29,8 @@ fn lease(ns: &str, identity: &str, duration_ms: u64) -> LeaseSettings {
 async fn core_leader_election_on_a_lease() {
     let (cluster, client) = core_cluster().await.unwrap();
     let ns = cluster.namespace("core-lease");
-    let a = LeaderElector::new(client.clone(), lease(&ns, "a", 4000));
-    let b = LeaderElector::new(client.clone(), lease(&ns, "b", 4000));
+    let mut a = LeaderElector::new(client.clone(), lease(&ns, "a", 4000));
+    let mut b = LeaderElector::new(client.clone(), lease(&ns, "b", 4000));
     assert!(
         a.try_acquire_or_renew().await.unwrap(),
         "a takes the free lease"
@@ -85,23 +87,25 @@ async fn core_two_replicas_one_leader() {
             "--enable-webhooks=false",
             "--provider-heartbeat-max-age=1h",
             &format!("--watch-namespace={ns}"),
-            &format!("--namespace={ns}"),
+            &format!("--leader-elect-resource-namespace={ns}"),
             &format!("--pod-name={name}"),
             &format!("--metrics-bind-address={metrics}"),
             // Long enough that a loaded machine never loses a renewal; the leader releases
             // the Lease when stopped, so the takeover below does not wait for it.
-            "--leader-election-lease-duration=15s",
-            "--leader-election-renew-interval=1s",
+            "--leader-elect=true",
+            "--leader-elect-lease-duration=15s",
+            "--leader-elect-renew-deadline=10s",
+            "--leader-elect-retry-period=1s",
         ])
         .unwrap();
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let c = cluster.client().await.unwrap();
         tokio::spawn(async move {
-            app::run(cli, c, async {
+            let shutdown = Shutdown::on(async {
                 let _ = stop_rx.await;
-            })
-            .await
-            .unwrap();
+            });
+            let rt = Runtime::with_client(app::COMPONENT, cli.process.clone(), c, shutdown);
+            app::run(cli, rt).await.unwrap();
         });
         replicas.push((name, metrics, stop_tx));
     }
@@ -109,11 +113,14 @@ async fn core_two_replicas_one_leader() {
     // Both serve health; both become ready.
     for (_, metrics, _) in &replicas {
         let ready = format!("http://{metrics}/readyz");
-        eventually(20, "readyz", || async {
-            get(&ready).await.filter(|(s, _)| *s == 200)
+        let seen = std::sync::Mutex::new(None);
+        let ok = eventually(20, "readyz", || async {
+            let got = get(&ready).await;
+            seen.lock().unwrap().clone_from(&got);
+            got.filter(|(s, _)| *s == 200)
         })
-        .await
-        .unwrap();
+        .await;
+        assert!(ok.is_ok(), "{ready}: last answer {:?}", seen.lock().unwrap());
         assert_eq!(
             get(&format!("http://{metrics}/healthz")).await.unwrap().0,
             200

@@ -9,8 +9,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::runtime::reflector;
-use kube::runtime::watcher;
 use kubeairunway_core::webhook::{self, MUTATE_PATH, VALIDATE_PATH, WebhookState};
 use kubeairunway_sdk::tls::{CertManager, CertResolver, CertSettings, MemoryCertStore};
 use kubeairunway_sdk::{InferenceProviderConfig, InferenceProviderConfigSpec};
@@ -44,14 +42,11 @@ impl Drop for Server {
 /// A webhook server on a loopback port, with `kaito` registered as a provider.
 async fn start(validity: u64, rotate_before: u64) -> Server {
     kubeairunway_testcluster::install_crypto_provider();
-    let (store, mut writer) = reflector::store::<InferenceProviderConfig>();
-    writer.apply_watcher_event(&watcher::Event::Init);
     let mut kaito = InferenceProviderConfig::new("kaito", InferenceProviderConfigSpec::default());
     kaito.spec.capabilities = Some(kubeairunway_sdk::api::Capabilities {
         engines: vec![kubeairunway_sdk::api::EngineType::Llamacpp],
         ..Default::default()
     });
-    writer.apply_watcher_event(&watcher::Event::InitApply(kaito));
     // A capability provider: registered, but serves no models.
     let mut kernelcache =
         InferenceProviderConfig::new("kernelcache", InferenceProviderConfigSpec::default());
@@ -59,10 +54,7 @@ async fn start(validity: u64, rotate_before: u64) -> Server {
         features: vec!["kernelCache".into()],
         ..Default::default()
     });
-    writer.apply_watcher_event(&watcher::Event::InitApply(kernelcache));
-    writer.apply_watcher_event(&watcher::Event::InitDone);
-    // The writer must outlive the test for the store to stay ready.
-    std::mem::forget(writer);
+    let store = kubeairunway_sdk::reflect::Cache::fixed([kaito, kernelcache], ());
 
     let certs = MemoryCertStore::default();
     let resolver = Arc::new(CertResolver::default());

@@ -302,7 +302,7 @@ async fn serving_pods_get_usable_caches_and_nothing_else_is_touched() {
     let (allowed, _, had) = admit(&http, addr, b"{not json".to_vec(), &json!({})).await;
     assert!(allowed && !had);
 
-    let text = kubeairunway_kernelcache::ops::Encode::encode(metrics.as_ref());
+    let text = metrics.encode();
     for line in [
         r#"kubeairunway_kernel_cache_injections_total{result="injected"} 2"#,
         r#"kubeairunway_kernel_cache_injections_total{result="cache-not-usable"} 1"#,
