@@ -5,8 +5,11 @@ use kube::ResourceExt;
 use kubeairunway_sdk::Incompatible;
 use kubeairunway_sdk::api::{EngineType, ModelDeployment, ServingMode};
 
-/// The longest RayService name KubeRay accepts: it derives the names of the RayCluster
-/// and its Services from it and refuses longer ones.
+/// The longest RayService name KubeRay accepts: 53 (the longest RayCluster name, so that
+/// `<cluster>-serve-svc` fits in 63 characters) minus the 6 characters of the cluster
+/// suffix (ray-project/kuberay `ray-operator/controllers/ray/utils/constant.go:372-378@v1.7.0`,
+/// checked by `ValidateRayServiceMetadata`, `utils/validation.go:632-646@v1.7.0`, in the
+/// controller and the optional webhook).
 pub const MAX_NAME_LENGTH: usize = 47;
 
 /// 004 §8's message for a deployment without GPUs.
@@ -50,7 +53,28 @@ pub fn check(md: &ModelDeployment) -> Result<(), Incompatible> {
             name.len()
         )));
     }
+    // A ModelDeployment name may be any DNS-1123 subdomain; KubeRay wants a DNS-1035
+    // label (`utils/validation.go:636-638@v1.7.0`), and even without that check (1.3) the
+    // Services it names after the RayService must be one.
+    if !is_dns1035_label(&name) {
+        return Err(Incompatible(format!(
+            "KubeRay needs a name that is a DNS-1035 label (lowercase letters, digits and '-', \
+             starting with a letter and ending with a letter or digit) for the RayService and \
+             the Services it names after it; {name:?} is not: choose another name"
+        )));
+    }
     Ok(())
+}
+
+/// Kubernetes' `IsDNS1035Label`: `[a-z]([-a-z0-9]*[a-z0-9])?`, at most 63 characters.
+pub fn is_dns1035_label(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() <= 63
+        && b.first().is_some_and(u8::is_ascii_lowercase)
+        && b.last()
+            .is_some_and(|c| c.is_ascii_lowercase() || c.is_ascii_digit())
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
 }
 
 #[cfg(test)]
@@ -137,5 +161,21 @@ mod tests {
             "{message}"
         );
         assert!(message.contains("has 48"), "{message}");
+    }
+
+    /// `ValidateRayServiceMetadata` (ray-operator/controllers/ray/utils/validation.go:636-638@v1.7.0).
+    #[test]
+    fn names_that_are_not_dns_1035_labels_are_refused_validation_go_636_v1_7_0() {
+        for ok in ["llama", "l", "llama-3-8b"] {
+            assert_eq!(
+                check(&ModelDeploymentBuilder::new(ok).build()),
+                Ok(()),
+                "{ok}"
+            );
+        }
+        for bad in ["llama.v2", "3llama", "llama-"] {
+            let message = refused(&ModelDeploymentBuilder::new(bad).build());
+            assert!(message.contains("DNS-1035 label"), "{bad}: {message}");
+        }
     }
 }

@@ -25,9 +25,25 @@ pub const DEFAULT_WORKER_MEMORY: &str = "32Gi";
 /// Name of the worker group in aggregated mode.
 pub const AGGREGATED_GROUP: &str = "gpu-workers";
 
-/// The serve Service KubeRay creates for a RayService named `name`.
-pub fn serve_service(name: &str) -> String {
-    format!("{name}-serve-svc")
+/// The serve Service KubeRay creates for a RayService named `name`: `<name>-serve-svc`
+/// (`utils/util.go:349-351@v1.7.0`). KubeRay up to 1.3 (`kuberay_1_3`) passes it through
+/// `CheckName` (`utils/util.go:292-294,184-206@v1.3.0`), which keeps only the last 50
+/// characters and turns a leading digit or punctuation into `r`.
+pub fn serve_service(name: &str, kuberay_1_3: bool) -> String {
+    const CHECK_NAME_MAX: usize = 50;
+    let full = format!("{name}-serve-svc");
+    if !kuberay_1_3 {
+        return full;
+    }
+    let mut cut = full[full.len().saturating_sub(CHECK_NAME_MAX)..].to_string();
+    if cut
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_digit() || c.is_ascii_punctuation())
+    {
+        cut.replace_range(0..1, "r");
+    }
+    cut
 }
 
 /// The RayService for `md`.

@@ -1,24 +1,36 @@
 //! The KubeRay provider end to end on the real API server, once per real RayService CRD
-//! (KubeRay 1.7 and 1.3), each on a private cluster with exactly one provider instance:
-//! registration, rendered RayServices accepted by the real schema, status written the
-//! way the KubeRay operator writes it and followed by the ModelDeployment, refusals, and
-//! deletion. Also the provider's Helm chart.
+//! (KubeRay 1.7.0 and 1.3.0), each on a private cluster with exactly one provider
+//! instance and the KubeRay operator played by its stand-in
+//! (`kubeairunway_e2e::operators::kuberay`): every rendered shape is accepted by the real
+//! schema with strict field validation and by the operator's validation; the stored
+//! RayService is exactly what was rendered (plus the CRD's defaults); the operator's
+//! controller loop writes the status as the release does (first deployment in
+//! `pendingServiceStatus`, promotion to `activeServiceStatus`, zero-downtime upgrades,
+//! `ValidationFailed`) and the ModelDeployment follows; refusals; deletion through
+//! KubeRay's finalizer. Also the provider's Helm chart.
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kube::api::{Api, DeleteParams, DynamicObject};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
+use kubeairunway_e2e::operators::kuberay::{self as ray, Action, App, Clusters, KubeRay};
 use kubeairunway_kuberay_provider::KubeRayProvider;
 use kubeairunway_sdk::api::{
     ComponentScaling, EngineType, GpuSpec, InferenceProviderConfig, ModelDeployment, Phase,
     ServingMode,
 };
 use kubeairunway_sdk::conditions::{PROVIDER_COMPATIBLE, READY, RESOURCE_CREATED};
+use kubeairunway_sdk::render::Role;
 use kubeairunway_sdk::testing::{
     self, ModelDeploymentBuilder, condition, event_where, md_where, message, phase, test_options,
     wait_for,
 };
+use kubeairunway_sdk::{Provider, UpstreamApi};
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -33,42 +45,344 @@ fn rayservices() -> ApiResource {
     }
 }
 
-/// A condition as KubeRay writes it.
-fn cond(type_: &str, status: &str, reason: &str, message: &str) -> Value {
-    json!({"type": type_, "status": status, "reason": reason, "message": message,
-           "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1})
+// ---------------------------------------------------------------------------------------
+// The KubeRay operator at work on the API server
+
+/// What the stand-in loop keeps.
+#[derive(Default)]
+struct State {
+    clusters: BTreeMap<(String, String), Clusters>,
+    /// Ray Serve reports the test made, not yet applied to a cluster.
+    reports: Vec<Report>,
+    events: Vec<((String, String), String)>,
+    /// The generation each RayService was last admitted at.
+    admitted: BTreeMap<(String, String), i64>,
+    /// What the optional admission webhook would have refused.
+    refused: Vec<String>,
 }
 
-/// Write the RayService status as the KubeRay operator does (>= 1.3: conditions).
-async fn ray_status(client: &Client, ns: &str, name: &str, status: Value) {
-    testing::write_upstream_status(client, &rayservices(), ns, name, status)
-        .await
-        .unwrap();
+/// Which of a RayService's clusters a report is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Slot {
+    /// The cluster being prepared (first deployment or upgrade).
+    Pending,
+    /// The serving cluster.
+    Active,
 }
 
-fn active(app_status: &str, app_message: &str, ready_workers: i64) -> Value {
-    json!({
-        "rayClusterName": "llama-raycluster-abcde",
-        "applicationStatuses": {"llm": {
-            "status": app_status,
-            "message": app_message,
-            "serveDeploymentStatuses": {"LLMServer:llama": {"status": "HEALTHY", "message": ""}},
-        }},
-        "rayClusterStatus": {"desiredWorkerReplicas": 1, "readyWorkerReplicas": ready_workers},
-    })
+/// Ray Serve on one cluster reports application `llm` and its ready worker pods.
+struct Report {
+    key: (String, String),
+    slot: Slot,
+    app: App,
+    ready_workers: i64,
 }
 
-/// The whole walk for one RayService CRD version, on a private cluster.
-async fn walk(crd_file: &str, tag: &str) {
-    let crd = kubeairunway_e2e::read_crd(
+/// The KubeRay operator's controller loop, played against the API server: every 100 ms it
+/// reconciles every RayService with the stand-in's rules (finalizer, validation, clusters,
+/// status written by replacing the status subresource, as `r.Status().Update` does), and
+/// checks each new generation against the release's admission webhook.
+struct Operator {
+    state: Arc<Mutex<State>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Operator {
+    fn start(client: Client, version: KubeRay) -> Self {
+        let state = Arc::new(Mutex::new(State::default()));
+        let task = tokio::spawn(operate(client, version, state.clone()));
+        Self { state, task }
+    }
+
+    /// Ray Serve on the `slot` cluster of `ns/name` reports application `llm` in
+    /// `status`, with `ready_workers` worker pods ready; returns once the loop has taken it
+    /// in (when the operator has made that cluster).
+    async fn report(
+        &self,
+        ns: &str,
+        name: &str,
+        slot: Slot,
+        (status, msg): (&str, &str),
+        ready_workers: i64,
+    ) {
+        let key = (ns.to_string(), name.to_string());
+        self.state.lock().unwrap().reports.push(Report {
+            key: key.clone(),
+            slot,
+            app: App::new(status, msg),
+            ready_workers,
+        });
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while self
+            .state
+            .lock()
+            .unwrap()
+            .reports
+            .iter()
+            .any(|r| r.key == key)
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no {slot:?} cluster of {ns}/{name} to report on"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn events(&self, ns: &str, name: &str) -> Vec<String> {
+        let key = (ns.to_string(), name.to_string());
+        let state = self.state.lock().unwrap();
+        state
+            .events
+            .iter()
+            .filter(|(k, _)| *k == key)
+            .map(|(_, e)| e.clone())
+            .collect()
+    }
+
+    fn refused(&self) -> Vec<String> {
+        self.state.lock().unwrap().refused.clone()
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn operate(client: Client, version: KubeRay, state: Arc<Mutex<State>>) {
+    let all: Api<DynamicObject> = Api::all_with(client.clone(), &rayservices());
+    loop {
+        if let Ok(list) = all.list(&ListParams::default()).await {
+            let mut seen = BTreeSet::new();
+            for object in list.items {
+                seen.insert((object.namespace().unwrap_or_default(), object.name_any()));
+                reconcile_one(&client, version, &state, object).await;
+            }
+            state
+                .lock()
+                .unwrap()
+                .clusters
+                .retain(|k, _| seen.contains(k));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn reconcile_one(
+    client: &Client,
+    version: KubeRay,
+    state: &Arc<Mutex<State>>,
+    object: DynamicObject,
+) {
+    let key = (object.namespace().unwrap_or_default(), object.name_any());
+    let value = serde_json::to_value(&object).unwrap();
+    let (reconciled, next) = {
+        let mut s = state.lock().unwrap();
+        let generation = value["metadata"]["generation"].as_i64().unwrap_or_default();
+        if s.admitted.get(&key) != Some(&generation) {
+            s.admitted.insert(key.clone(), generation);
+            if let Err(refusal) = ray::webhook(version, &value) {
+                s.refused.push(format!("{}/{}: {refusal}", key.0, key.1));
+            }
+        }
+        // Reports are facts about the world: they apply at once to the newest cluster.
+        let reports = std::mem::take(&mut s.reports);
+        for report in reports {
+            let clusters = s
+                .clusters
+                .get_mut(&report.key)
+                .filter(|_| report.key == key);
+            let cluster = clusters.and_then(|c| match report.slot {
+                Slot::Pending => c.pending.as_mut(),
+                Slot::Active => c.active.as_mut(),
+            });
+            match cluster {
+                Some(c) => {
+                    c.serve = Some([("llm".to_string(), report.app)].into());
+                    c.ready_workers = report.ready_workers;
+                }
+                None => s.reports.push(report),
+            }
+        }
+        let mut next = s.clusters.get(&key).cloned().unwrap_or_default();
+        let r = ray::reconcile(version, &value, &mut next, &Timestamp::now().to_string());
+        (r, next)
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &key.0, &rayservices());
+    let mut finalizers: Vec<String> = object.finalizers().to_vec();
+    let written = match &reconciled.action {
+        Action::Nothing => Ok(()),
+        Action::AddFinalizer | Action::RemoveFinalizer => {
+            finalizers.retain(|f| f != ray::FINALIZER);
+            if reconciled.action == Action::AddFinalizer {
+                finalizers.push(ray::FINALIZER.to_string());
+            }
+            let patch = json!({"metadata": {
+                "finalizers": finalizers,
+                "resourceVersion": object.resource_version(),
+            }});
+            api.patch(&key.1, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map(drop)
+        }
+        Action::WriteStatus(status) => {
+            let mut with_status = object.clone();
+            with_status.data["status"] = status.clone();
+            api.replace_status(&key.1, &PostParams::default(), &with_status)
+                .await
+                .map(drop)
+        }
+    };
+    // A write that lost a race is redone from the fresh object in the next pass.
+    if written.is_ok() {
+        let mut s = state.lock().unwrap();
+        s.clusters.insert(key.clone(), next);
+        s.events
+            .extend(reconciled.events.into_iter().map(|e| (key.clone(), e)));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Helpers
+
+fn upstream_crd(version: KubeRay) -> CustomResourceDefinition {
+    kubeairunway_e2e::read_crd(
         &kubeairunway_e2e::fixtures_dir()
             .join("crds/upstream")
-            .join(crd_file),
+            .join(version.crd_file()),
     )
+    .unwrap()
+}
+
+/// The RayService the provider renders for `md`, as the runtime applies it.
+fn rendered(md: &ModelDeployment, api: &UpstreamApi) -> DynamicObject {
+    let provider = KubeRayProvider::default();
+    let mut md = md.clone();
+    md.metadata.uid = Some("00000000-0000-0000-0000-000000000003".into());
+    let mut object = provider.render(&md, api).unwrap().objects.remove(0);
+    let role = Role::Primary {
+        immutable_fields: provider.immutable_fields("RayService"),
+    };
+    kubeairunway_sdk::render::finish(&mut object, &md, "kuberay", role);
+    object
+}
+
+async fn rayservice_where(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+    ready: impl Fn(&Option<DynamicObject>) -> bool,
+) -> Option<DynamicObject> {
+    testing::object_where(client, &rayservices(), ns, name, what, ready).await
+}
+
+/// Create the ModelDeployment as a user would and select `kuberay` as core would.
+async fn deploy(client: &Client, md: &ModelDeployment) -> ModelDeployment {
+    testing::deploy(client, md, "kuberay").await.unwrap()
+}
+
+fn role(replicas: i32, count: i32) -> ComponentScaling {
+    ComponentScaling {
+        replicas,
+        gpu: Some(GpuSpec {
+            count,
+            ..GpuSpec::default()
+        }),
+        memory: Some("48Gi".into()),
+    }
+}
+
+/// Every shape the provider renders, for the schema and the operator's rules.
+fn shapes(ns: &str) -> Vec<ModelDeployment> {
+    let full: ModelDeployment = serde_json::from_value(json!({
+        "apiVersion": "kubeairunway.ai/v1alpha1", "kind": "ModelDeployment",
+        "metadata": {"name": "full", "namespace": ns, "labels": {"kubeairunway.ai/team": "a"}},
+        "spec": {
+            "model": {"id": "meta-llama/Llama-3.1-8B-Instruct", "servedName": "llama"},
+            "provider": {"name": "kuberay", "overrides": {"head": {
+                "resources": {"cpu": "2", "memory": "8Gi"},
+                "rayStartParams": {"dashboard-host": "0.0.0.0"},
+            }}},
+            "engine": {"type": "vllm", "contextLength": 8192, "trustRemoteCode": true,
+                       "args": {"gpu-memory-utilization": "0.9", "enforce-eager": "true"}},
+            "scaling": {"replicas": 2},
+            "resources": {"gpu": {"count": 2, "type": "amd.com/gpu"}, "memory": "64Gi", "cpu": "8"},
+            "image": "registry.example.com/ray-llm:custom",
+            "env": [{"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"}],
+            "podTemplate": {"metadata": {"labels": {"tier": "gold"}, "annotations": {"note": "n"}}},
+            "secrets": {"huggingFaceToken": "hf-token"},
+            "nodeSelector": {"gpu": "mi300"},
+            "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        },
+    }))
     .unwrap();
-    let (_cluster, client) = testing::private_cluster(&format!("kuberay-{tag}"), &[crd])
-        .await
-        .unwrap();
+    vec![
+        ModelDeploymentBuilder::new("minimal")
+            .namespace(ns)
+            .provider("kuberay")
+            .build(),
+        full,
+        ModelDeploymentBuilder::new("split")
+            .namespace(ns)
+            .provider("kuberay")
+            .mode(ServingMode::Disaggregated)
+            .spec(|s| {
+                s.resources = None;
+                s.scaling.prefill = Some(role(2, 1));
+                s.scaling.decode = Some(role(1, 4));
+            })
+            .build(),
+        ModelDeploymentBuilder::new("a-forty-seven-character-model-deployment-name-x")
+            .namespace(ns)
+            .provider("kuberay")
+            .build(),
+    ]
+}
+
+/// Strict server-side validation of every shape against the installed CRD (a dry run:
+/// unknown fields are refused, not pruned), and the operator's own validation.
+async fn every_shape_is_accepted(client: &Client, version: KubeRay, api: &UpstreamApi) {
+    let ns = "schema";
+    testing::ensure_namespace(client, ns).await.unwrap();
+    let rs: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &rayservices());
+    let strict = PatchParams::apply("schema-check")
+        .validation_strict()
+        .dry_run();
+    for md in shapes(ns) {
+        let object = rendered(&md, api);
+        let value = serde_json::to_value(&object).unwrap();
+        assert!(api.missing_paths(&value).is_empty(), "{}", md.name_any());
+        rs.patch(&object.name_any(), &strict, &Patch::Apply(&object))
+            .await
+            .unwrap_or_else(|e| panic!("{} refused by the schema: {e}", md.name_any()));
+        assert_eq!(ray::webhook(version, &value), Ok(()), "{}", md.name_any());
+        assert_eq!(ray::validate(version, &value), Ok(()), "{}", md.name_any());
+    }
+}
+
+fn cond_reason(md: &ModelDeployment, type_: &str) -> String {
+    condition(md, type_)
+        .map(|c| c.reason.clone())
+        .unwrap_or_default()
+}
+
+// ---------------------------------------------------------------------------------------
+// The walk
+
+/// The whole walk for one KubeRay release, on a private cluster.
+async fn walk(version: KubeRay) {
+    let crd = upstream_crd(version);
+    let api = UpstreamApi::detect(&crd, &KubeRayProvider::default().upstream()).unwrap();
+    let (_cluster, client) = testing::private_cluster(
+        &format!("kuberay-{}", version.tag()),
+        std::slice::from_ref(&crd),
+    )
+    .await
+    .unwrap();
+    let operator = Operator::start(client.clone(), version);
     let running = testing::spawn(KubeRayProvider::default(), client.clone(), test_options());
 
     // Registration.
@@ -87,304 +401,15 @@ async fn walk(crd_file: &str, tag: &str) {
     );
     assert!(ipc.spec.selection_rules.is_empty());
 
-    // An aggregated deployment with everything set: the RayService is accepted.
+    every_shape_is_accepted(&client, version, &api).await;
+    Box::pin(serving_walk(&client, &operator, version, &crd, &api)).await;
+    first_deployment_failure(&client, &operator).await;
+    disaggregated_and_long_names(&client, &operator, version).await;
+    refusals(&client).await;
+
+    // Deletion goes through KubeRay's finalizer (v1.7.0) and removes the RayService, then
+    // the ModelDeployment.
     let ns = "serve";
-    let md = deploy(
-        &client,
-        &ModelDeploymentBuilder::new("llama")
-            .namespace(ns)
-            .provider("kuberay")
-            .model("meta-llama/Llama-3.1-8B-Instruct")
-            .gpus(2)
-            .label("kubeairunway.ai/team", "a")
-            .overrides(json!({"head": {"resources": {"cpu": "2"},
-                                       "rayStartParams": {"num-cpus": "0"}},
-                              "heda": {}}))
-            .spec(|s| {
-                s.engine.context_length = Some(4096);
-                s.engine.args = Some([("gpu-memory-utilization".into(), "0.85".into())].into());
-                s.secrets = Some(kubeairunway_sdk::api::SecretsSpec {
-                    hugging_face_token: Some("hf".into()),
-                });
-                s.node_selector = Some([("pool".into(), "gpu".into())].into());
-            })
-            .build(),
-    )
-    .await;
-    let rs = rayservice_where(&client, ns, "llama", "the RayService", Option::is_some)
-        .await
-        .unwrap();
-    let owner = &rs.owner_references()[0];
-    assert_eq!(owner.uid, md.uid().unwrap());
-    assert_eq!(
-        (owner.controller, owner.block_owner_deletion),
-        (Some(true), Some(true))
-    );
-    assert_eq!(
-        rs.labels().get("kubeairunway.ai/team").map(String::as_str),
-        Some("a")
-    );
-    let serve: Value =
-        serde_saphyr::from_str(rs.data["spec"]["serveConfigV2"].as_str().unwrap()).unwrap();
-    let config = &serve["applications"][0]["args"]["llm_configs"][0];
-    assert_eq!(
-        config["model_loading_config"]["model_source"],
-        "meta-llama/Llama-3.1-8B-Instruct"
-    );
-    assert_eq!(config["engine_kwargs"]["tensor_parallel_size"], 2);
-    assert_eq!(config["engine_kwargs"]["max_model_len"], 4096);
-    assert_eq!(config["engine_kwargs"]["gpu_memory_utilization"], 0.85);
-    let cluster_spec = &rs.data["spec"]["rayClusterConfig"];
-    assert_eq!(
-        cluster_spec["headGroupSpec"]["rayStartParams"],
-        json!({"num-cpus": "0"})
-    );
-    let worker = &cluster_spec["workerGroupSpecs"][0];
-    assert_eq!(worker["rayStartParams"], json!({}));
-    assert_eq!(
-        worker["template"]["metadata"]["labels"]["kubeairunway.ai/model-deployment"],
-        "llama"
-    );
-    assert_eq!(
-        worker["template"]["spec"]["nodeSelector"],
-        json!({"pool": "gpu"})
-    );
-    assert_eq!(
-        worker["template"]["spec"]["containers"][0]["envFrom"],
-        json!([{"secretRef": {"name": "hf"}}])
-    );
-
-    let md = md_where(&client, ns, "llama", "Deploying", |m| {
-        phase(m) == Some(Phase::Deploying)
-            && condition(m, RESOURCE_CREATED).is_some_and(|c| c.status == "True")
-    })
-    .await;
-    assert_eq!(condition(&md, PROVIDER_COMPATIBLE).unwrap().status, "True");
-    let status = md.status.clone().unwrap();
-    assert_eq!(
-        status.provider.as_ref().unwrap().resource_kind.as_deref(),
-        Some("RayService")
-    );
-    let endpoint = status.endpoint.unwrap();
-    assert_eq!(
-        (endpoint.service.as_deref(), endpoint.port),
-        (Some("llama-serve-svc"), Some(8000))
-    );
-    let warnings = event_where(&client, ns, "llama", "UnknownOverride").await;
-    assert!(
-        warnings[0].contains("provider.overrides.heda"),
-        "{warnings:?}"
-    );
-
-    // The operator starts the cluster: Ready=False, Initializing.
-    ray_status(
-        &client,
-        ns,
-        "llama",
-        json!({
-            "serviceStatus": "",
-            "conditions": [cond("Ready", "False", "Initializing", "RayService is initializing")],
-            "activeServiceStatus": active("DEPLOYING", "", 0),
-        }),
-    )
-    .await;
-    let md = md_where(&client, ns, "llama", "Initializing", |m| {
-        message(m).contains("Initializing")
-    })
-    .await;
-    assert_eq!(phase(&md), Some(Phase::Deploying));
-    assert_eq!(message(&md), "Initializing: RayService is initializing");
-
-    // Serving: Ready=True.
-    ray_status(
-        &client,
-        ns,
-        "llama",
-        json!({
-            "serviceStatus": "Running",
-            "numServeEndpoints": 2,
-            "conditions": [
-                cond("Ready", "True", "NonZeroServeEndpoints", "Number of serve endpoints is greater than 0"),
-                cond("UpgradeInProgress", "False", "NoPendingCluster", "Active Ray cluster exists and no pending Ray cluster"),
-            ],
-            "activeServiceStatus": active("RUNNING", "", 1),
-        }),
-    )
-    .await;
-    let md = md_where(&client, ns, "llama", "Running", |m| {
-        phase(m) == Some(Phase::Running)
-    })
-    .await;
-    assert_eq!(condition(&md, READY).unwrap().status, "True");
-    assert_eq!(message(&md), "Number of serve endpoints is greater than 0");
-    let replicas = md.status.as_ref().unwrap().replicas.clone().unwrap();
-    assert_eq!((replicas.desired, replicas.ready), (Some(1), Some(1)));
-
-    // A zero-downtime upgrade.
-    ray_status(
-        &client,
-        ns,
-        "llama",
-        json!({"conditions": [
-            cond("Ready", "True", "NonZeroServeEndpoints", "Number of serve endpoints is greater than 0"),
-            cond("UpgradeInProgress", "True", "BothActivePendingClustersExist", "Both active and pending Ray clusters exist"),
-        ]}),
-    )
-    .await;
-    let md = md_where(&client, ns, "llama", "Deploying (upgrade)", |m| {
-        phase(m) == Some(Phase::Deploying)
-    })
-    .await;
-    assert_eq!(
-        message(&md),
-        "UpgradeInProgress: Both active and pending Ray clusters exist"
-    );
-
-    // The application fails to deploy.
-    ray_status(
-        &client,
-        ns,
-        "llama",
-        json!({
-            "conditions": [
-                cond("Ready", "False", "ZeroServeEndpoints", "Number of serve endpoints dropped to 0"),
-                cond("UpgradeInProgress", "False", "NoPendingCluster", ""),
-            ],
-            "activeServiceStatus": active("DEPLOY_FAILED", "Failed to load model: CUDA out of memory", 1),
-        }),
-    )
-    .await;
-    let md = md_where(&client, ns, "llama", "Failed", |m| {
-        phase(m) == Some(Phase::Failed)
-    })
-    .await;
-    assert_eq!(
-        message(&md),
-        "Ray Serve application llm is DEPLOY_FAILED: Failed to load model: CUDA out of memory"
-    );
-    assert_eq!(condition(&md, READY).unwrap().status, "False");
-
-    // KubeRay refuses the spec.
-    ray_status(
-        &client,
-        ns,
-        "llama",
-        json!({
-            "conditions": [cond("Ready", "False", "ValidationFailed", "spec.rayClusterConfig is invalid")],
-            "activeServiceStatus": active("RUNNING", "", 1),
-        }),
-    )
-    .await;
-    md_where(&client, ns, "llama", "ValidationFailed", |m| {
-        phase(m) == Some(Phase::Failed) && message(m).starts_with("ValidationFailed")
-    })
-    .await;
-
-    // KubeRay before 1.3 (no conditions): serviceStatus decides.
-    let old = "old";
-    deploy(
-        &client,
-        &ModelDeploymentBuilder::new("legacy")
-            .namespace(old)
-            .provider("kuberay")
-            .build(),
-    )
-    .await;
-    rayservice_where(&client, old, "legacy", "the RayService", Option::is_some).await;
-    ray_status(&client, old, "legacy", json!({"serviceStatus": "Running"})).await;
-    md_where(&client, old, "legacy", "Running from serviceStatus", |m| {
-        phase(m) == Some(Phase::Running)
-    })
-    .await;
-
-    // Disaggregated: prefill and decode worker groups, accepted by the schema.
-    let pd = "pd";
-    let role = |replicas, count| ComponentScaling {
-        replicas,
-        gpu: Some(GpuSpec {
-            count,
-            ..GpuSpec::default()
-        }),
-        memory: Some("48Gi".into()),
-    };
-    deploy(
-        &client,
-        &ModelDeploymentBuilder::new("split")
-            .namespace(pd)
-            .provider("kuberay")
-            .mode(ServingMode::Disaggregated)
-            .spec(|s| {
-                s.resources = None;
-                s.scaling.prefill = Some(role(1, 1));
-                s.scaling.decode = Some(role(2, 2));
-            })
-            .build(),
-    )
-    .await;
-    let split = rayservice_where(&client, pd, "split", "the P/D RayService", Option::is_some)
-        .await
-        .unwrap();
-    let groups: Vec<&str> = split.data["spec"]["rayClusterConfig"]["workerGroupSpecs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|g| g["groupName"].as_str().unwrap())
-        .collect();
-    assert_eq!(groups, ["prefill", "decode"]);
-    assert!(
-        split.data["spec"]["serveConfigV2"]
-            .as_str()
-            .unwrap()
-            .contains("ray.serve.llm:build_pd_openai_app")
-    );
-
-    // Refusals: an engine KubeRay cannot run, and a name KubeRay cannot take.
-    let bad = "refused";
-    deploy(
-        &client,
-        &ModelDeploymentBuilder::new("sg")
-            .namespace(bad)
-            .provider("kuberay")
-            .engine(EngineType::Sglang)
-            .build(),
-    )
-    .await;
-    let long_name = "a-model-deployment-name-longer-than-kuberay-takes";
-    assert!(long_name.len() > 47);
-    deploy(
-        &client,
-        &ModelDeploymentBuilder::new(long_name)
-            .namespace(bad)
-            .provider("kuberay")
-            .build(),
-    )
-    .await;
-    let sg = md_where(&client, bad, "sg", "sglang refused", |m| {
-        phase(m) == Some(Phase::Failed)
-    })
-    .await;
-    let c = condition(&sg, PROVIDER_COMPATIBLE).unwrap();
-    assert_eq!(
-        (c.status.as_str(), c.message.as_str()),
-        ("False", "KubeRay does not support sglang engine")
-    );
-    let long = md_where(&client, bad, long_name, "long name refused", |m| {
-        phase(m) == Some(Phase::Failed)
-    })
-    .await;
-    assert!(
-        condition(&long, PROVIDER_COMPATIBLE)
-            .unwrap()
-            .message
-            .contains("at most 47 characters"),
-        "{:?}",
-        long.status
-    );
-    let refused: Api<DynamicObject> = Api::namespaced_with(client.clone(), bad, &rayservices());
-    assert!(refused.get_opt("sg").await.unwrap().is_none());
-    assert!(refused.get_opt(long_name).await.unwrap().is_none());
-
-    // Deletion removes the RayService, then the ModelDeployment.
     let mds: Api<ModelDeployment> = Api::namespaced(client.clone(), ns);
     mds.delete("llama", &DeleteParams::default()).await.unwrap();
     rayservice_where(
@@ -404,17 +429,390 @@ async fn walk(crd_file: &str, tag: &str) {
     .await
     .unwrap();
 
+    assert!(
+        operator.refused().is_empty(),
+        "the RayService webhook of {} would have refused: {:?}",
+        version.tag(),
+        operator.refused()
+    );
     running.stop().await.unwrap();
+}
+
+/// An aggregated deployment from creation to serving, an upgrade, a failed application,
+/// and (1.7.0) a RayService KubeRay refuses.
+async fn serving_walk(
+    client: &Client,
+    operator: &Operator,
+    version: KubeRay,
+    crd: &CustomResourceDefinition,
+    api: &UpstreamApi,
+) {
+    let ns = "serve";
+    let md = ModelDeploymentBuilder::new("llama")
+        .namespace(ns)
+        .provider("kuberay")
+        .model("meta-llama/Llama-3.1-8B-Instruct")
+        .gpus(2)
+        .label("kubeairunway.ai/team", "a")
+        .overrides(json!({"head": {"resources": {"cpu": "2"},
+                                   "rayStartParams": {"dashboard-host": "0.0.0.0"}},
+                          "heda": {}}))
+        .spec(|s| {
+            s.engine.context_length = Some(4096);
+            s.engine.args = Some([("gpu-memory-utilization".into(), "0.85".into())].into());
+            s.secrets = Some(kubeairunway_sdk::api::SecretsSpec {
+                hugging_face_token: Some("hf".into()),
+            });
+            s.node_selector = Some([("pool".into(), "gpu".into())].into());
+        })
+        .build();
+    let created = deploy(client, &md).await;
+    let rs = rayservice_where(client, ns, "llama", "the RayService", Option::is_some)
+        .await
+        .unwrap();
+    let owner = &rs.owner_references()[0];
+    assert_eq!(owner.uid, created.uid().unwrap());
+    assert_eq!(
+        (owner.controller, owner.block_owner_deletion),
+        (Some(true), Some(true))
+    );
+    assert_eq!(
+        rs.labels().get("kubeairunway.ai/team").map(String::as_str),
+        Some("a")
+    );
+    // The stored spec is what was rendered, plus the CRD's defaults: nothing pruned,
+    // nothing rewritten.
+    let expected = kubeairunway_e2e::with_crd_defaults(
+        crd,
+        "v1",
+        &serde_json::to_value(rendered(&created, api)).unwrap(),
+    );
+    assert_eq!(rs.data["spec"], expected["spec"], "stored as rendered");
+
+    let md = md_where(client, ns, "llama", "Deploying", |m| {
+        phase(m) == Some(Phase::Deploying)
+            && condition(m, RESOURCE_CREATED).is_some_and(|c| c.status == "True")
+    })
+    .await;
+    assert_eq!(condition(&md, PROVIDER_COMPATIBLE).unwrap().status, "True");
+    let status = md.status.clone().unwrap();
+    assert_eq!(
+        status.provider.as_ref().unwrap().resource_kind.as_deref(),
+        Some("RayService")
+    );
+    let endpoint = status.endpoint.unwrap();
+    assert_eq!(
+        (endpoint.service.as_deref(), endpoint.port),
+        (Some("llama-serve-svc"), Some(8000))
+    );
+    let warnings = event_where(client, ns, "llama", "UnknownOverride").await;
+    assert!(
+        warnings[0].contains("provider.overrides.heda"),
+        "{warnings:?}"
+    );
+
+    // KubeRay prepares the first cluster: Ready=False, Initializing.
+    md_where(client, ns, "llama", "Initializing", |m| {
+        message(m) == "Initializing: RayService is initializing"
+            && phase(m) == Some(Phase::Deploying)
+    })
+    .await;
+    // Ray Serve deploys the application on it, then runs it: the Services switch to
+    // the cluster and its statuses move to the active slot.
+    operator
+        .report(ns, "llama", Slot::Pending, ("DEPLOYING", ""), 0)
+        .await;
+    operator
+        .report(ns, "llama", Slot::Pending, ("RUNNING", ""), 1)
+        .await;
+    let md = md_where(client, ns, "llama", "Running", |m| {
+        phase(m) == Some(Phase::Running)
+    })
+    .await;
+    assert_eq!(condition(&md, READY).unwrap().status, "True");
+    assert_eq!(message(&md), "Number of serve endpoints is greater than 0");
+    let replicas = md.status.as_ref().unwrap().replicas.clone().unwrap();
+    assert_eq!((replicas.desired, replicas.ready), (Some(1), Some(1)));
+    let live = rayservice_where(client, ns, "llama", "promoted", Option::is_some)
+        .await
+        .unwrap();
+    let cluster = live.data["status"]["activeServiceStatus"]["rayClusterName"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(cluster.starts_with(&ray::ray_cluster_name(version, "llama", "")));
+
+    // A change of the cluster (here its env) is a zero-downtime upgrade: a pending
+    // cluster beside the serving one.
+    let mut changed = md.clone();
+    changed.metadata.managed_fields = None;
+    changed.metadata.resource_version = None;
+    changed.spec.env = Some(vec![k8s_openapi::api::core::v1::EnvVar {
+        name: "VLLM_LOGGING_LEVEL".into(),
+        value: Some("DEBUG".into()),
+        value_from: None,
+    }]);
+    deploy(client, &changed).await;
+    let md = md_where(client, ns, "llama", "Deploying (upgrade)", |m| {
+        phase(m) == Some(Phase::Deploying)
+    })
+    .await;
+    assert_eq!(
+        message(&md),
+        "UpgradeInProgress: Both active and pending Ray clusters exist"
+    );
+    operator
+        .report(ns, "llama", Slot::Pending, ("RUNNING", ""), 1)
+        .await;
+    md_where(client, ns, "llama", "Running after the upgrade", |m| {
+        phase(m) == Some(Phase::Running)
+    })
+    .await;
+    let live = rayservice_where(client, ns, "llama", "upgraded", |o| {
+        o.as_ref().is_some_and(|o| {
+            o.data["status"]["activeServiceStatus"]["rayClusterName"] != cluster.as_str()
+        })
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        live.data["status"]["pendingServiceStatus"]["rayClusterName"],
+        Value::Null
+    );
+
+    // The running application fails.
+    let oom = ("DEPLOY_FAILED", "Failed to load model: CUDA out of memory");
+    operator.report(ns, "llama", Slot::Active, oom, 1).await;
+    let md = md_where(client, ns, "llama", "Failed", |m| {
+        phase(m) == Some(Phase::Failed)
+    })
+    .await;
+    assert_eq!(
+        message(&md),
+        "Ray Serve application llm is DEPLOY_FAILED: Failed to load model: CUDA out of memory"
+    );
+    assert_eq!(condition(&md, READY).unwrap().status, "False");
+    operator
+        .report(ns, "llama", Slot::Active, ("RUNNING", ""), 1)
+        .await;
+    md_where(client, ns, "llama", "Running again", |m| {
+        phase(m) == Some(Phase::Running)
+    })
+    .await;
+
+    // KubeRay 1.7.0 refuses a RayService with an invalid initializing timeout (an
+    // annotation of another writer): Ready=False, ValidationFailed. 1.3.0 has no such rule.
+    let rs_api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &rayservices());
+    let annotate = |value: Option<&str>| json!({"metadata": {"annotations": {ray::INITIALIZING_TIMEOUT: value}}});
+    rs_api
+        .patch(
+            "llama",
+            &PatchParams::default(),
+            &Patch::Merge(annotate(Some("soon"))),
+        )
+        .await
+        .unwrap();
+    if version == KubeRay::V1_7_0 {
+        let md = md_where(client, ns, "llama", "ValidationFailed", |m| {
+            phase(m) == Some(Phase::Failed)
+        })
+        .await;
+        assert!(
+            message(&md).starts_with("ValidationFailed: The RayService metadata is invalid"),
+            "{}",
+            message(&md)
+        );
+        assert_eq!(cond_reason(&md, READY), "ValidationFailed");
+        assert!(
+            operator
+                .events(ns, "llama")
+                .iter()
+                .any(|e| e.starts_with("InvalidRayServiceSpec: The RayService metadata is invalid")),
+            "{:?}",
+            operator.events(ns, "llama")
+        );
+        // KubeRay writes nothing else until the RayService is valid again.
+        rs_api
+            .patch(
+                "llama",
+                &PatchParams::default(),
+                &Patch::Merge(annotate(None)),
+            )
+            .await
+            .unwrap();
+    }
+}
+
+/// The defect 5: a first deployment whose application fails keeps its statuses in
+/// `pendingServiceStatus`; the ModelDeployment must say Failed with Ray Serve's message.
+async fn first_deployment_failure(client: &Client, operator: &Operator) {
+    let ns = "first";
+    deploy(
+        client,
+        &ModelDeploymentBuilder::new("broken")
+            .namespace(ns)
+            .provider("kuberay")
+            .build(),
+    )
+    .await;
+    md_where(client, ns, "broken", "Initializing", |m| {
+        message(m).starts_with("Initializing")
+    })
+    .await;
+    let unauthorized = (
+        "DEPLOY_FAILED",
+        "Failed to download model: 401 Unauthorized",
+    );
+    operator
+        .report(ns, "broken", Slot::Pending, unauthorized, 1)
+        .await;
+    let md = md_where(client, ns, "broken", "Failed", |m| {
+        phase(m) == Some(Phase::Failed)
+    })
+    .await;
+    assert_eq!(
+        message(&md),
+        "Ray Serve application llm is DEPLOY_FAILED: Failed to download model: 401 Unauthorized"
+    );
+    let replicas = md.status.as_ref().unwrap().replicas.clone().unwrap();
+    assert_eq!((replicas.desired, replicas.ready), (Some(1), Some(1)));
+}
+
+/// Disaggregated serving comes up like any other; a 47-character name serves under the
+/// serve Service the release really creates (1.3.0 shortens it).
+async fn disaggregated_and_long_names(client: &Client, operator: &Operator, version: KubeRay) {
+    let ns = "pd";
+    deploy(
+        client,
+        &ModelDeploymentBuilder::new("split")
+            .namespace(ns)
+            .provider("kuberay")
+            .mode(ServingMode::Disaggregated)
+            .spec(|s| {
+                s.resources = None;
+                s.scaling.prefill = Some(role(1, 1));
+                s.scaling.decode = Some(role(2, 2));
+            })
+            .build(),
+    )
+    .await;
+    let split = rayservice_where(client, ns, "split", "the P/D RayService", Option::is_some)
+        .await
+        .unwrap();
+    let groups: Vec<&str> = split.data["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["groupName"].as_str().unwrap())
+        .collect();
+    assert_eq!(groups, ["prefill", "decode"]);
+    md_where(client, ns, "split", "Initializing", |m| {
+        message(m).starts_with("Initializing")
+    })
+    .await;
+    operator
+        .report(ns, "split", Slot::Pending, ("RUNNING", ""), 3)
+        .await;
+    let md = md_where(client, ns, "split", "Running", |m| {
+        phase(m) == Some(Phase::Running)
+    })
+    .await;
+    let replicas = md.status.as_ref().unwrap().replicas.clone().unwrap();
+    assert_eq!((replicas.desired, replicas.ready), (Some(3), Some(3)));
+
+    let long = "a-forty-seven-character-model-deployment-name-x";
+    assert_eq!(long.len(), 47);
+    deploy(
+        client,
+        &ModelDeploymentBuilder::new(long)
+            .namespace(ns)
+            .provider("kuberay")
+            .build(),
+    )
+    .await;
+    let serve = ray::serve_service_name(version, long);
+    let md = md_where(client, ns, long, "the real serve Service", |m| {
+        m.status
+            .as_ref()
+            .and_then(|s| s.endpoint.as_ref())
+            .is_some_and(|e| e.service.as_deref() == Some(serve.as_str()))
+    })
+    .await;
+    assert_eq!(phase(&md), Some(Phase::Deploying));
+}
+
+/// What KubeRay cannot serve is refused before anything is applied.
+async fn refusals(client: &Client) {
+    let ns = "refused";
+    deploy(
+        client,
+        &ModelDeploymentBuilder::new("sg")
+            .namespace(ns)
+            .provider("kuberay")
+            .engine(EngineType::Sglang)
+            .build(),
+    )
+    .await;
+    let too_long = "a-model-deployment-name-longer-than-kuberay-takes";
+    assert!(too_long.len() > ray::MAX_NAME_LENGTH);
+    let not_a_label = "llama.v2";
+    for name in [too_long, not_a_label] {
+        deploy(
+            client,
+            &ModelDeploymentBuilder::new(name)
+                .namespace(ns)
+                .provider("kuberay")
+                .build(),
+        )
+        .await;
+    }
+    let sg = md_where(client, ns, "sg", "sglang refused", |m| {
+        phase(m) == Some(Phase::Failed)
+    })
+    .await;
+    let c = condition(&sg, PROVIDER_COMPATIBLE).unwrap();
+    assert_eq!(
+        (c.status.as_str(), c.message.as_str()),
+        ("False", "KubeRay does not support sglang engine")
+    );
+    let long = md_where(client, ns, too_long, "long name refused", |m| {
+        phase(m) == Some(Phase::Failed)
+    })
+    .await;
+    assert!(
+        condition(&long, PROVIDER_COMPATIBLE)
+            .unwrap()
+            .message
+            .contains("at most 47 characters"),
+        "{:?}",
+        long.status
+    );
+    let dotted = md_where(client, ns, not_a_label, "dotted name refused", |m| {
+        phase(m) == Some(Phase::Failed)
+    })
+    .await;
+    assert!(
+        condition(&dotted, PROVIDER_COMPATIBLE)
+            .unwrap()
+            .message
+            .contains("DNS-1035"),
+        "{:?}",
+        dotted.status
+    );
+    let refused: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &rayservices());
+    for name in ["sg", too_long, not_a_label] {
+        assert!(refused.get_opt(name).await.unwrap().is_none(), "{name}");
+    }
 }
 
 #[tokio::test]
 async fn kuberay_1_7_end_to_end() {
-    Box::pin(walk("ray.io_rayservices.yaml", "v17")).await;
+    Box::pin(walk(KubeRay::V1_7_0)).await;
 }
 
 #[tokio::test]
 async fn kuberay_1_3_end_to_end() {
-    Box::pin(walk("ray.io_rayservices.v1.3.0.yaml", "v13")).await;
+    Box::pin(walk(KubeRay::V1_3_0)).await;
 }
 
 #[test]
@@ -498,19 +896,4 @@ fn chart_lints_and_renders_least_privilege_rbac() {
         json!({"path": "/readyz", "port": 8080})
     );
     assert!(container["resources"]["requests"].is_object());
-}
-
-async fn rayservice_where(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    what: &str,
-    ready: impl Fn(&Option<DynamicObject>) -> bool,
-) -> Option<DynamicObject> {
-    testing::object_where(client, &rayservices(), ns, name, what, ready).await
-}
-
-/// Create the ModelDeployment as a user would and select `kuberay` as core would.
-async fn deploy(client: &Client, md: &ModelDeployment) -> ModelDeployment {
-    testing::deploy(client, md, "kuberay").await.unwrap()
 }
