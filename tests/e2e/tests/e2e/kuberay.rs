@@ -13,9 +13,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
 use kubeairunway_e2e::operators::kuberay::{self as ray, Action, App, Clusters, KubeRay};
@@ -30,7 +32,9 @@ use kubeairunway_sdk::testing::{
     self, ModelDeploymentBuilder, condition, event_where, md_where, message, phase, test_options,
     wait_for,
 };
+use kubeairunway_sdk::tls::{CertBundle, CertResolver, CertSettings};
 use kubeairunway_sdk::{Provider, UpstreamApi};
+use kubeairunway_testcluster::TestCluster;
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -55,10 +59,6 @@ struct State {
     /// Ray Serve reports the test made, not yet applied to a cluster.
     reports: Vec<Report>,
     events: Vec<((String, String), String)>,
-    /// The generation each RayService was last admitted at.
-    admitted: BTreeMap<(String, String), i64>,
-    /// What the optional admission webhook would have refused.
-    refused: Vec<String>,
 }
 
 /// Which of a RayService's clusters a report is about.
@@ -80,8 +80,7 @@ struct Report {
 
 /// The KubeRay operator's controller loop, played against the API server: every 100 ms it
 /// reconciles every RayService with the stand-in's rules (finalizer, validation, clusters,
-/// status written by replacing the status subresource, as `r.Status().Update` does), and
-/// checks each new generation against the release's admission webhook.
+/// status written by replacing the status subresource, as `r.Status().Update` does).
 struct Operator {
     state: Arc<Mutex<State>>,
     task: tokio::task::JoinHandle<()>,
@@ -139,10 +138,6 @@ impl Operator {
             .map(|(_, e)| e.clone())
             .collect()
     }
-
-    fn refused(&self) -> Vec<String> {
-        self.state.lock().unwrap().refused.clone()
-    }
 }
 
 impl Drop for Operator {
@@ -180,13 +175,6 @@ async fn reconcile_one(
     let value = serde_json::to_value(&object).unwrap();
     let (reconciled, next) = {
         let mut s = state.lock().unwrap();
-        let generation = value["metadata"]["generation"].as_i64().unwrap_or_default();
-        if s.admitted.get(&key) != Some(&generation) {
-            s.admitted.insert(key.clone(), generation);
-            if let Err(refusal) = ray::webhook(version, &value) {
-                s.refused.push(format!("{}/{}: {refusal}", key.0, key.1));
-            }
-        }
         // Reports are facts about the world: they apply at once to the newest cluster.
         let reports = std::mem::take(&mut s.reports);
         for report in reports {
@@ -242,6 +230,172 @@ async fn reconcile_one(
         s.events
             .extend(reconciled.events.into_iter().map(|e| (key.clone(), e)));
     }
+}
+
+// ---------------------------------------------------------------------------------------
+// KubeRay's admission webhook, served for real
+
+/// The webhook's Service, as KubeRay's manifests name it (`config/webhook/service.yaml`
+/// with the `kuberay-` prefix of `config/default-with-webhooks`).
+const WEBHOOK_SERVICE: &str = "kuberay-webhook-service";
+const WEBHOOK_NAMESPACE: &str = "ray-system";
+/// The path and name of the RayService webhook (`pkg/webhooks/v1/rayservice_webhook.go:28@v1.7.0`).
+const WEBHOOK_PATH: &str = "/validate-ray-io-v1-rayservice";
+const WEBHOOK_NAME: &str = "vrayservice.kb.io";
+
+/// KubeRay 1.7's optional RayService webhook (v1.3 has none) on loopback HTTPS, registered
+/// with a ValidatingWebhookConfiguration as `config/webhook/manifests.yaml@v1.7.0` has it
+/// (CREATE and UPDATE of `ray.io/v1` rayservices, failurePolicy Fail); stopped when
+/// dropped.
+struct Webhook {
+    handle: axum_server::Handle<std::net::SocketAddr>,
+}
+
+impl Drop for Webhook {
+    fn drop(&mut self) {
+        self.handle.shutdown();
+    }
+}
+
+async fn admit(
+    axum::extract::State(version): axum::extract::State<KubeRay>,
+    axum::Json(review): axum::Json<AdmissionReview<DynamicObject>>,
+) -> axum::Json<Value> {
+    let req: AdmissionRequest<DynamicObject> = review.try_into().unwrap();
+    let object = req
+        .object
+        .as_ref()
+        .map(|o| serde_json::to_value(o).unwrap());
+    let mut resp = AdmissionResponse::from(&req);
+    if let Some(object) = object
+        && let Err(refusal) = ray::webhook(version, &object)
+    {
+        // `apierrors.NewInvalid(RayService, name, field.Invalid(metadata.name, ...))`.
+        let name = object["metadata"]["name"].as_str().unwrap_or_default();
+        resp = resp.deny(format!(
+            "RayService.ray.io {name:?} is invalid: metadata.name: Invalid value: {name:?}: {refusal}"
+        ));
+    }
+    axum::Json(serde_json::to_value(resp.into_review()).unwrap())
+}
+
+async fn serve_webhook(cluster: &TestCluster, client: &Client, version: KubeRay) -> Webhook {
+    use base64::Engine;
+    kubeairunway_testcluster::install_crypto_provider();
+    let settings = CertSettings {
+        service_name: WEBHOOK_SERVICE.into(),
+        namespace: WEBHOOK_NAMESPACE.into(),
+        ca_validity: Duration::from_secs(86400),
+        cert_validity: Duration::from_secs(3600),
+        rotate_before: Duration::from_secs(60),
+    };
+    let bundle = CertBundle::generate(&settings, std::time::SystemTime::now()).unwrap();
+    let resolver = Arc::new(CertResolver::default());
+    resolver.install(&bundle).unwrap();
+    let tls = kubeairunway_sdk::tls::server_config(resolver).unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let app = axum::Router::new()
+        .route(WEBHOOK_PATH, axum::routing::post(admit))
+        .with_state(version);
+    let handle = axum_server::Handle::new();
+    let server = axum_server::from_tcp_rustls(
+        listener,
+        axum_server::tls_rustls::RustlsConfig::from_config(tls),
+    )
+    .unwrap()
+    .handle(handle.clone());
+    tokio::spawn(async move { server.serve(app.into_make_service()).await });
+
+    testing::ensure_namespace(client, WEBHOOK_NAMESPACE)
+        .await
+        .unwrap();
+    cluster
+        .route_service(client, WEBHOOK_NAMESPACE, WEBHOOK_SERVICE, 443, port)
+        .await
+        .unwrap();
+    let config = json!({
+        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
+        "metadata": {"name": "kuberay-validating-webhook-configuration"},
+        "webhooks": [{
+            "name": WEBHOOK_NAME,
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": "Fail",
+            "clientConfig": {
+                "service": {"namespace": WEBHOOK_NAMESPACE, "name": WEBHOOK_SERVICE,
+                            "path": WEBHOOK_PATH, "port": 443},
+                "caBundle": base64::engine::general_purpose::STANDARD.encode(&bundle.ca_crt),
+            },
+            "rules": [{"apiGroups": ["ray.io"], "apiVersions": ["v1"],
+                       "operations": ["CREATE", "UPDATE"], "resources": ["rayservices"]}],
+        }],
+    });
+    let configs: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource::erase::<ValidatingWebhookConfiguration>(&()),
+    );
+    configs
+        .patch(
+            "kuberay-validating-webhook-configuration",
+            &PatchParams::apply("kuberay-operator"),
+            &Patch::Apply(&config),
+        )
+        .await
+        .unwrap();
+    // The admission plugin reads configurations through an informer: wait until a dry
+    // run of a name KubeRay refuses comes back refused.
+    let probe_name = "a".repeat(ray::MAX_NAME_LENGTH + 1);
+    let rs: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), WEBHOOK_NAMESPACE, &rayservices());
+    let probe: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "ray.io/v1", "kind": "RayService",
+        "metadata": {"name": probe_name, "namespace": WEBHOOK_NAMESPACE},
+        "spec": {"rayClusterConfig": {"headGroupSpec": {"rayStartParams": {},
+            "template": {"spec": {"containers": [{"name": "ray-head", "image": "rayproject/ray:2.52.0"}]}}}}},
+    }))
+    .unwrap();
+    kubeairunway_e2e::eventually(30, "the RayService webhook to be called", || {
+        let (rs, probe) = (rs.clone(), probe.clone());
+        async move {
+            let dry = PostParams {
+                dry_run: true,
+                ..PostParams::default()
+            };
+            match rs.create(&dry, &probe).await {
+                Err(kube::Error::Api(e)) if e.message.contains(WEBHOOK_NAME) => Some(()),
+                _ => None,
+            }
+        }
+    })
+    .await
+    .unwrap();
+    Webhook { handle }
+}
+
+/// With the webhook, the API server refuses what KubeRay's webhook refuses, in KubeRay's
+/// words; an invalid initializing timeout never reaches the controller.
+async fn the_webhook_refuses(client: &Client) {
+    let ns = "serve";
+    let rs: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &rayservices());
+    let patch = json!({"metadata": {"annotations": {ray::INITIALIZING_TIMEOUT: "soon"}}});
+    let err = rs
+        .patch("llama", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!("not refused by the API server: {err}")
+    };
+    assert!(
+        status.message.contains(&format!(
+            "admission webhook \"{WEBHOOK_NAME}\" denied the request"
+        )) && status
+            .message
+            .contains("annotation ray.io/initializing-timeout has invalid format"),
+        "{}",
+        status.message
+    );
 }
 
 // ---------------------------------------------------------------------------------------
@@ -316,9 +470,19 @@ fn shapes(ns: &str) -> Vec<ModelDeployment> {
             "secrets": {"huggingFaceToken": "hf-token"},
             "nodeSelector": {"gpu": "mi300"},
             "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "gateway": {"enabled": true},
         },
     }))
     .unwrap();
+    let mut full = full;
+    full.spec.model.storage = Some(
+        serde_json::from_value(json!({"volumes": [
+            {"name": "weights", "claimName": "hf-cache", "purpose": "modelCache"},
+            {"name": "compile", "purpose": "compilationCache", "size": "10Gi"},
+            {"name": "data", "claimName": "data", "mountPath": "/data", "readOnly": true},
+        ]}))
+        .unwrap(),
+    );
     vec![
         ModelDeploymentBuilder::new("minimal")
             .namespace(ns)
@@ -376,7 +540,7 @@ fn cond_reason(md: &ModelDeployment, type_: &str) -> String {
 async fn walk(version: KubeRay) {
     let crd = upstream_crd(version);
     let api = UpstreamApi::detect(&crd, &KubeRayProvider::default().upstream()).unwrap();
-    let (_cluster, client) = testing::private_cluster(
+    let (cluster, client) = testing::private_cluster(
         &format!("kuberay-{}", version.tag()),
         std::slice::from_ref(&crd),
     )
@@ -401,11 +565,22 @@ async fn walk(version: KubeRay) {
     );
     assert!(ipc.spec.selection_rules.is_empty());
 
-    every_shape_is_accepted(&client, version, &api).await;
+    // First KubeRay as its Helm chart installs it (no webhook): the controller validates.
     Box::pin(serving_walk(&client, &operator, version, &crd, &api)).await;
+    // Then with KubeRay's optional webhook (1.7 only; 1.3 has none for RayServices):
+    // everything else is admitted through it.
+    let _webhook = match version {
+        KubeRay::V1_7_0 => Some(serve_webhook(&cluster, &client, version).await),
+        KubeRay::V1_3_0 => None,
+    };
+    every_shape_is_accepted(&client, version, &api).await;
     first_deployment_failure(&client, &operator).await;
     disaggregated_and_long_names(&client, &operator, version).await;
+    storage_and_ignored_fields(&client).await;
     refusals(&client).await;
+    if version == KubeRay::V1_7_0 {
+        the_webhook_refuses(&client).await;
+    }
 
     // Deletion goes through KubeRay's finalizer (v1.7.0) and removes the RayService, then
     // the ModelDeployment.
@@ -429,12 +604,6 @@ async fn walk(version: KubeRay) {
     .await
     .unwrap();
 
-    assert!(
-        operator.refused().is_empty(),
-        "the RayService webhook of {} would have refused: {:?}",
-        version.tag(),
-        operator.refused()
-    );
     running.stop().await.unwrap();
 }
 
@@ -741,6 +910,62 @@ async fn disaggregated_and_long_names(client: &Client, operator: &Operator, vers
     assert_eq!(phase(&md), Some(Phase::Deploying));
 }
 
+/// Storage volumes reach every Ray pod; what no one acts on (the gateway, claim
+/// settings) is named in `ProviderCompatible` and a warning event.
+async fn storage_and_ignored_fields(client: &Client) {
+    let ns = "storage";
+    let md = ModelDeploymentBuilder::new("cached")
+        .namespace(ns)
+        .provider("kuberay")
+        .spec(|s| {
+            s.gateway = Some(serde_json::from_value(json!({"enabled": true})).unwrap());
+            s.model.storage = Some(
+                serde_json::from_value(json!({"volumes": [
+                    {"name": "weights", "purpose": "modelCache", "size": "100Gi"},
+                ]}))
+                .unwrap(),
+            );
+        })
+        .build();
+    deploy(client, &md).await;
+    let rs = rayservice_where(client, ns, "cached", "the RayService", Option::is_some)
+        .await
+        .unwrap();
+    let cluster = &rs.data["spec"]["rayClusterConfig"];
+    for pod in [
+        &cluster["headGroupSpec"]["template"],
+        &cluster["workerGroupSpecs"][0]["template"],
+    ] {
+        assert_eq!(
+            pod["spec"]["volumes"],
+            json!([{"name": "weights", "persistentVolumeClaim": {"claimName": "cached-weights"}}])
+        );
+        let container = &pod["spec"]["containers"][0];
+        assert_eq!(
+            container["volumeMounts"],
+            json!([{"name": "weights", "mountPath": "/model-cache"}])
+        );
+        assert_eq!(
+            container["env"],
+            json!([{"name": "HF_HOME", "value": "/model-cache"}])
+        );
+    }
+    let md = md_where(client, ns, "cached", "ignored fields named", |m| {
+        condition(m, PROVIDER_COMPATIBLE).is_some_and(|c| c.reason == "CompatibleWithIgnoredFields")
+    })
+    .await;
+    let c = condition(&md, PROVIDER_COMPATIBLE).unwrap();
+    assert_eq!(c.status, "True");
+    for field in ["spec.gateway", "spec.model.storage.volumes[weights].size"] {
+        assert!(c.message.contains(field), "{}", c.message);
+    }
+    let notes = event_where(client, ns, "cached", "UnsupportedField").await;
+    assert!(
+        notes.iter().any(|n| n.contains("spec.gateway")),
+        "{notes:?}"
+    );
+}
+
 /// What KubeRay cannot serve is refused before anything is applied.
 async fn refusals(client: &Client) {
     let ns = "refused";
@@ -799,8 +1024,37 @@ async fn refusals(client: &Client) {
         "{:?}",
         dotted.status
     );
+    // What KubeRay's validation refuses in the head container: 1.3 would only refuse the
+    // RayCluster in an event and never start (validation.go:69-72@v1.3.0).
+    deploy(
+        client,
+        &ModelDeploymentBuilder::new("redis")
+            .namespace(ns)
+            .provider("kuberay")
+            .spec(|s| {
+                s.env = Some(vec![k8s_openapi::api::core::v1::EnvVar {
+                    name: "REDIS_USERNAME".into(),
+                    value: Some("ray".into()),
+                    value_from: None,
+                }]);
+            })
+            .build(),
+    )
+    .await;
+    let redis = md_where(client, ns, "redis", "env refused", |m| {
+        phase(m) == Some(Phase::Failed)
+    })
+    .await;
+    assert!(
+        condition(&redis, PROVIDER_COMPATIBLE)
+            .unwrap()
+            .message
+            .contains("REDIS_USERNAME"),
+        "{:?}",
+        redis.status
+    );
     let refused: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &rayservices());
-    for name in ["sg", too_long, not_a_label] {
+    for name in ["sg", too_long, not_a_label, "redis"] {
         assert!(refused.get_opt(name).await.unwrap().is_none(), "{name}");
     }
 }
