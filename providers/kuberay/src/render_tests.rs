@@ -536,3 +536,62 @@ fn disabling_log_stats_turns_engine_metrics_off() {
     assert_eq!(config["log_engine_metrics"], false);
     assert_eq!(config["engine_kwargs"]["disable_log_stats"], true);
 }
+
+/// Every key we put in an `LLMConfig` is one Ray Serve LLM 2.52.0 knows: its models forbid
+/// others (`common/base_pydantic.py:16-19`; fields in `core/configs/llm_config.py:114-226`,
+/// placement groups in `engines/vllm/vllm_models.py:35-61`, all `@ray-2.52.0`).
+/// (Checked once by hand as well: Ray 2.52.0's `LLMConfig.model_validate`,
+/// `ServeDeploySchema` and the autoscaler's `_derive_autoscaling_config_from_ray_cr`
+/// accept the snapshots.)
+#[test]
+fn llm_configs_use_only_fields_ray_2_52_knows() {
+    const LLM_CONFIG: [&str; 11] = [
+        "runtime_env",
+        "model_loading_config",
+        "llm_engine",
+        "engine_kwargs",
+        "accelerator_type",
+        "placement_group_config",
+        "lora_config",
+        "deployment_config",
+        "experimental_configs",
+        "log_engine_metrics",
+        "callback_config",
+    ];
+    const MODEL_LOADING: [&str; 3] = ["model_id", "model_source", "tokenizer_source"];
+    const STRATEGIES: [&str; 4] = ["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"];
+    let mut with_metrics_off = ModelDeploymentBuilder::new("m").build();
+    with_metrics_off.spec.engine.args =
+        Some([("disable-log-stats".to_string(), "true".to_string())].into());
+    for md in [full(), disaggregated(), with_metrics_off] {
+        let (_, serve) = render(&md);
+        let args = &serve["applications"][0]["args"];
+        let configs: Vec<&Value> = match args.get("llm_configs") {
+            Some(list) => list.as_array().unwrap().iter().collect(),
+            None => vec![&args["prefill_config"], &args["decode_config"]],
+        };
+        for config in configs {
+            for key in config.as_object().unwrap().keys() {
+                assert!(LLM_CONFIG.contains(&key.as_str()), "LLMConfig.{key}");
+            }
+            for key in config["model_loading_config"].as_object().unwrap().keys() {
+                assert!(
+                    MODEL_LOADING.contains(&key.as_str()),
+                    "ModelLoadingConfig.{key}"
+                );
+            }
+            assert_eq!(
+                config["deployment_config"]
+                    .as_object()
+                    .unwrap()
+                    .keys()
+                    .collect::<Vec<_>>(),
+                ["num_replicas"]
+            );
+            if let Some(pg) = config.get("placement_group_config") {
+                assert!(STRATEGIES.contains(&pg["strategy"].as_str().unwrap()));
+                assert!(pg["bundles"].as_array().is_some_and(|b| !b.is_empty()));
+            }
+        }
+    }
+}

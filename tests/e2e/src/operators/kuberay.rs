@@ -697,80 +697,15 @@ fn calculate_status(
     clusters: &mut Clusters,
     now: &str,
 ) {
-    // Serve is reconciled on the pending cluster if there is one, else on the active one.
-    let pending_ready = clusters.pending.as_ref().is_some_and(Cluster::ready);
-    let active_ready =
-        clusters.pending.is_none() && clusters.active.as_ref().is_some_and(Cluster::ready);
-    // The Services move to a ready cluster, pending first; otherwise they stay put, and
-    // no promotion happens in this pass.
-    let switched_to = if pending_ready {
-        clusters.pending.as_ref().map(|c| c.name.clone())
-    } else if active_ready {
-        clusters.active.as_ref().map(|c| c.name.clone())
-    } else {
-        None
-    };
-    if let Some(name) = &switched_to {
-        clusters.serving = Some(name.clone());
-    }
-
+    let switched_to = switch_services(clusters);
     status["observedGeneration"] = rs["metadata"]["generation"].clone();
-    let slot = |c: &Option<Cluster>| c.as_ref().map_or_else(|| json!({}), Cluster::status);
-    set_slot(
-        status,
-        "activeServiceStatus",
-        "rayClusterStatus",
-        slot(&clusters.active),
-    );
-    set_slot(
-        status,
-        "pendingServiceStatus",
-        "rayClusterStatus",
-        slot(&clusters.pending),
-    );
-    // Application statuses come only from the cluster whose Serve was reconciled: the
-    // active cluster's are dropped while a pending cluster exists.
-    let pending_apps = clusters
-        .pending
-        .as_ref()
-        .map_or(Value::Null, Cluster::applications);
-    let active_apps = if clusters.pending.is_none() {
-        clusters
-            .active
-            .as_ref()
-            .map_or(Value::Null, Cluster::applications)
-    } else {
-        Value::Null
-    };
-    set_slot(
-        status,
-        "activeServiceStatus",
-        "applicationStatuses",
-        active_apps,
-    );
-    set_slot(
-        status,
-        "pendingServiceStatus",
-        "applicationStatuses",
-        pending_apps,
-    );
-
-    // Promotion: the Services point at the pending cluster.
-    let pending_name = text(&status["pendingServiceStatus"]["rayClusterName"]).to_string();
-    let active_name = text(&status["activeServiceStatus"]["rayClusterName"]).to_string();
-    let mut pending_serving = false;
-    if let Some(target) = &switched_to {
-        pending_serving = *target == pending_name;
-        if *target != active_name {
-            status["activeServiceStatus"] = status["pendingServiceStatus"].take();
-            status["pendingServiceStatus"] = json!({});
-            clusters.active = clusters.pending.take();
-        }
-    }
+    write_slots(status, clusters);
+    let pending_serving = promote(status, clusters, switched_to.as_deref());
     if should_prepare_new_cluster(rs, clusters, pending_serving) {
         clusters.made += 1;
         let suffix = format!("{:05}", clusters.made);
-        status["pendingServiceStatus"] = json!({"rayClusterName": ray_cluster_name(version, text(&rs["metadata"]["name"]), &suffix)});
+        let name = ray_cluster_name(version, text(&rs["metadata"]["name"]), &suffix);
+        status["pendingServiceStatus"] = json!({ "rayClusterName": name });
         // A pending cluster of an older spec is replaced (`cleanUpRayClusterInstance`).
         clusters.pending = None;
     }
@@ -781,16 +716,86 @@ fn calculate_status(
         .as_ref()
         .filter(|c| Some(&c.name) == clusters.serving.as_ref() && c.ready())
         .map_or(0, |c| 1 + c.ready_workers);
-    if endpoints > 0 {
-        status["numServeEndpoints"] = json!(endpoints);
-    } else if let Some(s) = status.as_object_mut() {
-        s.remove("numServeEndpoints");
-    }
+    set_or_remove(
+        status,
+        "numServeEndpoints",
+        (endpoints > 0).then(|| json!(endpoints)),
+    );
     calculate_conditions(status, endpoints, now);
-    if condition_is(status, "Ready", "True") {
-        status["serviceStatus"] = json!("Running");
-    } else if let Some(s) = status.as_object_mut() {
-        s.remove("serviceStatus");
+    let running = condition_is(status, "Ready", "True").then(|| json!("Running"));
+    set_or_remove(status, "serviceStatus", running);
+}
+
+/// Serve is reconciled on the pending cluster if there is one, else on the active one;
+/// the Services move to a ready one, pending first (`reconcileServicesToReadyCluster`).
+/// Otherwise they stay put and nothing is promoted in this pass (`None`).
+fn switch_services(clusters: &mut Clusters) -> Option<String> {
+    let pending_ready = clusters.pending.as_ref().is_some_and(Cluster::ready);
+    let active_ready =
+        clusters.pending.is_none() && clusters.active.as_ref().is_some_and(Cluster::ready);
+    let target = if pending_ready {
+        clusters.pending.as_ref().map(|c| c.name.clone())
+    } else if active_ready {
+        clusters.active.as_ref().map(|c| c.name.clone())
+    } else {
+        None
+    };
+    if let Some(name) = &target {
+        clusters.serving = Some(name.clone());
+    }
+    target
+}
+
+/// Each slot's cluster status and application statuses. Applications come only from
+/// the cluster whose Serve was reconciled: the active cluster's are dropped while a
+/// pending cluster exists (`rayservice_controller.go:239-244@v1.3.0`).
+fn write_slots(status: &mut Value, clusters: &Clusters) {
+    let cluster_status =
+        |c: &Option<Cluster>| c.as_ref().map_or_else(|| json!({}), Cluster::status);
+    let apps = |c: &Option<Cluster>| c.as_ref().map_or(Value::Null, Cluster::applications);
+    let active_apps = if clusters.pending.is_none() {
+        apps(&clusters.active)
+    } else {
+        Value::Null
+    };
+    for (slot, cluster, applications) in [
+        ("activeServiceStatus", &clusters.active, active_apps),
+        (
+            "pendingServiceStatus",
+            &clusters.pending,
+            apps(&clusters.pending),
+        ),
+    ] {
+        set_slot(status, slot, "rayClusterStatus", cluster_status(cluster));
+        set_slot(status, slot, "applicationStatuses", applications);
+    }
+}
+
+/// Promotion: when the Services point at the pending cluster, the pending slot becomes
+/// the active one (`rayservice_controller.go:246-272@v1.3.0`). Whether the pending
+/// cluster is the one serving.
+fn promote(status: &mut Value, clusters: &mut Clusters, switched_to: Option<&str>) -> bool {
+    let Some(target) = switched_to else {
+        return false;
+    };
+    let pending_serving = target == text(&status["pendingServiceStatus"]["rayClusterName"]);
+    if target != text(&status["activeServiceStatus"]["rayClusterName"]) {
+        status["activeServiceStatus"] = status["pendingServiceStatus"].take();
+        status["pendingServiceStatus"] = json!({});
+        clusters.active = clusters.pending.take();
+    }
+    pending_serving
+}
+
+fn set_or_remove(status: &mut Value, key: &str, value: Option<Value>) {
+    match (value, status.as_object_mut()) {
+        (Some(v), Some(map)) => {
+            map.insert(key.to_string(), v);
+        }
+        (None, Some(map)) => {
+            map.remove(key);
+        }
+        _ => {}
     }
 }
 

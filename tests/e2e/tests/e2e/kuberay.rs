@@ -280,7 +280,21 @@ async fn admit(
 }
 
 async fn serve_webhook(cluster: &TestCluster, client: &Client, version: KubeRay) -> Webhook {
-    use base64::Engine;
+    let (port, ca, handle) = serve_https(version);
+    testing::ensure_namespace(client, WEBHOOK_NAMESPACE)
+        .await
+        .unwrap();
+    cluster
+        .route_service(client, WEBHOOK_NAMESPACE, WEBHOOK_SERVICE, 443, port)
+        .await
+        .unwrap();
+    register_webhook(client, &ca).await;
+    Webhook { handle }
+}
+
+/// The webhook's HTTPS server on a loopback port, with a certificate for its Service:
+/// the port, the CA and the server's handle.
+fn serve_https(version: KubeRay) -> (u16, String, axum_server::Handle<std::net::SocketAddr>) {
     kubeairunway_testcluster::install_crypto_provider();
     let settings = CertSettings {
         service_name: WEBHOOK_SERVICE.into(),
@@ -307,14 +321,12 @@ async fn serve_webhook(cluster: &TestCluster, client: &Client, version: KubeRay)
     .unwrap()
     .handle(handle.clone());
     tokio::spawn(async move { server.serve(app.into_make_service()).await });
+    (port, bundle.ca_crt, handle)
+}
 
-    testing::ensure_namespace(client, WEBHOOK_NAMESPACE)
-        .await
-        .unwrap();
-    cluster
-        .route_service(client, WEBHOOK_NAMESPACE, WEBHOOK_SERVICE, 443, port)
-        .await
-        .unwrap();
+/// The ValidatingWebhookConfiguration, and a wait until the API server calls it.
+async fn register_webhook(client: &Client, ca: &str) {
+    use base64::Engine;
     let config = json!({
         "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
         "metadata": {"name": "kuberay-validating-webhook-configuration"},
@@ -326,7 +338,7 @@ async fn serve_webhook(cluster: &TestCluster, client: &Client, version: KubeRay)
             "clientConfig": {
                 "service": {"namespace": WEBHOOK_NAMESPACE, "name": WEBHOOK_SERVICE,
                             "path": WEBHOOK_PATH, "port": 443},
-                "caBundle": base64::engine::general_purpose::STANDARD.encode(&bundle.ca_crt),
+                "caBundle": base64::engine::general_purpose::STANDARD.encode(ca),
             },
             "rules": [{"apiGroups": ["ray.io"], "apiVersions": ["v1"],
                        "operations": ["CREATE", "UPDATE"], "resources": ["rayservices"]}],
@@ -371,7 +383,6 @@ async fn serve_webhook(cluster: &TestCluster, client: &Client, version: KubeRay)
     })
     .await
     .unwrap();
-    Webhook { handle }
 }
 
 /// With the webhook, the API server refuses what KubeRay's webhook refuses, in KubeRay's
@@ -616,6 +627,15 @@ async fn serving_walk(
     crd: &CustomResourceDefinition,
     api: &UpstreamApi,
 ) {
+    applied_as_rendered(client, crd, api).await;
+    let cluster = comes_up(client, operator, version).await;
+    upgrades(client, operator, &cluster).await;
+    application_fails(client, operator).await;
+    kuberay_refuses_the_rayservice(client, operator, version).await;
+}
+
+/// The RayService is applied, owned, labelled and stored exactly as rendered.
+async fn applied_as_rendered(client: &Client, crd: &CustomResourceDefinition, api: &UpstreamApi) {
     let ns = "serve";
     let md = ModelDeploymentBuilder::new("llama")
         .namespace(ns)
@@ -679,7 +699,11 @@ async fn serving_walk(
         warnings[0].contains("provider.overrides.heda"),
         "{warnings:?}"
     );
+}
 
+/// KubeRay brings the first cluster up and promotes it; returns its name.
+async fn comes_up(client: &Client, operator: &Operator, version: KubeRay) -> String {
+    let ns = "serve";
     // KubeRay prepares the first cluster: Ready=False, Initializing.
     md_where(client, ns, "llama", "Initializing", |m| {
         message(m) == "Initializing: RayService is initializing"
@@ -710,10 +734,16 @@ async fn serving_walk(
         .unwrap()
         .to_string();
     assert!(cluster.starts_with(&ray::ray_cluster_name(version, "llama", "")));
+    cluster
+}
 
-    // A change of the cluster (here its env) is a zero-downtime upgrade: a pending
-    // cluster beside the serving one.
-    let mut changed = md.clone();
+/// A change of the cluster (here its env) is a zero-downtime upgrade: a pending cluster
+/// beside the serving `cluster`, promoted once it serves.
+async fn upgrades(client: &Client, operator: &Operator, cluster: &str) {
+    let ns = "serve";
+    let mds: Api<ModelDeployment> = Api::namespaced(client.clone(), ns);
+    let mut changed = mds.get("llama").await.unwrap();
+    changed.status = None;
     changed.metadata.managed_fields = None;
     changed.metadata.resource_version = None;
     changed.spec.env = Some(vec![k8s_openapi::api::core::v1::EnvVar {
@@ -738,9 +768,8 @@ async fn serving_walk(
     })
     .await;
     let live = rayservice_where(client, ns, "llama", "upgraded", |o| {
-        o.as_ref().is_some_and(|o| {
-            o.data["status"]["activeServiceStatus"]["rayClusterName"] != cluster.as_str()
-        })
+        o.as_ref()
+            .is_some_and(|o| o.data["status"]["activeServiceStatus"]["rayClusterName"] != cluster)
     })
     .await
     .unwrap();
@@ -748,8 +777,11 @@ async fn serving_walk(
         live.data["status"]["pendingServiceStatus"]["rayClusterName"],
         Value::Null
     );
+}
 
-    // The running application fails.
+/// The serving application fails, then recovers.
+async fn application_fails(client: &Client, operator: &Operator) {
+    let ns = "serve";
     let oom = ("DEPLOY_FAILED", "Failed to load model: CUDA out of memory");
     operator.report(ns, "llama", Slot::Active, oom, 1).await;
     let md = md_where(client, ns, "llama", "Failed", |m| {
@@ -768,9 +800,13 @@ async fn serving_walk(
         phase(m) == Some(Phase::Running)
     })
     .await;
+}
 
-    // KubeRay 1.7.0 refuses a RayService with an invalid initializing timeout (an
-    // annotation of another writer): Ready=False, ValidationFailed. 1.3.0 has no such rule.
+/// KubeRay 1.7.0's controller refuses a RayService with an invalid initializing timeout
+/// (an annotation of another writer): Ready=False, ValidationFailed. 1.3.0 has no such
+/// rule.
+async fn kuberay_refuses_the_rayservice(client: &Client, operator: &Operator, version: KubeRay) {
+    let ns = "serve";
     let rs_api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &rayservices());
     let annotate = |value: Option<&str>| json!({"metadata": {"annotations": {ray::INITIALIZING_TIMEOUT: value}}});
     rs_api
@@ -966,6 +1002,38 @@ async fn storage_and_ignored_fields(client: &Client) {
     );
 }
 
+/// What KubeRay's validation refuses in the head container: 1.3 would only refuse the
+/// RayCluster in an event and never start (validation.go:69-72@v1.3.0).
+async fn refused_env(client: &Client, ns: &str) {
+    deploy(
+        client,
+        &ModelDeploymentBuilder::new("redis")
+            .namespace(ns)
+            .provider("kuberay")
+            .spec(|s| {
+                s.env = Some(vec![k8s_openapi::api::core::v1::EnvVar {
+                    name: "REDIS_USERNAME".into(),
+                    value: Some("ray".into()),
+                    value_from: None,
+                }]);
+            })
+            .build(),
+    )
+    .await;
+    let redis = md_where(client, ns, "redis", "env refused", |m| {
+        phase(m) == Some(Phase::Failed)
+    })
+    .await;
+    assert!(
+        condition(&redis, PROVIDER_COMPATIBLE)
+            .unwrap()
+            .message
+            .contains("REDIS_USERNAME"),
+        "{:?}",
+        redis.status
+    );
+}
+
 /// What KubeRay cannot serve is refused before anything is applied.
 async fn refusals(client: &Client) {
     let ns = "refused";
@@ -1024,35 +1092,7 @@ async fn refusals(client: &Client) {
         "{:?}",
         dotted.status
     );
-    // What KubeRay's validation refuses in the head container: 1.3 would only refuse the
-    // RayCluster in an event and never start (validation.go:69-72@v1.3.0).
-    deploy(
-        client,
-        &ModelDeploymentBuilder::new("redis")
-            .namespace(ns)
-            .provider("kuberay")
-            .spec(|s| {
-                s.env = Some(vec![k8s_openapi::api::core::v1::EnvVar {
-                    name: "REDIS_USERNAME".into(),
-                    value: Some("ray".into()),
-                    value_from: None,
-                }]);
-            })
-            .build(),
-    )
-    .await;
-    let redis = md_where(client, ns, "redis", "env refused", |m| {
-        phase(m) == Some(Phase::Failed)
-    })
-    .await;
-    assert!(
-        condition(&redis, PROVIDER_COMPATIBLE)
-            .unwrap()
-            .message
-            .contains("REDIS_USERNAME"),
-        "{:?}",
-        redis.status
-    );
+    refused_env(client, ns).await;
     let refused: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &rayservices());
     for name in ["sg", too_long, not_a_label, "redis"] {
         assert!(refused.get_opt(name).await.unwrap().is_none(), "{name}");
