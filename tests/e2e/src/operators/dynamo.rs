@@ -7,7 +7,8 @@
 //! 1.1 branch cut, PR #8698; the v1alpha1-only CRD) and `2a6da14c8` (main, 2026-08-21; the
 //! v1beta1 CRD). Paths are under `deploy/operator/` unless they start with `components/`.
 //!
-//! - [`admit`]: the validating webhook `vdynamographdeployment.kb.io` on the fields we set.
+//! - [`admit`]: the validating webhook `vdynamographdeployment.kb.io` on the fields we set,
+//!   served to the test API server by [`serve_webhook`].
 //! - [`main_container`]: the operator's default main container with ours merged over it
 //!   (mergo `WithOverride`).
 //! - [`start`]: whether the merged command line starts, and serves, as the Dynamo
@@ -136,16 +137,92 @@ pub fn components(version: &str, dgd: &Value) -> Vec<Component> {
 
 // ---- admission ----
 
-/// The refusal of the validating webhook, as the API server words it.
-pub fn refusal(name: &str, errors: &[String]) -> String {
+/// The webhook's message for `errors`: at `2a6da14c8` a `field.ErrorList` as an Invalid
+/// status (`webhook/validation/dynamographdeployment_helpers.go:53-61`); at `3e3b3b187`
+/// the errors themselves (`dynamographdeployment.go:83-125`). The API server prefixes it
+/// with `admission webhook "vdynamographdeployment.kb.io" denied the request: `.
+pub fn denial(version: &str, name: &str, errors: &[String]) -> String {
+    if version != "v1beta1" {
+        return errors.join("\n");
+    }
     let detail = if errors.len() == 1 {
         errors[0].clone()
     } else {
         format!("[{}]", errors.join(", "))
     };
-    format!(
-        "admission webhook \"vdynamographdeployment.kb.io\" denied the request: DynamoGraphDeployment.nvidia.com \"{name}\" is invalid: {detail}"
+    format!("DynamoGraphDeployment.nvidia.com \"{name}\" is invalid: {detail}")
+}
+
+/// The name of Dynamo's validating webhook for DynamoGraphDeployments
+/// (`deploy/helm/charts/platform/components/operator/templates/webhook-configuration.yaml`
+/// at both commits).
+pub const WEBHOOK: &str = "vdynamographdeployment.kb.io";
+
+/// Serve [`admit`] as Dynamo's webhook for DynamoGraphDeployments of `resource` on
+/// `cluster`, and wait until the API server calls it.
+pub async fn serve_webhook(
+    cluster: &kubeairunway_testcluster::TestCluster,
+    client: &Client,
+    resource: &ApiResource,
+) -> anyhow::Result<crate::admission::ValidatingWebhook> {
+    let version = resource.version.clone();
+    let verdict_version = version.clone();
+    let verdict = move |req: &kube::core::admission::AdmissionRequest<DynamicObject>| {
+        let object = serde_json::to_value(&req.object).unwrap_or_default();
+        let old = req
+            .old_object
+            .as_ref()
+            .and_then(|o| serde_json::to_value(o).ok());
+        let errors = admit(&verdict_version, &object, old.as_ref());
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(denial(
+                &verdict_version,
+                &crate::admission::object_name(req),
+                &errors,
+            ))
+        }
+    };
+    let webhook = crate::admission::serve_validating(
+        cluster,
+        client,
+        crate::admission::Registration {
+            name: WEBHOOK,
+            namespace: "dynamo-system",
+            service: "dynamo-operator-webhook-service",
+            resource,
+        },
+        Arc::new(verdict),
     )
+    .await?;
+    // A graph without components, which the webhook refuses, shows when it is called.
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "dynamo-system", resource);
+    let list = if version == "v1beta1" {
+        json!({"components": []})
+    } else {
+        json!({"services": {}})
+    };
+    let probe: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": resource.api_version, "kind": resource.kind,
+        "metadata": {"name": "webhook-probe"}, "spec": list,
+    }))?;
+    crate::eventually(30, "Dynamo's webhook to be called", || {
+        let api = api.clone();
+        let probe = probe.clone();
+        async move {
+            let pp = kube::api::PostParams {
+                dry_run: true,
+                ..Default::default()
+            };
+            match api.create(&pp, &probe).await {
+                Err(kube::Error::Api(e)) if e.message.contains(WEBHOOK) => Some(()),
+                _ => None,
+            }
+        }
+    })
+    .await?;
+    Ok(webhook)
 }
 
 /// Whether Dynamo reads a runtime version from the image's tag: `[vV]?` and a semantic
@@ -760,11 +837,12 @@ pub fn reconcile(
 
 // ---- the loop ----
 
-/// The stand-in operator running against a test API server: for every
-/// DynamoGraphDeployment of its version (but those labelled [`MANUAL_STATUS_LABEL`]), it
-/// runs [`admit`]; writes `pending` with every component starting, then on its next pass
-/// the status [`reconcile`] gives. What the real system would refuse or fail to serve,
-/// it records in [`StandIn::problems`] (the test asserts there are none).
+/// The stand-in controller running against a test API server (the API server calls the
+/// webhook itself, see [`serve_webhook`]): for every DynamoGraphDeployment of its version
+/// (but those labelled [`MANUAL_STATUS_LABEL`]) it writes `pending` with every component
+/// starting, then on its next pass the status [`reconcile`] gives. Components that would
+/// crash or misserve it records in [`StandIn::problems`] (the test asserts there are
+/// none).
 #[derive(Debug)]
 pub struct StandIn {
     problems: Arc<Mutex<Vec<String>>>,
@@ -799,9 +877,8 @@ impl Drop for StandIn {
     }
 }
 
-/// Per object (by uid): the generation played, whether its final status is written,
-/// and the spec admitted last.
-type Seen = HashMap<String, (i64, bool, Value)>;
+/// Per object (by uid): the generation played, and whether its final status is written.
+type Seen = HashMap<String, (i64, bool)>;
 
 async fn run(
     client: Client,
@@ -831,10 +908,9 @@ async fn run(
                 let value = serde_json::to_value(&dgd).unwrap_or_default();
                 let ns = dgd.namespace().unwrap_or_default();
                 let name = dgd.name_any();
-                let entry = seen.get(&uid).cloned();
-                let next = match entry {
-                    Some((g, true, _)) if g == generation => continue,
-                    Some((g, false, _)) if g == generation => {
+                let next = match seen.get(&uid) {
+                    Some(&(g, true)) if g == generation => continue,
+                    Some(&(g, false)) if g == generation => {
                         let (next, outcomes) = reconcile(version, &value, &claims);
                         for (c, o) in outcomes {
                             match o {
@@ -844,16 +920,11 @@ async fn run(
                                 }
                             }
                         }
-                        seen.insert(uid, (generation, true, value["spec"].clone()));
+                        seen.insert(uid, (generation, true));
                         next
                     }
-                    previous => {
-                        let old = previous.map(|(_, _, spec)| json!({"spec": spec}));
-                        let errors = admit(version, &value, old.as_ref());
-                        if !errors.is_empty() {
-                            record(format!("{ns}/{name}: {}", refusal(&name, &errors)));
-                        }
-                        seen.insert(uid, (generation, false, value["spec"].clone()));
+                    _ => {
+                        seen.insert(uid, (generation, false));
                         let starting: Vec<(Component, Option<Outcome>)> =
                             components(version, &value)
                                 .into_iter()

@@ -142,13 +142,18 @@ fn cases() -> Vec<(&'static str, ModelDeployment)> {
 
 /// The whole walk for one installed CRD; `version` is the adapter it must choose.
 async fn walk(tag: &str, crd: CustomResourceDefinition, version: &'static str) {
-    let (_cluster, client) = private_cluster(tag, &crd).await;
+    let (cluster, client) = private_cluster(tag, &crd).await;
     let settings = Settings {
         failed_after: Duration::from_secs(2),
         ..Settings::default()
     };
     let _running = testing::spawn(Dynamo::new(settings), client.clone(), test_options());
-    // Dynamo itself, as it treats what we render (see kubeairunway_e2e::operators::dynamo).
+    // Dynamo itself, as it treats what we render (see kubeairunway_e2e::operators::dynamo):
+    // its webhook, called by the API server, and its controller.
+    let _webhook = operators::dynamo::serve_webhook(&cluster, &client, &dgd_resource(version))
+        .await
+        .unwrap();
+    refusals_come_from_the_webhook(&client, version).await;
     let operator = StandIn::spawn(
         client.clone(),
         dgd_resource(version),
@@ -483,6 +488,39 @@ async fn walk(tag: &str, crd: CustomResourceDefinition, version: &'static str) {
         Vec::<String>::new(),
         "refused or misserved"
     );
+}
+
+/// Objects Dynamo's webhook denies are refused by the API server with its words: a custom
+/// image without `runtimeVersionOverride` on v1beta1, a graph without services on
+/// v1alpha1 (a claim to create without a storage class never reaches the webhook there:
+/// the 1.1 CRD's own rule refuses it).
+async fn refusals_come_from_the_webhook(client: &Client, version: &str) {
+    let ns = "dynamo-system";
+    let spec = if version == "v1beta1" {
+        json!({"backendFramework": "vllm", "components": [{"name": "Frontend", "type": "frontend",
+            "podTemplate": {"spec": {"containers": [{"name": "main", "image": "registry.example/dynamo:dev"}]}}}]})
+    } else {
+        json!({"backendFramework": "vllm", "services": {}})
+    };
+    let dgd: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("nvidia.com/{version}"), "kind": "DynamoGraphDeployment",
+        "metadata": {"name": "refused"}, "spec": spec,
+    }))
+    .unwrap();
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &dgd_resource(version));
+    let err = api
+        .create(&kube::api::PostParams::default(), &dgd)
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!("{err}")
+    };
+    let expected = if version == "v1beta1" {
+        "admission webhook \"vdynamographdeployment.kb.io\" denied the request: DynamoGraphDeployment.nvidia.com \"refused\" is invalid: spec.components[0].runtimeVersionOverride: Required value: is required when the specified main container image has no parseable semantic-version tag"
+    } else {
+        "admission webhook \"vdynamographdeployment.kb.io\" denied the request: spec.services must have at least one service"
+    };
+    assert_eq!(status.message, expected);
 }
 
 fn detected(crd: &CustomResourceDefinition) -> kubeairunway_sdk::UpstreamApi {

@@ -403,8 +403,8 @@ fn the_webhook_rules_on_our_fields() {
     };
     let errors = admit("v1beta1", &dgd("registry.example/dynamo:dev", None), None);
     assert_eq!(
-        op::refusal("d", &errors),
-        "admission webhook \"vdynamographdeployment.kb.io\" denied the request: DynamoGraphDeployment.nvidia.com \"d\" is invalid: spec.components[0].runtimeVersionOverride: Required value: is required when the specified main container image has no parseable semantic-version tag"
+        op::denial("v1beta1", "d", &errors),
+        "DynamoGraphDeployment.nvidia.com \"d\" is invalid: spec.components[0].runtimeVersionOverride: Required value: is required when the specified main container image has no parseable semantic-version tag"
     );
     assert!(
         admit(
