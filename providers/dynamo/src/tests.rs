@@ -507,6 +507,11 @@ fn compatibility_messages_are_those_of_004_section_8() {
 
 #[test]
 fn registration() {
+    assert_eq!(
+        Dynamo::default().immutable_fields("DynamoGraphDeployment"),
+        ["spec.backendFramework"]
+    );
+    assert!(Dynamo::default().immutable_fields("ConfigMap").is_empty());
     let config = Dynamo::default().config();
     let caps = config.capabilities.unwrap();
     assert_eq!(
