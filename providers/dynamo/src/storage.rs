@@ -41,8 +41,15 @@ pub struct NewClaim {
     pub size: String,
     /// StorageClass; `None` is the cluster default, which Dynamo cannot ask for.
     pub storage_class: Option<String>,
-    /// Access mode.
-    pub access_mode: String,
+    /// Access mode, when set.
+    pub access_mode: Option<String>,
+}
+
+impl NewClaim {
+    /// The access mode, `ReadWriteMany` unless set.
+    pub fn access_mode(&self) -> &str {
+        self.access_mode.as_deref().unwrap_or(DEFAULT_ACCESS_MODE)
+    }
 }
 
 /// One volume of `spec.model.storage`, resolved.
@@ -106,11 +113,10 @@ fn resolve(md_name: &str, v: &StorageVolume) -> Result<Volume, RenderError> {
     let create = v.size.as_ref().map(|size| NewClaim {
         size: size.0.clone(),
         storage_class: v.storage_class_name.clone(),
-        access_mode: v.access_mode.map_or(DEFAULT_ACCESS_MODE.to_string(), |m| {
+        access_mode: v.access_mode.and_then(|m| {
             serde_json::to_value(m)
                 .ok()
                 .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_else(|| DEFAULT_ACCESS_MODE.to_string())
         }),
     });
     let claim = match (&given, &create) {
@@ -169,7 +175,7 @@ pub fn plan(volumes: &[Volume], version: &str) -> (Plan, Vec<Warning>) {
                     let set = match sub {
                         "size" => true,
                         "storageClassName" => new.storage_class.is_some(),
-                        _ => new.access_mode != DEFAULT_ACCESS_MODE,
+                        _ => new.access_mode.is_some(),
                     };
                     if set {
                         warnings.push(Warning::unsupported_field(&v.field(sub), why));
@@ -262,7 +268,7 @@ mod tests {
                 ("pvc-b", "/data", true)
             ]
         );
-        assert_eq!(v[1].create.as_ref().unwrap().access_mode, "ReadWriteMany");
+        assert_eq!(v[1].create.as_ref().unwrap().access_mode(), "ReadWriteMany");
     }
 
     #[test]
@@ -282,7 +288,7 @@ mod tests {
     #[test]
     fn claims_are_created_only_where_dynamo_can() {
         let v = volumes(&md(&json!([
-            {"name": "a", "size": "1Gi", "storageClassName": "fast", "purpose": "modelCache"},
+            {"name": "a", "size": "1Gi", "storageClassName": "fast", "accessMode": "ReadWriteMany", "purpose": "modelCache"},
             {"name": "b", "size": "1Gi", "purpose": "custom", "mountPath": "/b"},
             {"name": "c", "size": "1Gi", "claimName": "mine", "accessMode": "ReadWriteOnce", "purpose": "custom", "mountPath": "/c"},
         ])))
@@ -317,7 +323,11 @@ mod tests {
                 .collect::<Vec<_>>(),
             ["c"]
         );
-        assert_eq!(warnings.len(), 5);
+        assert_eq!(
+            warnings.len(),
+            6,
+            "an explicit default access mode is named too"
+        );
         assert!(
             warnings[0]
                 .message

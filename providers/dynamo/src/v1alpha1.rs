@@ -45,7 +45,7 @@ fn pvcs(plan: &Plan) -> Vec<Value> {
                 "create": true,
                 "size": new.size,
                 "storageClass": new.storage_class,
-                "volumeAccessMode": new.access_mode,
+                "volumeAccessMode": new.access_mode(),
             }),
             None => json!({"name": v.claim, "create": false}),
         })
