@@ -1,6 +1,7 @@
 //! Helpers for the end-to-end tests: fixtures, the shared cluster with the core CRDs
 //! installed, and small API conveniences.
 
+pub mod admission;
 pub mod cache_images;
 pub mod helm;
 pub mod operators;

@@ -19,6 +19,8 @@ mod core_webhook;
 mod crds;
 #[path = "e2e/dynamo.rs"]
 mod dynamo;
+#[path = "e2e/dynamo_operator.rs"]
+mod dynamo_operator;
 #[path = "e2e/kaito.rs"]
 mod kaito;
 #[path = "e2e/kernelcache.rs"]

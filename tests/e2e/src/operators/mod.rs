@@ -1,5 +1,7 @@
-//! Test stand-ins for the upstream operators, as pure functions: their admission rules,
-//! the defaulting and merging they apply to what a provider renders, and the status
-//! sequences their controllers write, each rule citing the upstream source it plays.
+//! The upstream operators as the e2e tests play them: their admission rules, their
+//! defaulting and merging of what we render, and the status their controllers write,
+//! each as pure functions citing the upstream code, and a loop that applies them to the
+//! objects on a test API server.
 
+pub mod dynamo;
 pub mod kuberay;

@@ -13,13 +13,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use k8s_openapi::api::admissionregistration::v1::ValidatingWebhookConfiguration;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
+use kube::core::admission::AdmissionRequest;
 use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
+use kubeairunway_e2e::admission::{self, Registration, ValidatingWebhook};
 use kubeairunway_e2e::operators::kuberay::{self as ray, Action, App, Clusters, KubeRay};
 use kubeairunway_kuberay_provider::KubeRayProvider;
 use kubeairunway_sdk::api::{
@@ -32,7 +32,6 @@ use kubeairunway_sdk::testing::{
     self, ModelDeploymentBuilder, condition, event_where, md_where, message, phase, test_options,
     wait_for,
 };
-use kubeairunway_sdk::tls::{CertBundle, CertResolver, CertSettings};
 use kubeairunway_sdk::{Provider, UpstreamApi};
 use kubeairunway_testcluster::TestCluster;
 use serde_json::{Value, json};
@@ -239,121 +238,38 @@ async fn reconcile_one(
 /// with the `kuberay-` prefix of `config/default-with-webhooks`).
 const WEBHOOK_SERVICE: &str = "kuberay-webhook-service";
 const WEBHOOK_NAMESPACE: &str = "ray-system";
-/// The path and name of the RayService webhook (`pkg/webhooks/v1/rayservice_webhook.go:28@v1.7.0`).
-const WEBHOOK_PATH: &str = "/validate-ray-io-v1-rayservice";
+/// The name of the RayService webhook (`pkg/webhooks/v1/rayservice_webhook.go:28@v1.7.0`).
 const WEBHOOK_NAME: &str = "vrayservice.kb.io";
 
-/// KubeRay 1.7's optional RayService webhook (v1.3 has none) on loopback HTTPS, registered
-/// with a ValidatingWebhookConfiguration as `config/webhook/manifests.yaml@v1.7.0` has it
-/// (CREATE and UPDATE of `ray.io/v1` rayservices, failurePolicy Fail); stopped when
-/// dropped.
-struct Webhook {
-    handle: axum_server::Handle<std::net::SocketAddr>,
-}
-
-impl Drop for Webhook {
-    fn drop(&mut self) {
-        self.handle.shutdown();
-    }
-}
-
-async fn admit(
-    axum::extract::State(version): axum::extract::State<KubeRay>,
-    axum::Json(review): axum::Json<AdmissionReview<DynamicObject>>,
-) -> axum::Json<Value> {
-    let req: AdmissionRequest<DynamicObject> = review.try_into().unwrap();
-    let object = req
-        .object
-        .as_ref()
-        .map(|o| serde_json::to_value(o).unwrap());
-    let mut resp = AdmissionResponse::from(&req);
-    if let Some(object) = object
-        && let Err(refusal) = ray::webhook(version, &object)
-    {
-        // `apierrors.NewInvalid(RayService, name, field.Invalid(metadata.name, ...))`.
-        let name = object["metadata"]["name"].as_str().unwrap_or_default();
-        resp = resp.deny(format!(
-            "RayService.ray.io {name:?} is invalid: metadata.name: Invalid value: {name:?}: {refusal}"
-        ));
-    }
-    axum::Json(serde_json::to_value(resp.into_review()).unwrap())
-}
-
-async fn serve_webhook(cluster: &TestCluster, client: &Client, version: KubeRay) -> Webhook {
-    let (port, ca, handle) = serve_https(version);
-    testing::ensure_namespace(client, WEBHOOK_NAMESPACE)
-        .await
-        .unwrap();
-    cluster
-        .route_service(client, WEBHOOK_NAMESPACE, WEBHOOK_SERVICE, 443, port)
-        .await
-        .unwrap();
-    register_webhook(client, &ca).await;
-    Webhook { handle }
-}
-
-/// The webhook's HTTPS server on a loopback port, with a certificate for its Service:
-/// the port, the CA and the server's handle.
-fn serve_https(version: KubeRay) -> (u16, String, axum_server::Handle<std::net::SocketAddr>) {
-    kubeairunway_testcluster::install_crypto_provider();
-    let settings = CertSettings {
-        service_name: WEBHOOK_SERVICE.into(),
-        namespace: WEBHOOK_NAMESPACE.into(),
-        ca_validity: Duration::from_secs(86400),
-        cert_validity: Duration::from_secs(3600),
-        rotate_before: Duration::from_secs(60),
+/// KubeRay 1.7's optional RayService webhook (v1.3 has none), served through the shared
+/// helper (loopback HTTPS, routed Service, ValidatingWebhookConfiguration with the CA
+/// bundle; CREATE and UPDATE of `ray.io/v1` rayservices, failurePolicy Fail, as
+/// `config/webhook/manifests.yaml@v1.7.0` registers it). Its verdict is the stand-in's
+/// [`ray::webhook`], in the words `apierrors.NewInvalid` gives it
+/// (`rayservice_webhook.go:49-63@v1.7.0`).
+async fn serve_webhook(
+    cluster: &TestCluster,
+    client: &Client,
+    version: KubeRay,
+) -> ValidatingWebhook {
+    let verdict = move |req: &AdmissionRequest<DynamicObject>| {
+        let Some(object) = req.object.as_ref() else {
+            return Ok(());
+        };
+        let value = serde_json::to_value(object).map_err(|e| e.to_string())?;
+        ray::webhook(version, &value).map_err(|refusal| {
+            let name = admission::object_name(req);
+            format!("RayService.ray.io {name:?} is invalid: metadata.name: Invalid value: {name:?}: {refusal}")
+        })
     };
-    let bundle = CertBundle::generate(&settings, std::time::SystemTime::now()).unwrap();
-    let resolver = Arc::new(CertResolver::default());
-    resolver.install(&bundle).unwrap();
-    let tls = kubeairunway_sdk::tls::server_config(resolver).unwrap();
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.set_nonblocking(true).unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let app = axum::Router::new()
-        .route(WEBHOOK_PATH, axum::routing::post(admit))
-        .with_state(version);
-    let handle = axum_server::Handle::new();
-    let server = axum_server::from_tcp_rustls(
-        listener,
-        axum_server::tls_rustls::RustlsConfig::from_config(tls),
-    )
-    .unwrap()
-    .handle(handle.clone());
-    tokio::spawn(async move { server.serve(app.into_make_service()).await });
-    (port, bundle.ca_crt, handle)
-}
-
-/// The ValidatingWebhookConfiguration, and a wait until the API server calls it.
-async fn register_webhook(client: &Client, ca: &str) {
-    use base64::Engine;
-    let config = json!({
-        "apiVersion": "admissionregistration.k8s.io/v1", "kind": "ValidatingWebhookConfiguration",
-        "metadata": {"name": "kuberay-validating-webhook-configuration"},
-        "webhooks": [{
-            "name": WEBHOOK_NAME,
-            "admissionReviewVersions": ["v1"],
-            "sideEffects": "None",
-            "failurePolicy": "Fail",
-            "clientConfig": {
-                "service": {"namespace": WEBHOOK_NAMESPACE, "name": WEBHOOK_SERVICE,
-                            "path": WEBHOOK_PATH, "port": 443},
-                "caBundle": base64::engine::general_purpose::STANDARD.encode(ca),
-            },
-            "rules": [{"apiGroups": ["ray.io"], "apiVersions": ["v1"],
-                       "operations": ["CREATE", "UPDATE"], "resources": ["rayservices"]}],
-        }],
-    });
-    let configs: Api<DynamicObject> = Api::all_with(
-        client.clone(),
-        &ApiResource::erase::<ValidatingWebhookConfiguration>(&()),
-    );
-    configs
-        .patch(
-            "kuberay-validating-webhook-configuration",
-            &PatchParams::apply("kuberay-operator"),
-            &Patch::Apply(&config),
-        )
+    let resource = rayservices();
+    let registration = Registration {
+        name: WEBHOOK_NAME,
+        namespace: WEBHOOK_NAMESPACE,
+        service: WEBHOOK_SERVICE,
+        resource: &resource,
+    };
+    let webhook = admission::serve_validating(cluster, client, registration, Arc::new(verdict))
         .await
         .unwrap();
     // The admission plugin reads configurations through an informer: wait until a dry
@@ -383,6 +299,7 @@ async fn register_webhook(client: &Client, ca: &str) {
     })
     .await
     .unwrap();
+    webhook
 }
 
 /// With the webhook, the API server refuses what KubeRay's webhook refuses, in KubeRay's
