@@ -74,7 +74,8 @@ pub async fn run(cli: Cli, mut rt: Runtime) -> anyhow::Result<()> {
         // The validating webhook and selection read this cache.
         let (providers, synced) = (
             providers.clone(),
-            rt.readiness().process_check("InferenceProviderConfig cache"),
+            rt.readiness()
+                .process_check("InferenceProviderConfig cache"),
         );
         tokio::spawn(async move {
             if providers.synced().await {

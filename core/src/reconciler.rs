@@ -152,6 +152,7 @@ fn strip(md: &mut ModelDeployment) {
 /// What, of a ModelDeployment, can change core's decision: the spec (generation), its
 /// deletion, labels and annotations (CEL sees them; pause), finalizers, and the selected
 /// provider. A provider's status write changes none of it and wakes no reconcile.
+#[allow(clippy::unnecessary_wraps)] // the signature kube's predicate filter asks for
 fn relevant(md: &ModelDeployment) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
@@ -229,7 +230,7 @@ pub async fn run(
     let md_store = mds.store.clone();
     let stream = stream
         .applied_objects()
-        .predicate_filter(relevant, Default::default());
+        .predicate_filter(relevant, kube::runtime::PredicateConfig::default());
     let controller = Controller::for_stream(stream, md_store.clone());
     metrics.set_store(Some(md_store.clone()));
     tokio::spawn(async move {
@@ -329,7 +330,9 @@ fn provider_finalizers(md: &ModelDeployment) -> Vec<(String, String)> {
     md.finalizers()
         .iter()
         .filter_map(|f| {
-            let name = f.strip_prefix("kubeairunway.ai/")?.strip_suffix("-provider")?;
+            let name = f
+                .strip_prefix("kubeairunway.ai/")?
+                .strip_suffix("-provider")?;
             Some((f.clone(), name.to_string()))
         })
         .collect()
@@ -346,10 +349,11 @@ fn provider_gone(
     let Some(config) = providers.get(&ObjectRef::new(provider)) else {
         return true;
     };
-    let beat = config.status.as_ref().and_then(|s| s.last_heartbeat.as_ref());
-    beat.is_none_or(|t| {
-        Duration::try_from(now.duration_since(t.0)).is_ok_and(|age| age > max_age)
-    })
+    let beat = config
+        .status
+        .as_ref()
+        .and_then(|s| s.last_heartbeat.as_ref());
+    beat.is_none_or(|t| Duration::try_from(now.duration_since(t.0)).is_ok_and(|age| age > max_age))
 }
 
 /// A deleted ModelDeployment held by the finalizer of a provider that is gone (uninstalled,
@@ -369,14 +373,12 @@ async fn release_gone_providers(
     if gone.is_empty() {
         return Ok(Action::await_change());
     }
-    let since = md
-        .metadata
-        .deletion_timestamp
-        .as_ref()
-        .map_or(now, |t| t.0);
+    let since = md.metadata.deletion_timestamp.as_ref().map_or(now, |t| t.0);
     let waited = Duration::try_from(now.duration_since(since)).unwrap_or_default();
     if waited < timeout {
-        return Ok(Action::requeue(timeout - waited + Duration::from_secs(1)));
+        return Ok(Action::requeue(
+            timeout.saturating_sub(waited) + Duration::from_secs(1),
+        ));
     }
     let keep: Vec<String> = md
         .finalizers()
@@ -388,7 +390,11 @@ async fn release_gone_providers(
         Api::namespaced(ctx.client.clone(), &md.namespace().unwrap_or_default());
     let patch = json!({"metadata": {"finalizers": keep, "resourceVersion": md.resource_version()}});
     match api
-        .patch(&md.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .patch(
+            &md.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
         .await
     {
         Ok(_) => {}
@@ -677,7 +683,10 @@ fn contains(have: &Value, want: &Value) -> bool {
 /// applying it would change nothing): then no write is made.
 fn is_current(md: &ModelDeployment, body: &Value) -> bool {
     let want = body.get("status").and_then(Value::as_object);
-    let have = md.status.as_ref().and_then(|s| serde_json::to_value(s).ok());
+    let have = md
+        .status
+        .as_ref()
+        .and_then(|s| serde_json::to_value(s).ok());
     let (Some(want), Some(have)) = (want, have) else {
         return false;
     };

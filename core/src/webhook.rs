@@ -59,7 +59,9 @@ impl std::fmt::Debug for WebhookState {
 impl WebhookState {
     /// Webhooks that check explicitly named providers against this cache (`None`: never
     /// check).
-    pub fn new(providers: Option<kubeairunway_sdk::reflect::Cache<InferenceProviderConfig>>) -> Self {
+    pub fn new(
+        providers: Option<kubeairunway_sdk::reflect::Cache<InferenceProviderConfig>>,
+    ) -> Self {
         Self { providers }
     }
 

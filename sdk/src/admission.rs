@@ -166,9 +166,11 @@ pub async fn serve(
     }
     let addr = options.webhook_bind_address;
     tokio::spawn(async move {
-        let server =
-            axum_server::bind_rustls(addr, axum_server::tls_rustls::RustlsConfig::from_config(tls))
-                .handle(handle);
+        let server = axum_server::bind_rustls(
+            addr,
+            axum_server::tls_rustls::RustlsConfig::from_config(tls),
+        )
+        .handle(handle);
         if let Err(e) = server.serve(router.into_make_service()).await {
             tracing::error!(error = %e, "webhook server failed");
         }

@@ -381,7 +381,10 @@ mod tests {
         });
         assert!(!me.try_acquire_or_renew().await.unwrap());
         tokio::time::advance(Duration::from_secs(10)).await;
-        assert!(!me.try_acquire_or_renew().await.unwrap(), "still live at 10 s");
+        assert!(
+            !me.try_acquire_or_renew().await.unwrap(),
+            "still live at 10 s"
+        );
         tokio::time::advance(Duration::from_secs(6)).await;
         assert!(me.try_acquire_or_renew().await.unwrap());
         server.await.unwrap();
@@ -467,7 +470,10 @@ mod tests {
             after <= Duration::from_secs(10),
             "stepped down {after:?} after the last renewal, past the 10 s deadline"
         );
-        assert!(after >= Duration::from_secs(9), "stepped down too early: {after:?}");
+        assert!(
+            after >= Duration::from_secs(9),
+            "stepped down too early: {after:?}"
+        );
         drop(stop_tx);
         drop(hung);
         drop(api);

@@ -501,36 +501,32 @@ pub async fn serve_endpoints(
     let app = Router::new()
         .route(
             "/metrics",
-            get(
-                |State(s): State<Arc<(Registry, Readiness)>>| async move {
-                    let mut out = String::new();
-                    let _ = prometheus_client::encoding::text::encode(&mut out, &s.0);
-                    (
-                        [(
-                            header::CONTENT_TYPE,
-                            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                        )],
-                        out,
-                    )
-                },
-            ),
+            get(|State(s): State<Arc<(Registry, Readiness)>>| async move {
+                let mut out = String::new();
+                let _ = prometheus_client::encoding::text::encode(&mut out, &s.0);
+                (
+                    [(
+                        header::CONTENT_TYPE,
+                        "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    )],
+                    out,
+                )
+            }),
         )
         .route("/healthz", get(|| async { "ok" }))
         .route(
             "/readyz",
-            get(
-                |State(s): State<Arc<(Registry, Readiness)>>| async move {
-                    let pending = s.1.pending();
-                    if pending.is_empty() {
-                        (StatusCode::OK, "ok".to_string())
-                    } else {
-                        (
-                            StatusCode::SERVICE_UNAVAILABLE,
-                            format!("not ready: {}", pending.join(", ")),
-                        )
-                    }
-                },
-            ),
+            get(|State(s): State<Arc<(Registry, Readiness)>>| async move {
+                let pending = s.1.pending();
+                if pending.is_empty() {
+                    (StatusCode::OK, "ok".to_string())
+                } else {
+                    (
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        format!("not ready: {}", pending.join(", ")),
+                    )
+                }
+            }),
         )
         .with_state(state);
     tracing::info!(address = %addr, "serving /metrics, /healthz and /readyz");

@@ -12,10 +12,10 @@
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
+use kube::Resource;
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::Resource;
 use tokio::sync::watch;
 
 /// The last-applied annotation of `kubectl apply`.

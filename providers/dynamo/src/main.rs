@@ -23,7 +23,8 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let rt =
-        kubeairunway_sdk::process::Runtime::start("dynamo-provider", args.options.process.clone()).await?;
+        kubeairunway_sdk::process::Runtime::start("dynamo-provider", args.options.process.clone())
+            .await?;
     let provider = Dynamo::new(Settings {
         dynamo_version: args.dynamo_version,
         failed_after: args.failed_threshold,

@@ -38,7 +38,8 @@ struct Args {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let rt =
-        kubeairunway_sdk::process::Runtime::start("kaito-provider", args.options.process.clone()).await?;
+        kubeairunway_sdk::process::Runtime::start("kaito-provider", args.options.process.clone())
+            .await?;
     let client = rt.client();
     let inference_set = match args.inference_set {
         InferenceSetMode::Enabled => true,

@@ -22,7 +22,8 @@ struct Cli {
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let rt =
-        kubeairunway_sdk::process::Runtime::start("kuberay-provider", cli.options.process.clone()).await?;
+        kubeairunway_sdk::process::Runtime::start("kuberay-provider", cli.options.process.clone())
+            .await?;
     let provider = KubeRayProvider::new(cli.ray_image, cli.ray_version);
     kubeairunway_sdk::runtime::run(provider, rt, cli.options).await
 }

@@ -98,7 +98,12 @@ fn kind_key(r: &ApiResource) -> (String, String) {
 type ObjectKey = (String, String, String, String);
 
 fn object_key(r: &ApiResource, ns: &str, name: &str) -> ObjectKey {
-    (r.api_version.clone(), r.kind.clone(), ns.to_string(), name.to_string())
+    (
+        r.api_version.clone(),
+        r.kind.clone(),
+        ns.to_string(),
+        name.to_string(),
+    )
 }
 
 /// The owned-object caches of one provider, for one term of leadership.
@@ -167,13 +172,15 @@ impl OwnedCache {
                 let (watcher::Event::Apply(o) | watcher::Event::Delete(o)) = &event else {
                     continue;
                 };
-                let (Some(ns), Some(md)) = (o.namespace(), o.labels().get(labels::MODEL_DEPLOYMENT))
+                let (Some(ns), Some(md)) =
+                    (o.namespace(), o.labels().get(labels::MODEL_DEPLOYMENT))
                 else {
                     continue;
                 };
                 let mine = own.lock().ok().is_some_and(|w| {
                     matches!(&event, watcher::Event::Apply(_))
-                        && w.get(&object_key(&res, &ns, &o.name_any())).map(String::as_str)
+                        && w.get(&object_key(&res, &ns, &o.name_any()))
+                            .map(String::as_str)
                             == o.resource_version().as_deref()
                 });
                 if !mine {
@@ -256,7 +263,12 @@ impl OwnedCache {
         };
         kinds
             .values()
-            .filter_map(|k| k.index.read().ok().map(|i| i.current.keys().cloned().collect::<Vec<_>>()))
+            .filter_map(|k| {
+                k.index
+                    .read()
+                    .ok()
+                    .map(|i| i.current.keys().cloned().collect::<Vec<_>>())
+            })
             .flatten()
             .collect()
     }
@@ -311,7 +323,10 @@ mod tests {
         // A relist that no longer holds `b`.
         i.event(&watcher::Event::Init);
         i.event(&watcher::Event::InitApply(obj("a-config", "a")));
-        assert!(i.current.contains_key(&("ns".into(), "b".into())), "until done");
+        assert!(
+            i.current.contains_key(&("ns".into(), "b".into())),
+            "until done"
+        );
         i.event(&watcher::Event::InitDone);
         assert!(!i.current.contains_key(&("ns".into(), "b".into())));
         assert!(i.current.contains_key(&("ns".into(), "a".into())));

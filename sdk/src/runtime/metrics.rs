@@ -111,7 +111,6 @@ impl Metrics {
             })
             .set(i64::from(ready));
     }
-
 }
 
 /// Keep the `upstream_ready` gauge in step with the detected upstream API.

@@ -45,14 +45,14 @@ use kube::api::Api;
 use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tokio::sync::{mpsc, watch};
 
 use crate::api::ModelDeployment;
 use crate::process::{self, Readiness, Runtime, Shutdown, Term};
-use crate::reflect;
 use crate::provider::Provider;
+use crate::reflect;
 use crate::upstream::UpstreamApi;
 
 pub use metrics::Metrics;
@@ -140,7 +140,10 @@ impl<P: Provider> Context<P> {
             options,
             upstream,
             owned,
-            Arc::new(Metrics::new(&mut prometheus_client::registry::Registry::default(), "")),
+            Arc::new(Metrics::new(
+                &mut prometheus_client::registry::Registry::default(),
+                "",
+            )),
         )
     }
 
@@ -220,7 +223,11 @@ pub async fn main<P: Provider>(provider: P) -> anyhow::Result<()> {
 /// The upstream CRD watch and the endpoints run on every replica; the writers (the
 /// heartbeat and the ModelDeployment controller) only while this replica leads (always,
 /// without `--leader-elect`).
-pub async fn run<P: Provider>(provider: P, mut rt: Runtime, options: Options) -> anyhow::Result<()> {
+pub async fn run<P: Provider>(
+    provider: P,
+    mut rt: Runtime,
+    options: Options,
+) -> anyhow::Result<()> {
     let provider = Arc::new(provider);
     let metrics = Arc::new(Metrics::new(rt.registry(), provider.name()));
     let (upstream_tx, upstream_rx) = watch::channel::<UpstreamState>(None);
@@ -281,6 +288,7 @@ pub async fn run_until<P: Provider>(
 /// What, of a ModelDeployment, can change what this provider does: its generation (spec,
 /// deletion), labels, annotations (pause), finalizers and the selected provider. Status
 /// writes (ours, core's, the kernel cache's) change none of it and wake no reconcile.
+#[allow(clippy::unnecessary_wraps)] // the signature kube's predicate filter asks for
 fn reconcile_relevant(md: &ModelDeployment) -> Option<u64> {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     md.metadata.generation.hash(&mut h);
@@ -347,7 +355,7 @@ async fn lead<P: Provider>(
             }
         })
         .applied_objects()
-        .predicate_filter(reconcile_relevant, Default::default());
+        .predicate_filter(reconcile_relevant, PredicateConfig::default());
     tasks.spawn(release::run(ctx.clone(), mds.clone(), release_rx));
     tasks.spawn(mark_synced(ctx.clone(), mds.clone(), synced));
 

@@ -127,7 +127,14 @@ pub async fn reconcile_once<P: Provider>(
             prepared.primary_kind(),
             prepared.objects[0].name_any()
         );
-        event(ctx, md, EventType::Normal, reasons::RESOURCE_CREATED, &message).await;
+        event(
+            ctx,
+            md,
+            EventType::Normal,
+            reasons::RESOURCE_CREATED,
+            &message,
+        )
+        .await;
     }
     report(md, ctx, &prepared, primary.as_deref()).await
 }
@@ -177,8 +184,7 @@ async fn prepare<P: Provider>(
     let api = match upstream {
         Some(Ok(api)) => api,
         Some(Err(reason)) => {
-            return terminal_status(Phase::Failed, reasons::UPSTREAM_SCHEMA_MISMATCH, reason)
-                .await;
+            return terminal_status(Phase::Failed, reasons::UPSTREAM_SCHEMA_MISMATCH, reason).await;
         }
         None => {
             let message = format!("upstream CRD {crd} is not installed; waiting for it");
@@ -300,8 +306,7 @@ async fn apply_changed<P: Provider>(
                 event(ctx, md, EventType::Warning, "DriftDetected", &message).await;
             }
         }
-        let target: Api<DynamicObject> =
-            Api::namespaced_with(ctx.client.clone(), &ns, resource);
+        let target: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, resource);
         match target
             .patch(&object.name_any(), &pp, &Patch::Apply(object))
             .await
@@ -343,7 +348,10 @@ async fn report<P: Provider>(
 ) -> Result<Action, Error> {
     let observed = ctx.provider.observe(md, primary);
     let stale = stale_for(md, ctx, primary, observed.phase);
-    let (kind, name) = (prepared.primary_kind().to_string(), prepared.objects[0].name_any());
+    let (kind, name) = (
+        prepared.primary_kind().to_string(),
+        prepared.objects[0].name_any(),
+    );
     let (compatible_reason, compatible) = compatibility(ctx, &prepared.api, &prepared.warnings);
     let mut view = ProviderView::new(observed.phase, observed.message.clone())
         .condition(PROVIDER_COMPATIBLE, true, compatible_reason, compatible)
@@ -379,12 +387,17 @@ async fn report<P: Provider>(
 
 /// When to look again without any change: the resync period, sooner when the status
 /// would turn stale or the provider asked for it.
-fn next_look<P: Provider>(ctx: &Context<P>, observed: &Observed, stale: Option<Duration>) -> Duration {
+fn next_look<P: Provider>(
+    ctx: &Context<P>,
+    observed: &Observed,
+    stale: Option<Duration>,
+) -> Duration {
     let mut next = ctx.options.resync_period;
     if let Some(still) = stale
         && still < ctx.options.stale_status_after
     {
-        next = next.min(ctx.options.stale_status_after - still + Duration::from_millis(100));
+        let until_stale = ctx.options.stale_status_after.saturating_sub(still);
+        next = next.min(until_stale + Duration::from_millis(100));
     }
     if let Some(after) = observed.recheck_after {
         next = next.min(after);
@@ -871,6 +884,9 @@ mod tests {
             ["spec.containers[0].args[0]", "spec.replicas"]
         );
         let removed = json!({"apiVersion": "v", "kind": "K", "metadata": {"name": "a"}, "spec": {"replicas": 2}});
-        assert_eq!(drifted_value_paths(&rendered, &removed), ["spec.containers"]);
+        assert_eq!(
+            drifted_value_paths(&rendered, &removed),
+            ["spec.containers"]
+        );
     }
 }

@@ -79,7 +79,10 @@ pub(super) async fn run<P: Provider>(
 
 /// ModelDeployments that own objects of ours but are not served by us (as the caches
 /// see it).
-fn orphans<P: Provider>(ctx: &Context<P>, mds: &Store<ModelDeployment>) -> BTreeSet<(String, String)> {
+fn orphans<P: Provider>(
+    ctx: &Context<P>,
+    mds: &Store<ModelDeployment>,
+) -> BTreeSet<(String, String)> {
     ctx.owned
         .model_deployments()
         .into_iter()

@@ -23,6 +23,7 @@
 //! (current and peak) from `/proc/<pid>/status`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark: failing loudly is the point
+#![allow(clippy::cast_precision_loss)] // counts far below 2^52, printed as figures
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -38,8 +39,8 @@ use kube::{Client, ResourceExt};
 use kubeairunway_dynamo_provider::{Dynamo, Settings};
 use kubeairunway_e2e::{fixtures_dir, read_crd};
 use kubeairunway_sdk::api::{EngineType, InferenceProviderConfig, ModelDeployment};
-use kubeairunway_sdk::testing::ModelDeploymentBuilder;
 use kubeairunway_sdk::process::Runtime;
+use kubeairunway_sdk::testing::ModelDeploymentBuilder;
 use kubeairunway_sdk::{Provider, UpstreamApi};
 use kubeairunway_testcluster::{Lifetime, TestCluster, install_crds};
 use serde_json::json;
@@ -259,7 +260,11 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
     let mut rollout = diff(&before, &after);
     // The benchmark's own requests: the creates and its one watch.
     subtract(&mut rollout, "POST modeldeployments", n);
-    report("requests per ModelDeployment during the rollout", &rollout, n);
+    report(
+        "requests per ModelDeployment during the rollout",
+        &rollout,
+        n,
+    );
     let reconciles_rollout = reconciles(&controllers).await?;
 
     // 3. Steady state.
@@ -455,7 +460,9 @@ fn report(title: &str, counts: &Counts, n: usize) {
     let mut by_verb: BTreeMap<&str, f64> = BTreeMap::new();
     for (key, v) in counts {
         println!("  {key:<48} {:>8.3}", v / n as f64);
-        *by_verb.entry(key.split(' ').next().unwrap_or_default()).or_default() += v;
+        *by_verb
+            .entry(key.split(' ').next().unwrap_or_default())
+            .or_default() += v;
     }
     let verbs: Vec<String> = by_verb
         .iter()

@@ -116,7 +116,10 @@ pub async fn main() -> anyhow::Result<()> {
             let Some(seams) = seams else {
                 return Ok(());
             };
-            super::run(client, settings, seams, metrics, async move { term.ended().await }).await
+            super::run(client, settings, seams, metrics, async move {
+                term.ended().await;
+            })
+            .await
         }
     })
     .await

@@ -75,7 +75,12 @@ impl Metrics {
 impl Metrics {
     /// Register these metrics in the process's registry too (served on `/metrics`).
     pub fn register(&self, registry: &mut Registry) {
-        register_families(registry, &self.verifications, &self.resolutions, &self.errors);
+        register_families(
+            registry,
+            &self.verifications,
+            &self.resolutions,
+            &self.errors,
+        );
     }
 
     /// The text exposition of these metrics alone.
@@ -167,7 +172,9 @@ pub async fn main() -> anyhow::Result<()> {
             settings.clone(),
             secrets.clone(),
             metrics.clone(),
-            async move { term.ended().await },
+            async move {
+                term.ended().await;
+            },
         )
     })
     .await

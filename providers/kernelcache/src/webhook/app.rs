@@ -217,4 +217,3 @@ pub async fn main() -> anyhow::Result<()> {
     })
     .await
 }
-

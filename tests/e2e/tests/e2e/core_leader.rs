@@ -120,7 +120,11 @@ async fn core_two_replicas_one_leader() {
             got.filter(|(s, _)| *s == 200)
         })
         .await;
-        assert!(ok.is_ok(), "{ready}: last answer {:?}", seen.lock().unwrap());
+        assert!(
+            ok.is_ok(),
+            "{ready}: last answer {:?}",
+            seen.lock().unwrap()
+        );
         assert_eq!(
             get(&format!("http://{metrics}/healthz")).await.unwrap().0,
             200

@@ -106,7 +106,9 @@ pub async fn start_controller(client: &Client, ns: &str, selector: bool) {
         client.clone(),
         store,
         settings,
-        Arc::new(Metrics::new(&mut prometheus_client::registry::Registry::default())),
+        Arc::new(Metrics::new(
+            &mut prometheus_client::registry::Registry::default(),
+        )),
         kubeairunway_sdk::process::Check::default(),
         futures::future::pending(),
     ));
