@@ -6,6 +6,7 @@
 //! Metrics: `kubeairunway_kernel_cache_injections_total{result}` (see
 //! [`super::Outcome::as_str`]).
 
+use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
@@ -186,6 +187,9 @@ pub struct Cli {
     /// Rotate a certificate this long before it expires.
     #[arg(long, default_value = "30d", value_parser = parse_duration)]
     pub rotate_before: Duration,
+    /// How often to check (and reload) the certificate.
+    #[arg(long, default_value = "5m", value_parser = parse_duration)]
+    pub cert_check_interval: Duration,
     /// Log format.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "json")]
     pub log_format: LogFormat,
@@ -199,7 +203,16 @@ pub async fn main() -> anyhow::Result<()> {
     let client = Client::try_default()
         .await
         .context("connecting to the cluster")?;
-    let stop = ops::terminated().shared();
+    run(cli, client, ops::terminated()).await
+}
+
+/// Serve the webhook with `client` until `shutdown` completes.
+pub async fn run(
+    cli: Cli,
+    client: Client,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let stop = shutdown.boxed().shared();
     let metrics = Arc::new(Metrics::default());
     let resolver = Arc::new(CertResolver::default());
     let store = KubeCertStore::new(
@@ -221,7 +234,7 @@ pub async fn main() -> anyhow::Result<()> {
         Arc::clone(&resolver),
     );
     certs.ensure().await.context("the webhook certificate")?;
-    tokio::spawn(certs.run(Duration::from_secs(300), stop.clone()));
+    tokio::spawn(certs.run(cli.cert_check_interval, stop.clone()));
     let tls = kubeairunway_sdk::tls::server_config(resolver)?;
     // Serve only once both caches are synced, so that no pod is admitted against an
     // empty cache (the Service routes to ready replicas only).
