@@ -144,7 +144,16 @@ async fn core_two_replicas_one_leader() {
         .unwrap()
         .holder_identity
         .unwrap();
-    // Only the leader reconciled: only its metrics have reconciliations.
+    // Only the leader reconciled: only its metrics have reconciliations (the leader
+    // records a reconciliation's duration after its status write is visible: wait for it).
+    let leader_metrics = replicas.iter().find(|(n, _, _)| *n == holder).unwrap().1;
+    eventually(20, "the leader's reconciliation metrics", || async {
+        get(&format!("http://{leader_metrics}/metrics"))
+            .await
+            .filter(|(_, t)| t.contains("kubeairunway_reconciliation_duration_seconds_count{"))
+    })
+    .await
+    .unwrap();
     for (name, metrics, _) in &replicas {
         let (_, text) = get(&format!("http://{metrics}/metrics")).await.unwrap();
         let reconciled = text.contains("kubeairunway_reconciliation_duration_seconds_count{");
