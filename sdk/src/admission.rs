@@ -104,7 +104,7 @@ pub async fn serve(
 
     use crate::tls::{CertManager, CertResolver, CertSettings, KubeCertStore};
 
-    let namespace = rt.options().leader_elect_resource_namespace.clone();
+    let namespace = rt.options().namespace.clone();
     let service = options
         .webhook_service_name
         .clone()

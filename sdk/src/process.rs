@@ -82,9 +82,9 @@ pub struct Options {
     /// Name of the Lease (default: the component's name).
     #[arg(long, env = "LEADER_ELECT_RESOURCE_NAME")]
     pub leader_elect_resource_name: Option<String>,
-    /// Namespace of the Lease (the component's own namespace).
+    /// The namespace the component runs in: its Lease, its webhook Secret and Service.
     #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
-    pub leader_elect_resource_namespace: String,
+    pub namespace: String,
     /// How long the others wait, from their own observation of the last renewal, before
     /// taking the Lease.
     #[arg(long, env = "LEADER_ELECT_LEASE_DURATION", default_value = "15s", value_parser = parse_duration)]
@@ -107,7 +107,7 @@ impl Default for Options {
             log_format: LogFormat::Json,
             leader_elect: false,
             leader_elect_resource_name: None,
-            leader_elect_resource_namespace: "default".into(),
+            namespace: "default".into(),
             leader_elect_lease_duration: Duration::from_secs(15),
             leader_elect_renew_deadline: Duration::from_secs(10),
             leader_elect_retry_period: Duration::from_secs(2),
@@ -120,7 +120,7 @@ impl Options {
     /// The Lease of `component`.
     pub fn lease(&self, component: &str) -> LeaseSettings {
         LeaseSettings {
-            namespace: self.leader_elect_resource_namespace.clone(),
+            namespace: self.namespace.clone(),
             name: self
                 .leader_elect_resource_name
                 .clone()

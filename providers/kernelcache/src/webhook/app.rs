@@ -179,7 +179,12 @@ pub async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let mut options = cli.process.clone();
     options.leader_elect = false; // every replica serves; nothing to lead
-    let mut rt = Runtime::start(COMPONENT, options).await?;
+    let rt = Runtime::start(COMPONENT, options).await?;
+    run(cli, rt).await
+}
+
+/// Serve the webhook on `rt` until the process stops.
+pub async fn run(cli: Cli, mut rt: Runtime) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::default());
     metrics.register(rt.registry());
     // Serve only once both caches are synced, so that no pod is admitted against an

@@ -104,9 +104,9 @@ fn core_chart_lints_and_renders_least_privilege_rbac_and_webhooks() {
             );
         }
         if resources.iter().any(|r| r.ends_with("/status")) {
-            assert_eq!(verbs, ["get", "patch"], "{rule}");
+            assert_eq!(verbs, ["patch"], "{rule}");
         } else if resources.contains(&"modeldeployments".to_string()) {
-            assert_eq!(verbs, ["get", "list", "watch"], "{rule}");
+            assert_eq!(verbs, ["list", "watch"], "{rule}");
         }
         if resources
             .iter()

@@ -590,7 +590,7 @@ async fn with_leader_election_only_the_leader_reconciles_and_a_standby_takes_ove
         options.process.leader_elect = true;
         options
             .process
-            .leader_elect_resource_namespace
+            .namespace
             .clone_from(&ns);
         options.process.pod_name = identity.to_string();
         // Long enough that a loaded machine never loses a renewal; a stopped leader
