@@ -468,8 +468,11 @@ fn is_refusal(code: u16) -> bool {
 
 /// How long to wait before applying a refused object again, when the spec has not
 /// changed: a webhook's verdict can depend on other objects (a Secret, a ConfigMap) that
-/// may appear. From 30 s, doubling with the time the refusal has stood, up to 5 min.
-const REFUSAL_RETRY_MIN: Duration = Duration::from_secs(30);
+/// may appear, and an upstream webhook may read them from a cache that has not seen the
+/// supporting object just applied (KAITO's reads its ConfigMap through its manager's
+/// cache, `cmd/workspace/main.go:236@v0.12.0`). From 2 s, growing with the time the
+/// refusal has stood, up to 5 min.
+const REFUSAL_RETRY_MIN: Duration = Duration::from_secs(2);
 const REFUSAL_RETRY_MAX: Duration = Duration::from_secs(300);
 
 fn refusal_retry(md: &ModelDeployment) -> Duration {
