@@ -3,6 +3,7 @@
 
 pub mod cache_images;
 pub mod helm;
+pub mod operators;
 
 use std::path::{Path, PathBuf};
 

@@ -9,8 +9,9 @@ use std::time::Duration;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
+use kubeairunway_e2e::operators::kaito::{self as standin, Admission, Cluster, NodeProvisioner};
 use kubeairunway_e2e::{fixtures_dir, helm, read_crd};
-use kubeairunway_kaito_provider::KaitoProvider;
+use kubeairunway_kaito_provider::{KaitoProvider, NodeProvisioning};
 use kubeairunway_sdk::api::{EngineType, InferenceProviderConfig, ModelDeployment, Phase};
 use kubeairunway_sdk::conditions::{PROVIDER_COMPATIBLE, READY, RESOURCE_CREATED};
 use kubeairunway_sdk::testing::{
@@ -21,6 +22,14 @@ use kubeairunway_testcluster::TestCluster;
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(30);
+
+/// The provider as a cluster with KAITO's node auto-provisioning (its default) runs it.
+fn nap_provider(inference_set: bool) -> KaitoProvider {
+    KaitoProvider {
+        inference_set,
+        nodes: NodeProvisioning::auto("Standard_NC6s_v3", "Standard_D8s_v3"),
+    }
+}
 
 fn workspaces() -> ApiResource {
     ApiResource {
@@ -70,11 +79,11 @@ fn gpu_vllm(name: &str, ns: &str) -> ModelDeploymentBuilder {
 /// with strict field validation (unknown fields refused, not pruned), by a dry run.
 async fn rendered_objects_are_accepted(client: &Client, api: &UpstreamApi) {
     let providers = [
-        KaitoProvider::default(),
         KaitoProvider {
             inference_set: false,
-            instance_type: Some("Standard_NC6s_v3".into()),
+            nodes: NodeProvisioning::Byo,
         },
+        nap_provider(false),
     ];
     let full_llama = cpu_llamacpp("llama-full", "schema").spec(|s| {
         *s = serde_json::from_value(json!({
@@ -131,6 +140,71 @@ async fn rendered_objects_are_accepted(client: &Client, api: &UpstreamApi) {
     assert_eq!(checked, 8);
 }
 
+/// KAITO's webhooks, played against everything the provider applied: every Workspace and
+/// InferenceSet in the cluster is judged as KAITO's webhook would have judged it (CREATE
+/// at first sight, UPDATE when its spec changed), with the ConfigMaps of the cluster as
+/// the webhook sees them (when the test API server serves ConfigMaps). Refusals are
+/// collected: a test that ends with any has rendered something real KAITO refuses.
+struct KaitoWebhooks {
+    refusals: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl KaitoWebhooks {
+    fn start(client: &Client, mut cluster: Cluster) -> Self {
+        let refusals = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let seen = refusals.clone();
+        let client = client.clone();
+        let task = tokio::spawn(async move {
+            let mut admission = Admission::default();
+            let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::all(client.clone());
+            let kinds = [workspaces(), inference_sets()];
+            loop {
+                if let Ok(list) = config_maps.list(&Default::default()).await {
+                    for cm in list {
+                        cluster.put_config_map(
+                            &cm.namespace().unwrap_or_default(),
+                            &cm.name_any(),
+                            cm.data.clone().unwrap_or_default(),
+                        );
+                    }
+                }
+                for kind in &kinds {
+                    let api: Api<DynamicObject> = Api::all_with(client.clone(), kind);
+                    let Ok(list) = api.list(&Default::default()).await else {
+                        continue;
+                    };
+                    for object in list {
+                        let value = serde_json::to_value(&object).unwrap();
+                        if let Err(refusal) = admission.judge(&value, &cluster) {
+                            let line = format!(
+                                "{}/{}: {refusal}",
+                                object.namespace().unwrap_or_default(),
+                                object.name_any()
+                            );
+                            let mut all = seen.lock().unwrap();
+                            if !all.contains(&line) {
+                                all.push(line);
+                            }
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        });
+        Self { refusals, task }
+    }
+
+    fn refusals(&self) -> Vec<String> {
+        self.refusals.lock().unwrap().clone()
+    }
+
+    fn stop(self) -> Vec<String> {
+        self.task.abort();
+        self.refusals()
+    }
+}
+
 fn cond(type_: &str, status: &str, reason: &str, message: &str) -> Value {
     json!({"type": type_, "status": status, "reason": reason, "message": message,
            "lastTransitionTime": "2026-01-01T00:00:00Z"})
@@ -159,7 +233,8 @@ async fn walk(tag: &str, crd_file: &str) {
     let (_cluster, client, api) = cluster(tag, crd_file).await;
     rendered_objects_are_accepted(&client, &api).await;
 
-    let running = testing::spawn(KaitoProvider::default(), client.clone(), test_options());
+    let webhooks = KaitoWebhooks::start(&client, Cluster::new(NodeProvisioner::AzureGpu));
+    let running = testing::spawn(nap_provider(false), client.clone(), test_options());
 
     // Registration.
     let ipcs: Api<InferenceProviderConfig> = Api::all(client.clone());
@@ -250,9 +325,9 @@ async fn walk(tag: &str, crd_file: &str) {
         &client,
         ns,
         "gemma-cpu",
-        json!({"state": "Pending", "conditions": [cond("WorkspaceSucceeded", "False", "workspacePending", "workspace is pending")]}),
+        standin::workspace_pending(),
         Phase::Deploying,
-        "KAITO Workspace is Pending: workspace is pending",
+        "KAITO Workspace is Pending: Inference workload is not ready",
     )
     .await;
     assert_eq!(condition(&md, READY).unwrap().status, "False");
@@ -291,11 +366,7 @@ async fn walk(tag: &str, crd_file: &str) {
         &client,
         ns,
         "gemma-cpu",
-        json!({"state": "Ready", "conditions": [
-            cond("ResourceReady", "True", "workspaceResourceStatusSuccess", "resource is ready"),
-            cond("InferenceReady", "True", "workspaceInferenceStatusSuccess", "inference is ready"),
-            cond("WorkspaceSucceeded", "True", "workspaceSucceeded", "workspace succeeds"),
-        ]}),
+        standin::workspace_ready(),
         Phase::Running,
         "KAITO Workspace is ready",
     )
@@ -387,6 +458,8 @@ async fn walk(tag: &str, crd_file: &str) {
     .await
     .unwrap();
     running.stop().await.unwrap();
+    let refused = webhooks.stop();
+    assert!(refused.is_empty(), "KAITO's webhooks refuse: {refused:#?}");
 }
 
 #[tokio::test]
@@ -418,10 +491,7 @@ async fn kaito_inference_set_for_replicas() {
     let iset_crd =
         read_crd(&fixtures_dir().join("crds/upstream/kaito.sh_inferencesets.yaml")).unwrap();
     testing::install_crds(&client, &[iset_crd]).await.unwrap();
-    let provider = KaitoProvider {
-        inference_set: true,
-        instance_type: Some("Standard_NC24ads_A100_v4".into()),
-    };
+    let provider = nap_provider(true);
 
     // Strict dry runs of every shape against the real InferenceSet schema.
     let isets: Api<DynamicObject> = Api::namespaced_with(client.clone(), "iset", &inference_sets());
@@ -473,7 +543,7 @@ async fn kaito_inference_set_for_replicas() {
         &inference_sets(),
         "iset",
         "qwen3",
-        json!({"replicas": 3, "readyReplicas": 1}),
+        standin::inference_set_status(3, 1, None),
     )
     .await
     .unwrap();
@@ -492,13 +562,16 @@ async fn kaito_inference_set_for_replicas() {
     .await
     .unwrap();
     assert_eq!(phase(&md), Some(Phase::Deploying));
-    assert_eq!(message(&md), "KAITO InferenceSet has 1/3 Workspaces ready");
+    assert_eq!(
+        message(&md),
+        "KAITO InferenceSet: inferenceset is not ready, 1/3 replicas are ready"
+    );
     testing::write_upstream_status(
         &client,
         &inference_sets(),
         "iset",
         "qwen3",
-        json!({"replicas": 3, "readyReplicas": 3}),
+        standin::inference_set_status(3, 3, None),
     )
     .await
     .unwrap();
@@ -512,6 +585,30 @@ async fn kaito_inference_set_for_replicas() {
     .unwrap();
     let replicas = md.status.as_ref().unwrap().replicas.as_ref().unwrap();
     assert_eq!((replicas.desired, replicas.ready), (Some(3), Some(3)));
+    let endpoint = md.status.as_ref().unwrap().endpoint.as_ref().unwrap();
+    assert_eq!(
+        (endpoint.service.as_deref(), endpoint.port),
+        (Some("qwen3-iset"), Some(80))
+    );
+    // A failed InferenceSet is Failed with KAITO's own message.
+    testing::write_upstream_status(
+        &client,
+        &inference_sets(),
+        "iset",
+        "qwen3",
+        standin::inference_set_status(3, 3, Some("failed to create OCIRepository: forbidden")),
+    )
+    .await
+    .unwrap();
+    let md = wait_for(
+        slow,
+        "Failed",
+        || mds.get("qwen3"),
+        |m: &ModelDeployment| phase(m) == Some(Phase::Failed),
+    )
+    .await
+    .unwrap();
+    assert_eq!(message(&md), "failed to create OCIRepository: forbidden");
     assert_eq!(
         md.status
             .as_ref()
@@ -593,7 +690,8 @@ fn kaito_chart_lints_and_renders_least_privilege_rbac() {
         &[
             ("image.tag", "v9.9.9"),
             ("inferenceSet", "disabled"),
-            ("instanceType", "Standard_NC6s_v3"),
+            ("nodeProvisioning.gpuInstanceType", "Standard_NC6s_v3"),
+            ("nodeProvisioning.cpuInstanceType", "Standard_D8s_v3"),
         ],
     )
     .unwrap();
@@ -614,10 +712,13 @@ fn kaito_chart_lints_and_renders_least_privilege_rbac() {
         .map(|a| a.as_str().unwrap())
         .collect();
     assert!(args.contains(&"--inference-set=disabled"), "{args:?}");
-    assert!(
-        args.contains(&"--instance-type=Standard_NC6s_v3"),
-        "{args:?}"
-    );
+    for arg in [
+        "--node-provisioning=auto",
+        "--gpu-instance-type=Standard_NC6s_v3",
+        "--cpu-instance-type=Standard_D8s_v3",
+    ] {
+        assert!(args.contains(&arg), "{arg} in {args:?}");
+    }
     let env = container["env"].as_array().unwrap();
     assert!(
         env.iter().any(|e| e["name"] == "POD_NAME"
@@ -635,7 +736,7 @@ fn kaito_chart_lints_and_renders_least_privilege_rbac() {
         {"apiGroups": ["kubeairunway.ai"], "resources": ["inferenceproviderconfigs", "inferenceproviderconfigs/status"], "verbs": ["get", "create", "patch", "update"]},
         {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": ["kaito.sh"], "resources": ["workspaces", "inferencesets"], "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]},
-        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]},
+        {"apiGroups": [""], "resources": ["configmaps", "services"], "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]},
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
     ]);
     assert_eq!(&Value::Array(rules.clone()), &expected);
