@@ -57,8 +57,14 @@ pub mod reasons {
     pub const INVALID_CONFIGURATION: &str = "InvalidConfiguration";
     /// `ResourceCreated=True`.
     pub const RESOURCE_CREATED: &str = "ResourceCreated";
-    /// `ResourceCreated=False`.
-    pub const RESOURCE_FAILED: &str = "ResourceCreateFailed";
+    /// `ResourceCreated=False`: the API server or an upstream admission webhook refused
+    /// an object (the message quotes the refusal).
+    pub const RESOURCE_REJECTED: &str = "ResourceRejected";
+    /// `ProviderCompatible=True`, but some spec fields are ignored by this provider (the
+    /// message names them).
+    pub const COMPATIBLE_WITH_IGNORED_FIELDS: &str = "CompatibleWithIgnoredFields";
+    /// Warning event: a spec field this provider cannot honour is ignored.
+    pub const UNSUPPORTED_FIELD: &str = "UnsupportedField";
     /// `Ready=True`.
     pub const DEPLOYMENT_READY: &str = "DeploymentReady";
     /// `Ready=False` while the upstream operator works.

@@ -20,6 +20,12 @@ pub const PROVIDER: &str = "kubeairunway.ai/provider";
 /// fields (004 §4.11). When it no longer matches, the object is deleted and recreated.
 pub const IDENTITY: &str = "kubeairunway.ai/identity";
 
+/// Annotation on the primary upstream object: a hash of the values it renders at the
+/// paths its upstream declares immutable ([`crate::Provider::immutable_fields`]). When
+/// it no longer matches, the object is deleted and recreated, since an update would be
+/// refused.
+pub const IMMUTABLE_HASH: &str = "kubeairunway.ai/immutable-hash";
+
 /// Prefix of the ModelDeployment labels that providers copy onto the upstream object.
 pub const PROPAGATED_PREFIX: &str = "kubeairunway.ai/";
 

@@ -38,9 +38,11 @@ pub trait Provider: Send + Sync + 'static {
     fn check(&self, md: &ModelDeployment) -> Result<(), Incompatible>;
 
     /// The objects to apply for `md`, for the detected upstream API. The first object is
-    /// the primary one (observed for status, recreated on identity changes); others
-    /// (ConfigMaps, ...) are applied and owned alongside it. Output must be
-    /// deterministic: the same inputs give byte-identical objects.
+    /// the primary one (observed for status, recreated on identity changes); the others
+    /// (ConfigMaps, ...) are the objects it depends on: the runtime applies them first, in
+    /// the order given, and the primary last, so that an upstream webhook that looks for
+    /// them (KAITO's inference ConfigMap) finds them. Output must be deterministic: the
+    /// same inputs give byte-identical objects.
     ///
     /// The runtime sets namespace, owner reference and the platform's labels on every
     /// object; the provider puts [`crate::render::pod_labels`] and
@@ -57,6 +59,16 @@ pub trait Provider: Send + Sync + 'static {
     /// the ModelDeployment owns but `render` no longer returns are deleted. Default: none.
     fn owned_kinds(&self) -> Vec<kube::discovery::ApiResource> {
         Vec::new()
+    }
+
+    /// Fields of a primary object of this `kind` that its upstream declares immutable
+    /// (refuses to update), as dot paths (`"inference.preset"`). When the value rendered
+    /// at any of them changes, the runtime deletes the primary object and creates it anew,
+    /// as it does when an identity field of the ModelDeployment changes. Cite where the
+    /// upstream declares each one. Default: none.
+    fn immutable_fields(&self, kind: &str) -> &'static [&'static str] {
+        let _ = kind;
+        &[]
     }
 }
 
@@ -119,6 +131,10 @@ pub struct Warning {
     pub reason: String,
     /// Human-readable message.
     pub message: String,
+    /// The spec field this provider ignores, for [`Warning::unsupported_field`]: the
+    /// runtime names every such field in the `ProviderCompatible` condition too, so that
+    /// it stays visible after the event has expired.
+    pub ignored_field: Option<String>,
 }
 
 impl Warning {
@@ -127,6 +143,18 @@ impl Warning {
         Self {
             reason: reason.to_string(),
             message: message.into(),
+            ignored_field: None,
+        }
+    }
+
+    /// `field` (a path such as `spec.model.storage`) is set but this provider cannot
+    /// honour it, because `why`; the deployment goes ahead without it. Every spec field a
+    /// provider does not serve must be reported this way, never silently dropped.
+    pub fn unsupported_field(field: &str, why: impl std::fmt::Display) -> Self {
+        Self {
+            reason: crate::conditions::reasons::UNSUPPORTED_FIELD.to_string(),
+            message: format!("{field} is ignored: {why}"),
+            ignored_field: Some(field.to_string()),
         }
     }
 }

@@ -68,6 +68,25 @@ pub fn identity(md: &ModelDeployment) -> String {
     crate::upstream::short_hash(fields.to_string().as_bytes())
 }
 
+/// Hash of the values `object` has at `paths` (dot paths; an absent value counts as
+/// `null`), or `None` when there are no paths. Stored on the primary object as
+/// [`labels::IMMUTABLE_HASH`]: a change means the upstream would refuse an update.
+pub fn immutable_hash(object: &serde_json::Value, paths: &[&str]) -> Option<String> {
+    if paths.is_empty() {
+        return None;
+    }
+    let values: Vec<&serde_json::Value> = paths
+        .iter()
+        .map(|path| {
+            path.split('.')
+                .try_fold(object, |v, key| v.get(key))
+                .unwrap_or(&serde_json::Value::Null)
+        })
+        .collect();
+    let text = serde_json::to_string(&values).unwrap_or_default();
+    Some(crate::upstream::short_hash(text.as_bytes()))
+}
+
 /// The owner reference of objects created for `md` (`controller: true`,
 /// `blockOwnerDeletion: true`).
 pub fn owner_reference(md: &ModelDeployment) -> Option<OwnerReference> {
@@ -76,21 +95,39 @@ pub fn owner_reference(md: &ModelDeployment) -> Option<OwnerReference> {
     Some(owner)
 }
 
-/// Put namespace, owner reference, labels and (on the primary object) the identity
-/// annotation on a rendered object. Labels the provider set are kept unless they clash
-/// with the platform's.
-pub fn finish(object: &mut DynamicObject, md: &ModelDeployment, provider: &str, primary: bool) {
+/// How [`finish`] treats an object.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role<'a> {
+    /// The primary object, with the paths its upstream declares immutable.
+    Primary {
+        /// [`crate::Provider::immutable_fields`] for its kind.
+        immutable_fields: &'a [&'a str],
+    },
+    /// An object the primary depends on.
+    Supporting,
+}
+
+/// Put namespace, owner reference, labels and (on the primary object) the identity and
+/// immutable-fields annotations on a rendered object. Labels the provider set are kept
+/// unless they clash with the platform's.
+pub fn finish(object: &mut DynamicObject, md: &ModelDeployment, provider: &str, role: Role<'_>) {
     object.metadata.namespace = md.namespace();
     object.metadata.owner_references = owner_reference(md).map(|o| vec![o]);
     let mut l = object.metadata.labels.take().unwrap_or_default();
     l.extend(object_labels(md, provider));
     object.metadata.labels = Some(l);
-    if primary {
-        object
+    if let Role::Primary { immutable_fields } = role {
+        let hash = serde_json::to_value(&*object)
+            .ok()
+            .and_then(|value| immutable_hash(&value, immutable_fields));
+        let annotations = object
             .metadata
             .annotations
-            .get_or_insert_with(BTreeMap::new)
-            .insert(labels::IDENTITY.to_string(), identity(md));
+            .get_or_insert_with(BTreeMap::new);
+        annotations.insert(labels::IDENTITY.to_string(), identity(md));
+        if let Some(hash) = hash {
+            annotations.insert(labels::IMMUTABLE_HASH.to_string(), hash);
+        }
     }
 }
 
@@ -167,7 +204,14 @@ mod tests {
             "apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "m", "labels": {"own": "1"}}
         }))
         .unwrap();
-        finish(&mut obj, &m, "example", true);
+        finish(
+            &mut obj,
+            &m,
+            "example",
+            Role::Primary {
+                immutable_fields: &[],
+            },
+        );
         assert_eq!(obj.metadata.namespace.as_deref(), Some("ns"));
         let owner = &obj.metadata.owner_references.as_ref().unwrap()[0];
         assert_eq!(
@@ -177,5 +221,23 @@ mod tests {
         assert_eq!(owner.uid, "u-1");
         assert_eq!(obj.labels().get("own").map(String::as_str), Some("1"));
         assert!(obj.annotations().contains_key(labels::IDENTITY));
+        assert!(!obj.annotations().contains_key(labels::IMMUTABLE_HASH));
+    }
+
+    #[test]
+    fn immutable_hash_follows_the_values_at_the_paths() {
+        let a = json!({"inference": {"preset": {"name": "x", "presetOptions": {"modelAccessSecret": "s1"}}},
+                       "resource": {"count": 1}});
+        let mut b = a.clone();
+        b["resource"]["count"] = json!(2);
+        let paths = ["inference.preset"];
+        assert_eq!(immutable_hash(&a, &paths), immutable_hash(&b, &paths));
+        let mut c = a.clone();
+        c["inference"]["preset"]["presetOptions"]["modelAccessSecret"] = json!("s2");
+        assert_ne!(immutable_hash(&a, &paths), immutable_hash(&c, &paths));
+        let mut removed = a.clone();
+        removed["inference"]["preset"]["presetOptions"] = json!(null);
+        assert_ne!(immutable_hash(&a, &paths), immutable_hash(&removed, &paths));
+        assert_eq!(immutable_hash(&a, &[]), None);
     }
 }

@@ -484,6 +484,19 @@ pub mod mock {
             status: u16,
             body: serde_json::Value,
         ) -> anyhow::Result<()> {
+            self.respond(|method, uri, sent| {
+                check(method, uri, sent);
+                (status, body)
+            })
+            .await
+        }
+
+        /// Take the next request and answer it with the status and body `reply` computes
+        /// from its method, path and query, and body. Fails when the client is gone.
+        pub async fn respond(
+            &mut self,
+            reply: impl FnOnce(&http::Method, &str, &serde_json::Value) -> (u16, serde_json::Value),
+        ) -> anyhow::Result<()> {
             let (request, send) = self
                 .0
                 .next_request()
@@ -497,7 +510,7 @@ pub mod mock {
             } else {
                 serde_json::from_slice(&bytes)?
             };
-            check(&method, &uri, &sent);
+            let (status, body) = reply(&method, &uri, &sent);
             let response = Response::builder()
                 .status(status)
                 .body(Body::from(serde_json::to_vec(&body)?))?;

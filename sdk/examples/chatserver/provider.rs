@@ -4,8 +4,8 @@
 
 use std::collections::BTreeMap;
 
-use kube::CustomResource;
 use kube::api::DynamicObject;
+use kube::{CustomResource, KubeSchema};
 use kubeairunway_sdk::api::{
     Capabilities, EngineType, InferenceProviderConfigSpec, ModelDeployment, SelectionRule,
     ServingMode,
@@ -13,13 +13,17 @@ use kubeairunway_sdk::api::{
 use kubeairunway_sdk::provider::{engine_flags, object};
 use kubeairunway_sdk::render::{pod_annotations, pod_labels};
 use kubeairunway_sdk::{
-    Incompatible, Observed, Provider, RenderError, Rendered, UpstreamApi, UpstreamRef, overrides,
+    Incompatible, Observed, Provider, RenderError, Rendered, UpstreamApi, UpstreamRef, Warning,
+    overrides,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-/// The upstream kind this provider targets.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, JsonSchema)]
+/// The upstream kind this provider targets. Like many real operators' CRDs, it has rules
+/// of its own that the API server enforces: the port of a server cannot change (the
+/// provider declares it in [`Provider::immutable_fields`], so the runtime recreates the
+/// server instead), and the port is not an engine argument.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug)]
 #[kube(
     group = "example.kubeairunway.ai",
     version = "v1",
@@ -33,7 +37,9 @@ pub struct ChatServerSpec {
     pub served_name: String,
     pub replicas: i32,
     pub image: String,
+    #[x_kube(validation = Rule::new("self == oldSelf").message("port is immutable"))]
     pub port: i32,
+    #[x_kube(validation = Rule::new("!self.exists(a, a == '--port')").message("set the port with provider.overrides.port, not as an engine argument"))]
     pub args: Vec<String>,
     pub pod_labels: BTreeMap<String, String>,
     pub pod_annotations: BTreeMap<String, String>,
@@ -109,7 +115,20 @@ impl Provider for ChatServerProvider {
         md: &ModelDeployment,
         upstream: &UpstreamApi,
     ) -> Result<Rendered, RenderError> {
-        let (o, warnings) = overrides::parse::<ChatOverrides>(md)?;
+        let (o, mut warnings) = overrides::parse::<ChatOverrides>(md)?;
+        // Every spec field ChatServer cannot serve is named, never dropped in silence.
+        if md.spec.node_selector.is_some() {
+            warnings.push(Warning::unsupported_field(
+                "spec.nodeSelector",
+                "a ChatServer has no node selector",
+            ));
+        }
+        if md.spec.tolerations.is_some() {
+            warnings.push(Warning::unsupported_field(
+                "spec.tolerations",
+                "a ChatServer has no tolerations",
+            ));
+        }
         let image = md.spec.image.clone().ok_or_else(|| {
             RenderError("spec.image is required: ChatServer runs your llama.cpp image".into())
         })?;
@@ -132,6 +151,13 @@ impl Provider for ChatServerProvider {
             objects: vec![server],
             warnings,
         })
+    }
+
+    fn immutable_fields(&self, kind: &str) -> &'static [&'static str] {
+        match kind {
+            "ChatServer" => &["spec.port"], // the CRD's `self == oldSelf` rule above
+            _ => &[],
+        }
     }
 
     fn observe(&self, md: &ModelDeployment, upstream: Option<&DynamicObject>) -> Observed {

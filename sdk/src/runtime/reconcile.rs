@@ -145,8 +145,16 @@ pub async fn reconcile_once<P: Provider>(
             ctx.name()
         )));
     }
+    let primary_kind = kind_of(&objects[0]);
     for (i, object) in objects.iter_mut().enumerate() {
-        render::finish(object, md, ctx.name(), i == 0);
+        let role = if i == 0 {
+            render::Role::Primary {
+                immutable_fields: ctx.provider.immutable_fields(&primary_kind),
+            }
+        } else {
+            render::Role::Supporting
+        };
+        render::finish(object, md, ctx.name(), role);
     }
 
     // Nothing is applied unless every field we set exists in the installed schema.
@@ -183,7 +191,7 @@ pub async fn reconcile_once<P: Provider>(
 
     let ns = md.namespace().unwrap_or_default();
     let primary = &objects[0];
-    let (primary_name, primary_kind) = (primary.name_any(), kind_of(primary));
+    let primary_name = primary.name_any();
     let primary_api: Api<DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &ns, &resource_of(primary, &api));
     let live = primary_api.get_opt(&primary_name).await?;
@@ -197,11 +205,9 @@ pub async fn reconcile_once<P: Provider>(
             status::apply(ctx, md, &view).await?;
             return Ok(Action::requeue(DELETE_POLL));
         }
-        let live_identity = live.annotations().get(labels::IDENTITY);
-        if live_identity.is_some_and(|id| *id != render::identity(md)) {
-            let message = format!(
-                "an identity field changed: deleting {primary_kind} '{primary_name}' to create it anew"
-            );
+        if let Some(what) = recreate_reason(live, primary) {
+            let message =
+                format!("{what}: deleting {primary_kind} '{primary_name}' to create it anew");
             event(ctx, md, EventType::Normal, "Recreating", &message).await;
             match primary_api
                 .delete(&primary_name, &DeleteParams::background())
@@ -232,9 +238,14 @@ pub async fn reconcile_once<P: Provider>(
         }
     }
 
+    // Supporting objects first, in the order rendered, the primary last: an upstream
+    // webhook that checks what the primary refers to (KAITO's inference ConfigMap) must
+    // find it.
     let pp = PatchParams::apply(&ctx.field_manager()).force();
     let mut applied = None;
-    for (i, object) in objects.iter().enumerate() {
+    let order = (1..objects.len()).chain(std::iter::once(0));
+    for i in order {
+        let object = &objects[i];
         let target: Api<DynamicObject> =
             Api::namespaced_with(ctx.client.clone(), &ns, &resource_of(object, &api));
         match target
@@ -243,37 +254,14 @@ pub async fn reconcile_once<P: Provider>(
         {
             Ok(result) if i == 0 => applied = Some(result),
             Ok(_) => {}
-            Err(kube::Error::Api(s)) if [400, 404, 422].contains(&s.code) => {
+            Err(kube::Error::Api(s)) if is_refusal(s.code) => {
                 let message = format!(
                     "the API server refused {} '{}': {}",
                     kind_of(object),
                     object.name_any(),
                     s.message
                 );
-                event(
-                    ctx,
-                    md,
-                    EventType::Warning,
-                    reasons::RESOURCE_FAILED,
-                    &message,
-                )
-                .await;
-                let view = ProviderView::new(Phase::Failed, message.clone())
-                    .condition(
-                        PROVIDER_COMPATIBLE,
-                        true,
-                        reasons::COMPATIBILITY_VERIFIED,
-                        compatible_message(ctx, &api),
-                    )
-                    .condition(
-                        RESOURCE_CREATED,
-                        false,
-                        reasons::RESOURCE_FAILED,
-                        message.clone(),
-                    )
-                    .condition(READY, false, reasons::RESOURCE_FAILED, message);
-                status::apply(ctx, md, &view).await?;
-                return Ok(Action::await_change());
+                return refused(md, ctx, &api, &message).await;
             }
             Err(e) => return Err(e.into()),
         }
@@ -298,13 +286,9 @@ pub async fn reconcile_once<P: Provider>(
 
     let observed = ctx.provider.observe(md, applied.as_ref());
     let stale = stale_for(md, ctx, applied.as_ref(), observed.phase);
+    let (compatible_reason, compatible) = compatibility(ctx, &api, &rendered.warnings);
     let mut view = ProviderView::new(observed.phase, observed.message.clone())
-        .condition(
-            PROVIDER_COMPATIBLE,
-            true,
-            reasons::COMPATIBILITY_VERIFIED,
-            compatible_message(ctx, &api),
-        )
+        .condition(PROVIDER_COMPATIBLE, true, compatible_reason, compatible)
         .condition(
             RESOURCE_CREATED,
             true,
@@ -350,6 +334,108 @@ fn compatible_message<P: Provider>(ctx: &Context<P>, api: &UpstreamApi) -> Strin
         api.api_version(),
         api.kind
     )
+}
+
+/// Reason and message of `ProviderCompatible=True`: the spec fields this provider ignores
+/// are named there for as long as they are set, not only in an event that expires.
+fn compatibility<P: Provider>(
+    ctx: &Context<P>,
+    api: &UpstreamApi,
+    warnings: &[Warning],
+) -> (&'static str, String) {
+    let ignored: Vec<&str> = warnings
+        .iter()
+        .filter_map(|w| w.ignored_field.as_deref())
+        .collect();
+    if ignored.is_empty() {
+        return (
+            reasons::COMPATIBILITY_VERIFIED,
+            compatible_message(ctx, api),
+        );
+    }
+    (
+        reasons::COMPATIBLE_WITH_IGNORED_FIELDS,
+        format!(
+            "{}; {} ignores {}",
+            compatible_message(ctx, api),
+            ctx.name(),
+            ignored.join(", ")
+        ),
+    )
+}
+
+/// Why the live primary object must be deleted and created anew, if it must: an identity
+/// field of the ModelDeployment changed, or a value its upstream declares immutable. A
+/// live object without the annotation (made by an older provider) is left alone.
+fn recreate_reason(live: &DynamicObject, rendered: &DynamicObject) -> Option<&'static str> {
+    let differs = |key: &str| {
+        let live = live.annotations().get(key)?;
+        (rendered.annotations().get(key) != Some(live)).then_some(())
+    };
+    if differs(labels::IDENTITY).is_some() {
+        return Some("an identity field changed");
+    }
+    if differs(labels::IMMUTABLE_HASH).is_some() {
+        return Some("a field the upstream cannot update changed");
+    }
+    None
+}
+
+/// HTTP codes with which the API server or an admission webhook refuses an object for
+/// what it is (not for load or a conflict): invalid (400, 422), forbidden by a webhook or
+/// policy (403), or a kind or namespace that does not exist (404).
+fn is_refusal(code: u16) -> bool {
+    [400, 403, 404, 422].contains(&code)
+}
+
+/// How long to wait before applying a refused object again, when the spec has not
+/// changed: a webhook's verdict can depend on other objects (a Secret, a ConfigMap) that
+/// may appear. From 30 s, doubling with the time the refusal has stood, up to 5 min.
+const REFUSAL_RETRY_MIN: Duration = Duration::from_secs(30);
+const REFUSAL_RETRY_MAX: Duration = Duration::from_secs(300);
+
+fn refusal_retry(md: &ModelDeployment) -> Duration {
+    let conditions = md
+        .status
+        .as_ref()
+        .map(|s| s.conditions.as_slice())
+        .unwrap_or_default();
+    let since = crate::conditions::find(conditions, RESOURCE_CREATED)
+        .filter(|c| c.reason == reasons::RESOURCE_REJECTED)
+        .and_then(|c| {
+            Duration::try_from(Timestamp::now().duration_since(c.last_transition_time.0)).ok()
+        })
+        .unwrap_or_default();
+    since.clamp(REFUSAL_RETRY_MIN, REFUSAL_RETRY_MAX)
+}
+
+/// An object was refused: `Failed` with the server's own words (which name the webhook and
+/// its reason), a warning event, and a retry after [`refusal_retry`] or on the next change.
+async fn refused<P: Provider>(
+    md: &ModelDeployment,
+    ctx: &Context<P>,
+    api: &UpstreamApi,
+    message: &str,
+) -> Result<Action, Error> {
+    event(
+        ctx,
+        md,
+        EventType::Warning,
+        reasons::RESOURCE_REJECTED,
+        message,
+    )
+    .await;
+    let view = ProviderView::new(Phase::Failed, message)
+        .condition(
+            PROVIDER_COMPATIBLE,
+            true,
+            reasons::COMPATIBILITY_VERIFIED,
+            compatible_message(ctx, api),
+        )
+        .condition(RESOURCE_CREATED, false, reasons::RESOURCE_REJECTED, message)
+        .condition(READY, false, reasons::RESOURCE_REJECTED, message);
+    status::apply(ctx, md, &view).await?;
+    Ok(Action::requeue(refusal_retry(md)))
 }
 
 /// A terminal state: the phase, `ProviderCompatible=False` and `Ready=False` with

@@ -14,6 +14,7 @@ use kubeairunway_e2e::{fixtures_dir, helm, read_crd};
 use kubeairunway_kaito_provider::{KaitoProvider, NodeProvisioning};
 use kubeairunway_sdk::api::{EngineType, InferenceProviderConfig, ModelDeployment, Phase};
 use kubeairunway_sdk::conditions::{PROVIDER_COMPATIBLE, READY, RESOURCE_CREATED};
+use kubeairunway_sdk::render::Role;
 use kubeairunway_sdk::testing::{
     self, ModelDeploymentBuilder, condition, md_where, message, phase, test_options, wait_for,
 };
@@ -123,7 +124,15 @@ async fn rendered_objects_are_accepted(client: &Client, api: &UpstreamApi) {
             md.metadata.uid = Some("00000000-0000-0000-0000-000000000001".into());
             let rendered = provider.render(&md, api).unwrap();
             for (i, mut object) in rendered.objects.into_iter().enumerate() {
-                kubeairunway_sdk::render::finish(&mut object, &md, "kaito", i == 0);
+                let role = if i == 0 {
+                    let kind = object.types.as_ref().unwrap().kind.clone();
+                    Role::Primary {
+                        immutable_fields: provider.immutable_fields(&kind),
+                    }
+                } else {
+                    Role::Supporting
+                };
+                kubeairunway_sdk::render::finish(&mut object, &md, "kaito", role);
                 let value = serde_json::to_value(&object).unwrap();
                 if !api.is_upstream_object(&value) {
                     assert_eq!(value["kind"], "ConfigMap");
@@ -505,7 +514,10 @@ async fn kaito_inference_set_for_replicas() {
         let mut md = md;
         md.metadata.uid = Some("00000000-0000-0000-0000-000000000002".into());
         let mut object = provider.render(&md, &api).unwrap().objects.remove(0);
-        kubeairunway_sdk::render::finish(&mut object, &md, "kaito", true);
+        let role = Role::Primary {
+            immutable_fields: provider.immutable_fields("InferenceSet"),
+        };
+        kubeairunway_sdk::render::finish(&mut object, &md, "kaito", role);
         assert_eq!(object.types.as_ref().unwrap().kind, "InferenceSet");
         isets
             .patch(&object.name_any(), &strict, &Patch::Apply(&object))

@@ -10,7 +10,7 @@ use kube::discovery::ApiResource;
 use kube::{Client, CustomResourceExt, ResourceExt};
 use kubeairunway_sdk::api::{EngineType, InferenceProviderConfig, ModelDeployment, Phase};
 use kubeairunway_sdk::conditions::{
-    PROVIDER_COMPATIBLE, PROVIDER_SELECTED, READY, RESOURCE_CREATED, STALE_STATUS,
+    PROVIDER_COMPATIBLE, PROVIDER_SELECTED, READY, RESOURCE_CREATED, STALE_STATUS, reasons,
 };
 use kubeairunway_sdk::labels;
 use kubeairunway_sdk::testing::{
@@ -322,6 +322,128 @@ async fn identity_change_recreates_the_upstream_object() {
             .await
             .is_empty()
     );
+}
+
+#[tokio::test]
+async fn a_change_of_an_immutable_upstream_field_recreates_the_object() {
+    // ChatServer's CRD refuses any change of spec.port (`self == oldSelf`); the provider
+    // declares it immutable, so the runtime recreates the server instead of failing.
+    let provider = "chat-immutable";
+    let (client, ns, _running) = setup(provider).await;
+    let md = llama("imm", &ns, provider)
+        .overrides(json!({"port": 8080}))
+        .build();
+    deploy(&client, &md).await;
+    let first = chatserver_where(&client, &ns, "imm", "the ChatServer", Option::is_some)
+        .await
+        .unwrap();
+    assert!(first.annotations().contains_key(labels::IMMUTABLE_HASH));
+
+    let moved = llama("imm", &ns, provider)
+        .overrides(json!({"port": 9000}))
+        .build();
+    deploy(&client, &moved).await;
+    let second = chatserver_where(&client, &ns, "imm", "a new ChatServer on 9000", |s| {
+        s.as_ref().is_some_and(|s| {
+            s.uid() != first.uid()
+                && s.metadata.deletion_timestamp.is_none()
+                && s.data["spec"]["port"] == 9000
+        })
+    })
+    .await
+    .unwrap();
+    assert_ne!(second.uid(), first.uid());
+    let recreating = event_where(&client, &ns, "imm", "Recreating").await;
+    assert!(
+        recreating
+            .iter()
+            .any(|m| m.contains("a field the upstream cannot update changed")),
+        "{recreating:?}"
+    );
+    let md = md_where(&client, &ns, "imm", "deploying again", |m| {
+        phase(m) == Some(Phase::Deploying)
+    })
+    .await;
+    assert_ne!(
+        condition(&md, RESOURCE_CREATED).map(|c| c.reason.as_str()),
+        Some(reasons::RESOURCE_REJECTED)
+    );
+}
+
+#[tokio::test]
+async fn an_object_the_api_server_refuses_fails_with_its_words_and_recovers_when_fixed() {
+    // ChatServer's CRD refuses `--port` among the engine arguments.
+    let provider = "chat-refused";
+    let (client, ns, _running) = setup(provider).await;
+    let bad = llama("ref", &ns, provider)
+        .spec(|s| {
+            s.engine.args = Some([("port".to_string(), "9000".to_string())].into());
+        })
+        .build();
+    deploy(&client, &bad).await;
+    let md = md_where(&client, &ns, "ref", "Failed", |m| {
+        phase(m) == Some(Phase::Failed)
+    })
+    .await;
+    let created = condition(&md, RESOURCE_CREATED).unwrap();
+    assert_eq!(
+        (created.status.as_str(), created.reason.as_str()),
+        ("False", reasons::RESOURCE_REJECTED)
+    );
+    assert!(
+        created
+            .message
+            .contains("set the port with provider.overrides.port, not as an engine argument"),
+        "{}",
+        created.message
+    );
+    assert!(
+        !event_where(&client, &ns, "ref", reasons::RESOURCE_REJECTED)
+            .await
+            .is_empty()
+    );
+
+    // The user fixes the spec: the next reconcile applies it.
+    deploy(&client, &llama("ref", &ns, provider).build()).await;
+    chatserver_where(&client, &ns, "ref", "the ChatServer", Option::is_some).await;
+    md_where(&client, &ns, "ref", "Deploying", |m| {
+        phase(m) == Some(Phase::Deploying)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn spec_fields_the_provider_ignores_are_named_in_its_condition_and_an_event() {
+    let provider = "chat-ignored";
+    let (client, ns, _running) = setup(provider).await;
+    let md = llama("ign", &ns, provider)
+        .spec(|s| {
+            s.node_selector = Some([("pool".to_string(), "cpu".to_string())].into());
+        })
+        .build();
+    deploy(&client, &md).await;
+    let md = md_where(
+        &client,
+        &ns,
+        "ign",
+        "compatible, with ignored fields",
+        |m| condition(m, PROVIDER_COMPATIBLE).is_some_and(|c| c.status == "True"),
+    )
+    .await;
+    let compatible = condition(&md, PROVIDER_COMPATIBLE).unwrap();
+    assert_eq!(compatible.reason, reasons::COMPATIBLE_WITH_IGNORED_FIELDS);
+    assert!(
+        compatible
+            .message
+            .ends_with("chat-ignored ignores spec.nodeSelector"),
+        "{}",
+        compatible.message
+    );
+    assert_eq!(
+        event_where(&client, &ns, "ign", reasons::UNSUPPORTED_FIELD).await,
+        ["spec.nodeSelector is ignored: a ChatServer has no node selector"]
+    );
+    chatserver_where(&client, &ns, "ign", "the ChatServer", Option::is_some).await;
 }
 
 #[tokio::test]
