@@ -142,6 +142,11 @@ impl Provider for KaitoProvider {
         status::observe(md, upstream)
     }
 
+    /// What KAITO's webhook refuses to update, cited in [`immutable`].
+    fn immutable_fields(&self, kind: &str) -> &'static [&'static str] {
+        immutable::fields(kind)
+    }
+
     /// A replica count change swaps the Workspace for an InferenceSet (and back), with the
     /// InferenceSet's Service; the inference-config ConfigMap goes when the engine changes
     /// to llama.cpp: the objects left behind are pruned.

@@ -16,8 +16,7 @@
 //! - llama.cpp runs the user's image from `inference.template`, serving on port 5000 (the
 //!   port KAITO's Service targets).
 //!
-//! Every spec field KAITO cannot honour gives a [`Warning::unsupported_field`]-style
-//! warning naming it.
+//! Every spec field KAITO cannot honour gives a [`Warning::unsupported_field`] naming it.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -44,8 +43,6 @@ pub const SERVICE_PORT: i32 = 80;
 pub const CONTAINER: &str = "model";
 /// `engine.args` key naming the GGUF file for llama.cpp instead of `huggingface://<id>`.
 pub const GGUF_URL_ARG: &str = "ggufUrl";
-/// Event reason of a spec field KAITO cannot honour.
-pub const UNSUPPORTED_FIELD: &str = "UnsupportedField";
 /// Version of the InferenceSet API rendered (served by every KAITO release that has it).
 pub const INFERENCE_SET_VERSION: &str = "v1alpha1";
 /// Node labels selected when `spec.nodeSelector` is empty.
@@ -73,12 +70,9 @@ pub fn inference_set_service_name(md: &ModelDeployment) -> String {
     format!("{}-iset", stem.trim_end_matches('-'))
 }
 
-/// A warning for a spec field KAITO cannot honour (reason `UnsupportedField`).
-pub fn unsupported(field: &str, why: &str) -> Warning {
-    Warning::new(
-        UNSUPPORTED_FIELD,
-        format!("{field} is not supported by kaito: {why}; it is ignored"),
-    )
+/// A warning for a spec field KAITO cannot honour.
+fn unsupported(field: &str, why: &str) -> Warning {
+    Warning::unsupported_field(field, why)
 }
 
 /// Render the objects for `md`: the Workspace (or InferenceSet) first, then what it
@@ -362,10 +356,10 @@ pub fn inference_config(md: &ModelDeployment, warnings: &mut Vec<Warning>) -> St
         .served_name
         .as_deref()
         .filter(|s| !s.is_empty());
-    if explicit.is_some() || !entries.contains_key("served-model-name") {
-        if let Some(served) = md.spec.served_model_name() {
-            entries.insert("served-model-name".into(), json!(served));
-        }
+    if (explicit.is_some() || !entries.contains_key("served-model-name"))
+        && let Some(served) = md.spec.served_model_name()
+    {
+        entries.insert("served-model-name".into(), json!(served));
     }
     let mut text = format!(
         "# Written by kubeairunway for ModelDeployment {}; KAITO passes each vllm key to vLLM as --key value.\nvllm:\n",
@@ -706,8 +700,8 @@ mod tests {
         assert_eq!(
             fields,
             [
-                "spec.engine.args.enforce-eager is not supported by kaito: KAITO passes each vLLM \
-              option as `--key value` and cannot pass a bare flag; it is ignored"
+                "spec.engine.args.enforce-eager is ignored: KAITO passes each vLLM option as \
+                 `--key value` and cannot pass a bare flag"
             ]
         );
         let mut m = gpu_vllm();
@@ -717,8 +711,7 @@ mod tests {
         assert!(
             w[0].message
                 .contains("KAITO's vLLM presets always pass --trust-remote-code"),
-            "{:?}",
-            w
+            "{w:?}",
         );
     }
 
@@ -870,7 +863,11 @@ mod tests {
         }))
         .unwrap();
         let r = render_with(&byo(), &m);
-        assert!(r.warnings.iter().all(|w| w.reason == UNSUPPORTED_FIELD));
+        assert!(
+            r.warnings
+                .iter()
+                .all(|w| w.reason == kubeairunway_sdk::conditions::reasons::UNSUPPORTED_FIELD)
+        );
         let fields: Vec<_> = r
             .warnings
             .iter()
@@ -1005,6 +1002,40 @@ mod tests {
                             api.missing_paths(&o)
                         );
                     }
+                }
+            }
+        }
+    }
+
+    /// The InferenceSets rendered fit the real InferenceSet CRD of both KAITO releases
+    /// (v0.12.0 and v0.10.0, where `template.resource.instanceType` is required when
+    /// `resource` is given, so bring-your-own nodes render no `resource`).
+    #[test]
+    fn inference_sets_fit_both_inference_set_schemas() {
+        let wanted = UpstreamRef::new(GROUP, "InferenceSet", "inferencesets", &["v1alpha1"]);
+        let mut m = gpu_vllm();
+        m.spec.scaling.replicas = 2;
+        for file in [
+            "kaito.sh_inferencesets.yaml",
+            "kaito.sh_inferencesets.v0.10.0.yaml",
+        ] {
+            let iset_api = UpstreamApi::detect(&crd(file), &wanted).unwrap();
+            for p in [
+                nap(true),
+                KaitoProvider {
+                    inference_set: true,
+                    nodes: NodeProvisioning::Byo,
+                },
+            ] {
+                let o = objects(&render_with(&p, &m));
+                assert_eq!(o[0]["kind"], "InferenceSet");
+                assert!(
+                    iset_api.missing_paths(&o[0]).is_empty(),
+                    "{file}: {:?}",
+                    iset_api.missing_paths(&o[0])
+                );
+                if p.nodes == NodeProvisioning::Byo {
+                    assert!(o[0]["spec"]["template"].get("resource").is_none());
                 }
             }
         }

@@ -169,7 +169,7 @@ impl KaitoWebhooks {
             let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::all(client.clone());
             let kinds = [workspaces(), inference_sets()];
             loop {
-                if let Ok(list) = config_maps.list(&Default::default()).await {
+                if let Ok(list) = config_maps.list(&kube::api::ListParams::default()).await {
                     for cm in list {
                         cluster.put_config_map(
                             &cm.namespace().unwrap_or_default(),
@@ -180,7 +180,7 @@ impl KaitoWebhooks {
                 }
                 for kind in &kinds {
                     let api: Api<DynamicObject> = Api::all_with(client.clone(), kind);
-                    let Ok(list) = api.list(&Default::default()).await else {
+                    let Ok(list) = api.list(&kube::api::ListParams::default()).await else {
                         continue;
                     };
                     for object in list {
@@ -766,4 +766,183 @@ fn kaito_chart_lints_and_renders_least_privilege_rbac() {
 /// Create the ModelDeployment as a user would and select `kaito` as core would.
 async fn deploy(client: &Client, md: &ModelDeployment) -> ModelDeployment {
     testing::deploy(client, md, "kaito").await.unwrap()
+}
+
+/// Defect: the Workspace was applied before its inference ConfigMap, and KAITO's webhook
+/// refuses a vLLM Workspace whose ConfigMap does not exist yet
+/// (api/v1beta1/inference_config_validation.go:56-70@v0.12.0). One reconcile step of the
+/// real provider against a mock API server whose Workspace admission is the stand-in's
+/// webhook rule, fed with the ConfigMaps applied so far: a Workspace applied first is
+/// answered 400 with KAITO's words and the test fails.
+#[tokio::test]
+async fn kaito_inference_config_map_is_applied_before_the_workspace() {
+    use kubeairunway_sdk::runtime::{Context, reconcile_once};
+    use kubeairunway_sdk::testing::mock;
+
+    let (client, mut server) = mock::pair();
+    let provider = nap_provider(false);
+    let crd = read_crd(&fixtures_dir().join("crds/upstream/kaito.sh_workspaces.yaml")).unwrap();
+    let api = UpstreamApi::detect(&crd, &provider.upstream()).unwrap();
+    let (_tx, upstream) = tokio::sync::watch::channel(Some(Ok(api)));
+    let ctx = Context::new(
+        std::sync::Arc::new(provider),
+        client,
+        test_options(),
+        upstream,
+    );
+    let mut md = gpu_vllm("qwen", "ns")
+        .spec(|s| s.engine.context_length = Some(4096))
+        .build();
+    md.metadata.uid = Some("uid-1".into());
+    md.metadata.finalizers = Some(vec!["kubeairunway.ai/kaito-provider".into()]);
+    md.status = Some(serde_json::from_value(json!({"provider": {"name": "kaito"}})).unwrap());
+    let answered = serde_json::to_value(&md).unwrap();
+
+    let reconcile =
+        tokio::spawn(async move { reconcile_once(&md, &ctx).await.map_err(|e| e.to_string()) });
+    let mut cluster = Cluster::new(NodeProvisioner::AzureGpu);
+    let mut applies = Vec::new();
+    let mut refusals = Vec::new();
+    loop {
+        let step = server
+            .respond(|method, uri, body| {
+                let path = uri.split('?').next().unwrap_or_default().to_string();
+                let not_found = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                       "reason": "NotFound", "code": 404, "message": "not found"});
+                match *method {
+                    http::Method::GET => (404, not_found),
+                    http::Method::PATCH if path.ends_with("/status") => (200, answered.clone()),
+                    http::Method::PATCH if path.contains("/configmaps/") => {
+                        let data = serde_json::from_value(body["data"].clone()).unwrap();
+                        cluster.put_config_map("ns", body["metadata"]["name"].as_str().unwrap(), data);
+                        applies.push(path);
+                        (200, body.clone())
+                    }
+                    http::Method::PATCH => {
+                        applies.push(path);
+                        match standin::admit_workspace(None, body, &cluster) {
+                            Ok(()) => (200, body.clone()),
+                            Err(refusal) => {
+                                refusals.push(refusal.to_string());
+                                (400, json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                             "reason": "BadRequest", "code": 400,
+                                             "message": refusal.to_string()}))
+                            }
+                        }
+                    }
+                    _ => (201, body.clone()),
+                }
+            })
+            .await;
+        if step.is_err() {
+            break;
+        }
+    }
+    reconcile.await.unwrap().unwrap();
+    assert_eq!(refusals, Vec::<String>::new(), "KAITO's webhook refused");
+    assert_eq!(
+        applies,
+        [
+            "/api/v1/namespaces/ns/configmaps/qwen-inference-config",
+            "/apis/kaito.sh/v1beta1/namespaces/ns/workspaces/qwen",
+        ]
+    );
+}
+
+/// Defect: `secrets.huggingFaceToken` renders into `inference.preset`, which KAITO's webhook
+/// refuses to update ("field is immutable", workspace_validation.go:895-897@v0.12.0), so a
+/// new token Secret patched in place failed. One reconcile step against a mock API server
+/// holding the Workspace of the old token, whose Workspace UPDATE admission is the
+/// stand-in's webhook rule: the provider's immutable fields make the runtime delete the
+/// Workspace to create it anew instead of patching it.
+#[tokio::test]
+async fn kaito_a_new_token_secret_recreates_the_workspace_instead_of_patching_the_preset() {
+    use kubeairunway_sdk::runtime::{Context, reconcile_once};
+    use kubeairunway_sdk::testing::mock;
+
+    let provider = nap_provider(false);
+    let crd = read_crd(&fixtures_dir().join("crds/upstream/kaito.sh_workspaces.yaml")).unwrap();
+    let api = UpstreamApi::detect(&crd, &provider.upstream()).unwrap();
+    let with_token = |secret: &str| {
+        let mut md = gpu_vllm("qwen", "ns")
+            .spec(|s| {
+                s.secrets =
+                    Some(serde_json::from_value(json!({"huggingFaceToken": secret})).unwrap());
+            })
+            .build();
+        md.metadata.uid = Some("uid-1".into());
+        md.metadata.finalizers = Some(vec!["kubeairunway.ai/kaito-provider".into()]);
+        md.status = Some(serde_json::from_value(json!({"provider": {"name": "kaito"}})).unwrap());
+        md
+    };
+    // The Workspace as the runtime applied it for the first token.
+    let old = with_token("hf-old");
+    let mut live = provider.render(&old, &api).unwrap().objects.remove(0);
+    kubeairunway_sdk::render::finish(
+        &mut live,
+        &old,
+        "kaito",
+        Role::Primary {
+            immutable_fields: provider.immutable_fields("Workspace"),
+        },
+    );
+    let mut live = serde_json::to_value(&live).unwrap();
+    live["metadata"]["uid"] = json!("ws-1");
+    let md = with_token("hf-new");
+    let answered = serde_json::to_value(&md).unwrap();
+
+    let (client, mut server) = mock::pair();
+    let (_tx, upstream) = tokio::sync::watch::channel(Some(Ok(api)));
+    let ctx = Context::new(
+        std::sync::Arc::new(provider),
+        client,
+        test_options(),
+        upstream,
+    );
+    let reconcile =
+        tokio::spawn(async move { reconcile_once(&md, &ctx).await.map_err(|e| e.to_string()) });
+    let cluster = Cluster::new(NodeProvisioner::AzureGpu);
+    let (mut refusals, mut deleted) = (Vec::new(), Vec::new());
+    loop {
+        let step = server
+            .respond(|method, uri, body| {
+                let path = uri.split('?').next().unwrap_or_default().to_string();
+                let workspace = path.ends_with("/workspaces/qwen");
+                match *method {
+                    http::Method::GET if workspace => (200, live.clone()),
+                    http::Method::GET => (
+                        404,
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                               "reason": "NotFound", "code": 404, "message": "not found"}),
+                    ),
+                    http::Method::PATCH if path.ends_with("/status") => (200, answered.clone()),
+                    http::Method::PATCH if workspace => {
+                        match standin::admit_workspace(Some(&live), body, &cluster) {
+                            Ok(()) => (200, body.clone()),
+                            Err(refusal) => {
+                                refusals.push(refusal.to_string());
+                                (400, json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                             "reason": "BadRequest", "code": 400,
+                                             "message": refusal.to_string()}))
+                            }
+                        }
+                    }
+                    http::Method::DELETE if workspace => {
+                        deleted.push(path);
+                        (200, live.clone())
+                    }
+                    _ => (200, body.clone()),
+                }
+            })
+            .await;
+        if step.is_err() {
+            break;
+        }
+    }
+    reconcile.await.unwrap().unwrap();
+    assert_eq!(refusals, Vec::<String>::new(), "KAITO's webhook refused");
+    assert_eq!(
+        deleted,
+        ["/apis/kaito.sh/v1beta1/namespaces/ns/workspaces/qwen"]
+    );
 }
