@@ -1,4 +1,7 @@
-//! The upstream operators as the tests play them: admission rules, defaulting and the
-//! status sequences of the real controllers, as pure functions citing upstream.
+//! The upstream operators as the e2e tests play them: their admission rules, their
+//! defaulting and merging of what we render, and the status their controllers write,
+//! each as pure functions citing the upstream code, and a loop that applies them to the
+//! objects on a test API server.
 
+pub mod dynamo;
 pub mod kaito;
