@@ -4,8 +4,11 @@
 //! - `status.state` (KAITO >= v0.9): `Ready` is Running; `Pending` and `NotReady` are
 //!   Deploying. Older Workspaces without `state`: `WorkspaceSucceeded=True` is Running.
 //! - `WorkspaceSucceeded=False` with reason `workspacePending` is normal progress.
-//! - Failed only for `InferenceReady=False` with a hard reason (image pull, crash loop,
-//!   OOM kill, container start error), with that condition's message.
+//! - Failed for `InferenceReady=False` with a hard reason (image pull, crash loop,
+//!   OOM kill, container start error), with that condition's message; and for KAITO
+//!   v0.12's terminal benchmark failure, `WorkspaceSucceeded` or `BenchmarkCompleted`
+//!   False `BenchmarkFailed` (workspace_controller.go:1270-1280,1319-1329@v0.12.0: the
+//!   inference is up, but KAITO holds the Workspace NotReady for good).
 //! - Endpoint: KAITO's Service `<name>`, port 80 (targeting 5000 in the pods).
 //!
 //! InferenceSet (pkg/inferenceset/inferenceset_controller.go:426-522@v0.12.0,
@@ -49,6 +52,9 @@ pub const HARD_REASONS: &[&str] = &[
     "CreateContainerError",
     "RunContainerError",
 ];
+
+/// The reason with which KAITO v0.12 marks a post-load benchmark that failed for good.
+pub const BENCHMARK_FAILED: &str = "BenchmarkFailed";
 
 /// Our status for `md` from the live Workspace or InferenceSet.
 pub fn observe(md: &ModelDeployment, live: Option<&DynamicObject>) -> Observed {
@@ -100,6 +106,21 @@ fn hard_failure(condition: &Value) -> Option<String> {
         })
 }
 
+/// KAITO's error when its post-load benchmark failed for good.
+fn benchmark_failure(conditions: &[&Value]) -> Option<String> {
+    ["WorkspaceSucceeded", "BenchmarkCompleted"]
+        .iter()
+        .filter_map(|t| find(conditions, t))
+        .find(|c| field(c, "status") == "False" && field(c, "reason") == BENCHMARK_FAILED)
+        .map(|c| {
+            format!(
+                "KAITO's post-load benchmark failed, so KAITO holds the Workspace NotReady \
+                 (its inference server is up): {}",
+                field(c, "message")
+            )
+        })
+}
+
 fn workspace(live: &DynamicObject) -> Observed {
     let name = live.name_any();
     let conditions = conditions(live);
@@ -108,6 +129,8 @@ fn workspace(live: &DynamicObject) -> Observed {
     let succeeded = find(&conditions, "WorkspaceSucceeded");
 
     let observed = if let Some(message) = inference.and_then(hard_failure) {
+        Observed::failed(message)
+    } else if let Some(message) = benchmark_failure(&conditions) {
         Observed::failed(message)
     } else if state == "Ready"
         || (state.is_empty() && succeeded.is_some_and(|c| field(c, "status") == "True"))
@@ -274,6 +297,40 @@ mod tests {
             json!({"conditions": [cond("InferenceReady", "False", "InferenceNotReady", "0/1 ready")]}),
         );
         assert_eq!(o.phase, Phase::Deploying);
+    }
+
+    /// KAITO v0.12 runs a benchmark once the inference is up; an error reading its result
+    /// is terminal and holds the Workspace NotReady with `WorkspaceSucceeded=False`
+    /// `BenchmarkFailed` (pkg/workspace/controllers/workspace_controller.go:1270-1280,
+    /// 1319-1329@v0.12.0). Nothing will progress: Failed with KAITO's error, not
+    /// Deploying forever; the endpoint stays (the server itself serves).
+    #[test]
+    fn a_terminal_benchmark_failure_fails_with_kaito_s_error() {
+        let error =
+            "pod ns/m-0: benchmark failed: TPM value -1 indicates a failed or incomplete run";
+        let o = seen(json!({"state": "NotReady", "conditions": [
+            cond("ResourceReady", "True", "workspaceResourceStatusSuccess", "workspace resource is ready"),
+            cond("InferenceReady", "True", "WorkspaceInferenceStatusSuccess", "Inference has been deployed successfully"),
+            cond("BenchmarkCompleted", "False", "BenchmarkFailed", error),
+            cond("WorkspaceSucceeded", "False", "BenchmarkFailed", error),
+        ]}));
+        assert_eq!(o.phase, Phase::Failed);
+        assert_eq!(
+            o.message,
+            format!(
+                "KAITO's post-load benchmark failed, so KAITO holds the Workspace NotReady \
+                 (its inference server is up): {error}"
+            )
+        );
+        assert!(!o.ready);
+        assert!(o.endpoint.is_some());
+        // A benchmark still to run, or done, is not a failure.
+        let o = seen(json!({"state": "Ready", "conditions": [
+            cond("InferenceReady", "True", "WorkspaceInferenceStatusSuccess", "ok"),
+            cond("BenchmarkCompleted", "True", "BenchmarkCompleted", "benchmark result has been recorded"),
+            cond("WorkspaceSucceeded", "True", "workspaceSucceeded", "workspace succeeds"),
+        ]}));
+        assert_eq!(o.phase, Phase::Running);
     }
 
     #[test]
