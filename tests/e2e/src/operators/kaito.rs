@@ -1,28 +1,47 @@
 //! KAITO's workspace operator as the tests play it: its validating webhooks on the fields
-//! the KAITO provider renders, its defaulting, and the status its controllers write.
+//! the KAITO provider renders, its defaulting, the Workspaces its InferenceSet controller
+//! creates, and the status its controllers write.
 //! Read at KAITO v0.12.0 (`0894eb2b`, the release of the Workspace CRD fixture) and
 //! v0.10.0 (`c673cadc`); `file:line` below is v0.12.0 unless marked.
 //!
 //! Admission (knative validation webhooks `validation.workspace.kaito.sh` and
 //! `validation.inferenceset.kaito.sh`, pkg/workspace/webhooks/webhooks.go:60-98; they
-//! validate CREATE and UPDATE). A refusal reads as the API server words a webhook denial:
+//! validate CREATE and UPDATE). [`serve_webhooks`] serves the rules below to a test API
+//! server, which calls them as it would call KAITO's, so a refusal comes back from the
+//! apply as from a real cluster, in the words the API server gives a webhook denial:
 //! `admission webhook "<name>" denied the request: validation failed: <message>: <path>`
-//! (knative `FieldError` prints `message: paths`).
+//! (knative `FieldError` prints `message: paths`; knative gathers every error of an
+//! object, the stand-in stops at the first).
 //!
 //! Defaulting: `Workspace.SetDefaults` does nothing (api/v1beta1/workspace_default.go);
 //! the API server applies the CRD defaults (`resource.count: 1`,
 //! `inference.preset.accessMode: public`), which the test API server does itself.
 //!
-//! Status: [`workspace_pending`], [`workspace_ready`], [`workspace_failed`] and
-//! [`inference_set_status`] are what the controllers write.
+//! Controllers: [`InferenceSetController`] creates the Workspaces of each InferenceSet as
+//! KAITO's does (through the API server, so through the Workspace webhook);
+//! [`workspace_pending`], [`workspace_ready`], [`workspace_failed`],
+//! [`workspace_benchmark_failed`] and [`inference_set_status`] are the statuses the
+//! controllers write, which the tests write in KAITO's order.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::{ConfigMap, Node};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
+use kube::core::admission::AdmissionRequest;
+use kube::discovery::ApiResource;
+use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
+
+use crate::admission::{Registration, ValidatingWebhook, serve_validating_async};
 
 /// The Workspace webhook's name.
 pub const WORKSPACE_WEBHOOK: &str = "validation.workspace.kaito.sh";
+/// A model of KAITO's catalog, with a token limit the webhook enforces.
+pub const PHI_4: &str = "microsoft/phi-4";
 /// The InferenceSet webhook's name.
 pub const INFERENCE_SET_WEBHOOK: &str = "validation.inferenceset.kaito.sh";
 /// The label KAITO puts on an InferenceSet's Workspaces and their pods
@@ -72,6 +91,16 @@ impl Cluster {
         }
     }
 
+    /// With the token limits of KAITO's model catalog for the models the tests deploy
+    /// (presets/workspace/models/model_catalog.yaml, embedded and read before any
+    /// Hugging Face lookup, presets/workspace/generator/generator.go:782-810):
+    /// `microsoft/phi-4` 16384 (model_catalog.yaml:3-10, the same at v0.10.0).
+    #[must_use]
+    pub fn with_catalog(mut self) -> Self {
+        self.token_limits.insert(PHI_4.to_lowercase(), 16384);
+        self
+    }
+
     /// Record a ConfigMap as the webhook's client would see it.
     pub fn put_config_map(&mut self, ns: &str, name: &str, data: BTreeMap<String, String>) {
         self.config_maps
@@ -88,12 +117,23 @@ pub struct Refusal {
     pub message: String,
 }
 
+impl Refusal {
+    /// The message of the webhook's denial (knative's `validation failed: <error>`,
+    /// webhook/resourcesemantics/validation/validation_admit.go of knative.dev/pkg
+    /// 20240910170930-fdbc0b5adde7, the version go.mod@v0.12.0 pins); the API server
+    /// prefixes it with the webhook's name.
+    pub fn denial(&self) -> String {
+        format!("validation failed: {}", self.message)
+    }
+}
+
 impl fmt::Display for Refusal {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "admission webhook \"{}\" denied the request: validation failed: {}",
-            self.webhook, self.message
+            "admission webhook \"{}\" denied the request: {}",
+            self.webhook,
+            self.denial()
         )
     }
 }
@@ -452,62 +492,45 @@ pub fn admit_inference_set(
 }
 
 /// The Workspace an InferenceSet's controller creates for one replica
-/// (`NewWorkspaceForInferenceSet`, pkg/utils/inferenceset/inferenceset.go:140-180): named
-/// `<set>-<suffix>`, labelled `inferenceset.kaito.sh/created-by`, with the set's selector,
-/// its template's inference, and its instance type unless nodes are bring-your-own.
-pub fn workspace_for_inference_set(is: &Value, suffix: &str, cluster: &Cluster) -> Value {
+/// (`NewWorkspaceForInferenceSet`, pkg/utils/inferenceset/inferenceset.go:133-180; created
+/// by pkg/inferenceset/inferenceset_controller.go:365-380): `generateName: <set>-`,
+/// owned by the set, labelled `inferenceset.kaito.sh/created-by`, with the labels and
+/// annotations of `spec.template.metadata` (not the set's own: a runtime annotation on
+/// the set does not reach its Workspaces, whose runtime defaults to vLLM,
+/// api/v1beta1/labels.go:118-137 and pkg/featuregates/featuregates.go:28), the set's
+/// selector, its template's inference, and its instance type unless nodes are
+/// bring-your-own.
+pub fn workspace_for_inference_set(is: &Value, cluster: &Cluster) -> Value {
     let name = str_at(is, &["metadata", "name"]);
+    let template = &is["spec"]["template"];
     let mut resource = json!({"labelSelector": is["spec"]["labelSelector"]});
-    let it = str_at(is, &["spec", "template", "resource", "instanceType"]);
+    let it = str_at(template, &["resource", "instanceType"]);
     if cluster.node_provisioner.auto_provisioning() && !it.is_empty() {
         resource["instanceType"] = json!(it);
     }
+    let mut labels = template["metadata"]["labels"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    labels.insert(CREATED_BY_INFERENCE_SET.into(), json!(name));
+    let mut metadata = json!({
+        "generateName": format!("{name}-"),
+        "namespace": is["metadata"]["namespace"],
+        "labels": labels,
+        "ownerReferences": [{
+            "apiVersion": is["apiVersion"], "kind": "InferenceSet", "name": name,
+            "uid": is["metadata"]["uid"], "controller": true, "blockOwnerDeletion": true,
+        }],
+    });
+    if let Some(annotations) = template["metadata"]["annotations"].as_object() {
+        metadata["annotations"] = json!(annotations);
+    }
     json!({
         "apiVersion": "kaito.sh/v1beta1", "kind": "Workspace",
-        "metadata": {
-            "name": format!("{name}-{suffix}"),
-            "namespace": is["metadata"]["namespace"],
-            "labels": {CREATED_BY_INFERENCE_SET: name},
-            "annotations": is["metadata"].get("annotations").cloned().unwrap_or(json!({})),
-        },
+        "metadata": metadata,
         "resource": resource,
-        "inference": is["spec"]["template"]["inference"],
+        "inference": template["inference"],
     })
-}
-
-/// Admission as the webhook sees a stream of objects: the first sight of an object (by
-/// UID) is its CREATE, a later change of its spec an UPDATE against the last admitted.
-#[derive(Debug, Default)]
-pub struct Admission {
-    admitted: HashMap<String, Value>,
-}
-
-impl Admission {
-    /// Judge `object` (a Workspace or an InferenceSet) as the webhook would have.
-    pub fn judge(&mut self, object: &Value, cluster: &Cluster) -> Result<(), Refusal> {
-        let uid = str_at(object, &["metadata", "uid"]).to_string();
-        let old = self.admitted.get(&uid);
-        if old.is_some_and(|o| spec_of(o) == spec_of(object)) {
-            return Ok(());
-        }
-        let verdict = match str_at(object, &["kind"]) {
-            "InferenceSet" => admit_inference_set(old, object, cluster),
-            _ => admit_workspace(old, object, cluster),
-        };
-        if verdict.is_ok() {
-            self.admitted.insert(uid, object.clone());
-        }
-        verdict
-    }
-}
-
-fn spec_of(v: &Value) -> Value {
-    json!([
-        v["resource"],
-        v["inference"],
-        v["spec"],
-        v["metadata"]["annotations"]
-    ])
 }
 
 fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Value {
@@ -544,6 +567,20 @@ pub fn workspace_failed(reason: &str, message: &str) -> Value {
     ]})
 }
 
+/// A Workspace whose inference is up but whose post-load benchmark failed for good
+/// (`applyInferenceWorkspaceStatus` and `applyBenchmarkStatus`,
+/// workspace_controller.go:1270-1280,1319-1329: "These errors are terminal"):
+/// `BenchmarkCompleted` and `WorkspaceSucceeded` False `BenchmarkFailed` with the error,
+/// state NotReady. Not at v0.10.0, which has no benchmark status.
+pub fn workspace_benchmark_failed(error: &str) -> Value {
+    json!({"state": "NotReady", "conditions": [
+        condition("ResourceReady", "True", "workspaceResourceStatusSuccess", "workspace resource is ready"),
+        condition("InferenceReady", "True", "WorkspaceInferenceStatusSuccess", "Inference has been deployed successfully"),
+        condition("BenchmarkCompleted", "False", "BenchmarkFailed", error),
+        condition("WorkspaceSucceeded", "False", "BenchmarkFailed", error),
+    ]})
+}
+
 /// An InferenceSet's status with `ready` of `desired` Workspaces ready
 /// (pkg/inferenceset/inferenceset_controller.go:431-497): `InferenceSetReady` True when
 /// all are, else False `inferencesetNotReady`; `failed` is the error of its Gateway API
@@ -565,6 +602,290 @@ pub fn inference_set_status(desired: i64, ready: i64, failed: Option<&str>) -> V
         ),
     };
     json!({"replicas": desired, "readyReplicas": ready, "conditions": [ready_condition]})
+}
+
+// ---- served to a test API server ----
+
+/// KAITO's Workspaces, as the provider renders them.
+pub fn workspace_resource() -> ApiResource {
+    ApiResource {
+        group: "kaito.sh".into(),
+        version: "v1beta1".into(),
+        api_version: "kaito.sh/v1beta1".into(),
+        kind: "Workspace".into(),
+        plural: "workspaces".into(),
+    }
+}
+
+/// KAITO's InferenceSets, as the provider renders them.
+pub fn inference_set_resource() -> ApiResource {
+    ApiResource {
+        group: "kaito.sh".into(),
+        version: "v1alpha1".into(),
+        api_version: "kaito.sh/v1alpha1".into(),
+        kind: "InferenceSet".into(),
+        plural: "inferencesets".into(),
+    }
+}
+
+/// The namespace KAITO is installed into (its documented `helm install ... --namespace
+/// kaito-workspace`), where its webhook Services live.
+pub const WEBHOOK_NAMESPACE: &str = "kaito-workspace";
+
+/// What the Workspace webhook reads of the cluster to judge `ws`: the ConfigMap its
+/// `inference.config` names (inference_config_validation.go:56-70) and, with
+/// bring-your-own nodes, the nodes (workspace_validation.go:550-602). KAITO reads both
+/// through its manager's cached client (cmd/workspace/main.go:236), which can lag a
+/// ConfigMap created a moment before; the stand-in reads the API server itself, the
+/// cache at its best.
+async fn look_up(client: &Client, settings: &Cluster, ws: &Value) -> Result<Cluster, String> {
+    let mut cluster = settings.clone();
+    let ns = str_at(ws, &["metadata", "namespace"]);
+    let name = str_at(ws, &["inference", "config"]);
+    if !name.is_empty() {
+        let config_maps: Api<ConfigMap> = Api::namespaced(client.clone(), ns);
+        match config_maps.get_opt(name).await {
+            Ok(Some(cm)) => cluster.put_config_map(ns, name, cm.data.unwrap_or_default()),
+            Ok(None) => {}
+            Err(e) => {
+                return Err(format!(
+                    "validation failed: Failed to get ConfigMap '{name}' in namespace '{ns}': {e}: config"
+                ));
+            }
+        }
+    }
+    if !cluster.node_provisioner.auto_provisioning() {
+        let nodes: Api<Node> = Api::all(client.clone());
+        let list = nodes
+            .list(&ListParams::default())
+            .await
+            .map_err(|e| e.to_string())?;
+        cluster.nodes = list.items.iter().map(|n| n.labels().clone()).collect();
+    }
+    Ok(cluster)
+}
+
+/// The object of an admission request as JSON, in the request's namespace, and the old
+/// object of an update.
+fn request_object(req: &AdmissionRequest<DynamicObject>) -> (Value, Option<Value>) {
+    let mut object = serde_json::to_value(&req.object).unwrap_or_default();
+    if str_at(&object, &["metadata", "namespace"]).is_empty() {
+        object["metadata"]["namespace"] = json!(req.namespace);
+    }
+    let old = req
+        .old_object
+        .as_ref()
+        .and_then(|o| serde_json::to_value(o).ok());
+    (object, old)
+}
+
+/// KAITO's webhooks while they are served; they stop when this is dropped.
+#[derive(Debug)]
+pub struct Webhooks {
+    _served: Vec<ValidatingWebhook>,
+}
+
+/// Serve KAITO's Workspace webhook (and, with `inference_sets`, its InferenceSet webhook)
+/// to `test_cluster`'s API server, judging as a KAITO with `settings` (its node
+/// provisioner, the token limits of the presets it knows), and wait until the API server
+/// calls them. KAITO serves both from one Service (charts/kaito/workspace/templates/
+/// service.yaml) at two paths; here each has a Service of its own.
+pub async fn serve_webhooks(
+    test_cluster: &kubeairunway_testcluster::TestCluster,
+    client: &Client,
+    settings: Cluster,
+    inference_sets: bool,
+) -> anyhow::Result<Webhooks> {
+    let settings = Arc::new(settings);
+    let (reader, judged) = (client.clone(), settings.clone());
+    let workspace_verdict =
+        move |req: AdmissionRequest<DynamicObject>| -> BoxFuture<'static, Result<(), String>> {
+            let (client, settings) = (reader.clone(), judged.clone());
+            Box::pin(async move {
+                let (ws, old) = request_object(&req);
+                let cluster = look_up(&client, &settings, &ws).await?;
+                admit_workspace(old.as_ref(), &ws, &cluster).map_err(|r| r.denial())
+            })
+        };
+    let mut served = vec![
+        serve_validating_async(
+            test_cluster,
+            client,
+            Registration {
+                name: WORKSPACE_WEBHOOK,
+                namespace: WEBHOOK_NAMESPACE,
+                service: "kaito-workspace-webhook",
+                resource: &workspace_resource(),
+            },
+            Arc::new(workspace_verdict),
+        )
+        .await?,
+    ];
+    let mut probes = vec![(workspace_resource(), WORKSPACE_WEBHOOK)];
+    if inference_sets {
+        let judged = settings.clone();
+        let verdict =
+            move |req: AdmissionRequest<DynamicObject>| -> BoxFuture<'static, Result<(), String>> {
+                let (is, old) = request_object(&req);
+                let answer =
+                    admit_inference_set(old.as_ref(), &is, &judged).map_err(|r| r.denial());
+                Box::pin(async move { answer })
+            };
+        served.push(
+            serve_validating_async(
+                test_cluster,
+                client,
+                Registration {
+                    name: INFERENCE_SET_WEBHOOK,
+                    namespace: WEBHOOK_NAMESPACE,
+                    service: "kaito-inferenceset-webhook",
+                    resource: &inference_set_resource(),
+                },
+                Arc::new(verdict),
+            )
+            .await?,
+        );
+        probes.push((inference_set_resource(), INFERENCE_SET_WEBHOOK));
+    }
+    for (resource, webhook) in probes {
+        wait_until_called(client, &resource, webhook).await?;
+    }
+    Ok(Webhooks { _served: served })
+}
+
+/// Wait until the API server calls `webhook`: a dry run of an object named with a dot
+/// (a DNS subdomain the API server takes, not the DNS label KAITO wants) is refused by it.
+async fn wait_until_called(
+    client: &Client,
+    resource: &ApiResource,
+    webhook: &str,
+) -> anyhow::Result<()> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), WEBHOOK_NAMESPACE, resource);
+    let inference = json!({"preset": {"name": "a/b"}});
+    let mut probe = json!({"apiVersion": resource.api_version, "kind": resource.kind,
+                           "metadata": {"name": "webhook.probe"}});
+    if resource.kind == "Workspace" {
+        probe["resource"] = json!({"labelSelector": {"matchLabels": {"a": "b"}}});
+        probe["inference"] = inference;
+    } else {
+        probe["spec"] = json!({"replicas": 1, "labelSelector": {"matchLabels": {"a": "b"}},
+                               "template": {"inference": inference}});
+    }
+    let probe: DynamicObject = serde_json::from_value(probe)?;
+    let pp = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    crate::eventually(
+        30,
+        &format!("KAITO's webhook {webhook} to be called"),
+        || {
+            let (api, probe, pp) = (api.clone(), probe.clone(), pp.clone());
+            async move {
+                match api.create(&pp, &probe).await {
+                    Err(kube::Error::Api(e)) if e.message.contains(webhook) => Some(()),
+                    _ => None,
+                }
+            }
+        },
+    )
+    .await
+}
+
+/// KAITO's InferenceSet controller as far as it acts on what we render: it keeps
+/// `spec.replicas` Workspaces per InferenceSet, creating the missing ones
+/// ([`workspace_for_inference_set`]) through the API server, so KAITO's Workspace webhook
+/// judges them as it judges the controller's real requests. A Workspace the webhook
+/// refuses is recorded in [`InferenceSetController::problems`] (the real controller
+/// would retry forever and the set never get ready). It writes no status: the tests
+/// write KAITO's status sequences themselves.
+#[derive(Debug)]
+pub struct InferenceSetController {
+    problems: Arc<Mutex<Vec<String>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl InferenceSetController {
+    /// Start playing the controller of a KAITO with `settings` on `client`'s cluster.
+    pub fn spawn(client: Client, settings: Cluster) -> Self {
+        let problems = Arc::new(Mutex::new(Vec::new()));
+        let task = tokio::spawn(run_inference_sets(client, settings, problems.clone()));
+        Self { problems, task }
+    }
+
+    /// The Workspaces KAITO's webhook refused the controller so far.
+    pub fn problems(&self) -> Vec<String> {
+        self.problems
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+impl Drop for InferenceSetController {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn run_inference_sets(client: Client, settings: Cluster, problems: Arc<Mutex<Vec<String>>>) {
+    let sets: Api<DynamicObject> = Api::all_with(client.clone(), &inference_set_resource());
+    let workspaces: Api<DynamicObject> = Api::all_with(client.clone(), &workspace_resource());
+    let record = |line: String| {
+        let mut all = problems
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !all.contains(&line) {
+            all.push(line);
+        }
+    };
+    loop {
+        let listed = (
+            sets.list(&ListParams::default()).await,
+            workspaces
+                .list(&ListParams::default().labels(CREATED_BY_INFERENCE_SET))
+                .await,
+        );
+        if let (Ok(sets), Ok(children)) = listed {
+            for set in sets.items {
+                if set.metadata.deletion_timestamp.is_some() {
+                    continue;
+                }
+                let (ns, name) = (set.namespace().unwrap_or_default(), set.name_any());
+                let have = children
+                    .items
+                    .iter()
+                    .filter(|w| {
+                        w.namespace().as_deref() == Some(ns.as_str())
+                            && w.labels().get(CREATED_BY_INFERENCE_SET) == Some(&name)
+                    })
+                    .count();
+                let value = serde_json::to_value(&set).unwrap_or_default();
+                let want = value["spec"]["replicas"]
+                    .as_u64()
+                    .and_then(|r| usize::try_from(r).ok())
+                    .unwrap_or(1);
+                let api: Api<DynamicObject> =
+                    Api::namespaced_with(client.clone(), &ns, &workspace_resource());
+                for _ in have..want {
+                    let child = workspace_for_inference_set(&value, &settings);
+                    let Ok(child) = serde_json::from_value::<DynamicObject>(child) else {
+                        break;
+                    };
+                    if let Err(kube::Error::Api(e)) =
+                        api.create(&PostParams::default(), &child).await
+                    {
+                        record(format!(
+                            "{ns}/{name}: a Workspace of the set is refused: {}",
+                            e.message
+                        ));
+                        break;
+                    }
+                }
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 #[cfg(test)]
@@ -708,19 +1029,6 @@ mod tests {
     }
 
     #[test]
-    fn admission_tells_create_from_update_by_uid() {
-        let c = Cluster::new(NodeProvisioner::AzureGpu);
-        let mut a = Admission::default();
-        let first = ws(Some("Standard_NC6s_v3"), None);
-        assert!(a.judge(&first, &c).is_ok());
-        let mut changed = first.clone();
-        changed["inference"]["preset"]["presetOptions"] = json!({"modelAccessSecret": "hf2"});
-        assert!(a.judge(&changed, &c).is_err(), "an in-place preset change");
-        changed["metadata"]["uid"] = json!("u2");
-        assert!(a.judge(&changed, &c).is_ok(), "a recreated Workspace");
-    }
-
-    #[test]
     fn names_must_be_dns_labels() {
         let c = Cluster::new(NodeProvisioner::AzureGpu);
         let mut w = ws(Some("Standard_NC6s_v3"), None);
@@ -734,10 +1042,22 @@ mod tests {
         let is = json!({"metadata": {"name": "s", "namespace": "ns"},
             "spec": {"labelSelector": {"matchLabels": {"a": "b"}},
                      "template": {"resource": {"instanceType": "X"}, "inference": {"preset": {"name": "a/b"}}}}});
-        let w = workspace_for_inference_set(&is, "abcde", &c);
-        assert_eq!(w["metadata"]["name"], "s-abcde");
+        let w = workspace_for_inference_set(&is, &c);
+        assert_eq!(w["metadata"]["generateName"], "s-");
         assert_eq!(w["metadata"]["labels"][CREATED_BY_INFERENCE_SET], "s");
         assert!(w["resource"].get("instanceType").is_none(), "BYO drops it");
+        assert!(w["metadata"].get("annotations").is_none());
+        let nap = Cluster::new(NodeProvisioner::AzureGpu);
+        let mut is = is;
+        is["metadata"]["annotations"] = json!({"kaito.sh/runtime": "vllm"});
+        is["spec"]["template"]["metadata"] = json!({"annotations": {"team": "a"}});
+        let w = workspace_for_inference_set(&is, &nap);
+        assert_eq!(w["resource"]["instanceType"], "X");
+        assert_eq!(
+            w["metadata"]["annotations"],
+            json!({"team": "a"}),
+            "the template's annotations, not the set's"
+        );
     }
 
     #[test]

@@ -1,19 +1,25 @@
 //! The KAITO provider end to end on the real API server, once per real Workspace CRD
 //! version (v0.12 and v0.10), each on a private cluster with exactly one provider
 //! instance: every rendered Workspace is accepted by the real schema (strict field
-//! validation), a status fixture walks KAITO's real states and the ModelDeployment
-//! follows, and deletion removes the Workspace. Also the chart: lint, template, RBAC.
+//! validation) and by KAITO's webhook, which the API server calls
+//! (`kubeairunway_e2e::operators::kaito`); a refusal of that webhook comes back as
+//! `ResourceRejected` in its words; a status fixture walks KAITO's real states and the
+//! ModelDeployment follows; deletion removes the Workspace. Also the chart: lint,
+//! template, RBAC.
 
 use std::time::Duration;
 
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
-use kubeairunway_e2e::operators::kaito::{self as standin, Admission, Cluster, NodeProvisioner};
+use kubeairunway_e2e::operators::kaito::{
+    self as standin, Cluster, InferenceSetController, NodeProvisioner, inference_set_resource,
+    workspace_resource,
+};
 use kubeairunway_e2e::{fixtures_dir, helm, read_crd};
 use kubeairunway_kaito_provider::{KaitoProvider, NodeProvisioning};
 use kubeairunway_sdk::api::{EngineType, InferenceProviderConfig, ModelDeployment, Phase};
-use kubeairunway_sdk::conditions::{PROVIDER_COMPATIBLE, READY, RESOURCE_CREATED};
+use kubeairunway_sdk::conditions::{PROVIDER_COMPATIBLE, READY, RESOURCE_CREATED, reasons};
 use kubeairunway_sdk::render::Role;
 use kubeairunway_sdk::testing::{
     self, ModelDeploymentBuilder, condition, md_where, message, phase, test_options, wait_for,
@@ -33,13 +39,12 @@ fn nap_provider(inference_set: bool) -> KaitoProvider {
 }
 
 fn workspaces() -> ApiResource {
-    ApiResource {
-        group: "kaito.sh".into(),
-        version: "v1beta1".into(),
-        api_version: "kaito.sh/v1beta1".into(),
-        kind: "Workspace".into(),
-        plural: "workspaces".into(),
-    }
+    workspace_resource()
+}
+
+/// KAITO as the provider's cluster runs it: node auto-provisioning, its model catalog.
+fn kaito() -> Cluster {
+    Cluster::new(NodeProvisioner::AzureGpu).with_catalog()
 }
 
 /// A private cluster with the platform's CRDs and one real Workspace CRD.
@@ -81,7 +86,9 @@ fn gpu_vllm(name: &str, ns: &str) -> ModelDeploymentBuilder {
 }
 
 /// Every shape of rendered object: the Workspace is accepted by the installed schema
-/// with strict field validation (unknown fields refused, not pruned), by a dry run.
+/// with strict field validation (unknown fields refused, not pruned), by a dry run, before
+/// KAITO's webhook is served (it would judge the bring-your-own renderings by a KAITO that
+/// auto-provisions nodes, and look for ConfigMaps a dry run does not create).
 async fn rendered_objects_are_accepted(client: &Client, api: &UpstreamApi) {
     let providers = [
         KaitoProvider {
@@ -153,71 +160,6 @@ async fn rendered_objects_are_accepted(client: &Client, api: &UpstreamApi) {
     assert_eq!(checked, 8);
 }
 
-/// KAITO's webhooks, played against everything the provider applied: every Workspace and
-/// InferenceSet in the cluster is judged as KAITO's webhook would have judged it (CREATE
-/// at first sight, UPDATE when its spec changed), with the ConfigMaps of the cluster as
-/// the webhook sees them (when the test API server serves ConfigMaps). Refusals are
-/// collected: a test that ends with any has rendered something real KAITO refuses.
-struct KaitoWebhooks {
-    refusals: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl KaitoWebhooks {
-    fn start(client: &Client, mut cluster: Cluster) -> Self {
-        let refusals = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
-        let seen = refusals.clone();
-        let client = client.clone();
-        let task = tokio::spawn(async move {
-            let mut admission = Admission::default();
-            let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> = Api::all(client.clone());
-            let kinds = [workspaces(), inference_sets()];
-            loop {
-                if let Ok(list) = config_maps.list(&kube::api::ListParams::default()).await {
-                    for cm in list {
-                        cluster.put_config_map(
-                            &cm.namespace().unwrap_or_default(),
-                            &cm.name_any(),
-                            cm.data.clone().unwrap_or_default(),
-                        );
-                    }
-                }
-                for kind in &kinds {
-                    let api: Api<DynamicObject> = Api::all_with(client.clone(), kind);
-                    let Ok(list) = api.list(&kube::api::ListParams::default()).await else {
-                        continue;
-                    };
-                    for object in list {
-                        let value = serde_json::to_value(&object).unwrap();
-                        if let Err(refusal) = admission.judge(&value, &cluster) {
-                            let line = format!(
-                                "{}/{}: {refusal}",
-                                object.namespace().unwrap_or_default(),
-                                object.name_any()
-                            );
-                            let mut all = seen.lock().unwrap();
-                            if !all.contains(&line) {
-                                all.push(line);
-                            }
-                        }
-                    }
-                }
-                tokio::time::sleep(Duration::from_millis(200)).await;
-            }
-        });
-        Self { refusals, task }
-    }
-
-    fn refusals(&self) -> Vec<String> {
-        self.refusals.lock().unwrap().clone()
-    }
-
-    fn stop(self) -> Vec<String> {
-        self.task.abort();
-        self.refusals()
-    }
-}
-
 fn cond(type_: &str, status: &str, reason: &str, message: &str) -> Value {
     json!({"type": type_, "status": status, "reason": reason, "message": message,
            "lastTransitionTime": "2026-01-01T00:00:00Z"})
@@ -243,10 +185,12 @@ async fn kaito_writes(
 }
 
 async fn walk(tag: &str, crd_file: &str) {
-    let (_cluster, client, api) = cluster(tag, crd_file).await;
+    let (cluster, client, api) = cluster(tag, crd_file).await;
     rendered_objects_are_accepted(&client, &api).await;
-
-    let webhooks = KaitoWebhooks::start(&client, Cluster::new(NodeProvisioner::AzureGpu));
+    let _webhooks = standin::serve_webhooks(&cluster, &client, kaito(), false)
+        .await
+        .unwrap();
+    a_missing_config_map_is_refused(&client).await;
     let running = testing::spawn(nap_provider(false), client.clone(), test_options());
 
     // Registration.
@@ -394,30 +338,13 @@ async fn walk(tag: &str, crd_file: &str) {
     assert_eq!((replicas.desired, replicas.ready), (Some(1), Some(1)));
     assert_eq!(condition(&md, READY).unwrap().status, "True");
 
-    // vLLM as a KAITO preset named after the model id.
-    let vllm = deploy(&client, &gpu_vllm("qwen", "vllm").build()).await;
-    let vllm_ws: Api<DynamicObject> = Api::namespaced_with(client.clone(), "vllm", &workspaces());
-    let ws = wait_for(
-        WAIT,
-        "the vLLM Workspace",
-        || vllm_ws.get_opt("qwen"),
-        Option::is_some,
-    )
-    .await
-    .unwrap()
-    .unwrap();
-    assert_eq!(
-        ws.data["inference"]["preset"]["name"],
-        "Qwen/Qwen2.5-0.5B-Instruct"
-    );
-    assert_eq!(
-        ws.annotations().get("kaito.sh/runtime").map(String::as_str),
-        Some("vllm")
-    );
-    assert_eq!(
-        vllm.uid(),
-        ws.owner_references().first().map(|o| o.uid.clone())
-    );
+    // vLLM as a KAITO preset named after the model id, with a context length and a token
+    // Secret: its inference ConfigMap is applied before the Workspace, which KAITO's
+    // webhook (called by the API server) refuses while the ConfigMap does not exist.
+    vllm_walk(&client, tag).await;
+    // A Workspace KAITO's webhook refuses is Failed with the webhook's words, until the
+    // spec changes to one it admits.
+    refused_by_the_webhook(&client).await;
 
     // What KAITO cannot serve is refused with the exact messages, and nothing is created.
     for (name, builder, msg) in [
@@ -471,8 +398,217 @@ async fn walk(tag: &str, crd_file: &str) {
     .await
     .unwrap();
     running.stop().await.unwrap();
-    let refused = webhooks.stop();
-    assert!(refused.is_empty(), "KAITO's webhooks refuse: {refused:#?}");
+}
+
+/// KAITO's Workspace webhook is live at the API server: a Workspace naming an inference
+/// ConfigMap that does not exist is refused in KAITO's words
+/// (api/v1beta1/inference_config_validation.go:56-70@v0.12.0), so a Workspace the
+/// provider applies before its ConfigMap could not be created.
+async fn a_missing_config_map_is_refused(client: &Client) {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "schema", &workspaces());
+    let ws: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "kaito.sh/v1beta1", "kind": "Workspace",
+        "metadata": {"name": "no-config", "annotations": {"kaito.sh/runtime": "vllm"}},
+        "resource": {"instanceType": "Standard_NC6s_v3",
+                     "labelSelector": {"matchLabels": {"kubernetes.io/os": "linux"}}},
+        "inference": {"preset": {"name": "Qwen/Qwen2.5-0.5B-Instruct"}, "config": "missing-config"},
+    }))
+    .unwrap();
+    let err = api
+        .create(&kube::api::PostParams::default(), &ws)
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!("{err}")
+    };
+    assert_eq!(
+        status.message,
+        "admission webhook \"validation.workspace.kaito.sh\" denied the request: validation \
+         failed: ConfigMap 'missing-config' specified in 'config' not found in namespace \
+         'schema': config"
+    );
+}
+
+fn with_token(builder: ModelDeploymentBuilder, secret: &str) -> ModelDeploymentBuilder {
+    let secret = secret.to_string();
+    builder.spec(move |s| {
+        s.secrets = Some(serde_json::from_value(json!({"huggingFaceToken": secret})).unwrap());
+    })
+}
+
+/// The vLLM part of the walk: the ConfigMap-before-Workspace order through KAITO's real
+/// webhook, the Workspace, and a new token Secret on a running deployment, which
+/// changes `inference.preset` (immutable to KAITO's webhook,
+/// workspace_validation.go:895-897@v0.12.0): a new Workspace (a new UID), not a patch the
+/// API server refuses.
+async fn vllm_walk(client: &Client, tag: &str) {
+    let ns = "vllm";
+    let qwen = |secret: &str| {
+        with_token(gpu_vllm("qwen", ns), secret)
+            .spec(|s| s.engine.context_length = Some(8192))
+            .build()
+    };
+    let vllm = deploy(client, &qwen("hf-token-a")).await;
+    let md = md_where(client, ns, "qwen", "the Workspace applied", |m| {
+        condition(m, RESOURCE_CREATED).is_some_and(|c| c.status == "True")
+    })
+    .await;
+    assert_eq!(phase(&md), Some(Phase::Deploying));
+    let vllm_ws: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &workspaces());
+    let ws = wait_for(
+        WAIT,
+        "the vLLM Workspace",
+        || vllm_ws.get_opt("qwen"),
+        Option::is_some,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        ws.data["inference"]["preset"]["name"],
+        "Qwen/Qwen2.5-0.5B-Instruct"
+    );
+    assert_eq!(
+        ws.data["inference"]["preset"]["presetOptions"]["modelAccessSecret"],
+        "hf-token-a"
+    );
+    assert_eq!(ws.data["inference"]["config"], "qwen-inference-config");
+    assert_eq!(
+        ws.annotations().get("kaito.sh/runtime").map(String::as_str),
+        Some("vllm")
+    );
+    assert_eq!(
+        vllm.uid(),
+        ws.owner_references().first().map(|o| o.uid.clone())
+    );
+    let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), ns);
+    let config = config_maps.get("qwen-inference-config").await.unwrap();
+    assert!(
+        config.data.unwrap()["inference_config.yaml"].contains("max-model-len: 8192"),
+        "the context length KAITO's webhook checked"
+    );
+    let first_uid = ws.uid().unwrap();
+    kaito_writes(
+        client,
+        ns,
+        "qwen",
+        standin::workspace_ready(),
+        Phase::Running,
+        "KAITO Workspace is ready",
+    )
+    .await;
+
+    // A new token Secret on the running deployment.
+    deploy(client, &qwen("hf-token-b")).await;
+    let ws = wait_for(
+        WAIT,
+        "a new Workspace with the new token",
+        || vllm_ws.get_opt("qwen"),
+        |w: &Option<DynamicObject>| {
+            w.as_ref()
+                .is_some_and(|w| w.uid().as_deref() != Some(first_uid.as_str()))
+        },
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        ws.data["inference"]["preset"]["presetOptions"]["modelAccessSecret"],
+        "hf-token-b"
+    );
+    let md = md_where(client, ns, "qwen", "the new Workspace applied", |m| {
+        condition(m, RESOURCE_CREATED).is_some_and(|c| c.status == "True")
+            && message(m) != "KAITO Workspace is ready"
+    })
+    .await;
+    assert_eq!(phase(&md), Some(Phase::Deploying), "{}", message(&md));
+    kaito_writes(
+        client,
+        ns,
+        "qwen",
+        standin::workspace_ready(),
+        Phase::Running,
+        "KAITO Workspace is ready",
+    )
+    .await;
+
+    // KAITO v0.12's post-load benchmark, failed for good, holds the Workspace NotReady.
+    if tag == "v012" {
+        let error = "pod vllm/qwen-0: no KAITO_BENCHMARK_RESULT line found in pod logs";
+        let md = kaito_writes(
+            client,
+            ns,
+            "qwen",
+            standin::workspace_benchmark_failed(error),
+            Phase::Failed,
+            &format!(
+                "KAITO's post-load benchmark failed, so KAITO holds the Workspace NotReady \
+                 (its inference server is up): {error}"
+            ),
+        )
+        .await;
+        assert_eq!(
+            md.status
+                .as_ref()
+                .unwrap()
+                .endpoint
+                .as_ref()
+                .unwrap()
+                .service
+                .as_deref(),
+            Some("qwen")
+        );
+    }
+}
+
+/// A Workspace KAITO's webhook refuses: `microsoft/phi-4` with a context length above
+/// its catalog token limit (inference_config_validation.go:88-112@v0.12.0). The apply is
+/// refused at the API server; the ModelDeployment is Failed, `ResourceRejected`, with
+/// KAITO's words; nothing is created but the ConfigMap; a spec within the limit is
+/// applied at once (a spec change retries).
+async fn refused_by_the_webhook(client: &Client) {
+    let ns = "too-long";
+    let phi = |context_length: i32| {
+        ModelDeploymentBuilder::new("phi")
+            .namespace(ns)
+            .model(standin::PHI_4)
+            .engine(EngineType::Vllm)
+            .gpus(1)
+            .provider("kaito")
+            .spec(move |s| s.engine.context_length = Some(context_length))
+            .build()
+    };
+    deploy(client, &phi(32768)).await;
+    let md = md_where(client, ns, "phi", "Failed", |m| {
+        phase(m) == Some(Phase::Failed)
+    })
+    .await;
+    let expected = "the API server refused Workspace 'phi': admission webhook \
+        \"validation.workspace.kaito.sh\" denied the request: validation failed: invalid value: \
+        max-model-len 32768 exceeds model's maximum supported context window 16384 \
+        (ModelTokenLimit): max-model-len";
+    assert_eq!(message(&md), expected);
+    for type_ in [RESOURCE_CREATED, READY] {
+        let c = condition(&md, type_).unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str(), c.message.as_str()),
+            ("False", reasons::RESOURCE_REJECTED, expected),
+            "{type_}"
+        );
+    }
+    let ws: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &workspaces());
+    assert!(ws.get_opt("phi").await.unwrap().is_none());
+
+    deploy(client, &phi(16384)).await;
+    wait_for(WAIT, "the Workspace", || ws.get_opt("phi"), Option::is_some)
+        .await
+        .unwrap();
+    let md = md_where(client, ns, "phi", "Deploying", |m| {
+        phase(m) == Some(Phase::Deploying)
+    })
+    .await;
+    assert_eq!(condition(&md, RESOURCE_CREATED).unwrap().status, "True");
 }
 
 #[tokio::test]
@@ -486,27 +622,26 @@ async fn kaito_v0_10_workspace_end_to_end() {
 }
 
 fn inference_sets() -> ApiResource {
-    ApiResource {
-        group: "kaito.sh".into(),
-        version: "v1alpha1".into(),
-        api_version: "kaito.sh/v1alpha1".into(),
-        kind: "InferenceSet".into(),
-        plural: "inferencesets".into(),
-    }
+    inference_set_resource()
 }
 
 /// Replicas > 1 with KAITO's real InferenceSet CRD installed (beside the v0.12 Workspace
-/// CRD): an InferenceSet is created (not `resource.count`), accepted by the real schema,
-/// its ready count followed, and deleted with the ModelDeployment.
+/// CRD): an InferenceSet is created (not `resource.count`), accepted by the real schema
+/// and KAITO's webhooks, its Workspaces created by KAITO's controller (played) through
+/// the Workspace webhook, its ready count followed, and deleted with the ModelDeployment.
 #[tokio::test]
 async fn kaito_inference_set_for_replicas() {
-    let (_cluster, client, api) = cluster("iset", "kaito.sh_workspaces.yaml").await;
+    let (cluster, client, api) = cluster("iset", "kaito.sh_workspaces.yaml").await;
     let iset_crd =
         read_crd(&fixtures_dir().join("crds/upstream/kaito.sh_inferencesets.yaml")).unwrap();
     testing::install_crds(&client, &[iset_crd]).await.unwrap();
     let provider = nap_provider(true);
+    let _webhooks = standin::serve_webhooks(&cluster, &client, kaito(), true)
+        .await
+        .unwrap();
+    let controller = InferenceSetController::spawn(client.clone(), kaito());
 
-    // Strict dry runs of every shape against the real InferenceSet schema.
+    // Strict dry runs of every shape against the real InferenceSet schema and webhook.
     let isets: Api<DynamicObject> = Api::namespaced_with(client.clone(), "iset", &inference_sets());
     let strict = PatchParams::apply("schema-check")
         .validation_strict()
@@ -550,6 +685,23 @@ async fn kaito_inference_set_for_replicas() {
         ws.get_opt("qwen3").await.unwrap().is_none(),
         "no Workspace with resource.count"
     );
+    // KAITO's controller creates the set's Workspaces, which its webhook admits (their
+    // inference ConfigMap exists).
+    let of_the_set = kube::api::ListParams::default()
+        .labels(&format!("{}=qwen3", standin::CREATED_BY_INFERENCE_SET));
+    let children = wait_for(
+        WAIT,
+        "three Workspaces of the set",
+        || ws.list(&of_the_set),
+        |l: &kube::api::ObjectList<DynamicObject>| l.items.len() == 3,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        children.items[0].data["inference"]["config"],
+        "qwen3-inference-config"
+    );
+    assert_eq!(controller.problems(), Vec::<String>::new());
 
     // KAITO's InferenceSet controller reports ready Workspaces; the runtime polls it.
     let slow = Duration::from_secs(60);
@@ -693,6 +845,11 @@ async fn kaito_inference_set_for_replicas() {
     .await
     .unwrap();
     running.stop().await.unwrap();
+    assert_eq!(
+        controller.problems(),
+        Vec::<String>::new(),
+        "KAITO's webhook refused Workspaces of a set"
+    );
 }
 
 #[test]
