@@ -35,6 +35,8 @@ mod kernelcache_verify;
 mod kernelcache_webhook;
 #[path = "e2e/kuberay.rs"]
 mod kuberay;
+#[path = "e2e/kuberay_operator.rs"]
+mod kuberay_operator;
 #[path = "e2e/reference_compat.rs"]
 mod reference_compat;
 #[path = "e2e/samples.rs"]

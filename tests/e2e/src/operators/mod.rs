@@ -5,3 +5,4 @@
 
 pub mod dynamo;
 pub mod kaito;
+pub mod kuberay;
