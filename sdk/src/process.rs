@@ -583,7 +583,8 @@ mod tests {
             Duration::from_secs(90)
         );
         assert_eq!(cli.options.log_format, LogFormat::Text);
-        assert!(Cli::try_parse_from(["x", "--leader-elect-lease-duration=5w"]).is_err());
+        assert!(Cli::try_parse_from(["x", "--leader-elect-lease-duration=soon"]).is_err());
+        assert!(Cli::try_parse_from(["x", "--leader-elect-lease-duration=0s"]).is_err());
         let lease = cli.options.lease("dynamo-provider");
         assert_eq!(lease.name, "dynamo-provider");
         assert!(lease.validate().is_ok());

@@ -142,17 +142,17 @@ impl OwnedCache {
         }
     }
 
-    /// Start watching `resource` unless it is watched already.
+    /// Start watching `resource` unless it is watched already (or held fixed).
     pub(crate) fn watch(&self, resource: &ApiResource) {
-        let Some(trigger) = self.trigger.clone() else {
-            return;
-        };
         let Ok(mut kinds) = self.kinds.lock() else {
             return;
         };
         if kinds.contains_key(&kind_key(resource)) {
             return;
         }
+        let Some(trigger) = self.trigger.clone() else {
+            return;
+        };
         let index = Arc::new(RwLock::new(Index::default()));
         let api: Api<DynamicObject> = Api::all_with(self.client.clone(), resource);
         let (cache, stream) = reflect::cache(
@@ -198,6 +198,27 @@ impl OwnedCache {
                 task,
             },
         );
+    }
+
+    /// Hold exactly `objects` of `resource`, with no watch behind them (single reconcile
+    /// steps in unit tests).
+    pub(crate) fn fixed(&self, resource: &ApiResource, objects: Vec<DynamicObject>) {
+        let mut index = Index::default();
+        for o in &objects {
+            Index::insert(&mut index.current, o);
+        }
+        let task = tokio::spawn(async {}).abort_handle();
+        if let Ok(mut kinds) = self.kinds.lock() {
+            kinds.insert(
+                kind_key(resource),
+                KindCache {
+                    resource: resource.clone(),
+                    cache: reflect::Cache::fixed(objects, resource.clone()),
+                    index: Arc::new(RwLock::new(index)),
+                    task,
+                },
+            );
+        }
     }
 
     fn cache(&self, resource: &ApiResource) -> Option<reflect::Cache<DynamicObject>> {

@@ -147,6 +147,42 @@ impl<P: Provider> Context<P> {
         )
     }
 
+    /// This context with `objects` as the live objects it owns (instead of its caches),
+    /// for single [`reconcile_once`] steps in unit tests. Objects are grouped by their
+    /// `apiVersion` and kind (the plural guessed from the kind); pass the upstream
+    /// objects with the [`UpstreamApi::api_resource`] of their kind through
+    /// [`Context::with_live_of`] when the guess is wrong.
+    #[must_use]
+    pub fn with_live(self, objects: Vec<kube::api::DynamicObject>) -> Self {
+        let mut by_kind: HashMap<(String, String), Vec<kube::api::DynamicObject>> = HashMap::new();
+        for o in objects {
+            let t = o.types.clone().unwrap_or_default();
+            by_kind.entry((t.api_version, t.kind)).or_default().push(o);
+        }
+        let mut ctx = self;
+        for ((api_version, kind), objects) in by_kind {
+            let (group, version) = api_version
+                .rsplit_once('/')
+                .unwrap_or(("", api_version.as_str()));
+            let resource = kube::discovery::ApiResource::from_gvk(
+                &kube::core::GroupVersionKind::gvk(group, version, &kind),
+            );
+            ctx = ctx.with_live_of(&resource, objects);
+        }
+        ctx
+    }
+
+    /// This context with `objects` as the live objects of `resource` it owns.
+    #[must_use]
+    pub fn with_live_of(
+        self,
+        resource: &kube::discovery::ApiResource,
+        objects: Vec<kube::api::DynamicObject>,
+    ) -> Self {
+        self.owned.fixed(resource, objects);
+        self
+    }
+
     fn with_cache(
         provider: Arc<P>,
         client: Client,

@@ -693,10 +693,11 @@ async fn core_chart_webhooks_are_called_by_the_api_server_through_rotation() {
     // event repeats (kube-runtime events.rs@5.0.0, Recorder::publish), and core publishes
     // an event only on a transition (selection, a validation failure the API server
     // itself refuses to store).
-    let unused: Vec<_> = measured.unused.iter().collect();
-    assert!(
-        unused.len() == 1
-            && unused[0].ends_with(": patch [\"events.k8s.io\"]/[\"events\"] names []"),
-        "rules no request used: {unused:#?}"
-    );
+    // It is used when a retried reconcile publishes the same event again (under load).
+    let unused: Vec<_> = measured
+        .unused
+        .iter()
+        .filter(|r| !r.ends_with(": patch [\"events.k8s.io\"]/[\"events\"] names []"))
+        .collect();
+    assert!(unused.is_empty(), "rules no request used: {unused:#?}");
 }

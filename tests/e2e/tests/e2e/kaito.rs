@@ -1049,6 +1049,8 @@ async fn kaito_a_new_token_secret_recreates_the_workspace_instead_of_patching_th
     );
     let mut live = serde_json::to_value(&live).unwrap();
     live["metadata"]["uid"] = json!("ws-1");
+    let live_object: kube::api::DynamicObject = serde_json::from_value(live.clone()).unwrap();
+    let workspaces = api.api_resource();
     let md = with_token("hf-new");
     let answered = serde_json::to_value(&md).unwrap();
 
@@ -1059,7 +1061,8 @@ async fn kaito_a_new_token_secret_recreates_the_workspace_instead_of_patching_th
         client,
         test_options(),
         upstream,
-    );
+    )
+    .with_live_of(&workspaces, vec![live_object]);
     let reconcile =
         tokio::spawn(async move { reconcile_once(&md, &ctx).await.map_err(|e| e.to_string()) });
     let cluster = Cluster::new(NodeProvisioner::AzureGpu);

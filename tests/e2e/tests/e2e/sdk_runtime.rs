@@ -588,10 +588,7 @@ async fn with_leader_election_only_the_leader_reconciles_and_a_standby_takes_ove
     let replica = |identity: &str| {
         let mut options = test_options();
         options.process.leader_elect = true;
-        options
-            .process
-            .namespace
-            .clone_from(&ns);
+        options.process.namespace.clone_from(&ns);
         options.process.pod_name = identity.to_string();
         // Long enough that a loaded machine never loses a renewal; a stopped leader
         // releases the Lease, so the takeover below does not wait for it.
