@@ -366,9 +366,11 @@ async fn release_gone_providers(
     now: Timestamp,
 ) -> Result<Action, Error> {
     let timeout = ctx.settings.finalizer_timeout;
+    // Silent for longer than it may be to still be selected, and than the timeout.
+    let silent = timeout.max(ctx.settings.selection.heartbeat_max_age);
     let gone: Vec<(String, String)> = provider_finalizers(md)
         .into_iter()
-        .filter(|(_, p)| provider_gone(&ctx.providers, p, timeout, now))
+        .filter(|(_, p)| provider_gone(&ctx.providers, p, silent, now))
         .collect();
     if gone.is_empty() {
         return Ok(Action::await_change());
