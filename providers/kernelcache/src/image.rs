@@ -11,6 +11,9 @@ use std::fmt;
 
 use serde_json::Value;
 
+/// Manifests larger than this are refused (MCV writes one short entry per kernel).
+pub const MAX_MANIFEST_BYTES: u64 = 16 << 20;
+
 /// Which framework a cache belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CacheType {

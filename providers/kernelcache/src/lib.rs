@@ -14,6 +14,7 @@ pub mod compat;
 pub mod controller;
 pub mod credentials;
 pub mod extract;
+pub mod files;
 pub mod image;
 pub mod inject;
 pub mod oci;

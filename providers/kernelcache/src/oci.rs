@@ -17,7 +17,7 @@ use oci_client::{Client, Reference};
 
 use crate::extract::{self, ExtractError, Extracted, Limits};
 use crate::image::{self, CacheImage, CacheType, ImageError};
-use crate::triton;
+use crate::{files, triton};
 
 /// Why a cache image could not be resolved or staged.
 #[derive(Debug, thiserror::Error)]
@@ -220,8 +220,15 @@ impl Puller {
 /// After extraction: the layer must hold the cache directory and a manifest that parses;
 /// Triton group files are rewritten to the mount path.
 fn finish(dir: &Path, cache_type: CacheType, triton_mount: Option<&str>) -> Result<(), PullError> {
-    let manifest = std::fs::read(dir.join(cache_type.manifest_path())).map_err(|_| {
-        PullError::Layout(format!("the layer has no {}", cache_type.manifest_path()))
+    let manifest = files::read_bounded(
+        &dir.join(cache_type.manifest_path()),
+        image::MAX_MANIFEST_BYTES,
+    )
+    .map_err(|e| {
+        PullError::Layout(format!(
+            "the layer has no readable {}: {e}",
+            cache_type.manifest_path()
+        ))
     })?;
     image::manifest_targets(cache_type, &manifest)?;
     let cache_dir = dir.join(cache_type.cache_dir());
