@@ -130,6 +130,14 @@ pub struct Verification {
     /// Why verification failed, or a note about the mode.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The policy this verdict was reached under (`<uid>/<generation>` of the
+    /// KernelCachePolicy): a verdict under another policy is reached again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_version: Option<String>,
+    /// The value of the `cache.kubeairunway.ai/reverify` annotation this verdict answered:
+    /// setting the annotation to a new value makes the controller verify again at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reverify_request: Option<String>,
 }
 
 /// How cache images are verified.

@@ -19,6 +19,7 @@ pub mod image;
 pub mod inject;
 pub mod oci;
 pub mod ops;
+pub mod registry;
 pub mod seed;
 pub mod triton;
 pub mod verify;

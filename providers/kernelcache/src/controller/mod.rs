@@ -76,26 +76,34 @@ impl Default for Settings {
     }
 }
 
-/// What one verification was made of, so that it is not redone every reconcile.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct VerifiedKey {
-    digest: String,
-    policy_version: Option<String>,
-}
-
-/// The last verification of a cache: what it was made of, its result, the cache type.
-type VerifiedEntry = (VerifiedKey, Verification, Option<String>);
-
 struct Ctx {
     client: Client,
     settings: Settings,
     secrets: Arc<dyn SecretApi>,
     nodes: Store<KernelCacheNode>,
+    caches: Store<KernelCache>,
+    policies: Store<KernelCachePolicy>,
     recorder: Recorder,
     metrics: Arc<app::Metrics>,
-    verified: Mutex<HashMap<(String, String), VerifiedEntry>>,
+    /// Failed verifications waiting for their retry, per cache.
+    retries: Mutex<HashMap<(String, String), decide::Retry>>,
     /// When each cache's tag was last compared with its pin.
     pin_checked: Mutex<HashMap<(String, String), std::time::Instant>>,
+}
+
+impl Ctx {
+    /// Forget what is kept per cache for caches that no longer exist.
+    fn prune(&self) {
+        let exists = |(ns, name): &(String, String)| {
+            self.caches.get(&ObjectRef::new(name).within(ns)).is_some()
+        };
+        if let Ok(mut r) = self.retries.lock() {
+            r.retain(|k, _| exists(k));
+        }
+        if let Ok(mut p) = self.pin_checked.lock() {
+            p.retain(|k, _| exists(k));
+        }
+    }
 }
 
 /// Controller failures worth a retry.
@@ -116,6 +124,7 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let (nodes, node_stream) = reflected::<KernelCacheNode>(&client);
     let (caches, cache_stream) = reflected::<KernelCache>(&client);
+    let (policies, policy_stream) = reflected::<KernelCachePolicy>(&client);
     let (mds, md_stream) = reflected::<ModelDeployment>(&client);
 
     let ctx = Arc::new(Ctx {
@@ -130,19 +139,15 @@ pub async fn run(
         settings,
         secrets,
         nodes: nodes.clone(),
+        caches: caches.clone(),
+        policies,
         metrics,
-        verified: Mutex::default(),
+        retries: Mutex::default(),
         pin_checked: Mutex::default(),
     });
     let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
 
-    let policies = watcher(
-        Api::<KernelCachePolicy>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .touched_objects()
-    .map(|_| ());
+    let policies = policy_stream.map(|_| ());
     let registration = tokio::spawn(register(client.clone(), ctx.settings.resync));
 
     // Node reports wake the caches they mention.
@@ -247,6 +252,19 @@ async fn publish(ctx: &Ctx, cache: &KernelCache, type_: EventType, reason: &str,
 
 /// Pin, verify, aggregate and write one KernelCache's status.
 async fn reconcile_cache(cache: Arc<KernelCache>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    // Never decide on a partial view: an empty policy store would refuse every cache
+    // (and the agents would drop them), an empty node store would report nothing ready.
+    let ready = async {
+        let _ = ctx.policies.wait_until_ready().await;
+        let _ = ctx.nodes.wait_until_ready().await;
+    };
+    if tokio::time::timeout(Duration::from_secs(30), ready)
+        .await
+        .is_err()
+    {
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
+    ctx.prune();
     let ns = cache.namespace().unwrap_or_default();
     let name = cache.name_any();
     let generation = cache.metadata.generation;
@@ -381,101 +399,18 @@ async fn reconcile_cache(cache: Arc<KernelCache>, ctx: Arc<Ctx>) -> Result<Actio
     };
     let digest = status.resolved_digest.clone().unwrap_or_default();
 
-    // Verify (again only when the digest or the policy changed).
-    let policy = Api::<KernelCachePolicy>::all(ctx.client.clone())
-        .get_opt(&ctx.settings.policy)
-        .await?;
-    let key = VerifiedKey {
-        digest: digest.clone(),
-        policy_version: policy.as_ref().and_then(ResourceExt::resource_version),
-    };
-    let cached = ctx
-        .verified
-        .lock()
-        .ok()
-        .and_then(|m| m.get(&(ns.clone(), name.clone())).cloned())
-        .filter(|(k, _, _)| *k == key);
-    let (verification, cache_type) = if let Some((_, v, t)) = cached {
-        (v, t)
-    } else {
-        let (verification, cache_type) = match &policy {
-            None => (
-                Verification {
-                    mode: VerificationMode::Key,
-                    verified: false,
-                    signer: None,
-                    message: Some(format!("no KernelCachePolicy '{}'", ctx.settings.policy)),
-                },
-                None,
-            ),
-            Some(policy) => {
-                let result = verify::verify(
-                    &policy.spec,
-                    &pinned,
-                    &auth,
-                    ctx.settings.plain_http.clone(),
-                )
-                .await;
-                let verification = match result {
-                    Ok(v) => v,
-                    Err(e) => verify::refused(policy.spec.mode, &e),
-                };
-                ctx.metrics
-                    .verification(policy.spec.mode, verification.verified);
-                let cache_type = match puller.inspect(&pinned).await {
-                    Ok((_, c)) => Ok(c.cache_type.as_str().to_string()),
-                    Err(e) => Err(e.to_string()),
-                };
-                (verification, Some(cache_type))
-            }
-        };
-        let (verification, cache_type) = match cache_type {
-            Some(Err(not_a_cache)) => (
-                Verification {
-                    verified: false,
-                    message: Some(format!("not usable: {not_a_cache}")),
-                    ..verification
-                },
-                None,
-            ),
-            Some(Ok(t)) => (verification, Some(t)),
-            None => (verification, None),
-        };
-        let outcome = match (verification.verified, verification.mode) {
-            (true, _) => (
-                EventType::Normal,
-                "Verified",
-                format!(
-                    "{pinned} verified; signer {}",
-                    verification.signer.clone().unwrap_or_default()
-                ),
-            ),
-            (false, VerificationMode::Disabled) if cache_type.is_some() => (
-                EventType::Warning,
-                reasons::VERIFICATION_DISABLED,
-                format!(
-                    "{pinned} used without signature verification: {}",
-                    verify::DISABLED_MESSAGE
-                ),
-            ),
-            (false, _) => (
-                EventType::Warning,
-                reasons::VERIFICATION_FAILED,
-                format!(
-                    "{pinned} refused: {}",
-                    verification.message.clone().unwrap_or_default()
-                ),
-            ),
-        };
-        publish(&ctx, &cache, outcome.0, outcome.1, outcome.2).await;
-        if let Ok(mut m) = ctx.verified.lock() {
-            m.insert(
-                (ns.clone(), name.clone()),
-                (key, verification.clone(), cache_type.clone()),
-            );
-        }
-        (verification, cache_type)
-    };
+    // Verify: a passed verdict stands until the policy changes or a reverify is asked;
+    // a failed one is retried with backoff; an unreachable registry takes nothing away.
+    let policy = ctx.policies.get(&ObjectRef::new(&ctx.settings.policy));
+    let (verification, cache_type, retry_in) = verification_phase(
+        &ctx,
+        &cache,
+        &status,
+        policy.as_deref(),
+        (&puller, &auth),
+        &pinned,
+    )
+    .await;
     let disabled = verification.mode == VerificationMode::Disabled && !verification.verified;
     let (ok, reason, message) = match (&policy, verification.verified, disabled) {
         (None, _, _) => (
@@ -555,7 +490,166 @@ async fn reconcile_cache(cache: Arc<KernelCache>, ctx: Arc<Ctx>) -> Result<Actio
         ),
     }
     write(&ctx, &cache, &previous, status).await?;
-    Ok(Action::requeue(ctx.settings.resync))
+    Ok(Action::requeue(retry_in.map_or(ctx.settings.resync, |r| {
+        r.min(ctx.settings.resync)
+    })))
+}
+
+/// The verdict on the pinned digest (a phase of [`reconcile_cache`]): the one in the
+/// status when it stands, else reached now (signature, then the image's labels), with
+/// failures retried with backoff and an unreachable registry taking nothing away.
+/// Returns the verdict, the cache type (none when the image is not a cache) and when to
+/// look again if a retry is pending.
+async fn verification_phase(
+    ctx: &Ctx,
+    cache: &KernelCache,
+    status: &KernelCacheStatus,
+    policy: Option<&KernelCachePolicy>,
+    (puller, auth): (&Puller, &oci_client::secrets::RegistryAuth),
+    pinned: &str,
+) -> (Verification, Option<String>, Option<Duration>) {
+    let key = (cache.namespace().unwrap_or_default(), cache.name_any());
+    let Some(policy) = policy else {
+        let message = format!("no KernelCachePolicy '{}'", ctx.settings.policy);
+        return (
+            Verification {
+                mode: VerificationMode::Key,
+                message: Some(message),
+                ..Verification::default()
+            },
+            None,
+            None,
+        );
+    };
+    let digest = status.resolved_digest.clone().unwrap_or_default();
+    let previous = status.verification.as_ref();
+    let policy_version = format!(
+        "{}/{}",
+        policy.uid().unwrap_or_default(),
+        policy.metadata.generation.unwrap_or_default()
+    );
+    let request = cache
+        .annotations()
+        .get(decide::REVERIFY_ANNOTATION)
+        .cloned();
+    let retry = ctx.retries.lock().ok().and_then(|r| r.get(&key).cloned());
+    let now = std::time::Instant::now();
+    match decide::verify_when(
+        previous,
+        &digest,
+        &policy_version,
+        request.as_deref(),
+        retry.as_ref(),
+        now,
+    ) {
+        decide::VerifyWhen::Reuse => {
+            return (
+                previous.cloned().unwrap_or_default(),
+                status.cache_type.clone(),
+                None,
+            );
+        }
+        decide::VerifyWhen::Later(wait) => {
+            return (
+                previous.cloned().unwrap_or_default(),
+                status.cache_type.clone(),
+                Some(wait),
+            );
+        }
+        decide::VerifyWhen::Now => {}
+    }
+    let mode = policy.spec.mode;
+    let result = verify::verify(&policy.spec, pinned, auth, ctx.settings.plain_http.clone()).await;
+    let inspected = puller.inspect(pinned).await;
+    let (mut verification, cache_type) = match (result, inspected) {
+        (Ok(v), Ok((_, image))) => (v, Some(image.cache_type.as_str().to_string())),
+        (Err(e), _) => {
+            let kept = decide::after_failure(previous, mode, &e);
+            let cache_type = decide::passed(&kept)
+                .then(|| status.cache_type.clone())
+                .flatten();
+            (kept, cache_type)
+        }
+        (Ok(_), Err(e)) if e.is_transient() => {
+            let e = verify::VerifyError::Unavailable(e.to_string());
+            let kept = decide::after_failure(previous, mode, &e);
+            let cache_type = decide::passed(&kept)
+                .then(|| status.cache_type.clone())
+                .flatten();
+            (kept, cache_type)
+        }
+        (Ok(v), Err(not_a_cache)) => (
+            Verification {
+                verified: false,
+                message: Some(format!("not usable: {not_a_cache}")),
+                ..v
+            },
+            None,
+        ),
+    };
+    let passed = decide::passed(&verification) && cache_type.is_some();
+    // A verdict kept through an outage keeps the policy it was reached under.
+    if previous != Some(&verification) {
+        verification.policy_version = Some(policy_version.clone());
+    }
+    verification.reverify_request = request;
+    ctx.metrics.verification(mode, verification.verified);
+    let retry_in = if let Ok(mut retries) = ctx.retries.lock() {
+        if passed && verification.policy_version.as_deref() == Some(policy_version.as_str()) {
+            retries.remove(&key);
+            None
+        } else {
+            let attempts = retry
+                .filter(|r| r.digest == digest && r.policy_version == policy_version)
+                .map_or(0, |r| r.attempts)
+                + 1;
+            let wait = decide::retry_after(attempts, ctx.settings.resync);
+            retries.insert(
+                key,
+                decide::Retry {
+                    digest,
+                    policy_version,
+                    attempts,
+                    at: now + wait,
+                },
+            );
+            Some(wait)
+        }
+    } else {
+        None
+    };
+    let changed = previous
+        .is_none_or(|p| p.verified != verification.verified || p.message != verification.message);
+    if changed {
+        let (type_, reason, note) = match (verification.verified, verification.mode) {
+            (true, _) => (
+                EventType::Normal,
+                "Verified",
+                format!(
+                    "{pinned} verified; signer {}",
+                    verification.signer.clone().unwrap_or_default()
+                ),
+            ),
+            (false, VerificationMode::Disabled) if cache_type.is_some() => (
+                EventType::Warning,
+                reasons::VERIFICATION_DISABLED,
+                format!(
+                    "{pinned} used without signature verification: {}",
+                    verify::DISABLED_MESSAGE
+                ),
+            ),
+            (false, _) => (
+                EventType::Warning,
+                reasons::VERIFICATION_FAILED,
+                format!(
+                    "{pinned} refused: {}",
+                    verification.message.clone().unwrap_or_default()
+                ),
+            ),
+        };
+        publish(ctx, cache, type_, reason, note).await;
+    }
+    (verification, cache_type, retry_in)
 }
 
 /// Whether the tag of `namespace/name` is due for comparison with its pin: at most once

@@ -275,7 +275,7 @@ mod oci {
             .await
             .unwrap_err();
         assert!(
-            matches!(err, PullError::Registry(ref m) if m.to_lowercase().contains("digest")),
+            matches!(err, PullError::Registry(ref m) if m.message.to_lowercase().contains("digest")),
             "{err}"
         );
         refuse(&root);
