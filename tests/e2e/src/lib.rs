@@ -79,21 +79,6 @@ pub async fn apply_md(
         .await
 }
 
-/// Install the stand-in CRDs of Event, Lease and the two webhook configuration kinds
-/// (once per process).
-pub async fn install_stand_ins(client: &Client) -> anyhow::Result<()> {
-    static INSTALLED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
-    let _ = client;
-    INSTALLED
-        .get_or_try_init(|| async {
-            // A client of its own: the caller's runtime may end before other tests run.
-            let client = shared().client().await?;
-            install_crds(&client, &kubeairunway_testcluster::standin_crds()).await
-        })
-        .await?;
-    Ok(())
-}
-
 /// Poll `check` every 100 ms until it returns `Some`, or fail after `secs` seconds.
 pub async fn eventually<T, F, Fut>(secs: u64, what: &str, mut check: F) -> anyhow::Result<T>
 where

@@ -2,6 +2,8 @@
 //! on first use; tests keep apart by namespace). See `kubeairunway-testcluster`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
+#[path = "e2e/builtin_api.rs"]
+mod builtin_api;
 /// The example third-party provider of the SDK, driven by `sdk_runtime`.
 #[path = "../../../sdk/examples/chatserver/provider.rs"]
 mod chatserver;

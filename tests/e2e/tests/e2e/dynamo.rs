@@ -42,7 +42,7 @@ fn upstream_crd(file: &str) -> CustomResourceDefinition {
     read_crd(&fixtures_dir().join("crds/upstream").join(file)).unwrap()
 }
 
-/// A private cluster with the platform's CRDs, the stand-ins and `crd`.
+/// A private cluster with the platform's CRDs and `crd`.
 async fn private_cluster(tag: &str, crd: &CustomResourceDefinition) -> (TestCluster, Client) {
     testing::private_cluster(&format!("dynamo-{tag}"), std::slice::from_ref(crd))
         .await
