@@ -1,7 +1,8 @@
 //! The node agent (a DaemonSet): finds the node's GPUs, stages the verified kernel caches
-//! that fit them under `<root>/<namespace>/<name>/<digest>`, labels the node where a
-//! cache is ready, reports everything in the node's `KernelCacheNode`, and deletes what
-//! is no longer wanted.
+//! that fit them under `<root>/<namespace>/<name>/<digest>`, reports everything in the
+//! node's `KernelCacheNode` (from which the controller sets the node's ready labels), and
+//! deletes what is no longer wanted. It reads its own Node (labels for `nodeSelector`s)
+//! and the registry credentials the controller hands over, nothing else of the cluster's.
 //!
 //! The loop watches `KernelCache`s (all namespaces) and reconciles on every change, on a
 //! resync interval and when registry work ends: [`plan::plan`] decides, the loop does the
@@ -41,7 +42,6 @@ use tracing::{info, warn};
 use crate::api::{CacheState, KernelCache, KernelCacheNode, KernelCacheNodeStatus, NodeCache};
 use crate::extract::Limits;
 use crate::image::Target;
-use crate::inject;
 use crate::triton;
 use gpu::{Detected, GpuSource};
 use metrics::Metrics;
@@ -68,6 +68,9 @@ pub struct Settings {
     pub status_refresh: Duration,
     /// Caches staged at the same time.
     pub parallel_stages: usize,
+    /// The namespace where the controller hands over registry credentials
+    /// ([`crate::credentials::handover_name`]); none: private registries are not reached.
+    pub credentials_namespace: Option<String>,
 }
 
 impl Settings {
@@ -81,6 +84,7 @@ impl Settings {
             resync: Duration::from_secs(120),
             status_refresh: Duration::from_secs(600),
             parallel_stages: 2,
+            credentials_namespace: None,
         }
     }
 }
@@ -89,9 +93,9 @@ impl Settings {
 pub struct Seams {
     /// GPU detection.
     pub gpus: Arc<dyn GpuSource>,
-    /// This node's labels.
+    /// This node's uid and labels.
     pub node: Arc<dyn NodeApi>,
-    /// Pull Secrets.
+    /// The registry credentials the controller hands over.
     pub secrets: Arc<dyn SecretApi>,
 }
 
@@ -125,6 +129,8 @@ struct Agent {
     stager: Stager,
     detected: Detected,
     node_uid: Option<String>,
+    /// Why the Node could not be read, as last logged.
+    node_error: Option<String>,
     node_applied: bool,
     /// Targets from image labels, by pinned reference (immutable: digests).
     images: BTreeMap<String, Vec<Target>>,
@@ -190,9 +196,11 @@ pub async fn run(
             limits: settings.limits,
             plain_http: settings.plain_http.clone(),
             secrets: Arc::clone(&seams.secrets),
+            credentials_namespace: settings.credentials_namespace.clone(),
         },
         detected: Detected::default(),
         node_uid: None,
+        node_error: None,
         node_applied: false,
         images: BTreeMap::new(),
         disk: BTreeMap::new(),
@@ -330,13 +338,27 @@ impl Agent {
     }
 
     async fn reconcile(&mut self) -> anyhow::Result<()> {
-        let node = self.seams.node.get().await?;
-        if node.uid != self.node_uid {
-            self.node_uid.clone_from(&node.uid);
+        // Without its Node the agent still reports; caches with a nodeSelector wait.
+        let node = match self.seams.node.get().await {
+            Ok(node) => Ok(node),
+            Err(e) => {
+                if self.node_error.as_ref() != Some(&e) {
+                    warn!(error = %e, "this node's labels are unknown; caches with a nodeSelector wait");
+                }
+                Err(e)
+            }
+        };
+        self.node_error = node.as_ref().err().cloned();
+        let uid = node.as_ref().ok().and_then(|n| n.uid.clone());
+        if uid.is_some() && uid != self.node_uid {
+            self.node_uid = uid;
             self.node_applied = false;
         }
         let caches = self.store.state();
-        let wanted = plan::wanted(caches.iter().map(AsRef::as_ref), &node.labels);
+        let wanted = plan::wanted(
+            caches.iter().map(AsRef::as_ref),
+            node.as_ref().map(|n| &n.labels),
+        );
         let root = self.settings.cache_root.clone();
 
         let keys = disk::scan(&root)?;
@@ -443,19 +465,6 @@ impl Agent {
                 })
                 .collect::<Vec<_>>(),
         );
-
-        // Labels first: no new pod is sent to a cache about to be deleted.
-        let ready: BTreeSet<String> = decided
-            .entries
-            .iter()
-            .filter(|e| e.state == CacheState::Ready)
-            .map(|e| inject::ready_label(&e.key.namespace, &e.key.name))
-            .collect();
-        let changes = node::label_changes(&node.labels, &ready);
-        if !changes.is_empty() {
-            info!(set = ?changes.set, remove = ?changes.remove, "labelling the node");
-            self.seams.node.patch_labels(changes).await?;
-        }
 
         for key in decided.remove.iter().chain(&damaged) {
             info!(cache = %key, "removing kernel cache directory");

@@ -8,7 +8,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::plan::Wanted;
-use super::secrets::{SecretApi, auth_for};
+use oci_client::secrets::RegistryAuth;
+
+use super::secrets::SecretApi;
+use crate::credentials::{handover_name, registry_auth, registry_of};
 use crate::extract::{Extracted, Limits};
 use crate::image::Target;
 use crate::oci::Puller;
@@ -36,8 +39,10 @@ pub struct Stager {
     pub limits: Limits,
     /// Registries spoken to over plain HTTP.
     pub plain_http: Vec<String>,
-    /// Where pull Secrets come from.
+    /// Where the handed-over credentials are read.
     pub secrets: Arc<dyn SecretApi>,
+    /// The namespace of the handed-over credentials.
+    pub credentials_namespace: Option<String>,
 }
 
 impl std::fmt::Debug for Stager {
@@ -50,15 +55,32 @@ impl std::fmt::Debug for Stager {
 }
 
 impl Stager {
+    /// A puller with the credentials the controller handed over for `w` (anonymous when
+    /// the cache names no pull Secret).
     async fn puller(&self, w: &Wanted) -> Result<Puller, String> {
-        let auth = auth_for(
-            self.secrets.as_ref(),
-            &w.key.namespace,
-            &w.pull_secrets,
-            &w.pinned,
-        )
-        .await?;
-        Ok(Puller::new(auth, self.plain_http.clone()))
+        if w.pull_secrets.is_empty() {
+            return Ok(Puller::new(
+                RegistryAuth::Anonymous,
+                self.plain_http.clone(),
+            ));
+        }
+        let Some(namespace) = &self.credentials_namespace else {
+            return Err("the cache names imagePullSecrets, but this agent has no --credentials-namespace to receive them from the controller".into());
+        };
+        let name = handover_name(&w.key.namespace, &w.key.name);
+        match self.secrets.get(namespace, &name).await {
+            Ok(Some(data)) => {
+                let auth = registry_auth(&registry_of(&w.pinned), &[(name, data)])
+                    .map_err(|e| e.to_string())?;
+                Ok(Puller::new(auth, self.plain_http.clone()))
+            }
+            Ok(None) => Err(format!(
+                "the controller has not handed over this cache's registry credentials (Secret {namespace}/{name}) yet"
+            )),
+            Err(e) => Err(format!(
+                "reading the handed-over credentials {namespace}/{name}: {e}"
+            )),
+        }
     }
 
     /// Read the labels of `w`'s pinned image.

@@ -17,14 +17,18 @@
 
 pub mod app;
 pub mod decide;
+pub mod handover;
+pub mod labels;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -63,6 +67,10 @@ pub struct Settings {
     pub resync: Duration,
     /// This replica's name, for events.
     pub instance: Option<String>,
+    /// Where registry credentials are handed over to the node agents
+    /// ([`handover`]); none: caches with imagePullSecrets are pinned and verified, but no
+    /// agent can pull them.
+    pub credentials_namespace: Option<String>,
 }
 
 impl Default for Settings {
@@ -72,6 +80,7 @@ impl Default for Settings {
             plain_http: Vec::new(),
             resync: Duration::from_secs(300),
             instance: None,
+            credentials_namespace: None,
         }
     }
 }
@@ -89,19 +98,28 @@ struct Ctx {
     retries: Mutex<HashMap<(String, String), decide::Retry>>,
     /// When each cache's tag was last compared with its pin.
     pin_checked: Mutex<HashMap<(String, String), std::time::Instant>>,
+    handover: Option<handover::Handover>,
 }
 
 impl Ctx {
-    /// Forget what is kept per cache for caches that no longer exist.
-    fn prune(&self) {
-        let exists = |(ns, name): &(String, String)| {
-            self.caches.get(&ObjectRef::new(name).within(ns)).is_some()
-        };
+    fn exists(&self, namespace: &str, name: &str) -> bool {
+        self.caches
+            .get(&ObjectRef::new(name).within(namespace))
+            .is_some()
+    }
+
+    /// Forget what is kept per cache for caches that no longer exist, and take their
+    /// handed-over credentials back.
+    async fn prune(&self) {
+        let exists = |(ns, name): &(String, String)| self.exists(ns, name);
         if let Ok(mut r) = self.retries.lock() {
             r.retain(|k, _| exists(k));
         }
         if let Ok(mut p) = self.pin_checked.lock() {
             p.retain(|k, _| exists(k));
+        }
+        if let Some(h) = &self.handover {
+            h.prune(|ns, name| self.exists(ns, name), false).await;
         }
     }
 }
@@ -127,6 +145,7 @@ pub async fn run(
     let (policies, policy_stream) = reflected::<KernelCachePolicy>(&client);
     let (mds, md_stream) = reflected::<ModelDeployment>(&client);
 
+    let settings_credentials = settings.credentials_namespace.clone();
     let ctx = Arc::new(Ctx {
         recorder: Recorder::new(
             client.clone(),
@@ -144,8 +163,23 @@ pub async fn run(
         metrics,
         retries: Mutex::default(),
         pin_checked: Mutex::default(),
+        handover: settings_credentials
+            .as_deref()
+            .map(|ns| handover::Handover::new(client.clone(), ns)),
     });
+    // Handed-over credentials of caches deleted while no controller ran.
+    let sweeper = {
+        let ctx = Arc::clone(&ctx);
+        tokio::spawn(async move {
+            if ctx.caches.wait_until_ready().await.is_ok()
+                && let Some(h) = &ctx.handover
+            {
+                h.prune(|ns, name| ctx.exists(ns, name), true).await;
+            }
+        })
+    };
     let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
+    let shutdown_labels = shutdown.clone();
 
     let policies = policy_stream.map(|_| ());
     let registration = tokio::spawn(register(client.clone(), ctx.settings.resync));
@@ -190,13 +224,33 @@ pub async fn run(
             watcher::Config::default(),
             cache_mds,
         )
-        .graceful_shutdown_on(shutdown)
+        .graceful_shutdown_on(shutdown.clone())
         .run(reconcile_md, md_error, md_ctx)
         .for_each(|_| async {});
 
+    // Node ready labels from the agents' reports (the agents never write Nodes).
+    let (node_meta, node_meta_stream) = reflected::<PartialObjectMeta<Node>>(&client);
+    let report_nodes = watcher(
+        Api::<KernelCacheNode>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .touched_objects()
+    .filter_map(|r| async move { r.ok().map(|n| ObjectRef::new(&n.name_any())) });
+    let label_ctx = Arc::new(LabelCtx {
+        client: client.clone(),
+        reports: nodes.clone(),
+    });
+    let labels_ctl = Controller::for_stream(node_meta_stream, node_meta)
+        .reconcile_on(report_nodes)
+        .graceful_shutdown_on(shutdown_labels)
+        .run(reconcile_node_labels, label_error, label_ctx)
+        .for_each(|_| async {});
+
     info!("kernel-cache controller running");
-    tokio::join!(caches_ctl, mds_ctl);
+    tokio::join!(caches_ctl, mds_ctl, labels_ctl);
     registration.abort();
+    sweeper.abort();
     Ok(())
 }
 
@@ -264,7 +318,7 @@ async fn reconcile_cache(cache: Arc<KernelCache>, ctx: Arc<Ctx>) -> Result<Actio
     {
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
-    ctx.prune();
+    ctx.prune().await;
     let ns = cache.namespace().unwrap_or_default();
     let name = cache.name_any();
     let generation = cache.metadata.generation;
@@ -294,6 +348,11 @@ async fn reconcile_cache(cache: Arc<KernelCache>, ctx: Arc<Ctx>) -> Result<Actio
             return write(&ctx, &cache, &previous, status).await;
         }
     };
+    if let Some(h) = &ctx.handover
+        && let Err(e) = h.sync(&ns, &name, &image, &auth).await
+    {
+        warn!(cache = %name, error = %e, "handing registry credentials over to the agents");
+    }
     let puller = Puller::new(auth.clone(), ctx.settings.plain_http.clone());
 
     // Pin: keep the pin while the spec is unchanged; re-resolve when it changed.
@@ -563,11 +622,16 @@ async fn verification_phase(
     let inspected = puller.inspect(pinned).await;
     let (mut verification, cache_type) = match (result, inspected) {
         (Ok(v), Ok((_, image))) => (v, Some(image.cache_type.as_str().to_string())),
-        (Err(e), _) => {
+        (Err(e), inspected) => {
             let kept = decide::after_failure(previous, mode, &e);
-            let cache_type = decide::passed(&kept)
-                .then(|| status.cache_type.clone())
-                .flatten();
+            let cache_type = if decide::passed(&kept) {
+                status.cache_type.clone()
+            } else {
+                // The reason shown: not a cache image before an unverified one.
+                inspected
+                    .ok()
+                    .map(|(_, image)| image.cache_type.as_str().to_string())
+            };
             (kept, cache_type)
         }
         (Ok(_), Err(e)) if e.is_transient() => {
@@ -710,6 +774,46 @@ async fn write(
         .await?;
     }
     Ok(Action::requeue(ctx.settings.resync))
+}
+
+struct LabelCtx {
+    client: Client,
+    reports: Store<KernelCacheNode>,
+}
+
+#[allow(clippy::needless_pass_by_value)] // kube-runtime's error-policy signature
+fn label_error(_: Arc<PartialObjectMeta<Node>>, error: &Error, _: Arc<LabelCtx>) -> Action {
+    warn!(%error, "setting a node's kernel-cache labels");
+    Action::requeue(Duration::from_secs(10))
+}
+
+/// Make a Node's ready labels match its KernelCacheNode report ([`labels`]).
+async fn reconcile_node_labels(
+    node: Arc<PartialObjectMeta<Node>>,
+    ctx: Arc<LabelCtx>,
+) -> Result<Action, Error> {
+    // An empty store would take every label away after a restart.
+    if tokio::time::timeout(Duration::from_secs(30), ctx.reports.wait_until_ready())
+        .await
+        .is_err()
+    {
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
+    let name = node.name_any();
+    let report = ctx.reports.get(&ObjectRef::new(&name));
+    let ready = labels::ready_labels(report.as_deref());
+    let changes = labels::label_changes(node.labels(), &ready);
+    if !changes.is_empty() {
+        info!(node = %name, set = ?changes.set, remove = ?changes.remove, "labelling the node");
+        Api::<Node>::all(ctx.client.clone())
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(changes.merge_patch()),
+            )
+            .await?;
+    }
+    Ok(Action::await_change())
 }
 
 struct MdCtx {

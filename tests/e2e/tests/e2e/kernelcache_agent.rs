@@ -1,15 +1,16 @@
 //! The kernel-cache node agent, in-process, against a real API server of its own (it
 //! watches KernelCaches in every namespace) and a real loopback registry holding real
 //! cache images. The test plays the controller: it writes each KernelCache's status
-//! (pinned digest, verification) with the controller's field manager. The Node is a
-//! recording stand-in (the test server does not serve Nodes); GPUs come from a static
-//! inventory.
+//! (pinned digest, verification) with the controller's field manager. The Node is a real
+//! Node object the agent watches (it only reads it: the controller sets the ready
+//! labels); GPUs come from a static inventory.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Node;
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kubeairunway_e2e::cache_images::{
@@ -18,10 +19,9 @@ use kubeairunway_e2e::cache_images::{
 use kubeairunway_e2e::eventually;
 use kubeairunway_kernelcache::agent::gpu::Static;
 use kubeairunway_kernelcache::agent::metrics::Metrics;
-use kubeairunway_kernelcache::agent::node::Recorded;
+use kubeairunway_kernelcache::agent::node::KubeNode;
 use kubeairunway_kernelcache::agent::{self, Seams, Settings, secrets};
 use kubeairunway_kernelcache::api::{CacheState, KernelCache, KernelCacheNode, NodeCache};
-use kubeairunway_kernelcache::inject::ready_label;
 use kubeairunway_testcluster::TestCluster;
 use kubeairunway_testcluster::registry::Registry;
 use serde_json::{Value, json};
@@ -50,14 +50,13 @@ fn start_agent(
     root: &Path,
     registry: &Registry,
     inventory: &str,
-    node: &Recorded,
 ) -> RunningAgent {
     let mut settings = Settings::new(node_name, root.to_path_buf());
     settings.plain_http = vec![registry.addr().to_string()];
     settings.resync = Duration::from_secs(2);
     let seams = Seams {
         gpus: Arc::new(Static::parse(inventory).unwrap()),
-        node: Arc::new(node.clone()),
+        node: Arc::new(KubeNode::watch(client.clone(), node_name)),
         secrets: Arc::new(secrets::InMemory::default()),
     };
     let metrics = Arc::new(Metrics::new(node_name));
@@ -218,8 +217,33 @@ async fn the_agent_stages_what_fits_reports_labels_survives_restarts_and_cleans_
 
     let root = tempfile::tempdir().unwrap();
     let node_name = "gpu-node-1";
-    let node = Recorded::new(BTreeMap::from([("pool".into(), "gpu".into())]));
-    let running = start_agent(&client, node_name, root.path(), &registry, H100X2, &node);
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .create(
+            &kube::api::PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": node_name, "labels": {"pool": "gpu"}},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    // A cache for other nodes only is not even considered here.
+    let api: Api<KernelCache> = Api::namespaced(client.clone(), ns);
+    api.patch(
+        "elsewhere",
+        &PatchParams::apply("user-selector"),
+        &Patch::Apply(json!({
+            "apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "KernelCache",
+            "metadata": {"name": "elsewhere", "namespace": ns},
+            "spec": {"image": triton, "nodeSelector": {"pool": "cpu"}},
+        })),
+    )
+    .await
+    .unwrap();
+    cache(&client, &registry, ns, "elsewhere", &triton, true).await;
+    let running = start_agent(&client, node_name, root.path(), &registry, H100X2);
 
     let report = node_where(
         &client,
@@ -279,6 +303,19 @@ async fn the_agent_stages_what_fits_reports_labels_survives_restarts_and_cleans_
         entry(&report, "unverified").is_none(),
         "an unusable cache is not even considered"
     );
+    assert!(
+        entry(&report, "elsewhere").is_none(),
+        "a cache whose nodeSelector does not select this node is not considered"
+    );
+    assert_eq!(
+        report
+            .metadata
+            .owner_references
+            .as_ref()
+            .map(|o| o[0].kind.clone()),
+        Some("Node".to_string()),
+        "the report is owned by the real Node"
+    );
 
     // On disk: the two caches, Triton group files pointing where pods mount the cache.
     let dir = |name: &str, digest: &str| {
@@ -330,22 +367,12 @@ async fn the_agent_stages_what_fits_reports_labels_survives_restarts_and_cleans_
             .is_ok_and(|mut d| d.next().is_some())
     );
 
-    // The node is labelled for the ready caches only.
-    let labels = node.labels();
+    // The agent never writes its Node (the controller sets the ready labels).
+    let labels = nodes.get(node_name).await.unwrap().metadata.labels.unwrap();
     assert_eq!(
-        labels
-            .get(&ready_label(ns, "triton-vadd"))
-            .map(String::as_str),
-        Some("true")
+        labels,
+        BTreeMap::from([("pool".to_string(), "gpu".to_string())])
     );
-    assert_eq!(
-        labels
-            .get(&ready_label(ns, "vllm-llama"))
-            .map(String::as_str),
-        Some("true")
-    );
-    assert!(!labels.contains_key(&ready_label(ns, "rocm-vadd")));
-    assert_eq!(labels.get("pool").map(String::as_str), Some("gpu"));
 
     // Exactly two downloads, and the failed attempts; the compatibility decisions counted.
     assert_eq!(running.metrics.downloads("success"), 2);
@@ -383,7 +410,7 @@ async fn the_agent_stages_what_fits_reports_labels_survives_restarts_and_cleans_
     // A restarted agent finds the caches complete on disk: Ready again, no download, the
     // transition time kept.
     running.stop().await;
-    let restarted = start_agent(&client, node_name, root.path(), &registry, H100X2, &node);
+    let restarted = start_agent(&client, node_name, root.path(), &registry, H100X2);
     eventually(60, "the restarted agent to report sizes", || async {
         let text = restarted.metrics.encode();
         (text.contains("name=\"triton-vadd\"") && text.contains("name=\"vllm-llama\""))
@@ -427,38 +454,19 @@ async fn the_agent_stages_what_fits_reports_labels_survives_restarts_and_cleans_
     .await
     .unwrap();
     assert!(dir("vllm-llama", &vllm_digest).is_dir());
-    let labels = node.labels();
-    assert!(
-        !labels.contains_key(&ready_label(ns, "triton-vadd")),
-        "{labels:?}"
-    );
-    assert!(labels.contains_key(&ready_label(ns, "vllm-llama")));
-    assert!(
-        node.patches()
-            .iter()
-            .any(
-                |p| p["metadata"]["labels"][ready_label(ns, "triton-vadd")].is_null()
-                    && p["metadata"]["labels"]
-                        .as_object()
-                        .unwrap()
-                        .contains_key(&ready_label(ns, "triton-vadd"))
-            ),
-        "a merge patch removed the label: {:?}",
-        node.patches()
-    );
     restarted.stop().await;
 }
 
 #[tokio::test]
-async fn a_node_without_gpus_reports_zero_with_a_message_and_downloads_nothing() {
+async fn a_node_without_gpus_or_node_object_reports_zero_with_a_message_and_downloads_nothing() {
     let (_cluster, client, registry) = setup("kc-agent-nogpu").await;
     let triton = push(&registry, "kc/triton-vadd:v1", &triton_cuda("90").unwrap())
         .await
         .unwrap();
     cache(&client, &registry, "ml", "triton-vadd", &triton, true).await;
     let root = tempfile::tempdir().unwrap();
-    let node = Recorded::default();
-    let running = start_agent(&client, "cpu-node", root.path(), &registry, "[]", &node);
+    // No Node object "cpu-node" exists: the agent reports anyway.
+    let running = start_agent(&client, "cpu-node", root.path(), &registry, "[]");
     let report = node_where(
         &client,
         "cpu-node",
@@ -478,6 +486,9 @@ async fn a_node_without_gpus_reports_zero_with_a_message_and_downloads_nothing()
     );
     assert_eq!(running.metrics.downloads("success"), 0);
     assert!(!root.path().join("ml").exists());
-    assert!(node.patches().is_empty(), "no label set");
+    assert!(
+        report.metadata.owner_references.is_none(),
+        "no Node to own it"
+    );
     running.stop().await;
 }

@@ -289,6 +289,29 @@ async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments
     );
 
     // Node reports add up (an old digest's entry is ignored).
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    for (node, labels) in [
+        (
+            "gpu-a",
+            json!({"zone": "a", "kernelcache.kubeairunway.ai/ml.gone": "true"}),
+        ),
+        (
+            "gpu-b",
+            json!({"kernelcache.kubeairunway.ai/ml.signed": "true"}),
+        ),
+    ] {
+        nodes
+            .create(
+                &kube::api::PostParams::default(),
+                &serde_json::from_value(json!({
+                    "apiVersion": "v1", "kind": "Node",
+                    "metadata": {"name": node, "labels": labels},
+                }))
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+    }
     node_report(&client, "gpu-a", &[("signed", &digest, "Ready", "")]).await;
     node_report(&client, "gpu-b", &[("signed", &digest, "Staging", "")]).await;
     node_report(
@@ -309,6 +332,42 @@ async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments
         message.contains("gpu-c: layer digest mismatch"),
         "{message}"
     );
+    // The controller sets the ready labels from the reports (the agents never write a
+    // Node): on gpu-a, where the cache is Ready, and on no other; labels not its own
+    // stay.
+    let labels_of = |node: &'static str| {
+        let nodes = nodes.clone();
+        async move {
+            nodes
+                .get(node)
+                .await
+                .map(|n| n.metadata.labels.unwrap_or_default())
+                .map_err(anyhow::Error::from)
+        }
+    };
+    let a = eventually("gpu-a labelled", || async {
+        let l = labels_of("gpu-a").await?;
+        anyhow::ensure!(
+            l.contains_key("kernelcache.kubeairunway.ai/ml.signed"),
+            "{l:?}"
+        );
+        anyhow::ensure!(
+            !l.contains_key("kernelcache.kubeairunway.ai/ml.gone"),
+            "{l:?}"
+        );
+        Ok(l)
+    })
+    .await
+    .unwrap();
+    assert_eq!(a["kernelcache.kubeairunway.ai/ml.signed"], "true");
+    assert_eq!(a["zone"], "a");
+    eventually("gpu-b unlabelled (Staging)", || async {
+        let l = labels_of("gpu-b").await?;
+        anyhow::ensure!(l.is_empty(), "{l:?}");
+        Ok(())
+    })
+    .await
+    .unwrap();
 
     // ModelDeployments: KernelCacheReady beside another writer's condition.
     let md = |cache: &str| {
