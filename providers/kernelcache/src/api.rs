@@ -85,6 +85,10 @@ pub struct KernelCacheStatus {
     /// Cache type read from the image labels (`triton` or `vllm`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_type: Option<String>,
+    /// Bytes of cache content, as the image's `cache-size-bytes` label says (the size
+    /// limit of a pod's copy is twice this).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_bytes: Option<i64>,
     /// Signature verification of the pinned digest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verification: Option<Verification>,

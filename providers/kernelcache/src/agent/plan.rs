@@ -71,6 +71,7 @@ pub fn triton_mount(cache: &KernelCache) -> String {
         source: inject::Source::Image(String::new()),
         path: cache.spec.mount.as_ref().and_then(|m| m.path.clone()),
         seed_image: String::new(),
+        size_bytes: None,
     }
     .triton_dir()
 }

@@ -461,7 +461,7 @@ async fn reconcile_cache(cache: Arc<KernelCache>, ctx: Arc<Ctx>) -> Result<Actio
     // Verify: a passed verdict stands until the policy changes or a reverify is asked;
     // a failed one is retried with backoff; an unreachable registry takes nothing away.
     let policy = ctx.policies.get(&ObjectRef::new(&ctx.settings.policy));
-    let (verification, cache_type, retry_in) = verification_phase(
+    let (verification, cache_type, retry_in, size_bytes) = verification_phase(
         &ctx,
         &cache,
         &status,
@@ -515,6 +515,7 @@ async fn reconcile_cache(cache: Arc<KernelCache>, ctx: Arc<Ctx>) -> Result<Actio
     // image) is not published at all.
     status.pinned_image = (ok || !disabled).then(|| pinned.clone());
     status.cache_type = cache_type;
+    status.size_bytes = size_bytes.and_then(|b| i64::try_from(b).ok());
 
     // What the nodes report.
     let nodes: Vec<KernelCacheNode> = ctx.nodes.state().iter().map(|n| (**n).clone()).collect();
@@ -566,8 +567,9 @@ async fn verification_phase(
     policy: Option<&KernelCachePolicy>,
     (puller, auth): (&Puller, &oci_client::secrets::RegistryAuth),
     pinned: &str,
-) -> (Verification, Option<String>, Option<Duration>) {
+) -> (Verification, Option<String>, Option<Duration>, Option<u64>) {
     let key = (cache.namespace().unwrap_or_default(), cache.name_any());
+    let known_size = status.size_bytes.and_then(|b| u64::try_from(b).ok());
     let Some(policy) = policy else {
         let message = format!("no KernelCachePolicy '{}'", ctx.settings.policy);
         return (
@@ -576,6 +578,7 @@ async fn verification_phase(
                 message: Some(message),
                 ..Verification::default()
             },
+            None,
             None,
             None,
         );
@@ -606,6 +609,7 @@ async fn verification_phase(
                 previous.cloned().unwrap_or_default(),
                 status.cache_type.clone(),
                 None,
+                known_size,
             );
         }
         decide::VerifyWhen::Later(wait) => {
@@ -613,6 +617,7 @@ async fn verification_phase(
                 previous.cloned().unwrap_or_default(),
                 status.cache_type.clone(),
                 Some(wait),
+                known_size,
             );
         }
         decide::VerifyWhen::Now => {}
@@ -620,6 +625,11 @@ async fn verification_phase(
     let mode = policy.spec.mode;
     let result = verify::verify(&policy.spec, pinned, auth, ctx.settings.plain_http.clone()).await;
     let inspected = puller.inspect(pinned).await;
+    let size = inspected
+        .as_ref()
+        .ok()
+        .and_then(|(_, image)| image.size_bytes)
+        .or(known_size);
     let (mut verification, cache_type) = match (result, inspected) {
         (Ok(v), Ok((_, image))) => (v, Some(image.cache_type.as_str().to_string())),
         (Err(e), inspected) => {
@@ -713,7 +723,7 @@ async fn verification_phase(
         };
         publish(ctx, cache, type_, reason, note).await;
     }
-    (verification, cache_type, retry_in)
+    (verification, cache_type, retry_in, size)
 }
 
 /// Whether the tag of `namespace/name` is due for comparison with its pin: at most once

@@ -18,8 +18,10 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use clap::Parser;
 use futures::{FutureExt as _, StreamExt as _};
+use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
 use kube::api::Api;
+use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kubeairunway_sdk::cli::{LogFormat, parse_duration};
 use kubeairunway_sdk::tls::{CertManager, CertResolver, CertSettings, KubeCertStore};
@@ -133,11 +135,24 @@ pub fn stores(client: &Client) -> Stores {
     .default_backoff()
     .applied_objects()
     .for_each(|_| async {});
+    let (namespaces, w3) = reflector::store();
+    let ns_watch = reflector(
+        w3,
+        watcher(
+            Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .applied_objects()
+    .for_each(|_| async {});
     tokio::spawn(mds);
     tokio::spawn(caches);
+    tokio::spawn(ns_watch);
     Stores {
         model_deployments,
         kernel_caches,
+        namespaces,
     }
 }
 
@@ -161,6 +176,10 @@ pub struct Cli {
     /// The image with /kernelcache-seed (this provider's image).
     #[arg(long, env = "SEED_IMAGE")]
     pub seed_image: String,
+    /// The cluster serves Kubernetes image volumes (beta in 1.33): caches reach pods in
+    /// namespaces enforcing the `baseline` Pod Security level through them.
+    #[arg(long, env = "IMAGE_VOLUMES", default_value_t = false, action = clap::ArgAction::Set)]
+    pub image_volumes: bool,
     /// The webhook Service's name (the certificate's DNS names derive from it).
     #[arg(long, env = "SERVICE_NAME", default_value = "kernelcache-webhook")]
     pub service_name: String,
@@ -236,6 +255,11 @@ pub async fn main() -> anyhow::Result<()> {
         .wait_until_ready()
         .await
         .context("KernelCache cache")?;
+    lookup
+        .namespaces
+        .wait_until_ready()
+        .await
+        .context("Namespace cache")?;
     // Health (and so readiness) only from here on.
     if !cli.metrics_addr.is_empty() {
         let addr: SocketAddr = cli.metrics_addr.parse().context("--metrics-addr")?;
@@ -246,6 +270,7 @@ pub async fn main() -> anyhow::Result<()> {
         settings: Settings {
             cache_root: cli.cache_root.clone(),
             seed_image: cli.seed_image.clone(),
+            image_volumes: cli.image_volumes,
         },
         metrics,
     };
