@@ -139,6 +139,36 @@ pub fn extract_checked<E: From<ExtractError>>(
     limits: Limits,
     check: impl FnOnce(&Path) -> Result<(), E>,
 ) -> Result<Extracted, E> {
+    stage_dir(
+        root,
+        target,
+        |staging| unpack(layer, staging, limits),
+        check,
+    )
+}
+
+/// Stage `target` as a copy of the complete cache directory `source` (another cache of
+/// the same digest): directories are created, files are hard links (no disk space used,
+/// never written through: Triton group files are rewritten by write-then-rename), then
+/// `check` runs and the directory is renamed into place, as [`extract_checked`] does.
+/// Anything but directories and regular files in `source` is an error.
+pub fn link_checked<E: From<ExtractError>>(
+    source: &Path,
+    root: &Path,
+    target: &Path,
+    check: impl FnOnce(&Path) -> Result<(), E>,
+) -> Result<Extracted, E> {
+    stage_dir(root, target, |staging| link_tree(source, staging), check)
+}
+
+/// A staging directory in `root`, filled by `fill`, checked by `check`, renamed into
+/// `target`: `target` exists only complete and checked; on any error nothing is left.
+fn stage_dir<E: From<ExtractError>>(
+    root: &Path,
+    target: &Path,
+    fill: impl FnOnce(&Path) -> Result<Extracted, ExtractError>,
+    check: impl FnOnce(&Path) -> Result<(), E>,
+) -> Result<Extracted, E> {
     if target.exists() {
         return Ok(Extracted {
             files: 0,
@@ -151,7 +181,7 @@ pub fn extract_checked<E: From<ExtractError>>(
         .prefix(".staging-")
         .tempdir_in(root)
         .map_err(io_err("creating a staging directory"))?;
-    let stats = unpack(layer, staging.path(), limits)?;
+    let stats = fill(staging.path())?;
     check(staging.path())?;
     let parent = target.parent().unwrap_or(root);
     fs::create_dir_all(parent).map_err(io_err(format!("creating {}", parent.display())))?;
@@ -167,6 +197,39 @@ pub fn extract_checked<E: From<ExtractError>>(
             });
         }
         return Err(io_err(format!("moving the cache into {}", target.display()))(e).into());
+    }
+    Ok(stats)
+}
+
+/// Hard-link the tree at `source` into the empty directory `dir`.
+fn link_tree(source: &Path, dir: &Path) -> Result<Extracted, ExtractError> {
+    let mut stats = Extracted {
+        files: 0,
+        bytes: 0,
+        already_present: false,
+    };
+    let mut stack = vec![(source.to_path_buf(), dir.to_path_buf())];
+    while let Some((from, to)) = stack.pop() {
+        for entry in fs::read_dir(&from).map_err(io_err(format!("reading {}", from.display())))? {
+            let entry = entry.map_err(io_err(format!("reading {}", from.display())))?;
+            let kind = entry
+                .file_type()
+                .map_err(io_err(format!("reading {}", entry.path().display())))?;
+            let dest = to.join(entry.file_name());
+            let shown = entry.path().display().to_string();
+            if kind.is_dir() {
+                fs::create_dir(&dest).map_err(io_err(format!("creating {shown}")))?;
+                stack.push((entry.path(), dest));
+            } else if kind.is_file() {
+                fs::hard_link(entry.path(), &dest).map_err(io_err(format!("linking {shown}")))?;
+                stats.files += 1;
+            } else {
+                return Err(ExtractError::SpecialFile {
+                    path: shown,
+                    kind: "link or special file in a staged cache".into(),
+                });
+            }
+        }
     }
     Ok(stats)
 }
@@ -623,6 +686,57 @@ mod tests {
         assert!(matches!(e, ExtractError::Conflict(_)), "{e}");
         let e = refused(&[file("x/y", b"one"), file("x", b"over")]);
         assert!(matches!(e, ExtractError::Conflict(_)), "{e}");
+    }
+
+    #[test]
+    fn a_second_cache_of_a_digest_is_hard_links_of_the_first() {
+        use std::os::unix::fs::MetadataExt as _;
+        let entries = [
+            file("io.triton.cache/H/k.json", b"{}"),
+            file("io.triton.manifest/manifest.json", b"{\"triton\":[]}"),
+        ];
+        let (root, result) = run(&entries, Limits::default());
+        result.unwrap();
+        let cache = root.path().join("cache");
+        let first = cache.join("ns/name/sha256-abc");
+        let second = cache.join("other/name/sha256-abc");
+        let stats = link_checked(&first, &cache, &second, |dir| {
+            // What a check changes by write-then-rename stays in the new copy only.
+            crate::files::replace(&dir.join("io.triton.cache/H/k.json"), b"[]", 0o644).map_err(
+                |e| ExtractError::Io {
+                    context: "rewrite".into(),
+                    source: e,
+                },
+            )
+        })
+        .unwrap();
+        assert_eq!((stats.files, stats.already_present), (2, false));
+        let ino = |p: &Path| fs::metadata(p).unwrap().ino();
+        assert_eq!(
+            ino(&first.join("io.triton.manifest/manifest.json")),
+            ino(&second.join("io.triton.manifest/manifest.json"))
+        );
+        assert_eq!(
+            fs::read(first.join("io.triton.cache/H/k.json")).unwrap(),
+            b"{}"
+        );
+        assert_eq!(
+            fs::read(second.join("io.triton.cache/H/k.json")).unwrap(),
+            b"[]"
+        );
+        // A failed check leaves nothing.
+        let third = cache.join("third/name/sha256-abc");
+        let failed = link_checked(&first, &cache, &third, |_| {
+            Err(ExtractError::Conflict("check".into()))
+        });
+        assert!(failed.is_err());
+        assert!(!third.exists());
+        assert!(!fs::read_dir(&cache).unwrap().any(|e| {
+            e.unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with(".staging-")
+        }));
     }
 
     #[test]

@@ -202,6 +202,25 @@ impl Puller {
                 },
             });
         }
+        // Another cache of the same digest is on disk: link its files instead of
+        // downloading them again (N KernelCaches of one image take its space once).
+        if let Some(source) = same_digest(root, &digest, &dir) {
+            let (root, target) = (root.to_path_buf(), dir.clone());
+            let cache_type = cache.cache_type;
+            let mount = triton_mount.map(str::to_string);
+            let extracted = tokio::task::spawn_blocking(move || {
+                extract::link_checked(&source, &root, &target, |staging| {
+                    finish(staging, cache_type, mount.as_deref())
+                })
+            })
+            .await
+            .map_err(|e| PullError::Io(format!("linking task: {e}")))??;
+            return Ok(Staged {
+                image: cache,
+                dir,
+                extracted,
+            });
+        }
         let downloads = root.join(".downloads");
         std::fs::create_dir_all(&downloads)
             .map_err(|e| PullError::Io(format!("creating {}: {e}", downloads.display())))?;
@@ -263,6 +282,26 @@ fn finish(dir: &Path, cache_type: CacheType, triton_mount: Option<&str>) -> Resu
             .map_err(|e| PullError::Io(format!("rewriting Triton group files: {e}")))?;
     }
     Ok(())
+}
+
+/// A complete directory of `digest` (as a directory name) under `root`, other than
+/// `except`: `<root>/<namespace>/<name>/<digest>`, real directories only.
+fn same_digest(root: &Path, digest: &str, except: &Path) -> Option<PathBuf> {
+    let dirs = |dir: &Path| -> Vec<PathBuf> {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| e.path())
+            .collect()
+    };
+    dirs(root)
+        .iter()
+        .flat_map(|ns| dirs(ns))
+        .map(|name| name.join(digest))
+        .find(|d| d != except && d.symlink_metadata().is_ok_and(|m| m.is_dir()))
 }
 
 fn parse(image: &str) -> Result<Reference, PullError> {

@@ -43,6 +43,11 @@ pub struct Cli {
     /// Largest cache content accepted, in bytes.
     #[arg(long, env = "MAX_CACHE_BYTES", default_value_t = Limits::default().max_bytes)]
     pub max_cache_bytes: u64,
+    /// Bytes all staged caches together may take on this node, each digest counted once
+    /// (caches of one image share their files); a cache that does not fit fails with the
+    /// numbers. Unset: no budget (the free space is still checked before each stage).
+    #[arg(long, env = "DISK_BUDGET")]
+    pub disk_budget: Option<u64>,
     /// Most entries (files, directories, links) accepted in one cache layer.
     #[arg(long, env = "MAX_CACHE_FILES", default_value_t = Limits::default().max_entries)]
     pub max_cache_files: u64,
@@ -91,6 +96,7 @@ impl Cli {
             status_refresh: self.status_refresh,
             parallel_stages: self.parallel_stages,
             credentials_namespace: self.credentials_namespace.clone(),
+            disk_budget: self.disk_budget,
         }
     }
 

@@ -68,6 +68,9 @@ pub struct Settings {
     pub status_refresh: Duration,
     /// Caches staged at the same time.
     pub parallel_stages: usize,
+    /// Bytes all staged caches together may take on this node (each digest counted once);
+    /// none: no budget.
+    pub disk_budget: Option<u64>,
     /// The namespace where the controller hands over registry credentials
     /// ([`crate::credentials::handover_name`]); none: private registries are not reached.
     pub credentials_namespace: Option<String>,
@@ -85,6 +88,7 @@ impl Settings {
             status_refresh: Duration::from_secs(600),
             parallel_stages: 2,
             credentials_namespace: None,
+            disk_budget: None,
         }
     }
 }
@@ -134,6 +138,10 @@ struct Agent {
     node_applied: bool,
     /// Targets from image labels, by pinned reference (immutable: digests).
     images: BTreeMap<String, Vec<Target>>,
+    /// Sizes image labels declare, by pinned reference.
+    sizes: BTreeMap<String, u64>,
+    /// Declared sizes of the stages under way (counted against the disk budget).
+    staging_sizes: BTreeMap<Key, u64>,
     /// What was read of each directory on disk.
     disk: BTreeMap<Key, Result<OnDisk, String>>,
     busy: BTreeMap<Key, Busy>,
@@ -203,6 +211,8 @@ pub async fn run(
         node_error: None,
         node_applied: false,
         images: BTreeMap::new(),
+        sizes: BTreeMap::new(),
+        staging_sizes: BTreeMap::new(),
         disk: BTreeMap::new(),
         busy: BTreeMap::new(),
         failures: BTreeMap::new(),
@@ -310,19 +320,42 @@ impl Agent {
         );
     }
 
+    /// The room a new stage has: the disk budget less the caches on disk (each digest
+    /// once: copies of a digest are hard links) and the stages under way.
+    fn room(&self) -> stage::Room {
+        let Some(budget) = self.settings.disk_budget else {
+            return stage::Room::Unlimited;
+        };
+        let mut by_digest: BTreeMap<&str, u64> = BTreeMap::new();
+        for (key, disk) in &self.disk {
+            if let Ok(d) = disk {
+                let e = by_digest.entry(key.digest.as_str()).or_default();
+                *e = (*e).max(d.size_bytes);
+            }
+        }
+        let used = by_digest.values().sum::<u64>() + self.staging_sizes.values().sum::<u64>();
+        stage::Room::Budget { budget, used }
+    }
+
     fn finished(&mut self, wanted: &Wanted, outcome: Outcome) {
         let key = &wanted.key;
         self.busy.remove(key);
+        self.staging_sizes.remove(key);
         match outcome {
-            Outcome::Inspected(Ok(targets)) => {
+            Outcome::Inspected(Ok((targets, size))) => {
                 self.failures.remove(key);
                 self.images.insert(wanted.pinned.clone(), targets);
+                if let Some(size) = size {
+                    self.sizes.insert(wanted.pinned.clone(), size);
+                }
             }
             Outcome::Inspected(Err(message)) => self.fail(key, message),
             Outcome::Staged { result, took } => match result {
                 Ok(extracted) => {
                     info!(cache = %key, files = extracted.files, bytes = extracted.bytes, seconds = took.as_secs_f64(), "kernel cache staged");
-                    if !extracted.already_present {
+                    // Neither a cache found complete nor one linked from another cache
+                    // of its digest is a download.
+                    if !extracted.already_present && extracted.bytes > 0 {
                         self.metrics.download(true, took, extracted.bytes);
                     }
                     self.failures.remove(key);
@@ -382,6 +415,7 @@ impl Agent {
         self.failures.retain(|k, _| wanted_keys.contains(k));
         self.images
             .retain(|p, _| wanted_images.contains(p.as_str()));
+        self.sizes.retain(|p, _| wanted_images.contains(p.as_str()));
         let now = Instant::now();
         let failed: BTreeMap<Key, String> = self
             .failures
@@ -412,6 +446,21 @@ impl Agent {
             });
         }
         for w in decided.stage {
+            // One download per digest: a second cache of it waits and then links.
+            let same = self
+                .busy
+                .iter()
+                .find(|(k, b)| **b == Busy::Staging && k.digest == w.key.digest)
+                .map(|(k, _)| k.to_string());
+            if let Some(other) = same {
+                if let Some(e) = decided.entries.iter_mut().find(|e| e.key == w.key) {
+                    e.state = CacheState::Pending;
+                    e.message = Some(format!(
+                        "waiting for {other}, the same digest, to be staged"
+                    ));
+                }
+                continue;
+            }
             let staging = self.busy.values().filter(|b| **b == Busy::Staging).count();
             if staging >= self.settings.parallel_stages.max(1) {
                 if let Some(e) = decided.entries.iter_mut().find(|e| e.key == w.key) {
@@ -420,11 +469,15 @@ impl Agent {
                 }
                 continue;
             }
+            let room = self.room();
+            let declared = self.sizes.get(&w.pinned).copied();
             info!(cache = %w.key, image = %w.pinned, "staging kernel cache");
             self.busy.insert(w.key.clone(), Busy::Staging);
+            self.staging_sizes
+                .insert(w.key.clone(), declared.unwrap_or(0));
             let stager = self.stager.clone();
             self.tasks.spawn(async move {
-                let outcome = stager.stage(&w).await;
+                let outcome = stager.stage(&w, room, declared).await;
                 (w, outcome)
             });
         }

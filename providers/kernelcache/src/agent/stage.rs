@@ -12,15 +12,47 @@ use oci_client::secrets::RegistryAuth;
 
 use super::secrets::SecretApi;
 use crate::credentials::{handover_name, registry_auth, registry_of};
-use crate::extract::{Extracted, Limits};
+use crate::extract::{ExtractError, Extracted, Limits};
 use crate::image::Target;
-use crate::oci::Puller;
+use crate::oci::{PullError, Puller};
+
+/// The room a stage has on the node's disk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Room {
+    /// No budget: the extraction limits only.
+    Unlimited,
+    /// A budget of which `used` bytes are taken (caches on disk, stages under way).
+    Budget {
+        /// The node's budget.
+        budget: u64,
+        /// Bytes taken.
+        used: u64,
+    },
+}
+
+impl Room {
+    /// Bytes left, under a budget.
+    pub fn left(self) -> Option<u64> {
+        match self {
+            Room::Unlimited => None,
+            Room::Budget { budget, used } => Some(budget.saturating_sub(used)),
+        }
+    }
+}
+
+/// Bytes free for an unprivileged writer on the filesystem of `path`.
+fn free_bytes(path: &std::path::Path) -> Result<u64, String> {
+    let stat = rustix::fs::statvfs(path)
+        .map_err(|e| format!("reading the free space of {}: {e}", path.display()))?;
+    Ok(stat.f_bavail.saturating_mul(stat.f_frsize))
+}
 
 /// What a task produced.
 #[derive(Debug)]
 pub enum Outcome {
-    /// The targets the image's labels list, or why they could not be read.
-    Inspected(Result<Vec<Target>, String>),
+    /// The targets the image's labels list and the size they declare, or why they could
+    /// not be read.
+    Inspected(Result<(Vec<Target>, Option<u64>), String>),
     /// What staging wrote, or why it failed, and how long it took.
     Staged {
         /// Files and bytes written, or the error.
@@ -92,16 +124,32 @@ impl Stager {
                 .inspect(&w.pinned)
                 .await
                 .map_err(|e| format!("inspecting {}: {e}", w.pinned))?;
-            Ok(image.targets)
+            Ok((image.targets, image.size_bytes))
         }
         .await;
         Outcome::Inspected(result)
     }
 
-    /// Stage `w` under the root.
-    pub async fn stage(&self, w: &Wanted) -> Outcome {
+    /// Stage `w` under the root, within `room` (what the node's disk budget leaves, when
+    /// there is one); `declared` is the size its labels declare.
+    pub async fn stage(&self, w: &Wanted, room: Room, declared: Option<u64>) -> Outcome {
         let started = Instant::now();
         let result = async {
+            let mut limits = self.limits;
+            if let Some(left) = room.left() {
+                limits.max_bytes = limits.max_bytes.min(left);
+            }
+            if let Some(declared) = declared {
+                let need = declared.saturating_mul(2);
+                let free = free_bytes(&self.root)?;
+                if free < need {
+                    return Err(format!(
+                        "staging {}: only {free} bytes free on {}, the cache needs about {need} (its {declared} bytes, downloaded and extracted)",
+                        w.pinned,
+                        self.root.display()
+                    ));
+                }
+            }
             let staged = self
                 .puller(w)
                 .await?
@@ -111,10 +159,20 @@ impl Stager {
                     &w.key.namespace,
                     &w.key.name,
                     Some(&w.triton_mount),
-                    self.limits,
+                    limits,
                 )
                 .await
-                .map_err(|e| format!("staging {}: {e}", w.pinned))?;
+                .map_err(|e| match (&e, room) {
+                    (PullError::Extract(ExtractError::TooLarge { limit }), Room::Budget { budget, used })
+                        if *limit < self.limits.max_bytes =>
+                    {
+                        format!(
+                            "staging {}: over the node's disk budget of {budget} bytes ({used} used by other caches, {limit} left)",
+                            w.pinned
+                        )
+                    }
+                    _ => format!("staging {}: {e}", w.pinned),
+                })?;
             Ok(staged.extracted)
         }
         .await;

@@ -51,7 +51,19 @@ fn start_agent(
     registry: &Registry,
     inventory: &str,
 ) -> RunningAgent {
+    start_agent_with(client, node_name, root, registry, inventory, |_| {})
+}
+
+fn start_agent_with(
+    client: &Client,
+    node_name: &str,
+    root: &Path,
+    registry: &Registry,
+    inventory: &str,
+    tweak: impl FnOnce(&mut Settings),
+) -> RunningAgent {
     let mut settings = Settings::new(node_name, root.to_path_buf());
+    tweak(&mut settings);
     settings.plain_http = vec![registry.addr().to_string()];
     settings.resync = Duration::from_secs(2);
     let seams = Seams {
@@ -490,5 +502,71 @@ async fn a_node_without_gpus_or_node_object_reports_zero_with_a_message_and_down
         report.metadata.owner_references.is_none(),
         "no Node to own it"
     );
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn caches_of_one_image_share_its_files_and_the_disk_budget_is_kept() {
+    use std::os::unix::fs::MetadataExt as _;
+    let (_cluster, client, registry) = setup("kc-agent-dedup").await;
+    let triton = push(&registry, "kc/triton-vadd:v1", &triton_cuda("90").unwrap())
+        .await
+        .unwrap();
+    let digest = cache(&client, &registry, "ml", "one", &triton, true).await;
+    cache(&client, &registry, "ml", "two", &triton, true).await;
+    let root = tempfile::tempdir().unwrap();
+    let running = start_agent(&client, "dedup-node", root.path(), &registry, H100X2);
+    node_where(&client, "dedup-node", "both Ready", |n| {
+        state_of(n, "one") == Some(CacheState::Ready)
+            && state_of(n, "two") == Some(CacheState::Ready)
+    })
+    .await;
+    assert_eq!(
+        running.metrics.downloads("success"),
+        1,
+        "one download for both"
+    );
+    let dir = |name: &str| {
+        root.path()
+            .join("ml")
+            .join(name)
+            .join(digest.replace(':', "-"))
+    };
+    let kernel = format!("io.triton.cache/{CUDA_HASH}/add_kernel.json");
+    let ino = |p: std::path::PathBuf| std::fs::metadata(p).unwrap().ino();
+    assert_eq!(ino(dir("one").join(&kernel)), ino(dir("two").join(&kernel)));
+    // Each cache's group file points at its own mount path.
+    let group = |name: &str| {
+        std::fs::read_to_string(dir(name).join(format!(
+            "io.triton.cache/{CUDA_HASH}/__grp__add_kernel.json"
+        )))
+        .unwrap()
+    };
+    assert!(group("one").contains("/kernels/one/"), "{}", group("one"));
+    assert!(group("two").contains("/kernels/two/"), "{}", group("two"));
+    running.stop().await;
+
+    // A node whose budget the cache does not fit: Failed, with the numbers.
+    let small = tempfile::tempdir().unwrap();
+    let running = start_agent_with(
+        &client,
+        "small-node",
+        small.path(),
+        &registry,
+        H100X2,
+        |s| {
+            s.disk_budget = Some(100);
+        },
+    );
+    let report = node_where(&client, "small-node", "over budget", |n| {
+        state_of(n, "one") == Some(CacheState::Failed)
+    })
+    .await;
+    let message = entry(&report, "one").unwrap().message.clone().unwrap();
+    assert!(
+        message.contains("over the node's disk budget of 100 bytes"),
+        "{message}"
+    );
+    assert!(!small.path().join("ml").exists());
     running.stop().await;
 }
