@@ -21,6 +21,8 @@ mod core_webhook;
 mod crds;
 #[path = "e2e/dynamo.rs"]
 mod dynamo;
+#[path = "e2e/dynamo_operator.rs"]
+mod dynamo_operator;
 #[path = "e2e/kaito.rs"]
 mod kaito;
 #[path = "e2e/kernelcache.rs"]
@@ -35,6 +37,8 @@ mod kernelcache_verify;
 mod kernelcache_webhook;
 #[path = "e2e/kuberay.rs"]
 mod kuberay;
+#[path = "e2e/kuberay_operator.rs"]
+mod kuberay_operator;
 #[path = "e2e/reference_compat.rs"]
 mod reference_compat;
 #[path = "e2e/samples.rs"]
