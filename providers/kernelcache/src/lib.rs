@@ -10,6 +10,7 @@
 
 pub mod agent;
 pub mod api;
+pub mod bundle;
 pub mod compat;
 pub mod controller;
 pub mod credentials;

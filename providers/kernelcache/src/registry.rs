@@ -245,6 +245,50 @@ impl Client {
         })
     }
 
+    /// The referrers of `digest` (an image index), through the referrers API; `None`
+    /// when the registry does not serve it (then clients use the fallback tag
+    /// `sha256-<hex>`).
+    pub async fn referrers(
+        &self,
+        reference: &Reference,
+        digest: &str,
+    ) -> Result<Option<Manifest>, RegistryError> {
+        let url = format!("{}/referrers/{digest}", self.base(reference));
+        let what = format!("referrers of {digest}");
+        let deadline = Instant::now() + self.timeouts.request;
+        let response = match self
+            .send(
+                reference,
+                reqwest::Method::GET,
+                &url,
+                Some("application/vnd.oci.image.index.v1+json"),
+                deadline,
+                &what,
+            )
+            .await
+        {
+            Ok(r) => r,
+            Err(e) if e.not_found => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let bytes = self
+            .body(
+                response,
+                &Limit {
+                    what: &what,
+                    max: MAX_MANIFEST_BYTES,
+                    deadline,
+                    timeout: self.timeouts.request,
+                },
+            )
+            .await?;
+        Ok(Some(Manifest {
+            digest: format!("sha256:{}", hex(&Sha256::digest(&bytes))),
+            bytes,
+            media_type: Some("application/vnd.oci.image.index.v1+json".into()),
+        }))
+    }
+
     /// The digest of the manifest a tag (or digest) names: the registry's
     /// `Docker-Content-Digest` of a `HEAD`, else the digest of the manifest itself.
     pub async fn resolve(&self, reference: &Reference) -> Result<String, RegistryError> {

@@ -42,6 +42,7 @@ use sha2::{Digest as _, Sha256};
 use sigstore::crypto::{CosignVerificationKey, Signature};
 
 use crate::api::{KernelCachePolicySpec, Verification, VerificationMode};
+use crate::bundle;
 use crate::registry::{self, RegistryError, Timeouts};
 
 /// The media type of cosign's simple-signing layers.
@@ -209,8 +210,8 @@ async fn verify_key(
             .map_err(|e| VerifyError::Policy(format!("publicKeys[{i}]: {e}")))?;
         keys.push((key_fingerprint(pem)?, key));
     }
-    let signatures = fetch_signatures(client, reference, digest).await?;
-    for sig in &signatures {
+    let found = fetch_all(client, reference, digest).await?;
+    for sig in &found.legacy {
         let Ok(signature) = sig.signature() else {
             continue;
         };
@@ -223,10 +224,27 @@ async fn verify_key(
             }
         }
     }
+    let mut why = None;
+    for bundle in &found.bundles {
+        match bundle {
+            Ok(signed) => {
+                if let Some((fingerprint, _)) = keys.iter().find(|(_, k)| signed.verifies_with(k)) {
+                    return Ok(fingerprint.clone());
+                }
+                why.get_or_insert_with(|| "signed by none of the policy's keys".to_string());
+            }
+            Err(e) => {
+                why = Some(e.to_string());
+            }
+        }
+    }
     Err(VerifyError::Unsatisfied(format!(
-        "{} signature(s) checked against {} key(s)",
-        signatures.len(),
-        keys.len()
+        "{} signature(s) and {} Sigstore bundle(s) checked against {} key(s){}",
+        found.legacy.len(),
+        found.bundles.len(),
+        keys.len(),
+        why.map(|w| format!("; the bundle: {w}"))
+            .unwrap_or_default()
     )))
 }
 
@@ -345,6 +363,112 @@ async fn fetch_signatures(
     Ok(out)
 }
 
+/// Every signature of `digest`: the legacy `.sig` object's layers and the Sigstore
+/// bundles (each parsed and checked against the image, or why not). No signature of
+/// either kind is [`VerifyError::NoSignature`].
+struct Found {
+    legacy: Vec<RawSignature>,
+    bundles: Vec<Result<bundle::Signed, VerifyError>>,
+}
+
+async fn fetch_all(
+    client: &registry::Client,
+    reference: &Reference,
+    digest: &str,
+) -> Result<Found, VerifyError> {
+    let legacy = match fetch_signatures(client, reference, digest).await {
+        Ok(l) => l,
+        Err(VerifyError::NoSignature(_)) => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    let bundles = fetch_bundles(client, reference, digest).await?;
+    if legacy.is_empty() && bundles.is_empty() {
+        return Err(VerifyError::NoSignature(format!(
+            "{}/{}@{digest}",
+            reference.registry(),
+            reference.repository()
+        )));
+    }
+    Ok(Found { legacy, bundles })
+}
+
+/// The Sigstore bundles whose subject is `digest`: found through the referrers API, or
+/// its fallback tag `sha256-<hex>`; at most [`MAX_SIGNATURES`] manifests with layers of
+/// at most [`MAX_SIGNATURE_BYTES`].
+async fn fetch_bundles(
+    client: &registry::Client,
+    reference: &Reference,
+    digest: &str,
+) -> Result<Vec<Result<bundle::Signed, VerifyError>>, VerifyError> {
+    let index = if let Some(index) = client.referrers(reference, digest).await? {
+        index
+    } else {
+        let tag = Reference::with_tag(
+            reference.registry().to_string(),
+            reference.repository().to_string(),
+            digest.replace(':', "-"),
+        );
+        match client.manifest(&tag).await {
+            Ok(m) => m,
+            Err(e) if e.not_found => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
+        }
+    };
+    let index: serde_json::Value = serde_json::from_slice(&index.bytes)
+        .map_err(|e| VerifyError::Registry(format!("the referrers index does not parse: {e}")))?;
+    let manifests: Vec<&serde_json::Value> = index["manifests"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| {
+            m["artifactType"].as_str().is_none_or(|t| {
+                bundle::is_bundle_type(t) || t == "application/vnd.oci.empty.v1+json"
+            })
+        })
+        .collect();
+    if manifests.len() > MAX_SIGNATURES {
+        return Err(VerifyError::Registry(format!(
+            "{} signature manifests, more than the {MAX_SIGNATURES} checked",
+            manifests.len()
+        )));
+    }
+    let mut out = Vec::new();
+    for m in manifests {
+        let Some(manifest_digest) = m["digest"].as_str() else {
+            continue;
+        };
+        let pinned = Reference::with_digest(
+            reference.registry().to_string(),
+            reference.repository().to_string(),
+            manifest_digest.to_string(),
+        );
+        let manifest = client.manifest(&pinned).await?;
+        let manifest: OciImageManifest = serde_json::from_slice(&manifest.bytes).map_err(|e| {
+            VerifyError::Registry(format!(
+                "the signature manifest {pinned} does not parse: {e}"
+            ))
+        })?;
+        if manifest.layers.len() > MAX_SIGNATURES {
+            return Err(VerifyError::Registry(format!(
+                "{} bundle layers, more than the {MAX_SIGNATURES} checked",
+                manifest.layers.len()
+            )));
+        }
+        for layer in manifest
+            .layers
+            .iter()
+            .filter(|l| bundle::is_bundle_type(&l.media_type))
+        {
+            let size = u64::try_from(layer.size).ok();
+            let bytes = client
+                .blob_bytes(&pinned, &layer.digest, size, MAX_SIGNATURE_BYTES)
+                .await?;
+            out.push(bundle::parse(&bytes, digest));
+        }
+    }
+    Ok(out)
+}
+
 // --- certificate --------------------------------------------------------------------------
 
 async fn verify_certificate(
@@ -365,12 +489,27 @@ async fn verify_certificate(
             "certificate.caBundle holds no certificate".into(),
         ));
     }
-    let signatures = fetch_signatures(client, reference, digest).await?;
+    let found = fetch_all(client, reference, digest).await?;
     // Report the most telling failure when no signature passes.
     let mut failure: Option<VerifyError> = None;
-    for sig in &signatures {
-        match check_certificate_signature(sig, &anchors_der, &pattern, &cert_policy.subject_pattern)
-        {
+    let results = found
+        .legacy
+        .iter()
+        .map(|sig| {
+            check_certificate_signature(sig, &anchors_der, &pattern, &cert_policy.subject_pattern)
+        })
+        .chain(found.bundles.into_iter().map(|b| {
+            b.and_then(|signed| {
+                check_bundle_certificate(
+                    &signed,
+                    &anchors_der,
+                    &pattern,
+                    &cert_policy.subject_pattern,
+                )
+            })
+        }));
+    for result in results {
+        match result {
             Ok(subject) => return Ok(subject),
             Err(e) => {
                 if failure.as_ref().is_none_or(|f| rank(&e) > rank(f)) {
@@ -438,6 +577,48 @@ fn check_certificate_signature(
         ))
     })?;
     Ok(subject.clone())
+}
+
+/// A Sigstore bundle in mode `certificate`: its certificate (and chain) to the CA bundle,
+/// a SAN matching the pattern, the signature by the certificate's key.
+fn check_bundle_certificate(
+    signed: &bundle::Signed,
+    anchors_der: &[Vec<u8>],
+    pattern: &regex::Regex,
+    pattern_text: &str,
+) -> Result<String, VerifyError> {
+    let (leaf, chain) = signed.certificates.split_first().ok_or_else(|| {
+        VerifyError::Untrusted("Sigstore bundle: signed with a key, not a certificate".into())
+    })?;
+    verify_chain(leaf, chain, anchors_der, UnixTime::now())?;
+    let subject = matching_subject(leaf, pattern, pattern_text)?;
+    if !signed.verifies_with(&certificate_key(leaf)?) {
+        return Err(VerifyError::Unsatisfied(
+            "Sigstore bundle: the signature does not verify with the certificate's key".into(),
+        ));
+    }
+    Ok(subject)
+}
+
+/// The first email or URI SAN of `leaf` that `pattern` matches in full.
+fn matching_subject(
+    leaf: &[u8],
+    pattern: &regex::Regex,
+    pattern_text: &str,
+) -> Result<String, VerifyError> {
+    let subjects = san_subjects(leaf)?;
+    subjects
+        .iter()
+        .find(|s| pattern.is_match(s))
+        .cloned()
+        .ok_or_else(|| VerifyError::SubjectMismatch {
+            found: if subjects.is_empty() {
+                "no email or URI SAN".into()
+            } else {
+                subjects.join(", ")
+            },
+            wanted: pattern_text.to_string(),
+        })
 }
 
 /// A subject pattern anchored to match whole subjects only.
@@ -576,10 +757,19 @@ async fn verify_keyless(
         VerifyError::Policy("mode keyless needs keyless.issuer and keyless.subject".into())
     })?;
     let root = keyless_root(policy)?;
-    let signatures = fetch_signatures(client, reference, digest).await?;
+    let found = fetch_all(client, reference, digest).await?;
     let mut failure: Option<VerifyError> = None;
-    for sig in &signatures {
-        match check_keyless_signature(sig, &root, &identity.issuer, &identity.subject) {
+    let results = found
+        .legacy
+        .iter()
+        .map(|sig| check_keyless_signature(sig, &root, &identity.issuer, &identity.subject))
+        .chain(found.bundles.into_iter().map(|b| {
+            b.and_then(|signed| {
+                check_keyless_bundle(&signed, &root, &identity.issuer, &identity.subject)
+            })
+        }));
+    for result in results {
+        match result {
             Ok(subject) => return Ok(subject),
             Err(e) => {
                 if failure.as_ref().is_none_or(|f| rank(&e) > rank(f)) {
@@ -678,6 +868,51 @@ fn check_keyless_signature(
                 "the signature does not verify with the certificate's key: {e}"
             ))
         })?;
+    Ok(subject.to_string())
+}
+
+/// A Sigstore bundle in mode `keyless`: a log entry with a SET by a trust-root Rekor key
+/// recording this envelope, the certificate to Fulcio at its integration time, the
+/// identity, the signature by the certificate's key.
+fn check_keyless_bundle(
+    signed: &bundle::Signed,
+    root: &KeylessRoot,
+    issuer: &str,
+    subject: &str,
+) -> Result<String, VerifyError> {
+    let (leaf, _) = signed.certificates.split_first().ok_or_else(|| {
+        VerifyError::Untrusted(
+            "Sigstore bundle: signed with a key, not a Fulcio certificate".into(),
+        )
+    })?;
+    let integrated = signed.logged(&root.rekor)?;
+    verify_chain(
+        leaf,
+        &[],
+        &root.fulcio,
+        UnixTime::since_unix_epoch(std::time::Duration::from_secs(integrated)),
+    )?;
+    let subjects = san_subjects(leaf)?;
+    if !subjects.iter().any(|s| s == subject) {
+        return Err(VerifyError::SubjectMismatch {
+            found: subjects.join(", "),
+            wanted: subject.to_string(),
+        });
+    }
+    match oidc_issuer(leaf)? {
+        Some(found) if found == issuer => {}
+        found => {
+            return Err(VerifyError::IssuerMismatch {
+                found: found.unwrap_or_else(|| "none".into()),
+                wanted: issuer.to_string(),
+            });
+        }
+    }
+    if !signed.verifies_with(&certificate_key(leaf)?) {
+        return Err(VerifyError::Unsatisfied(
+            "Sigstore bundle: the signature does not verify with the certificate's key".into(),
+        ));
+    }
     Ok(subject.to_string())
 }
 

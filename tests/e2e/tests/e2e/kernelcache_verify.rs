@@ -530,6 +530,35 @@ async fn a_signature_made_by_the_cosign_cli_verifies() {
         .unwrap_err();
     assert!(matches!(err, VerifyError::Unsatisfied(_)), "{err}");
 
+    // cosign's default output of the day (3.x): a Sigstore bundle (DSSE envelope, public
+    // key hint, no log entry offline) in an OCI artifact under the `sha256-<hex>` tag.
+    let bundled = push_image(&registry, "caches/cosigned-bundle:v1", "cosigned-bundle").await;
+    run(&[
+        "sign",
+        "--key",
+        "cosign.key",
+        "--use-signing-config=false",
+        "--tlog-upload=false",
+        "--allow-insecure-registry",
+        "--allow-http-registry",
+        "--yes",
+        &bundled,
+    ]);
+    let v = check(&key_policy(&[&public]), &registry, &bundled)
+        .await
+        .unwrap();
+    assert!(v.verified, "{v:?}");
+    assert_eq!(v.signer, Some(key_fingerprint(&public).unwrap()));
+    let err = check(&key_policy(&[&other]), &registry, &bundled)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, VerifyError::Unsatisfied(_)), "{err}");
+    assert!(
+        err.to_string()
+            .contains("1 Sigstore bundle(s) checked against 1 key(s); the bundle: signed by none of the policy's keys"),
+        "{err}"
+    );
+
     // Certificate mode: cosign signs with an imported key and a certificate chain made
     // with rcgen (`--certificate`, `--certificate-chain`).
     let certified = push_image(&registry, "caches/cosigned-cert:v1", "cosigned-cert").await;
@@ -594,6 +623,55 @@ async fn a_signature_made_by_the_cosign_cli_verifies() {
     .await
     .unwrap_err();
     assert!(matches!(err, VerifyError::Untrusted(_)), "{err}");
+
+    // The same with cosign's default bundle format.
+    let certified_bundle = push_image(
+        &registry,
+        "caches/cosigned-cert-bundle:v1",
+        "cosigned-cert-bundle",
+    )
+    .await;
+    run(&[
+        "sign",
+        "--key",
+        "imported.key",
+        "--certificate",
+        "leaf.pem",
+        "--certificate-chain",
+        "chain.pem",
+        "--use-signing-config=false",
+        "--tlog-upload=false",
+        "--allow-insecure-registry",
+        "--allow-http-registry",
+        "--yes",
+        &certified_bundle,
+    ]);
+    let v = check(
+        &cert_policy(&ca_bundle, r"builder@example\.com"),
+        &registry,
+        &certified_bundle,
+    )
+    .await
+    .unwrap();
+    assert!(v.verified, "{v:?}");
+    assert_eq!(v.signer.as_deref(), Some("builder@example.com"));
+    let err = check(
+        &cert_policy(&ca_bundle, r"other@example\.com"),
+        &registry,
+        &certified_bundle,
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, VerifyError::SubjectMismatch { .. }), "{err}");
+    // A key-signed bundle in certificate mode: refused, saying why.
+    let err = check(&cert_policy(&ca_bundle, ".*"), &registry, &bundled)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("Sigstore bundle: signed with a key, not a certificate"),
+        "{err}"
+    );
 }
 
 /// A Fulcio-style CA and Rekor key made in the test, for offline keyless verification.
