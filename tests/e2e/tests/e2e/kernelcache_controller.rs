@@ -159,6 +159,8 @@ async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments
     let registry = start_registry("kc-controller").unwrap();
     let (signer, public) = new_signer().unwrap();
     let (other_signer, _) = new_signer().unwrap();
+    // A trusted key that signs an image only after its KernelCache was refused.
+    let (late_signer, late_public) = new_signer().unwrap();
 
     let signed = push(&registry, "caches/signed:v1", &triton_cuda("90").unwrap())
         .await
@@ -220,7 +222,7 @@ async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments
         "KernelCachePolicy",
         "kernelcachepolicies",
         "default",
-        json!({"spec": {"mode": "key", "publicKeys": [public]}}),
+        json!({"spec": {"mode": "key", "publicKeys": [public, late_public]}}),
     )
     .await;
     cache(&client, "unsigned", &unsigned).await;
@@ -252,6 +254,21 @@ async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments
         assert_eq!(condition(&s, "Ready").0, "False");
     }
 
+    // A signature pushed after the refusal is picked up without a restart (the refusal
+    // is retried with backoff).
+    sign(
+        &registry,
+        &pinned(&registry, &unsigned).await.unwrap(),
+        late_signer,
+    )
+    .await
+    .unwrap();
+    let s = status_where(&client, "unsigned", "verified once signed", |s| {
+        conditions::find(&s.conditions, "Verified").is_some_and(|c| c.reason == "Verified")
+    })
+    .await;
+    assert!(s.usable_image().is_some());
+
     // A signed image that is not a kernel cache (no cache labels) is refused too.
     let (plain_signer, plain_public) = new_signer().unwrap();
     let mut plain_image = triton_cuda("90").unwrap();
@@ -272,7 +289,7 @@ async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments
         "KernelCachePolicy",
         "kernelcachepolicies",
         "default",
-        json!({"spec": {"mode": "key", "publicKeys": [public.clone(), plain_public]}}),
+        json!({"spec": {"mode": "key", "publicKeys": [public.clone(), late_public.clone(), plain_public]}}),
     )
     .await;
     cache(&client, "plain", &plain).await;
