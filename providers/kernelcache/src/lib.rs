@@ -10,6 +10,7 @@
 
 pub mod agent;
 pub mod api;
+pub mod build;
 pub mod bundle;
 pub mod compat;
 pub mod controller;
