@@ -1008,6 +1008,33 @@ fn check_rekor_entry(raw: &RawSignature) -> Result<(), VerifyError> {
     Ok(())
 }
 
+/// The verdict the controller would reach on `image` (tag or digest) under `policy`
+/// (`kubeairunway cache verify`): the pinned reference and the verification, refused
+/// with its reason when unsigned, badly signed or not a cache image.
+pub async fn explain(
+    policy: &KernelCachePolicySpec,
+    image: &str,
+    auth: &RegistryAuth,
+    plain_http: Vec<String>,
+) -> Result<(String, Verification), String> {
+    let puller = crate::oci::Puller::new(auth.clone(), plain_http.clone());
+    let digest = puller.resolve(image).await.map_err(|e| e.to_string())?;
+    let pinned = crate::oci::pin(image, &digest).map_err(|e| e.to_string())?;
+    let verification = match verify(policy, &pinned, auth, plain_http).await {
+        Ok(v) => v,
+        Err(e) => refused(policy.mode, &e),
+    };
+    let verification = match puller.inspect(&pinned).await {
+        Ok(_) => verification,
+        Err(e) => Verification {
+            verified: false,
+            message: Some(format!("not usable: {e}")),
+            ..verification
+        },
+    };
+    Ok((pinned, verification))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

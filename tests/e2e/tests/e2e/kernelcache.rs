@@ -418,6 +418,38 @@ mod build {
             .await
             .unwrap();
         assert!(v.verified, "{v:?}");
+        // What `cache verify` says, from the tag.
+        let (explained_pin, verdict) = kubeairunway_kernelcache::verify::explain(
+            &policy,
+            &image,
+            &RegistryAuth::Anonymous,
+            plain.clone(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(explained_pin, pinned);
+        assert!(verdict.verified, "{verdict:?}");
+        let unsigned_policy = KernelCachePolicySpec {
+            public_keys: vec![new_signer().unwrap().1],
+            ..policy.clone()
+        };
+        let (_, refused) = kubeairunway_kernelcache::verify::explain(
+            &unsigned_policy,
+            &image,
+            &RegistryAuth::Anonymous,
+            plain.clone(),
+        )
+        .await
+        .unwrap();
+        assert!(!refused.verified);
+        assert!(
+            refused
+                .message
+                .as_deref()
+                .unwrap_or_default()
+                .contains("unsatisfied constraints"),
+            "{refused:?}"
+        );
 
         let puller = Puller::new(RegistryAuth::Anonymous, plain);
         let root = tempfile::tempdir().unwrap();
