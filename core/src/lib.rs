@@ -2,12 +2,14 @@
 //!
 //! The core controller of kubeairunway: admission webhooks for ModelDeployment
 //! ([`webhook`]) with self-managed TLS (`kubeairunway_sdk::tls`), provider selection
-//! ([`selection`]), the ModelDeployment reconciler ([`reconciler`]), leader election
+//! ([`selection`], the SDK's pure functions), the ModelDeployment reconciler ([`reconciler`]), leader election
 //! (`kubeairunway_sdk::leader`) and observability ([`metrics`]). It contains no knowledge of any particular provider.
 
-pub mod defaults;
-pub mod selection;
 pub mod validation;
+
+/// Spec defaults and provider selection are the SDK's (pure functions every component and
+/// the CLI share); core applies them.
+pub use kubeairunway_sdk::{defaults, selection};
 
 /// The field manager core applies its status fields with.
 pub const FIELD_MANAGER: &str = "kubeairunway-controller";

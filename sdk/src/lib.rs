@@ -8,6 +8,8 @@
 //! - the [`Provider`] trait: the pure functions a provider writes ([`provider`]), with
 //!   helpers for rendering ([`render`]), typed `provider.overrides` ([`overrides`]) and
 //!   the installed upstream API ([`upstream`]);
+//! - provider selection as pure functions ([`selection`], over the spec with its
+//!   [`defaults`] applied), as core runs it;
 //! - the runtime that does all the I/O ([`runtime::run`]; a provider's `main` is
 //!   [`runtime::main`]);
 //! - for components that serve admission webhooks or run several replicas: self-managed
@@ -20,14 +22,17 @@
 
 pub mod admission;
 pub mod api;
-pub mod cli;
 pub mod conditions;
+pub mod defaults;
 pub mod labels;
 pub mod leader;
 pub mod overrides;
+pub mod process;
 pub mod provider;
+pub mod reflect;
 pub mod render;
 pub mod runtime;
+pub mod selection;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tls;

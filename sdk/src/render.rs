@@ -2,7 +2,7 @@
 //! reference, the platform's labels (004 §4.12), and on pod templates the pod labels and
 //! annotations of the ModelDeployment.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::DynamicObject;
@@ -10,6 +10,8 @@ use kube::{Resource, ResourceExt};
 
 use crate::api::ModelDeployment;
 use crate::labels;
+use crate::provider::Provider;
+use crate::upstream::UpstreamApi;
 
 /// Labels for every serving pod: `spec.podTemplate.metadata.labels` plus
 /// `kubeairunway.ai/model-deployment: <name>` (which the platform relies on and the user
@@ -131,6 +133,87 @@ pub fn finish(object: &mut DynamicObject, md: &ModelDeployment, provider: &str, 
     }
 }
 
+/// Hash of an object as finished (without its own [`labels::RENDERED_HASH`]
+/// annotation): the runtime applies an object again only when it changes (or the live
+/// object drifted).
+pub fn rendered_hash(object: &DynamicObject) -> String {
+    let mut value = serde_json::to_value(object).unwrap_or_default();
+    if let Some(a) = value
+        .pointer_mut("/metadata/annotations")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        a.remove(labels::RENDERED_HASH);
+    }
+    crate::upstream::short_hash(value.to_string().as_bytes())
+}
+
+/// Why rendered objects cannot be applied: fields the installed upstream schema lacks.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "installed {crd} {version} (schema {schema_hash}) has no field {}; nothing was applied",
+    missing.join(", ")
+)]
+pub struct SchemaMismatch {
+    /// The upstream CRD's name.
+    pub crd: String,
+    /// The version rendered for.
+    pub version: String,
+    /// Hash of that version's schema.
+    pub schema_hash: String,
+    /// The field paths the schema does not have (sorted).
+    pub missing: Vec<String>,
+}
+
+/// The objects applied for `md`: `objects` as [`Provider::render`] returned them (primary
+/// first), each [`finish`]ed in its role (the primary with the provider's
+/// [`Provider::immutable_fields`] for its kind, the others as supporting objects),
+/// stamped with [`rendered_hash`], and checked against the installed upstream schema. The runtime applies exactly this, and
+/// previews (`kubeairunway render`) print exactly this.
+pub fn finalize<P: Provider + ?Sized>(
+    provider: &P,
+    md: &ModelDeployment,
+    api: &UpstreamApi,
+    mut objects: Vec<DynamicObject>,
+) -> Result<Vec<DynamicObject>, SchemaMismatch> {
+    let primary_kind = objects
+        .first()
+        .and_then(|o| o.types.as_ref())
+        .map(|t| t.kind.clone())
+        .unwrap_or_default();
+    for (i, object) in objects.iter_mut().enumerate() {
+        let role = if i == 0 {
+            Role::Primary {
+                immutable_fields: provider.immutable_fields(&primary_kind),
+            }
+        } else {
+            Role::Supporting
+        };
+        finish(object, md, provider.name(), role);
+        let hash = rendered_hash(object);
+        object
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(labels::RENDERED_HASH.to_string(), hash);
+    }
+    let mut missing = BTreeSet::new();
+    for object in &objects {
+        let value = serde_json::to_value(object).unwrap_or_default();
+        if api.is_upstream_object(&value) {
+            missing.extend(api.missing_paths(&value));
+        }
+    }
+    if missing.is_empty() {
+        return Ok(objects);
+    }
+    Err(SchemaMismatch {
+        crd: provider.upstream().crd_name(),
+        version: api.version.clone(),
+        schema_hash: api.schema_hash.clone(),
+        missing: missing.into_iter().collect(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -239,5 +322,93 @@ mod tests {
         removed["inference"]["preset"]["presetOptions"] = json!(null);
         assert_ne!(immutable_hash(&a, &paths), immutable_hash(&removed, &paths));
         assert_eq!(immutable_hash(&a, &[]), None);
+    }
+
+    struct Widgets;
+
+    impl Provider for Widgets {
+        fn name(&self) -> &'static str {
+            "widgets"
+        }
+        fn config(&self) -> crate::InferenceProviderConfigSpec {
+            crate::InferenceProviderConfigSpec::default()
+        }
+        fn upstream(&self) -> crate::UpstreamRef {
+            crate::UpstreamRef::new("example.com", "Widget", "widgets", &["v1"])
+        }
+        fn check(&self, _: &ModelDeployment) -> Result<(), crate::Incompatible> {
+            Ok(())
+        }
+        fn render(
+            &self,
+            _: &ModelDeployment,
+            _: &UpstreamApi,
+        ) -> Result<crate::Rendered, crate::RenderError> {
+            Ok(crate::Rendered::default())
+        }
+        fn observe(&self, _: &ModelDeployment, _: Option<&DynamicObject>) -> crate::Observed {
+            crate::Observed::deploying("")
+        }
+        fn immutable_fields(&self, kind: &str) -> &'static [&'static str] {
+            if kind == "Widget" {
+                &["spec.size"]
+            } else {
+                &[]
+            }
+        }
+    }
+
+    fn widget_api() -> UpstreamApi {
+        let crd = serde_json::from_value(json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+            "metadata": {"name": "widgets.example.com"},
+            "spec": {"group": "example.com", "scope": "Namespaced",
+                     "names": {"plural": "widgets", "kind": "Widget"},
+                     "versions": [{"name": "v1", "served": true, "storage": true, "schema": {"openAPIV3Schema": {
+                         "type": "object",
+                         "properties": {"spec": {"type": "object", "properties": {"size": {"type": "integer"}}}}}}}]},
+        }))
+        .unwrap();
+        UpstreamApi::detect(&crd, &Widgets.upstream()).unwrap()
+    }
+
+    fn objects(spec: &serde_json::Value) -> Vec<DynamicObject> {
+        vec![
+            serde_json::from_value(json!({"apiVersion": "example.com/v1", "kind": "Widget", "metadata": {"name": "m"}, "spec": spec})).unwrap(),
+            serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "m-config"}, "data": {"a": "b"}})).unwrap(),
+        ]
+    }
+
+    #[test]
+    fn finalize_finishes_each_object_in_its_role_and_checks_the_schema() {
+        let m = md(json!({}));
+        let done = finalize(&Widgets, &m, &widget_api(), objects(&json!({"size": 1}))).unwrap();
+        let (primary, supporting) = (&done[0], &done[1]);
+        assert!(primary.annotations().contains_key(labels::IDENTITY));
+        assert!(primary.annotations().contains_key(labels::IMMUTABLE_HASH));
+        assert!(!supporting.annotations().contains_key(labels::IDENTITY));
+        for o in &done {
+            assert_eq!(o.metadata.namespace.as_deref(), Some("ns"));
+            assert_eq!(
+                o.labels().get(labels::PROVIDER).map(String::as_str),
+                Some("widgets")
+            );
+        }
+
+        let err = finalize(
+            &Widgets,
+            &m,
+            &widget_api(),
+            objects(&json!({"size": 1, "colour": "red"})),
+        )
+        .unwrap_err();
+        assert_eq!(err.missing, ["spec.colour"]);
+        assert_eq!(
+            err.to_string(),
+            format!(
+                "installed widgets.example.com v1 (schema {}) has no field spec.colour; nothing was applied",
+                widget_api().schema_hash
+            )
+        );
     }
 }

@@ -20,7 +20,6 @@ pub mod files;
 pub mod image;
 pub mod inject;
 pub mod oci;
-pub mod ops;
 pub mod registry;
 pub mod seed;
 pub mod triton;

@@ -140,7 +140,7 @@ impl Agent {
             .args([
                 "--node-name=fault-node",
                 "--resync=1s",
-                "--metrics-addr=",
+                "--metrics-bind-address=",
                 "--log-format=text",
             ])
             .arg(format!("--cache-root={}", root.display()))

@@ -69,7 +69,7 @@ fn start_agent_with(
     let seams = Seams {
         gpus: Arc::new(Static::parse(inventory).unwrap()),
         node: Arc::new(KubeNode::watch(client.clone(), node_name)),
-        secrets: Arc::new(secrets::InMemory::default()),
+        secrets: Arc::new(secrets::KubeSecrets(client.clone())),
     };
     let metrics = Arc::new(Metrics::new(node_name));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -176,7 +176,7 @@ fn state_of(node: &KernelCacheNode, name: &str) -> Option<CacheState> {
 
 #[tokio::test]
 async fn the_agent_stages_what_fits_reports_labels_survives_restarts_and_cleans_up() {
-    let (_cluster, client, registry) = setup("kc-agent").await;
+    let (cluster, client, registry) = setup("kc-agent").await;
     let ns = "ml";
     let triton = push(&registry, "kc/triton-vadd:v1", &triton_cuda("90").unwrap())
         .await
@@ -255,7 +255,12 @@ async fn the_agent_stages_what_fits_reports_labels_survives_restarts_and_cleans_
     .await
     .unwrap();
     cache(&client, &registry, ns, "elsewhere", &triton, true).await;
-    let running = start_agent(&client, node_name, root.path(), &registry, H100X2);
+    // The agent runs under its own identity, as its DaemonSet's service account.
+    let agent = cluster
+        .client_as_service_account("kubeairunway-system", "kernelcache-agent")
+        .await
+        .unwrap();
+    let running = start_agent(&agent, node_name, root.path(), &registry, H100X2);
 
     let report = node_where(
         &client,
@@ -569,4 +574,68 @@ async fn caches_of_one_image_share_its_files_and_the_disk_budget_is_kept() {
     );
     assert!(!small.path().join("ml").exists());
     running.stop().await;
+}
+
+/// The controller reads pull credentials from real Secrets (then hands them over to the
+/// agents): the first pull Secret naming the registry wins, a missing Secret is skipped (as the kubelet does), another registry gets none,
+/// and a Secret without a docker config is an error that names it.
+#[tokio::test]
+async fn pull_credentials_come_from_real_secrets() {
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::PostParams;
+    use kubeairunway_kernelcache::agent::secrets::{KubeSecrets, auth_for};
+    use oci_client::secrets::RegistryAuth;
+
+    let cluster = kubeairunway_testcluster::shared();
+    let client = cluster.client().await.unwrap();
+    let ns = cluster.namespace("kc-pull");
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let config = r#"{"auths":{"reg.example:5000":{"username":"u","password":"p"}}}"#;
+    for (name, body) in [
+        (
+            "pull",
+            json!({"type": "kubernetes.io/dockerconfigjson", "stringData": {".dockerconfigjson": config}}),
+        ),
+        (
+            "opaque",
+            json!({"type": "Opaque", "stringData": {"token": "x"}}),
+        ),
+    ] {
+        let mut secret = body;
+        secret["metadata"] = json!({"name": name});
+        secrets
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(secret).unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+    let reader = KubeSecrets(
+        cluster
+            .client_as_service_account(&ns, "kernelcache-controller")
+            .await
+            .unwrap(),
+    );
+    let names = ["missing".to_string(), "pull".to_string()];
+    let auth = auth_for(&reader, &ns, &names, "reg.example:5000/c@sha256:ab")
+        .await
+        .unwrap();
+    assert_eq!(auth, RegistryAuth::Basic("u".into(), "p".into()));
+    let other = auth_for(&reader, &ns, &names, "other.example/c@sha256:ab")
+        .await
+        .unwrap();
+    assert_eq!(other, RegistryAuth::Anonymous);
+    let e = auth_for(
+        &reader,
+        &ns,
+        &["opaque".to_string()],
+        "reg.example:5000/c@sha256:ab",
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        e,
+        "pull secret opaque has no .dockerconfigjson or .dockercfg key"
+    );
 }

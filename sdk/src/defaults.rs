@@ -5,7 +5,7 @@
 
 use serde_json::{Map, Value};
 
-use kubeairunway_sdk::api::DEFAULT_GPU_TYPE;
+use crate::api::DEFAULT_GPU_TYPE;
 
 fn object<'a>(parent: &'a mut Map<String, Value>, key: &str) -> Option<&'a mut Map<String, Value>> {
     let v = parent

@@ -1,4 +1,5 @@
-//! Built-in provider selection (004 §3.5.2, §4.4).
+//! Provider selection, as pure functions: core runs it on every ModelDeployment without a
+//! provider, and previews (`kubeairunway render`, `kubeairunway explain`) run it offline.
 //!
 //! 1. Candidates: serving providers whose InferenceProviderConfig is `ready` with a fresh
 //!    heartbeat and whose capabilities fit the spec (engine, GPU or CPU, serving mode).
@@ -15,12 +16,12 @@ use std::fmt::Write as _;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
+use crate::api::{Capabilities, ServingMode};
+use crate::{InferenceProviderConfig, ModelDeployment, ModelDeploymentSpec};
 use cel::objects::{Key, Map as CelMap};
 use cel::{Context, Env, Program, Value as CelValue};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
-use kubeairunway_sdk::api::{Capabilities, ServingMode};
-use kubeairunway_sdk::{InferenceProviderConfig, ModelDeployment, ModelDeploymentSpec};
 
 static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| Arc::new(Env::stdlib()));
 
@@ -317,14 +318,73 @@ pub fn capability_summary(spec: &ModelDeploymentSpec) -> String {
     )
 }
 
-/// Select a provider for `md` among `configs`.
-pub fn select(
+/// How one selection rule of a provider evaluated for a ModelDeployment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RuleVerdict {
+    /// Index of the rule in `spec.selectionRules`.
+    pub index: usize,
+    /// The CEL source.
+    pub condition: String,
+    /// Its priority.
+    pub priority: i32,
+    /// Its value, or why it has none (does not compile, fails, is not a bool).
+    pub value: Result<bool, String>,
+    /// Whether the rule does not compile (as opposed to failing at evaluation).
+    pub compile_error: bool,
+}
+
+/// Where a serving provider stands for a ModelDeployment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// Not ready, no heartbeat or a stale one: not a candidate.
+    Unhealthy(String),
+    /// Its capabilities do not fit the spec (the one that failed).
+    DoesNotFit(String),
+    /// It has no selection rules: it serves only when named.
+    NoRules,
+    /// None of its rules is true.
+    NoRuleMatched,
+    /// Its highest true rule.
+    Matched {
+        /// The rule's priority: the provider's score.
+        priority: i32,
+        /// The rule's CEL source.
+        condition: String,
+    },
+}
+
+/// One serving provider's evaluation for a ModelDeployment: health, capability fit and
+/// every rule's value. [`select`] decides from these; `kubeairunway explain` shows them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// The provider (config) name.
+    pub provider: String,
+    /// Generation of its config.
+    pub generation: Option<i64>,
+    /// Where it stands.
+    pub standing: Standing,
+    /// Each rule's value (empty unless it is healthy and its capabilities fit).
+    pub rules: Vec<RuleVerdict>,
+}
+
+impl Verdict {
+    /// Its score: the priority of its highest true rule.
+    pub fn priority(&self) -> Option<i32> {
+        match &self.standing {
+            Standing::Matched { priority, .. } => Some(*priority),
+            _ => None,
+        }
+    }
+}
+
+/// Evaluate every serving provider among `configs` for `md`, in name order.
+pub fn evaluate(
     md: &ModelDeployment,
     configs: &[Arc<InferenceProviderConfig>],
     cache: &RuleCache,
     settings: &Settings,
     now: Timestamp,
-) -> Selection {
+) -> Vec<Verdict> {
     let input = RuleInput::new(md);
     let ctx = input.context();
     let mut sorted: Vec<&InferenceProviderConfig> = configs
@@ -333,70 +393,120 @@ pub fn select(
         .filter(|c| c.spec.serves())
         .collect();
     sorted.sort_by_key(|c| c.name_any());
+    sorted
+        .into_iter()
+        .map(|config| {
+            let mut verdict = Verdict {
+                provider: config.name_any(),
+                generation: config.metadata.generation,
+                standing: Standing::NoRules,
+                rules: Vec::new(),
+            };
+            if let Some(r) = unhealthy_reason(config, now, settings.heartbeat_max_age) {
+                verdict.standing = Standing::Unhealthy(r);
+                return verdict;
+            }
+            let caps = config.spec.capabilities.clone().unwrap_or_default();
+            if let Err(r) = fits(&caps, &md.spec) {
+                verdict.standing = Standing::DoesNotFit(r);
+                return verdict;
+            }
+            let rules = cache.rules(config);
+            let mut top: Option<(i32, &str)> = None;
+            for (index, rule) in rules.iter().enumerate() {
+                let value = rule.eval(&ctx);
+                if value == Ok(true) && top.is_none_or(|(p, _)| rule.priority > p) {
+                    top = Some((rule.priority, &rule.condition));
+                }
+                verdict.rules.push(RuleVerdict {
+                    index,
+                    condition: rule.condition.clone(),
+                    priority: rule.priority,
+                    value,
+                    compile_error: rule.program.is_err(),
+                });
+            }
+            verdict.standing = match top {
+                Some((priority, condition)) => Standing::Matched {
+                    priority,
+                    condition: condition.to_string(),
+                },
+                None if rules.is_empty() => Standing::NoRules,
+                None => Standing::NoRuleMatched,
+            };
+            verdict
+        })
+        .collect()
+}
 
+/// Select a provider for `md` among `configs`.
+pub fn select(
+    md: &ModelDeployment,
+    configs: &[Arc<InferenceProviderConfig>],
+    cache: &RuleCache,
+    settings: &Settings,
+    now: Timestamp,
+) -> Selection {
+    decide(md, &evaluate(md, configs, cache, settings, now))
+}
+
+/// The selection that `verdicts` (from [`evaluate`]) make for `md`.
+pub fn decide(md: &ModelDeployment, verdicts: &[Verdict]) -> Selection {
     let mut unhealthy = BTreeMap::new();
     let mut why_not = BTreeMap::new();
     let mut rule_errors = Vec::new();
     let mut clean = Vec::new();
     // (priority, name, rule source)
-    let mut best: Option<(i32, String, String)> = None;
+    let mut best: Option<(i32, &str, &str)> = None;
 
-    for config in sorted {
-        let name = config.name_any();
-        if let Some(r) = unhealthy_reason(config, now, settings.heartbeat_max_age) {
-            unhealthy.insert(name, r);
-            continue;
-        }
-        let caps = config.spec.capabilities.clone().unwrap_or_default();
-        if let Err(r) = fits(&caps, &md.spec) {
-            why_not.insert(name, r);
-            continue;
-        }
-        let rules = cache.rules(config);
-        let mut top: Option<(i32, &str)> = None;
-        let mut had_error = false;
-        for (index, rule) in rules.iter().enumerate() {
-            match rule.eval(&ctx) {
-                Ok(true) => {
-                    if top.is_none_or(|(p, _)| rule.priority > p) {
-                        top = Some((rule.priority, &rule.condition));
-                    }
-                }
-                Ok(false) => {}
-                Err(error) => {
-                    had_error = true;
-                    rule_errors.push(RuleError {
-                        provider: name.clone(),
-                        generation: config.metadata.generation,
-                        index,
-                        condition: rule.condition.clone(),
-                        error,
-                        compile: rule.program.is_err(),
-                    });
-                }
+    for verdict in verdicts {
+        let name = verdict.provider.as_str();
+        let errors: Vec<RuleError> = verdict
+            .rules
+            .iter()
+            .filter_map(|r| {
+                let error = r.value.as_ref().err()?;
+                Some(RuleError {
+                    provider: name.to_string(),
+                    generation: verdict.generation,
+                    index: r.index,
+                    condition: r.condition.clone(),
+                    error: error.clone(),
+                    compile: r.compile_error,
+                })
+            })
+            .collect();
+        match &verdict.standing {
+            Standing::Unhealthy(r) => {
+                unhealthy.insert(name, r.clone());
+                continue;
             }
-        }
-        if !had_error {
-            clean.push((name.clone(), config.metadata.generation));
-        }
-        match top {
-            None => {
-                let why = if rules.is_empty() {
-                    "no selection rules (explicit selection only)"
-                } else {
-                    "no selection rule matched"
-                };
-                why_not.insert(name, why.to_string());
+            Standing::DoesNotFit(r) => {
+                why_not.insert(name, r.clone());
+                continue;
             }
-            Some((priority, condition)) => {
+            Standing::NoRules => {
+                why_not.insert(name, "no selection rules (explicit selection only)".into());
+            }
+            Standing::NoRuleMatched => {
+                why_not.insert(name, "no selection rule matched".into());
+            }
+            Standing::Matched {
+                priority,
+                condition,
+            } => {
                 // Strictly higher wins; equal keeps the earlier name (sorted ascending).
-                if best.as_ref().is_none_or(|(p, _, _)| priority > *p) {
-                    best = Some((priority, name, condition.to_string()));
-                } else if let Some((p, n, _)) = &best {
+                if best.is_none_or(|(p, _, _)| *priority > p) {
+                    best = Some((*priority, name, condition));
+                } else if let Some((p, n, _)) = best {
                     why_not.insert(name, format!("priority {priority} lost to {n} ({p})"));
                 }
             }
         }
+        if errors.is_empty() {
+            clean.push((name.to_string(), verdict.generation));
+        }
+        rule_errors.extend(errors);
     }
 
     let outcome = if let Some((priority, provider, condition)) = best {
@@ -405,7 +515,7 @@ pub fn select(
                 "matched capabilities: {}; rule `{condition}` priority {priority}",
                 capability_summary(&md.spec)
             ),
-            provider,
+            provider: provider.to_string(),
             priority,
         }
     } else if why_not.is_empty() {
@@ -438,9 +548,9 @@ pub fn select(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::{EngineType, SelectionRule};
+    use crate::{InferenceProviderConfigSpec, InferenceProviderConfigStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-    use kubeairunway_sdk::api::{EngineType, SelectionRule};
-    use kubeairunway_sdk::{InferenceProviderConfigSpec, InferenceProviderConfigStatus};
     use serde_json::json;
 
     fn now() -> Timestamp {
@@ -734,5 +844,64 @@ mod tests {
             matches!(s.outcome, Outcome::NoHealthyProviders { .. }),
             "{s:?}"
         );
+    }
+
+    #[test]
+    fn evaluate_explains_every_provider() {
+        let mut down = (*provider("down", V, false, true, AGG, &[("true", 1)])).clone();
+        down.status.as_mut().unwrap().ready = Some(false);
+        let configs = [
+            Arc::new(down),
+            provider("cpu", V, true, false, AGG, &[("true", 1)]),
+            provider("named", V, false, true, AGG, &[]),
+            provider("nomatch", V, false, true, AGG, &[("false", 9)]),
+            provider(
+                "win",
+                V,
+                false,
+                true,
+                AGG,
+                &[("false", 90), ("true", 20), ("1", 5)],
+            ),
+        ];
+        let verdicts = evaluate(
+            &gpu_vllm(),
+            &configs,
+            &RuleCache::default(),
+            &Settings::default(),
+            now(),
+        );
+        let standings: Vec<(&str, &Standing)> = verdicts
+            .iter()
+            .map(|v| (v.provider.as_str(), &v.standing))
+            .collect();
+        assert_eq!(
+            standings,
+            [
+                ("cpu", &Standing::DoesNotFit("GPU not supported".into())),
+                ("down", &Standing::Unhealthy("not ready".into())),
+                ("named", &Standing::NoRules),
+                ("nomatch", &Standing::NoRuleMatched),
+                (
+                    "win",
+                    &Standing::Matched {
+                        priority: 20,
+                        condition: "true".into()
+                    }
+                ),
+            ]
+        );
+        let win = &verdicts[4];
+        let values: Vec<_> = win.rules.iter().map(|r| r.value.clone()).collect();
+        assert_eq!(values[..2], [Ok(false), Ok(true)]);
+        assert!(values[2].as_ref().unwrap_err().contains("not a bool"));
+        assert_eq!(win.priority(), Some(20));
+        assert!(
+            verdicts[1].rules.is_empty(),
+            "unhealthy: rules not evaluated"
+        );
+        let s = decide(&gpu_vllm(), &verdicts);
+        assert!(matches!(&s.outcome, Outcome::Selected { provider, .. } if provider == "win"));
+        assert_eq!(s.rule_errors.len(), 1);
     }
 }
