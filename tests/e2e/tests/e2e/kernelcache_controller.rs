@@ -186,9 +186,11 @@ async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments
     .await
     .unwrap();
 
+    cluster.ensure_namespace("kc-credentials");
     let settings = Settings {
         plain_http: vec![registry.addr().to_string()],
         resync: Duration::from_secs(2),
+        credentials_namespace: Some("kc-credentials".into()),
         ..Settings::default()
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -201,6 +203,54 @@ async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments
             let _ = stopped.await;
         },
     ));
+
+    // A cache naming a pull Secret: the controller hands the registry's entry over to the
+    // agents in the credentials namespace, and takes it back when the cache goes.
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), NS);
+    let config = json!({"auths": {registry.addr(): {"username": "robot", "password": "pw"}}});
+    secrets
+        .create(
+            &kube::api::PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "regcred"},
+                "type": "kubernetes.io/dockerconfigjson",
+                "stringData": {".dockerconfigjson": config.to_string()},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    apply(
+        &client,
+        "cache.kubeairunway.ai/v1alpha1",
+        "KernelCache",
+        "kernelcaches",
+        "private",
+        json!({"spec": {"image": signed, "imagePullSecrets": ["regcred"]}}),
+    )
+    .await;
+    let handed: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(client.clone(), "kc-credentials");
+    let name = kubeairunway_kernelcache::credentials::handover_name(NS, "private");
+    let secret = eventually("the handed-over credentials", || async {
+        Ok(handed.get(&name).await?)
+    })
+    .await
+    .unwrap();
+    let data = secret.data.unwrap();
+    let auth = kubeairunway_kernelcache::credentials::registry_auth(
+        registry.addr(),
+        &[(name.clone(), data)],
+    )
+    .unwrap();
+    assert_eq!(
+        auth,
+        oci_client::secrets::RegistryAuth::Basic("robot".into(), "pw".into())
+    );
+    Api::<KernelCache>::namespaced(client.clone(), NS)
+        .delete("private", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
 
     // Without a policy nothing is usable.
     cache(&client, "signed", &signed).await;
@@ -497,6 +547,14 @@ async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments
     let v = s.verification.clone().unwrap();
     assert_eq!((v.mode, v.verified), (VerificationMode::Disabled, false));
     assert!(s.usable_image().is_some());
+
+    // The deleted cache's credentials were taken back.
+    eventually("the handed-over credentials removed", || async {
+        anyhow::ensure!(handed.get_opt(&name).await?.is_none(), "still there");
+        Ok(())
+    })
+    .await
+    .unwrap();
 
     // The capability registration: no engines, never selected to serve.
     let ipc: InferenceProviderConfig = Api::all(client.clone()).get("kernelcache").await.unwrap();
