@@ -878,6 +878,7 @@ mod tests {
     use super::*;
     use kubeairunway_sdk::InferenceProviderConfigSpec;
 
+    #[allow(clippy::needless_pass_by_value)] // reads better at the call sites
     fn md(spec: Value, status: Option<Value>) -> ModelDeployment {
         let mut v = json!({"apiVersion": API_VERSION, "kind": "ModelDeployment",
             "metadata": {"name": "m", "namespace": "ns", "generation": 1}, "spec": spec});
