@@ -5,6 +5,8 @@
 /// The example third-party provider of the SDK, driven by `sdk_runtime`.
 #[path = "../../../sdk/examples/chatserver/provider.rs"]
 mod chatserver;
+#[path = "e2e/cli.rs"]
+mod cli;
 #[path = "e2e/core_chart.rs"]
 mod core_chart;
 #[path = "e2e/core_leader.rs"]
