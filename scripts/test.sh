@@ -26,7 +26,7 @@ fi
 python3 -m pip --version >/dev/null 2>&1 || python3 -m ensurepip --user >/dev/null 2>&1 || {
   echo "python3 has no pip; install python3-pip" >&2; exit 1; }
 
-step "test API server (etcd + apiextensions-apiserver), OCI registry and cosign CLI, cached"
+step "test API server (etcd + the upstream apiserver code), OCI registry and cosign CLI, cached"
 bash tests/cluster/build.sh >/dev/null
 bash tests/cluster/fetch-registry.sh >/dev/null
 bash tests/cluster/fetch-cosign.sh >/dev/null

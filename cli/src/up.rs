@@ -3,8 +3,8 @@
 //! 1. a cluster: the local test API server (started, built first if needed, or reused),
 //!    or `--kubeconfig`;
 //! 2. CRDs: ours and the kernel cache's; on the local server also the bundled upstream
-//!    CRDs (and stand-ins of Event and Lease when it does not serve them); on a real
-//!    cluster a provider whose upstream CRD is absent is skipped, with how to install it;
+//!    CRDs; on a real cluster a provider whose upstream CRD is absent is skipped, with how
+//!    to install it;
 //! 3. core, every provider and the kernel-cache controller, in this process
 //!    ([`crate::controllers`]), logging to `<state-dir>/up.log`;
 //! 4. the samples of `config/samples`;
@@ -244,19 +244,6 @@ async fn install_crds(
     let mut installed: Vec<String> = ours.iter().map(ResourceExt::name_any).collect();
     crds::install(client, &ours).await?;
     if target.local {
-        if !serves(client, "events.k8s.io/v1").await {
-            // The local server serves CRDs only: stand-ins let the controllers publish
-            // Events (which `explain` shows) and hold Leases.
-            let stand_ins: Vec<_> = kubeairunway_testcluster::standin_crds()
-                .into_iter()
-                .filter(|c| {
-                    let n = c.name_any();
-                    n == "events.events.k8s.io" || n == "leases.coordination.k8s.io"
-                })
-                .collect();
-            crds::install(client, &stand_ins).await?;
-            installed.push("Event and Lease stand-ins".into());
-        }
         let upstream = crds::all_bundled()?;
         installed.extend(upstream.iter().map(ResourceExt::name_any));
         crds::install(client, &upstream).await?;
@@ -296,14 +283,6 @@ async fn install_crds(
         }
     }
     Ok((builtins, providers))
-}
-
-/// Whether the cluster serves `group_version`.
-async fn serves(client: &Client, group_version: &str) -> bool {
-    client
-        .list_api_group_resources(group_version)
-        .await
-        .is_ok_and(|l| !l.resources.is_empty())
 }
 
 /// Wait until each provider of `names` is registered and ready.
@@ -544,17 +523,14 @@ fn notes(target: &Target, took: Duration) -> String {
                 .as_ref()
                 .map(install_lines)
                 .unwrap_or_default();
-            match lines.split_first() {
-                Some((first, rest)) => {
-                    let _ = writeln!(out, "  {}: {first}", p.name());
-                    for line in rest {
-                        let _ = writeln!(out, "    {line}");
-                    }
+            if let Some((first, rest)) = lines.split_first() {
+                let _ = writeln!(out, "  {}: {first}", p.name());
+                for line in rest {
+                    let _ = writeln!(out, "    {line}");
                 }
-                None => {
-                    let doc = p.config().documentation.unwrap_or_default();
-                    let _ = writeln!(out, "  {}: see {doc}", p.name());
-                }
+            } else {
+                let doc = p.config().documentation.unwrap_or_default();
+                let _ = writeln!(out, "  {}: see {doc}", p.name());
             }
         }
         if let Some(kubeconfig) = &target.kubeconfig {

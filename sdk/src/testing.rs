@@ -1,8 +1,9 @@
 //! Test helpers for provider authors (feature `testing`).
 //!
 //! - [`ModelDeploymentBuilder`]: ModelDeployments in a line or two.
-//! - [`cluster`]: a real Kubernetes API server (etcd + apiextensions-apiserver) with the
-//!   platform's CRDs installed, and [`spawn`] to run a provider against it in-process.
+//! - [`cluster`]: a real Kubernetes API server (etcd + the upstream apiserver code: CRDs,
+//!   the built-in kinds the platform uses, webhook admission) with the platform's CRDs
+//!   installed, and [`spawn`] to run a provider against it in-process.
 //! - [`select`]: set `status.provider.name` the way core (or a custom selector) does.
 //! - [`write_upstream_status`]: play the upstream operator, writing the upstream
 //!   object's status the way it does (and nothing else).
@@ -29,7 +30,7 @@ use crate::conditions::{self, PROVIDER_SELECTED, reasons};
 use crate::provider::Provider;
 use crate::runtime::{self, Options};
 
-pub use kubeairunway_testcluster::{TestCluster, install_crds, shared, standin_crds};
+pub use kubeairunway_testcluster::{TestCluster, ensure_namespace, install_crds, shared};
 
 /// Field manager of core, as [`select`] uses it.
 pub const CORE_MANAGER: &str = "kubeairunway-controller";
@@ -144,17 +145,16 @@ impl ModelDeploymentBuilder {
     }
 }
 
-/// The shared test cluster of this process with the platform's CRDs and the Event and
-/// Lease stand-ins installed, and a client for the caller.
+/// The shared test cluster of this process with the platform's CRDs installed, and a
+/// client for the caller. The server also serves the built-in kinds a provider uses
+/// (Events, Leases, Pods, Secrets, ...; see `kubeairunway_testcluster`).
 pub async fn cluster() -> anyhow::Result<(&'static TestCluster, Client)> {
     static INSTALLED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
     let cluster = shared();
     INSTALLED
         .get_or_try_init(|| async {
             let client = cluster.client().await?;
-            let mut crds = crate::api::crds::all();
-            crds.extend(standin_crds());
-            install_crds(&client, &crds).await
+            install_crds(&client, &crate::api::crds::all()).await
         })
         .await?;
     Ok((cluster, cluster.client().await?))
@@ -212,8 +212,8 @@ pub fn spawn<P: Provider>(provider: P, client: Client, options: Options) -> Runn
 /// How long the `*_where` helpers wait.
 pub const WAIT: Duration = Duration::from_secs(60);
 
-/// A cluster of the caller's own (stopped when dropped) with the platform's CRDs, the
-/// stand-ins and `extra` CRDs installed, and a client. `tag` names its run directory.
+/// A cluster of the caller's own (stopped when dropped) with the platform's CRDs and
+/// `extra` CRDs installed, and a client. `tag` names its run directory.
 pub async fn private_cluster(
     tag: &str,
     extra: &[k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition],
@@ -227,7 +227,6 @@ pub async fn private_cluster(
     .await??;
     let client = cluster.client().await?;
     let mut crds = crate::api::crds::all();
-    crds.extend(standin_crds());
     crds.extend(extra.iter().cloned());
     install_crds(&client, &crds).await?;
     Ok((cluster, client))
@@ -240,10 +239,12 @@ pub async fn deploy(
     md: &ModelDeployment,
     provider: &str,
 ) -> kube::Result<ModelDeployment> {
-    let api: Api<ModelDeployment> = Api::namespaced(
-        client.clone(),
-        md.metadata.namespace.as_deref().unwrap_or("default"),
-    );
+    let ns = md.metadata.namespace.as_deref().unwrap_or("default");
+    // As a user would, into a namespace that exists (NamespaceLifecycle refuses others).
+    kubeairunway_testcluster::ensure_namespace(client, ns)
+        .await
+        .map_err(|e| kube::Error::Service(e.into()))?;
+    let api: Api<ModelDeployment> = Api::namespaced(client.clone(), ns);
     let mut body = serde_json::to_value(md).map_err(kube::Error::SerdeError)?;
     if let Some(obj) = body.as_object_mut() {
         obj.remove("status");

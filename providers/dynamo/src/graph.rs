@@ -1,20 +1,35 @@
 //! The deployment graph both adapters render: a frontend and one worker group
 //! (aggregated), or a frontend with prefill and decode workers (disaggregated). Built
 //! once from the ModelDeployment, independent of the DynamoGraphDeployment version.
+//!
+//! The frontend is rendered with its image only, as in every upstream example
+//! (`examples/backends/*/deploy/*.yaml` at ai-dynamo/dynamo `3e3b3b187` and `2a6da14c8`):
+//! the operator's frontend container already runs `python3 -m dynamo.frontend`
+//! (`deploy/operator/internal/dynamo/component_frontend.go:30-31`, both commits) and
+//! merges ours over it with mergo `WithOverride`, where an empty list keeps the default
+//! (`graph.go:1175@3e3b3b187`, `graph.go:1826-1843@2a6da14c8`). A command of
+//! `[python3, -m, dynamo.frontend]` with no arguments therefore ran
+//! `python3 -m dynamo.frontend -m dynamo.frontend`, which the frontend refuses
+//! ("Unknown arguments specified", `components/src/dynamo/frontend/main.py:109-152`).
+//!
+//! Node selector and tolerations go on the workers only: the frontend needs no GPU node,
+//! and no upstream example places it on one.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{EnvVar, Toleration};
 use kubeairunway_sdk::api::{EngineType, GpuSpec, ServingMode};
-use kubeairunway_sdk::provider::engine_flags;
 use kubeairunway_sdk::render::{pod_annotations, pod_labels};
 use kubeairunway_sdk::{ModelDeployment, RenderError, Warning};
 
+use crate::args::{self, EngineOptions, Mode};
 use crate::overrides::Overrides;
+use crate::storage::{self, Volume};
 
-/// The key of the frontend component; its Service is `<name>-frontend`.
+/// The key of the frontend component.
 pub const FRONTEND: &str = "Frontend";
-/// The port the frontend serves the OpenAI API on.
+/// The port the frontend serves the OpenAI API on (`DynamoServicePort`,
+/// `deploy/operator/internal/consts/consts.go:13@2a6da14c8`).
 pub const FRONTEND_PORT: i32 = 8000;
 
 /// The role of a component in the graph.
@@ -46,9 +61,9 @@ pub struct Component {
     pub role: Role,
     /// Replicas.
     pub replicas: i32,
-    /// Container command (empty: the image's default).
+    /// Container command (empty: the operator's default).
     pub command: Vec<String>,
-    /// Container arguments.
+    /// Container arguments (empty: the operator's default).
     pub args: Vec<String>,
     /// Environment variables.
     pub env: Vec<EnvVar>,
@@ -69,18 +84,44 @@ pub struct Graph {
     pub backend: &'static str,
     /// Image of every container.
     pub image: String,
+    /// `provider.overrides.runtimeVersion`.
+    pub runtime_version: Option<String>,
+    /// The provider's Dynamo version (`--dynamo-version`).
+    pub dynamo_version: String,
     /// Secret with `HF_TOKEN`, as `envFromSecret`.
     pub hf_secret: Option<String>,
     /// Pod labels.
     pub labels: BTreeMap<String, String>,
     /// Pod annotations.
     pub annotations: BTreeMap<String, String>,
-    /// Node selector.
+    /// Node selector of the workers.
     pub node_selector: BTreeMap<String, String>,
-    /// Tolerations.
+    /// Tolerations of the workers.
     pub tolerations: Vec<Toleration>,
+    /// `spec.model.storage`, resolved.
+    pub volumes: Vec<Volume>,
     /// Components, frontend first.
     pub components: Vec<Component>,
+}
+
+/// The environment of `c`: its own, and `HF_HOME` at the model cache unless the user set
+/// it (as the upstream model-cache examples do on every component).
+pub fn env_of(c: &Component, plan: &storage::Plan) -> Vec<EnvVar> {
+    let mut out = c.env.clone();
+    if let Some(home) = &plan.hf_home
+        && !out.iter().any(|e| e.name == "HF_HOME")
+    {
+        out.push(env("HF_HOME", home));
+    }
+    out
+}
+
+/// The volumes mounted on `c`: model caches on every component, the others on workers.
+pub fn mounts_of<'a>(c: &Component, plan: &'a storage::Plan) -> Vec<&'a Volume> {
+    plan.mounts
+        .iter()
+        .filter(|v| c.role.is_worker() || v.on_frontend())
+        .collect()
 }
 
 /// The runtime image of an engine at a Dynamo version.
@@ -94,12 +135,25 @@ pub fn default_image(engine: EngineType, version: &str) -> Option<String> {
     Some(format!("nvcr.io/nvidia/ai-dynamo/{runtime}:{version}"))
 }
 
-fn env(name: &str, value: &str) -> EnvVar {
+/// An environment variable with a value.
+pub fn env(name: &str, value: &str) -> EnvVar {
     EnvVar {
         name: name.to_string(),
         value: Some(value.to_string()),
         value_from: None,
     }
+}
+
+/// Fields of the ModelDeployment the Dynamo provider does not serve.
+fn unsupported(md: &ModelDeployment) -> Vec<Warning> {
+    let mut out = Vec::new();
+    if md.spec.gateway.is_some() {
+        out.push(Warning::unsupported_field(
+            "spec.gateway",
+            "the Dynamo provider renders no InferencePool or HTTPRoute; use the frontend Service",
+        ));
+    }
+    out
 }
 
 /// Build the graph of `md`.
@@ -109,21 +163,13 @@ pub fn build(
     dynamo_version: &str,
 ) -> Result<(Graph, Vec<Warning>), RenderError> {
     let spec = &md.spec;
-    let mut warnings = Vec::new();
+    let warnings = unsupported(md);
     let engine = spec
         .engine
         .type_
         .ok_or_else(|| RenderError("engine.type is required".into()))?;
-    let (backend, module, model_flag) = match engine {
-        EngineType::Vllm => ("vllm", "dynamo.vllm", "--model"),
-        EngineType::Sglang => ("sglang", "dynamo.sglang", "--model-path"),
-        EngineType::Trtllm => ("trtllm", "dynamo.trtllm", "--model-path"),
-        EngineType::Llamacpp => {
-            return Err(RenderError(
-                "Dynamo does not support llamacpp engine".into(),
-            ));
-        }
-    };
+    let backend = args::backend(engine)
+        .ok_or_else(|| RenderError("Dynamo does not support llamacpp engine".into()))?;
     let model = spec
         .model
         .id
@@ -136,61 +182,14 @@ pub fn build(
         .filter(|i| !i.is_empty())
         .or_else(|| default_image(engine, dynamo_version))
         .unwrap_or_default();
-
-    let mut engine_args = vec![model_flag.to_string(), model];
-    if let Some(served) = spec.served_model_name() {
-        engine_args.extend(["--served-model-name".to_string(), served.to_string()]);
-    }
-    if let Some(len) = spec.engine.context_length {
-        match engine {
-            EngineType::Vllm => {
-                engine_args.extend(["--max-model-len".to_string(), len.to_string()]);
-            }
-            EngineType::Sglang => {
-                engine_args.extend(["--context-length".to_string(), len.to_string()]);
-            }
-            _ => warnings.push(Warning::new(
-                "ContextLengthIgnored",
-                format!(
-                    "engine.contextLength {len} is ignored: Dynamo's TensorRT-LLM worker takes the context length from its engine configuration (set it with engine.args)"
-                ),
-            )),
-        }
-    }
-    if spec.engine.trust_remote_code {
-        match engine {
-            EngineType::Vllm | EngineType::Sglang => {
-                engine_args.push("--trust-remote-code".to_string());
-            }
-            _ => warnings.push(Warning::new(
-                "TrustRemoteCodeIgnored",
-                "engine.trustRemoteCode is ignored: Dynamo's TensorRT-LLM worker has no such flag",
-            )),
-        }
-    }
-    let volumes: Vec<&str> = spec
-        .model
-        .storage
-        .iter()
-        .flat_map(|s| s.volumes.iter().flatten())
-        .map(|v| v.name.as_str())
-        .collect();
-    if !volumes.is_empty() {
-        warnings.push(Warning::new(
-            "StorageIgnored",
-            format!(
-                "model.storage volumes [{}] are not mounted: the Dynamo provider does not render storage yet",
-                volumes.join(", ")
-            ),
-        ));
-    }
-    let user_flags = engine_flags(spec.engine.args.as_ref());
-    let user_env = spec.env.clone().unwrap_or_default();
-    let prefix = match engine {
-        EngineType::Vllm => "Vllm",
-        EngineType::Sglang => "Sglang",
-        _ => "Trtllm",
+    let options = EngineOptions {
+        model,
+        served_name: spec.served_model_name().map(str::to_string),
+        context_length: spec.engine.context_length,
+        trust_remote_code: spec.engine.trust_remote_code,
+        args: spec.engine.args.clone(),
     };
+    let user_env = spec.env.clone().unwrap_or_default();
 
     let mut frontend_env = vec![env("DYN_ROUTER_MODE", &overrides.router_mode)];
     frontend_env.extend(user_env.iter().cloned());
@@ -198,72 +197,68 @@ pub fn build(
         name: FRONTEND.to_string(),
         role: Role::Frontend,
         replicas: overrides.frontend_replicas,
-        command: vec!["python3".into(), "-m".into(), "dynamo.frontend".into()],
+        command: vec![],
         args: vec![],
         env: frontend_env,
         cpu: Some(overrides.frontend_cpu.clone()),
         memory: Some(overrides.frontend_memory.clone()),
         gpu: None,
     }];
-    let worker = |name: String, role: Role, replicas, mode: Option<&str>, cpu, memory, gpu| {
-        let mut args = engine_args.clone();
-        if let Some(mode) = mode {
-            args.extend(["--disaggregation-mode".to_string(), mode.to_string()]);
-        }
-        args.extend(user_flags.iter().cloned());
-        Component {
+    let resources = spec.resources.clone().unwrap_or_default();
+    let worker = |name: String, role: Role, mode: Mode, replicas, memory, gpu: Option<GpuSpec>| {
+        let gpus = gpu.as_ref().map_or(0, |g| g.count);
+        let (command, args) = args::worker(backend, &options, mode, gpus)?;
+        Ok::<_, RenderError>(Component {
             name,
             role,
             replicas,
-            command: vec!["python3".into(), "-m".into(), module.into()],
+            command,
             args,
             env: user_env.clone(),
-            cpu,
+            cpu: resources.cpu.clone(),
             memory,
             gpu,
-        }
+        })
     };
+    let prefix = backend.prefix;
     match spec.serving.mode {
-        ServingMode::Aggregated => {
-            let resources = spec.resources.clone().unwrap_or_default();
-            components.push(worker(
-                format!("{prefix}Worker"),
-                Role::Worker,
-                spec.scaling.replicas,
-                None,
-                resources.cpu,
-                resources.memory,
-                resources.gpu,
-            ));
-        }
+        ServingMode::Aggregated => components.push(worker(
+            format!("{prefix}Worker"),
+            Role::Worker,
+            Mode::Aggregated,
+            spec.scaling.replicas,
+            resources.memory.clone(),
+            resources.gpu.clone(),
+        )?),
         ServingMode::Disaggregated => {
-            for (role, mode, scaling) in [
-                (Role::Prefill, "prefill", &spec.scaling.prefill),
-                (Role::Decode, "decode", &spec.scaling.decode),
+            for (role, mode, label, scaling) in [
+                (
+                    Role::Prefill,
+                    Mode::Prefill,
+                    "Prefill",
+                    &spec.scaling.prefill,
+                ),
+                (Role::Decode, Mode::Decode, "Decode", &spec.scaling.decode),
             ] {
                 let scaling = scaling.clone().unwrap_or_default();
-                let label = if role == Role::Prefill {
-                    "Prefill"
-                } else {
-                    "Decode"
-                };
                 components.push(worker(
                     format!("{prefix}{label}Worker"),
                     role,
+                    mode,
                     scaling.replicas,
-                    Some(mode),
-                    None,
-                    scaling.memory,
+                    scaling.memory.or_else(|| resources.memory.clone()),
                     scaling.gpu,
-                ));
+                )?);
             }
         }
     }
     Ok((
         Graph {
             name: md.metadata.name.clone().unwrap_or_default(),
-            backend,
+            backend: backend.framework,
             image,
+            runtime_version: overrides.runtime_version.clone(),
+            dynamo_version: dynamo_version.to_string(),
             hf_secret: spec
                 .secrets
                 .as_ref()
@@ -273,6 +268,7 @@ pub fn build(
             annotations: pod_annotations(md),
             node_selector: spec.node_selector.clone().unwrap_or_default(),
             tolerations: spec.tolerations.clone().unwrap_or_default(),
+            volumes: storage::volumes(md)?,
             components,
         },
         warnings,

@@ -3,13 +3,17 @@
 //! disaggregated, with vLLM, SGLang and TensorRT-LLM workers.
 //!
 //! - [`graph`]: the frontend and worker components, from the ModelDeployment;
+//! - [`args`]: each backend's worker command line;
+//! - [`storage`]: `spec.model.storage` as PVC volumes and Dynamo's compilation cache;
 //! - [`v1alpha1`], [`v1beta1`]: one adapter per upstream version;
-//! - [`overrides`]: `provider.overrides` (`routerMode`, `frontend.*`);
+//! - [`overrides`]: `provider.overrides` (`routerMode`, `frontend.*`, `runtimeVersion`);
 //! - [`status`]: the upstream status as ours.
 
+pub mod args;
 pub mod graph;
 pub mod overrides;
 pub mod status;
+pub mod storage;
 pub mod v1alpha1;
 pub mod v1beta1;
 
@@ -164,7 +168,7 @@ impl Provider for Dynamo {
         let (o, mut warnings) = overrides::parse(md)?;
         let (graph, more) = graph::build(md, &o, &self.settings.dynamo_version)?;
         warnings.extend(more);
-        let spec = match upstream.version.as_str() {
+        let (spec, more) = match upstream.version.as_str() {
             "v1beta1" => v1beta1::spec(&graph),
             "v1alpha1" => v1alpha1::spec(&graph),
             other => {
@@ -173,6 +177,7 @@ impl Provider for Dynamo {
                 )));
             }
         };
+        warnings.extend(more);
         let dgd = object(json!({
             "apiVersion": upstream.api_version(),
             "kind": upstream.kind,
@@ -183,6 +188,18 @@ impl Provider for Dynamo {
             objects: vec![dgd],
             warnings,
         })
+    }
+
+    /// `spec.backendFramework` may not change (`webhook/validation/dynamographdeployment.go:
+    /// 164-168@3e3b3b187`, `:730-737@2a6da14c8`). Neither may the set of component names
+    /// (`:237-274@3e3b3b187`, `:687-704@2a6da14c8`), but those follow `engine.type` and
+    /// `serving.mode`, which recreate the object anyway.
+    fn immutable_fields(&self, kind: &str) -> &'static [&'static str] {
+        if kind == "DynamoGraphDeployment" {
+            &["spec.backendFramework"]
+        } else {
+            &[]
+        }
     }
 
     fn observe(&self, md: &ModelDeployment, live: Option<&DynamicObject>) -> Observed {

@@ -1,5 +1,7 @@
 //! `provider.overrides` the Dynamo provider reads (004 §4.15, corrected): `routerMode`,
-//! `frontend.replicas`, `frontend.resources.cpu`, `frontend.resources.memory`.
+//! `frontend.replicas`, `frontend.resources.cpu`, `frontend.resources.memory`, and
+//! `runtimeVersion` (the Dynamo runtime version of a custom image, rendered as v1beta1's
+//! `runtimeVersionOverride`).
 
 use kubeairunway_sdk::{ModelDeployment, RenderError, Warning, overrides};
 use serde::Deserialize;
@@ -29,6 +31,7 @@ pub const DEFAULT_FRONTEND_MEMORY: &str = "4Gi";
 struct Raw {
     router_mode: Option<String>,
     frontend: Option<RawFrontend>,
+    runtime_version: Option<String>,
 }
 
 #[derive(Deserialize, Default, Debug, Clone, PartialEq)]
@@ -56,6 +59,22 @@ pub struct Overrides {
     pub frontend_cpu: String,
     /// Frontend memory request.
     pub frontend_memory: String,
+    /// The Dynamo runtime version of the image, `MAJOR.MINOR.PATCH`.
+    pub runtime_version: Option<String>,
+}
+
+/// Whether `v` is a `MAJOR.MINOR.PATCH` the v1beta1 CRD accepts as `runtimeVersionOverride`
+/// (its pattern `^(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})$`, see
+/// tests/fixtures/crds/upstream/nvidia.com_dynamographdeployments.yaml).
+pub fn is_runtime_version(v: &str) -> bool {
+    let parts: Vec<&str> = v.split('.').collect();
+    parts.len() == 3
+        && parts.iter().all(|p| {
+            !p.is_empty()
+                && p.len() <= 4
+                && p.bytes().all(|b| b.is_ascii_digit())
+                && (p.len() == 1 || !p.starts_with('0'))
+        })
 }
 
 /// Parse and validate `md`'s overrides: unknown keys give warnings, wrong types and
@@ -78,6 +97,15 @@ pub fn parse(md: &ModelDeployment) -> Result<(Overrides, Vec<Warning>), RenderEr
             "invalid override provider.overrides.frontend.replicas: {frontend_replicas} is negative"
         )));
     }
+    if let Some(v) = raw
+        .runtime_version
+        .as_deref()
+        .filter(|v| !is_runtime_version(v))
+    {
+        return Err(RenderError(format!(
+            "invalid override provider.overrides.runtimeVersion: {v:?} is not a MAJOR.MINOR.PATCH version such as \"1.4.0\""
+        )));
+    }
     let resources = frontend.resources.unwrap_or_default();
     let nonempty = |v: Option<String>, default: &str| {
         v.filter(|s| !s.is_empty())
@@ -89,6 +117,7 @@ pub fn parse(md: &ModelDeployment) -> Result<(Overrides, Vec<Warning>), RenderEr
             frontend_replicas,
             frontend_cpu: nonempty(resources.cpu, DEFAULT_FRONTEND_CPU),
             frontend_memory: nonempty(resources.memory, DEFAULT_FRONTEND_MEMORY),
+            runtime_version: raw.runtime_version,
         },
         warnings,
     ))
@@ -114,6 +143,7 @@ mod tests {
                 frontend_replicas: 1,
                 frontend_cpu: "2".into(),
                 frontend_memory: "4Gi".into(),
+                runtime_version: None,
             }
         );
         assert!(w.is_empty());
@@ -166,5 +196,28 @@ mod tests {
         );
         let err = parsed(json!({"frontend": {"replicas": -1}})).unwrap_err();
         assert!(err.0.contains("negative"), "{}", err.0);
+    }
+
+    #[test]
+    fn runtime_version_is_a_plain_semver_core() {
+        for ok in ["1.4.0", "0.0.0", "10.20.3"] {
+            assert_eq!(
+                parsed(json!({"runtimeVersion": ok}))
+                    .unwrap()
+                    .0
+                    .runtime_version
+                    .as_deref(),
+                Some(ok)
+            );
+        }
+        for bad in ["v1.4.0", "1.4", "1.4.0-rc1", "01.4.0", "12345.0.0", ""] {
+            let err = parsed(json!({"runtimeVersion": bad})).unwrap_err();
+            assert!(
+                err.0
+                    .starts_with("invalid override provider.overrides.runtimeVersion"),
+                "{bad}: {}",
+                err.0
+            );
+        }
     }
 }

@@ -3,6 +3,17 @@
 //! and message; replicas per component are in `status.services` (v1alpha1) or
 //! `status.components` (v1beta1). Dynamo sets `failed` on any reconcile error, so a
 //! failure counts only once it has lasted `failed_after`.
+//!
+//! As ai-dynamo/dynamo writes it (`deploy/operator/internal/controller/
+//! dynamographdeployment_controller.go:112-240,1098-1134@3e3b3b187`;
+//! `dgd_workload_result.go:48-80`, `dgd_workload_program.go:128-170@2a6da14c8`): `pending`
+//! with `Ready=False`, reason `some_resources_are_not_ready` and message
+//! `Resources not ready: <resource>: <why>; ...` while any component is not available (a
+//! crash-looping pod included); `successful` with `Ready=True`,
+//! `all_resources_are_ready`, "All resources are ready"; `failed` with the reconcile
+//! error's reason and message. Per component, `readyReplicas` is absent for a
+//! PodCliqueScalingGroup (multinode), which reports `availableReplicas` instead (the CRD's
+//! field descriptions in tests/fixtures/crds/upstream).
 
 use std::time::Duration;
 
@@ -19,7 +30,7 @@ pub struct Upstream {
     pub state: Option<String>,
     /// The `Ready` condition: status, reason, message, lastTransitionTime.
     pub ready: Option<ReadyCondition>,
-    /// Per component: (name, replicas, readyReplicas).
+    /// Per component: (name, replicas, ready: `readyReplicas`, else `availableReplicas`).
     pub replicas: Vec<(String, i64, i64)>,
 }
 
@@ -71,8 +82,9 @@ impl Upstream {
             .into_iter()
             .flatten()
             .map(|(name, s)| {
-                let n = |k: &str| s.get(k).and_then(Value::as_i64).unwrap_or(0);
-                (name.clone(), n("replicas"), n("readyReplicas"))
+                let n = |k: &str| s.get(k).and_then(Value::as_i64);
+                let ready = n("readyReplicas").or_else(|| n("availableReplicas"));
+                (name.clone(), n("replicas").unwrap_or(0), ready.unwrap_or(0))
             })
             .collect();
         Self {
@@ -84,6 +96,15 @@ impl Upstream {
             replicas,
         }
     }
+}
+
+/// The frontend's Service: `<dgd>-<component lowercased>` with dots as dashes
+/// (`GetDCDResourceName`, `NormalizeKubeResourceName`: `deploy/operator/internal/dynamo/
+/// graph.go:745-758,940@2a6da14c8`; `graph.go:499-505,703@3e3b3b187`).
+pub fn frontend_service(dgd: &str) -> String {
+    format!("{dgd}-{}", FRONTEND.to_lowercase())
+        .replace('.', "-")
+        .to_lowercase()
 }
 
 /// Our status for `md` from `upstream`, at `now`. `failed_since` is when the provider
@@ -148,8 +169,7 @@ pub fn observe(
         .iter()
         .filter(|(component, ..)| component != FRONTEND)
         .collect();
-    let observed =
-        observed.with_endpoint(format!("{name}-{}", FRONTEND.to_lowercase()), FRONTEND_PORT);
+    let observed = observed.with_endpoint(frontend_service(&name), FRONTEND_PORT);
     if workers.is_empty() {
         return observed;
     }

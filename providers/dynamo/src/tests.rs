@@ -156,16 +156,27 @@ fn snapshot(name: &str, md: &ModelDeployment) {
     );
 }
 
+/// Reviewed against `examples/backends/vllm/deploy/agg.yaml` at ai-dynamo/dynamo
+/// `3e3b3b187` (v1alpha1) and `2a6da14c8` (v1beta1): frontend with its image only, worker
+/// `python3 -m dynamo.vllm --model ...`, GPU limit; ours adds `--tensor-parallel-size`.
 #[test]
 fn example1_aggregated_vllm() {
     snapshot("example1", &example1());
 }
 
+/// Reviewed against `examples/backends/vllm/deploy/disagg.yaml` (v1alpha1 `3e3b3b187`,
+/// v1beta1 `2a6da14c8`): `--disaggregation-mode prefill|decode` and
+/// `--kv-transfer-config` NixlConnector on both roles (as at `2a6da14c8`; `3e3b3b187`
+/// passed it to prefill only), `subComponentType` / `type: prefill|decode`.
 #[test]
 fn example3_disaggregated_with_kv_routing() {
     snapshot("example3", &example3());
 }
 
+/// Aggregated, every option: reviewed against `examples/backends/{vllm,sglang,trtllm}/
+/// deploy/agg.yaml` at `3e3b3b187` and `2a6da14c8` (SGLang `--model-path`,
+/// `--served-model-name`, `--tp`, `--trust-remote-code`; TensorRT-LLM `--model-path`,
+/// engine settings given inline instead of an `--extra-engine-args` file).
 #[test]
 fn each_engine_with_every_option() {
     snapshot("vllm", &full(EngineType::Vllm));
@@ -173,6 +184,11 @@ fn each_engine_with_every_option() {
     snapshot("trtllm", &full(EngineType::Trtllm));
 }
 
+/// Reviewed against `examples/backends/sglang/deploy/disagg.yaml` (`--disaggregation-mode`,
+/// `--disaggregation-transfer-backend nixl`, `--host 0.0.0.0`; the bootstrap port left to
+/// Dynamo) and `examples/backends/trtllm/deploy/disagg.yaml` with
+/// `engine_configs/qwen3/{prefill,decode}.yaml` (`cache_transceiver_config.backend:
+/// DEFAULT`, prefill `disable_overlap_scheduler: true`), at `3e3b3b187` and `2a6da14c8`.
 #[test]
 fn each_engine_disaggregated() {
     for engine in [EngineType::Sglang, EngineType::Trtllm] {
@@ -183,6 +199,8 @@ fn each_engine_disaggregated() {
     }
 }
 
+/// Overrides only change the frontend's `DYN_ROUTER_MODE` (`components/src/dynamo/
+/// common/configuration/groups/router_args.py:64-80@3e3b3b187`), replicas and resources.
 #[test]
 fn each_override() {
     let base = || ModelDeploymentBuilder::new("ov").namespace("ns");
@@ -232,21 +250,198 @@ fn custom_image_overrides_the_runtime_image() {
     );
 }
 
+/// A model cache (frontend and workers, `HF_HOME`) and a compilation cache (workers), as
+/// `examples/deployments/EKS/manifests/vllm/disagg.yaml@2a6da14c8` (v1beta1) and
+/// `recipes/llama-3-70b/vllm/agg/deploy.yaml@3e3b3b187` (v1alpha1, with `spec.pvcs`)
+/// mount them; a claim Dynamo creates (v1alpha1 only, with a storage class).
 #[test]
-fn storage_is_not_rendered_and_says_so() {
-    let m = ModelDeploymentBuilder::new("s")
+fn storage_snapshots() {
+    let m = ModelDeploymentBuilder::new("st")
         .spec(|s| {
-            s.model.storage = serde_json::from_value(json!({"volumes": [{"name": "weights", "claimName": "pvc", "purpose": "modelCache"}]})).unwrap();
+            s.model.storage = serde_json::from_value(json!({"volumes": [
+                {"name": "weights", "claimName": "model-cache", "purpose": "modelCache", "readOnly": true},
+                {"name": "cc", "claimName": "compilation-cache", "purpose": "compilationCache", "mountPath": "/home/dynamo/.cache/vllm"},
+                {"name": "scratch", "size": "100Gi", "storageClassName": "fast", "purpose": "custom", "mountPath": "/scratch"},
+            ]}))
+            .unwrap();
         })
         .build();
-    let (object, warnings) = render(&m, "v1beta1");
-    assert!(!object.to_string().contains("pvc"));
+    snapshot("storage", &m);
+}
+
+#[test]
+fn storage_volumes_dynamo_cannot_create_are_named() {
+    let m = ModelDeploymentBuilder::new("s")
+        .spec(|s| {
+            s.model.storage = serde_json::from_value(json!({"volumes": [
+                {"name": "weights", "size": "100Gi", "purpose": "modelCache"},
+            ]}))
+            .unwrap();
+        })
+        .build();
+    for version in ["v1alpha1", "v1beta1"] {
+        let (object, warnings) = render(&m, version);
+        assert!(
+            !object.to_string().contains("s-weights"),
+            "{version}: not mounted"
+        );
+        assert_eq!(warnings.len(), 1, "{version}: {warnings:?}");
+        assert!(
+            warnings[0].starts_with("spec.model.storage.volumes[weights].size is ignored: "),
+            "{}",
+            warnings[0]
+        );
+    }
+    let rendered = Dynamo::default().render(&m, api("v1beta1")).unwrap();
     assert_eq!(
-        warnings,
-        [
-            "model.storage volumes [weights] are not mounted: the Dynamo provider does not render storage yet"
-        ]
+        rendered.warnings[0].ignored_field.as_deref(),
+        Some("spec.model.storage.volumes[weights].size")
     );
+}
+
+#[test]
+fn a_custom_volume_without_a_path_fails_with_the_field() {
+    let m = ModelDeploymentBuilder::new("s")
+        .spec(|s| {
+            s.model.storage =
+                serde_json::from_value(json!({"volumes": [{"name": "x", "claimName": "c"}]}))
+                    .unwrap();
+        })
+        .build();
+    let err = Dynamo::default().render(&m, api("v1beta1")).unwrap_err();
+    assert_eq!(
+        err.0,
+        "spec.model.storage.volumes[x].mountPath is required when purpose is custom"
+    );
+}
+
+#[test]
+fn gateway_is_named_as_ignored() {
+    let m = ModelDeploymentBuilder::new("g")
+        .spec(|s| s.gateway = serde_json::from_value(json!({"enabled": true})).unwrap())
+        .build();
+    let rendered = Dynamo::default().render(&m, api("v1beta1")).unwrap();
+    let fields: Vec<_> = rendered
+        .warnings
+        .iter()
+        .filter_map(|w| w.ignored_field.as_deref())
+        .collect();
+    assert_eq!(fields, ["spec.gateway"]);
+}
+
+/// Issue #12 item 1: the frontend is rendered with its image only, as every upstream
+/// example does (`examples/backends/vllm/deploy/agg.yaml` at `3e3b3b187` and `2a6da14c8`),
+/// so the operator's `python3` + `-m dynamo.frontend` stays whole.
+#[test]
+fn the_frontend_keeps_the_operators_command() {
+    for version in ["v1alpha1", "v1beta1"] {
+        let (object, _) = render(&example3(), version);
+        let main = if version == "v1beta1" {
+            object["spec"]["components"][0]["podTemplate"]["spec"]["containers"][0].clone()
+        } else {
+            object["spec"]["services"]["Frontend"]["extraPodSpec"]["mainContainer"].clone()
+        };
+        assert!(main.get("command").is_none(), "{version}: {main}");
+        assert!(main.get("args").is_none(), "{version}: {main}");
+    }
+}
+
+/// Issue #12 item 11: node selector and tolerations place the GPU workers, not the
+/// frontend.
+#[test]
+fn placement_is_for_the_workers() {
+    let m = full(EngineType::Vllm);
+    let (object, _) = render(&m, "v1beta1");
+    let components = object["spec"]["components"].as_array().unwrap();
+    for c in components {
+        let pod = &c["podTemplate"]["spec"];
+        let worker = c["type"] != "frontend";
+        assert_eq!(pod.get("nodeSelector").is_some(), worker, "{c}");
+        assert_eq!(pod.get("tolerations").is_some(), worker, "{c}");
+    }
+    let (object, _) = render(&m, "v1alpha1");
+    let services = object["spec"]["services"].as_object().unwrap();
+    for (name, s) in services {
+        let worker = name != "Frontend";
+        assert_eq!(
+            s["extraPodSpec"].get("nodeSelector").is_some(),
+            worker,
+            "{name}"
+        );
+    }
+}
+
+/// Issue #12 item 7: a custom image without a semantic-version tag carries
+/// `runtimeVersionOverride` on v1beta1 (the provider's version, or the override).
+#[test]
+fn custom_images_carry_a_runtime_version_on_v1beta1() {
+    let versions = |m: &ModelDeployment, settings: Settings| {
+        let rendered = Dynamo::new(settings).render(m, api("v1beta1")).unwrap();
+        let object = serde_json::to_value(&rendered.objects[0]).unwrap();
+        object["spec"]["components"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["runtimeVersionOverride"].clone())
+            .collect::<Vec<_>>()
+    };
+    let custom = ModelDeploymentBuilder::new("img")
+        .image("registry.example/dynamo:dev")
+        .build();
+    assert_eq!(
+        versions(&custom, Settings::default()),
+        [json!("1.1.0"), json!("1.1.0")]
+    );
+    let with_override = ModelDeploymentBuilder::new("img")
+        .image("registry.example/dynamo:dev")
+        .overrides(json!({"runtimeVersion": "1.4.2"}))
+        .build();
+    assert_eq!(
+        versions(&with_override, Settings::default()),
+        [json!("1.4.2"), json!("1.4.2")]
+    );
+    let tagged = ModelDeploymentBuilder::new("img")
+        .image("registry.example/dynamo:1.3.0")
+        .build();
+    assert_eq!(
+        versions(&tagged, Settings::default()),
+        [Value::Null, Value::Null]
+    );
+    let rc = Settings {
+        dynamo_version: "v1.5.0-rc1".into(),
+        ..Settings::default()
+    };
+    assert_eq!(versions(&custom, rc), [json!("1.5.0"), json!("1.5.0")]);
+    // v1alpha1 (Dynamo <= 1.1) has neither the field nor the rule.
+    let (old, _) = render(&custom, "v1alpha1");
+    assert!(!old.to_string().contains("runtimeVersionOverride"));
+}
+
+/// Issue #12 item 3: a worker's GPUs become its tensor parallelism.
+#[test]
+fn gpus_become_tensor_parallelism() {
+    for (engine, flag) in [
+        (EngineType::Vllm, "--tensor-parallel-size"),
+        (EngineType::Sglang, "--tp"),
+        (EngineType::Trtllm, "--tensor-parallel-size"),
+    ] {
+        let m = ModelDeploymentBuilder::new("tp")
+            .engine(engine)
+            .gpus(4)
+            .build();
+        let (object, _) = render(&m, "v1beta1");
+        let args = &object["spec"]["components"][1]["podTemplate"]["spec"]["containers"][0]["args"];
+        let args: Vec<&str> = args
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        assert!(
+            args.windows(2).any(|w| w == [flag, "4"]),
+            "{engine}: {args:?}"
+        );
+    }
 }
 
 #[test]
@@ -312,6 +507,11 @@ fn compatibility_messages_are_those_of_004_section_8() {
 
 #[test]
 fn registration() {
+    assert_eq!(
+        Dynamo::default().immutable_fields("DynamoGraphDeployment"),
+        ["spec.backendFramework"]
+    );
+    assert!(Dynamo::default().immutable_fields("ConfigMap").is_empty());
     let config = Dynamo::default().config();
     let caps = config.capabilities.unwrap();
     assert_eq!(
@@ -501,4 +701,32 @@ fn first_sighting_of_failed_is_remembered_and_forgotten() {
         Phase::Deploying,
         "a fresh failure is not yet Failed"
     );
+}
+
+/// Issue #12 item 6: a PodCliqueScalingGroup (multinode) component reports
+/// `availableReplicas` and no `readyReplicas` (the CRD's descriptions of
+/// `status.services.*` / `status.components.*` in tests/fixtures/crds/upstream).
+#[test]
+fn scaling_groups_count_their_available_replicas() {
+    let o = observe(
+        json!({"state": "successful", "components": {
+            "Frontend": {"componentKind": "Deployment", "replicas": 1, "updatedReplicas": 1, "readyReplicas": 1, "availableReplicas": 1},
+            "VllmPrefillWorker": {"componentKind": "PodCliqueScalingGroup", "replicas": 2, "updatedReplicas": 2, "availableReplicas": 2},
+            "VllmDecodeWorker": {"componentKind": "PodClique", "replicas": 4, "updatedReplicas": 4, "readyReplicas": 3}}}),
+        None,
+        "2026-01-01T00:00:00Z",
+    );
+    let r = o.replicas.unwrap();
+    assert_eq!((r.desired, r.ready), (Some(6), Some(5)));
+}
+
+/// The frontend Service of a dotted name: dots become dashes
+/// (`NormalizeKubeResourceName`, `deploy/operator/internal/dynamo/graph.go:756@2a6da14c8`).
+#[test]
+fn the_frontend_service_of_a_dotted_name() {
+    assert_eq!(
+        status::frontend_service("qwen3-0.6b"),
+        "qwen3-0-6b-frontend"
+    );
+    assert_eq!(status::frontend_service("agg"), "agg-frontend");
 }

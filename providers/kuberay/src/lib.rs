@@ -1,17 +1,28 @@
 //! The KubeRay provider: a ModelDeployment becomes a `ray.io/v1` RayService that runs a
 //! Ray Serve LLM OpenAI app (vLLM) on a Ray cluster of one head and GPU workers.
 //!
-//! - [`check`]: what KubeRay can serve (004 §8 messages, KubeRay's name limit);
+//! - [`check`]: what KubeRay can serve (004 §8 messages, KubeRay's name rules, what its
+//!   validation or Ray Serve LLM would refuse);
 //! - [`overrides`]: the typed `provider.overrides` (`head.*`, 004 §4.15);
 //! - [`serve_config`]: the `serveConfigV2` YAML (Ray Serve LLM application);
+//! - [`storage`]: `spec.model.storage` as volumes of every Ray pod;
 //! - [`rayservice`]: the RayService object with its head and worker groups;
 //! - [`status`]: the RayService status read as ours.
+//!
+//! Every spec field is served except `spec.gateway` (no InferencePool or HTTPRoute is
+//! made) and the claim-creation settings of storage volumes; those are reported with
+//! `Warning::unsupported_field`. `spec.kernelCache` is served by the kernel-cache
+//! provider's pod webhook (Ray pods carry the ModelDeployment label). A RayService has no
+//! field its CRD declares immutable that we render (the CRD's `self == oldSelf` rules are
+//! on `managedBy` and `gcsFaultToleranceOptions.backend` only), so
+//! `Provider::immutable_fields` keeps its default.
 
 pub mod check;
 pub mod overrides;
 pub mod rayservice;
 pub mod serve_config;
 pub mod status;
+pub mod storage;
 
 #[cfg(test)]
 mod render_tests;
@@ -22,7 +33,7 @@ use kubeairunway_sdk::api::{
     ModelDeployment, ServingMode,
 };
 use kubeairunway_sdk::{
-    Incompatible, Observed, Provider, RenderError, Rendered, UpstreamApi, UpstreamRef,
+    Incompatible, Observed, Provider, RenderError, Rendered, UpstreamApi, UpstreamRef, Warning,
 };
 
 /// The provider's name (`spec.provider.name: kuberay`).
@@ -131,7 +142,21 @@ impl Provider for KubeRayProvider {
         md: &ModelDeployment,
         upstream: &UpstreamApi,
     ) -> Result<Rendered, RenderError> {
-        let (o, warnings) = kubeairunway_sdk::overrides::parse::<overrides::KubeRayOverrides>(md)?;
+        let (o, mut warnings) =
+            kubeairunway_sdk::overrides::parse::<overrides::KubeRayOverrides>(md)?;
+        o.check()?;
+        warnings.extend(storage::warnings(md));
+        if md
+            .spec
+            .gateway
+            .as_ref()
+            .is_some_and(|g| g.enabled != Some(false))
+        {
+            warnings.push(Warning::unsupported_field(
+                "spec.gateway",
+                "the KubeRay provider creates no InferencePool or HTTPRoute; route to the serve Service",
+            ));
+        }
         let object = rayservice::render(self, md, &upstream.api_version(), &o)?;
         Ok(Rendered {
             objects: vec![object],

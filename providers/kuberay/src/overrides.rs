@@ -4,7 +4,11 @@
 
 use std::collections::BTreeMap;
 
+use kubeairunway_sdk::RenderError;
 use serde::Deserialize;
+
+/// `rayStartParams` KubeRay refuses on the head (see [`KubeRayOverrides::check`]).
+pub const REFUSED_HEAD_PARAMS: [&str; 2] = ["labels", "redis-username"];
 
 /// Default CPU of the Ray head.
 pub const DEFAULT_HEAD_CPU: &str = "4";
@@ -60,6 +64,22 @@ impl KubeRayOverrides {
             .as_ref()
             .and_then(|h| h.ray_start_params.clone())
             .unwrap_or_default()
+    }
+
+    /// `head.rayStartParams` keys KubeRay refuses: `labels` (`ray-operator/controllers/ray/utils/validation.go:72-75@v1.7.0`)
+    /// and `redis-username` (`:69-72@v1.3.0`, `:192-195@v1.7.0`); 1.3 would only refuse
+    /// the RayCluster in an event, and the deployment never start.
+    pub fn check(&self) -> Result<(), RenderError> {
+        let params = self.head_ray_start_params();
+        match REFUSED_HEAD_PARAMS
+            .iter()
+            .find(|k| params.contains_key(**k))
+        {
+            Some(key) => Err(RenderError(format!(
+                "provider.overrides.head.rayStartParams.{key} is refused by KubeRay; remove it"
+            ))),
+            None => Ok(()),
+        }
     }
 
     fn head_resources(&self) -> Option<&HeadResources> {
@@ -119,6 +139,21 @@ mod tests {
             ]
         );
         assert!(warnings.iter().all(|w| w.reason == UNKNOWN_OVERRIDE));
+    }
+
+    #[test]
+    fn head_parameters_kuberay_refuses_are_refused_validation_go_72_v1_7_0() {
+        for key in REFUSED_HEAD_PARAMS {
+            let (o, _) =
+                parse_value::<KubeRayOverrides>(json!({"head": {"rayStartParams": {key: "x"}}}))
+                    .unwrap();
+            let err = o.check().unwrap_err();
+            assert!(err.0.contains(key), "{}", err.0);
+        }
+        let (o, _) =
+            parse_value::<KubeRayOverrides>(json!({"head": {"rayStartParams": {"num-cpus": "0"}}}))
+                .unwrap();
+        assert_eq!(o.check(), Ok(()));
     }
 
     #[test]

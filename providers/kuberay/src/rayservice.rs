@@ -1,10 +1,38 @@
 //! The RayService: `serveConfigV2` and a Ray cluster of one head and a GPU worker group
-//! per serving role.
+//! per serving role, shaped after KubeRay's own Ray Serve LLM sample
+//! (`ray-operator/config/samples/ray-service.llm-serve.yaml@v1.7.0`: head `num-gpus: "0"`,
+//! the head's `serve` port, workers with `num-gpus` and their GPU limits) and its
+//! autoscaling RayService sample (`ray-service.incremental-upgrade.yaml:51,76-79@v1.7.0`:
+//! `enableInTreeAutoscaling`, worker groups from `minReplicas: 0`).
 //!
-//! Every group gets the image, env, Hugging Face token, pod labels and annotations,
-//! node selector and tolerations of the ModelDeployment; `rayStartParams` is always set
-//! (KubeRay 1.3 requires it). The head declares the container port `serve` (8000), which
-//! makes KubeRay create the `<name>-serve-svc` Service.
+//! - Every group gets the image, env (the user's, then the storage caches'), the Hugging
+//!   Face token Secret, volumes, pod labels and annotations, node selector and
+//!   tolerations; `rayStartParams` is always set (required by the 1.3 CRD).
+//! - The head declares the container port `serve` (8000), which makes KubeRay create the
+//!   serve Service, plus `gcs-server`, `dashboard` (KubeRay reaches the Ray dashboard
+//!   through the head Service's port of that name) and `client`, named as KubeRay names
+//!   its defaults (`utils/constant.go:66-77@v1.3.0`). It keeps its CPUs for the Serve
+//!   ingress (and the P/D proxy) but advertises no GPUs: the CUDA image could otherwise
+//!   see a GPU node's devices it was never given.
+//! - Workers: one pod per Serve replica, with the replica's GPUs as `num-gpus` (KubeRay
+//!   would derive it from the limits, but not when `rayStartParams.resources` is set and
+//!   fails its JSON parse, `pod.go:1432-1440@v1.7.0`); `num-cpus: "1"` when no CPU is
+//!   given, because the Ray autoscaler must know each group's CPUs
+//!   (`python/ray/autoscaler/_private/kuberay/autoscaling_config.py:336-366@ray-2.52.0`)
+//!   and a replica's actor needs one (`llm_server.py:478-505@ray-2.52.0`).
+//! - Scaling: KubeRay never passes a RayService's worker `replicas`, `minReplicas` or
+//!   `maxReplicas` to an existing RayCluster (they are left out of the spec hash,
+//!   `rayservice_controller.go:1098-1111@v1.3.0`; "intended", the maintainers say in
+//!   ray-project/kuberay#2333), so a fixed-size cluster would never follow
+//!   `scaling.replicas`. The Ray autoscaler does: Serve's `num_replicas` (updated in
+//!   place) asks for placement groups and the autoscaler adds or removes worker pods
+//!   between `minReplicas: 0` and `maxReplicas` 2147483647 (the CRD's default), starting
+//!   from `replicas` = the replicas asked for.
+//! - Disaggregated: each role's group advertises a custom resource named after the role,
+//!   one per GPU, which its LLMConfig's placement group asks for, so that prefill replicas
+//!   land on prefill pods and decode replicas on decode pods (see `serve_config`).
+
+use std::collections::BTreeMap;
 
 use kube::ResourceExt;
 use kube::api::DynamicObject;
@@ -17,6 +45,7 @@ use serde_json::{Map, Value, json};
 use crate::KubeRayProvider;
 use crate::overrides::KubeRayOverrides;
 use crate::serve_config::{self, Role};
+use crate::storage;
 
 /// The port Ray Serve's HTTP proxies listen on, and the serve Service's port.
 pub const SERVE_PORT: i32 = 8000;
@@ -25,10 +54,30 @@ pub const DEFAULT_WORKER_MEMORY: &str = "32Gi";
 /// Name of the worker group in aggregated mode.
 pub const AGGREGATED_GROUP: &str = "gpu-workers";
 
-/// The serve Service KubeRay creates for a RayService named `name`.
-pub fn serve_service(name: &str) -> String {
-    format!("{name}-serve-svc")
+/// The serve Service KubeRay creates for a RayService named `name`: `<name>-serve-svc`
+/// (`utils/util.go:349-351@v1.7.0`). KubeRay up to 1.3 (`kuberay_1_3`) passes it through
+/// `CheckName` (`utils/util.go:292-294,184-206@v1.3.0`), which keeps only the last 50
+/// characters and turns a leading digit or punctuation into `r`.
+pub fn serve_service(name: &str, kuberay_1_3: bool) -> String {
+    const CHECK_NAME_MAX: usize = 50;
+    let full = format!("{name}-serve-svc");
+    if !kuberay_1_3 {
+        return full;
+    }
+    let mut cut = full[full.len().saturating_sub(CHECK_NAME_MAX)..].to_string();
+    if cut
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_digit() || c.is_ascii_punctuation())
+    {
+        cut.replace_range(0..1, "r");
+    }
+    cut
 }
+
+/// `maxReplicas` of every worker group: KubeRay's default (the CRD's `default`), so that
+/// the autoscaler can follow any later `scaling.replicas`.
+pub const MAX_WORKER_REPLICAS: i32 = i32::MAX;
 
 /// The RayService for `md`.
 pub fn render(
@@ -45,30 +94,10 @@ pub fn render(
         .filter(|i| !i.is_empty())
         .unwrap_or_else(|| provider.default_image());
     let pod = PodParts::of(md, &image)?;
-
-    let head = json!({
-        "rayStartParams": overrides.head_ray_start_params(),
-        "template": pod.template(container(
-            "ray-head",
-            &pod,
-            json!({
-                "requests": {"cpu": overrides.head_cpu(), "memory": overrides.head_memory()},
-                "limits": {"cpu": overrides.head_cpu(), "memory": overrides.head_memory()},
-            }),
-            Some(json!([
-                {"name": "gcs-server", "containerPort": 6379},
-                {"name": "dashboard", "containerPort": 8265},
-                {"name": "client", "containerPort": 10001},
-                {"name": "serve", "containerPort": SERVE_PORT},
-            ])),
-        )),
-    });
-
     let workers: Vec<Value> = serve_config::roles(md)
         .into_iter()
         .map(|(role_name, role)| worker_group(md, &pod, role_name, role))
         .collect();
-
     object(json!({
         "apiVersion": api_version,
         "kind": "RayService",
@@ -77,11 +106,31 @@ pub fn render(
             "serveConfigV2": serve_config,
             "rayClusterConfig": {
                 "rayVersion": provider.cluster_ray_version(),
-                "headGroupSpec": head,
+                "enableInTreeAutoscaling": true,
+                "headGroupSpec": head_group(&pod, overrides),
                 "workerGroupSpecs": workers,
             },
         },
     }))
+}
+
+fn head_group(pod: &PodParts, overrides: &KubeRayOverrides) -> Value {
+    let mut params = BTreeMap::from([("num-gpus".to_string(), "0".to_string())]);
+    params.extend(overrides.head_ray_start_params());
+    let resources = json!({
+        "requests": {"cpu": overrides.head_cpu(), "memory": overrides.head_memory()},
+        "limits": {"cpu": overrides.head_cpu(), "memory": overrides.head_memory()},
+    });
+    let ports = json!([
+        {"name": "gcs-server", "containerPort": 6379},
+        {"name": "dashboard", "containerPort": 8265},
+        {"name": "client", "containerPort": 10001},
+        {"name": "serve", "containerPort": SERVE_PORT},
+    ]);
+    json!({
+        "rayStartParams": params,
+        "template": pod.template(container("ray-head", pod, resources, Some(ports))),
+    })
 }
 
 /// What every pod of the cluster shares.
@@ -91,8 +140,14 @@ struct PodParts {
     annotations: Value,
     env: Option<Value>,
     env_from: Option<Value>,
+    volumes: Option<Value>,
+    volume_mounts: Option<Value>,
     node_selector: Option<Value>,
     tolerations: Option<Value>,
+}
+
+fn nonempty(values: Vec<Value>) -> Option<Value> {
+    (!values.is_empty()).then_some(Value::Array(values))
 }
 
 impl PodParts {
@@ -101,10 +156,11 @@ impl PodParts {
         let to_value = |what: &str, v: Result<Value, serde_json::Error>| {
             v.map_err(|e| RenderError(format!("cannot render {what}: {e}")))
         };
-        let env = match spec.env.as_ref().filter(|e| !e.is_empty()) {
-            Some(env) => Some(to_value("env", serde_json::to_value(env))?),
-            None => None,
-        };
+        let mut env = Vec::new();
+        for e in spec.env.iter().flatten() {
+            env.push(to_value("env", serde_json::to_value(e))?);
+        }
+        env.extend(storage::env(md));
         let tolerations = match spec.tolerations.as_ref().filter(|t| !t.is_empty()) {
             Some(t) => Some(to_value("tolerations", serde_json::to_value(t))?),
             None => None,
@@ -119,8 +175,10 @@ impl PodParts {
             image: image.to_string(),
             labels: json!(pod_labels(md)),
             annotations: json!(pod_annotations(md)),
-            env,
+            env: nonempty(env),
             env_from,
+            volumes: nonempty(storage::pod_volumes(md)),
+            volume_mounts: nonempty(storage::volume_mounts(md)),
             node_selector: spec
                 .node_selector
                 .as_ref()
@@ -138,11 +196,14 @@ impl PodParts {
         }
         let mut spec = Map::new();
         spec.insert("containers".into(), Value::Array(vec![container]));
-        if let Some(n) = &self.node_selector {
-            spec.insert("nodeSelector".into(), n.clone());
-        }
-        if let Some(t) = &self.tolerations {
-            spec.insert("tolerations".into(), t.clone());
+        for (key, value) in [
+            ("nodeSelector", &self.node_selector),
+            ("tolerations", &self.tolerations),
+            ("volumes", &self.volumes),
+        ] {
+            if let Some(v) = value {
+                spec.insert(key.into(), v.clone());
+            }
         }
         json!({"metadata": metadata, "spec": spec})
     }
@@ -153,64 +214,83 @@ fn container(name: &str, pod: &PodParts, resources: Value, ports: Option<Value>)
     c.insert("name".into(), json!(name));
     c.insert("image".into(), json!(pod.image));
     c.insert("resources".into(), resources);
-    if let Some(p) = ports {
-        c.insert("ports".into(), p);
+    if let Some(ports) = ports {
+        c.insert("ports".into(), ports);
     }
-    if let Some(e) = &pod.env {
-        c.insert("env".into(), e.clone());
-    }
-    if let Some(e) = &pod.env_from {
-        c.insert("envFrom".into(), e.clone());
+    for (key, value) in [
+        ("env", &pod.env),
+        ("envFrom", &pod.env_from),
+        ("volumeMounts", &pod.volume_mounts),
+    ] {
+        if let Some(v) = value {
+            c.insert(key.into(), v.clone());
+        }
     }
     Value::Object(c)
 }
 
-fn worker_group(md: &ModelDeployment, pod: &PodParts, role_name: &str, role: Role) -> Value {
+/// A worker's memory, CPU and GPU resource name: the role's own (disaggregated), else
+/// `spec.resources`, else the defaults.
+fn worker_resources(md: &ModelDeployment, role_name: &str) -> (String, Option<String>, String) {
     let spec = &md.spec;
-    let (group, memory, cpu, gpu_type) = match spec.serving.mode {
-        ServingMode::Aggregated => {
-            let r = spec.resources.as_ref();
-            (
-                AGGREGATED_GROUP.to_string(),
-                r.and_then(|r| r.memory.clone()),
-                r.and_then(|r| r.cpu.clone()),
-                r.and_then(|r| r.gpu.as_ref()).map(|g| g.type_.clone()),
-            )
-        }
-        ServingMode::Disaggregated => {
-            let c = match role_name {
-                "prefill" => spec.scaling.prefill.as_ref(),
-                _ => spec.scaling.decode.as_ref(),
-            };
-            (
-                role_name.to_string(),
-                c.and_then(|c| c.memory.clone()),
-                None,
-                c.and_then(|c| c.gpu.as_ref()).map(|g| g.type_.clone()),
-            )
-        }
+    let r = spec.resources.as_ref();
+    let component = match spec.serving.mode {
+        ServingMode::Aggregated => None,
+        ServingMode::Disaggregated => match role_name {
+            "prefill" => spec.scaling.prefill.as_ref(),
+            _ => spec.scaling.decode.as_ref(),
+        },
     };
-    let memory = memory
+    let memory = component
+        .and_then(|c| c.memory.clone())
+        .or_else(|| r.and_then(|r| r.memory.clone()))
         .filter(|m| !m.is_empty())
         .unwrap_or_else(|| DEFAULT_WORKER_MEMORY.to_string());
-    let gpu_type = gpu_type
-        .filter(|g| !g.is_empty())
-        .unwrap_or_else(|| DEFAULT_GPU_TYPE.to_string());
+    let cpu = r.and_then(|r| r.cpu.clone()).filter(|c| !c.is_empty());
+    let gpu_type = match component {
+        Some(c) => c.gpu.as_ref().map(|g| g.type_.clone()),
+        None => r.and_then(|r| r.gpu.as_ref()).map(|g| g.type_.clone()),
+    }
+    .filter(|g| !g.is_empty())
+    .unwrap_or_else(|| DEFAULT_GPU_TYPE.to_string());
+    (memory, cpu, gpu_type)
+}
+
+fn worker_group(md: &ModelDeployment, pod: &PodParts, role_name: &str, role: Role) -> Value {
+    let (memory, cpu, gpu_type) = worker_resources(md, role_name);
     let mut requests = Map::new();
     let mut limits = Map::new();
     requests.insert("memory".into(), json!(memory));
     limits.insert("memory".into(), json!(memory));
-    if let Some(cpu) = cpu.filter(|c| !c.is_empty()) {
-        requests.insert("cpu".into(), json!(cpu));
-        limits.insert("cpu".into(), json!(cpu));
+    let mut params = BTreeMap::from([("num-gpus".to_string(), role.gpus.to_string())]);
+    match cpu {
+        Some(cpu) => {
+            requests.insert("cpu".into(), json!(cpu));
+            limits.insert("cpu".into(), json!(cpu));
+        }
+        None => {
+            params.insert("num-cpus".into(), "1".into());
+        }
     }
     limits.insert(gpu_type, json!(role.gpus));
+    let group = match md.spec.serving.mode {
+        ServingMode::Aggregated => AGGREGATED_GROUP,
+        ServingMode::Disaggregated => {
+            // KubeRay's own format for this parameter (`pod.go:1471@v1.7.0`), which it,
+            // Ray and the autoscaler all parse (`autoscaling_config.py:509-515@ray-2.52.0`).
+            params.insert(
+                "resources".into(),
+                format!("'{{\"{role_name}\":{}}}'", role.gpus),
+            );
+            role_name
+        }
+    };
     json!({
         "groupName": group,
         "replicas": role.replicas,
-        "minReplicas": role.replicas,
-        "maxReplicas": role.replicas,
-        "rayStartParams": {},
+        "minReplicas": 0,
+        "maxReplicas": MAX_WORKER_REPLICAS,
+        "rayStartParams": params,
         "template": pod.template(container(
             "ray-worker",
             pod,

@@ -1,13 +1,23 @@
 //! Snapshot tests of rendered RayServices (the snapshots under `src/snapshots/` are the
 //! spec), with `serveConfigV2` parsed back as YAML and checked, and every rendered field
 //! checked against both real RayService CRDs (KubeRay 1.3 and 1.7).
+//!
+//! Each snapshot was reviewed against the upstream example of the same mode, cited next
+//! to its test: KubeRay's Ray Serve LLM sample
+//! `ray-operator/config/samples/ray-service.llm-serve.yaml@v1.7.0` (aggregated) and its
+//! autoscaling RayService sample `ray-service.incremental-upgrade.yaml@v1.7.0`, and Ray's
+//! own `build_openai_app` / `build_pd_openai_app` YAML examples in
+//! `python/ray/serve/llm/__init__.py@ray-2.52.0`. Where we differ from the sample, the
+//! test says why.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::DynamicObject;
-use kubeairunway_sdk::api::{ComponentScaling, GpuSpec, ModelDeployment, ServingMode};
+use kubeairunway_sdk::api::{
+    ComponentScaling, GpuSpec, ModelDeployment, ResourceSpec, ServingMode,
+};
 use kubeairunway_sdk::testing::ModelDeploymentBuilder;
 use kubeairunway_sdk::{Provider, UpstreamApi};
 use serde_json::{Value, json};
@@ -65,7 +75,6 @@ fn full() -> ModelDeployment {
         "metadata": {"name": "llama", "namespace": "team-a",
                      "labels": {"kubeairunway.ai/team": "a", "app": "x"}},
         "spec": {
-            "model": {"id": "meta-llama/Llama-3.1-8B-Instruct", "servedName": "llama-3.1-8b"},
             "provider": {"name": "kuberay", "overrides": {"head": {
                 "resources": {"cpu": "2", "memory": "8Gi"},
                 "rayStartParams": {"num-cpus": "0", "dashboard-host": "0.0.0.0"},
@@ -81,6 +90,12 @@ fn full() -> ModelDeployment {
             "secrets": {"huggingFaceToken": "hf-token"},
             "nodeSelector": {"gpu": "mi300"},
             "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "model": {"id": "meta-llama/Llama-3.1-8B-Instruct", "servedName": "llama-3.1-8b",
+                      "storage": {"volumes": [
+                          {"name": "weights", "claimName": "hf-cache", "purpose": "modelCache"},
+                          {"name": "compile", "claimName": "vllm-cache", "purpose": "compilationCache"},
+                          {"name": "datasets", "claimName": "datasets", "mountPath": "/data", "readOnly": true},
+                      ]}},
         },
     }))
     .unwrap();
@@ -101,13 +116,30 @@ fn disaggregated() -> ModelDeployment {
         .provider("kuberay")
         .mode(ServingMode::Disaggregated)
         .spec(|s| {
-            s.resources = None;
+            // Per replica of either role; a role's own memory wins.
+            s.resources = Some(ResourceSpec {
+                gpu: None,
+                memory: Some("16Gi".into()),
+                cpu: Some("6".into()),
+            });
             s.scaling.prefill = Some(role(2, 1, Some("64Gi")));
             s.scaling.decode = Some(role(1, 4, None));
         })
         .build()
 }
 
+/// Reviewed against `ray-operator/config/samples/ray-service.llm-serve.yaml@v1.7.0` (same
+/// mode: one `build_openai_app` application, one GPU worker group): the same head
+/// (`num-gpus: "0"`, ports `serve` 8000, `gcs-server`/`dashboard`/`client` as KubeRay names
+/// them) and worker shape (`num-gpus` = the GPU limit, `nvidia.com/gpu` limit, the Ray LLM
+/// image of the `rayVersion`). Differences, on purpose: the head keeps its CPUs
+/// (`num-cpus` not `"0"`) for the OpenAI ingress replica, so that it never needs a GPU
+/// pod; the cluster autoscales (`enableInTreeAutoscaling`, `minReplicas: 0`, the CRD's
+/// default `maxReplicas`, as `ray-service.incremental-upgrade.yaml:51,76-79@v1.7.0`)
+/// because KubeRay never passes worker replica counts to an existing cluster; the
+/// worker advertises one CPU when none is given (the autoscaler needs a number);
+/// `deployment_config.num_replicas` instead of the sample's autoscaling_config (the
+/// replicas asked for).
 #[test]
 fn minimal_aggregated() {
     let md = ModelDeploymentBuilder::new("qwen")
@@ -130,8 +162,9 @@ fn minimal_aggregated() {
 
     let cluster = &object["spec"]["rayClusterConfig"];
     assert_eq!(cluster["rayVersion"], "2.52.0");
+    assert_eq!(cluster["enableInTreeAutoscaling"], true);
     let head = &cluster["headGroupSpec"];
-    assert_eq!(head["rayStartParams"], json!({}));
+    assert_eq!(head["rayStartParams"], json!({"num-gpus": "0"}));
     let head_container = &head["template"]["spec"]["containers"][0];
     assert_eq!(
         head_container["image"],
@@ -148,7 +181,18 @@ fn minimal_aggregated() {
             .contains(&json!({"name": "serve", "containerPort": 8000}))
     );
     let worker = &cluster["workerGroupSpecs"][0];
-    assert_eq!(worker["rayStartParams"], json!({}));
+    assert_eq!(
+        worker["rayStartParams"],
+        json!({"num-cpus": "1", "num-gpus": "1"})
+    );
+    assert_eq!(
+        (
+            &worker["replicas"],
+            &worker["minReplicas"],
+            &worker["maxReplicas"]
+        ),
+        (&json!(1), &json!(0), &json!(2_147_483_647))
+    );
     assert_eq!(
         worker["template"]["spec"]["containers"][0]["resources"]["limits"],
         json!({"memory": "32Gi", "nvidia.com/gpu": 1})
@@ -161,6 +205,11 @@ fn minimal_aggregated() {
     }
 }
 
+/// Reviewed against `ray-service.llm-serve.yaml@v1.7.0` like [`minimal_aggregated`], with
+/// every field of the ModelDeployment set: a CPU request on the workers replaces the
+/// advertised `num-cpus` (KubeRay derives it from the limit, `pod.go:1394-1405@v1.7.0`);
+/// the storage volumes on head and workers, `HF_HOME` and `VLLM_CACHE_ROOT` after the
+/// user's env; the Hugging Face token Secret as `envFrom` (the sample uses one key of it).
 #[test]
 fn full_aggregated() {
     let (object, serve) = render(&full());
@@ -186,6 +235,7 @@ fn full_aggregated() {
         })
     );
     assert_eq!(config["deployment_config"], json!({"num_replicas": 2}));
+    assert!(config.get("placement_group_config").is_none());
     // A YAML 1.1 reader (Ray's PyYAML) would read a bare `on` as a boolean.
     let text = object["spec"]["serveConfigV2"].as_str().unwrap();
     assert!(
@@ -197,7 +247,7 @@ fn full_aggregated() {
     let head = &cluster["headGroupSpec"];
     assert_eq!(
         head["rayStartParams"],
-        json!({"dashboard-host": "0.0.0.0", "num-cpus": "0"})
+        json!({"dashboard-host": "0.0.0.0", "num-cpus": "0", "num-gpus": "0"})
     );
     let head_container = &head["template"]["spec"]["containers"][0];
     assert_eq!(
@@ -211,8 +261,9 @@ fn full_aggregated() {
             &worker["minReplicas"],
             &worker["maxReplicas"]
         ),
-        (&json!(2), &json!(2), &json!(2))
+        (&json!(2), &json!(0), &json!(2_147_483_647))
     );
+    assert_eq!(worker["rayStartParams"], json!({"num-gpus": "2"}));
     let worker_container = &worker["template"]["spec"]["containers"][0];
     assert_eq!(
         worker_container["resources"]["limits"],
@@ -233,7 +284,23 @@ fn full_aggregated() {
         assert_eq!(container["image"], "registry.example.com/ray-llm:custom");
         assert_eq!(
             container["env"],
-            json!([{"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"}])
+            json!([
+                {"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"},
+                {"name": "HF_HOME", "value": "/model-cache"},
+                {"name": "VLLM_CACHE_ROOT", "value": "/compilation-cache"},
+            ])
+        );
+        assert_eq!(
+            container["volumeMounts"],
+            json!([
+                {"name": "weights", "mountPath": "/model-cache"},
+                {"name": "compile", "mountPath": "/compilation-cache"},
+                {"name": "datasets", "mountPath": "/data", "readOnly": true},
+            ])
+        );
+        assert_eq!(
+            pod["spec"]["volumes"][2],
+            json!({"name": "datasets", "persistentVolumeClaim": {"claimName": "datasets", "readOnly": true}})
         );
         assert_eq!(
             container["envFrom"],
@@ -242,6 +309,14 @@ fn full_aggregated() {
     }
 }
 
+/// Reviewed against Ray's `build_pd_openai_app` YAML example
+/// (`python/ray/serve/llm/__init__.py@ray-2.52.0`: `args.prefill_config` and
+/// `args.decode_config`, each an LLMConfig) and the builder's rules
+/// (`serving_patterns/prefill_decode/builder.py:100-115@ray-2.52.0`: the same `model_id`,
+/// a `kv_transfer_config` in both; Ray's docs use `NixlConnector`/`kv_both`); KubeRay has
+/// no P/D sample, so the cluster follows `ray-service.llm-serve.yaml@v1.7.0` with one
+/// group per role, each advertising its role's custom resource, which the role's
+/// placement group asks for (`STRICT_PACK`, one GPU bundle per tensor-parallel rank).
 #[test]
 fn disaggregated_prefill_and_decode() {
     let (object, serve) = render(&disaggregated());
@@ -251,7 +326,7 @@ fn disaggregated_prefill_and_decode() {
     let app = &serve["applications"][0];
     assert_eq!(app["import_path"], "ray.serve.llm:build_pd_openai_app");
     let kv = json!({"kv_connector": "NixlConnector", "kv_role": "kv_both"});
-    for (role, tp, replicas) in [("prefill", 1, 2), ("decode", 4, 1)] {
+    for (role, tp, replicas) in [("prefill", 1_usize, 2), ("decode", 4, 1)] {
         let config = &app["args"][format!("{role}_config")];
         assert_eq!(
             config["model_loading_config"]["model_source"],
@@ -260,7 +335,16 @@ fn disaggregated_prefill_and_decode() {
         assert_eq!(config["engine_kwargs"]["tensor_parallel_size"], tp);
         assert_eq!(config["engine_kwargs"]["kv_transfer_config"], kv);
         assert_eq!(config["deployment_config"]["num_replicas"], replicas);
+        let bundle = json!({"GPU": 1, role: 1});
+        assert_eq!(
+            config["placement_group_config"],
+            json!({"bundles": vec![bundle; tp], "strategy": "STRICT_PACK"})
+        );
     }
+    assert_eq!(
+        app["args"]["prefill_config"]["model_loading_config"]["model_id"],
+        app["args"]["decode_config"]["model_loading_config"]["model_id"]
+    );
     let groups: BTreeMap<String, Value> = object["spec"]["rayClusterConfig"]["workerGroupSpecs"]
         .as_array()
         .unwrap()
@@ -271,14 +355,22 @@ fn disaggregated_prefill_and_decode() {
         |g: &str| groups[g]["template"]["spec"]["containers"][0]["resources"]["limits"].clone();
     assert_eq!(
         limits("prefill"),
-        json!({"memory": "64Gi", "nvidia.com/gpu": 1})
+        json!({"cpu": "6", "memory": "64Gi", "nvidia.com/gpu": 1})
     );
     assert_eq!(
         limits("decode"),
-        json!({"memory": "32Gi", "nvidia.com/gpu": 4})
+        json!({"cpu": "6", "memory": "16Gi", "nvidia.com/gpu": 4})
     );
     assert_eq!(groups["prefill"]["replicas"], 2);
     assert_eq!(groups["decode"]["replicas"], 1);
+    assert_eq!(
+        groups["prefill"]["rayStartParams"],
+        json!({"num-gpus": "1", "resources": "'{\"prefill\":1}'"})
+    );
+    assert_eq!(
+        groups["decode"]["rayStartParams"],
+        json!({"num-gpus": "4", "resources": "'{\"decode\":4}'"})
+    );
 }
 
 #[test]
@@ -356,4 +448,150 @@ fn registration_is_vllm_gpu_only_and_never_auto_selected() {
     );
     assert!(config.selection_rules.is_empty());
     assert_eq!(KubeRayProvider::default().name(), "kuberay");
+}
+
+#[test]
+fn ignored_fields_are_named() {
+    let provider = KubeRayProvider::default();
+    let md = ModelDeploymentBuilder::new("m")
+        .spec(|s| {
+            s.gateway = Some(serde_json::from_value(json!({"enabled": true})).unwrap());
+            s.model.storage = Some(
+                serde_json::from_value(json!({"volumes": [
+                    {"name": "weights", "purpose": "modelCache", "size": "100Gi"},
+                ]}))
+                .unwrap(),
+            );
+        })
+        .build();
+    let rendered = provider.render(&md, &apis()[0].1).unwrap();
+    let fields: Vec<_> = rendered
+        .warnings
+        .iter()
+        .filter_map(|w| w.ignored_field.as_deref())
+        .collect();
+    assert_eq!(
+        fields,
+        ["spec.model.storage.volumes[weights].size", "spec.gateway"]
+    );
+    // The claim a controller would have created is what is mounted.
+    let object = serde_json::to_value(&rendered.objects[0]).unwrap();
+    assert_eq!(
+        object["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["volumes"],
+        json!([{"name": "weights", "persistentVolumeClaim": {"claimName": "m-weights"}}])
+    );
+    // A gateway switched off is nothing to ignore.
+    let off = ModelDeploymentBuilder::new("m")
+        .spec(|s| s.gateway = Some(serde_json::from_value(json!({"enabled": false})).unwrap()))
+        .build();
+    assert!(
+        provider
+            .render(&off, &apis()[0].1)
+            .unwrap()
+            .warnings
+            .is_empty()
+    );
+}
+
+#[test]
+fn head_parameters_kuberay_refuses_fail_the_render() {
+    let md = ModelDeploymentBuilder::new("m")
+        .overrides(json!({"head": {"rayStartParams": {"labels": "a=b"}}}))
+        .build();
+    let err = KubeRayProvider::default()
+        .render(&md, &apis()[0].1)
+        .unwrap_err();
+    assert!(err.0.contains("rayStartParams.labels"), "{}", err.0);
+}
+
+/// `servedName` is ignored for a custom source (the ModelDeployment API); the served name
+/// is the basename of the path in the image.
+#[test]
+fn a_custom_source_serves_under_the_basename_of_its_path() {
+    let md = ModelDeploymentBuilder::new("m")
+        .spec(|s| {
+            s.model.source = kubeairunway_sdk::api::ModelSource::Custom;
+            s.model.id = Some("/models/llama-3-8b/".into());
+            s.model.served_name = Some("ignored".into());
+        })
+        .build();
+    let (_, serve) = render(&md);
+    assert_eq!(
+        serve["applications"][0]["args"]["llm_configs"][0]["model_loading_config"],
+        json!({"model_id": "llama-3-8b", "model_source": "/models/llama-3-8b/"})
+    );
+}
+
+/// `disable_log_stats` with Ray Serve LLM's default `log_engine_metrics: true` fails the
+/// LLMConfig (`core/configs/llm_config.py:429-438@ray-2.52.0`).
+#[test]
+fn disabling_log_stats_turns_engine_metrics_off() {
+    let md = ModelDeploymentBuilder::new("m")
+        .spec(|s| {
+            s.engine.args = Some([("disable-log-stats".to_string(), "true".to_string())].into());
+        })
+        .build();
+    let (_, serve) = render(&md);
+    let config = &serve["applications"][0]["args"]["llm_configs"][0];
+    assert_eq!(config["log_engine_metrics"], false);
+    assert_eq!(config["engine_kwargs"]["disable_log_stats"], true);
+}
+
+/// Every key we put in an `LLMConfig` is one Ray Serve LLM 2.52.0 knows: its models forbid
+/// others (`common/base_pydantic.py:16-19`; fields in `core/configs/llm_config.py:114-226`,
+/// placement groups in `engines/vllm/vllm_models.py:35-61`, all `@ray-2.52.0`).
+/// (Checked once by hand as well: Ray 2.52.0's `LLMConfig.model_validate`,
+/// `ServeDeploySchema` and the autoscaler's `_derive_autoscaling_config_from_ray_cr`
+/// accept the snapshots.)
+#[test]
+fn llm_configs_use_only_fields_ray_2_52_knows() {
+    const LLM_CONFIG: [&str; 11] = [
+        "runtime_env",
+        "model_loading_config",
+        "llm_engine",
+        "engine_kwargs",
+        "accelerator_type",
+        "placement_group_config",
+        "lora_config",
+        "deployment_config",
+        "experimental_configs",
+        "log_engine_metrics",
+        "callback_config",
+    ];
+    const MODEL_LOADING: [&str; 3] = ["model_id", "model_source", "tokenizer_source"];
+    const STRATEGIES: [&str; 4] = ["PACK", "SPREAD", "STRICT_PACK", "STRICT_SPREAD"];
+    let mut with_metrics_off = ModelDeploymentBuilder::new("m").build();
+    with_metrics_off.spec.engine.args =
+        Some([("disable-log-stats".to_string(), "true".to_string())].into());
+    for md in [full(), disaggregated(), with_metrics_off] {
+        let (_, serve) = render(&md);
+        let args = &serve["applications"][0]["args"];
+        let configs: Vec<&Value> = match args.get("llm_configs") {
+            Some(list) => list.as_array().unwrap().iter().collect(),
+            None => vec![&args["prefill_config"], &args["decode_config"]],
+        };
+        for config in configs {
+            for key in config.as_object().unwrap().keys() {
+                assert!(LLM_CONFIG.contains(&key.as_str()), "LLMConfig.{key}");
+            }
+            for key in config["model_loading_config"].as_object().unwrap().keys() {
+                assert!(
+                    MODEL_LOADING.contains(&key.as_str()),
+                    "ModelLoadingConfig.{key}"
+                );
+            }
+            assert_eq!(
+                config["deployment_config"]
+                    .as_object()
+                    .unwrap()
+                    .keys()
+                    .collect::<Vec<_>>(),
+                ["num_replicas"]
+            );
+            if let Some(pg) = config.get("placement_group_config") {
+                assert!(STRATEGIES.contains(&pg["strategy"].as_str().unwrap()));
+                assert!(pg["bundles"].as_array().is_some_and(|b| !b.is_empty()));
+            }
+        }
+    }
 }

@@ -11,9 +11,30 @@
 //! `max_model_len` from `engine.contextLength`, `trust_remote_code`,
 //! `tensor_parallel_size` from the GPUs per replica, then `engine.args` with their keys in
 //! snake case and their values typed) and `deployment_config.num_replicas`.
+//!
+//! Checked against Ray 2.52.0 (the default image; `python/ray/llm/_internal/serve/` of
+//! the `ray==2.52.0` wheel, commit 9527a555280fb9837ce73dabf01559c20656a456):
+//! - `LLMConfig` and `ModelLoadingConfig` forbid unknown keys
+//!   (`common/base_pydantic.py:16-19`, `core/configs/llm_config.py:114-226`);
+//! - `build_openai_app` takes `llm_configs` (`core/ingress/builder.py:46-101`);
+//!   `build_pd_openai_app` takes `prefill_config` and `decode_config` with the same
+//!   `model_id` and a `kv_transfer_config` in both (`serving_patterns/prefill_decode/builder.py:48-115`);
+//!   `NixlConnector` with `kv_role: kv_both` is what Ray's NIXL backend sets up
+//!   (`engines/vllm/kv_transfer/nixl.py`);
+//! - each `engine_kwargs` key must be a vLLM `AsyncEngineArgs` or `FrontendArgs` field
+//!   (`engines/vllm/vllm_models.py:175-193`), never `model` or `served_model_name`
+//!   (`:120-123`, refused by `check`);
+//! - a replica's placement group is one `{GPU: 1}` bundle per tensor x pipeline parallel
+//!   rank, `PACK` (`vllm_models.py:213-254`), plus the replica actor's CPU in the first
+//!   (`core/server/llm_server.py:478-505`); `placement_group_config` replaces the bundles
+//!   and strategy (`vllm_models.py:35-61,226-245`). Disaggregated roles ask for their
+//!   role's custom resource in each bundle, `STRICT_PACK`, so that a prefill replica
+//!   never takes a decode pod's GPUs (and the reverse) and a replica's GPUs stay on one
+//!   pod;
+//! - `disable_log_stats: true` needs `log_engine_metrics: false` (`llm_config.py:429-438`).
 
 use kubeairunway_sdk::RenderError;
-use kubeairunway_sdk::api::{ModelDeployment, ServingMode};
+use kubeairunway_sdk::api::{ModelDeployment, ModelSource, ServingMode};
 use serde_json::{Map, Value, json};
 
 /// Name of the Serve application.
@@ -72,7 +93,7 @@ pub fn serve_config(md: &ModelDeployment) -> Result<Value, RenderError> {
                 .first()
                 .map(|(_, r)| *r)
                 .ok_or_else(|| RenderError("no serving role".into()))?;
-            let config = llm_config(md, role, None)?;
+            let config = llm_config(md, role, None, None)?;
             (OPENAI_APP, json!({ "llm_configs": [config] }))
         }
         ServingMode::Disaggregated => {
@@ -81,7 +102,7 @@ pub fn serve_config(md: &ModelDeployment) -> Result<Value, RenderError> {
             for (name, role) in roles {
                 args.insert(
                     format!("{name}_config"),
-                    llm_config(md, role, Some(kv.clone()))?,
+                    llm_config(md, role, Some(kv.clone()), Some(name))?,
                 );
             }
             (PD_OPENAI_APP, Value::Object(args))
@@ -104,10 +125,13 @@ pub fn serve_config_yaml(md: &ModelDeployment) -> Result<String, RenderError> {
         .map_err(|e| RenderError(format!("cannot write serveConfigV2: {e}")))
 }
 
+/// One `LLMConfig`; `placement_resource` is the custom resource of the role's worker
+/// group (disaggregated).
 fn llm_config(
     md: &ModelDeployment,
     role: Role,
     kv_transfer: Option<Value>,
+    placement_resource: Option<&str>,
 ) -> Result<Value, RenderError> {
     let source = md
         .spec
@@ -121,7 +145,12 @@ fn llm_config(
                 .into(),
         )
         })?;
-    let served = md.spec.served_model_name().unwrap_or(source);
+    // `servedName` is ignored for a custom source (the API's contract, which core warns
+    // about): the served name is then the basename of the path.
+    let served = match md.spec.model.source {
+        ModelSource::Custom => source.rsplit('/').find(|s| !s.is_empty()).unwrap_or(source),
+        ModelSource::Huggingface => md.spec.served_model_name().unwrap_or(source),
+    };
     let mut kwargs = Map::new();
     if let Some(len) = md.spec.engine.context_length {
         kwargs.insert("max_model_len".into(), json!(len));
@@ -136,11 +165,25 @@ fn llm_config(
     for (key, value) in md.spec.engine.args.iter().flatten() {
         kwargs.insert(kwarg_key(key), typed(value));
     }
-    Ok(json!({
+    let mut config = json!({
         "model_loading_config": {"model_id": served, "model_source": source},
-        "engine_kwargs": kwargs,
         "deployment_config": {"num_replicas": role.replicas},
-    }))
+    });
+    if kwargs.get("disable_log_stats") == Some(&json!(true)) {
+        config["log_engine_metrics"] = json!(false);
+    }
+    config["engine_kwargs"] = Value::Object(kwargs);
+    if let Some(resource) = placement_resource {
+        let mut bundle = Map::new();
+        bundle.insert("GPU".into(), json!(1));
+        bundle.insert(resource.into(), json!(1));
+        let bundle = Value::Object(bundle);
+        config["placement_group_config"] = json!({
+            "bundles": vec![bundle; usize::try_from(role.gpus).unwrap_or(0)],
+            "strategy": "STRICT_PACK",
+        });
+    }
+    Ok(config)
 }
 
 /// `--gpu-memory-utilization` and `gpu-memory-utilization` as the engine keyword

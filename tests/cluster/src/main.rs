@@ -12,7 +12,7 @@ use kubeairunway_testcluster::{Lifetime, TestCluster, binaries, cache_dir, stop_
 
 #[derive(Parser)]
 #[command(
-    about = "A local Kubernetes API server (etcd + apiextensions-apiserver) for development and tests"
+    about = "A local Kubernetes API server (etcd + the upstream apiserver code: CRDs, built-in kinds, webhook admission) for development and tests"
 )]
 struct Cli {
     /// Directory for certificates, kubeconfig, logs and data.

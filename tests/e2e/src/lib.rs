@@ -1,8 +1,10 @@
 //! Helpers for the end-to-end tests: fixtures, the shared cluster with the core CRDs
 //! installed, and small API conveniences.
 
+pub mod admission;
 pub mod cache_images;
 pub mod helm;
+pub mod operators;
 
 use std::path::{Path, PathBuf};
 
@@ -79,21 +81,6 @@ pub async fn apply_md(
         .await
 }
 
-/// Install the stand-in CRDs of Event, Lease and the two webhook configuration kinds
-/// (once per process).
-pub async fn install_stand_ins(client: &Client) -> anyhow::Result<()> {
-    static INSTALLED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
-    let _ = client;
-    INSTALLED
-        .get_or_try_init(|| async {
-            // A client of its own: the caller's runtime may end before other tests run.
-            let client = shared().client().await?;
-            install_crds(&client, &kubeairunway_testcluster::standin_crds()).await
-        })
-        .await?;
-    Ok(())
-}
-
 /// Poll `check` every 100 ms until it returns `Some`, or fail after `secs` seconds.
 pub async fn eventually<T, F, Fut>(secs: u64, what: &str, mut check: F) -> anyhow::Result<T>
 where
@@ -109,5 +96,61 @@ where
             anyhow::bail!("timed out after {secs}s waiting for {what}");
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}
+
+/// `object` as the API server stores it after structural defaulting by `crd`'s schema for
+/// `version`: every absent property whose schema has a `default` gets it, at any depth of
+/// what is present (apiextensions-apiserver's `structuraldefaulting`). For comparing a
+/// stored custom resource with what was rendered.
+pub fn with_crd_defaults(
+    crd: &CustomResourceDefinition,
+    version: &str,
+    object: &serde_json::Value,
+) -> serde_json::Value {
+    let schema = crd
+        .spec
+        .versions
+        .iter()
+        .find(|v| v.name == version)
+        .and_then(|v| v.schema.as_ref())
+        .and_then(|s| s.open_api_v3_schema.as_ref())
+        .and_then(|s| serde_json::to_value(s).ok())
+        .unwrap_or_default();
+    let mut out = object.clone();
+    default_in(&schema, &mut out);
+    out
+}
+
+fn default_in(schema: &serde_json::Value, value: &mut serde_json::Value) {
+    match value {
+        serde_json::Value::Object(map) => {
+            if let Some(props) = schema.get("properties").and_then(|p| p.as_object()) {
+                for (key, sub) in props {
+                    match map.get_mut(key) {
+                        Some(v) => default_in(sub, v),
+                        None => {
+                            if let Some(d) = sub.get("default") {
+                                let mut d = d.clone();
+                                default_in(sub, &mut d);
+                                map.insert(key.clone(), d);
+                            }
+                        }
+                    }
+                }
+            } else if let Some(sub) = schema.get("additionalProperties").filter(|s| s.is_object()) {
+                for v in map.values_mut() {
+                    default_in(sub, v);
+                }
+            }
+        }
+        serde_json::Value::Array(items) => {
+            if let Some(sub) = schema.get("items") {
+                for v in items {
+                    default_in(sub, v);
+                }
+            }
+        }
+        _ => {}
     }
 }

@@ -2,6 +2,8 @@
 //! on first use; tests keep apart by namespace). See `kubeairunway-testcluster`.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test crate: failing loudly is the point
 
+#[path = "e2e/builtin_api.rs"]
+mod builtin_api;
 /// The example third-party provider of the SDK, driven by `sdk_runtime`.
 #[path = "../../../sdk/examples/chatserver/provider.rs"]
 mod chatserver;
@@ -19,6 +21,8 @@ mod core_webhook;
 mod crds;
 #[path = "e2e/dynamo.rs"]
 mod dynamo;
+#[path = "e2e/dynamo_operator.rs"]
+mod dynamo_operator;
 #[path = "e2e/kaito.rs"]
 mod kaito;
 #[path = "e2e/kernelcache.rs"]
@@ -33,6 +37,8 @@ mod kernelcache_verify;
 mod kernelcache_webhook;
 #[path = "e2e/kuberay.rs"]
 mod kuberay;
+#[path = "e2e/kuberay_operator.rs"]
+mod kuberay_operator;
 #[path = "e2e/reference_compat.rs"]
 mod reference_compat;
 #[path = "e2e/samples.rs"]

@@ -1,4 +1,4 @@
-//! Leader election on a `coordination.k8s.io/v1` Lease (served by a stand-in CRD), and
+//! Leader election on a `coordination.k8s.io/v1` Lease (served by the test API server), and
 //! two full controller processes (`app::run`, in-process) of which only the leader
 //! reconciles, with their health and metrics endpoints.
 
@@ -8,7 +8,7 @@ use clap::Parser;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::Api;
 use kubeairunway_core::app::{self, Cli};
-use kubeairunway_e2e::{apply_md, core_cluster, eventually, install_stand_ins};
+use kubeairunway_e2e::{apply_md, core_cluster, eventually};
 use kubeairunway_sdk::ModelDeployment;
 use kubeairunway_sdk::leader::{LeaderElector, LeaseSettings};
 use serde_json::json;
@@ -26,7 +26,6 @@ fn lease(ns: &str, identity: &str, duration_ms: u64) -> LeaseSettings {
 #[tokio::test]
 async fn core_leader_election_on_a_lease() {
     let (cluster, client) = core_cluster().await.unwrap();
-    install_stand_ins(&client).await.unwrap();
     let ns = cluster.namespace("core-lease");
     let a = LeaderElector::new(client.clone(), lease(&ns, "a", 4000));
     let b = LeaderElector::new(client.clone(), lease(&ns, "b", 4000));
@@ -75,7 +74,6 @@ async fn get(url: &str) -> Option<(u16, String)> {
 #[tokio::test]
 async fn core_two_replicas_one_leader() {
     let (cluster, client) = core_cluster().await.unwrap();
-    install_stand_ins(&client).await.unwrap();
     crate::core_selection::register_providers(&client).await;
     let ns = cluster.namespace("core-replicas");
 

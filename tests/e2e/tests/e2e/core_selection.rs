@@ -14,7 +14,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::runtime::reflector::Store;
 use kubeairunway_core::metrics::Metrics;
 use kubeairunway_core::reconciler::{self, AWAITING_SELECTOR_MESSAGE, Settings};
-use kubeairunway_e2e::{apply_md, core_cluster, eventually, install_stand_ins};
+use kubeairunway_e2e::{apply_md, core_cluster, eventually};
 use kubeairunway_sdk::conditions::{self, PROVIDER_SELECTED, READY, VALIDATED};
 use kubeairunway_sdk::{InferenceProviderConfig, ModelDeployment};
 use serde_json::{Value, json};
@@ -90,7 +90,6 @@ pub async fn register_providers(client: &Client) {
 
 /// Start core's controller for one namespace in this test's runtime.
 pub async fn start_controller(client: &Client, ns: &str, selector: bool) {
-    install_stand_ins(client).await.unwrap();
     let (store, reflector_fut): (Store<InferenceProviderConfig>, _) =
         reconciler::provider_cache(client.clone());
     tokio::spawn(reflector_fut);
@@ -221,7 +220,7 @@ async fn core_selects_every_row_of_the_decision_table() {
         assert_eq!(status.phase, None, "{name}: {status:?}");
     }
 
-    // The ProviderSelected event (events.k8s.io/v1, served by a stand-in CRD).
+    // The ProviderSelected event (events.k8s.io/v1).
     let events: Api<K8sEvent> = Api::namespaced(client.clone(), &ns);
     let ev = eventually(10, "ProviderSelected event", || async {
         events

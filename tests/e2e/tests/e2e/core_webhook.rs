@@ -388,8 +388,7 @@ fn base64_decode(s: &str) -> Vec<u8> {
     base64::engine::general_purpose::STANDARD.decode(s).unwrap()
 }
 
-/// The CA bundle goes into every webhook of both configurations (served here by
-/// stand-in CRDs of `admissionregistration.k8s.io/v1`), and only when it changed.
+/// The CA bundle goes into every webhook of both configurations, and only when it changed.
 #[tokio::test]
 async fn core_webhook_ca_bundle_is_patched_into_the_configurations() {
     use k8s_openapi::api::admissionregistration::v1::{
@@ -399,7 +398,6 @@ async fn core_webhook_ca_bundle_is_patched_into_the_configurations() {
     use kubeairunway_sdk::tls::{CertBundle, CertStore, KubeCertStore};
 
     let (cluster, client) = kubeairunway_e2e::core_cluster().await.unwrap();
-    kubeairunway_e2e::install_stand_ins(&client).await.unwrap();
     let suffix = cluster.namespace("cab");
     let (vname, mname) = (format!("v-{suffix}"), format!("m-{suffix}"));
     let hook = |name: &str| {

@@ -2,9 +2,13 @@
 //! DynamoGraphDeployment CRD: the v1alpha1-only CRD of Dynamo 1.1, and the newer CRD
 //! (v1alpha1 deprecated, v1beta1 storage; its conversion webhook is unreachable here, so
 //! only v1beta1 objects are ever created and read on it). Each CRD gets a private
-//! cluster and exactly one provider instance; the whole walk runs in one test function.
+//! cluster, exactly one provider instance and the Dynamo operator stand-in
+//! (`kubeairunway_e2e::operators::dynamo`: its webhook, its merge of our containers, the
+//! engines' argument checks and its controller's status); the whole walk runs in one test
+//! function.
 //! Also: the chart lints and renders with least-privilege RBAC.
 
+use std::collections::BTreeSet;
 use std::time::Duration;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -13,6 +17,7 @@ use kube::api::{Api, DeleteParams, DynamicObject};
 use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
 use kubeairunway_dynamo_provider::{Dynamo, Settings};
+use kubeairunway_e2e::operators::{self, dynamo::MANUAL_STATUS_LABEL, dynamo::StandIn};
 use kubeairunway_e2e::{fixtures_dir, helm, read_crd};
 use kubeairunway_sdk::api::{
     EngineType, InferenceProviderConfig, ModelDeployment, Phase, ServingMode,
@@ -42,7 +47,7 @@ fn upstream_crd(file: &str) -> CustomResourceDefinition {
     read_crd(&fixtures_dir().join("crds/upstream").join(file)).unwrap()
 }
 
-/// A private cluster with the platform's CRDs, the stand-ins and `crd`.
+/// A private cluster with the platform's CRDs and `crd`.
 async fn private_cluster(tag: &str, crd: &CustomResourceDefinition) -> (TestCluster, Client) {
     testing::private_cluster(&format!("dynamo-{tag}"), std::slice::from_ref(crd))
         .await
@@ -75,28 +80,86 @@ fn ready_condition(status: &str, reason: &str, message: &str) -> Value {
     })
 }
 
-/// One component's replica status as Dynamo writes it (v1alpha1 requires
-/// `componentName`, both require `updatedReplicas`).
-fn replica_status(version: &str, name: &str, replicas: i32, ready: i32) -> Value {
-    let mut s = json!({
-        "componentKind": "Deployment", "componentNames": [name],
-        "replicas": replicas, "updatedReplicas": replicas, "readyReplicas": ready,
-        "availableReplicas": ready,
-    });
-    if version == "v1alpha1" {
-        s["componentName"] = json!(name);
-    }
-    s
+/// The cases every CRD gets: each engine and mode, a custom image, storage; all must reach
+/// Running under the stand-in operator with nothing refused or misserved.
+fn cases() -> Vec<(&'static str, ModelDeployment)> {
+    let disagg = |name: &str, engine: EngineType| {
+        ModelDeploymentBuilder::new(name)
+            .engine(engine)
+            .gpus(0)
+            .mode(ServingMode::Disaggregated)
+            .spec(|s| {
+                s.resources = None;
+                s.scaling.prefill = serde_json::from_value(
+                    json!({"replicas": 2, "gpu": {"count": 4}, "memory": "128Gi"}),
+                )
+                .unwrap();
+                s.scaling.decode = serde_json::from_value(
+                    json!({"replicas": 4, "gpu": {"count": 2}, "memory": "64Gi"}),
+                )
+                .unwrap();
+                s.secrets =
+                    serde_json::from_value(json!({"huggingFaceToken": "hf-token"})).unwrap();
+            })
+    };
+    let storage = ModelDeploymentBuilder::new("storage")
+        .spec(|s| {
+            s.model.storage = serde_json::from_value(json!({"volumes": [
+                {"name": "weights", "claimName": "model-cache", "purpose": "modelCache"},
+            ]}))
+            .unwrap();
+            s.gateway = serde_json::from_value(json!({"enabled": true})).unwrap();
+        })
+        .build();
+    vec![
+        ("agg", ModelDeploymentBuilder::new("agg").gpus(1).build()),
+        (
+            "disagg",
+            disagg("disagg", EngineType::Vllm)
+                .overrides(json!({"routerMode": "kv", "frontend": {"replicas": 2, "resources": {"cpu": "4", "memory": "8Gi"}}, "routerTypo": 1}))
+                .build(),
+        ),
+        ("sglang", ModelDeploymentBuilder::new("sglang").engine(EngineType::Sglang).gpus(2).build()),
+        ("sglang-pd", disagg("sglang-pd", EngineType::Sglang).build()),
+        (
+            "trtllm",
+            ModelDeploymentBuilder::new("trtllm")
+                .engine(EngineType::Trtllm)
+                .spec(|s| {
+                    s.engine.context_length = Some(4096);
+                    s.engine.trust_remote_code = true;
+                })
+                .build(),
+        ),
+        ("trtllm-pd", disagg("trtllm-pd", EngineType::Trtllm).build()),
+        (
+            "custom",
+            ModelDeploymentBuilder::new("custom").image("registry.example/dynamo:dev").build(),
+        ),
+        ("storage", storage),
+    ]
 }
 
 /// The whole walk for one installed CRD; `version` is the adapter it must choose.
-async fn walk(tag: &str, crd: CustomResourceDefinition, version: &str) {
-    let (_cluster, client) = private_cluster(tag, &crd).await;
+async fn walk(tag: &str, crd: CustomResourceDefinition, version: &'static str) {
+    let (cluster, client) = private_cluster(tag, &crd).await;
     let settings = Settings {
         failed_after: Duration::from_secs(2),
         ..Settings::default()
     };
     let _running = testing::spawn(Dynamo::new(settings), client.clone(), test_options());
+    // Dynamo itself, as it treats what we render (see kubeairunway_e2e::operators::dynamo):
+    // its webhook, called by the API server, and its controller.
+    let _webhook = operators::dynamo::serve_webhook(&cluster, &client, &dgd_resource(version))
+        .await
+        .unwrap();
+    refusals_come_from_the_webhook(&client, version).await;
+    let operator = StandIn::spawn(
+        client.clone(),
+        dgd_resource(version),
+        version,
+        BTreeSet::from(["model-cache".to_string()]),
+    );
     let dgds = |ns: &str| -> Api<DynamicObject> {
         Api::namespaced_with(client.clone(), ns, &dgd_resource(version))
     };
@@ -123,33 +186,8 @@ async fn walk(tag: &str, crd: CustomResourceDefinition, version: &str) {
     );
 
     // Every engine and mode renders an object the real API server accepts, at the
-    // version the adapter was chosen for.
-    let cases = [
-        ("agg", ModelDeploymentBuilder::new("agg").gpus(1).build()),
-        (
-            "disagg",
-            ModelDeploymentBuilder::new("disagg")
-                .gpus(0)
-                .mode(ServingMode::Disaggregated)
-                .overrides(json!({"routerMode": "kv", "frontend": {"replicas": 2, "resources": {"cpu": "4", "memory": "8Gi"}}, "routerTypo": 1}))
-                .spec(|s| {
-                    s.resources = None;
-                    s.scaling.prefill = serde_json::from_value(json!({"replicas": 2, "gpu": {"count": 4}, "memory": "128Gi"})).unwrap();
-                    s.scaling.decode = serde_json::from_value(json!({"replicas": 4, "gpu": {"count": 2}, "memory": "64Gi"})).unwrap();
-                    s.secrets = serde_json::from_value(json!({"huggingFaceToken": "hf-token"})).unwrap();
-                })
-                .build(),
-        ),
-        ("sglang", ModelDeploymentBuilder::new("sglang").engine(EngineType::Sglang).build()),
-        (
-            "trtllm",
-            ModelDeploymentBuilder::new("trtllm")
-                .engine(EngineType::Trtllm)
-                .spec(|s| s.engine.context_length = Some(4096))
-                .build(),
-        ),
-    ];
-    for (prefix, md) in &cases {
+    // version the adapter was chosen for, that Dynamo admits, runs and serves.
+    for (prefix, md) in &cases() {
         let ns = format!("{tag}-{prefix}");
         let mut md = md.clone();
         md.metadata.namespace = Some(ns.clone());
@@ -183,17 +221,30 @@ async fn walk(tag: &str, crd: CustomResourceDefinition, version: &str) {
             live.data["spec"][components], expected["spec"][components],
             "{prefix}: as rendered"
         );
-        let md = md_where(&client, &ns, &md.name_any(), "Deploying", |m| {
-            phase(m) == Some(Phase::Deploying)
+        let md = md_where(&client, &ns, &md.name_any(), "Running", |m| {
+            phase(m) == Some(Phase::Running)
         })
         .await;
         assert_eq!(
             condition(&md, PROVIDER_COMPATIBLE).map(|c| c.status.as_str()),
             Some("True")
         );
+        let status = md.status.clone().unwrap();
+        assert_eq!(status.message.as_deref(), Some("All resources are ready"));
+        let endpoint = status.endpoint.unwrap();
+        assert_eq!(
+            (endpoint.service, endpoint.port),
+            (Some(format!("{}-frontend", md.name_any())), Some(8000))
+        );
     }
+    assert_eq!(
+        operator.problems(),
+        Vec::<String>::new(),
+        "refused or misserved"
+    );
 
-    // Warnings: an unknown override key, a setting TensorRT-LLM ignores.
+    // Warnings: an unknown override key; a field Dynamo cannot serve, named in the event
+    // and in ProviderCompatible.
     let notes = event_where(
         &client,
         &format!("{tag}-disagg"),
@@ -207,14 +258,30 @@ async fn walk(tag: &str, crd: CustomResourceDefinition, version: &str) {
     );
     let notes = event_where(
         &client,
-        &format!("{tag}-trtllm"),
-        "trtllm",
-        "ContextLengthIgnored",
+        &format!("{tag}-storage"),
+        "storage",
+        "UnsupportedField",
+    )
+    .await;
+    assert!(notes[0].starts_with("spec.gateway is ignored"), "{notes:?}");
+    let md = md_where(
+        &client,
+        &format!("{tag}-storage"),
+        "storage",
+        "ignored fields named",
+        |m| {
+            condition(m, PROVIDER_COMPATIBLE)
+                .is_some_and(|c| c.reason == "CompatibleWithIgnoredFields")
+        },
     )
     .await;
     assert!(
-        notes[0].starts_with("engine.contextLength 4096 is ignored"),
-        "{notes:?}"
+        condition(&md, PROVIDER_COMPATIBLE)
+            .unwrap()
+            .message
+            .contains("spec.gateway"),
+        "{:?}",
+        condition(&md, PROVIDER_COMPATIBLE)
     );
 
     // A wrong override type or router mode fails with the path.
@@ -235,30 +302,62 @@ async fn walk(tag: &str, crd: CustomResourceDefinition, version: &str) {
     );
     assert!(dgds(&bad_ns).get_opt("bad").await.unwrap().is_none());
 
-    // Status walk on the aggregated one: initializing -> pending -> successful, and a
-    // failure that persists.
-    let ns = format!("{tag}-agg");
+    // On Dynamo 1.1 a claim that does not exist fails the graph, with its name.
+    if version == "v1alpha1" {
+        let ns = format!("{tag}-noclaim");
+        let md = ModelDeploymentBuilder::new("noclaim")
+            .namespace(&ns)
+            .spec(|s| {
+                s.model.storage = serde_json::from_value(json!({"volumes": [
+                    {"name": "weights", "claimName": "missing-claim", "purpose": "modelCache"},
+                ]}))
+                .unwrap();
+            })
+            .build();
+        deploy(&client, &md).await;
+        let md = md_where(&client, &ns, "noclaim", "Failed", |m| {
+            phase(m) == Some(Phase::Failed)
+        })
+        .await;
+        assert_eq!(
+            message(&md),
+            "failed to reconcile top-level PVCs: persistentvolumeclaims \"missing-claim\" not found"
+        );
+    }
+
+    // The status walk the test writes itself: initializing -> pending -> successful, and
+    // a failure that persists.
+    let ns = format!("{tag}-manual");
+    deploy(
+        &client,
+        &ModelDeploymentBuilder::new("manual")
+            .namespace(&ns)
+            .label(MANUAL_STATUS_LABEL, "true")
+            .build(),
+    )
+    .await;
+    dgd_where(&client, version, &ns, "manual", "created", Option::is_some).await;
     let resource = dgd_resource(version);
     let write = |status: Value| {
         let client = client.clone();
         let resource = resource.clone();
         let ns = ns.clone();
         async move {
-            testing::write_upstream_status(&client, &resource, &ns, "agg", status)
+            testing::write_upstream_status(&client, &resource, &ns, "manual", status)
                 .await
                 .unwrap();
         }
     };
     write(json!({"state": "initializing"})).await;
-    let md = md_where(&client, &ns, "agg", "initializing", |m| {
+    let md = md_where(&client, &ns, "manual", "initializing", |m| {
         message(m) == "DynamoGraphDeployment is initializing"
     })
     .await;
     assert_eq!(phase(&md), Some(Phase::Deploying));
 
-    write(json!({"state": "pending", "conditions": [ready_condition("False", "ComponentsNotReady", "VllmWorker: 0/1 ready")]})).await;
-    let md = md_where(&client, &ns, "agg", "pending", |m| {
-        message(m) == "VllmWorker: 0/1 ready"
+    write(json!({"state": "pending", "conditions": [ready_condition("False", "some_resources_are_not_ready", "Resources not ready: manual-vllmworker: Component deployment not ready - Available condition not true")]})).await;
+    let md = md_where(&client, &ns, "manual", "pending", |m| {
+        message(m).starts_with("Resources not ready: manual-vllmworker")
     })
     .await;
     assert_eq!(phase(&md), Some(Phase::Deploying));
@@ -274,24 +373,19 @@ async fn walk(tag: &str, crd: CustomResourceDefinition, version: &str) {
     };
     write(json!({
         "state": "successful",
-        "conditions": [ready_condition("True", "AllComponentsReady", "All resources are ready")],
+        "conditions": [ready_condition("True", "all_resources_are_ready", "All resources are ready")],
         per_component: {
-            "Frontend": replica_status(version, "agg-frontend", 2, 2),
-            "VllmWorker": replica_status(version, "agg-vllmworker", 1, 1),
+            "Frontend": operators::dynamo::replica_status(version, "manual-frontend", 2, 2),
+            "VllmWorker": operators::dynamo::scaling_group_status(version, "manual-vllmworker", 1, 1),
         },
     }))
     .await;
-    let md = md_where(&client, &ns, "agg", "Running", |m| {
+    let md = md_where(&client, &ns, "manual", "Running", |m| {
         phase(m) == Some(Phase::Running)
     })
     .await;
     let status = md.status.clone().unwrap();
     assert_eq!(status.message.as_deref(), Some("All resources are ready"));
-    let endpoint = status.endpoint.unwrap();
-    assert_eq!(
-        (endpoint.service.as_deref(), endpoint.port),
-        (Some("agg-frontend"), Some(8000))
-    );
     let replicas = status.replicas.unwrap();
     assert_eq!((replicas.desired, replicas.ready), (Some(1), Some(1)));
     assert_eq!(
@@ -299,8 +393,8 @@ async fn walk(tag: &str, crd: CustomResourceDefinition, version: &str) {
         Some("True")
     );
 
-    write(json!({"state": "failed", "conditions": [ready_condition("False", "ReconcileFailed", "image pull failed")]})).await;
-    let md = md_where(&client, &ns, "agg", "a transient failure", |m| {
+    write(json!({"state": "failed", "conditions": [ready_condition("False", "failed_to_reconcile_the_resources", "image pull failed")]})).await;
+    let md = md_where(&client, &ns, "manual", "a transient failure", |m| {
         message(m).contains("may be transient") || phase(m) == Some(Phase::Failed)
     })
     .await;
@@ -309,14 +403,14 @@ async fn walk(tag: &str, crd: CustomResourceDefinition, version: &str) {
         "{}",
         message(&md)
     );
-    let md = md_where(&client, &ns, "agg", "Failed once it persists", |m| {
+    let md = md_where(&client, &ns, "manual", "Failed once it persists", |m| {
         phase(m) == Some(Phase::Failed)
     })
     .await;
     assert_eq!(message(&md), "image pull failed");
     assert_eq!(
         condition(&md, READY).map(|c| c.reason.as_str()),
-        Some("ReconcileFailed")
+        Some("failed_to_reconcile_the_resources")
     );
 
     // What Dynamo cannot serve is refused with 004 §8's message.
@@ -345,12 +439,14 @@ async fn walk(tag: &str, crd: CustomResourceDefinition, version: &str) {
 
     // Deletion removes the upstream object.
     let mds: Api<ModelDeployment> = Api::namespaced(client.clone(), &ns);
-    mds.delete("agg", &DeleteParams::default()).await.unwrap();
-    dgd_where(&client, version, &ns, "agg", "deleted", Option::is_none).await;
+    mds.delete("manual", &DeleteParams::default())
+        .await
+        .unwrap();
+    dgd_where(&client, version, &ns, "manual", "deleted", Option::is_none).await;
     wait_for(
         WAIT,
         "ModelDeployment gone",
-        || mds.get_opt("agg"),
+        || mds.get_opt("manual"),
         Option::is_none,
     )
     .await
@@ -387,6 +483,44 @@ async fn walk(tag: &str, crd: CustomResourceDefinition, version: &str) {
         dgds(&ns).get_opt("narrow").await.unwrap().is_none(),
         "nothing applied"
     );
+    assert_eq!(
+        operator.problems(),
+        Vec::<String>::new(),
+        "refused or misserved"
+    );
+}
+
+/// Objects Dynamo's webhook denies are refused by the API server with its words: a custom
+/// image without `runtimeVersionOverride` on v1beta1, a graph without services on
+/// v1alpha1 (a claim to create without a storage class never reaches the webhook there:
+/// the 1.1 CRD's own rule refuses it).
+async fn refusals_come_from_the_webhook(client: &Client, version: &str) {
+    let ns = "dynamo-system";
+    let spec = if version == "v1beta1" {
+        json!({"backendFramework": "vllm", "components": [{"name": "Frontend", "type": "frontend",
+            "podTemplate": {"spec": {"containers": [{"name": "main", "image": "registry.example/dynamo:dev"}]}}}]})
+    } else {
+        json!({"backendFramework": "vllm", "services": {}})
+    };
+    let dgd: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": format!("nvidia.com/{version}"), "kind": "DynamoGraphDeployment",
+        "metadata": {"name": "refused"}, "spec": spec,
+    }))
+    .unwrap();
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &dgd_resource(version));
+    let err = api
+        .create(&kube::api::PostParams::default(), &dgd)
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!("{err}")
+    };
+    let expected = if version == "v1beta1" {
+        "admission webhook \"vdynamographdeployment.kb.io\" denied the request: DynamoGraphDeployment.nvidia.com \"refused\" is invalid: spec.components[0].runtimeVersionOverride: Required value: is required when the specified main container image has no parseable semantic-version tag"
+    } else {
+        "admission webhook \"vdynamographdeployment.kb.io\" denied the request: spec.services must have at least one service"
+    };
+    assert_eq!(status.message, expected);
 }
 
 fn detected(crd: &CustomResourceDefinition) -> kubeairunway_sdk::UpstreamApi {

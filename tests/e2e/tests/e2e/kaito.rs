@@ -33,13 +33,17 @@ fn workspaces() -> ApiResource {
     }
 }
 
-/// A private cluster with the platform's CRDs, the stand-ins and one real Workspace CRD.
+/// A private cluster with the platform's CRDs and one real Workspace CRD.
 async fn cluster(tag: &str, crd_file: &str) -> (TestCluster, Client, UpstreamApi) {
     let crd = read_crd(&fixtures_dir().join("crds/upstream").join(crd_file)).unwrap();
     let api = UpstreamApi::detect(&crd, &KaitoProvider::default().upstream()).unwrap();
     let (cluster, client) = testing::private_cluster(&format!("kaito-{tag}"), &[crd])
         .await
         .unwrap();
+    // The namespaces the tests write into directly (deploy creates its own).
+    for ns in ["schema", "iset"] {
+        cluster.ensure_namespace(ns);
+    }
     (cluster, client, api)
 }
 

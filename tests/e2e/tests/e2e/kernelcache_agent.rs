@@ -83,6 +83,7 @@ async fn setup(tag: &str) -> (TestCluster, Client, Registry) {
         kubeairunway_sdk::testing::private_cluster(tag, &kubeairunway_kernelcache::api::crds())
             .await
             .unwrap();
+    cluster.ensure_namespace("ml");
     (cluster, client, start_registry(tag).unwrap())
 }
 

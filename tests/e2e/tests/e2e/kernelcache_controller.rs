@@ -149,12 +149,13 @@ fn condition<'a>(s: &'a KernelCacheStatus, type_: &str) -> (&'a str, &'a str, &'
 
 #[tokio::test]
 async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments() {
-    let (_cluster, client) = kubeairunway_sdk::testing::private_cluster(
+    let (cluster, client) = kubeairunway_sdk::testing::private_cluster(
         "kc-controller",
         &kubeairunway_kernelcache::api::crds(),
     )
     .await
     .unwrap();
+    cluster.ensure_namespace(NS);
     let registry = start_registry("kc-controller").unwrap();
     let (signer, public) = new_signer().unwrap();
     let (other_signer, _) = new_signer().unwrap();

@@ -110,12 +110,13 @@ async fn admit(
 
 #[tokio::test]
 async fn serving_pods_get_usable_caches_and_nothing_else_is_touched() {
-    let (_cluster, client) = kubeairunway_sdk::testing::private_cluster(
+    let (cluster, client) = kubeairunway_sdk::testing::private_cluster(
         "kc-webhook",
         &kubeairunway_kernelcache::api::crds(),
     )
     .await
     .unwrap();
+    cluster.ensure_namespace("serving");
     let mds = ApiResource::erase::<kubeairunway_sdk::ModelDeployment>(&());
     let caches = ApiResource::erase::<KernelCache>(&());
     let usable = |cache_type: &str, digest: &str| {

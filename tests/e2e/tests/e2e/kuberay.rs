@@ -1,24 +1,39 @@
 //! The KubeRay provider end to end on the real API server, once per real RayService CRD
-//! (KubeRay 1.7 and 1.3), each on a private cluster with exactly one provider instance:
-//! registration, rendered RayServices accepted by the real schema, status written the
-//! way the KubeRay operator writes it and followed by the ModelDeployment, refusals, and
-//! deletion. Also the provider's Helm chart.
+//! (KubeRay 1.7.0 and 1.3.0), each on a private cluster with exactly one provider
+//! instance and the KubeRay operator played by its stand-in
+//! (`kubeairunway_e2e::operators::kuberay`): every rendered shape is accepted by the real
+//! schema with strict field validation and by the operator's validation; the stored
+//! RayService is exactly what was rendered (plus the CRD's defaults); the operator's
+//! controller loop writes the status as the release does (first deployment in
+//! `pendingServiceStatus`, promotion to `activeServiceStatus`, zero-downtime upgrades,
+//! `ValidationFailed`) and the ModelDeployment follows; refusals; deletion through
+//! KubeRay's finalizer. Also the provider's Helm chart.
 
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kube::api::{Api, DeleteParams, DynamicObject};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::core::admission::AdmissionRequest;
 use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
+use kubeairunway_e2e::admission::{self, Registration, ValidatingWebhook};
+use kubeairunway_e2e::operators::kuberay::{self as ray, Action, App, Clusters, KubeRay};
 use kubeairunway_kuberay_provider::KubeRayProvider;
 use kubeairunway_sdk::api::{
     ComponentScaling, EngineType, GpuSpec, InferenceProviderConfig, ModelDeployment, Phase,
     ServingMode,
 };
 use kubeairunway_sdk::conditions::{PROVIDER_COMPATIBLE, READY, RESOURCE_CREATED};
+use kubeairunway_sdk::render::Role;
 use kubeairunway_sdk::testing::{
     self, ModelDeploymentBuilder, condition, event_where, md_where, message, phase, test_options,
     wait_for,
 };
+use kubeairunway_sdk::{Provider, UpstreamApi};
+use kubeairunway_testcluster::TestCluster;
 use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(60);
@@ -33,42 +48,433 @@ fn rayservices() -> ApiResource {
     }
 }
 
-/// A condition as KubeRay writes it.
-fn cond(type_: &str, status: &str, reason: &str, message: &str) -> Value {
-    json!({"type": type_, "status": status, "reason": reason, "message": message,
-           "lastTransitionTime": "2026-01-01T00:00:00Z", "observedGeneration": 1})
+// ---------------------------------------------------------------------------------------
+// The KubeRay operator at work on the API server
+
+/// What the stand-in loop keeps.
+#[derive(Default)]
+struct State {
+    clusters: BTreeMap<(String, String), Clusters>,
+    /// Ray Serve reports the test made, not yet applied to a cluster.
+    reports: Vec<Report>,
+    events: Vec<((String, String), String)>,
 }
 
-/// Write the RayService status as the KubeRay operator does (>= 1.3: conditions).
-async fn ray_status(client: &Client, ns: &str, name: &str, status: Value) {
-    testing::write_upstream_status(client, &rayservices(), ns, name, status)
+/// Which of a RayService's clusters a report is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Slot {
+    /// The cluster being prepared (first deployment or upgrade).
+    Pending,
+    /// The serving cluster.
+    Active,
+}
+
+/// Ray Serve on one cluster reports application `llm` and its ready worker pods.
+struct Report {
+    key: (String, String),
+    slot: Slot,
+    app: App,
+    ready_workers: i64,
+}
+
+/// The KubeRay operator's controller loop, played against the API server: every 100 ms it
+/// reconciles every RayService with the stand-in's rules (finalizer, validation, clusters,
+/// status written by replacing the status subresource, as `r.Status().Update` does).
+struct Operator {
+    state: Arc<Mutex<State>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Operator {
+    fn start(client: Client, version: KubeRay) -> Self {
+        let state = Arc::new(Mutex::new(State::default()));
+        let task = tokio::spawn(operate(client, version, state.clone()));
+        Self { state, task }
+    }
+
+    /// Ray Serve on the `slot` cluster of `ns/name` reports application `llm` in
+    /// `status`, with `ready_workers` worker pods ready; returns once the loop has taken it
+    /// in (when the operator has made that cluster).
+    async fn report(
+        &self,
+        ns: &str,
+        name: &str,
+        slot: Slot,
+        (status, msg): (&str, &str),
+        ready_workers: i64,
+    ) {
+        let key = (ns.to_string(), name.to_string());
+        self.state.lock().unwrap().reports.push(Report {
+            key: key.clone(),
+            slot,
+            app: App::new(status, msg),
+            ready_workers,
+        });
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while self
+            .state
+            .lock()
+            .unwrap()
+            .reports
+            .iter()
+            .any(|r| r.key == key)
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no {slot:?} cluster of {ns}/{name} to report on"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn events(&self, ns: &str, name: &str) -> Vec<String> {
+        let key = (ns.to_string(), name.to_string());
+        let state = self.state.lock().unwrap();
+        state
+            .events
+            .iter()
+            .filter(|(k, _)| *k == key)
+            .map(|(_, e)| e.clone())
+            .collect()
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+async fn operate(client: Client, version: KubeRay, state: Arc<Mutex<State>>) {
+    let all: Api<DynamicObject> = Api::all_with(client.clone(), &rayservices());
+    loop {
+        if let Ok(list) = all.list(&ListParams::default()).await {
+            let mut seen = BTreeSet::new();
+            for object in list.items {
+                seen.insert((object.namespace().unwrap_or_default(), object.name_any()));
+                reconcile_one(&client, version, &state, object).await;
+            }
+            state
+                .lock()
+                .unwrap()
+                .clusters
+                .retain(|k, _| seen.contains(k));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn reconcile_one(
+    client: &Client,
+    version: KubeRay,
+    state: &Arc<Mutex<State>>,
+    object: DynamicObject,
+) {
+    let key = (object.namespace().unwrap_or_default(), object.name_any());
+    let value = serde_json::to_value(&object).unwrap();
+    let (reconciled, next) = {
+        let mut s = state.lock().unwrap();
+        // Reports are facts about the world: they apply at once to the newest cluster.
+        let reports = std::mem::take(&mut s.reports);
+        for report in reports {
+            let clusters = s
+                .clusters
+                .get_mut(&report.key)
+                .filter(|_| report.key == key);
+            let cluster = clusters.and_then(|c| match report.slot {
+                Slot::Pending => c.pending.as_mut(),
+                Slot::Active => c.active.as_mut(),
+            });
+            match cluster {
+                Some(c) => {
+                    c.serve = Some([("llm".to_string(), report.app)].into());
+                    c.ready_workers = report.ready_workers;
+                }
+                None => s.reports.push(report),
+            }
+        }
+        let mut next = s.clusters.get(&key).cloned().unwrap_or_default();
+        let r = ray::reconcile(version, &value, &mut next, &Timestamp::now().to_string());
+        (r, next)
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &key.0, &rayservices());
+    let mut finalizers: Vec<String> = object.finalizers().to_vec();
+    let written = match &reconciled.action {
+        Action::Nothing => Ok(()),
+        Action::AddFinalizer | Action::RemoveFinalizer => {
+            finalizers.retain(|f| f != ray::FINALIZER);
+            if reconciled.action == Action::AddFinalizer {
+                finalizers.push(ray::FINALIZER.to_string());
+            }
+            let patch = json!({"metadata": {
+                "finalizers": finalizers,
+                "resourceVersion": object.resource_version(),
+            }});
+            api.patch(&key.1, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map(drop)
+        }
+        Action::WriteStatus(status) => {
+            let mut with_status = object.clone();
+            with_status.data["status"] = status.clone();
+            api.replace_status(&key.1, &PostParams::default(), &with_status)
+                .await
+                .map(drop)
+        }
+    };
+    // A write that lost a race is redone from the fresh object in the next pass.
+    if written.is_ok() {
+        let mut s = state.lock().unwrap();
+        s.clusters.insert(key.clone(), next);
+        s.events
+            .extend(reconciled.events.into_iter().map(|e| (key.clone(), e)));
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// KubeRay's admission webhook, served for real
+
+/// The webhook's Service, as KubeRay's manifests name it (`config/webhook/service.yaml`
+/// with the `kuberay-` prefix of `config/default-with-webhooks`).
+const WEBHOOK_SERVICE: &str = "kuberay-webhook-service";
+const WEBHOOK_NAMESPACE: &str = "ray-system";
+/// The name of the RayService webhook (`pkg/webhooks/v1/rayservice_webhook.go:28@v1.7.0`).
+const WEBHOOK_NAME: &str = "vrayservice.kb.io";
+
+/// KubeRay 1.7's optional RayService webhook (v1.3 has none), served through the shared
+/// helper (loopback HTTPS, routed Service, ValidatingWebhookConfiguration with the CA
+/// bundle; CREATE and UPDATE of `ray.io/v1` rayservices, failurePolicy Fail, as
+/// `config/webhook/manifests.yaml@v1.7.0` registers it). Its verdict is the stand-in's
+/// [`ray::webhook`], in the words `apierrors.NewInvalid` gives it
+/// (`rayservice_webhook.go:49-63@v1.7.0`).
+async fn serve_webhook(
+    cluster: &TestCluster,
+    client: &Client,
+    version: KubeRay,
+) -> ValidatingWebhook {
+    let verdict = move |req: &AdmissionRequest<DynamicObject>| {
+        let Some(object) = req.object.as_ref() else {
+            return Ok(());
+        };
+        let value = serde_json::to_value(object).map_err(|e| e.to_string())?;
+        ray::webhook(version, &value).map_err(|refusal| {
+            let name = admission::object_name(req);
+            format!("RayService.ray.io {name:?} is invalid: metadata.name: Invalid value: {name:?}: {refusal}")
+        })
+    };
+    let resource = rayservices();
+    let registration = Registration {
+        name: WEBHOOK_NAME,
+        namespace: WEBHOOK_NAMESPACE,
+        service: WEBHOOK_SERVICE,
+        resource: &resource,
+    };
+    let webhook = admission::serve_validating(cluster, client, registration, Arc::new(verdict))
         .await
         .unwrap();
-}
-
-fn active(app_status: &str, app_message: &str, ready_workers: i64) -> Value {
-    json!({
-        "rayClusterName": "llama-raycluster-abcde",
-        "applicationStatuses": {"llm": {
-            "status": app_status,
-            "message": app_message,
-            "serveDeploymentStatuses": {"LLMServer:llama": {"status": "HEALTHY", "message": ""}},
-        }},
-        "rayClusterStatus": {"desiredWorkerReplicas": 1, "readyWorkerReplicas": ready_workers},
+    // The admission plugin reads configurations through an informer: wait until a dry
+    // run of a name KubeRay refuses comes back refused.
+    let probe_name = "a".repeat(ray::MAX_NAME_LENGTH + 1);
+    let rs: Api<DynamicObject> =
+        Api::namespaced_with(client.clone(), WEBHOOK_NAMESPACE, &rayservices());
+    let probe: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "ray.io/v1", "kind": "RayService",
+        "metadata": {"name": probe_name, "namespace": WEBHOOK_NAMESPACE},
+        "spec": {"rayClusterConfig": {"headGroupSpec": {"rayStartParams": {},
+            "template": {"spec": {"containers": [{"name": "ray-head", "image": "rayproject/ray:2.52.0"}]}}}}},
+    }))
+    .unwrap();
+    kubeairunway_e2e::eventually(30, "the RayService webhook to be called", || {
+        let (rs, probe) = (rs.clone(), probe.clone());
+        async move {
+            let dry = PostParams {
+                dry_run: true,
+                ..PostParams::default()
+            };
+            match rs.create(&dry, &probe).await {
+                Err(kube::Error::Api(e)) if e.message.contains(WEBHOOK_NAME) => Some(()),
+                _ => None,
+            }
+        }
     })
+    .await
+    .unwrap();
+    webhook
 }
 
-/// The whole walk for one RayService CRD version, on a private cluster.
-async fn walk(crd_file: &str, tag: &str) {
-    let crd = kubeairunway_e2e::read_crd(
+/// With the webhook, the API server refuses what KubeRay's webhook refuses, in KubeRay's
+/// words; an invalid initializing timeout never reaches the controller.
+async fn the_webhook_refuses(client: &Client) {
+    let ns = "serve";
+    let rs: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &rayservices());
+    let patch = json!({"metadata": {"annotations": {ray::INITIALIZING_TIMEOUT: "soon"}}});
+    let err = rs
+        .patch("llama", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!("not refused by the API server: {err}")
+    };
+    assert!(
+        status.message.contains(&format!(
+            "admission webhook \"{WEBHOOK_NAME}\" denied the request"
+        )) && status
+            .message
+            .contains("annotation ray.io/initializing-timeout has invalid format"),
+        "{}",
+        status.message
+    );
+}
+
+// ---------------------------------------------------------------------------------------
+// Helpers
+
+fn upstream_crd(version: KubeRay) -> CustomResourceDefinition {
+    kubeairunway_e2e::read_crd(
         &kubeairunway_e2e::fixtures_dir()
             .join("crds/upstream")
-            .join(crd_file),
+            .join(version.crd_file()),
     )
+    .unwrap()
+}
+
+/// The RayService the provider renders for `md`, as the runtime applies it.
+fn rendered(md: &ModelDeployment, api: &UpstreamApi) -> DynamicObject {
+    let provider = KubeRayProvider::default();
+    let mut md = md.clone();
+    md.metadata.uid = Some("00000000-0000-0000-0000-000000000003".into());
+    let mut object = provider.render(&md, api).unwrap().objects.remove(0);
+    let role = Role::Primary {
+        immutable_fields: provider.immutable_fields("RayService"),
+    };
+    kubeairunway_sdk::render::finish(&mut object, &md, "kuberay", role);
+    object
+}
+
+async fn rayservice_where(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+    ready: impl Fn(&Option<DynamicObject>) -> bool,
+) -> Option<DynamicObject> {
+    testing::object_where(client, &rayservices(), ns, name, what, ready).await
+}
+
+/// Create the ModelDeployment as a user would and select `kuberay` as core would.
+async fn deploy(client: &Client, md: &ModelDeployment) -> ModelDeployment {
+    testing::deploy(client, md, "kuberay").await.unwrap()
+}
+
+fn role(replicas: i32, count: i32) -> ComponentScaling {
+    ComponentScaling {
+        replicas,
+        gpu: Some(GpuSpec {
+            count,
+            ..GpuSpec::default()
+        }),
+        memory: Some("48Gi".into()),
+    }
+}
+
+/// Every shape the provider renders, for the schema and the operator's rules.
+fn shapes(ns: &str) -> Vec<ModelDeployment> {
+    let full: ModelDeployment = serde_json::from_value(json!({
+        "apiVersion": "kubeairunway.ai/v1alpha1", "kind": "ModelDeployment",
+        "metadata": {"name": "full", "namespace": ns, "labels": {"kubeairunway.ai/team": "a"}},
+        "spec": {
+            "model": {"id": "meta-llama/Llama-3.1-8B-Instruct", "servedName": "llama"},
+            "provider": {"name": "kuberay", "overrides": {"head": {
+                "resources": {"cpu": "2", "memory": "8Gi"},
+                "rayStartParams": {"dashboard-host": "0.0.0.0"},
+            }}},
+            "engine": {"type": "vllm", "contextLength": 8192, "trustRemoteCode": true,
+                       "args": {"gpu-memory-utilization": "0.9", "enforce-eager": "true"}},
+            "scaling": {"replicas": 2},
+            "resources": {"gpu": {"count": 2, "type": "amd.com/gpu"}, "memory": "64Gi", "cpu": "8"},
+            "image": "registry.example.com/ray-llm:custom",
+            "env": [{"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"}],
+            "podTemplate": {"metadata": {"labels": {"tier": "gold"}, "annotations": {"note": "n"}}},
+            "secrets": {"huggingFaceToken": "hf-token"},
+            "nodeSelector": {"gpu": "mi300"},
+            "tolerations": [{"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            "gateway": {"enabled": true},
+        },
+    }))
     .unwrap();
-    let (_cluster, client) = testing::private_cluster(&format!("kuberay-{tag}"), &[crd])
-        .await
-        .unwrap();
+    let mut full = full;
+    full.spec.model.storage = Some(
+        serde_json::from_value(json!({"volumes": [
+            {"name": "weights", "claimName": "hf-cache", "purpose": "modelCache"},
+            {"name": "compile", "purpose": "compilationCache", "size": "10Gi"},
+            {"name": "data", "claimName": "data", "mountPath": "/data", "readOnly": true},
+        ]}))
+        .unwrap(),
+    );
+    vec![
+        ModelDeploymentBuilder::new("minimal")
+            .namespace(ns)
+            .provider("kuberay")
+            .build(),
+        full,
+        ModelDeploymentBuilder::new("split")
+            .namespace(ns)
+            .provider("kuberay")
+            .mode(ServingMode::Disaggregated)
+            .spec(|s| {
+                s.resources = None;
+                s.scaling.prefill = Some(role(2, 1));
+                s.scaling.decode = Some(role(1, 4));
+            })
+            .build(),
+        ModelDeploymentBuilder::new("a-forty-seven-character-model-deployment-name-x")
+            .namespace(ns)
+            .provider("kuberay")
+            .build(),
+    ]
+}
+
+/// Strict server-side validation of every shape against the installed CRD (a dry run:
+/// unknown fields are refused, not pruned), and the operator's own validation.
+async fn every_shape_is_accepted(client: &Client, version: KubeRay, api: &UpstreamApi) {
+    let ns = "schema";
+    testing::ensure_namespace(client, ns).await.unwrap();
+    let rs: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &rayservices());
+    let strict = PatchParams::apply("schema-check")
+        .validation_strict()
+        .dry_run();
+    for md in shapes(ns) {
+        let object = rendered(&md, api);
+        let value = serde_json::to_value(&object).unwrap();
+        assert!(api.missing_paths(&value).is_empty(), "{}", md.name_any());
+        rs.patch(&object.name_any(), &strict, &Patch::Apply(&object))
+            .await
+            .unwrap_or_else(|e| panic!("{} refused by the schema: {e}", md.name_any()));
+        assert_eq!(ray::webhook(version, &value), Ok(()), "{}", md.name_any());
+        assert_eq!(ray::validate(version, &value), Ok(()), "{}", md.name_any());
+    }
+}
+
+fn cond_reason(md: &ModelDeployment, type_: &str) -> String {
+    condition(md, type_)
+        .map(|c| c.reason.clone())
+        .unwrap_or_default()
+}
+
+// ---------------------------------------------------------------------------------------
+// The walk
+
+/// The whole walk for one KubeRay release, on a private cluster.
+async fn walk(version: KubeRay) {
+    let crd = upstream_crd(version);
+    let api = UpstreamApi::detect(&crd, &KubeRayProvider::default().upstream()).unwrap();
+    let (cluster, client) = testing::private_cluster(
+        &format!("kuberay-{}", version.tag()),
+        std::slice::from_ref(&crd),
+    )
+    .await
+    .unwrap();
+    let operator = Operator::start(client.clone(), version);
     let running = testing::spawn(KubeRayProvider::default(), client.clone(), test_options());
 
     // Registration.
@@ -87,304 +493,26 @@ async fn walk(crd_file: &str, tag: &str) {
     );
     assert!(ipc.spec.selection_rules.is_empty());
 
-    // An aggregated deployment with everything set: the RayService is accepted.
-    let ns = "serve";
-    let md = deploy(
-        &client,
-        &ModelDeploymentBuilder::new("llama")
-            .namespace(ns)
-            .provider("kuberay")
-            .model("meta-llama/Llama-3.1-8B-Instruct")
-            .gpus(2)
-            .label("kubeairunway.ai/team", "a")
-            .overrides(json!({"head": {"resources": {"cpu": "2"},
-                                       "rayStartParams": {"num-cpus": "0"}},
-                              "heda": {}}))
-            .spec(|s| {
-                s.engine.context_length = Some(4096);
-                s.engine.args = Some([("gpu-memory-utilization".into(), "0.85".into())].into());
-                s.secrets = Some(kubeairunway_sdk::api::SecretsSpec {
-                    hugging_face_token: Some("hf".into()),
-                });
-                s.node_selector = Some([("pool".into(), "gpu".into())].into());
-            })
-            .build(),
-    )
-    .await;
-    let rs = rayservice_where(&client, ns, "llama", "the RayService", Option::is_some)
-        .await
-        .unwrap();
-    let owner = &rs.owner_references()[0];
-    assert_eq!(owner.uid, md.uid().unwrap());
-    assert_eq!(
-        (owner.controller, owner.block_owner_deletion),
-        (Some(true), Some(true))
-    );
-    assert_eq!(
-        rs.labels().get("kubeairunway.ai/team").map(String::as_str),
-        Some("a")
-    );
-    let serve: Value =
-        serde_saphyr::from_str(rs.data["spec"]["serveConfigV2"].as_str().unwrap()).unwrap();
-    let config = &serve["applications"][0]["args"]["llm_configs"][0];
-    assert_eq!(
-        config["model_loading_config"]["model_source"],
-        "meta-llama/Llama-3.1-8B-Instruct"
-    );
-    assert_eq!(config["engine_kwargs"]["tensor_parallel_size"], 2);
-    assert_eq!(config["engine_kwargs"]["max_model_len"], 4096);
-    assert_eq!(config["engine_kwargs"]["gpu_memory_utilization"], 0.85);
-    let cluster_spec = &rs.data["spec"]["rayClusterConfig"];
-    assert_eq!(
-        cluster_spec["headGroupSpec"]["rayStartParams"],
-        json!({"num-cpus": "0"})
-    );
-    let worker = &cluster_spec["workerGroupSpecs"][0];
-    assert_eq!(worker["rayStartParams"], json!({}));
-    assert_eq!(
-        worker["template"]["metadata"]["labels"]["kubeairunway.ai/model-deployment"],
-        "llama"
-    );
-    assert_eq!(
-        worker["template"]["spec"]["nodeSelector"],
-        json!({"pool": "gpu"})
-    );
-    assert_eq!(
-        worker["template"]["spec"]["containers"][0]["envFrom"],
-        json!([{"secretRef": {"name": "hf"}}])
-    );
-
-    let md = md_where(&client, ns, "llama", "Deploying", |m| {
-        phase(m) == Some(Phase::Deploying)
-            && condition(m, RESOURCE_CREATED).is_some_and(|c| c.status == "True")
-    })
-    .await;
-    assert_eq!(condition(&md, PROVIDER_COMPATIBLE).unwrap().status, "True");
-    let status = md.status.clone().unwrap();
-    assert_eq!(
-        status.provider.as_ref().unwrap().resource_kind.as_deref(),
-        Some("RayService")
-    );
-    let endpoint = status.endpoint.unwrap();
-    assert_eq!(
-        (endpoint.service.as_deref(), endpoint.port),
-        (Some("llama-serve-svc"), Some(8000))
-    );
-    let warnings = event_where(&client, ns, "llama", "UnknownOverride").await;
-    assert!(
-        warnings[0].contains("provider.overrides.heda"),
-        "{warnings:?}"
-    );
-
-    // The operator starts the cluster: Ready=False, Initializing.
-    ray_status(
-        &client,
-        ns,
-        "llama",
-        json!({
-            "serviceStatus": "",
-            "conditions": [cond("Ready", "False", "Initializing", "RayService is initializing")],
-            "activeServiceStatus": active("DEPLOYING", "", 0),
-        }),
-    )
-    .await;
-    let md = md_where(&client, ns, "llama", "Initializing", |m| {
-        message(m).contains("Initializing")
-    })
-    .await;
-    assert_eq!(phase(&md), Some(Phase::Deploying));
-    assert_eq!(message(&md), "Initializing: RayService is initializing");
-
-    // Serving: Ready=True.
-    ray_status(
-        &client,
-        ns,
-        "llama",
-        json!({
-            "serviceStatus": "Running",
-            "numServeEndpoints": 2,
-            "conditions": [
-                cond("Ready", "True", "NonZeroServeEndpoints", "Number of serve endpoints is greater than 0"),
-                cond("UpgradeInProgress", "False", "NoPendingCluster", "Active Ray cluster exists and no pending Ray cluster"),
-            ],
-            "activeServiceStatus": active("RUNNING", "", 1),
-        }),
-    )
-    .await;
-    let md = md_where(&client, ns, "llama", "Running", |m| {
-        phase(m) == Some(Phase::Running)
-    })
-    .await;
-    assert_eq!(condition(&md, READY).unwrap().status, "True");
-    assert_eq!(message(&md), "Number of serve endpoints is greater than 0");
-    let replicas = md.status.as_ref().unwrap().replicas.clone().unwrap();
-    assert_eq!((replicas.desired, replicas.ready), (Some(1), Some(1)));
-
-    // A zero-downtime upgrade.
-    ray_status(
-        &client,
-        ns,
-        "llama",
-        json!({"conditions": [
-            cond("Ready", "True", "NonZeroServeEndpoints", "Number of serve endpoints is greater than 0"),
-            cond("UpgradeInProgress", "True", "BothActivePendingClustersExist", "Both active and pending Ray clusters exist"),
-        ]}),
-    )
-    .await;
-    let md = md_where(&client, ns, "llama", "Deploying (upgrade)", |m| {
-        phase(m) == Some(Phase::Deploying)
-    })
-    .await;
-    assert_eq!(
-        message(&md),
-        "UpgradeInProgress: Both active and pending Ray clusters exist"
-    );
-
-    // The application fails to deploy.
-    ray_status(
-        &client,
-        ns,
-        "llama",
-        json!({
-            "conditions": [
-                cond("Ready", "False", "ZeroServeEndpoints", "Number of serve endpoints dropped to 0"),
-                cond("UpgradeInProgress", "False", "NoPendingCluster", ""),
-            ],
-            "activeServiceStatus": active("DEPLOY_FAILED", "Failed to load model: CUDA out of memory", 1),
-        }),
-    )
-    .await;
-    let md = md_where(&client, ns, "llama", "Failed", |m| {
-        phase(m) == Some(Phase::Failed)
-    })
-    .await;
-    assert_eq!(
-        message(&md),
-        "Ray Serve application llm is DEPLOY_FAILED: Failed to load model: CUDA out of memory"
-    );
-    assert_eq!(condition(&md, READY).unwrap().status, "False");
-
-    // KubeRay refuses the spec.
-    ray_status(
-        &client,
-        ns,
-        "llama",
-        json!({
-            "conditions": [cond("Ready", "False", "ValidationFailed", "spec.rayClusterConfig is invalid")],
-            "activeServiceStatus": active("RUNNING", "", 1),
-        }),
-    )
-    .await;
-    md_where(&client, ns, "llama", "ValidationFailed", |m| {
-        phase(m) == Some(Phase::Failed) && message(m).starts_with("ValidationFailed")
-    })
-    .await;
-
-    // KubeRay before 1.3 (no conditions): serviceStatus decides.
-    let old = "old";
-    deploy(
-        &client,
-        &ModelDeploymentBuilder::new("legacy")
-            .namespace(old)
-            .provider("kuberay")
-            .build(),
-    )
-    .await;
-    rayservice_where(&client, old, "legacy", "the RayService", Option::is_some).await;
-    ray_status(&client, old, "legacy", json!({"serviceStatus": "Running"})).await;
-    md_where(&client, old, "legacy", "Running from serviceStatus", |m| {
-        phase(m) == Some(Phase::Running)
-    })
-    .await;
-
-    // Disaggregated: prefill and decode worker groups, accepted by the schema.
-    let pd = "pd";
-    let role = |replicas, count| ComponentScaling {
-        replicas,
-        gpu: Some(GpuSpec {
-            count,
-            ..GpuSpec::default()
-        }),
-        memory: Some("48Gi".into()),
+    // First KubeRay as its Helm chart installs it (no webhook): the controller validates.
+    Box::pin(serving_walk(&client, &operator, version, &crd, &api)).await;
+    // Then with KubeRay's optional webhook (1.7 only; 1.3 has none for RayServices):
+    // everything else is admitted through it.
+    let _webhook = match version {
+        KubeRay::V1_7_0 => Some(serve_webhook(&cluster, &client, version).await),
+        KubeRay::V1_3_0 => None,
     };
-    deploy(
-        &client,
-        &ModelDeploymentBuilder::new("split")
-            .namespace(pd)
-            .provider("kuberay")
-            .mode(ServingMode::Disaggregated)
-            .spec(|s| {
-                s.resources = None;
-                s.scaling.prefill = Some(role(1, 1));
-                s.scaling.decode = Some(role(2, 2));
-            })
-            .build(),
-    )
-    .await;
-    let split = rayservice_where(&client, pd, "split", "the P/D RayService", Option::is_some)
-        .await
-        .unwrap();
-    let groups: Vec<&str> = split.data["spec"]["rayClusterConfig"]["workerGroupSpecs"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|g| g["groupName"].as_str().unwrap())
-        .collect();
-    assert_eq!(groups, ["prefill", "decode"]);
-    assert!(
-        split.data["spec"]["serveConfigV2"]
-            .as_str()
-            .unwrap()
-            .contains("ray.serve.llm:build_pd_openai_app")
-    );
+    every_shape_is_accepted(&client, version, &api).await;
+    first_deployment_failure(&client, &operator).await;
+    disaggregated_and_long_names(&client, &operator, version).await;
+    storage_and_ignored_fields(&client).await;
+    refusals(&client).await;
+    if version == KubeRay::V1_7_0 {
+        the_webhook_refuses(&client).await;
+    }
 
-    // Refusals: an engine KubeRay cannot run, and a name KubeRay cannot take.
-    let bad = "refused";
-    deploy(
-        &client,
-        &ModelDeploymentBuilder::new("sg")
-            .namespace(bad)
-            .provider("kuberay")
-            .engine(EngineType::Sglang)
-            .build(),
-    )
-    .await;
-    let long_name = "a-model-deployment-name-longer-than-kuberay-takes";
-    assert!(long_name.len() > 47);
-    deploy(
-        &client,
-        &ModelDeploymentBuilder::new(long_name)
-            .namespace(bad)
-            .provider("kuberay")
-            .build(),
-    )
-    .await;
-    let sg = md_where(&client, bad, "sg", "sglang refused", |m| {
-        phase(m) == Some(Phase::Failed)
-    })
-    .await;
-    let c = condition(&sg, PROVIDER_COMPATIBLE).unwrap();
-    assert_eq!(
-        (c.status.as_str(), c.message.as_str()),
-        ("False", "KubeRay does not support sglang engine")
-    );
-    let long = md_where(&client, bad, long_name, "long name refused", |m| {
-        phase(m) == Some(Phase::Failed)
-    })
-    .await;
-    assert!(
-        condition(&long, PROVIDER_COMPATIBLE)
-            .unwrap()
-            .message
-            .contains("at most 47 characters"),
-        "{:?}",
-        long.status
-    );
-    let refused: Api<DynamicObject> = Api::namespaced_with(client.clone(), bad, &rayservices());
-    assert!(refused.get_opt("sg").await.unwrap().is_none());
-    assert!(refused.get_opt(long_name).await.unwrap().is_none());
-
-    // Deletion removes the RayService, then the ModelDeployment.
+    // Deletion goes through KubeRay's finalizer (v1.7.0) and removes the RayService, then
+    // the ModelDeployment.
+    let ns = "serve";
     let mds: Api<ModelDeployment> = Api::namespaced(client.clone(), ns);
     mds.delete("llama", &DeleteParams::default()).await.unwrap();
     rayservice_where(
@@ -407,14 +535,495 @@ async fn walk(crd_file: &str, tag: &str) {
     running.stop().await.unwrap();
 }
 
+/// An aggregated deployment from creation to serving, an upgrade, a failed application,
+/// and (1.7.0) a RayService KubeRay refuses.
+async fn serving_walk(
+    client: &Client,
+    operator: &Operator,
+    version: KubeRay,
+    crd: &CustomResourceDefinition,
+    api: &UpstreamApi,
+) {
+    applied_as_rendered(client, crd, api).await;
+    let cluster = comes_up(client, operator, version).await;
+    upgrades(client, operator, &cluster).await;
+    application_fails(client, operator).await;
+    kuberay_refuses_the_rayservice(client, operator, version).await;
+}
+
+/// The RayService is applied, owned, labelled and stored exactly as rendered.
+async fn applied_as_rendered(client: &Client, crd: &CustomResourceDefinition, api: &UpstreamApi) {
+    let ns = "serve";
+    let md = ModelDeploymentBuilder::new("llama")
+        .namespace(ns)
+        .provider("kuberay")
+        .model("meta-llama/Llama-3.1-8B-Instruct")
+        .gpus(2)
+        .label("kubeairunway.ai/team", "a")
+        .overrides(json!({"head": {"resources": {"cpu": "2"},
+                                   "rayStartParams": {"dashboard-host": "0.0.0.0"}},
+                          "heda": {}}))
+        .spec(|s| {
+            s.engine.context_length = Some(4096);
+            s.engine.args = Some([("gpu-memory-utilization".into(), "0.85".into())].into());
+            s.secrets = Some(kubeairunway_sdk::api::SecretsSpec {
+                hugging_face_token: Some("hf".into()),
+            });
+            s.node_selector = Some([("pool".into(), "gpu".into())].into());
+        })
+        .build();
+    let created = deploy(client, &md).await;
+    let rs = rayservice_where(client, ns, "llama", "the RayService", Option::is_some)
+        .await
+        .unwrap();
+    let owner = &rs.owner_references()[0];
+    assert_eq!(owner.uid, created.uid().unwrap());
+    assert_eq!(
+        (owner.controller, owner.block_owner_deletion),
+        (Some(true), Some(true))
+    );
+    assert_eq!(
+        rs.labels().get("kubeairunway.ai/team").map(String::as_str),
+        Some("a")
+    );
+    // The stored spec is what was rendered, plus the CRD's defaults: nothing pruned,
+    // nothing rewritten.
+    let expected = kubeairunway_e2e::with_crd_defaults(
+        crd,
+        "v1",
+        &serde_json::to_value(rendered(&created, api)).unwrap(),
+    );
+    assert_eq!(rs.data["spec"], expected["spec"], "stored as rendered");
+
+    let md = md_where(client, ns, "llama", "Deploying", |m| {
+        phase(m) == Some(Phase::Deploying)
+            && condition(m, RESOURCE_CREATED).is_some_and(|c| c.status == "True")
+    })
+    .await;
+    assert_eq!(condition(&md, PROVIDER_COMPATIBLE).unwrap().status, "True");
+    let status = md.status.clone().unwrap();
+    assert_eq!(
+        status.provider.as_ref().unwrap().resource_kind.as_deref(),
+        Some("RayService")
+    );
+    let endpoint = status.endpoint.unwrap();
+    assert_eq!(
+        (endpoint.service.as_deref(), endpoint.port),
+        (Some("llama-serve-svc"), Some(8000))
+    );
+    let warnings = event_where(client, ns, "llama", "UnknownOverride").await;
+    assert!(
+        warnings[0].contains("provider.overrides.heda"),
+        "{warnings:?}"
+    );
+}
+
+/// KubeRay brings the first cluster up and promotes it; returns its name.
+async fn comes_up(client: &Client, operator: &Operator, version: KubeRay) -> String {
+    let ns = "serve";
+    // KubeRay prepares the first cluster: Ready=False, Initializing.
+    md_where(client, ns, "llama", "Initializing", |m| {
+        message(m) == "Initializing: RayService is initializing"
+            && phase(m) == Some(Phase::Deploying)
+    })
+    .await;
+    // Ray Serve deploys the application on it, then runs it: the Services switch to
+    // the cluster and its statuses move to the active slot.
+    operator
+        .report(ns, "llama", Slot::Pending, ("DEPLOYING", ""), 0)
+        .await;
+    operator
+        .report(ns, "llama", Slot::Pending, ("RUNNING", ""), 1)
+        .await;
+    let md = md_where(client, ns, "llama", "Running", |m| {
+        phase(m) == Some(Phase::Running)
+    })
+    .await;
+    assert_eq!(condition(&md, READY).unwrap().status, "True");
+    assert_eq!(message(&md), "Number of serve endpoints is greater than 0");
+    let replicas = md.status.as_ref().unwrap().replicas.clone().unwrap();
+    assert_eq!((replicas.desired, replicas.ready), (Some(1), Some(1)));
+    let live = rayservice_where(client, ns, "llama", "promoted", Option::is_some)
+        .await
+        .unwrap();
+    let cluster = live.data["status"]["activeServiceStatus"]["rayClusterName"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(cluster.starts_with(&ray::ray_cluster_name(version, "llama", "")));
+    cluster
+}
+
+/// A change of the cluster (here its env) is a zero-downtime upgrade: a pending cluster
+/// beside the serving `cluster`, promoted once it serves.
+async fn upgrades(client: &Client, operator: &Operator, cluster: &str) {
+    let ns = "serve";
+    let mds: Api<ModelDeployment> = Api::namespaced(client.clone(), ns);
+    let mut changed = mds.get("llama").await.unwrap();
+    changed.status = None;
+    changed.metadata.managed_fields = None;
+    changed.metadata.resource_version = None;
+    changed.spec.env = Some(vec![k8s_openapi::api::core::v1::EnvVar {
+        name: "VLLM_LOGGING_LEVEL".into(),
+        value: Some("DEBUG".into()),
+        value_from: None,
+    }]);
+    deploy(client, &changed).await;
+    let md = md_where(client, ns, "llama", "Deploying (upgrade)", |m| {
+        phase(m) == Some(Phase::Deploying)
+    })
+    .await;
+    assert_eq!(
+        message(&md),
+        "UpgradeInProgress: Both active and pending Ray clusters exist"
+    );
+    operator
+        .report(ns, "llama", Slot::Pending, ("RUNNING", ""), 1)
+        .await;
+    md_where(client, ns, "llama", "Running after the upgrade", |m| {
+        phase(m) == Some(Phase::Running)
+    })
+    .await;
+    let live = rayservice_where(client, ns, "llama", "upgraded", |o| {
+        o.as_ref()
+            .is_some_and(|o| o.data["status"]["activeServiceStatus"]["rayClusterName"] != cluster)
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        live.data["status"]["pendingServiceStatus"]["rayClusterName"],
+        Value::Null
+    );
+}
+
+/// The serving application fails, then recovers.
+async fn application_fails(client: &Client, operator: &Operator) {
+    let ns = "serve";
+    let oom = ("DEPLOY_FAILED", "Failed to load model: CUDA out of memory");
+    operator.report(ns, "llama", Slot::Active, oom, 1).await;
+    let md = md_where(client, ns, "llama", "Failed", |m| {
+        phase(m) == Some(Phase::Failed)
+    })
+    .await;
+    assert_eq!(
+        message(&md),
+        "Ray Serve application llm is DEPLOY_FAILED: Failed to load model: CUDA out of memory"
+    );
+    assert_eq!(condition(&md, READY).unwrap().status, "False");
+    operator
+        .report(ns, "llama", Slot::Active, ("RUNNING", ""), 1)
+        .await;
+    md_where(client, ns, "llama", "Running again", |m| {
+        phase(m) == Some(Phase::Running)
+    })
+    .await;
+}
+
+/// KubeRay 1.7.0's controller refuses a RayService with an invalid initializing timeout
+/// (an annotation of another writer): Ready=False, ValidationFailed. 1.3.0 has no such
+/// rule.
+async fn kuberay_refuses_the_rayservice(client: &Client, operator: &Operator, version: KubeRay) {
+    let ns = "serve";
+    let rs_api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &rayservices());
+    let annotate = |value: Option<&str>| json!({"metadata": {"annotations": {ray::INITIALIZING_TIMEOUT: value}}});
+    rs_api
+        .patch(
+            "llama",
+            &PatchParams::default(),
+            &Patch::Merge(annotate(Some("soon"))),
+        )
+        .await
+        .unwrap();
+    if version == KubeRay::V1_7_0 {
+        let md = md_where(client, ns, "llama", "ValidationFailed", |m| {
+            phase(m) == Some(Phase::Failed)
+        })
+        .await;
+        assert!(
+            message(&md).starts_with("ValidationFailed: The RayService metadata is invalid"),
+            "{}",
+            message(&md)
+        );
+        assert_eq!(cond_reason(&md, READY), "ValidationFailed");
+        assert!(
+            operator
+                .events(ns, "llama")
+                .iter()
+                .any(|e| e.starts_with("InvalidRayServiceSpec: The RayService metadata is invalid")),
+            "{:?}",
+            operator.events(ns, "llama")
+        );
+        // KubeRay writes nothing else until the RayService is valid again.
+        rs_api
+            .patch(
+                "llama",
+                &PatchParams::default(),
+                &Patch::Merge(annotate(None)),
+            )
+            .await
+            .unwrap();
+    }
+}
+
+/// The defect 5: a first deployment whose application fails keeps its statuses in
+/// `pendingServiceStatus`; the ModelDeployment must say Failed with Ray Serve's message.
+async fn first_deployment_failure(client: &Client, operator: &Operator) {
+    let ns = "first";
+    deploy(
+        client,
+        &ModelDeploymentBuilder::new("broken")
+            .namespace(ns)
+            .provider("kuberay")
+            .build(),
+    )
+    .await;
+    md_where(client, ns, "broken", "Initializing", |m| {
+        message(m).starts_with("Initializing")
+    })
+    .await;
+    let unauthorized = (
+        "DEPLOY_FAILED",
+        "Failed to download model: 401 Unauthorized",
+    );
+    operator
+        .report(ns, "broken", Slot::Pending, unauthorized, 1)
+        .await;
+    let md = md_where(client, ns, "broken", "Failed", |m| {
+        phase(m) == Some(Phase::Failed)
+    })
+    .await;
+    assert_eq!(
+        message(&md),
+        "Ray Serve application llm is DEPLOY_FAILED: Failed to download model: 401 Unauthorized"
+    );
+    let replicas = md.status.as_ref().unwrap().replicas.clone().unwrap();
+    assert_eq!((replicas.desired, replicas.ready), (Some(1), Some(1)));
+}
+
+/// Disaggregated serving comes up like any other; a 47-character name serves under the
+/// serve Service the release really creates (1.3.0 shortens it).
+async fn disaggregated_and_long_names(client: &Client, operator: &Operator, version: KubeRay) {
+    let ns = "pd";
+    deploy(
+        client,
+        &ModelDeploymentBuilder::new("split")
+            .namespace(ns)
+            .provider("kuberay")
+            .mode(ServingMode::Disaggregated)
+            .spec(|s| {
+                s.resources = None;
+                s.scaling.prefill = Some(role(1, 1));
+                s.scaling.decode = Some(role(2, 2));
+            })
+            .build(),
+    )
+    .await;
+    let split = rayservice_where(client, ns, "split", "the P/D RayService", Option::is_some)
+        .await
+        .unwrap();
+    let groups: Vec<&str> = split.data["spec"]["rayClusterConfig"]["workerGroupSpecs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["groupName"].as_str().unwrap())
+        .collect();
+    assert_eq!(groups, ["prefill", "decode"]);
+    md_where(client, ns, "split", "Initializing", |m| {
+        message(m).starts_with("Initializing")
+    })
+    .await;
+    operator
+        .report(ns, "split", Slot::Pending, ("RUNNING", ""), 3)
+        .await;
+    let md = md_where(client, ns, "split", "Running", |m| {
+        phase(m) == Some(Phase::Running)
+    })
+    .await;
+    let replicas = md.status.as_ref().unwrap().replicas.clone().unwrap();
+    assert_eq!((replicas.desired, replicas.ready), (Some(3), Some(3)));
+
+    let long = "a-forty-seven-character-model-deployment-name-x";
+    assert_eq!(long.len(), 47);
+    deploy(
+        client,
+        &ModelDeploymentBuilder::new(long)
+            .namespace(ns)
+            .provider("kuberay")
+            .build(),
+    )
+    .await;
+    let serve = ray::serve_service_name(version, long);
+    let md = md_where(client, ns, long, "the real serve Service", |m| {
+        m.status
+            .as_ref()
+            .and_then(|s| s.endpoint.as_ref())
+            .is_some_and(|e| e.service.as_deref() == Some(serve.as_str()))
+    })
+    .await;
+    assert_eq!(phase(&md), Some(Phase::Deploying));
+}
+
+/// Storage volumes reach every Ray pod; what no one acts on (the gateway, claim
+/// settings) is named in `ProviderCompatible` and a warning event.
+async fn storage_and_ignored_fields(client: &Client) {
+    let ns = "storage";
+    let md = ModelDeploymentBuilder::new("cached")
+        .namespace(ns)
+        .provider("kuberay")
+        .spec(|s| {
+            s.gateway = Some(serde_json::from_value(json!({"enabled": true})).unwrap());
+            s.model.storage = Some(
+                serde_json::from_value(json!({"volumes": [
+                    {"name": "weights", "purpose": "modelCache", "size": "100Gi"},
+                ]}))
+                .unwrap(),
+            );
+        })
+        .build();
+    deploy(client, &md).await;
+    let rs = rayservice_where(client, ns, "cached", "the RayService", Option::is_some)
+        .await
+        .unwrap();
+    let cluster = &rs.data["spec"]["rayClusterConfig"];
+    for pod in [
+        &cluster["headGroupSpec"]["template"],
+        &cluster["workerGroupSpecs"][0]["template"],
+    ] {
+        assert_eq!(
+            pod["spec"]["volumes"],
+            json!([{"name": "weights", "persistentVolumeClaim": {"claimName": "cached-weights"}}])
+        );
+        let container = &pod["spec"]["containers"][0];
+        assert_eq!(
+            container["volumeMounts"],
+            json!([{"name": "weights", "mountPath": "/model-cache"}])
+        );
+        assert_eq!(
+            container["env"],
+            json!([{"name": "HF_HOME", "value": "/model-cache"}])
+        );
+    }
+    let md = md_where(client, ns, "cached", "ignored fields named", |m| {
+        condition(m, PROVIDER_COMPATIBLE).is_some_and(|c| c.reason == "CompatibleWithIgnoredFields")
+    })
+    .await;
+    let c = condition(&md, PROVIDER_COMPATIBLE).unwrap();
+    assert_eq!(c.status, "True");
+    for field in ["spec.gateway", "spec.model.storage.volumes[weights].size"] {
+        assert!(c.message.contains(field), "{}", c.message);
+    }
+    let notes = event_where(client, ns, "cached", "UnsupportedField").await;
+    assert!(
+        notes.iter().any(|n| n.contains("spec.gateway")),
+        "{notes:?}"
+    );
+}
+
+/// What KubeRay's validation refuses in the head container: 1.3 would only refuse the
+/// RayCluster in an event and never start (validation.go:69-72@v1.3.0).
+async fn refused_env(client: &Client, ns: &str) {
+    deploy(
+        client,
+        &ModelDeploymentBuilder::new("redis")
+            .namespace(ns)
+            .provider("kuberay")
+            .spec(|s| {
+                s.env = Some(vec![k8s_openapi::api::core::v1::EnvVar {
+                    name: "REDIS_USERNAME".into(),
+                    value: Some("ray".into()),
+                    value_from: None,
+                }]);
+            })
+            .build(),
+    )
+    .await;
+    let redis = md_where(client, ns, "redis", "env refused", |m| {
+        phase(m) == Some(Phase::Failed)
+    })
+    .await;
+    assert!(
+        condition(&redis, PROVIDER_COMPATIBLE)
+            .unwrap()
+            .message
+            .contains("REDIS_USERNAME"),
+        "{:?}",
+        redis.status
+    );
+}
+
+/// What KubeRay cannot serve is refused before anything is applied.
+async fn refusals(client: &Client) {
+    let ns = "refused";
+    deploy(
+        client,
+        &ModelDeploymentBuilder::new("sg")
+            .namespace(ns)
+            .provider("kuberay")
+            .engine(EngineType::Sglang)
+            .build(),
+    )
+    .await;
+    let too_long = "a-model-deployment-name-longer-than-kuberay-takes";
+    assert!(too_long.len() > ray::MAX_NAME_LENGTH);
+    let not_a_label = "llama.v2";
+    for name in [too_long, not_a_label] {
+        deploy(
+            client,
+            &ModelDeploymentBuilder::new(name)
+                .namespace(ns)
+                .provider("kuberay")
+                .build(),
+        )
+        .await;
+    }
+    let sg = md_where(client, ns, "sg", "sglang refused", |m| {
+        phase(m) == Some(Phase::Failed)
+    })
+    .await;
+    let c = condition(&sg, PROVIDER_COMPATIBLE).unwrap();
+    assert_eq!(
+        (c.status.as_str(), c.message.as_str()),
+        ("False", "KubeRay does not support sglang engine")
+    );
+    let long = md_where(client, ns, too_long, "long name refused", |m| {
+        phase(m) == Some(Phase::Failed)
+    })
+    .await;
+    assert!(
+        condition(&long, PROVIDER_COMPATIBLE)
+            .unwrap()
+            .message
+            .contains("at most 47 characters"),
+        "{:?}",
+        long.status
+    );
+    let dotted = md_where(client, ns, not_a_label, "dotted name refused", |m| {
+        phase(m) == Some(Phase::Failed)
+    })
+    .await;
+    assert!(
+        condition(&dotted, PROVIDER_COMPATIBLE)
+            .unwrap()
+            .message
+            .contains("DNS-1035"),
+        "{:?}",
+        dotted.status
+    );
+    refused_env(client, ns).await;
+    let refused: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &rayservices());
+    for name in ["sg", too_long, not_a_label, "redis"] {
+        assert!(refused.get_opt(name).await.unwrap().is_none(), "{name}");
+    }
+}
+
 #[tokio::test]
 async fn kuberay_1_7_end_to_end() {
-    Box::pin(walk("ray.io_rayservices.yaml", "v17")).await;
+    Box::pin(walk(KubeRay::V1_7_0)).await;
 }
 
 #[tokio::test]
 async fn kuberay_1_3_end_to_end() {
-    Box::pin(walk("ray.io_rayservices.v1.3.0.yaml", "v13")).await;
+    Box::pin(walk(KubeRay::V1_3_0)).await;
 }
 
 #[test]
@@ -498,19 +1107,4 @@ fn chart_lints_and_renders_least_privilege_rbac() {
         json!({"path": "/readyz", "port": 8080})
     );
     assert!(container["resources"]["requests"].is_object());
-}
-
-async fn rayservice_where(
-    client: &Client,
-    ns: &str,
-    name: &str,
-    what: &str,
-    ready: impl Fn(&Option<DynamicObject>) -> bool,
-) -> Option<DynamicObject> {
-    testing::object_where(client, &rayservices(), ns, name, what, ready).await
-}
-
-/// Create the ModelDeployment as a user would and select `kuberay` as core would.
-async fn deploy(client: &Client, md: &ModelDeployment) -> ModelDeployment {
-    testing::deploy(client, md, "kuberay").await.unwrap()
 }

@@ -1,0 +1,540 @@
+//! The command line of a worker, per Dynamo backend: `python3 -m dynamo.<backend>`, the
+//! model, the ModelDeployment's engine options, tensor parallelism from the worker's GPUs,
+//! what its disaggregation role needs, then `engine.args` in key order.
+//!
+//! Facts, as read in ai-dynamo/dynamo (read through its mirror wxsms/dynamo) at
+//! `3e3b3b187` (main right after the 1.1 branch cut, PR #8698) and `2a6da14c8` (main,
+//! 2026-08-21; the CRDs in tests/fixtures/crds/upstream are from these two commits):
+//! - the operator adds no arguments to a single-node worker: `UpdateContainer` of
+//!   `deploy/operator/internal/dynamo/backend_{vllm,sglang,trtllm}.go` only touches
+//!   multinode workers, and the worker's default container is `/bin/sh -c` with no
+//!   arguments (`component_common.go:87-94`, `component_worker.go`), which our command
+//!   replaces. So the engine runs exactly what is rendered here.
+//! - vLLM refuses a prefill worker without `--kv-transfer-config`
+//!   (`components/src/dynamo/vllm/args.py:192-207@3e3b3b187`, `:230-245@2a6da14c8`); the
+//!   disaggregated example passes NixlConnector to both roles
+//!   (`examples/backends/vllm/deploy/disagg.yaml@2a6da14c8`).
+//! - SGLang's disaggregation backend defaults to `mooncake` and its bootstrap server binds
+//!   `--host`, which defaults to 127.0.0.1 (sgl-project/sglang
+//!   `python/sglang/srt/server_args.py`, `managers/disagg_service.py@0351c1fa`), so a
+//!   decode pod could not reach it; the example passes `--disaggregation-transfer-backend
+//!   nixl` and `--host 0.0.0.0` to both roles (`examples/backends/sglang/deploy/disagg.yaml`
+//!   at both commits). The bootstrap port need not be set: Dynamo reserves one and
+//!   advertises it (`components/src/dynamo/sglang/args.py:236-241@3e3b3b187`).
+//! - TensorRT-LLM transfers no KV cache unless `cache_transceiver_config` is set
+//!   (`docs/.../tensorrt-llm-details/kv-cache-transfer.md@2a6da14c8`; workers "assert on the
+//!   first request" without it, release notes of 1.2.0, PR #8954); the example engine
+//!   configs set `cache_transceiver_config.backend: DEFAULT` on both roles and
+//!   `disable_overlap_scheduler: true` on prefill
+//!   (`examples/backends/trtllm/engine_configs/qwen3/{prefill,decode}.yaml`). They are
+//!   passed inline with `--override-engine-args` (JSON, deep-merged over the engine
+//!   arguments: `components/src/dynamo/trtllm/workers/llm_worker.py:289-299@3e3b3b187`), or
+//!   as `--trtllm.<path> <value>` flags when the user uses those, since the two are
+//!   mutually exclusive (`components/src/dynamo/trtllm/args.py:103-109@3e3b3b187`).
+//! - Tensor parallelism: vLLM `--tensor-parallel-size`, SGLang `--tp` (Dynamo's SGLang
+//!   reference guide and examples; SGLang also accepts `--tp-size` and
+//!   `--tensor-parallel-size`), TensorRT-LLM `--tensor-parallel-size`
+//!   (`components/src/dynamo/trtllm/backend_args.py:47-53@3e3b3b187`).
+//! - Context length: vLLM `--max-model-len`, SGLang `--context-length`, TensorRT-LLM
+//!   `--max-seq-len` (`backend_args.py:110-117@3e3b3b187`).
+
+use std::collections::BTreeMap;
+
+use kubeairunway_sdk::RenderError;
+use kubeairunway_sdk::api::EngineType;
+use kubeairunway_sdk::provider::engine_flags;
+use serde_json::{Map, Value, json};
+
+/// vLLM's `--kv-transfer-config` for disaggregated roles (NIXL, both directions).
+pub const VLLM_KV_TRANSFER_CONFIG: &str = r#"{"kv_connector":"NixlConnector","kv_role":"kv_both"}"#;
+
+/// A worker's role for its command line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// Aggregated (prefill and decode).
+    Aggregated,
+    /// Prefill only.
+    Prefill,
+    /// Decode only.
+    Decode,
+}
+
+impl Mode {
+    fn disaggregation(self) -> Option<&'static str> {
+        match self {
+            Mode::Aggregated => None,
+            Mode::Prefill => Some("prefill"),
+            Mode::Decode => Some("decode"),
+        }
+    }
+}
+
+/// What a Dynamo backend calls things.
+#[derive(Debug)]
+pub struct Backend {
+    /// `spec.backendFramework`.
+    pub framework: &'static str,
+    /// The Python module of the worker.
+    pub module: &'static str,
+    /// Component name prefix (`VllmWorker`, ...).
+    pub prefix: &'static str,
+    model_flag: &'static str,
+    context_flag: &'static str,
+    tp_flag: &'static str,
+    /// Spellings (without dashes, `_` as `-`) that set tensor, pipeline and data
+    /// parallelism.
+    tp_keys: &'static [&'static str],
+    pp_keys: &'static [&'static str],
+    dp_keys: &'static [&'static str],
+}
+
+const VLLM: Backend = Backend {
+    framework: "vllm",
+    module: "dynamo.vllm",
+    prefix: "Vllm",
+    model_flag: "--model",
+    context_flag: "--max-model-len",
+    tp_flag: "--tensor-parallel-size",
+    tp_keys: &["tensor-parallel-size", "tp"],
+    pp_keys: &["pipeline-parallel-size", "pp"],
+    dp_keys: &["data-parallel-size", "dp"],
+};
+
+const SGLANG: Backend = Backend {
+    framework: "sglang",
+    module: "dynamo.sglang",
+    prefix: "Sglang",
+    model_flag: "--model-path",
+    context_flag: "--context-length",
+    tp_flag: "--tp",
+    tp_keys: &["tensor-parallel-size", "tp-size", "tp"],
+    pp_keys: &["pipeline-parallel-size", "pp-size", "pp"],
+    dp_keys: &["data-parallel-size", "dp-size", "dp"],
+};
+
+const TRTLLM: Backend = Backend {
+    framework: "trtllm",
+    module: "dynamo.trtllm",
+    prefix: "Trtllm",
+    model_flag: "--model-path",
+    context_flag: "--max-seq-len",
+    tp_flag: "--tensor-parallel-size",
+    tp_keys: &["tensor-parallel-size"],
+    pp_keys: &["pipeline-parallel-size"],
+    dp_keys: &[],
+};
+
+/// The Dynamo backend of an engine (`None` for llama.cpp, which Dynamo does not run).
+pub fn backend(engine: EngineType) -> Option<&'static Backend> {
+    match engine {
+        EngineType::Vllm => Some(&VLLM),
+        EngineType::Sglang => Some(&SGLANG),
+        EngineType::Trtllm => Some(&TRTLLM),
+        EngineType::Llamacpp => None,
+    }
+}
+
+/// A flag name as the engines' parsers compare it: without leading dashes, `_` as `-`.
+fn key(flag: &str) -> String {
+    flag.trim_start_matches('-').replace('_', "-")
+}
+
+/// The user's `engine.args`, by normalized key.
+struct UserArgs<'a> {
+    args: BTreeMap<String, &'a str>,
+}
+
+impl<'a> UserArgs<'a> {
+    fn new(args: Option<&'a BTreeMap<String, String>>) -> Self {
+        Self {
+            args: args
+                .into_iter()
+                .flatten()
+                .map(|(k, v)| (key(k), v.as_str()))
+                .collect(),
+        }
+    }
+
+    fn has(&self, keys: &[&str]) -> bool {
+        keys.iter().any(|k| self.args.contains_key(*k))
+    }
+
+    fn int(&self, keys: &[&str]) -> Option<i32> {
+        keys.iter()
+            .find_map(|k| self.args.get(*k))
+            .and_then(|v| v.trim().parse().ok())
+    }
+
+    /// TensorRT-LLM's dynamic `--trtllm.<path>` flags.
+    fn trtllm_dynamic(&self) -> bool {
+        self.args.keys().any(|k| k.starts_with("trtllm."))
+    }
+}
+
+/// Tensor parallelism for `gpus` GPUs: all of them, divided by the pipeline and data
+/// parallelism the user set; `None` when the user set it, when there are no GPUs, or when
+/// the GPUs do not divide evenly (the engine's own default then applies).
+pub fn tensor_parallel(
+    b: &Backend,
+    gpus: i32,
+    user: Option<&BTreeMap<String, String>>,
+) -> Option<i32> {
+    let user = UserArgs::new(user);
+    if gpus < 1 || user.has(b.tp_keys) {
+        return None;
+    }
+    let per = user
+        .int(b.pp_keys)
+        .unwrap_or(1)
+        .checked_mul(user.int(b.dp_keys).unwrap_or(1))?;
+    (per >= 1 && gpus % per == 0).then(|| gpus / per)
+}
+
+/// The engine options of the ModelDeployment that go on every worker of a graph.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct EngineOptions {
+    /// Model id or path.
+    pub model: String,
+    /// `--served-model-name`.
+    pub served_name: Option<String>,
+    /// `engine.contextLength`.
+    pub context_length: Option<i32>,
+    /// `engine.trustRemoteCode`.
+    pub trust_remote_code: bool,
+    /// `engine.args`.
+    pub args: Option<BTreeMap<String, String>>,
+}
+
+/// The command and arguments of one worker.
+pub fn worker(
+    b: &Backend,
+    opts: &EngineOptions,
+    mode: Mode,
+    gpus: i32,
+) -> Result<(Vec<String>, Vec<String>), RenderError> {
+    let user = UserArgs::new(opts.args.as_ref());
+    let mut args = vec![b.model_flag.to_string(), opts.model.clone()];
+    let mut push = |flag: &str, value: Option<String>| {
+        args.push(flag.to_string());
+        args.extend(value);
+    };
+    if let Some(served) = &opts.served_name {
+        push("--served-model-name", Some(served.clone()));
+    }
+    if let Some(len) = opts.context_length {
+        push(b.context_flag, Some(len.to_string()));
+    }
+    if opts.trust_remote_code && b.framework != "trtllm" {
+        push("--trust-remote-code", None);
+    }
+    if let Some(tp) = tensor_parallel(b, gpus, opts.args.as_ref()) {
+        push(b.tp_flag, Some(tp.to_string()));
+    }
+    if let Some(role) = mode.disaggregation() {
+        push("--disaggregation-mode", Some(role.to_string()));
+    }
+    let mut user_args = opts.args.clone().unwrap_or_default();
+    match b.framework {
+        "vllm" if mode != Mode::Aggregated && !user.has(&["kv-transfer-config"]) => {
+            push(
+                "--kv-transfer-config",
+                Some(VLLM_KV_TRANSFER_CONFIG.to_string()),
+            );
+        }
+        "sglang" if mode != Mode::Aggregated => {
+            if !user.has(&["disaggregation-transfer-backend"]) {
+                push(
+                    "--disaggregation-transfer-backend",
+                    Some("nixl".to_string()),
+                );
+            }
+            if !user.has(&["host"]) {
+                push("--host", Some("0.0.0.0".to_string()));
+            }
+        }
+        "trtllm" => {
+            let engine = trtllm_engine_overrides(opts, mode);
+            if user.trtllm_dynamic() {
+                for (path, value) in flatten("trtllm", &engine) {
+                    if !user.args.contains_key(&key(&path)) {
+                        push(&format!("--{path}"), Some(value));
+                    }
+                }
+            } else if let Some(merged) = merge_override_engine_args(&engine, &mut user_args)? {
+                push("--override-engine-args", Some(merged));
+            }
+        }
+        _ => {}
+    }
+    args.extend(engine_flags(Some(&user_args)));
+    Ok((vec!["python3".into(), "-m".into(), b.module.into()], args))
+}
+
+/// The TensorRT-LLM engine arguments a worker needs besides its flags.
+fn trtllm_engine_overrides(opts: &EngineOptions, mode: Mode) -> Map<String, Value> {
+    let mut engine = Map::new();
+    if mode != Mode::Aggregated {
+        engine.insert(
+            "cache_transceiver_config".into(),
+            json!({"backend": "DEFAULT"}),
+        );
+    }
+    if mode == Mode::Prefill {
+        engine.insert("disable_overlap_scheduler".into(), json!(true));
+    }
+    if opts.trust_remote_code {
+        engine.insert("trust_remote_code".into(), json!(true));
+    }
+    engine
+}
+
+/// `ours` with the user's `--override-engine-args` (a JSON object) deep-merged over it;
+/// the user's entry is taken out of `user_args`. `None` when there is nothing to pass.
+fn merge_override_engine_args(
+    ours: &Map<String, Value>,
+    user_args: &mut BTreeMap<String, String>,
+) -> Result<Option<String>, RenderError> {
+    let user_key = user_args
+        .keys()
+        .find(|k| key(k) == "override-engine-args")
+        .cloned();
+    let mut merged = Value::Object(ours.clone());
+    if let Some(k) = user_key {
+        let text = user_args.remove(&k).unwrap_or_default();
+        let theirs: Value = serde_json::from_str(&text).map_err(|e| {
+            RenderError(format!(
+                "engine.args.{k} must be a JSON object for Dynamo's TensorRT-LLM worker: {e}"
+            ))
+        })?;
+        if !theirs.is_object() {
+            return Err(RenderError(format!(
+                "engine.args.{k} must be a JSON object for Dynamo's TensorRT-LLM worker"
+            )));
+        }
+        deep_update(&mut merged, theirs);
+    }
+    Ok(merged
+        .as_object()
+        .filter(|m| !m.is_empty())
+        .map(|_| merged.to_string()))
+}
+
+/// `dst` updated with `src`, recursively for objects (as Dynamo's `deep_update`).
+fn deep_update(dst: &mut Value, src: Value) {
+    match (dst, src) {
+        (Value::Object(d), Value::Object(s)) => {
+            for (k, v) in s {
+                match d.get_mut(&k) {
+                    Some(existing) if existing.is_object() && v.is_object() => {
+                        deep_update(existing, v);
+                    }
+                    _ => {
+                        d.insert(k, v);
+                    }
+                }
+            }
+        }
+        (d, s) => *d = s,
+    }
+}
+
+/// `trtllm.a.b` paths and values of a nested object, in key order.
+fn flatten(prefix: &str, object: &Map<String, Value>) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    for (k, v) in object {
+        let path = format!("{prefix}.{k}");
+        match v {
+            Value::Object(inner) => out.extend(flatten(&path, inner)),
+            Value::String(s) => out.push((path, s.clone())),
+            other => out.push((path, other.to_string())),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn opts(args: &[(&str, &str)]) -> EngineOptions {
+        EngineOptions {
+            model: "m/x".into(),
+            args: Some(
+                args.iter()
+                    .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+                    .collect(),
+            ),
+            ..EngineOptions::default()
+        }
+    }
+
+    fn args_of(b: &Backend, o: &EngineOptions, mode: Mode, gpus: i32) -> Vec<String> {
+        worker(b, o, mode, gpus).unwrap().1
+    }
+
+    #[test]
+    fn tensor_parallelism_follows_the_gpus_unless_the_user_sets_it() {
+        assert_eq!(tensor_parallel(&VLLM, 4, None), Some(4));
+        assert_eq!(tensor_parallel(&VLLM, 0, None), None);
+        let user = |k: &str, v: &str| Some([(k.to_string(), v.to_string())].into());
+        assert_eq!(
+            tensor_parallel(&VLLM, 4, user("tensor_parallel_size", "2").as_ref()),
+            None
+        );
+        assert_eq!(
+            tensor_parallel(&SGLANG, 4, user("tp-size", "2").as_ref()),
+            None
+        );
+        assert_eq!(
+            tensor_parallel(&VLLM, 4, user("pipeline-parallel-size", "2").as_ref()),
+            Some(2)
+        );
+        assert_eq!(
+            tensor_parallel(&SGLANG, 8, user("dp-size", "2").as_ref()),
+            Some(4)
+        );
+        assert_eq!(
+            tensor_parallel(&VLLM, 3, user("pp", "2").as_ref()),
+            None,
+            "uneven"
+        );
+        assert_eq!(
+            tensor_parallel(&TRTLLM, 2, user("dp", "2").as_ref()),
+            Some(2),
+            "no dp flag"
+        );
+    }
+
+    #[test]
+    fn each_backend_spells_its_own_flags() {
+        let o = EngineOptions {
+            context_length: Some(4096),
+            trust_remote_code: true,
+            ..opts(&[])
+        };
+        assert_eq!(
+            args_of(&VLLM, &o, Mode::Aggregated, 2),
+            [
+                "--model",
+                "m/x",
+                "--max-model-len",
+                "4096",
+                "--trust-remote-code",
+                "--tensor-parallel-size",
+                "2"
+            ]
+        );
+        assert_eq!(
+            args_of(&SGLANG, &o, Mode::Aggregated, 2),
+            [
+                "--model-path",
+                "m/x",
+                "--context-length",
+                "4096",
+                "--trust-remote-code",
+                "--tp",
+                "2"
+            ]
+        );
+        assert_eq!(
+            args_of(&TRTLLM, &o, Mode::Aggregated, 2),
+            [
+                "--model-path",
+                "m/x",
+                "--max-seq-len",
+                "4096",
+                "--tensor-parallel-size",
+                "2",
+                "--override-engine-args",
+                r#"{"trust_remote_code":true}"#
+            ]
+        );
+    }
+
+    #[test]
+    fn disaggregated_roles_get_their_kv_transfer() {
+        let o = opts(&[]);
+        for mode in [Mode::Prefill, Mode::Decode] {
+            let a = args_of(&VLLM, &o, mode, 1);
+            assert!(
+                a.windows(2)
+                    .any(|w| w == ["--kv-transfer-config", VLLM_KV_TRANSFER_CONFIG]),
+                "{a:?}"
+            );
+            let a = args_of(&SGLANG, &o, mode, 1);
+            assert!(
+                a.windows(2)
+                    .any(|w| w == ["--disaggregation-transfer-backend", "nixl"]),
+                "{a:?}"
+            );
+            assert!(a.windows(2).any(|w| w == ["--host", "0.0.0.0"]), "{a:?}");
+        }
+        assert_eq!(
+            args_of(&TRTLLM, &o, Mode::Prefill, 1)[4..],
+            [
+                "--disaggregation-mode",
+                "prefill",
+                "--override-engine-args",
+                r#"{"cache_transceiver_config":{"backend":"DEFAULT"},"disable_overlap_scheduler":true}"#
+            ]
+        );
+        assert!(
+            !args_of(&VLLM, &o, Mode::Aggregated, 1).contains(&"--kv-transfer-config".to_string())
+        );
+    }
+
+    #[test]
+    fn the_users_own_settings_win() {
+        let o = opts(&[(
+            "kv-transfer-config",
+            "{\"kv_connector\":\"LMCacheConnectorV1\"}",
+        )]);
+        let a = args_of(&VLLM, &o, Mode::Prefill, 1);
+        assert_eq!(a.iter().filter(|x| *x == "--kv-transfer-config").count(), 1);
+        assert_eq!(
+            a.last().unwrap(),
+            "{\"kv_connector\":\"LMCacheConnectorV1\"}"
+        );
+
+        let o = opts(&[(
+            "override-engine-args",
+            r#"{"cache_transceiver_config":{"max_tokens_in_buffer":65536},"disable_overlap_scheduler":false}"#,
+        )]);
+        let a = args_of(&TRTLLM, &o, Mode::Prefill, 1);
+        assert_eq!(
+            a.iter().filter(|x| *x == "--override-engine-args").count(),
+            1
+        );
+        assert_eq!(
+            a.last().unwrap(),
+            r#"{"cache_transceiver_config":{"backend":"DEFAULT","max_tokens_in_buffer":65536},"disable_overlap_scheduler":false}"#
+        );
+
+        let o = opts(&[("trtllm.cache_transceiver_config.backend", "UCX")]);
+        let a = args_of(&TRTLLM, &o, Mode::Prefill, 1);
+        assert!(
+            !a.contains(&"--override-engine-args".to_string()),
+            "exclusive with --trtllm.*: {a:?}"
+        );
+        assert_eq!(
+            a[4..],
+            [
+                "--disaggregation-mode",
+                "prefill",
+                "--trtllm.disable_overlap_scheduler",
+                "true",
+                "--trtllm.cache_transceiver_config.backend",
+                "UCX"
+            ]
+        );
+
+        let err = worker(
+            &TRTLLM,
+            &opts(&[("override-engine-args", "[1]")]),
+            Mode::Decode,
+            1,
+        )
+        .unwrap_err();
+        assert!(err.0.contains("must be a JSON object"), "{}", err.0);
+    }
+}

@@ -1,0 +1,368 @@
+//! `spec.model.storage` on Dynamo: which claim each volume mounts, where, and on which
+//! components; what a DynamoGraphDeployment version can and cannot do with it.
+//!
+//! Upstream (ai-dynamo/dynamo, read through wxsms/dynamo):
+//! - PVC volumes in the pod template work in both versions: the operator merges
+//!   `extraPodSpec` (v1alpha1) / `podTemplate.spec` (v1beta1) over its base pod spec, which
+//!   has no volumes, and our main container's `volumeMounts` over its base container, which
+//!   has none at that point (`deploy/operator/internal/dynamo/graph.go:1148-1310@3e3b3b187`,
+//!   `graph.go:1641-1725,1822-1843@2a6da14c8`; `component_common.go:76-85`). The v1beta1
+//!   example mounts a model cache this way on the frontend and the workers with `HF_HOME`
+//!   pointing at it (`examples/deployments/EKS/manifests/vllm/disagg.yaml@2a6da14c8`), as
+//!   the v1alpha1 recipes do with `volumeMounts` (`recipes/llama-3-70b/vllm/agg/deploy.yaml`).
+//! - A compilation cache is Dynamo's own setting, which also sets the backend's cache
+//!   variable (`VLLM_CACHE_ROOT` for vLLM): v1alpha1 `volumeMounts[]{name: <claim>,
+//!   mountPoint, useAsCompilationCache: true}` (the volume is the claim of that name,
+//!   `graph.go:1225-1259@3e3b3b187`), v1beta1 `compilationCache{pvcName, mountPath}`
+//!   (`graph.go:1846-1910@2a6da14c8`); one per component, always writable.
+//! - Creating a claim: only v1alpha1 can, through `spec.pvcs[]{name, create: true, size,
+//!   storageClass, volumeAccessMode}`, whose webhook requires all three
+//!   (`webhook/validation/dynamographdeployment.go:480-503@3e3b3b187`); the operator then
+//!   creates it owned by the DynamoGraphDeployment (`controller/common.go:26-50`). Existing
+//!   claims are listed with `create: false`, so that a missing one fails the graph with its
+//!   name (`dynamographdeployment_controller.go:1234-1330@3e3b3b187`). v1beta1 has no
+//!   `pvcs` (see the CRD in tests/fixtures/crds/upstream).
+
+use kubeairunway_sdk::api::{StorageVolume, VolumePurpose};
+use kubeairunway_sdk::{ModelDeployment, RenderError, Warning};
+use serde_json::{Value, json};
+
+/// Default mount path of a model cache (the reference CRD's `mountPath` description).
+pub const MODEL_CACHE_PATH: &str = "/model-cache";
+/// Default mount path of a compilation cache.
+pub const COMPILATION_CACHE_PATH: &str = "/compilation-cache";
+/// Access mode of a created claim when none is given.
+pub const DEFAULT_ACCESS_MODE: &str = "ReadWriteMany";
+
+/// A claim Dynamo is asked to create (v1alpha1 only).
+#[derive(Clone, Debug, PartialEq)]
+pub struct NewClaim {
+    /// Requested size.
+    pub size: String,
+    /// StorageClass; `None` is the cluster default, which Dynamo cannot ask for.
+    pub storage_class: Option<String>,
+    /// Access mode, when set.
+    pub access_mode: Option<String>,
+}
+
+impl NewClaim {
+    /// The access mode, `ReadWriteMany` unless set.
+    pub fn access_mode(&self) -> &str {
+        self.access_mode.as_deref().unwrap_or(DEFAULT_ACCESS_MODE)
+    }
+}
+
+/// One volume of `spec.model.storage`, resolved.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Volume {
+    /// The volume's name in the ModelDeployment (and in the pod).
+    pub name: String,
+    /// The claim it mounts.
+    pub claim: String,
+    /// Where.
+    pub path: String,
+    /// Read-only.
+    pub read_only: bool,
+    /// What it holds.
+    pub purpose: VolumePurpose,
+    /// Whether the user named the claim (else it is `<md>-<volume>`, to be created).
+    pub claim_given: bool,
+    /// Asked to be created (`size` set).
+    pub create: Option<NewClaim>,
+}
+
+impl Volume {
+    /// Mounted on the frontend too: a model cache (the frontend reads the model's
+    /// tokenizer and configuration from the same `HF_HOME`).
+    pub fn on_frontend(&self) -> bool {
+        self.purpose == VolumePurpose::ModelCache
+    }
+
+    fn field(&self, sub: &str) -> String {
+        format!("spec.model.storage.volumes[{}].{sub}", self.name)
+    }
+}
+
+/// The volumes of `md`, in the order given. A custom volume without `mountPath` or a
+/// volume with neither `claimName` nor `size` cannot be mounted: an error naming it.
+pub fn volumes(md: &ModelDeployment) -> Result<Vec<Volume>, RenderError> {
+    let md_name = md.metadata.name.clone().unwrap_or_default();
+    md.spec
+        .model
+        .storage
+        .iter()
+        .flat_map(|s| s.volumes.iter().flatten())
+        .map(|v| resolve(&md_name, v))
+        .collect()
+}
+
+fn resolve(md_name: &str, v: &StorageVolume) -> Result<Volume, RenderError> {
+    let field = |sub: &str| format!("spec.model.storage.volumes[{}].{sub}", v.name);
+    let path = match (v.mount_path.as_deref().filter(|p| !p.is_empty()), v.purpose) {
+        (Some(p), _) => p.to_string(),
+        (None, VolumePurpose::ModelCache) => MODEL_CACHE_PATH.to_string(),
+        (None, VolumePurpose::CompilationCache) => COMPILATION_CACHE_PATH.to_string(),
+        (None, VolumePurpose::Custom) => {
+            return Err(RenderError(format!(
+                "{} is required when purpose is custom",
+                field("mountPath")
+            )));
+        }
+    };
+    let given = v.claim_name.clone().filter(|c| !c.is_empty());
+    let create = v.size.as_ref().map(|size| NewClaim {
+        size: size.0.clone(),
+        storage_class: v.storage_class_name.clone(),
+        access_mode: v.access_mode.and_then(|m| {
+            serde_json::to_value(m)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+        }),
+    });
+    let claim = match (&given, &create) {
+        (Some(c), _) => c.clone(),
+        (None, Some(_)) => format!("{md_name}-{}", v.name),
+        (None, None) => {
+            return Err(RenderError(format!(
+                "{} is required when size is not set",
+                field("claimName")
+            )));
+        }
+    };
+    Ok(Volume {
+        name: v.name.clone(),
+        claim,
+        path,
+        read_only: v.read_only,
+        purpose: v.purpose,
+        claim_given: given.is_some(),
+        create,
+    })
+}
+
+/// The storage a DynamoGraphDeployment version renders.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Plan {
+    /// PVC volumes mounted on the main container (of the frontend when
+    /// [`Volume::on_frontend`], of every worker).
+    pub mounts: Vec<Volume>,
+    /// The compilation cache of the workers.
+    pub compilation_cache: Option<Volume>,
+    /// Claims to declare at the top (v1alpha1 `spec.pvcs`), with those to create.
+    pub claims: Vec<Volume>,
+    /// `HF_HOME`: the first model cache's path.
+    pub hf_home: Option<String>,
+}
+
+/// What `version` makes of `volumes`, and a warning for each setting it cannot honour.
+pub fn plan(volumes: &[Volume], version: &str) -> (Plan, Vec<Warning>) {
+    let mut plan = Plan::default();
+    let mut warnings = Vec::new();
+    for v in volumes {
+        let mut v = v.clone();
+        if let Some(new) = v.create.clone() {
+            let why = match (version, &new.storage_class) {
+                ("v1alpha1", Some(_)) => None,
+                ("v1alpha1", None) => Some(
+                    "Dynamo creates a claim only with an explicit storageClassName (spec.pvcs[].storageClass is required when create is true)",
+                ),
+                _ => Some(
+                    "Dynamo's v1beta1 API creates no PersistentVolumeClaims (it has no spec.pvcs); create the claim and set claimName",
+                ),
+            };
+            if let Some(why) = why {
+                for sub in ["size", "storageClassName", "accessMode"] {
+                    let set = match sub {
+                        "size" => true,
+                        "storageClassName" => new.storage_class.is_some(),
+                        _ => new.access_mode.is_some(),
+                    };
+                    if set {
+                        warnings.push(Warning::unsupported_field(&v.field(sub), why));
+                    }
+                }
+                v.create = None;
+                if !v.claim_given {
+                    // Nothing would create the claim: mounting it would leave the pods
+                    // pending forever.
+                    continue;
+                }
+            }
+        }
+        if v.purpose == VolumePurpose::CompilationCache {
+            if plan.compilation_cache.is_none() {
+                if v.read_only {
+                    warnings.push(Warning::unsupported_field(
+                        &v.field("readOnly"),
+                        "Dynamo mounts a compilation cache writable",
+                    ));
+                    v.read_only = false;
+                }
+                plan.compilation_cache = Some(v.clone());
+                plan.claims.push(v);
+                continue;
+            }
+            warnings.push(Warning::unsupported_field(
+                &v.field("purpose"),
+                "Dynamo sets up one compilation cache per component; this volume is mounted as a plain volume",
+            ));
+        }
+        if v.purpose == VolumePurpose::ModelCache && plan.hf_home.is_none() {
+            plan.hf_home = Some(v.path.clone());
+        }
+        plan.claims.push(v.clone());
+        plan.mounts.push(v);
+    }
+    (plan, warnings)
+}
+
+/// The pod volume of `v`: its claim.
+pub fn pod_volume(v: &Volume) -> Value {
+    let mut claim = json!({"claimName": v.claim});
+    if v.read_only {
+        claim["readOnly"] = json!(true);
+    }
+    json!({"name": v.name, "persistentVolumeClaim": claim})
+}
+
+/// The container mount of `v`.
+pub fn container_mount(v: &Volume) -> Value {
+    let mut mount = json!({"name": v.name, "mountPath": v.path});
+    if v.read_only {
+        mount["readOnly"] = json!(true);
+    }
+    mount
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kubeairunway_sdk::testing::ModelDeploymentBuilder;
+    use serde_json::json;
+
+    fn md(volumes: &serde_json::Value) -> ModelDeployment {
+        ModelDeploymentBuilder::new("m")
+            .spec(|s| {
+                s.model.storage = serde_json::from_value(json!({"volumes": volumes})).unwrap();
+            })
+            .build()
+    }
+
+    #[test]
+    fn paths_and_claims_default_as_the_api_documents() {
+        let v = volumes(&md(&json!([
+            {"name": "weights", "claimName": "pvc-a", "purpose": "modelCache"},
+            {"name": "cc", "size": "10Gi", "purpose": "compilationCache"},
+            {"name": "extra", "claimName": "pvc-b", "mountPath": "/data", "readOnly": true},
+        ])))
+        .unwrap();
+        let got: Vec<_> = v
+            .iter()
+            .map(|v| (v.claim.as_str(), v.path.as_str(), v.read_only))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("pvc-a", "/model-cache", false),
+                ("m-cc", "/compilation-cache", false),
+                ("pvc-b", "/data", true)
+            ]
+        );
+        assert_eq!(v[1].create.as_ref().unwrap().access_mode(), "ReadWriteMany");
+    }
+
+    #[test]
+    fn unmountable_volumes_are_errors_naming_the_field() {
+        let err = volumes(&md(&json!([{"name": "x", "claimName": "c"}]))).unwrap_err();
+        assert_eq!(
+            err.0,
+            "spec.model.storage.volumes[x].mountPath is required when purpose is custom"
+        );
+        let err = volumes(&md(&json!([{"name": "y", "purpose": "modelCache"}]))).unwrap_err();
+        assert_eq!(
+            err.0,
+            "spec.model.storage.volumes[y].claimName is required when size is not set"
+        );
+    }
+
+    #[test]
+    fn claims_are_created_only_where_dynamo_can() {
+        let v = volumes(&md(&json!([
+            {"name": "a", "size": "1Gi", "storageClassName": "fast", "accessMode": "ReadWriteMany", "purpose": "modelCache"},
+            {"name": "b", "size": "1Gi", "purpose": "custom", "mountPath": "/b"},
+            {"name": "c", "size": "1Gi", "claimName": "mine", "accessMode": "ReadWriteOnce", "purpose": "custom", "mountPath": "/c"},
+        ])))
+        .unwrap();
+        let (alpha, warnings) = plan(&v, "v1alpha1");
+        assert_eq!(
+            alpha
+                .mounts
+                .iter()
+                .map(|v| v.name.as_str())
+                .collect::<Vec<_>>(),
+            ["a", "c"]
+        );
+        assert!(alpha.mounts[0].create.is_some() && alpha.mounts[1].create.is_none());
+        let fields: Vec<_> = warnings
+            .iter()
+            .map(|w| w.ignored_field.clone().unwrap())
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.model.storage.volumes[b].size",
+                "spec.model.storage.volumes[c].size",
+                "spec.model.storage.volumes[c].accessMode",
+            ]
+        );
+        let (beta, warnings) = plan(&v, "v1beta1");
+        assert_eq!(
+            beta.mounts
+                .iter()
+                .map(|v| v.name.as_str())
+                .collect::<Vec<_>>(),
+            ["c"]
+        );
+        assert_eq!(
+            warnings.len(),
+            6,
+            "an explicit default access mode is named too"
+        );
+        assert!(
+            warnings[0]
+                .message
+                .contains("creates no PersistentVolumeClaims"),
+            "{}",
+            warnings[0].message
+        );
+    }
+
+    #[test]
+    fn one_writable_compilation_cache_and_hf_home_from_the_model_cache() {
+        let v = volumes(&md(&json!([
+            {"name": "cc1", "claimName": "c1", "purpose": "compilationCache", "readOnly": true},
+            {"name": "cc2", "claimName": "c2", "purpose": "compilationCache"},
+            {"name": "w", "claimName": "w", "purpose": "modelCache", "mountPath": "/models"},
+        ])))
+        .unwrap();
+        let (p, warnings) = plan(&v, "v1beta1");
+        let cc = p.compilation_cache.unwrap();
+        assert_eq!((cc.claim.as_str(), cc.read_only), ("c1", false));
+        assert_eq!(
+            p.mounts.iter().map(|v| v.name.as_str()).collect::<Vec<_>>(),
+            ["cc2", "w"]
+        );
+        assert_eq!(p.hf_home.as_deref(), Some("/models"));
+        let fields: Vec<_> = warnings
+            .iter()
+            .map(|w| w.ignored_field.clone().unwrap())
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.model.storage.volumes[cc1].readOnly",
+                "spec.model.storage.volumes[cc2].purpose"
+            ]
+        );
+    }
+}
