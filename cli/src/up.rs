@@ -401,6 +401,11 @@ pub fn row(name: &str, md: Option<&ModelDeployment>) -> Row {
     }
 }
 
+/// How long every sample still without an upstream object must look stuck (Failed, or no
+/// provider selected) before `--once` gives up: longer than core's 30 s retry of a
+/// selection, so that providers that register late are still chosen.
+const STUCK_FOR: Duration = Duration::from_secs(45);
+
 /// Resolves on Ctrl-C or SIGTERM (what `down` sends).
 async fn interrupted() {
     let term = async {
@@ -476,7 +481,7 @@ async fn watch(
             } else {
                 None
             };
-            let given_up = stuck_since.is_some_and(|t| t.elapsed() > Duration::from_secs(5));
+            let given_up = stuck_since.is_some_and(|t| t.elapsed() > STUCK_FOR);
             if given_up || started.elapsed() > args.timeout {
                 for (s, r) in waiting {
                     term.err(&format!(
