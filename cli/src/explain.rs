@@ -175,27 +175,23 @@ pub async fn run(args: Args, state_dir: &Path, term: &mut Terminal) -> anyhow::R
 /// The ModelDeployment, with an actionable error when it or its CRD is missing.
 async fn fetch(client: &Client, ns: &str, name: &str) -> anyhow::Result<ModelDeployment> {
     let api: Api<ModelDeployment> = Api::namespaced(client.clone(), ns);
-    match api.get_opt(name).await {
-        Ok(Some(md)) => Ok(md),
-        Ok(None) => {
-            anyhow::bail!("modeldeployment {ns}/{name} not found (`kubectl get md -A` lists them)")
-        }
-        Err(kube::Error::Api(s)) if s.code == 404 => {
-            let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
-            let crd = crds
-                .get_opt("modeldeployments.kubeairunway.ai")
-                .await
-                .ok()
-                .flatten();
-            if crd.is_none() {
-                anyhow::bail!(
-                    "this cluster has no ModelDeployment CRD (modeldeployments.kubeairunway.ai): kubeairunway is not installed; run `kubeairunway up --kubeconfig PATH` or install charts/kubeairunway"
-                );
-            }
-            anyhow::bail!("modeldeployment {ns}/{name} not found: {}", s.message)
-        }
-        Err(e) => Err(e).with_context(|| format!("reading modeldeployment {ns}/{name}")),
+    // A missing object and a missing CRD both answer 404.
+    let missing = match api.get_opt(name).await {
+        Ok(Some(md)) => return Ok(md),
+        Ok(None) => None,
+        Err(kube::Error::Api(s)) if s.code == 404 => Some(s.message),
+        Err(e) => return Err(e).with_context(|| format!("reading modeldeployment {ns}/{name}")),
+    };
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    if let Ok(None) = crds.get_opt("modeldeployments.kubeairunway.ai").await {
+        anyhow::bail!(
+            "this cluster has no ModelDeployment CRD (modeldeployments.kubeairunway.ai): kubeairunway is not installed; run `kubeairunway up --kubeconfig PATH` or install charts/kubeairunway"
+        );
     }
+    anyhow::bail!(
+        "modeldeployment {ns}/{name} not found{} (`kubectl get md -A` lists them)",
+        missing.map_or_else(String::new, |m| format!(": {m}"))
+    )
 }
 
 /// Recent events about `md` (events.k8s.io/v1), oldest first; none when the cluster

@@ -101,6 +101,7 @@ fn bin_name(argv0: Option<&OsString>) -> &'static str {
 /// Parse `args` (the first is the program name) and run the command; returns the exit
 /// code. Output goes to `term`, so that tests and other programs can capture it.
 pub async fn run(args: Vec<OsString>, term: &mut Terminal) -> i32 {
+    kubeairunway_testcluster::install_crypto_provider();
     let name = bin_name(args.first());
     let command = Cli::command().bin_name(name);
     let cli = match command
@@ -143,7 +144,6 @@ pub async fn run(args: Vec<OsString>, term: &mut Terminal) -> i32 {
 
 /// The whole `main` of both binaries.
 pub async fn main() -> std::process::ExitCode {
-    kubeairunway_testcluster::install_crypto_provider();
     let mut term = Terminal::stdio();
     let code = run(std::env::args_os().collect(), &mut term).await;
     std::process::ExitCode::from(u8::try_from(code).unwrap_or(1))

@@ -303,12 +303,36 @@ async fn up_once_then_explain_providers_and_down() {
 
 #[tokio::test]
 async fn up_on_a_cluster_without_some_upstream_crds_skips_their_providers() {
+    // A bare cluster with KAITO's Workspace CRD only: not even ours.
+    let dir = kubeairunway_testcluster::cache_dir()
+        .join("runs")
+        .join(format!("{}-cli-partial", std::process::id()));
+    let cluster = tokio::task::spawn_blocking(move || {
+        kubeairunway_testcluster::TestCluster::start(
+            &dir,
+            kubeairunway_testcluster::Lifetime::TiedToProcess,
+        )
+    })
+    .await
+    .unwrap()
+    .unwrap();
     let workspaces = crds::bundled("workspaces.kaito.sh").unwrap().unwrap();
-    let (cluster, _client) = testing::private_cluster("cli-partial", &[workspaces])
+    crds::install(&cluster.client().await.unwrap(), &[workspaces])
         .await
         .unwrap();
     let state = tempfile::tempdir().unwrap();
     let kc = cluster.kubeconfig().to_str().unwrap().to_string();
+    for args in [
+        vec!["explain", "md", "llama-8b", "--kubeconfig", &kc],
+        vec!["providers", "--kubeconfig", &kc],
+    ] {
+        let (code, _, err) = kubeairunway(&args).await;
+        assert_eq!(code, 1, "{args:?}");
+        assert!(
+            err.contains("kubeairunway is not installed; run `kubeairunway up --kubeconfig PATH` or install charts/kubeairunway"),
+            "{args:?}: {err}"
+        );
+    }
     let (code, out, err) = kubeairunway(&[
         "--state-dir",
         state.path().to_str().unwrap(),
