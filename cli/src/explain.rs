@@ -472,7 +472,7 @@ pub fn explanation(
 
 /// What to do about a provider that has no InferenceProviderConfig.
 fn missing_provider(name: &str) -> String {
-    let builtins = BuiltIns::new(None);
+    let builtins = BuiltIns::defaults();
     let hint = builtins
         .get(name)
         .and_then(|p| p.config().installation)
@@ -637,7 +637,7 @@ mod tests {
     }
 
     fn registered(ready: &[(&str, bool)]) -> Vec<InferenceProviderConfig> {
-        BuiltIns::new(None)
+        BuiltIns::defaults()
             .registered(now())
             .into_iter()
             .filter_map(|c| {

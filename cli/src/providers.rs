@@ -144,7 +144,7 @@ pub fn entries(configs: &[InferenceProviderConfig], now: Timestamp) -> Vec<Entry
             }
         })
         .collect();
-    let builtins = BuiltIns::new(None);
+    let builtins = BuiltIns::defaults();
     for p in builtins.all() {
         if entries.iter().any(|e| e.name == p.name()) {
             continue;
@@ -258,7 +258,7 @@ mod tests {
     #[test]
     fn missing_built_ins_are_listed_with_how_to_install_them() {
         let now: Timestamp = "2026-01-01T00:01:00Z".parse().unwrap();
-        let builtins = BuiltIns::new(None);
+        let builtins = BuiltIns::defaults();
         let mut kaito = InferenceProviderConfig::new("kaito", builtins.kaito.config());
         kaito.status = Some(InferenceProviderConfigStatus {
             ready: Some(true),

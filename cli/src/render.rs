@@ -16,7 +16,7 @@ use kubeairunway_sdk::selection::{self, Outcome, RuleCache};
 use kubeairunway_sdk::{ModelDeployment, UpstreamApi};
 
 use crate::Terminal;
-use crate::builtin::{BuiltIns, NAMES};
+use crate::builtin::{BuiltIns, NAMES, ProviderFlags};
 use crate::crds::UpstreamCrds;
 use crate::manifest;
 use crate::output::{self, Format, Table};
@@ -41,6 +41,9 @@ pub struct Args {
     /// Output format.
     #[arg(short, long, value_enum, default_value = "yaml")]
     pub output: Format,
+    /// The built-in providers' settings.
+    #[command(flatten)]
+    pub providers: ProviderFlags,
 }
 
 /// What a provider would apply for one ModelDeployment.
@@ -154,7 +157,7 @@ fn read_input(path: &PathBuf) -> anyhow::Result<(String, String)> {
 /// Run `render`.
 pub fn run(args: &Args, term: &mut Terminal) -> anyhow::Result<i32> {
     let crds = UpstreamCrds::with_files(&args.upstream_crds)?;
-    let builtins = BuiltIns::for_crds(&crds)?;
+    let builtins = BuiltIns::for_crds(&args.providers, &crds)?;
     let now = Timestamp::now();
     let mut objects = Vec::new();
     let mut table = Table::new(&["MODELDEPLOYMENT", "PROVIDER", "KIND", "NAME", "APIVERSION"]);
@@ -256,7 +259,7 @@ mod tests {
     #[test]
     fn selection_is_core_s_over_the_built_in_registrations() {
         let crds = UpstreamCrds::default();
-        let builtins = BuiltIns::for_crds(&crds).unwrap();
+        let builtins = BuiltIns::for_crds(&ProviderFlags::default(), &crds).unwrap();
         let gpu = preview(&sample("gpu-vllm"), None, &builtins, &crds, now()).unwrap();
         assert_eq!(gpu.provider, "dynamo");
         assert!(
@@ -284,7 +287,7 @@ mod tests {
     #[test]
     fn objects_are_finished_as_the_runtime_finishes_them() {
         let crds = UpstreamCrds::default();
-        let builtins = BuiltIns::for_crds(&crds).unwrap();
+        let builtins = BuiltIns::for_crds(&ProviderFlags::default(), &crds).unwrap();
         let p = preview(&sample("gpu-vllm"), Some("kaito"), &builtins, &crds, now()).unwrap();
         let kinds: Vec<String> = p
             .objects
@@ -303,7 +306,7 @@ mod tests {
     #[test]
     fn what_a_provider_cannot_serve_is_its_own_message() {
         let crds = UpstreamCrds::default();
-        let builtins = BuiltIns::for_crds(&crds).unwrap();
+        let builtins = BuiltIns::for_crds(&ProviderFlags::default(), &crds).unwrap();
         let err = preview(
             &sample("cpu-llamacpp"),
             Some("kuberay"),
@@ -339,7 +342,7 @@ mod tests {
         }
         std::fs::write(&file, serde_json::to_string(&crd).unwrap()).unwrap();
         let crds = UpstreamCrds::with_files(&[&file]).unwrap();
-        let builtins = BuiltIns::for_crds(&crds).unwrap();
+        let builtins = BuiltIns::for_crds(&ProviderFlags::default(), &crds).unwrap();
         let err = preview(
             &sample("gpu-vllm"),
             Some("kuberay"),
@@ -358,7 +361,7 @@ mod tests {
     #[test]
     fn yaml_and_json_output_hold_the_same_objects() {
         let crds = UpstreamCrds::default();
-        let builtins = BuiltIns::for_crds(&crds).unwrap();
+        let builtins = BuiltIns::for_crds(&ProviderFlags::default(), &crds).unwrap();
         let p = preview(
             &sample("gpu-vllm"),
             Some("kuberay"),

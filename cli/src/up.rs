@@ -27,7 +27,7 @@ use kubeairunway_sdk::{InferenceProviderConfig, ModelDeployment};
 use serde::{Deserialize, Serialize};
 
 use crate::Terminal;
-use crate::builtin::BuiltIns;
+use crate::builtin::{BuiltIns, NodeProvisioningMode, ProviderFlags};
 use crate::cluster::{self, Target};
 use crate::controllers::Controllers;
 use crate::crds::{self, FIELD_MANAGER};
@@ -45,11 +45,14 @@ pub struct Args {
     #[arg(long)]
     pub once: bool,
     /// With --once: give up (exit 1) after this long.
-    #[arg(long, default_value = "3m", value_parser = kubeairunway_sdk::cli::parse_duration)]
+    #[arg(long, default_value = "3m", value_parser = kubeairunway_sdk::process::parse_duration)]
     pub timeout: Duration,
     /// Do not apply the samples.
     #[arg(long)]
     pub no_samples: bool,
+    /// The built-in providers' settings.
+    #[command(flatten)]
+    pub providers: ProviderFlags,
 }
 
 /// What a running `up` leaves in `<state-dir>/up.json`, for `down`.
@@ -172,7 +175,7 @@ pub async fn run(args: Args, state_dir: &Path, term: &mut Terminal) -> anyhow::R
     let _state = StateGuard(state_file(state_dir));
 
     step(term, 2, "CRDs");
-    let (builtins, providers) = install_crds(&target, term).await?;
+    let (builtins, providers) = install_crds(&target, &args.providers, term).await?;
 
     step(term, 3, "controllers");
     let mut controllers = Controllers::start(&target.client, builtins, &providers)?;
@@ -235,6 +238,7 @@ pub async fn run(args: Args, state_dir: &Path, term: &mut Terminal) -> anyhow::R
 /// Install the CRDs; returns the providers to run (those whose upstream CRD is there).
 async fn install_crds(
     target: &Target,
+    flags: &ProviderFlags,
     term: &mut Terminal,
 ) -> anyhow::Result<(BuiltIns, Vec<&'static str>)> {
     let started = Instant::now();
@@ -258,7 +262,13 @@ async fn install_crds(
     let inference_set = crd_api
         .get_opt(kubeairunway_kaito_provider::INFERENCE_SET_CRD)
         .await?;
-    let builtins = BuiltIns::new(inference_set.as_ref());
+    // Nothing provisions nodes on the local API server.
+    let nodes = if target.local {
+        NodeProvisioningMode::Byo
+    } else {
+        NodeProvisioningMode::Auto
+    };
+    let builtins = BuiltIns::new(flags, inference_set.as_ref(), nodes);
     let mut providers = Vec::new();
     for name in crate::builtin::NAMES {
         let Some(p) = builtins.get(name) else {
@@ -521,7 +531,7 @@ fn notes(target: &Target, took: Duration) -> String {
         out.push_str(
             "They stay without status: the local API server runs no KAITO, Dynamo or KubeRay operator (and has no nodes), so no model is served and the phases stay Deploying. To serve models, on a cluster with GPU nodes install the operators and the providers, then run `kubeairunway up --kubeconfig PATH`:\n",
         );
-        for p in BuiltIns::new(None).all() {
+        for p in BuiltIns::defaults().all() {
             let lines = p
                 .config()
                 .installation

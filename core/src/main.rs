@@ -1,23 +1,12 @@
-//! `kubeairunway-controller`: parse flags, run.
+//! `kubeairunway-controller`: parse flags, start the process runtime, run.
 
 use clap::Parser;
-use kubeairunway_core::app::{Cli, run};
-use kubeairunway_sdk::cli::init_logging;
+use kubeairunway_core::app::{COMPONENT, Cli, run};
+use kubeairunway_sdk::process::Runtime;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
-    // One crypto backend for everything: ring.
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let client = kube::Client::try_default().await?;
-    let shutdown = async {
-        let mut term =
-            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).ok();
-        tokio::select! {
-            _ = tokio::signal::ctrl_c() => {}
-            () = async { match term.as_mut() { Some(t) => { t.recv().await; } None => std::future::pending().await } } => {}
-        }
-    };
-    run(cli, client, shutdown).await
+    let rt = Runtime::start(COMPONENT, cli.process.clone()).await?;
+    run(cli, rt).await
 }

@@ -12,7 +12,8 @@ use std::sync::{Arc, RwLock};
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
 use kubeairunway_sdk::ModelDeployment;
-use prometheus_client::encoding::text::encode;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -25,43 +26,30 @@ fn duration_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.001, 2.0, 16))
 }
 
-/// The controller's metrics.
+/// The controller's metrics: counters and durations updated by the reconciler, and the
+/// gauges computed from its cache on each scrape ([`CacheGauges`]).
 #[derive(Debug)]
 pub struct Metrics {
-    registry: Registry,
-    modeldeployments: Family<Labels, Gauge>,
     reconcile_duration: Family<Labels, Histogram, fn() -> Histogram>,
     reconcile_errors: Family<Labels, Counter>,
-    provider_selection: Family<Labels, Gauge>,
-    deployment_replicas: Family<Labels, Gauge>,
-    deployment_phase: Family<Labels, Gauge>,
+    gauges: Arc<CacheGauges>,
+}
+
+/// The gauges that describe the current ModelDeployments, computed from the controller's
+/// cache at scrape time (a [`Collector`]), so deleted objects disappear from them.
+#[derive(Debug, Default)]
+pub struct CacheGauges {
     store: RwLock<Option<Store<ModelDeployment>>>,
 }
 
-impl Default for Metrics {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
 impl Metrics {
-    /// Create and register every metric.
-    pub fn new() -> Self {
-        let mut registry = Registry::default();
-        let modeldeployments = Family::<Labels, Gauge>::default();
+    /// Create every metric and register it in `registry` (the process's).
+    pub fn new(registry: &mut Registry) -> Self {
         let reconcile_duration =
             Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(
                 duration_histogram,
             );
         let reconcile_errors = Family::<Labels, Counter>::default();
-        let provider_selection = Family::<Labels, Gauge>::default();
-        let deployment_replicas = Family::<Labels, Gauge>::default();
-        let deployment_phase = Family::<Labels, Gauge>::default();
-        registry.register(
-            "kubeairunway_modeldeployment_total",
-            "ModelDeployments by namespace and phase",
-            modeldeployments.clone(),
-        );
         registry.register(
             "kubeairunway_reconciliation_duration_seconds",
             "Time to reconcile one ModelDeployment, by selected provider",
@@ -73,30 +61,12 @@ impl Metrics {
             "Failed reconciliations by provider and error type",
             reconcile_errors.clone(),
         );
-        registry.register(
-            "kubeairunway_provider_selection",
-            "ModelDeployments by selected provider and how it was selected (auto, explicit, custom)",
-            provider_selection.clone(),
-        );
-        registry.register(
-            "kubeairunway_deployment_replicas",
-            "Replicas of each ModelDeployment by state (desired, ready, available)",
-            deployment_replicas.clone(),
-        );
-        registry.register(
-            "kubeairunway_deployment_phase",
-            "Phase of each ModelDeployment (1 for the current phase)",
-            deployment_phase.clone(),
-        );
+        let gauges = Arc::new(CacheGauges::default());
+        registry.register_collector(Box::new(gauges.clone()));
         Self {
-            registry,
-            modeldeployments,
             reconcile_duration,
             reconcile_errors,
-            provider_selection,
-            deployment_replicas,
-            deployment_phase,
-            store: RwLock::new(None),
+            gauges,
         }
     }
 
@@ -119,89 +89,121 @@ impl Metrics {
 
     /// Use this cache for the scrape-time gauges (set by the leader's controller).
     pub fn set_store(&self, store: Option<Store<ModelDeployment>>) {
-        if let Ok(mut s) = self.store.write() {
+        if let Ok(mut s) = self.gauges.store.write() {
             *s = store;
         }
     }
+}
 
-    /// Recompute the gauges from ModelDeployments.
-    pub fn refresh(&self, mds: &[Arc<ModelDeployment>]) {
-        let mut by_phase: BTreeMap<(String, String), i64> = BTreeMap::new();
-        let mut by_provider: BTreeMap<(String, String), i64> = BTreeMap::new();
-        self.deployment_replicas.clear();
-        self.deployment_phase.clear();
-        for md in mds {
-            let ns = md.namespace().unwrap_or_default();
-            let status = md.status.clone().unwrap_or_default();
-            let phase = status.phase.map_or("Unknown", |p| p.as_str()).to_string();
-            *by_phase.entry((ns.clone(), phase.clone())).or_default() += 1;
-            if let Some(p) = md.selected_provider() {
-                let reason = status
-                    .provider
-                    .as_ref()
-                    .and_then(|p| p.selected_reason.as_deref())
-                    .map_or("custom", |r| {
-                        if r == crate::reconciler::EXPLICIT_REASON {
-                            "explicit"
-                        } else if r.starts_with("matched capabilities") {
-                            "auto"
-                        } else {
-                            "custom"
-                        }
-                    });
-                *by_provider
-                    .entry((p.to_string(), reason.to_string()))
-                    .or_default() += 1;
-            }
-            let name = md.name_any();
-            self.deployment_phase
-                .get_or_create(&vec![
-                    ("name", name.clone()),
-                    ("namespace", ns.clone()),
-                    ("phase", phase),
-                ])
-                .set(1);
-            if let Some(r) = status.replicas {
-                for (state, v) in [
-                    ("desired", r.desired),
-                    ("ready", r.ready),
-                    ("available", r.available),
-                ] {
-                    if let Some(v) = v {
-                        self.deployment_replicas
-                            .get_or_create(&vec![
-                                ("name", name.clone()),
-                                ("namespace", ns.clone()),
-                                ("state", state.to_string()),
-                            ])
-                            .set(i64::from(v));
+/// The gauge families for `mds`.
+struct Gauges {
+    modeldeployments: Family<Labels, Gauge>,
+    provider_selection: Family<Labels, Gauge>,
+    deployment_replicas: Family<Labels, Gauge>,
+    deployment_phase: Family<Labels, Gauge>,
+}
+
+fn gauges(mds: &[Arc<ModelDeployment>]) -> Gauges {
+    let g = Gauges {
+        modeldeployments: Family::default(),
+        provider_selection: Family::default(),
+        deployment_replicas: Family::default(),
+        deployment_phase: Family::default(),
+    };
+    let mut by_phase: BTreeMap<(String, String), i64> = BTreeMap::new();
+    let mut by_provider: BTreeMap<(String, String), i64> = BTreeMap::new();
+    for md in mds {
+        let ns = md.namespace().unwrap_or_default();
+        let status = md.status.clone().unwrap_or_default();
+        let phase = status.phase.map_or("Unknown", |p| p.as_str()).to_string();
+        *by_phase.entry((ns.clone(), phase.clone())).or_default() += 1;
+        if let Some(p) = md.selected_provider() {
+            let reason = status
+                .provider
+                .as_ref()
+                .and_then(|p| p.selected_reason.as_deref())
+                .map_or("custom", |r| {
+                    if r == crate::reconciler::EXPLICIT_REASON {
+                        "explicit"
+                    } else if r.starts_with("matched capabilities") {
+                        "auto"
+                    } else {
+                        "custom"
                     }
+                });
+            *by_provider
+                .entry((p.to_string(), reason.to_string()))
+                .or_default() += 1;
+        }
+        let name = md.name_any();
+        g.deployment_phase
+            .get_or_create(&vec![
+                ("name", name.clone()),
+                ("namespace", ns.clone()),
+                ("phase", phase),
+            ])
+            .set(1);
+        if let Some(r) = status.replicas {
+            for (state, v) in [
+                ("desired", r.desired),
+                ("ready", r.ready),
+                ("available", r.available),
+            ] {
+                if let Some(v) = v {
+                    g.deployment_replicas
+                        .get_or_create(&vec![
+                            ("name", name.clone()),
+                            ("namespace", ns.clone()),
+                            ("state", state.to_string()),
+                        ])
+                        .set(i64::from(v));
                 }
             }
         }
-        self.modeldeployments.clear();
-        for ((ns, phase), n) in by_phase {
-            self.modeldeployments
-                .get_or_create(&vec![("namespace", ns), ("phase", phase)])
-                .set(n);
-        }
-        self.provider_selection.clear();
-        for ((provider, reason), n) in by_provider {
-            self.provider_selection
-                .get_or_create(&vec![("provider", provider), ("reason", reason)])
-                .set(n);
-        }
     }
+    for ((ns, phase), n) in by_phase {
+        g.modeldeployments
+            .get_or_create(&vec![("namespace", ns), ("phase", phase)])
+            .set(n);
+    }
+    for ((provider, reason), n) in by_provider {
+        g.provider_selection
+            .get_or_create(&vec![("provider", provider), ("reason", reason)])
+            .set(n);
+    }
+    g
+}
 
-    /// The text exposition of every metric.
-    pub fn encode(&self) -> String {
+impl Collector for CacheGauges {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let store = self.store.read().ok().and_then(|s| s.clone());
-        if let Some(store) = store {
-            self.refresh(&store.state());
+        let mds = store.map(|s| s.state()).unwrap_or_default();
+        let g = gauges(&mds);
+        for (name, help, family) in [
+            (
+                "kubeairunway_modeldeployment_total",
+                "ModelDeployments by namespace and phase",
+                &g.modeldeployments,
+            ),
+            (
+                "kubeairunway_provider_selection",
+                "ModelDeployments by selected provider and how it was selected (auto, explicit, custom)",
+                &g.provider_selection,
+            ),
+            (
+                "kubeairunway_deployment_replicas",
+                "Replicas of each ModelDeployment by state (desired, ready, available)",
+                &g.deployment_replicas,
+            ),
+            (
+                "kubeairunway_deployment_phase",
+                "Phase of each ModelDeployment (1 for the current phase)",
+                &g.deployment_phase,
+            ),
+        ] {
+            family.encode(encoder.encode_descriptor(name, help, None, family.metric_type())?)?;
         }
-        let mut out = String::new();
-        let _ = encode(&mut out, &self.registry);
-        out
+        Ok(())
     }
 }
 
@@ -211,7 +213,8 @@ mod tests {
 
     #[test]
     fn exposes_the_names_of_004_section_9() {
-        let m = Metrics::new();
+        let mut registry = Registry::default();
+        let m = Metrics::new(&mut registry);
         m.observe_reconcile("none", 0.01);
         m.count_error("none", "apply");
         let mut md: ModelDeployment =
@@ -221,8 +224,11 @@ mod tests {
             "phase": "Running", "provider": {"name": "p", "selectedReason": "explicit provider selection"},
             "replicas": {"desired": 2, "ready": 1}
         })).unwrap());
-        m.refresh(&[Arc::new(md)]);
-        let text = m.encode();
+        let (store, mut writer) = kube::runtime::reflector::store();
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(md));
+        m.set_store(Some(store));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         for want in [
             "kubeairunway_modeldeployment_total{namespace=\"ns\",phase=\"Running\"} 1",
             "kubeairunway_reconciliation_duration_seconds_count{provider=\"none\"} 1",

@@ -8,7 +8,7 @@
 //! owns; a field left out is released (and removed unless another manager owns it), which
 //! is how core gives the phase up once a provider is selected.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -19,10 +19,10 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use kubeairunway_sdk::conditions::{self, PROVIDER_SELECTED, VALIDATED, reasons};
-use kubeairunway_sdk::{API_VERSION, InferenceProviderConfig, ModelDeployment, labels};
+use kubeairunway_sdk::{API_VERSION, InferenceProviderConfig, ModelDeployment, labels, reflect};
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
@@ -49,6 +49,9 @@ pub struct Settings {
     pub namespace: Option<String>,
     /// How often to look again at a ModelDeployment that waits for a provider.
     pub pending_requeue: Duration,
+    /// How long a deleted ModelDeployment waits for a provider that is gone to remove its
+    /// finalizer before core removes it.
+    pub finalizer_timeout: Duration,
     /// Reporter name for events.
     pub reporter: Reporter,
 }
@@ -60,6 +63,7 @@ impl Default for Settings {
             selection: selection::Settings::default(),
             namespace: None,
             pending_requeue: Duration::from_secs(30),
+            finalizer_timeout: Duration::from_secs(300),
             reporter: Reporter {
                 controller: FIELD_MANAGER.into(),
                 instance: None,
@@ -74,6 +78,9 @@ pub enum Error {
     /// Applying status failed.
     #[error("applying status: {0}")]
     Apply(#[source] kube::Error),
+    /// Removing a finalizer failed.
+    #[error("removing a finalizer: {0}")]
+    Finalizer(#[source] kube::Error),
     /// Serialising failed.
     #[error("serialising: {0}")]
     Serialize(#[from] serde_json::Error),
@@ -83,6 +90,7 @@ impl Error {
     fn kind(&self) -> &'static str {
         match self {
             Error::Apply(_) => "apply",
+            Error::Finalizer(_) => "finalizer",
             Error::Serialize(_) => "serialize",
         }
     }
@@ -96,6 +104,8 @@ pub struct Context {
     settings: Settings,
     recorder: Recorder,
     metrics: Arc<Metrics>,
+    /// Consecutive failures, for backoff.
+    failures: std::sync::Mutex<std::collections::HashMap<ObjectRef<ModelDeployment>, u32>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -122,31 +132,54 @@ impl Context {
             settings,
             recorder,
             metrics,
+            failures: std::sync::Mutex::default(),
         }
     }
+}
+
+/// Keep only what core reads of a cached ModelDeployment's `managedFields`: its own entry
+/// (whether it owns `status.provider.name`, and which status fields it must keep
+/// applying); drop the last-applied annotation.
+fn strip(md: &mut ModelDeployment) {
+    if let Some(fields) = md.metadata.managed_fields.as_mut() {
+        fields.retain(|f| f.manager.as_deref() == Some(FIELD_MANAGER));
+    }
+    if let Some(a) = md.metadata.annotations.as_mut() {
+        a.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+}
+
+/// What, of a ModelDeployment, can change core's decision: the spec (generation), its
+/// deletion, labels and annotations (CEL sees them; pause), finalizers, and the selected
+/// provider. A provider's status write changes none of it and wakes no reconcile.
+#[allow(clippy::unnecessary_wraps)] // the signature kube's predicate filter asks for
+fn relevant(md: &ModelDeployment) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    md.metadata.generation.hash(&mut h);
+    md.metadata.deletion_timestamp.is_some().hash(&mut h);
+    md.metadata.labels.hash(&mut h);
+    md.metadata.annotations.hash(&mut h);
+    md.metadata.finalizers.hash(&mut h);
+    md.selected_provider().hash(&mut h);
+    md.metadata.uid.hash(&mut h);
+    Some(h.finish())
 }
 
 /// A cache of every InferenceProviderConfig and the future that keeps it current.
 pub fn provider_cache(
     client: Client,
 ) -> (
-    Store<InferenceProviderConfig>,
+    reflect::Cache<InferenceProviderConfig>,
     impl std::future::Future<Output = ()> + Send,
 ) {
-    let (store, writer) = reflector::store();
-    let api: Api<InferenceProviderConfig> = Api::all(client);
-    let stream = reflector(writer, watcher(api, watcher::Config::default()))
-        .default_backoff()
-        .touched_objects();
-    let fut = async move {
-        futures::pin_mut!(stream);
-        while let Some(ev) = stream.next().await {
-            if let Err(e) = ev {
-                warn!(error = %e, "InferenceProviderConfig watch error");
-            }
-        }
-    };
-    (store, fut)
+    let (cache, stream) = reflect::cache(
+        Api::all(client),
+        watcher::Config::default(),
+        (),
+        reflect::strip,
+    );
+    (cache, reflect::drive("InferenceProviderConfig", stream))
 }
 
 /// Whether core's field manager owns `status.provider.name` (core selected the provider,
@@ -171,7 +204,7 @@ fn condition_of<'a>(md: &'a ModelDeployment, type_: &str) -> Option<&'a Conditio
 
 /// Core's status for one ModelDeployment, before it is applied.
 #[derive(Debug, Default)]
-struct Desired {
+pub(crate) struct Desired {
     phase_message: Option<String>,
     provider: Option<(String, String)>,
     conditions: Vec<Condition>,
@@ -179,12 +212,13 @@ struct Desired {
     requeue: Option<Duration>,
 }
 
-/// Run the reconciler until `shutdown` completes.
+/// Run the reconciler until `shutdown` completes; `synced` is set once its cache is.
 pub async fn run(
     client: Client,
     providers: Store<InferenceProviderConfig>,
     settings: Settings,
     metrics: Arc<Metrics>,
+    synced: kubeairunway_sdk::process::Check,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
     let mds: Api<ModelDeployment> = match &settings.namespace {
@@ -192,9 +226,18 @@ pub async fn run(
         None => Api::all(client.clone()),
     };
     let ipcs: Api<InferenceProviderConfig> = Api::all(client.clone());
-    let controller = Controller::new(mds, watcher::Config::default());
-    let md_store = controller.store();
+    let (mds, stream) = reflect::cache(mds, watcher::Config::default().any_semantic(), (), strip);
+    let md_store = mds.store.clone();
+    let stream = stream
+        .applied_objects()
+        .predicate_filter(relevant, kube::runtime::PredicateConfig::default());
+    let controller = Controller::for_stream(stream, md_store.clone());
     metrics.set_store(Some(md_store.clone()));
+    tokio::spawn(async move {
+        if mds.synced().await {
+            synced.set();
+        }
+    });
     let waiting = md_store.clone();
     let ctx = Arc::new(Context::new(
         client,
@@ -203,12 +246,15 @@ pub async fn run(
         Arc::clone(&metrics),
     ));
     controller
-        // A provider registering or changing may unblock deployments that wait.
+        // A provider registering or changing may unblock deployments that wait, and a
+        // provider that is gone may hold deleted ones.
         .watches(ipcs, watcher::Config::default(), move |_ipc| {
             waiting
                 .state()
                 .into_iter()
-                .filter(|md| md.selected_provider().is_none())
+                .filter(|md| {
+                    md.selected_provider().is_none() || md.metadata.deletion_timestamp.is_some()
+                })
                 .map(|md| ObjectRef::from_obj(md.as_ref()))
                 .collect::<Vec<_>>()
         })
@@ -228,14 +274,25 @@ pub async fn run(
 fn error_policy(md: Arc<ModelDeployment>, error: &Error, ctx: Arc<Context>) -> Action {
     let provider = md.selected_provider().unwrap_or("none");
     ctx.metrics.count_error(provider, error.kind());
-    warn!(name = %md.name_any(), namespace = ?md.namespace(), error = %error, "reconcile failed");
-    Action::requeue(Duration::from_secs(15))
+    let attempts = ctx.failures.lock().map_or(1, |mut f| {
+        let n = f.entry(ObjectRef::from_obj(md.as_ref())).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    });
+    let delay = kubeairunway_sdk::process::backoff(attempts);
+    warn!(name = %md.name_any(), namespace = ?md.namespace(), error = %error, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
 }
 
 /// Reconcile one ModelDeployment.
 pub async fn reconcile(md: Arc<ModelDeployment>, ctx: Arc<Context>) -> Result<Action, Error> {
     let start = Instant::now();
     let result = reconcile_inner(&md, &ctx).await;
+    if result.is_ok()
+        && let Ok(mut failures) = ctx.failures.lock()
+    {
+        failures.remove(&ObjectRef::from_obj(md.as_ref()));
+    }
     let provider = md.selected_provider().unwrap_or("none").to_string();
     ctx.metrics
         .observe_reconcile(&provider, start.elapsed().as_secs_f64());
@@ -247,16 +304,121 @@ async fn reconcile_inner(md: &ModelDeployment, ctx: &Context) -> Result<Action, 
         debug!(name = %md.name_any(), "paused");
         return Ok(Action::await_change());
     }
-    if md.metadata.deletion_timestamp.is_some() {
-        return Ok(Action::await_change());
-    }
     let now = Timestamp::now();
-    let desired = decide(md, ctx, now).await;
-    apply_status(md, ctx, &desired).await?;
+    if md.metadata.deletion_timestamp.is_some() {
+        return release_gone_providers(md, ctx, now).await;
+    }
+    let configs = ctx.providers.state();
+    let names: Vec<String> = configs.iter().map(|c| c.name_any()).collect();
+    ctx.rules.retain(&names);
+    let (desired, rules) = decide(md, &configs, &ctx.rules, &ctx.settings, now);
+    if let Some(sel) = rules {
+        report_rule_errors(ctx, &configs, &sel.rule_errors, &sel.clean_providers, now).await;
+    }
+    let body = status_body(md, &desired);
+    if !is_current(md, &body) {
+        apply_status(md, ctx, &body).await?;
+    }
     publish_events(md, ctx, &desired).await;
     Ok(desired
         .requeue
         .map_or_else(Action::await_change, Action::requeue))
+}
+
+/// The providers whose finalizer a ModelDeployment carries (`kubeairunway.ai/<name>-provider`).
+fn provider_finalizers(md: &ModelDeployment) -> Vec<(String, String)> {
+    md.finalizers()
+        .iter()
+        .filter_map(|f| {
+            let name = f
+                .strip_prefix("kubeairunway.ai/")?
+                .strip_suffix("-provider")?;
+            Some((f.clone(), name.to_string()))
+        })
+        .collect()
+}
+
+/// Whether `provider` is gone: its InferenceProviderConfig deleted, or its heartbeat
+/// older than `max_age`.
+fn provider_gone(
+    providers: &Store<InferenceProviderConfig>,
+    provider: &str,
+    max_age: Duration,
+    now: Timestamp,
+) -> bool {
+    let Some(config) = providers.get(&ObjectRef::new(provider)) else {
+        return true;
+    };
+    let beat = config
+        .status
+        .as_ref()
+        .and_then(|s| s.last_heartbeat.as_ref());
+    beat.is_none_or(|t| Duration::try_from(now.duration_since(t.0)).is_ok_and(|age| age > max_age))
+}
+
+/// A deleted ModelDeployment held by the finalizer of a provider that is gone (uninstalled,
+/// or silent for longer than the finalizer timeout) would wait forever: once it has waited
+/// the finalizer timeout, core removes that finalizer with a warning event. What the
+/// provider made is owned by the ModelDeployment, so the garbage collector still removes it.
+async fn release_gone_providers(
+    md: &ModelDeployment,
+    ctx: &Context,
+    now: Timestamp,
+) -> Result<Action, Error> {
+    let timeout = ctx.settings.finalizer_timeout;
+    let gone: Vec<(String, String)> = provider_finalizers(md)
+        .into_iter()
+        .filter(|(_, p)| provider_gone(&ctx.providers, p, timeout, now))
+        .collect();
+    if gone.is_empty() {
+        return Ok(Action::await_change());
+    }
+    let since = md.metadata.deletion_timestamp.as_ref().map_or(now, |t| t.0);
+    let waited = Duration::try_from(now.duration_since(since)).unwrap_or_default();
+    if waited < timeout {
+        return Ok(Action::requeue(
+            timeout.saturating_sub(waited) + Duration::from_secs(1),
+        ));
+    }
+    let keep: Vec<String> = md
+        .finalizers()
+        .iter()
+        .filter(|f| !gone.iter().any(|(g, _)| g == *f))
+        .cloned()
+        .collect();
+    let api: Api<ModelDeployment> =
+        Api::namespaced(ctx.client.clone(), &md.namespace().unwrap_or_default());
+    let patch = json!({"metadata": {"finalizers": keep, "resourceVersion": md.resource_version()}});
+    match api
+        .patch(
+            &md.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Action::await_change()),
+        Err(e) => return Err(Error::Finalizer(e)),
+    }
+    for (finalizer, provider) in gone {
+        let note = format!(
+            "Removed finalizer {finalizer} after {}s: provider {provider} is not installed or not running; what it made is left to the garbage collector",
+            timeout.as_secs()
+        );
+        warn!(name = %md.name_any(), namespace = ?md.namespace(), %provider, "removed the finalizer of a provider that is gone");
+        let ev = Event {
+            type_: EventType::Warning,
+            reason: "FinalizerTimeout".into(),
+            note: Some(note),
+            action: "RemoveFinalizer".into(),
+            secondary: None,
+        };
+        if let Err(e) = ctx.recorder.publish(&ev, &md.object_ref(&())).await {
+            warn!(error = %e, "publishing event failed");
+        }
+    }
+    Ok(Action::await_change())
 }
 
 fn cond(
@@ -278,7 +440,16 @@ fn cond(
     )
 }
 
-async fn decide(md: &ModelDeployment, ctx: &Context, now: Timestamp) -> Desired {
+/// Core's decision for `md`, a pure function of the ModelDeployment, the registered
+/// providers and the settings: the status core wants, and (when the built-in selector
+/// ran) what it found about each provider's selection rules.
+pub(crate) fn decide(
+    md: &ModelDeployment,
+    configs: &[Arc<InferenceProviderConfig>],
+    rules: &RuleCache,
+    settings: &Settings,
+    now: Timestamp,
+) -> (Desired, Option<selection::Selection>) {
     let mut d = Desired::default();
     let v = validate(&md.spec);
     let valid = v.is_valid();
@@ -328,16 +499,16 @@ async fn decide(md: &ModelDeployment, ctx: &Context, now: Timestamp) -> Desired 
                 .push(cond(md, PROVIDER_SELECTED, true, kind, reason.clone(), now));
             d.provider = Some((name.clone(), reason));
         }
-        return d;
+        return (d, None);
     }
     if !valid {
         d.phase_message = Some(format!("Validation failed: {}", v.message()));
-        return d;
+        return (d, None);
     }
     if let Some(name) = explicit {
-        let registered = ctx
-            .providers
-            .get(&ObjectRef::new(&name))
+        let registered = configs
+            .iter()
+            .find(|c| c.name_any() == name)
             .map(|c| c.spec.serves());
         if registered == Some(false) {
             let msg = validation::provider_does_not_serve(&name);
@@ -350,7 +521,7 @@ async fn decide(md: &ModelDeployment, ctx: &Context, now: Timestamp) -> Desired 
                 now,
             ));
             d.phase_message = Some(msg);
-            d.requeue = Some(ctx.settings.pending_requeue);
+            d.requeue = Some(settings.pending_requeue);
         } else if registered == Some(true) {
             d.conditions.push(cond(
                 md,
@@ -373,11 +544,11 @@ async fn decide(md: &ModelDeployment, ctx: &Context, now: Timestamp) -> Desired 
                 now,
             ));
             d.phase_message = Some(msg);
-            d.requeue = Some(ctx.settings.pending_requeue);
+            d.requeue = Some(settings.pending_requeue);
         }
-        return d;
+        return (d, None);
     }
-    if !ctx.settings.enable_provider_selector {
+    if !settings.enable_provider_selector {
         d.conditions.push(cond(
             md,
             PROVIDER_SELECTED,
@@ -387,15 +558,11 @@ async fn decide(md: &ModelDeployment, ctx: &Context, now: Timestamp) -> Desired 
             now,
         ));
         d.phase_message = Some(AWAITING_SELECTOR_MESSAGE.to_string());
-        return d;
+        return (d, None);
     }
 
-    let configs = ctx.providers.state();
-    let names: Vec<String> = configs.iter().map(|c| c.name_any()).collect();
-    ctx.rules.retain(&names);
-    let sel = selection::select(md, &configs, &ctx.rules, &ctx.settings.selection, now);
-    report_rule_errors(ctx, &configs, &sel.rule_errors, &sel.clean_providers, now).await;
-    match sel.outcome {
+    let sel = selection::select(md, configs, rules, &settings.selection, now);
+    match sel.outcome.clone() {
         Outcome::Selected {
             provider, reason, ..
         } => {
@@ -420,7 +587,7 @@ async fn decide(md: &ModelDeployment, ctx: &Context, now: Timestamp) -> Desired 
                 now,
             ));
             d.phase_message = Some(selection::NO_HEALTHY_PROVIDERS.to_string());
-            d.requeue = Some(ctx.settings.pending_requeue);
+            d.requeue = Some(settings.pending_requeue);
         }
         Outcome::NoneFits { message } => {
             d.conditions.push(cond(
@@ -432,10 +599,10 @@ async fn decide(md: &ModelDeployment, ctx: &Context, now: Timestamp) -> Desired 
                 now,
             ));
             d.phase_message = Some(message);
-            d.requeue = Some(ctx.settings.pending_requeue);
+            d.requeue = Some(settings.pending_requeue);
         }
     }
-    d
+    (d, Some(sel))
 }
 
 /// The status object core applies.
@@ -466,14 +633,104 @@ fn status_body(md: &ModelDeployment, d: &Desired) -> Value {
     })
 }
 
-async fn apply_status(md: &ModelDeployment, ctx: &Context, d: &Desired) -> Result<(), Error> {
+/// The top-level status fields core owns now (from its own `managedFields` entry), and
+/// the condition types among them.
+fn owned_status(md: &ModelDeployment) -> (BTreeSet<String>, BTreeSet<String>) {
+    let mut fields = BTreeSet::new();
+    let mut conditions = BTreeSet::new();
+    let entries = md.metadata.managed_fields.iter().flatten();
+    for entry in entries.filter(|m| m.manager.as_deref() == Some(FIELD_MANAGER)) {
+        let Some(status) = entry
+            .fields_v1
+            .as_ref()
+            .and_then(|f| f.0.get("f:status"))
+            .and_then(Value::as_object)
+        else {
+            continue;
+        };
+        for (key, value) in status {
+            let Some(field) = key.strip_prefix("f:") else {
+                continue;
+            };
+            fields.insert(field.to_string());
+            if field == "conditions" {
+                for item in value.as_object().into_iter().flatten().map(|(k, _)| k) {
+                    if let Some(t) = item
+                        .strip_prefix("k:")
+                        .and_then(|k| serde_json::from_str::<Value>(k).ok())
+                        .and_then(|k| k.get("type").and_then(Value::as_str).map(str::to_string))
+                    {
+                        conditions.insert(t);
+                    }
+                }
+            }
+        }
+    }
+    (fields, conditions)
+}
+
+/// Whether every value in `want` is in `have` (objects compared key by key).
+fn contains(have: &Value, want: &Value) -> bool {
+    match (have, want) {
+        (Value::Object(h), Value::Object(w)) => w
+            .iter()
+            .all(|(k, v)| h.get(k).is_some_and(|hv| contains(hv, v))),
+        _ => have == want,
+    }
+}
+
+/// Whether `md` already shows core's status `body` and core owns exactly its fields (so
+/// applying it would change nothing): then no write is made.
+fn is_current(md: &ModelDeployment, body: &Value) -> bool {
+    let want = body.get("status").and_then(Value::as_object);
+    let have = md
+        .status
+        .as_ref()
+        .and_then(|s| serde_json::to_value(s).ok());
+    let (Some(want), Some(have)) = (want, have) else {
+        return false;
+    };
+    let (owned, owned_conditions) = owned_status(md);
+    if owned != want.keys().cloned().collect::<BTreeSet<_>>() {
+        return false;
+    }
+    let wanted_conditions = want
+        .get("conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let types: BTreeSet<String> = wanted_conditions
+        .iter()
+        .filter_map(|c| c.get("type").and_then(Value::as_str).map(str::to_string))
+        .collect();
+    if types != owned_conditions {
+        return false;
+    }
+    let stored_conditions = have
+        .get("conditions")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let same_condition = |w: &Value| {
+        stored_conditions.iter().any(|h| {
+            ["type", "status", "reason", "message", "observedGeneration"]
+                .iter()
+                .all(|k| h.get(*k) == w.get(*k))
+        })
+    };
+    want.iter().all(|(k, v)| match k.as_str() {
+        "conditions" => wanted_conditions.iter().all(same_condition),
+        _ => have.get(k).is_some_and(|h| contains(h, v)),
+    })
+}
+
+async fn apply_status(md: &ModelDeployment, ctx: &Context, body: &Value) -> Result<(), Error> {
     let ns = md.namespace().unwrap_or_default();
     let api: Api<ModelDeployment> = Api::namespaced(ctx.client.clone(), &ns);
-    let body = status_body(md, d);
     api.patch_status(
         &md.name_any(),
         &PatchParams::apply(FIELD_MANAGER),
-        &Patch::Apply(&body),
+        &Patch::Apply(body),
     )
     .await
     .map_err(Error::Apply)?;

@@ -14,10 +14,9 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use futures::FutureExt;
 use kube::api::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kubeairunway_sdk::{InferenceProviderConfig, ModelDeployment};
 use serde_json::Value;
 use tracing::{debug, warn};
@@ -46,7 +45,7 @@ enum Registration {
 /// Where the webhook looks up registered providers.
 #[derive(Clone)]
 pub struct WebhookState {
-    providers: Option<Store<InferenceProviderConfig>>,
+    providers: Option<kubeairunway_sdk::reflect::Cache<InferenceProviderConfig>>,
 }
 
 impl std::fmt::Debug for WebhookState {
@@ -60,7 +59,9 @@ impl std::fmt::Debug for WebhookState {
 impl WebhookState {
     /// Webhooks that check explicitly named providers against this cache (`None`: never
     /// check).
-    pub fn new(providers: Option<Store<InferenceProviderConfig>>) -> Self {
+    pub fn new(
+        providers: Option<kubeairunway_sdk::reflect::Cache<InferenceProviderConfig>>,
+    ) -> Self {
         Self { providers }
     }
 
@@ -69,10 +70,10 @@ impl WebhookState {
         let Some(store) = self.providers.as_ref() else {
             return Registration::Unknown;
         };
-        if !matches!(store.wait_until_ready().now_or_never(), Some(Ok(()))) {
+        if !store.is_synced() {
             return Registration::Unknown;
         }
-        match store.get(&ObjectRef::new(name)) {
+        match store.store.get(&ObjectRef::new(name)) {
             None => Registration::Missing,
             Some(c) if c.spec.serves() => Registration::Serving,
             Some(_) => Registration::CapabilityOnly,

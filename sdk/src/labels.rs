@@ -26,6 +26,10 @@ pub const IDENTITY: &str = "kubeairunway.ai/identity";
 /// refused.
 pub const IMMUTABLE_HASH: &str = "kubeairunway.ai/immutable-hash";
 
+/// Annotation on every applied object: a hash of the object as rendered. The runtime
+/// applies an object again only when this changes or the live object drifted from it.
+pub const RENDERED_HASH: &str = "kubeairunway.ai/rendered-hash";
+
 /// Prefix of the ModelDeployment labels that providers copy onto the upstream object.
 pub const PROPAGATED_PREFIX: &str = "kubeairunway.ai/";
 

@@ -22,13 +22,14 @@
 
 pub mod admission;
 pub mod api;
-pub mod cli;
 pub mod conditions;
 pub mod defaults;
 pub mod labels;
 pub mod leader;
 pub mod overrides;
+pub mod process;
 pub mod provider;
+pub mod reflect;
 pub mod render;
 pub mod runtime;
 pub mod selection;

@@ -174,6 +174,10 @@ pub struct Observed {
     pub endpoint: Option<EndpointStatus>,
     /// Replica counts, as the upstream reports them.
     pub replicas: Option<ReplicaStatus>,
+    /// Look again after this long even if nothing changes (a decision that depends on
+    /// time, such as "failed for longer than a threshold"). The runtime does not poll
+    /// otherwise: it reconciles when the ModelDeployment or an owned object changes.
+    pub recheck_after: Option<std::time::Duration>,
 }
 
 impl Observed {
@@ -186,6 +190,7 @@ impl Observed {
             reason: crate::conditions::reasons::DEPLOYMENT_PROGRESSING.to_string(),
             endpoint: None,
             replicas: None,
+            recheck_after: None,
         }
     }
 
@@ -198,6 +203,7 @@ impl Observed {
             reason: crate::conditions::reasons::DEPLOYMENT_READY.to_string(),
             endpoint: None,
             replicas: None,
+            recheck_after: None,
         }
     }
 
@@ -210,6 +216,7 @@ impl Observed {
             reason: crate::conditions::reasons::DEPLOYMENT_FAILED.to_string(),
             endpoint: None,
             replicas: None,
+            recheck_after: None,
         }
     }
 
@@ -219,6 +226,12 @@ impl Observed {
             service: Some(service.into()),
             port: Some(port),
         });
+        self
+    }
+
+    /// Look again after `after` even if nothing changes.
+    pub fn recheck_after(mut self, after: std::time::Duration) -> Self {
+        self.recheck_after = Some(after);
         self
     }
 

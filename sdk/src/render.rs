@@ -133,6 +133,20 @@ pub fn finish(object: &mut DynamicObject, md: &ModelDeployment, provider: &str, 
     }
 }
 
+/// Hash of an object as finished (without its own [`labels::RENDERED_HASH`]
+/// annotation): the runtime applies an object again only when it changes (or the live
+/// object drifted).
+pub fn rendered_hash(object: &DynamicObject) -> String {
+    let mut value = serde_json::to_value(object).unwrap_or_default();
+    if let Some(a) = value
+        .pointer_mut("/metadata/annotations")
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        a.remove(labels::RENDERED_HASH);
+    }
+    crate::upstream::short_hash(value.to_string().as_bytes())
+}
+
 /// Why rendered objects cannot be applied: fields the installed upstream schema lacks.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error(
@@ -152,8 +166,8 @@ pub struct SchemaMismatch {
 
 /// The objects applied for `md`: `objects` as [`Provider::render`] returned them (primary
 /// first), each [`finish`]ed in its role (the primary with the provider's
-/// [`Provider::immutable_fields`] for its kind, the others as supporting objects), and
-/// checked against the installed upstream schema. The runtime applies exactly this, and
+/// [`Provider::immutable_fields`] for its kind, the others as supporting objects),
+/// stamped with [`rendered_hash`], and checked against the installed upstream schema. The runtime applies exactly this, and
 /// previews (`kubeairunway render`) print exactly this.
 pub fn finalize<P: Provider + ?Sized>(
     provider: &P,
@@ -175,6 +189,12 @@ pub fn finalize<P: Provider + ?Sized>(
             Role::Supporting
         };
         finish(object, md, provider.name(), role);
+        let hash = rendered_hash(object);
+        object
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(labels::RENDERED_HASH.to_string(), hash);
     }
     let mut missing = BTreeSet::new();
     for object in &objects {

@@ -164,12 +164,15 @@ pub async fn cluster() -> anyhow::Result<(&'static TestCluster, Client)> {
 /// server.
 pub fn test_options() -> Options {
     Options {
-        finalizer_timeout_seconds: 5,
-        stale_status_seconds: 3,
-        heartbeat_seconds: 1,
-        resync_seconds: 2,
-        metrics_addr: String::new(),
-        ..Options::default()
+        process: crate::process::Options {
+            metrics_bind_address: String::new(),
+            log_format: crate::process::LogFormat::Text,
+            ..crate::process::Options::default()
+        },
+        finalizer_timeout: Duration::from_secs(5),
+        stale_status_after: Duration::from_secs(3),
+        heartbeat_interval: Duration::from_secs(1),
+        resync_period: Duration::from_secs(2),
     }
 }
 

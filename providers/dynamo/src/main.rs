@@ -15,22 +15,19 @@ struct Args {
     #[arg(long, env = "DYNAMO_VERSION", default_value = DEFAULT_DYNAMO_VERSION)]
     dynamo_version: String,
     /// How long Dynamo's `failed` state must last before the ModelDeployment is Failed.
-    #[arg(
-        long,
-        env = "FAILED_THRESHOLD_SECONDS",
-        default_value_t = 300,
-        value_name = "SECONDS"
-    )]
-    failed_threshold_seconds: u64,
+    #[arg(long, env = "FAILED_THRESHOLD", default_value = "5m", value_parser = kubeairunway_sdk::process::parse_duration)]
+    failed_threshold: Duration,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let client = kubeairunway_sdk::runtime::connect(&args.options).await?;
+    let rt =
+        kubeairunway_sdk::process::Runtime::start("dynamo-provider", args.options.process.clone())
+            .await?;
     let provider = Dynamo::new(Settings {
         dynamo_version: args.dynamo_version,
-        failed_after: Duration::from_secs(args.failed_threshold_seconds),
+        failed_after: args.failed_threshold,
     });
-    kubeairunway_sdk::runtime::run(provider, client, args.options).await
+    kubeairunway_sdk::runtime::run(provider, rt, args.options).await
 }

@@ -2,12 +2,18 @@
 //! replica) or a `kaito.sh/v1alpha1` InferenceSet (more replicas, when enabled), and the
 //! Workspace's status becomes ours.
 //!
-//! - [`render`]: the translation (Workspace, InferenceSet, inference-config ConfigMap).
+//! - [`render`]: the translation (Workspace, InferenceSet, inference-config ConfigMap, the
+//!   InferenceSet's Service).
 //! - [`status`]: KAITO's real status values read as ours.
 //! - [`overrides`]: KAITO has no documented overrides; every key warns.
+//! - [`nodes`]: how KAITO gets its nodes (node auto-provisioning or bring-your-own), which
+//!   decides `resource.instanceType`.
+//! - [`immutable`]: the rendered fields KAITO's webhook refuses to update.
 //!
 //! Everything here is pure; `kubeairunway_sdk::runtime` does the I/O.
 
+pub mod immutable;
+pub mod nodes;
 pub mod overrides;
 pub mod render;
 pub mod status;
@@ -23,6 +29,8 @@ use kubeairunway_sdk::api::{
 use kubeairunway_sdk::{
     Incompatible, Observed, Provider, RenderError, Rendered, UpstreamApi, UpstreamRef,
 };
+
+pub use nodes::NodeProvisioning;
 
 /// The provider's name: `status.provider.name`, its InferenceProviderConfig, field manager
 /// stem.
@@ -49,9 +57,8 @@ pub struct KaitoProvider {
     /// Whether KAITO's InferenceSet CRD is available: `scaling.replicas` other than 1 is
     /// served by an InferenceSet when true, and refused when false.
     pub inference_set: bool,
-    /// `resource.instanceType` of every Workspace (the GPU node SKU KAITO provisions);
-    /// empty leaves it unset (bring-your-own nodes).
-    pub instance_type: Option<String>,
+    /// How KAITO gets nodes, and the instance types it provisions.
+    pub nodes: NodeProvisioning,
 }
 
 impl Provider for KaitoProvider {
@@ -86,7 +93,14 @@ impl Provider for KaitoProvider {
             documentation: Some("https://github.com/kaito-project/kaito".into()),
             installation: Some(Installation {
                 description: Some(
-                    "KAITO's workspace operator (v0.10 or newer), then the kaito-provider chart".into(),
+                    "KAITO's workspace operator (v0.10 or newer), then the kaito-provider chart. \
+                     With KAITO's node auto-provisioning (its default) set the chart's \
+                     nodeProvisioning.gpuInstanceType (and cpuInstanceType for CPU-only models) \
+                     to instance types KAITO supports; with bring-your-own nodes (KAITO \
+                     --node-provisioner=byo, or --feature-gates=disableNodeAutoProvisioning=true \
+                     before v0.11) set nodeProvisioning.mode=byo and give GPU models a \
+                     spec.nodeSelector matching GPU nodes labelled by NVIDIA GPU Feature Discovery"
+                        .into(),
                 ),
                 default_namespace: Some("kaito-workspace".into()),
                 ..Installation::default()
@@ -99,6 +113,7 @@ impl Provider for KaitoProvider {
     }
 
     fn check(&self, md: &ModelDeployment) -> Result<(), Incompatible> {
+        check_name(md)?;
         if md.spec.serving.mode == ServingMode::Disaggregated {
             return Err(Incompatible(
                 "KAITO does not support disaggregated mode".into(),
@@ -123,6 +138,7 @@ impl Provider for KaitoProvider {
                  (--inference-set)"
             )));
         }
+        self.nodes.instance_type(md).map_err(Incompatible)?;
         Ok(())
     }
 
@@ -138,9 +154,14 @@ impl Provider for KaitoProvider {
         status::observe(md, upstream)
     }
 
-    /// A replica count change swaps the Workspace for an InferenceSet (and back), and the
-    /// inference-config ConfigMap comes and goes with the vLLM options: the one left
-    /// behind is pruned.
+    /// What KAITO's webhook refuses to update, cited in [`immutable`].
+    fn immutable_fields(&self, kind: &str) -> &'static [&'static str] {
+        immutable::fields(kind)
+    }
+
+    /// A replica count change swaps the Workspace for an InferenceSet (and back), with the
+    /// InferenceSet's Service; the inference-config ConfigMap goes when the engine changes
+    /// to llama.cpp: the objects left behind are pruned.
     fn owned_kinds(&self) -> Vec<ApiResource> {
         let inference_set = ApiResource::from_gvk_with_plural(
             &GroupVersionKind::gvk(GROUP, render::INFERENCE_SET_VERSION, "InferenceSet"),
@@ -150,7 +171,34 @@ impl Provider for KaitoProvider {
             &GroupVersionKind::gvk("", "v1", "ConfigMap"),
             "configmaps",
         );
-        vec![inference_set, config_map]
+        let service = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("", "v1", "Service"),
+            "services",
+        );
+        vec![inference_set, config_map, service]
+    }
+}
+
+/// KAITO's webhooks refuse a Workspace or InferenceSet whose name is not a DNS-1123
+/// label (`validation.IsDNS1123Label(w.Name)`, api/v1beta1/workspace_validation.go:70 and
+/// api/v1alpha1/inferenceset_validation.go:38@v0.12.0; the same at v0.10.0), a stricter
+/// rule than a ModelDeployment's name (a DNS subdomain, dots allowed).
+fn check_name(md: &ModelDeployment) -> Result<(), Incompatible> {
+    let name = kube::ResourceExt::name_any(md);
+    let label = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-');
+    if label {
+        Ok(())
+    } else {
+        Err(Incompatible(format!(
+            "KAITO names its Workspace after the ModelDeployment and requires a DNS-1123 label \
+             (at most 63 characters: lowercase letters, digits and '-'); {name:?} is not one"
+        )))
     }
 }
 

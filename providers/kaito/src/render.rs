@@ -3,15 +3,20 @@
 //! - One replica: a `kaito.sh/v1beta1` Workspace. Its fields sit at the top level
 //!   (`resource`, `inference`); there is no `spec`.
 //! - Other replica counts (when the InferenceSet CRD is enabled): a `kaito.sh/v1alpha1`
-//!   InferenceSet with `spec.replicas` and the same `resource`/`inference` as its template.
+//!   InferenceSet with `spec.replicas` and the same `resource`/`inference` as its template,
+//!   and a Service in front of its Workspaces' pods (KAITO creates none for the set).
 //!   `resource.count` is never used for replicas: it is deprecated and counts the GPU
 //!   nodes of one instance.
-//! - vLLM runs as a KAITO preset named after the Hugging Face model id; `contextLength`,
-//!   `trustRemoteCode` and `engine.args` go into the inference config ConfigMap KAITO
-//!   reads (`inference.config`, key `inference_config.yaml`, section `vllm`, each key
-//!   passed to vLLM as `--key value`), rendered as a second object owned alongside.
+//! - vLLM runs as a KAITO preset named after the Hugging Face model id. The served model
+//!   name, `contextLength` and `engine.args` go into the inference config ConfigMap KAITO
+//!   reads (`inference.config`, key `inference_config.yaml`, section `vllm`), rendered as
+//!   a supporting object: the SDK runtime applies it before the Workspace, whose admission
+//!   KAITO's webhook refuses while the ConfigMap does not exist
+//!   (api/v1beta1/inference_config_validation.go:56-70@v0.12.0).
 //! - llama.cpp runs the user's image from `inference.template`, serving on port 5000 (the
 //!   port KAITO's Service targets).
+//!
+//! Every spec field KAITO cannot honour gives a [`Warning::unsupported_field`] naming it.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -29,32 +34,56 @@ use crate::{GROUP, KaitoProvider, overrides};
 pub const RUNTIME_ANNOTATION: &str = "kaito.sh/runtime";
 /// The ConfigMap key KAITO reads its inference config from.
 pub const CONFIG_KEY: &str = "inference_config.yaml";
-/// The port a llama.cpp image must serve on: KAITO's Service `<name>:80` targets it.
+/// The port a llama.cpp image must serve on: KAITO's Service `<name>:80` targets it
+/// (`consts.PortInferenceServer`, pkg/workspace/manifests/manifests.go:77-86@v0.12.0).
 pub const PORT: i32 = 5000;
+/// The port of the Services in front of KAITO's pods (KAITO's own and ours).
+pub const SERVICE_PORT: i32 = 80;
 /// Name of the serving container in a llama.cpp template.
 pub const CONTAINER: &str = "model";
 /// `engine.args` key naming the GGUF file for llama.cpp instead of `huggingface://<id>`.
 pub const GGUF_URL_ARG: &str = "ggufUrl";
-/// Event reason of a setting KAITO cannot honour.
-pub const IGNORED_SETTING: &str = "IgnoredSetting";
 /// Version of the InferenceSet API rendered (served by every KAITO release that has it).
 pub const INFERENCE_SET_VERSION: &str = "v1alpha1";
 /// Node labels selected when `spec.nodeSelector` is empty.
 pub const DEFAULT_NODE_LABEL: (&str, &str) = ("kubernetes.io/os", "linux");
+/// The label KAITO puts on the Workspaces of an InferenceSet and on their pods
+/// (`consts.WorkspaceCreatedByInferenceSetLabel`, pkg/utils/consts/consts.go:205;
+/// pkg/workspace/manifests/manifests.go:140-145 (presets) and 300-306 (templates)
+/// @v0.12.0; the same at v0.10.0).
+pub const CREATED_BY_INFERENCE_SET: &str = "inferenceset.kaito.sh/created-by";
+/// The StatefulSet pod-index label (Kubernetes >= 1.28): the InferenceSet Service selects
+/// the first pod of each Workspace, as KAITO's own Service selects `<workspace>-0`
+/// (manifests.go:70-72@v0.12.0): in a multi-node Workspace only that pod serves.
+pub const POD_INDEX_LABEL: &str = "apps.kubernetes.io/pod-index";
 
 /// The ConfigMap name for `md`'s inference config.
 pub fn config_map_name(md: &ModelDeployment) -> String {
     format!("{}-inference-config", md.name_any())
 }
 
-/// Render the objects for `md`: the Workspace (or InferenceSet) first, then the inference
-/// config ConfigMap when vLLM options need one.
+/// The Service in front of an InferenceSet's pods: `<name>-iset` (KAITO's own Service of a
+/// Workspace is `<name>`, and a Workspace left from one replica may still hold it).
+pub fn inference_set_service_name(md: &ModelDeployment) -> String {
+    let name = md.name_any();
+    let stem: String = name.chars().take(58).collect();
+    format!("{}-iset", stem.trim_end_matches('-'))
+}
+
+/// A warning for a spec field KAITO cannot honour.
+fn unsupported(field: &str, why: &str) -> Warning {
+    Warning::unsupported_field(field, why)
+}
+
+/// Render the objects for `md`: the Workspace (or InferenceSet) first, then what it
+/// depends on: the inference config ConfigMap (vLLM), the InferenceSet's Service.
 pub fn render(
     provider: &KaitoProvider,
     md: &ModelDeployment,
     upstream: &UpstreamApi,
 ) -> Result<Rendered, RenderError> {
     let (_none, mut warnings) = overrides::parse(md)?;
+    warnings.extend(unsupported_everywhere(md));
     let name = md.name_any();
     let (inference, config_map) = match md.spec.engine.type_ {
         Some(EngineType::Vllm) => vllm(md, &mut warnings)?,
@@ -67,7 +96,7 @@ pub fn render(
         }
     };
     let mut resource = Map::new();
-    if let Some(instance_type) = provider.instance_type.as_ref().filter(|s| !s.is_empty()) {
+    if let Some(instance_type) = provider.nodes.instance_type(md).map_err(RenderError)? {
         resource.insert("instanceType".into(), json!(instance_type));
     }
     let selector = json!({ "matchLabels": node_labels(md) });
@@ -79,22 +108,24 @@ pub fn render(
     if !annotations.is_empty() {
         metadata["annotations"] = json!(annotations);
     }
-    let primary = if md.spec.scaling.replicas == 1 || !provider.inference_set {
+    let mut objects = Vec::new();
+    if md.spec.scaling.replicas == 1 || !provider.inference_set {
         resource.insert("labelSelector".into(), selector);
-        object(json!({
+        objects.push(object(json!({
             "apiVersion": upstream.api_version(),
             "kind": "Workspace",
             "metadata": metadata,
             "resource": resource,
             "inference": inference,
-        }))?
+        }))?);
+        objects.extend(config_map);
     } else {
         let mut template = Map::new();
         template.insert("inference".into(), inference);
         if !resource.is_empty() {
             template.insert("resource".into(), Value::Object(resource));
         }
-        object(json!({
+        objects.push(object(json!({
             "apiVersion": format!("{GROUP}/{INFERENCE_SET_VERSION}"),
             "kind": "InferenceSet",
             "metadata": metadata,
@@ -103,11 +134,31 @@ pub fn render(
                 "labelSelector": selector,
                 "template": template,
             },
-        }))?
-    };
-    let mut objects = vec![primary];
-    objects.extend(config_map);
+        }))?);
+        objects.extend(config_map);
+        objects.push(inference_set_service(md)?);
+    }
     Ok(Rendered { objects, warnings })
+}
+
+/// The Service `<name>-iset`, port 80 to 5000, in front of the first pod of every
+/// Workspace of the InferenceSet: KAITO gives each Workspace a Service of its own
+/// (generated names) and none to the set (pkg/inferenceset/inferenceset_controller.go
+/// @v0.12.0 creates only Workspaces, and Gateway API resources behind a feature gate).
+fn inference_set_service(md: &ModelDeployment) -> Result<kube::api::DynamicObject, RenderError> {
+    object(json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": inference_set_service_name(md)},
+        "spec": {
+            "type": "ClusterIP",
+            "selector": {
+                CREATED_BY_INFERENCE_SET: md.name_any(),
+                POD_INDEX_LABEL: "0",
+            },
+            "ports": [{"name": "http", "protocol": "TCP", "port": SERVICE_PORT, "targetPort": PORT}],
+        },
+    }))
 }
 
 /// `resource.labelSelector.matchLabels`: the node selector, else Linux nodes.
@@ -122,11 +173,34 @@ fn node_labels(md: &ModelDeployment) -> BTreeMap<String, String> {
     }
 }
 
-fn ignored(warnings: &mut Vec<Warning>, message: String) {
-    warnings.push(Warning::new(IGNORED_SETTING, message));
+/// Fields no KAITO rendering serves, whatever the engine.
+fn unsupported_everywhere(md: &ModelDeployment) -> Vec<Warning> {
+    let spec = &md.spec;
+    let mut out = Vec::new();
+    if spec.gateway.is_some() {
+        out.push(unsupported(
+            "spec.gateway",
+            "the KAITO provider creates no InferencePool or HTTPRoute (KAITO's own Gateway API \
+             support is an operator feature gate, not a Workspace field)",
+        ));
+    }
+    if spec.serving.mode == kubeairunway_sdk::api::ServingMode::Aggregated {
+        for (field, set) in [
+            ("spec.scaling.prefill", spec.scaling.prefill.is_some()),
+            ("spec.scaling.decode", spec.scaling.decode.is_some()),
+        ] {
+            if set {
+                out.push(unsupported(
+                    field,
+                    "it applies to disaggregated serving only, and KAITO serves aggregated",
+                ));
+            }
+        }
+    }
+    out
 }
 
-/// vLLM: the preset named after the model id, and the inference config when needed.
+/// vLLM: the preset named after the model id, and the inference config it reads.
 fn vllm(
     md: &ModelDeployment,
     warnings: &mut Vec<Warning>,
@@ -145,35 +219,7 @@ fn vllm(
         .as_deref()
         .filter(|id| !id.is_empty())
         .ok_or_else(|| RenderError("model.id is required: it names KAITO's vLLM preset".into()))?;
-    if spec.image.is_some() {
-        ignored(
-            warnings,
-            "spec.image is ignored: KAITO runs vLLM from its own preset image".into(),
-        );
-    }
-    if spec.env.as_ref().is_some_and(|e| !e.is_empty()) {
-        ignored(
-            warnings,
-            "spec.env is ignored: KAITO's vLLM preset takes no environment variables".into(),
-        );
-    }
-    if spec.tolerations.as_ref().is_some_and(|t| !t.is_empty()) {
-        ignored(
-            warnings,
-            "spec.tolerations is ignored: KAITO's vLLM preset pods take no tolerations (nodes are chosen by spec.nodeSelector)".into(),
-        );
-    }
-    if spec
-        .pod_template
-        .as_ref()
-        .and_then(|t| t.metadata.as_ref())
-        .is_some()
-    {
-        ignored(
-            warnings,
-            "spec.podTemplate.metadata is ignored: KAITO's vLLM preset has no pod template".into(),
-        );
-    }
+    warnings.extend(vllm_unsupported(md));
     let mut preset = json!({ "name": id });
     if let Some(secret) = spec
         .secrets
@@ -183,53 +229,144 @@ fn vllm(
     {
         preset["presetOptions"] = json!({ "modelAccessSecret": secret });
     }
-    let mut inference = json!({ "preset": preset });
-    let config = inference_config(md);
-    let config_map = match config {
-        Some(text) => {
-            let cm_name = config_map_name(md);
-            inference["config"] = json!(cm_name);
-            Some(object(json!({
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": {"name": cm_name},
-                "data": { CONFIG_KEY: text },
-            }))?)
-        }
-        None => None,
-    };
-    Ok((inference, config_map))
+    let cm_name = config_map_name(md);
+    let config_map = object(json!({
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": cm_name},
+        "data": { CONFIG_KEY: inference_config(md, warnings) },
+    }))?;
+    Ok((
+        json!({ "preset": preset, "config": cm_name }),
+        Some(config_map),
+    ))
 }
 
-/// The `inference_config.yaml` text for vLLM, or `None` when nothing needs passing.
-/// KAITO hands each key of the `vllm` section to vLLM as `--key value`.
-pub fn inference_config(md: &ModelDeployment) -> Option<String> {
+/// What KAITO's vLLM preset cannot take: it has no pod template (the operator builds the
+/// pod, pkg/workspace/inference/preset_inferences.go@v0.12.0), no volumes for the model
+/// (`inference.preset` has only `name`, `accessMode` and `presetOptions` in the v1beta1
+/// CRD@v0.12.0), and it sizes the pod from the node's GPUs.
+fn vllm_unsupported(md: &ModelDeployment) -> Vec<Warning> {
+    let spec = &md.spec;
+    let no_pod = "KAITO builds the vLLM preset's pod itself and takes no pod settings";
+    let mut out = Vec::new();
+    let mut warn = |field: &str, set: bool, why: &str| {
+        if set {
+            out.push(unsupported(field, why));
+        }
+    };
+    warn(
+        "spec.image",
+        spec.image.is_some(),
+        "KAITO runs vLLM from its own preset image",
+    );
+    warn(
+        "spec.env",
+        spec.env.as_ref().is_some_and(|e| !e.is_empty()),
+        no_pod,
+    );
+    warn(
+        "spec.tolerations",
+        spec.tolerations.as_ref().is_some_and(|t| !t.is_empty()),
+        "KAITO's vLLM preset pods take no tolerations (nodes are chosen by spec.nodeSelector)",
+    );
+    warn(
+        "spec.podTemplate.metadata",
+        spec.pod_template
+            .as_ref()
+            .and_then(|t| t.metadata.as_ref())
+            .is_some(),
+        no_pod,
+    );
+    warn(
+        "spec.model.storage",
+        spec.model.storage.is_some(),
+        "a KAITO preset downloads the model into its own volume and mounts none of ours",
+    );
+    warn(
+        "spec.kernelCache",
+        spec.kernel_cache.is_some(),
+        "KAITO's preset pods do not carry the kubeairunway.ai/model-deployment label the \
+         kernel-cache webhook finds serving pods by",
+    );
+    let resources = spec.resources.as_ref();
+    warn(
+        "spec.resources.memory",
+        resources.and_then(|r| r.memory.as_ref()).is_some(),
+        "KAITO sizes the vLLM preset's pod from its node",
+    );
+    warn(
+        "spec.resources.cpu",
+        resources.and_then(|r| r.cpu.as_ref()).is_some(),
+        "KAITO sizes the vLLM preset's pod from its node",
+    );
+    warn(
+        "spec.resources.gpu.type",
+        resources
+            .and_then(|r| r.gpu.as_ref())
+            .is_some_and(|g| g.type_ != DEFAULT_GPU_TYPE),
+        "KAITO's vLLM presets request nvidia.com/gpu",
+    );
+    out
+}
+
+/// The `inference_config.yaml` text for vLLM. KAITO's vLLM wrapper appends each key of
+/// the `vllm` section to the command line it builds as `--key str(value)`
+/// (presets/workspace/inference/vllm/inference_api.py:143-145@v0.12.0), after its own
+/// flags, so these win over KAITO's defaults (its own test overrides `max-model-len` and
+/// `served-model-name` this way, tests/test_vllm_inference_api.py:70-88@v0.12.0).
+///
+/// - `served-model-name`: `model.servedName`, else an `engine.args` value, else the
+///   basename of `model.id` (the platform's served name; KAITO's own default is the
+///   preset name, or the InferenceSet's name, pkg/model/interface.go:403-413@v0.12.0).
+/// - `max-model-len`: `engine.contextLength`, as a bare integer (KAITO's node estimator
+///   parses it with `strconv.Atoi`, pkg/utils/config_parser.go:23-50@v0.12.0; its webhook
+///   refuses more than the model's token limit).
+/// - `engine.args` as given, except bare flags (value `"true"`): `--key True` would leave
+///   a stray `True` for vLLM's positional `model_tag` (a boolean flag takes no value), and
+///   two of them fail vLLM's argument parser, so they are refused with a warning. Among
+///   them `trust-remote-code`: KAITO's presets pass `--trust-remote-code` already
+///   (presets/workspace/models/vllm_model.go:196-199@v0.12.0, :197-199@v0.10.0), which is
+///   also why `engine.trustRemoteCode` renders nothing.
+///
+/// Values are YAML scalars the webhook can read as strings (`map[string]string`,
+/// inference_config_validation.go:35-37@v0.12.0).
+pub fn inference_config(md: &ModelDeployment, warnings: &mut Vec<Warning>) -> String {
     let engine = &md.spec.engine;
     let mut entries: BTreeMap<String, Value> = BTreeMap::new();
     for (key, value) in engine.args.iter().flatten() {
         let key = key.trim_start_matches("--").to_string();
-        let value = if value == "true" {
-            Value::Bool(true)
-        } else {
-            Value::String(value.clone())
-        };
-        entries.insert(key, value);
+        if value == "true" {
+            let why = if key == "trust-remote-code" {
+                "KAITO's vLLM presets always pass --trust-remote-code"
+            } else {
+                "KAITO passes each vLLM option as `--key value` and cannot pass a bare flag"
+            };
+            warnings.push(unsupported(&format!("spec.engine.args.{key}"), why));
+            continue;
+        }
+        entries.insert(key, Value::String(value.clone()));
     }
     if let Some(len) = engine.context_length {
         entries.insert("max-model-len".into(), json!(len));
     }
-    if engine.trust_remote_code {
-        entries.insert("trust-remote-code".into(), Value::Bool(true));
-    }
-    if entries.is_empty() {
-        return None;
+    let explicit = md
+        .spec
+        .model
+        .served_name
+        .as_deref()
+        .filter(|s| !s.is_empty());
+    if (explicit.is_some() || !entries.contains_key("served-model-name"))
+        && let Some(served) = md.spec.served_model_name()
+    {
+        entries.insert("served-model-name".into(), json!(served));
     }
     let mut text = format!(
         "# Written by kubeairunway for ModelDeployment {}; KAITO passes each vllm key to vLLM as --key value.\nvllm:\n",
         md.name_any()
     );
     for (key, value) in entries {
-        // JSON scalars are YAML scalars: strings come out quoted, numbers and booleans bare.
+        // JSON scalars are YAML scalars: strings come out quoted, numbers bare.
         let plain = key
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
@@ -241,10 +378,12 @@ pub fn inference_config(md: &ModelDeployment) -> Option<String> {
         };
         let _ = writeln!(text, "  {key}: {value}");
     }
-    Some(text)
+    text
 }
 
-/// llama.cpp: the user's image in `inference.template`, serving on port 5000.
+/// llama.cpp: the user's image in `inference.template`, serving on port 5000. KAITO
+/// replaces the template's affinity with one from `resource.labelSelector` and appends
+/// its own tolerations (pkg/workspace/manifests/manifests.go:277-342@v0.12.0).
 fn llamacpp(md: &ModelDeployment, warnings: &mut Vec<Warning>) -> Result<Value, RenderError> {
     let spec = &md.spec;
     let image = spec.image.as_deref().filter(|i| !i.is_empty()).ok_or_else(|| {
@@ -255,16 +394,27 @@ fn llamacpp(md: &ModelDeployment, warnings: &mut Vec<Warning>) -> Result<Value, 
         )
     })?;
     if spec.engine.context_length.is_some() {
-        ignored(
-            warnings,
-            "engine.contextLength is not passed to llama.cpp images; set the image's own flag in engine.args".into(),
-        );
+        warnings.push(unsupported(
+            "spec.engine.contextLength",
+            "llama.cpp images take no common context-length flag; set the image's own flag in engine.args",
+        ));
     }
     if spec.engine.trust_remote_code {
-        ignored(
-            warnings,
-            "engine.trustRemoteCode has no meaning for llama.cpp".into(),
-        );
+        warnings.push(unsupported(
+            "spec.engine.trustRemoteCode",
+            "it has no meaning for llama.cpp",
+        ));
+    }
+    if spec
+        .model
+        .served_name
+        .as_deref()
+        .is_some_and(|s| !s.is_empty())
+    {
+        warnings.push(unsupported(
+            "spec.model.servedName",
+            "llama.cpp images name the served model themselves",
+        ));
     }
     let mut args = Vec::new();
     let flags: BTreeMap<String, String> = spec
@@ -320,7 +470,14 @@ fn llamacpp(md: &ModelDeployment, warnings: &mut Vec<Warning>) -> Result<Value, 
     {
         container["envFrom"] = json!([{ "secretRef": { "name": secret } }]);
     }
+    let (volumes, mounts) = storage(md, warnings);
+    if !mounts.is_empty() {
+        container["volumeMounts"] = Value::Array(mounts);
+    }
     let mut pod_spec = json!({ "containers": [container] });
+    if !volumes.is_empty() {
+        pod_spec["volumes"] = Value::Array(volumes);
+    }
     if let Some(selector) = spec.node_selector.as_ref().filter(|s| !s.is_empty()) {
         pod_spec["nodeSelector"] = json!(selector);
     }
@@ -334,6 +491,44 @@ fn llamacpp(md: &ModelDeployment, warnings: &mut Vec<Warning>) -> Result<Value, 
         metadata["annotations"] = json!(annotations);
     }
     Ok(json!({ "template": { "metadata": metadata, "spec": pod_spec } }))
+}
+
+/// `model.storage` for a llama.cpp template: each volume with an existing claim
+/// (`claimName`) and a `mountPath` is mounted into the container. A volume without a
+/// claim (one the controller would create) or without a mount path (where a llama.cpp
+/// image keeps its model is the image's own business) is ignored with a warning.
+fn storage(md: &ModelDeployment, warnings: &mut Vec<Warning>) -> (Vec<Value>, Vec<Value>) {
+    let mut volumes = Vec::new();
+    let mut mounts = Vec::new();
+    let all = md
+        .spec
+        .model
+        .storage
+        .as_ref()
+        .and_then(|s| s.volumes.as_ref());
+    for v in all.into_iter().flatten() {
+        let field = format!("spec.model.storage.volumes[{}]", v.name);
+        let claim = v.claim_name.as_deref().filter(|c| !c.is_empty());
+        let path = v.mount_path.as_deref().filter(|p| !p.is_empty());
+        match (claim, path) {
+            (Some(claim), Some(path)) => {
+                volumes.push(json!({
+                    "name": v.name,
+                    "persistentVolumeClaim": {"claimName": claim, "readOnly": v.read_only},
+                }));
+                mounts.push(json!({"name": v.name, "mountPath": path, "readOnly": v.read_only}));
+            }
+            (None, _) => warnings.push(unsupported(
+                &field,
+                "the KAITO provider mounts existing claims (claimName) and creates none",
+            )),
+            (Some(_), None) => warnings.push(unsupported(
+                &field,
+                "a llama.cpp image's model directory is its own: set mountPath",
+            )),
+        }
+    }
+    (volumes, mounts)
 }
 
 /// Requests for CPU and memory, and GPUs as a limit of their extended resource.
@@ -367,6 +562,7 @@ fn container_resources(md: &ModelDeployment) -> Map<String, Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::NodeProvisioning;
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kubeairunway_sdk::{Provider, UpstreamRef};
 
@@ -412,6 +608,22 @@ mod tests {
         }))
     }
 
+    /// Bring-your-own nodes: no instance type.
+    fn byo() -> KaitoProvider {
+        KaitoProvider {
+            inference_set: false,
+            nodes: NodeProvisioning::Byo,
+        }
+    }
+
+    /// Node auto-provisioning with a GPU and a CPU instance type.
+    fn nap(inference_set: bool) -> KaitoProvider {
+        KaitoProvider {
+            inference_set,
+            nodes: NodeProvisioning::auto("Standard_NC24ads_A100_v4", "Standard_D8s_v3"),
+        }
+    }
+
     fn render_with(p: &KaitoProvider, m: &ModelDeployment) -> Rendered {
         p.render(m, &api("kaito.sh_workspaces.yaml")).unwrap()
     }
@@ -423,52 +635,119 @@ mod tests {
             .collect()
     }
 
+    /// KAITO ships no llama.cpp example; reviewed against the template-mode one,
+    /// examples/custom-model-integration/custom-model-deployment.yaml@v0.12.0 (a Workspace
+    /// with `resource.instanceType`, `labelSelector.matchLabels` and an
+    /// `inference.template` whose container serves on port 5000).
     #[test]
     fn cpu_llamacpp_example() {
         let m = cpu_llamacpp();
-        let p = KaitoProvider::default();
+        let p = nap(false);
         assert!(p.check(&m).is_ok());
         let r = render_with(&p, &m);
         assert!(r.warnings.is_empty(), "{:?}", r.warnings);
         insta::assert_yaml_snapshot!(objects(&r));
     }
 
+    /// Reviewed against examples/inference/kaito_workspace_custom_config.yaml@v0.12.0 (a
+    /// ConfigMap with `inference_config.yaml` and its `vllm` section, named by
+    /// `inference.config`; `max-model-len` a bare integer) and
+    /// kaito_workspace_llama-3.3_70b_instruct.yaml@v0.12.0 (preset with
+    /// `presetOptions.modelAccessSecret`).
     #[test]
     fn gpu_vllm_with_context_length_and_args() {
-        let p = KaitoProvider::default();
-        let r = render_with(&p, &gpu_vllm());
+        let r = render_with(&nap(false), &gpu_vllm());
         assert_eq!(r.objects.len(), 2);
         insta::assert_yaml_snapshot!(objects(&r));
     }
 
     #[test]
-    fn vllm_without_options_needs_no_config_map() {
+    fn vllm_always_names_the_served_model_in_its_config() {
         let mut m = gpu_vllm();
         m.spec.engine.context_length = None;
         m.spec.engine.trust_remote_code = false;
         m.spec.engine.args = None;
-        let o = objects(&render_with(&KaitoProvider::default(), &m));
-        assert_eq!(o.len(), 1);
-        assert!(o[0]["inference"].get("config").is_none());
+        m.spec.resources.as_mut().unwrap().memory = None;
+        let r = render_with(&byo(), &m);
+        assert!(r.warnings.is_empty(), "{:?}", r.warnings);
+        let o = objects(&r);
+        assert_eq!(o[0]["inference"]["config"], "llama-8b-inference-config");
+        let text = o[1]["data"][CONFIG_KEY].as_str().unwrap();
+        assert!(
+            text.ends_with("vllm:\n  served-model-name: \"Llama-3.1-8B-Instruct\"\n"),
+            "{text}"
+        );
+        m.spec.model.served_name = Some("llama".into());
+        m.spec.engine.args = Some([("served-model-name".to_string(), "x".to_string())].into());
+        let mut w = Vec::new();
+        assert!(inference_config(&m, &mut w).ends_with("  served-model-name: \"llama\"\n"));
+        m.spec.model.served_name = None;
+        assert!(inference_config(&m, &mut w).ends_with("  served-model-name: \"x\"\n"));
     }
 
+    /// KAITO's vLLM wrapper appends `--key str(value)` for every key
+    /// (inference_api.py:143-145@v0.12.0), so a boolean flag would leave a stray `True`;
+    /// `--trust-remote-code` KAITO passes itself (vllm_model.go:196-199@v0.12.0).
+    #[test]
+    fn bare_flags_and_trust_remote_code_are_not_passed_as_key_true() {
+        let m = gpu_vllm();
+        let mut w = Vec::new();
+        let text = inference_config(&m, &mut w);
+        assert!(!text.contains("true"), "{text}");
+        assert!(!text.contains("trust-remote-code"), "{text}");
+        assert!(!text.contains("enforce-eager"), "{text}");
+        let fields: Vec<_> = w.iter().map(|w| w.message.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.engine.args.enforce-eager is ignored: KAITO passes each vLLM option as \
+                 `--key value` and cannot pass a bare flag"
+            ]
+        );
+        let mut m = gpu_vllm();
+        m.spec.engine.args = Some([("--trust-remote-code".to_string(), "true".to_string())].into());
+        let mut w = Vec::new();
+        let _ = inference_config(&m, &mut w);
+        assert!(
+            w[0].message
+                .contains("KAITO's vLLM presets always pass --trust-remote-code"),
+            "{w:?}",
+        );
+    }
+
+    /// Reviewed against examples/inference/kaito_inferenceset_llama-3.1_8b_instruct.yaml
+    /// @v0.12.0 (`spec.replicas`, `spec.labelSelector`, `spec.template.resource.instanceType`,
+    /// `spec.template.inference.preset`). The Service has no upstream example: KAITO makes
+    /// none for a set.
     #[test]
     fn replicas_use_an_inference_set_when_enabled_and_are_refused_otherwise() {
         let mut m = gpu_vllm();
         m.spec.scaling.replicas = 3;
-        let refused = KaitoProvider::default().check(&m).unwrap_err();
+        let refused = nap(false).check(&m).unwrap_err();
         assert!(refused.0.contains("scaling.replicas is 3"), "{refused}");
         assert!(refused.0.contains("inferencesets.kaito.sh"), "{refused}");
-        let p = KaitoProvider {
-            inference_set: true,
-            instance_type: Some("Standard_NC24ads_A100_v4".into()),
-        };
+        let p = nap(true);
         assert!(p.check(&m).is_ok());
         let r = render_with(&p, &m);
         let o = objects(&r);
         assert_eq!(o[0]["kind"], "InferenceSet");
         assert_eq!(o[0]["spec"]["replicas"], 3);
+        assert_eq!(o[2]["kind"], "Service");
+        assert_eq!(o[2]["metadata"]["name"], "llama-8b-iset");
+        assert_eq!(
+            o[2]["spec"]["selector"],
+            json!({CREATED_BY_INFERENCE_SET: "llama-8b", POD_INDEX_LABEL: "0"})
+        );
         insta::assert_yaml_snapshot!(o);
+    }
+
+    #[test]
+    fn the_inference_set_service_name_is_a_dns_label() {
+        let mut m = gpu_vllm();
+        m.metadata.name = Some(format!("{}-b", "a".repeat(60)));
+        let n = inference_set_service_name(&m);
+        assert!(n.len() <= 63, "{n}");
+        assert_eq!(n, format!("{}-iset", "a".repeat(58)));
     }
 
     #[test]
@@ -481,7 +760,7 @@ mod tests {
             }))
             .unwrap(),
         );
-        let r = render_with(&KaitoProvider::default(), &m);
+        let r = render_with(&nap(false), &m);
         let messages: Vec<_> = r
             .warnings
             .iter()
@@ -503,7 +782,7 @@ mod tests {
         // Overrides change nothing in the objects.
         assert_eq!(
             objects(&r),
-            objects(&render_with(&KaitoProvider::default(), &cpu_llamacpp()))
+            objects(&render_with(&nap(false), &cpu_llamacpp()))
         );
         insta::assert_yaml_snapshot!(objects(&r));
     }
@@ -512,7 +791,7 @@ mod tests {
     fn llamacpp_needs_an_image() {
         let mut m = cpu_llamacpp();
         m.spec.image = None;
-        let err = KaitoProvider::default()
+        let err = byo()
             .render(&m, &api("kaito.sh_workspaces.yaml"))
             .unwrap_err();
         assert!(
@@ -537,7 +816,7 @@ mod tests {
             "tolerations": [{"key": "sku", "operator": "Equal", "value": "gpu", "effect": "NoSchedule"}],
             "podTemplate": {"metadata": {"labels": {"team": "a"}, "annotations": {"note": "n"}}},
         })).unwrap();
-        let o = objects(&render_with(&KaitoProvider::default(), &m));
+        let o = objects(&render_with(&byo(), &m));
         let t = &o[0]["inference"]["template"];
         assert_eq!(t["metadata"]["labels"]["team"], "a");
         assert_eq!(
@@ -566,19 +845,122 @@ mod tests {
         assert_eq!(c["envFrom"][0]["secretRef"]["name"], "hf");
     }
 
+    /// Every ModelDeployment field KAITO's vLLM preset cannot take is named.
     #[test]
-    fn vllm_ignored_settings_warn() {
+    fn vllm_unsupported_fields_warn() {
         let mut m = gpu_vllm();
-        m.spec.image = Some("x".into());
-        m.spec.tolerations = Some(vec![k8s_openapi::api::core::v1::Toleration::default()]);
-        let r = render_with(&KaitoProvider::default(), &m);
-        assert_eq!(r.warnings.len(), 2);
-        assert!(r.warnings.iter().all(|w| w.reason == IGNORED_SETTING));
+        m.spec = serde_json::from_value(json!({
+            "model": {"id": "a/b", "storage": {"volumes": [{"name": "w", "claimName": "c", "mountPath": "/m"}]}},
+            "engine": {"type": "vllm"},
+            "resources": {"gpu": {"count": 1, "type": "amd.com/gpu"}, "memory": "1Gi", "cpu": "1"},
+            "image": "x",
+            "env": [{"name": "A", "value": "1"}],
+            "tolerations": [{"key": "k", "operator": "Exists"}],
+            "podTemplate": {"metadata": {"labels": {"a": "b"}}},
+            "gateway": {"enabled": true},
+            "kernelCache": {"name": "kc"},
+            "scaling": {"replicas": 1, "prefill": {"replicas": 1}},
+        }))
+        .unwrap();
+        let r = render_with(&byo(), &m);
+        assert!(
+            r.warnings
+                .iter()
+                .all(|w| w.reason == kubeairunway_sdk::conditions::reasons::UNSUPPORTED_FIELD)
+        );
+        let fields: Vec<_> = r
+            .warnings
+            .iter()
+            .map(|w| w.message.split(' ').next().unwrap())
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.gateway",
+                "spec.scaling.prefill",
+                "spec.image",
+                "spec.env",
+                "spec.tolerations",
+                "spec.podTemplate.metadata",
+                "spec.model.storage",
+                "spec.kernelCache",
+                "spec.resources.memory",
+                "spec.resources.cpu",
+                "spec.resources.gpu.type",
+            ]
+        );
+    }
+
+    #[test]
+    fn llamacpp_mounts_existing_claims_and_names_the_volumes_it_cannot() {
+        let mut m = cpu_llamacpp();
+        m.spec.model.storage = Some(
+            serde_json::from_value(json!({"volumes": [
+                {"name": "weights", "claimName": "gguf", "mountPath": "/models", "readOnly": true},
+                {"name": "new", "size": "10Gi", "mountPath": "/x"},
+                {"name": "nopath", "claimName": "c"},
+            ]}))
+            .unwrap(),
+        );
+        m.spec.model.served_name = Some("gemma".into());
+        let r = render_with(&byo(), &m);
+        let o = objects(&r);
+        let spec = &o[0]["inference"]["template"]["spec"];
+        assert_eq!(
+            spec["volumes"],
+            json!([{"name": "weights", "persistentVolumeClaim": {"claimName": "gguf", "readOnly": true}}])
+        );
+        assert_eq!(
+            spec["containers"][0]["volumeMounts"],
+            json!([{"name": "weights", "mountPath": "/models", "readOnly": true}])
+        );
+        let fields: Vec<_> = r
+            .warnings
+            .iter()
+            .map(|w| w.message.split(' ').next().unwrap())
+            .collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.model.servedName",
+                "spec.model.storage.volumes[new]",
+                "spec.model.storage.volumes[nopath]"
+            ]
+        );
+    }
+
+    #[test]
+    fn instance_types_follow_gpu_use_and_node_provisioning() {
+        let gpu = objects(&render_with(&nap(false), &gpu_vllm()));
+        assert_eq!(
+            gpu[0]["resource"]["instanceType"],
+            "Standard_NC24ads_A100_v4"
+        );
+        let cpu = objects(&render_with(&nap(false), &cpu_llamacpp()));
+        assert_eq!(cpu[0]["resource"]["instanceType"], "Standard_D8s_v3");
+        let byo = objects(&render_with(&byo(), &gpu_vllm()));
+        assert!(byo[0]["resource"].get("instanceType").is_none());
+        let unset = KaitoProvider::default();
+        let refused = unset.check(&gpu_vllm()).unwrap_err();
+        assert!(refused.0.contains("--gpu-instance-type"), "{refused}");
+    }
+
+    /// KAITO's webhooks want DNS-1123 labels (workspace_validation.go:70@v0.12.0).
+    #[test]
+    fn names_kaito_refuses_are_refused() {
+        let mut m = gpu_vllm();
+        m.metadata.name = Some("llama.3".into());
+        let refused = byo().check(&m).unwrap_err();
+        assert!(refused.0.contains("DNS-1123 label"), "{refused}");
+        m.metadata.name = Some("a".repeat(64));
+        assert!(byo().check(&m).is_err());
+        m.metadata.name = Some("llama-3".into());
+        assert!(byo().check(&m).is_ok());
     }
 
     #[test]
     fn compatibility_messages_are_exact() {
-        let p = KaitoProvider::default();
+        let p = byo();
         let with = |spec: Value| {
             let mut v = serde_json::to_value(cpu_llamacpp()).unwrap();
             for (k, val) in spec.as_object().unwrap() {
@@ -602,10 +984,7 @@ mod tests {
 
     #[test]
     fn rendering_is_deterministic_and_fits_both_schemas() {
-        let p = KaitoProvider {
-            inference_set: false,
-            instance_type: Some("Standard_NC6s_v3".into()),
-        };
+        let p = nap(false);
         for m in [cpu_llamacpp(), gpu_vllm()] {
             let a = serde_json::to_string(&objects(&render_with(&p, &m))).unwrap();
             let b = serde_json::to_string(&objects(&render_with(&p, &m))).unwrap();
@@ -628,9 +1007,43 @@ mod tests {
         }
     }
 
+    /// The InferenceSets rendered fit the real InferenceSet CRD of both KAITO releases
+    /// (v0.12.0 and v0.10.0, where `template.resource.instanceType` is required when
+    /// `resource` is given, so bring-your-own nodes render no `resource`).
+    #[test]
+    fn inference_sets_fit_both_inference_set_schemas() {
+        let wanted = UpstreamRef::new(GROUP, "InferenceSet", "inferencesets", &["v1alpha1"]);
+        let mut m = gpu_vllm();
+        m.spec.scaling.replicas = 2;
+        for file in [
+            "kaito.sh_inferencesets.yaml",
+            "kaito.sh_inferencesets.v0.10.0.yaml",
+        ] {
+            let iset_api = UpstreamApi::detect(&crd(file), &wanted).unwrap();
+            for p in [
+                nap(true),
+                KaitoProvider {
+                    inference_set: true,
+                    nodes: NodeProvisioning::Byo,
+                },
+            ] {
+                let o = objects(&render_with(&p, &m));
+                assert_eq!(o[0]["kind"], "InferenceSet");
+                assert!(
+                    iset_api.missing_paths(&o[0]).is_empty(),
+                    "{file}: {:?}",
+                    iset_api.missing_paths(&o[0])
+                );
+                if p.nodes == NodeProvisioning::Byo {
+                    assert!(o[0]["spec"]["template"].get("resource").is_none());
+                }
+            }
+        }
+    }
+
     #[test]
     fn selection_rules_are_the_issue_s() {
-        let c = KaitoProvider::default().config();
+        let c = byo().config();
         let rules: Vec<_> = c
             .selection_rules
             .iter()

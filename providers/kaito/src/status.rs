@@ -4,12 +4,21 @@
 //! - `status.state` (KAITO >= v0.9): `Ready` is Running; `Pending` and `NotReady` are
 //!   Deploying. Older Workspaces without `state`: `WorkspaceSucceeded=True` is Running.
 //! - `WorkspaceSucceeded=False` with reason `workspacePending` is normal progress.
-//! - Failed only for `InferenceReady=False` with a hard reason (image pull, crash loop,
-//!   OOM kill, container start error), with that condition's message.
+//! - Failed for `InferenceReady=False` with a hard reason (image pull, crash loop,
+//!   OOM kill, container start error), with that condition's message; and for KAITO
+//!   v0.12's terminal benchmark failure, `WorkspaceSucceeded` or `BenchmarkCompleted`
+//!   False `BenchmarkFailed` (workspace_controller.go:1270-1280,1319-1329@v0.12.0: the
+//!   inference is up, but KAITO holds the Workspace NotReady for good).
 //! - Endpoint: KAITO's Service `<name>`, port 80 (targeting 5000 in the pods).
 //!
-//! InferenceSet: `status.readyReplicas` of `spec.replicas` Workspaces; a condition that is
-//! False with a hard reason is a failure.
+//! InferenceSet (pkg/inferenceset/inferenceset_controller.go:426-522@v0.12.0,
+//! :350-400@v0.10.0): `status.readyReplicas` of `spec.replicas` Workspaces, and only the
+//! conditions `InferenceSetReady` (True `inferencesetReady`; False `inferencesetNotReady`
+//! with "inferenceset is not ready, r/d replicas are ready", or False `inferencesetFailed`
+//! with the error of its Gateway API resources), `BenchmarkCompleted` and
+//! `InferenceSetDeleting` (api/v1beta1/condition_types.go:47-55@v0.12.0). The
+//! Workspaces' own failures (image pull, crash loop) stay on those Workspaces.
+//! Endpoint: our Service `<name>-iset`, port 80 (KAITO makes none for a set).
 
 use kube::ResourceExt;
 use kube::api::DynamicObject;
@@ -17,8 +26,15 @@ use kubeairunway_sdk::Observed;
 use kubeairunway_sdk::api::ModelDeployment;
 use serde_json::Value;
 
-/// The port of KAITO's Service for a Workspace.
-pub const SERVICE_PORT: i32 = 80;
+pub use crate::render::SERVICE_PORT;
+use crate::render::inference_set_service_name;
+
+/// The InferenceSet's readiness condition.
+pub const INFERENCE_SET_READY: &str = "InferenceSetReady";
+/// Its reason when KAITO could not build what the set needs.
+pub const INFERENCE_SET_FAILED: &str = "inferencesetFailed";
+/// The condition KAITO sets while deleting a set.
+pub const INFERENCE_SET_DELETING: &str = "InferenceSetDeleting";
 
 /// Condition reasons of `InferenceReady=False` that mean the pods cannot run as they
 /// stand (KAITO's names, and the kubelet's where KAITO passes them through).
@@ -36,6 +52,9 @@ pub const HARD_REASONS: &[&str] = &[
     "CreateContainerError",
     "RunContainerError",
 ];
+
+/// The reason with which KAITO v0.12 marks a post-load benchmark that failed for good.
+pub const BENCHMARK_FAILED: &str = "BenchmarkFailed";
 
 /// Our status for `md` from the live Workspace or InferenceSet.
 pub fn observe(md: &ModelDeployment, live: Option<&DynamicObject>) -> Observed {
@@ -87,6 +106,21 @@ fn hard_failure(condition: &Value) -> Option<String> {
         })
 }
 
+/// KAITO's error when its post-load benchmark failed for good.
+fn benchmark_failure(conditions: &[&Value]) -> Option<String> {
+    ["WorkspaceSucceeded", "BenchmarkCompleted"]
+        .iter()
+        .filter_map(|t| find(conditions, t))
+        .find(|c| field(c, "status") == "False" && field(c, "reason") == BENCHMARK_FAILED)
+        .map(|c| {
+            format!(
+                "KAITO's post-load benchmark failed, so KAITO holds the Workspace NotReady \
+                 (its inference server is up): {}",
+                field(c, "message")
+            )
+        })
+}
+
 fn workspace(live: &DynamicObject) -> Observed {
     let name = live.name_any();
     let conditions = conditions(live);
@@ -95,6 +129,8 @@ fn workspace(live: &DynamicObject) -> Observed {
     let succeeded = find(&conditions, "WorkspaceSucceeded");
 
     let observed = if let Some(message) = inference.and_then(hard_failure) {
+        Observed::failed(message)
+    } else if let Some(message) = benchmark_failure(&conditions) {
         Observed::failed(message)
     } else if state == "Ready"
         || (state.is_empty() && succeeded.is_some_and(|c| field(c, "status") == "True"))
@@ -134,19 +170,25 @@ fn inference_set(md: &ModelDeployment, live: &DynamicObject) -> Observed {
         .as_i64()
         .and_then(|r| i32::try_from(r).ok())
         .unwrap_or(0);
-    let failure = conditions.iter().find_map(|c| hard_failure(c));
-    let observed = if let Some(message) = failure {
-        Observed::failed(message)
-    } else if ready >= desired {
-        Observed::running(format!(
-            "KAITO InferenceSet has {ready}/{desired} Workspaces ready"
-        ))
-    } else {
-        Observed::deploying(format!(
-            "KAITO InferenceSet has {ready}/{desired} Workspaces ready"
-        ))
+    let counted = format!("KAITO InferenceSet has {ready}/{desired} Workspaces ready");
+    let condition = find(&conditions, INFERENCE_SET_READY);
+    let deleting =
+        find(&conditions, INFERENCE_SET_DELETING).is_some_and(|c| field(c, "status") == "True");
+    let observed = match condition {
+        _ if deleting => Observed::deploying("KAITO is deleting the InferenceSet"),
+        Some(c) if field(c, "status") == "False" && field(c, "reason") == INFERENCE_SET_FAILED => {
+            Observed::failed(field(c, "message"))
+        }
+        Some(c) if field(c, "status") == "True" => Observed::running(counted),
+        Some(c) if !field(c, "message").is_empty() => {
+            Observed::deploying(format!("KAITO InferenceSet: {}", field(c, "message")))
+        }
+        _ if ready >= desired && desired > 0 => Observed::running(counted),
+        _ => Observed::deploying(counted),
     };
-    observed.with_replicas(desired, ready)
+    observed
+        .with_endpoint(inference_set_service_name(md), SERVICE_PORT)
+        .with_replicas(desired, ready)
 }
 
 #[cfg(test)]
@@ -257,6 +299,40 @@ mod tests {
         assert_eq!(o.phase, Phase::Deploying);
     }
 
+    /// KAITO v0.12 runs a benchmark once the inference is up; an error reading its result
+    /// is terminal and holds the Workspace NotReady with `WorkspaceSucceeded=False`
+    /// `BenchmarkFailed` (pkg/workspace/controllers/workspace_controller.go:1270-1280,
+    /// 1319-1329@v0.12.0). Nothing will progress: Failed with KAITO's error, not
+    /// Deploying forever; the endpoint stays (the server itself serves).
+    #[test]
+    fn a_terminal_benchmark_failure_fails_with_kaito_s_error() {
+        let error =
+            "pod ns/m-0: benchmark failed: TPM value -1 indicates a failed or incomplete run";
+        let o = seen(json!({"state": "NotReady", "conditions": [
+            cond("ResourceReady", "True", "workspaceResourceStatusSuccess", "workspace resource is ready"),
+            cond("InferenceReady", "True", "WorkspaceInferenceStatusSuccess", "Inference has been deployed successfully"),
+            cond("BenchmarkCompleted", "False", "BenchmarkFailed", error),
+            cond("WorkspaceSucceeded", "False", "BenchmarkFailed", error),
+        ]}));
+        assert_eq!(o.phase, Phase::Failed);
+        assert_eq!(
+            o.message,
+            format!(
+                "KAITO's post-load benchmark failed, so KAITO holds the Workspace NotReady \
+                 (its inference server is up): {error}"
+            )
+        );
+        assert!(!o.ready);
+        assert!(o.endpoint.is_some());
+        // A benchmark still to run, or done, is not a failure.
+        let o = seen(json!({"state": "Ready", "conditions": [
+            cond("InferenceReady", "True", "WorkspaceInferenceStatusSuccess", "ok"),
+            cond("BenchmarkCompleted", "True", "BenchmarkCompleted", "benchmark result has been recorded"),
+            cond("WorkspaceSucceeded", "True", "workspaceSucceeded", "workspace succeeds"),
+        ]}));
+        assert_eq!(o.phase, Phase::Running);
+    }
+
     #[test]
     fn older_workspaces_without_state_use_workspace_succeeded() {
         let o = seen(
@@ -289,13 +365,60 @@ mod tests {
         assert_eq!((r.desired, r.ready), (Some(3), Some(1)));
         let o = observe(&md(), Some(&iset(json!({"readyReplicas": 3}))));
         assert_eq!(o.phase, Phase::Running);
-        assert!(o.endpoint.is_none());
-        let o = observe(
-            &md(),
-            Some(&iset(
-                json!({"conditions": [cond("InferenceReady", "False", "ImagePullError", "bad image")]}),
-            )),
+        let e = o.endpoint.unwrap();
+        assert_eq!((e.service.as_deref(), e.port), (Some("m-iset"), Some(80)));
+    }
+
+    /// The conditions KAITO writes, in the words of inferenceset_controller.go:485-522
+    /// @v0.12.0.
+    #[test]
+    fn inference_set_conditions_are_kaito_s() {
+        let iset = |status: Value| -> DynamicObject {
+            serde_json::from_value(json!({
+                "apiVersion": "kaito.sh/v1alpha1", "kind": "InferenceSet",
+                "metadata": {"name": "m"}, "spec": {"replicas": 2}, "status": status,
+            }))
+            .unwrap()
+        };
+        let seen = |status: Value| observe(&md(), Some(&iset(status)));
+        let o = seen(json!({"replicas": 2, "readyReplicas": 1, "conditions": [
+            cond("InferenceSetReady", "False", "inferencesetNotReady", "inferenceset is not ready, 1/2 replicas are ready"),
+        ]}));
+        assert_eq!(
+            (o.phase, o.message.as_str()),
+            (
+                Phase::Deploying,
+                "KAITO InferenceSet: inferenceset is not ready, 1/2 replicas are ready"
+            )
         );
-        assert_eq!((o.phase, o.message.as_str()), (Phase::Failed, "bad image"));
+        let o = seen(json!({"replicas": 2, "readyReplicas": 2, "conditions": [
+            cond("InferenceSetReady", "False", "inferencesetFailed", "failed to create HelmRelease: forbidden"),
+        ]}));
+        assert_eq!(
+            (o.phase, o.message.as_str()),
+            (Phase::Failed, "failed to create HelmRelease: forbidden")
+        );
+        assert!(!o.ready);
+        let o = seen(json!({"replicas": 2, "readyReplicas": 2, "conditions": [
+            cond("InferenceSetReady", "True", "inferencesetReady", "inferenceset is ready"),
+            cond("BenchmarkCompleted", "False", "BenchmarkPending", "0/2 replicas benchmarked"),
+        ]}));
+        assert_eq!(
+            (o.phase, o.message.as_str()),
+            (
+                Phase::Running,
+                "KAITO InferenceSet has 2/2 Workspaces ready"
+            )
+        );
+        let o = seen(json!({"conditions": [
+            cond("InferenceSetDeleting", "True", "inferencesetDeleted", "inferenceset is being deleted"),
+            cond("InferenceSetReady", "True", "inferencesetReady", "inferenceset is ready"),
+        ]}));
+        assert_eq!(o.phase, Phase::Deploying);
+        // A Workspace-style hard reason never appears on a set; it is not read there.
+        let o = seen(
+            json!({"conditions": [cond("InferenceReady", "False", "ImagePullError", "bad image")]}),
+        );
+        assert_eq!(o.phase, Phase::Deploying);
     }
 }

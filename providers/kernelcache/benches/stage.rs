@@ -156,7 +156,7 @@ fn report(what: &str, times: &[Duration], bytes: u64, files: u64) {
 
 #[tokio::main]
 async fn main() {
-    kubeairunway_sdk::runtime::install_crypto_provider();
+    kubeairunway_sdk::process::install_crypto_provider();
     let mb: u64 = std::env::var("STAGE_BENCH_MB")
         .ok()
         .and_then(|v| v.parse().ok())

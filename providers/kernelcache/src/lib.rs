@@ -17,7 +17,6 @@ pub mod extract;
 pub mod image;
 pub mod inject;
 pub mod oci;
-pub mod ops;
 pub mod seed;
 pub mod triton;
 pub mod verify;

@@ -21,7 +21,9 @@ struct Cli {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let client = kubeairunway_sdk::runtime::connect(&cli.options).await?;
+    let rt =
+        kubeairunway_sdk::process::Runtime::start("kuberay-provider", cli.options.process.clone())
+            .await?;
     let provider = KubeRayProvider::new(cli.ray_image, cli.ray_version);
-    kubeairunway_sdk::runtime::run(provider, client, cli.options).await
+    kubeairunway_sdk::runtime::run(provider, rt, cli.options).await
 }

@@ -1,14 +1,9 @@
-//! Prometheus metrics of a provider, and the `/metrics`, `/healthz`, `/readyz` endpoints.
+//! Prometheus metrics of a provider, registered in the process's registry (served on
+//! `/metrics` by [`crate::process`]).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::Router;
-use axum::extract::State;
-use axum::http::{StatusCode, header};
-use axum::response::IntoResponse;
-use axum::routing::get;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -40,7 +35,6 @@ struct ErrorLabels {
 #[derive(Debug)]
 pub struct Metrics {
     provider: String,
-    registry: Registry,
     reconciliations: Family<OutcomeLabels, Counter>,
     errors: Family<ErrorLabels, Counter>,
     duration: Family<ProviderLabel, Histogram>,
@@ -48,9 +42,8 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Metrics labelled with `provider`.
-    pub fn new(provider: &str) -> Self {
-        let mut registry = Registry::default();
+    /// Metrics labelled with `provider`, registered in `registry`.
+    pub fn new(registry: &mut Registry, provider: &str) -> Self {
         let reconciliations = Family::<OutcomeLabels, Counter>::default();
         let errors = Family::<ErrorLabels, Counter>::default();
         let duration = Family::<ProviderLabel, Histogram>::new_with_constructor(|| {
@@ -79,7 +72,6 @@ impl Metrics {
         );
         Self {
             provider: provider.to_string(),
-            registry,
             reconciliations,
             errors,
             duration,
@@ -119,54 +111,19 @@ impl Metrics {
             })
             .set(i64::from(ready));
     }
-
-    /// The OpenMetrics text.
-    pub fn encode(&self) -> String {
-        let mut out = String::new();
-        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
-        out
-    }
 }
 
-/// Serve `/metrics`, `/healthz` and `/readyz` on `addr` until the task is dropped.
-pub(super) async fn serve(
-    addr: SocketAddr,
+/// Keep the `upstream_ready` gauge in step with the detected upstream API.
+pub(super) async fn follow_upstream(
     metrics: Arc<Metrics>,
     mut upstream: watch::Receiver<UpstreamState>,
 ) {
-    let m = metrics.clone();
-    tokio::spawn(async move {
-        loop {
-            m.set_upstream_ready(matches!(&*upstream.borrow_and_update(), Some(Ok(_))));
-            if upstream.changed().await.is_err() {
-                return;
-            }
+    loop {
+        metrics.set_upstream_ready(matches!(&*upstream.borrow_and_update(), Some(Ok(_))));
+        if upstream.changed().await.is_err() {
+            return;
         }
-    });
-    let app = Router::new()
-        .route("/metrics", get(render))
-        .route("/healthz", get(|| async { "ok" }))
-        .route("/readyz", get(|| async { "ok" }))
-        .with_state(metrics);
-    match tokio::net::TcpListener::bind(addr).await {
-        Ok(listener) => {
-            if let Err(e) = axum::serve(listener, app).await {
-                tracing::warn!(error = %e, "metrics server stopped");
-            }
-        }
-        Err(e) => tracing::warn!(%addr, error = %e, "cannot serve metrics"),
     }
-}
-
-async fn render(State(metrics): State<Arc<Metrics>>) -> impl IntoResponse {
-    (
-        StatusCode::OK,
-        [(
-            header::CONTENT_TYPE,
-            "application/openmetrics-text; version=1.0.0; charset=utf-8",
-        )],
-        metrics.encode(),
-    )
 }
 
 #[cfg(test)]
@@ -175,10 +132,12 @@ mod tests {
 
     #[test]
     fn metrics_are_labelled_by_provider_only() {
-        let m = Metrics::new("kaito");
+        let mut registry = Registry::default();
+        let m = Metrics::new(&mut registry, "kaito");
         m.observe("applied", Duration::from_millis(3));
         m.error("transient");
-        let text = m.encode();
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
         assert!(text.contains(r#"kubeairunway_provider_reconciliations_total{provider="kaito",outcome="applied"} 1"#), "{text}");
         assert!(text.contains(r#"kubeairunway_reconciliation_errors_total{provider="kaito",error_type="transient"} 1"#), "{text}");
         assert!(

@@ -14,6 +14,12 @@
 //!    server-side-apply everything (field manager `<name>-provider`, forced);
 //! 6. observe the upstream status and server-side-apply ours.
 //!
+//! Reads come from watch caches, never from the API server: the ModelDeployments this
+//! provider serves (the controller's own reflector) and every object it owns
+//! ([`cache`]); steady state costs no request at all. Writes happen only for what
+//! changed: an object is applied only when what is rendered differs from what is live (or
+//! the live object drifted), the status only when it differs from what is stored.
+//!
 //! Which ModelDeployments: a watch with the server-side field selector
 //! `status.provider.name=<name>`. The ModelDeployment CRD declares
 //! `.status.provider.name` as a selectable field, so the API server filters and each
@@ -22,143 +28,67 @@
 //! well as status; a client-side filter would make every provider watch and cache every
 //! ModelDeployment.)
 
+mod cache;
 mod metrics;
 mod reconcile;
 mod registration;
+mod release;
 mod status;
 
 use std::collections::HashMap;
-use std::net::SocketAddr;
+use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use kube::api::{Api, DynamicObject};
-use kube::runtime::controller::Controller;
+use kube::api::Api;
+use kube::runtime::controller::{Config as ControllerConfig, Controller};
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use tokio::sync::{mpsc, watch};
 
 use crate::api::ModelDeployment;
-use crate::labels;
-use crate::leader::{LeaderElector, LeaseSettings};
+use crate::process::{self, Readiness, Runtime, Shutdown, Term};
 use crate::provider::Provider;
+use crate::reflect;
 use crate::upstream::UpstreamApi;
 
 pub use metrics::Metrics;
 pub use reconcile::{Error, reconcile_once};
 
-/// Runtime settings; flatten into a provider's own flags with `#[command(flatten)]`.
+/// The provider runtime's flags (each also an environment variable), with the process
+/// flags every binary shares ([`process::Options`]). Durations as `90s`, `5m`, `1h 30m`.
 #[derive(Clone, Debug, clap::Args)]
 pub struct Options {
+    /// Flags every binary shares: metrics address, log format, leader election.
+    #[command(flatten)]
+    pub process: process::Options,
     /// How long deletion waits for upstream objects to go before giving up.
-    #[arg(
-        long,
-        env = "FINALIZER_TIMEOUT_SECONDS",
-        default_value_t = 300,
-        value_name = "SECONDS"
-    )]
-    pub finalizer_timeout_seconds: u64,
+    #[arg(long, env = "FINALIZER_TIMEOUT", default_value = "5m", value_parser = crate::process::parse_duration)]
+    pub finalizer_timeout: Duration,
     /// How long the upstream status may stand still, while not Running, before the
     /// `StaleStatus` condition is set.
-    #[arg(
-        long,
-        env = "STALE_STATUS_SECONDS",
-        default_value_t = 300,
-        value_name = "SECONDS"
-    )]
-    pub stale_status_seconds: u64,
+    #[arg(long, env = "STALE_STATUS_AFTER", default_value = "5m", value_parser = crate::process::parse_duration)]
+    pub stale_status_after: Duration,
     /// How often the InferenceProviderConfig heartbeat is refreshed.
-    #[arg(
-        long,
-        env = "HEARTBEAT_SECONDS",
-        default_value_t = 30,
-        value_name = "SECONDS"
-    )]
-    pub heartbeat_seconds: u64,
-    /// How often a Running deployment is re-checked without any change.
-    #[arg(
-        long,
-        env = "RESYNC_SECONDS",
-        default_value_t = 300,
-        value_name = "SECONDS"
-    )]
-    pub resync_seconds: u64,
-    /// Address of `/metrics`, `/healthz` and `/readyz`; empty to disable.
-    #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:8080")]
-    pub metrics_addr: String,
-    /// Log as JSON lines.
-    #[arg(long, env = "LOG_JSON")]
-    pub log_json: bool,
-    /// Elect a leader among replicas (a `coordination.k8s.io/v1` Lease): only the leader
-    /// reconciles and heartbeats; every replica serves `/metrics` and the health checks.
-    #[arg(long, env = "LEADER_ELECT", default_value_t = false, action = clap::ArgAction::Set)]
-    pub leader_elect: bool,
-    /// Namespace of the leader-election Lease (the provider's own namespace).
-    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
-    pub leader_election_namespace: String,
-    /// Name of the leader-election Lease; default `<name>-provider`.
-    #[arg(long, env = "LEADER_ELECTION_LEASE")]
-    pub leader_election_lease: Option<String>,
-    /// This replica's identity in the Lease (its pod name).
-    #[arg(long, env = "POD_NAME", default_value = "provider")]
-    pub leader_election_identity: String,
-    /// How long a Lease stays valid without renewal.
-    #[arg(
-        long,
-        env = "LEADER_ELECTION_LEASE_SECONDS",
-        default_value_t = 15,
-        value_name = "SECONDS"
-    )]
-    pub leader_election_lease_seconds: u64,
-    /// How often the leader renews the Lease (and others retry).
-    #[arg(
-        long,
-        env = "LEADER_ELECTION_RENEW_SECONDS",
-        default_value_t = 5,
-        value_name = "SECONDS"
-    )]
-    pub leader_election_renew_seconds: u64,
+    #[arg(long, env = "HEARTBEAT_INTERVAL", default_value = "30s", value_parser = crate::process::parse_duration)]
+    pub heartbeat_interval: Duration,
+    /// How often every ModelDeployment is looked at again without any change (from the
+    /// caches: it costs no API request unless something drifted).
+    #[arg(long, env = "RESYNC_PERIOD", default_value = "5m", value_parser = crate::process::parse_duration)]
+    pub resync_period: Duration,
 }
 
 impl Default for Options {
     fn default() -> Self {
         Self {
-            finalizer_timeout_seconds: 300,
-            stale_status_seconds: 300,
-            heartbeat_seconds: 30,
-            resync_seconds: 300,
-            metrics_addr: "0.0.0.0:8080".to_string(),
-            log_json: false,
-            leader_elect: false,
-            leader_election_namespace: "default".to_string(),
-            leader_election_lease: None,
-            leader_election_identity: "provider".to_string(),
-            leader_election_lease_seconds: 15,
-            leader_election_renew_seconds: 5,
-        }
-    }
-}
-
-impl Options {
-    fn finalizer_timeout(&self) -> Duration {
-        Duration::from_secs(self.finalizer_timeout_seconds)
-    }
-    fn stale_after(&self) -> Duration {
-        Duration::from_secs(self.stale_status_seconds)
-    }
-    fn lease(&self, provider: &str) -> LeaseSettings {
-        LeaseSettings {
-            namespace: self.leader_election_namespace.clone(),
-            name: self
-                .leader_election_lease
-                .clone()
-                .unwrap_or_else(|| field_manager(provider)),
-            identity: self.leader_election_identity.clone(),
-            lease_duration: Duration::from_secs(self.leader_election_lease_seconds),
-            renew_interval: Duration::from_secs(self.leader_election_renew_seconds),
+            process: process::Options::default(),
+            finalizer_timeout: Duration::from_secs(300),
+            stale_status_after: Duration::from_secs(300),
+            heartbeat_interval: Duration::from_secs(30),
+            resync_period: Duration::from_secs(300),
         }
     }
 }
@@ -167,7 +97,7 @@ impl Options {
 /// reason when no adapter fits it.
 pub type UpstreamState = Option<Result<UpstreamApi, String>>;
 
-/// Shared state of one provider's runtime.
+/// Shared state of one provider's runtime, for one term of leadership.
 pub struct Context<P: Provider> {
     pub(crate) provider: Arc<P>,
     pub(crate) client: Client,
@@ -175,6 +105,8 @@ pub struct Context<P: Provider> {
     pub(crate) upstream: watch::Receiver<UpstreamState>,
     pub(crate) recorder: Recorder,
     pub(crate) metrics: Arc<Metrics>,
+    /// The objects this provider owns, from watch caches.
+    pub(crate) owned: cache::OwnedCache,
     /// Spec generation whose render warnings were already published, per object.
     pub(crate) warned: Mutex<HashMap<ObjectRef<ModelDeployment>, i64>>,
     /// Upstream status fingerprint and when it last changed, per object.
@@ -192,24 +124,85 @@ impl<P: Provider> std::fmt::Debug for Context<P> {
 }
 
 impl<P: Provider> Context<P> {
-    /// A context for `provider`; `upstream` carries the detected upstream API.
+    /// A context for `provider` whose caches never fill: for driving single
+    /// [`reconcile_once`] steps against a mock API in unit tests (every owned object
+    /// reads as absent). `upstream` carries the detected upstream API.
     pub fn new(
         provider: Arc<P>,
         client: Client,
         options: Options,
         upstream: watch::Receiver<UpstreamState>,
     ) -> Self {
-        let reporter = Reporter {
-            controller: field_manager(provider.name()),
-            instance: std::env::var("POD_NAME").ok(),
-        };
-        Self {
-            recorder: Recorder::new(client.clone(), reporter),
-            metrics: Arc::new(Metrics::new(provider.name())),
+        let owned = cache::OwnedCache::new(client.clone(), provider.name(), None);
+        Self::with_cache(
             provider,
             client,
             options,
             upstream,
+            owned,
+            Arc::new(Metrics::new(
+                &mut prometheus_client::registry::Registry::default(),
+                "",
+            )),
+        )
+    }
+
+    /// This context with `objects` as the live objects it owns (instead of its caches),
+    /// for single [`reconcile_once`] steps in unit tests. Objects are grouped by their
+    /// `apiVersion` and kind (the plural guessed from the kind); pass the upstream
+    /// objects with the [`UpstreamApi::api_resource`] of their kind through
+    /// [`Context::with_live_of`] when the guess is wrong.
+    #[must_use]
+    pub fn with_live(self, objects: Vec<kube::api::DynamicObject>) -> Self {
+        let mut by_kind: HashMap<(String, String), Vec<kube::api::DynamicObject>> = HashMap::new();
+        for o in objects {
+            let t = o.types.clone().unwrap_or_default();
+            by_kind.entry((t.api_version, t.kind)).or_default().push(o);
+        }
+        let mut ctx = self;
+        for ((api_version, kind), objects) in by_kind {
+            let (group, version) = api_version
+                .rsplit_once('/')
+                .unwrap_or(("", api_version.as_str()));
+            let resource = kube::discovery::ApiResource::from_gvk(
+                &kube::core::GroupVersionKind::gvk(group, version, &kind),
+            );
+            ctx = ctx.with_live_of(&resource, objects);
+        }
+        ctx
+    }
+
+    /// This context with `objects` as the live objects of `resource` it owns.
+    #[must_use]
+    pub fn with_live_of(
+        self,
+        resource: &kube::discovery::ApiResource,
+        objects: Vec<kube::api::DynamicObject>,
+    ) -> Self {
+        self.owned.fixed(resource, objects);
+        self
+    }
+
+    fn with_cache(
+        provider: Arc<P>,
+        client: Client,
+        options: Options,
+        upstream: watch::Receiver<UpstreamState>,
+        owned: cache::OwnedCache,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: field_manager(provider.name()),
+            instance: Some(options.process.identity(&field_manager(provider.name()))),
+        };
+        Self {
+            recorder: Recorder::new(client.clone(), reporter),
+            metrics,
+            provider,
+            client,
+            options,
+            upstream,
+            owned,
             warned: Mutex::default(),
             upstream_seen: Mutex::default(),
             failures: Mutex::default(),
@@ -239,8 +232,9 @@ pub fn finalizer(provider: &str) -> String {
     format!("kubeairunway.ai/{provider}-provider")
 }
 
-/// Parse flags and environment, set up logging, connect to the cluster, and [`run`]
-/// until SIGTERM or Ctrl-C. The whole `main` of a provider binary:
+/// Parse flags and environment, start the process runtime (logging, client, signals,
+/// endpoints) and [`run`] until SIGTERM or Ctrl-C. The whole `main` of a provider binary
+/// without flags of its own:
 ///
 /// ```no_run
 /// # async fn example(my_provider: impl kubeairunway_sdk::Provider) -> anyhow::Result<()> {
@@ -256,196 +250,211 @@ pub async fn main<P: Provider>(provider: P) -> anyhow::Result<()> {
         options: Options,
     }
     let options = Cli::parse().options;
-    let client = connect(&options).await?;
-    run(provider, client, options).await
+    let rt = Runtime::start(&field_manager(provider.name()), options.process.clone()).await?;
+    run(provider, rt, options).await
 }
 
-/// What every provider binary does before [`run`]: set up logging (`--log-json`), install
-/// the TLS crypto provider, and connect to the cluster (in-cluster or `KUBECONFIG`).
-pub async fn connect(options: &Options) -> anyhow::Result<Client> {
-    init_tracing(options.log_json);
-    install_crypto_provider();
-    Ok(Client::try_default().await?)
-}
-
-/// Structured logs to stderr, filtered by `RUST_LOG` (default `info`).
-pub fn init_tracing(json: bool) {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = if json {
-        builder.json().try_init()
-    } else {
-        builder.try_init()
-    };
-}
-
-/// Make rustls's ring provider the process default (kube's TLS uses it).
-pub fn install_crypto_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
-/// Run `provider` until the process is asked to stop.
-pub async fn run<P: Provider>(provider: P, client: Client, options: Options) -> anyhow::Result<()> {
-    let shutdown = async {
-        let ctrl_c = tokio::signal::ctrl_c();
-        #[cfg(unix)]
-        {
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-            tokio::select! { _ = ctrl_c => {}, _ = term.recv() => {} }
-        }
-        #[cfg(not(unix))]
-        ctrl_c.await?;
-        anyhow::Ok(())
-    };
-    run_until(provider, client, options, shutdown).await
-}
-
-/// Run `provider` until `shutdown` completes (tests pass their own signal).
+/// Run `provider` on the process runtime `rt` until the process stops.
 ///
-/// With `--leader-elect`, the replica campaigns for the Lease and runs the writers (the
-/// heartbeat and the ModelDeployment controller) only while it leads; losing the Lease
-/// stops them until it leads again. The upstream CRD watch and the metrics server run on
-/// every replica.
+/// The upstream CRD watch and the endpoints run on every replica; the writers (the
+/// heartbeat and the ModelDeployment controller) only while this replica leads (always,
+/// without `--leader-elect`).
+pub async fn run<P: Provider>(
+    provider: P,
+    mut rt: Runtime,
+    options: Options,
+) -> anyhow::Result<()> {
+    let provider = Arc::new(provider);
+    let metrics = Arc::new(Metrics::new(rt.registry(), provider.name()));
+    let (upstream_tx, upstream_rx) = watch::channel::<UpstreamState>(None);
+    let name = provider.name().to_string();
+    tracing::info!(provider = %name, "starting provider runtime");
+    let crd_watch = tokio::spawn(registration::watch_upstream_crd(
+        provider.clone(),
+        rt.client(),
+        upstream_tx,
+    ));
+    let gauge = tokio::spawn(metrics::follow_upstream(
+        metrics.clone(),
+        upstream_rx.clone(),
+    ));
+    let readiness = rt.readiness();
+    let client = rt.client();
+    let result = rt
+        .run(|term| {
+            lead(
+                provider.clone(),
+                client.clone(),
+                options.clone(),
+                upstream_rx.clone(),
+                metrics.clone(),
+                readiness.clone(),
+                term,
+            )
+        })
+        .await;
+    crd_watch.abort();
+    gauge.abort();
+    tracing::info!(provider = %name, "provider runtime stopped");
+    result
+}
+
+/// Run `provider` on `client` until `shutdown` completes (tests and in-process use:
+/// logging is left as it is).
 pub async fn run_until<P: Provider>(
     provider: P,
     client: Client,
     options: Options,
     shutdown: impl std::future::Future<Output = anyhow::Result<()>> + Send + 'static,
 ) -> anyhow::Result<()> {
-    let provider = Arc::new(provider);
-    let (upstream_tx, upstream_rx) = watch::channel::<UpstreamState>(None);
-    let ctx = Arc::new(Context::new(
-        provider.clone(),
-        client.clone(),
-        options.clone(),
-        upstream_rx.clone(),
-    ));
-    let name = provider.name().to_string();
-    tracing::info!(provider = %name, "starting provider runtime");
-
-    let mut tasks = tokio::task::JoinSet::new();
-    tasks.spawn(registration::watch_upstream_crd(
-        provider.clone(),
-        client.clone(),
-        upstream_tx,
-    ));
-    if let Ok(addr) = options.metrics_addr.parse::<SocketAddr>() {
-        tasks.spawn(metrics::serve(
-            addr,
-            ctx.metrics.clone(),
-            upstream_rx.clone(),
-        ));
-    }
-
-    let (stop_tx, stop_rx) = watch::channel(false);
-    tasks.spawn(async move {
+    let shutdown = Shutdown::on(async move {
         if let Err(e) = shutdown.await {
             tracing::warn!(error = %e, "shutdown signal failed");
         }
-        stop_tx.send_replace(true);
-        // Keep the channel open for the replicas still waiting on it.
-        std::future::pending::<()>().await;
     });
-    // Without election this replica always leads (the sender is kept, so that
-    // `leading` never closes); with it, the elector publishes whether it leads.
-    let (lead_tx, mut leading) = watch::channel(!options.leader_elect);
-    let (election, _always) = if options.leader_elect {
-        let elector = LeaderElector::new(client.clone(), options.lease(&name));
-        let stop = became(stop_rx.clone(), true);
-        (Some(tokio::spawn(elector.run(lead_tx, stop))), None)
-    } else {
-        (None, Some(lead_tx))
-    };
-
-    loop {
-        tokio::select! {
-            () = became(stop_rx.clone(), true) => break,
-            r = leading.wait_for(|l| *l) => if r.is_err() { break },
-        }
-        let term_over = {
-            let (stop, lost) = (stop_rx.clone(), leading.clone());
-            async move {
-                tokio::select! {
-                    () = became(stop, true) => {}
-                    () = became(lost, false) => {}
-                }
-            }
-        };
-        lead(&ctx, term_over).await;
-        if *stop_rx.borrow() {
-            break;
-        }
-        tracing::info!(provider = %name, "not leading; reconciliation paused");
-    }
-    if let Some(election) = election {
-        // The elector releases the Lease on shutdown, so a standby takes over at once.
-        let _ = election.await;
-    }
-    tasks.abort_all();
-    tracing::info!(provider = %name, "provider runtime stopped");
-    Ok(())
-}
-
-/// Completes once `rx` holds `value` (or its sender is gone).
-async fn became(mut rx: watch::Receiver<bool>, value: bool) {
-    let _ = rx.wait_for(|v| *v == value).await;
-}
-
-/// One term of leadership: the heartbeat, the upstream-object watch and the
-/// ModelDeployment controller, until `over` completes.
-async fn lead<P: Provider>(
-    ctx: &Arc<Context<P>>,
-    over: impl std::future::Future<Output = ()> + Send + Sync + 'static,
-) {
-    let (provider, client, name) = (
-        ctx.provider.clone(),
-        ctx.client.clone(),
-        ctx.name().to_string(),
+    let rt = Runtime::with_client(
+        &field_manager(provider.name()),
+        options.process.clone(),
+        client,
+        shutdown,
     );
+    run(provider, rt, options).await
+}
+
+/// What, of a ModelDeployment, can change what this provider does: its generation (spec,
+/// deletion), labels, annotations (pause), finalizers and the selected provider. Status
+/// writes (ours, core's, the kernel cache's) change none of it and wake no reconcile.
+#[allow(clippy::unnecessary_wraps)] // the signature kube's predicate filter asks for
+fn reconcile_relevant(md: &ModelDeployment) -> Option<u64> {
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    md.metadata.generation.hash(&mut h);
+    md.metadata.deletion_timestamp.is_some().hash(&mut h);
+    md.metadata.labels.hash(&mut h);
+    md.metadata.annotations.hash(&mut h);
+    md.metadata.finalizers.hash(&mut h);
+    md.selected_provider().hash(&mut h);
+    md.uid().hash(&mut h);
+    Some(h.finish())
+}
+
+/// One term of leadership: the heartbeat, the caches and the ModelDeployment controller,
+/// until the term ends.
+async fn lead<P: Provider>(
+    provider: Arc<P>,
+    client: Client,
+    options: Options,
+    upstream: watch::Receiver<UpstreamState>,
+    metrics: Arc<Metrics>,
+    readiness: Readiness,
+    term: Term,
+) -> anyhow::Result<()> {
+    let name = provider.name().to_string();
+    let synced = readiness.term_check("caches");
+    let (owned_tx, owned_rx) = mpsc::unbounded_channel::<ObjectRef<ModelDeployment>>();
+    let owned = cache::OwnedCache::new(client.clone(), &name, Some(owned_tx));
+    let ctx = Arc::new(Context::with_cache(
+        provider.clone(),
+        client.clone(),
+        options.clone(),
+        upstream.clone(),
+        owned,
+        metrics,
+    ));
     let mut tasks = tokio::task::JoinSet::new();
     tasks.spawn(registration::heartbeat(
         provider.clone(),
         client.clone(),
-        ctx.options.clone(),
-        ctx.upstream.clone(),
+        options.clone(),
+        upstream.clone(),
     ));
 
-    // Reconcile everything again whenever the detected upstream API changes; and
-    // reconcile a ModelDeployment whenever one of its upstream objects changes.
-    let (owned_tx, owned_rx) = mpsc::channel::<ObjectRef<ModelDeployment>>(256);
-    tasks.spawn(watch_owned(
-        provider.clone(),
-        client.clone(),
-        ctx.upstream.clone(),
-        owned_tx,
-    ));
-    let upstream_changed = upstream_changes(ctx.upstream.clone());
-
-    let mds: Api<ModelDeployment> = Api::all(client);
+    // The ModelDeployments this provider serves: a reflector of our own (stripped), whose
+    // events reach the controller only when something relevant changed; one that leaves
+    // the selection while still holding our finalizer is released (its objects deleted,
+    // the finalizer removed).
+    let (release_tx, release_rx) = mpsc::unbounded_channel::<(String, String)>();
     let selector = format!("status.provider.name={name}");
-    Controller::new(
-        mds,
+    let finalizer_name = finalizer(&name);
+    let (mds, stream) = reflect::cache(
+        Api::<ModelDeployment>::all(client.clone()),
         watcher::Config::default().fields(&selector).any_semantic(),
-    )
-    .reconcile_on(tokio_stream_from(owned_rx))
-    .reconcile_all_on(upstream_changed)
-    .graceful_shutdown_on(over)
-    .run(
-        reconcile::reconcile::<P>,
-        reconcile::error_policy::<P>,
-        ctx.clone(),
-    )
-    .for_each(|res| async move {
-        if let Err(e) = res {
-            tracing::debug!(error = %e, "reconcile loop");
-        }
-    })
-    .await;
+        (),
+        reflect::strip,
+    );
+    let stream = stream
+        .inspect(move |event| {
+            if let Ok(watcher::Event::Delete(md)) = event
+                && md.finalizers().contains(&finalizer_name)
+                && let Some(ns) = md.namespace()
+            {
+                let _ = release_tx.send((ns, md.name_any()));
+            }
+        })
+        .applied_objects()
+        .predicate_filter(reconcile_relevant, PredicateConfig::default());
+    tasks.spawn(release::run(ctx.clone(), mds.clone(), release_rx));
+    tasks.spawn(mark_synced(ctx.clone(), mds.clone(), synced));
+
+    Controller::for_stream(stream, mds.store.clone())
+        .with_config(ControllerConfig::default().concurrency(16))
+        .reconcile_on(receiver_stream(owned_rx))
+        .reconcile_all_on(upstream_changes(upstream))
+        .graceful_shutdown_on({
+            let term = term.clone();
+            async move { term.ended().await }
+        })
+        .run(
+            reconcile::reconcile::<P>,
+            reconcile::error_policy::<P>,
+            ctx.clone(),
+        )
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "reconcile loop");
+            }
+        })
+        .await;
     tasks.abort_all();
+    Ok(())
+}
+
+/// Set `synced` once the ModelDeployment cache and the caches of the upstream kind and
+/// the provider's other kinds have been filled.
+async fn mark_synced<P: Provider>(
+    ctx: Arc<Context<P>>,
+    mds: reflect::Cache<ModelDeployment>,
+    synced: process::Check,
+) {
+    if !mds.synced().await {
+        return;
+    }
+    let mut upstream = ctx.upstream.clone();
+    loop {
+        let kinds = owned_kinds(&ctx, upstream.borrow_and_update().as_ref());
+        let mut all = true;
+        for kind in &kinds {
+            all &= ctx.owned.synced(kind).await;
+        }
+        if all {
+            synced.set();
+        }
+        if upstream.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// The kinds the provider may own objects of: the detected upstream kind and
+/// [`Provider::owned_kinds`].
+pub(crate) fn owned_kinds<P: Provider>(
+    ctx: &Context<P>,
+    upstream: Option<&Result<UpstreamApi, String>>,
+) -> Vec<kube::discovery::ApiResource> {
+    let mut kinds = ctx.provider.owned_kinds();
+    if let Some(Ok(api)) = upstream {
+        kinds.insert(0, api.api_resource());
+    }
+    kinds
 }
 
 /// One item each time the detected upstream API changes.
@@ -457,47 +466,8 @@ fn upstream_changes(
     })
 }
 
-fn tokio_stream_from<T: Send + 'static>(
-    mut rx: mpsc::Receiver<T>,
+fn receiver_stream<T: Send + 'static>(
+    mut rx: mpsc::UnboundedReceiver<T>,
 ) -> impl futures::Stream<Item = T> + Send + 'static {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
-}
-
-/// Watch the upstream objects this provider created (by label) and map each to its
-/// ModelDeployment; restarted whenever the detected upstream version changes.
-async fn watch_owned<P: Provider>(
-    provider: Arc<P>,
-    client: Client,
-    mut upstream: watch::Receiver<UpstreamState>,
-    tx: mpsc::Sender<ObjectRef<ModelDeployment>>,
-) {
-    loop {
-        let current = upstream.borrow_and_update().clone();
-        let watch_task = current.and_then(Result::ok).map(|api| {
-            let client = client.clone();
-            let tx = tx.clone();
-            let selector = format!("{}={}", labels::PROVIDER, provider.name());
-            tokio::spawn(async move {
-                let objects: Api<DynamicObject> = Api::all_with(client, &api.api_resource());
-                let stream = watcher(objects, watcher::Config::default().labels(&selector))
-                    .default_backoff()
-                    .touched_objects();
-                let mut stream = std::pin::pin!(stream);
-                while let Some(event) = stream.next().await {
-                    let Ok(obj) = event else { continue };
-                    let Some(ns) = obj.namespace() else { continue };
-                    if let Some(md) = obj.labels().get(labels::MODEL_DEPLOYMENT) {
-                        let _ = tx.send(ObjectRef::new(md).within(&ns)).await;
-                    }
-                }
-            })
-        });
-        let changed = upstream.changed().await;
-        if let Some(t) = watch_task {
-            t.abort();
-        }
-        if changed.is_err() {
-            return;
-        }
-    }
 }

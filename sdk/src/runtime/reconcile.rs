@@ -1,4 +1,13 @@
-//! One reconciliation of one ModelDeployment.
+//! One reconciliation of one ModelDeployment, read from the caches, writing only what
+//! changed. The phases, each a function below:
+//!
+//! 1. [`prepare`]: `check`, the installed upstream API, `render`, the platform's metadata
+//!    and the schema check (a problem of the spec ends here as a terminal status);
+//! 2. [`replace_primary`]: delete the primary object when it must be created anew;
+//! 3. [`apply_changed`]: supporting objects first, the primary last, each only when what
+//!    is rendered differs from what is live (or the live object drifted);
+//! 4. [`prune`] (when the spec changed) and [`report`]: observe and write our status,
+//!    only when it differs.
 
 use std::collections::BTreeSet;
 use std::hash::{Hash, Hasher};
@@ -6,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
 use kube::runtime::controller::Action;
@@ -20,7 +29,7 @@ use super::status::{self, ProviderView};
 use crate::api::{ModelDeployment, Phase};
 use crate::conditions::{PROVIDER_COMPATIBLE, READY, RESOURCE_CREATED, STALE_STATUS, reasons};
 use crate::labels;
-use crate::provider::{Provider, Warning};
+use crate::provider::{Observed, Provider, Warning};
 use crate::render;
 use crate::upstream::UpstreamApi;
 
@@ -37,10 +46,9 @@ pub enum Error {
     Other(String),
 }
 
-/// How long to wait between polls while something is being deleted.
+/// How long to wait between looks while something is being deleted (the delete events
+/// wake the reconciler sooner).
 const DELETE_POLL: Duration = Duration::from_secs(2);
-/// How often a deployment that is not Running is re-read.
-const PROGRESS_POLL: Duration = Duration::from_secs(15);
 
 pub(crate) async fn reconcile<P: Provider>(
     md: Arc<ModelDeployment>,
@@ -72,7 +80,7 @@ pub(crate) fn error_policy<P: Provider>(
         *n = n.saturating_add(1);
         *n
     });
-    let delay = Duration::from_secs(2u64.saturating_pow(attempts.min(9)).min(300));
+    let delay = crate::process::backoff(attempts);
     tracing::warn!(name = %md.name_any(), namespace = ?md.namespace(), %error, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
 }
@@ -94,47 +102,99 @@ pub async fn reconcile_once<P: Provider>(
         return cleanup(md, ctx).await;
     }
     ensure_finalizer(md, ctx).await?;
+    let prepared = match prepare(md, ctx).await? {
+        Ok(prepared) => prepared,
+        Err(action) => return Ok(action),
+    };
+    let live = prepared.live(ctx).await;
+    if let Some(action) = replace_primary(md, ctx, &prepared, live[0].as_deref()).await? {
+        return Ok(action);
+    }
+    let primary = match apply_changed(md, ctx, &prepared, &live).await? {
+        Ok(primary) => primary,
+        Err(action) => return Ok(action),
+    };
+    // The rendered set changes only with the spec (or the provider's flags): prune what
+    // the ModelDeployment owns and no longer renders, e.g. the Workspace left behind when
+    // more replicas move it to an InferenceSet.
+    let status_generation = md.status.as_ref().and_then(|s| s.observed_generation);
+    if status_generation != md.metadata.generation {
+        prune(md, ctx, &prepared).await?;
+    }
+    if live[0].is_none() {
+        let message = format!(
+            "Created {} '{}'",
+            prepared.primary_kind(),
+            prepared.objects[0].name_any()
+        );
+        event(
+            ctx,
+            md,
+            EventType::Normal,
+            reasons::RESOURCE_CREATED,
+            &message,
+        )
+        .await;
+    }
+    report(md, ctx, &prepared, primary.as_deref()).await
+}
 
+/// Everything a reconcile applies, ready to compare with what is live.
+struct Prepared {
+    api: UpstreamApi,
+    /// Finished objects (metadata, owner, labels, annotations); the primary first.
+    objects: Vec<DynamicObject>,
+    /// The API resource of each object.
+    resources: Vec<ApiResource>,
+    warnings: Vec<Warning>,
+}
+
+impl Prepared {
+    fn primary_kind(&self) -> &str {
+        &self.resources[0].kind
+    }
+
+    /// The live object of each rendered one, from the caches.
+    async fn live<P: Provider>(&self, ctx: &Context<P>) -> Vec<Option<Arc<DynamicObject>>> {
+        let mut out = Vec::with_capacity(self.objects.len());
+        for (object, resource) in self.objects.iter().zip(&self.resources) {
+            ctx.owned.synced(resource).await;
+            let ns = object.namespace().unwrap_or_default();
+            out.push(ctx.owned.get(resource, &ns, &object.name_any()));
+        }
+        out
+    }
+}
+
+/// Phase 1: whether the provider serves `md` with the installed upstream API, and what
+/// to apply. `Err(action)` when a terminal status was written instead.
+async fn prepare<P: Provider>(
+    md: &ModelDeployment,
+    ctx: &Context<P>,
+) -> Result<Result<Prepared, Action>, Error> {
+    let terminal_status = |phase, reason: &'static str, message: String| async move {
+        status::apply(ctx, md, &terminal(phase, reason, &message)).await?;
+        Ok::<_, Error>(Err(Action::await_change()))
+    };
     if let Err(incompatible) = ctx.provider.check(md) {
-        let view = terminal(Phase::Failed, reasons::INCOMPATIBLE, &incompatible.0);
-        status::apply(ctx, md, &view).await?;
-        return Ok(Action::await_change());
+        return terminal_status(Phase::Failed, reasons::INCOMPATIBLE, incompatible.0).await;
     }
     let crd = ctx.provider.upstream().crd_name();
     let upstream = ctx.upstream.borrow().clone();
     let api = match upstream {
         Some(Ok(api)) => api,
         Some(Err(reason)) => {
-            status::apply(
-                ctx,
-                md,
-                &terminal(Phase::Failed, reasons::UPSTREAM_SCHEMA_MISMATCH, &reason),
-            )
-            .await?;
-            return Ok(Action::await_change());
+            return terminal_status(Phase::Failed, reasons::UPSTREAM_SCHEMA_MISMATCH, reason).await;
         }
         None => {
             let message = format!("upstream CRD {crd} is not installed; waiting for it");
-            status::apply(
-                ctx,
-                md,
-                &terminal(Phase::Pending, reasons::UPSTREAM_CRD_MISSING, &message),
-            )
-            .await?;
-            return Ok(Action::await_change());
+            return terminal_status(Phase::Pending, reasons::UPSTREAM_CRD_MISSING, message).await;
         }
     };
-
     let rendered = match ctx.provider.render(md, &api) {
         Ok(r) => r,
         Err(e) => {
-            status::apply(
-                ctx,
-                md,
-                &terminal(Phase::Failed, reasons::INVALID_CONFIGURATION, &e.0),
-            )
-            .await?;
-            return Ok(Action::await_change());
+            return terminal_status(Phase::Failed, reasons::INVALID_CONFIGURATION, e.0).await;
         }
     };
     publish_warnings(md, ctx, &rendered.warnings).await;
@@ -157,122 +217,149 @@ pub async fn reconcile_once<P: Provider>(
                 &message,
             )
             .await;
-            status::apply(
-                ctx,
-                md,
-                &terminal(Phase::Failed, reasons::UPSTREAM_SCHEMA_MISMATCH, &message),
-            )
-            .await?;
-            return Ok(Action::await_change());
+            return terminal_status(Phase::Failed, reasons::UPSTREAM_SCHEMA_MISMATCH, message)
+                .await;
         }
     };
-    let primary_kind = kind_of(&objects[0]);
+    let resources = objects.iter().map(|o| resource_of(o, &api)).collect();
+    Ok(Ok(Prepared {
+        api,
+        objects,
+        resources,
+        warnings: rendered.warnings,
+    }))
+}
 
-    let ns = md.namespace().unwrap_or_default();
-    let primary = &objects[0];
-    let primary_name = primary.name_any();
-    let primary_api: Api<DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &ns, &resource_of(primary, &api));
-    let live = primary_api.get_opt(&primary_name).await?;
-    if let Some(live) = &live {
-        if live.metadata.deletion_timestamp.is_some() {
-            let view = ProviderView::new(
-                Phase::Deploying,
-                format!("waiting for the previous {primary_kind} to be deleted"),
-            )
-            .condition(READY, false, reasons::DEPLOYMENT_PROGRESSING, "recreating");
-            status::apply(ctx, md, &view).await?;
-            return Ok(Action::requeue(DELETE_POLL));
-        }
-        if let Some(what) = recreate_reason(live, primary) {
-            let message =
-                format!("{what}: deleting {primary_kind} '{primary_name}' to create it anew");
-            event(ctx, md, EventType::Normal, "Recreating", &message).await;
-            match primary_api
-                .delete(&primary_name, &DeleteParams::background())
-                .await
-            {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(e.into()),
-            }
-            let view = ProviderView::new(Phase::Deploying, message).condition(
-                READY,
-                false,
-                reasons::DEPLOYMENT_PROGRESSING,
-                "recreating",
-            );
-            status::apply(ctx, md, &view).await?;
-            return Ok(Action::requeue(DELETE_POLL));
-        }
-        let rendered = serde_json::to_value(primary).map_err(|e| Error::Other(e.to_string()))?;
-        let live_value = serde_json::to_value(live).map_err(|e| Error::Other(e.to_string()))?;
-        let drift = drifted_paths(&rendered, &live_value);
-        if !drift.is_empty() {
-            let message = format!(
-                "{primary_kind} '{primary_name}' was modified directly ({}); restoring it from the ModelDeployment",
-                drift.join(", ")
-            );
-            event(ctx, md, EventType::Warning, "DriftDetected", &message).await;
-        }
+/// Phase 2: while the previous primary object is being deleted, wait; when it must be
+/// created anew (an identity or immutable field changed), delete it. `Some(action)` when
+/// the reconcile ends here.
+async fn replace_primary<P: Provider>(
+    md: &ModelDeployment,
+    ctx: &Context<P>,
+    prepared: &Prepared,
+    live: Option<&DynamicObject>,
+) -> Result<Option<Action>, Error> {
+    let Some(live) = live else {
+        return Ok(None);
+    };
+    let (kind, name) = (prepared.primary_kind(), prepared.objects[0].name_any());
+    let deleting = |message: String| {
+        ProviderView::new(Phase::Deploying, message).condition(
+            READY,
+            false,
+            reasons::DEPLOYMENT_PROGRESSING,
+            "recreating",
+        )
+    };
+    if live.metadata.deletion_timestamp.is_some() {
+        let message = format!("waiting for the previous {kind} to be deleted");
+        status::apply(ctx, md, &deleting(message)).await?;
+        return Ok(Some(Action::requeue(DELETE_POLL)));
     }
+    let Some(what) = recreate_reason(live, &prepared.objects[0]) else {
+        return Ok(None);
+    };
+    let message = format!("{what}: deleting {kind} '{name}' to create it anew");
+    event(ctx, md, EventType::Normal, "Recreating", &message).await;
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        ctx.client.clone(),
+        &md.namespace().unwrap_or_default(),
+        &prepared.resources[0],
+    );
+    match api.delete(&name, &DeleteParams::background()).await {
+        Ok(_) => {}
+        Err(kube::Error::Api(s)) if s.code == 404 => {}
+        Err(e) => return Err(e.into()),
+    }
+    status::apply(ctx, md, &deleting(message)).await?;
+    Ok(Some(Action::requeue(DELETE_POLL)))
+}
 
-    // Supporting objects first, in the order rendered, the primary last: an upstream
-    // webhook that checks what the primary refers to (KAITO's inference ConfigMap) must
-    // find it.
+/// Phase 3: apply, supporting objects first in the order rendered and the primary last
+/// (an upstream webhook that checks what the primary refers to, KAITO's inference
+/// ConfigMap, must find it), each only when it changed or drifted. Returns the live
+/// primary afterwards; `Err(action)` when the API server refused an object.
+async fn apply_changed<P: Provider>(
+    md: &ModelDeployment,
+    ctx: &Context<P>,
+    prepared: &Prepared,
+    live: &[Option<Arc<DynamicObject>>],
+) -> Result<Result<Option<Arc<DynamicObject>>, Action>, Error> {
+    let ns = md.namespace().unwrap_or_default();
     let pp = PatchParams::apply(&ctx.field_manager()).force();
-    let mut applied = None;
-    let order = (1..objects.len()).chain(std::iter::once(0));
+    let mut primary = live[0].clone();
+    let order = (1..prepared.objects.len()).chain(std::iter::once(0));
     for i in order {
-        let object = &objects[i];
-        let target: Api<DynamicObject> =
-            Api::namespaced_with(ctx.client.clone(), &ns, &resource_of(object, &api));
+        let (object, resource) = (&prepared.objects[i], &prepared.resources[i]);
+        if let Some(live) = &live[i] {
+            let drift = drifted_paths(object, live);
+            if drift.is_empty() && same_rendering(object, live) {
+                continue;
+            }
+            if !drift.is_empty() {
+                let message = format!(
+                    "{} '{}' was modified directly ({}); restoring it from the ModelDeployment",
+                    resource.kind,
+                    object.name_any(),
+                    drift.join(", ")
+                );
+                event(ctx, md, EventType::Warning, "DriftDetected", &message).await;
+            }
+        }
+        let target: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, resource);
         match target
             .patch(&object.name_any(), &pp, &Patch::Apply(object))
             .await
         {
-            Ok(result) if i == 0 => applied = Some(result),
-            Ok(_) => {}
+            Ok(result) => {
+                ctx.owned.wrote(resource, &result);
+                if i == 0 {
+                    primary = Some(Arc::new(result));
+                }
+            }
             Err(kube::Error::Api(s)) if is_refusal(s.code) => {
                 let message = format!(
                     "the API server refused {} '{}': {}",
-                    kind_of(object),
+                    resource.kind,
                     object.name_any(),
                     s.message
                 );
-                return refused(md, ctx, &api, &message).await;
+                return refused(md, ctx, &prepared.api, &message).await.map(Err);
             }
             Err(e) => return Err(e.into()),
         }
     }
-    // The rendered set changes only with the spec (or the provider's flags): prune what
-    // the ModelDeployment owns and no longer renders, e.g. the Workspace left behind when
-    // more replicas move it to an InferenceSet.
-    let status_generation = md.status.as_ref().and_then(|s| s.observed_generation);
-    if status_generation != md.metadata.generation {
-        prune(md, ctx, &objects, &api).await?;
-    }
-    if live.is_none() {
-        event(
-            ctx,
-            md,
-            EventType::Normal,
-            reasons::RESOURCE_CREATED,
-            &format!("Created {primary_kind} '{primary_name}'"),
-        )
-        .await;
-    }
+    Ok(Ok(primary))
+}
 
-    let observed = ctx.provider.observe(md, applied.as_ref());
-    let stale = stale_for(md, ctx, applied.as_ref(), observed.phase);
-    let (compatible_reason, compatible) = compatibility(ctx, &api, &rendered.warnings);
+/// Whether `live` is the object as we rendered it last time we applied it.
+fn same_rendering(rendered: &DynamicObject, live: &DynamicObject) -> bool {
+    let hash = |o: &DynamicObject| o.annotations().get(labels::RENDERED_HASH).cloned();
+    hash(rendered).is_some() && hash(rendered) == hash(live)
+}
+
+/// Phase 4: observe the upstream status and write ours (when it changed); when to look
+/// again.
+async fn report<P: Provider>(
+    md: &ModelDeployment,
+    ctx: &Context<P>,
+    prepared: &Prepared,
+    primary: Option<&DynamicObject>,
+) -> Result<Action, Error> {
+    let observed = ctx.provider.observe(md, primary);
+    let stale = stale_for(md, ctx, primary, observed.phase);
+    let (kind, name) = (
+        prepared.primary_kind().to_string(),
+        prepared.objects[0].name_any(),
+    );
+    let (compatible_reason, compatible) = compatibility(ctx, &prepared.api, &prepared.warnings);
     let mut view = ProviderView::new(observed.phase, observed.message.clone())
         .condition(PROVIDER_COMPATIBLE, true, compatible_reason, compatible)
         .condition(
             RESOURCE_CREATED,
             true,
             reasons::RESOURCE_CREATED,
-            format!("{primary_kind} '{primary_name}' is applied"),
+            format!("{kind} '{name}' is applied"),
         )
         .condition(
             READY,
@@ -280,30 +367,42 @@ pub async fn reconcile_once<P: Provider>(
             &observed.reason,
             observed.message.clone(),
         );
-    view.resource = Some((primary_name, primary_kind.clone()));
-    view.endpoint = observed.endpoint;
-    view.replicas = observed.replicas;
-    let stale_after = ctx.options.stale_after();
-    let requeue = match stale {
-        _ if observed.phase == Phase::Running => {
-            Duration::from_secs(ctx.options.resync_seconds.max(1))
-        }
-        Some(still) if still >= stale_after => {
-            let message = format!(
-                "the {primary_kind} status has not changed for {}s while the deployment is {}; is its operator running?",
-                still.as_secs(),
-                observed.phase
-            );
-            view = view.condition(STALE_STATUS, true, reasons::STATUS_NOT_UPDATED, message);
-            PROGRESS_POLL
-        }
-        Some(still) => {
-            PROGRESS_POLL.min(stale_after.saturating_sub(still) + Duration::from_millis(100))
-        }
-        None => PROGRESS_POLL,
-    };
+    view.resource = Some((name, kind.clone()));
+    view.endpoint = observed.endpoint.clone();
+    view.replicas = observed.replicas.clone();
+    let stale_after = ctx.options.stale_status_after;
+    if let Some(still) = stale
+        && still >= stale_after
+    {
+        let message = format!(
+            "the {kind} status has not changed for {}s while the deployment is {}; is its operator running?",
+            still.as_secs(),
+            observed.phase
+        );
+        view = view.condition(STALE_STATUS, true, reasons::STATUS_NOT_UPDATED, message);
+    }
     status::apply(ctx, md, &view).await?;
-    Ok(Action::requeue(requeue))
+    Ok(Action::requeue(next_look(ctx, &observed, stale)))
+}
+
+/// When to look again without any change: the resync period, sooner when the status
+/// would turn stale or the provider asked for it.
+fn next_look<P: Provider>(
+    ctx: &Context<P>,
+    observed: &Observed,
+    stale: Option<Duration>,
+) -> Duration {
+    let mut next = ctx.options.resync_period;
+    if let Some(still) = stale
+        && still < ctx.options.stale_status_after
+    {
+        let until_stale = ctx.options.stale_status_after.saturating_sub(still);
+        next = next.min(until_stale + Duration::from_millis(100));
+    }
+    if let Some(after) = observed.recheck_after {
+        next = next.min(after);
+    }
+    next.max(Duration::from_millis(100))
 }
 
 fn compatible_message<P: Provider>(ctx: &Context<P>, api: &UpstreamApi) -> String {
@@ -369,8 +468,11 @@ fn is_refusal(code: u16) -> bool {
 
 /// How long to wait before applying a refused object again, when the spec has not
 /// changed: a webhook's verdict can depend on other objects (a Secret, a ConfigMap) that
-/// may appear. From 30 s, doubling with the time the refusal has stood, up to 5 min.
-const REFUSAL_RETRY_MIN: Duration = Duration::from_secs(30);
+/// may appear, and an upstream webhook may read them from a cache that has not seen the
+/// supporting object just applied (KAITO's reads its ConfigMap through its manager's
+/// cache, `cmd/workspace/main.go:236@v0.12.0`). From 2 s, growing with the time the
+/// refusal has stood, up to 5 min.
+const REFUSAL_RETRY_MIN: Duration = Duration::from_secs(2);
 const REFUSAL_RETRY_MAX: Duration = Duration::from_secs(300);
 
 fn refusal_retry(md: &ModelDeployment) -> Duration {
@@ -425,14 +527,6 @@ fn terminal(phase: Phase, reason: &str, message: &str) -> ProviderView {
         .condition(READY, false, reason, message)
 }
 
-fn kind_of(object: &DynamicObject) -> String {
-    object
-        .types
-        .as_ref()
-        .map(|t| t.kind.clone())
-        .unwrap_or_default()
-}
-
 /// The API resource of a rendered object: the detected upstream one, or derived from its
 /// `apiVersion` and `kind` for other kinds (ConfigMaps and the like).
 fn resource_of(object: &DynamicObject, upstream: &UpstreamApi) -> ApiResource {
@@ -448,7 +542,14 @@ fn resource_of(object: &DynamicObject, upstream: &UpstreamApi) -> ApiResource {
 }
 
 /// Paths whose live value differs from what we render (metadata and status aside).
-fn drifted_paths(rendered: &Value, live: &Value) -> Vec<String> {
+fn drifted_paths(rendered: &DynamicObject, live: &DynamicObject) -> Vec<String> {
+    match (serde_json::to_value(rendered), serde_json::to_value(live)) {
+        (Ok(r), Ok(l)) => drifted_value_paths(&r, &l),
+        _ => Vec::new(),
+    }
+}
+
+fn drifted_value_paths(rendered: &Value, live: &Value) -> Vec<String> {
     fn walk(path: &str, want: &Value, have: Option<&Value>, out: &mut Vec<String>) {
         match (want, have) {
             (Value::Object(w), Some(Value::Object(h))) => {
@@ -591,7 +692,7 @@ async fn set_finalizers<P: Provider>(
     }
 }
 
-/// Deletion: delete our upstream objects, wait until they are gone, then release the
+/// Deletion: delete our objects, wait until they are gone, then release the
 /// ModelDeployment; give up after the finalizer timeout.
 async fn cleanup<P: Provider>(md: &ModelDeployment, ctx: &Context<P>) -> Result<Action, Error> {
     let finalizer = ctx.finalizer();
@@ -604,16 +705,9 @@ async fn cleanup<P: Provider>(md: &ModelDeployment, ctx: &Context<P>) -> Result<
         &ProviderView::new(Phase::Terminating, "deleting the provider's resources"),
     )
     .await;
-    let remaining = delete_upstream_objects(md, ctx).await?;
-    let release = |md: &ModelDeployment| {
-        md.finalizers()
-            .iter()
-            .filter(|f| **f != finalizer)
-            .cloned()
-            .collect::<Vec<_>>()
-    };
+    let remaining = delete_owned(md, ctx).await?;
     if remaining.is_empty() {
-        set_finalizers(md, ctx, release(md)).await?;
+        release_finalizer(md, ctx).await?;
         return Ok(Action::await_change());
     }
     let deleting_since = md
@@ -623,7 +717,7 @@ async fn cleanup<P: Provider>(md: &ModelDeployment, ctx: &Context<P>) -> Result<
         .map_or_else(Timestamp::now, |t| t.0);
     let waited =
         Duration::try_from(Timestamp::now().duration_since(deleting_since)).unwrap_or_default();
-    let timeout = ctx.options.finalizer_timeout();
+    let timeout = ctx.options.finalizer_timeout;
     if waited >= timeout {
         let message = format!(
             "Finalizer removed after {}s, provider resource may be orphaned: {}",
@@ -631,7 +725,7 @@ async fn cleanup<P: Provider>(md: &ModelDeployment, ctx: &Context<P>) -> Result<
             remaining.join(", ")
         );
         event(ctx, md, EventType::Warning, "FinalizerTimeout", &message).await;
-        set_finalizers(md, ctx, release(md)).await?;
+        release_finalizer(md, ctx).await?;
         return Ok(Action::await_change());
     }
     Ok(Action::requeue(
@@ -639,86 +733,123 @@ async fn cleanup<P: Provider>(md: &ModelDeployment, ctx: &Context<P>) -> Result<
     ))
 }
 
-/// The kinds `md`'s objects may have: the upstream kind and the kinds in `rendered`
-/// (`true`: must be listable), then the provider's [`Provider::owned_kinds`] (`false`:
-/// optional, skipped when the cluster does not serve them), without duplicates.
-fn candidate_kinds<P: Provider>(
-    ctx: &Context<P>,
-    api: &UpstreamApi,
-    rendered: &[DynamicObject],
-) -> Vec<(ApiResource, bool)> {
-    let mut kinds = vec![(api.api_resource(), true)];
-    kinds.extend(rendered.iter().map(|o| (resource_of(o, api), true)));
-    kinds.extend(ctx.provider.owned_kinds().into_iter().map(|k| (k, false)));
-    let mut seen = BTreeSet::new();
-    kinds.retain(|(k, _)| seen.insert((k.api_version.clone(), k.kind.clone())));
-    kinds
-}
-
-/// Objects of `kinds` in `md`'s namespace that carry our labels for `md` and that `md`
-/// owns (by UID). Kinds whose API is not served are skipped, and so are optional kinds
-/// that cannot be listed (logged).
-async fn owned_objects<P: Provider>(
+/// Remove this provider's finalizer from `md`.
+pub(crate) async fn release_finalizer<P: Provider>(
     md: &ModelDeployment,
     ctx: &Context<P>,
-    kinds: &[(ApiResource, bool)],
-) -> Result<Vec<(ApiResource, String)>, Error> {
-    let ns = md.namespace().unwrap_or_default();
-    let selector = format!(
-        "{}={},{}={}",
-        labels::MODEL_DEPLOYMENT,
-        md.name_any(),
-        labels::PROVIDER,
-        ctx.name()
-    );
-    let uid = md.uid();
-    let mut owned = Vec::new();
-    for (kind, required) in kinds {
-        let objects: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, kind);
-        let list = match objects.list(&ListParams::default().labels(&selector)).await {
-            Ok(list) => list,
-            Err(kube::Error::Api(s)) if s.code == 404 => continue,
-            Err(e) if !required => {
-                tracing::debug!(kind = %kind.kind, error = %e, "cannot list an optional owned kind");
-                continue;
-            }
-            Err(e) => return Err(e.into()),
-        };
-        owned.extend(
-            list.items
-                .iter()
-                .filter(|o| {
-                    o.owner_references()
-                        .iter()
-                        .any(|r| Some(&r.uid) == uid.as_ref())
-                })
-                .map(|o| (kind.clone(), o.name_any())),
-        );
-    }
-    Ok(owned)
+) -> Result<(), Error> {
+    let finalizer = ctx.finalizer();
+    let rest = md
+        .finalizers()
+        .iter()
+        .filter(|f| **f != finalizer)
+        .cloned()
+        .collect();
+    set_finalizers(md, ctx, rest).await
 }
 
-/// Delete the objects `md` owns that are not among `rendered`.
+/// Every object of `md` this provider may own: by kind, the names it renders now and the
+/// names the caches hold labelled for `md`.
+fn owned_candidates<P: Provider>(
+    md: &ModelDeployment,
+    ctx: &Context<P>,
+) -> Vec<(ApiResource, String)> {
+    let (ns, name) = (md.namespace().unwrap_or_default(), md.name_any());
+    let upstream = ctx.upstream.borrow().clone();
+    let mut targets: Vec<(ApiResource, String)> = Vec::new();
+    if let Some(Ok(api)) = &upstream
+        && let Ok(rendered) = ctx.provider.render(md, api)
+    {
+        targets.extend(
+            rendered
+                .objects
+                .iter()
+                .map(|o| (resource_of(o, api), o.name_any())),
+        );
+    }
+    let mut kinds = super::owned_kinds(ctx, upstream.as_ref());
+    kinds.extend(targets.iter().map(|(r, _)| r.clone()));
+    kinds.extend(ctx.owned.kinds());
+    for kind in kinds {
+        for object in ctx.owned.names_for(&kind, &ns, &name) {
+            targets.push((kind.clone(), object));
+        }
+    }
+    targets.sort_by(|a, b| {
+        (&a.0.api_version, &a.0.kind, &a.1).cmp(&(&b.0.api_version, &b.0.kind, &b.1))
+    });
+    targets.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
+    targets
+}
+
+/// Ask for the deletion of every object this provider made for `md` (never one another
+/// owner made under the same name); return those that still exist (`Kind/name`).
+pub(crate) async fn delete_owned<P: Provider>(
+    md: &ModelDeployment,
+    ctx: &Context<P>,
+) -> Result<Vec<String>, Error> {
+    let ns = md.namespace().unwrap_or_default();
+    let uid = md.uid();
+    let mut remaining = Vec::new();
+    for (resource, name) in owned_candidates(md, ctx) {
+        ctx.owned.synced(&resource).await;
+        let Some(live) = ctx.owned.get(&resource, &ns, &name) else {
+            continue;
+        };
+        let ours = live
+            .owner_references()
+            .iter()
+            .any(|o| Some(&o.uid) == uid.as_ref());
+        if !ours {
+            continue;
+        }
+        if live.metadata.deletion_timestamp.is_none() {
+            let objects: Api<DynamicObject> =
+                Api::namespaced_with(ctx.client.clone(), &ns, &resource);
+            match objects.delete(&name, &DeleteParams::background()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {
+                    ctx.owned.forget(&resource, &ns, &name);
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        remaining.push(format!("{}/{name}", resource.kind));
+    }
+    Ok(remaining)
+}
+
+/// Delete the objects `md` owns that are not among those rendered now.
 async fn prune<P: Provider>(
     md: &ModelDeployment,
     ctx: &Context<P>,
-    rendered: &[DynamicObject],
-    api: &UpstreamApi,
+    prepared: &Prepared,
 ) -> Result<(), Error> {
-    let wanted: BTreeSet<(String, String, String)> = rendered
+    let wanted: BTreeSet<(String, String, String)> = prepared
+        .objects
         .iter()
-        .map(|o| {
-            let r = resource_of(o, api);
-            (r.api_version, r.kind, o.name_any())
-        })
+        .zip(&prepared.resources)
+        .map(|(o, r)| (r.api_version.clone(), r.kind.clone(), o.name_any()))
         .collect();
     let ns = md.namespace().unwrap_or_default();
-    for (resource, name) in owned_objects(md, ctx, &candidate_kinds(ctx, api, rendered)).await? {
+    let uid = md.uid();
+    for (resource, name) in owned_candidates(md, ctx) {
         if wanted.contains(&(
             resource.api_version.clone(),
             resource.kind.clone(),
             name.clone(),
         )) {
+            continue;
+        }
+        let Some(live) = ctx.owned.get(&resource, &ns, &name) else {
+            continue;
+        };
+        let ours = live
+            .owner_references()
+            .iter()
+            .any(|o| Some(&o.uid) == uid.as_ref());
+        if !ours || live.metadata.deletion_timestamp.is_some() {
             continue;
         }
         let objects: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, &resource);
@@ -737,64 +868,6 @@ async fn prune<P: Provider>(
     Ok(())
 }
 
-/// Ask for the deletion of every upstream object this provider made for `md`; return
-/// those that still exist (`Kind/name`).
-async fn delete_upstream_objects<P: Provider>(
-    md: &ModelDeployment,
-    ctx: &Context<P>,
-) -> Result<Vec<String>, Error> {
-    let Some(Ok(api)) = ctx.upstream.borrow().clone() else {
-        return Ok(Vec::new()); // no upstream CRD: nothing of ours can exist
-    };
-    let ns = md.namespace().unwrap_or_default();
-    let mut targets: Vec<(ApiResource, String)> = Vec::new();
-    let rendered = ctx
-        .provider
-        .render(md, &api)
-        .map(|r| r.objects)
-        .unwrap_or_default();
-    targets.extend(
-        rendered
-            .iter()
-            .map(|o| (resource_of(o, &api), o.name_any())),
-    );
-    targets.extend(owned_objects(md, ctx, &candidate_kinds(ctx, &api, &rendered)).await?);
-    targets.sort_by(|a, b| {
-        (&a.0.api_version, &a.0.kind, &a.1).cmp(&(&b.0.api_version, &b.0.kind, &b.1))
-    });
-    targets.dedup_by(|a, b| a.0 == b.0 && a.1 == b.1);
-
-    let uid = md.uid();
-    let mut remaining = Vec::new();
-    for (resource, name) in targets {
-        let objects: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, &resource);
-        let live = match objects.get_opt(&name).await {
-            Ok(live) => live,
-            Err(kube::Error::Api(s)) if s.code == 404 => None,
-            Err(e) => return Err(e.into()),
-        };
-        let Some(live) = live else { continue };
-        let ours = live
-            .owner_references()
-            .iter()
-            .any(|o| Some(&o.uid) == uid.as_ref());
-        if !ours {
-            continue; // never delete what another owner made under the same name
-        }
-        if live.metadata.deletion_timestamp.is_none() {
-            match objects.delete(&name, &DeleteParams::background()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => continue,
-                Err(e) => return Err(e.into()),
-            }
-        }
-        if objects.get_opt(&name).await?.is_some() {
-            remaining.push(format!("{}/{name}", resource.kind));
-        }
-    }
-    Ok(remaining)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -806,14 +879,17 @@ mod tests {
         let same_plus_defaults = json!({"apiVersion": "v", "kind": "K", "metadata": {"name": "a", "uid": "x"},
                                         "spec": {"replicas": 2.0, "extra": true, "containers": [{"name": "c", "args": ["--a"], "image": "i"}]},
                                         "status": {"ready": true}});
-        assert!(drifted_paths(&rendered, &same_plus_defaults).is_empty());
+        assert!(drifted_value_paths(&rendered, &same_plus_defaults).is_empty());
         let edited = json!({"apiVersion": "v", "kind": "K", "metadata": {"name": "a"},
                             "spec": {"replicas": 5, "containers": [{"name": "c", "args": ["--b"]}]}});
         assert_eq!(
-            drifted_paths(&rendered, &edited),
+            drifted_value_paths(&rendered, &edited),
             ["spec.containers[0].args[0]", "spec.replicas"]
         );
         let removed = json!({"apiVersion": "v", "kind": "K", "metadata": {"name": "a"}, "spec": {"replicas": 2}});
-        assert_eq!(drifted_paths(&rendered, &removed), ["spec.containers"]);
+        assert_eq!(
+            drifted_value_paths(&rendered, &removed),
+            ["spec.containers"]
+        );
     }
 }

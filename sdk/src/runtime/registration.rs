@@ -118,7 +118,7 @@ pub(super) async fn heartbeat<P: Provider>(
             }
         }
         tokio::select! {
-            () = tokio::time::sleep(Duration::from_secs(options.heartbeat_seconds.max(1))) => {}
+            () = tokio::time::sleep(options.heartbeat_interval.max(Duration::from_millis(100))) => {}
             changed = upstream.changed() => if changed.is_err() { return },
         }
     }

@@ -78,6 +78,7 @@ var builtinResources = []*resource{
 			o.(*corev1.Pod).Status.Phase = corev1.PodPending
 		}, selectableFields: podFields},
 	{gv: coreV1, plural: "secrets", kind: "Secret", newObj: obj[corev1.Secret], newList: obj[corev1.SecretList], namespaced: true,
+		onCreate: mergeStringData, onUpdate: func(o, _ runtime.Object) { mergeStringData(o) },
 		selectableFields: func(o runtime.Object) fields.Set {
 			return fields.Set{"type": string(o.(*corev1.Secret).Type)}
 		}},
@@ -118,6 +119,23 @@ func obj[T any, P interface {
 	runtime.Object
 }]() runtime.Object {
 	return P(new(T))
+}
+
+// mergeStringData moves a Secret's write-only stringData into data, as kube-apiserver's
+// conversion of every Secret write does (pkg/apis/core/v1/conversion.go of Kubernetes
+// v1.36, Convert_v1_Secret_To_core_Secret).
+func mergeStringData(o runtime.Object) {
+	secret := o.(*corev1.Secret)
+	if len(secret.StringData) == 0 {
+		return
+	}
+	if secret.Data == nil {
+		secret.Data = map[string][]byte{}
+	}
+	for k, v := range secret.StringData {
+		secret.Data[k] = []byte(v)
+	}
+	secret.StringData = nil
 }
 
 // podFields: pkg/registry/core/pod/strategy.go (ToSelectableFields) of Kubernetes v1.36.

@@ -1,6 +1,7 @@
 package main
 
-// The only defaulting of built-in kinds this server does: the fields the admission chain
+// The only defaulting of built-in kinds this server does (besides moving a Secret's
+// stringData into data, builtin.go): the fields the admission chain
 // and the webhook service resolver read, which a chart leaves out because
 // kube-apiserver fills them in (k8s.io/kubernetes pkg/apis/admissionregistration/v1/defaults.go
 // and pkg/apis/core/v1/defaults.go of Kubernetes v1.36; the values are those the

@@ -30,7 +30,9 @@
 // What it does not do, compared with kube-apiserver:
 //   - no validation and no defaulting of built-in kinds: both live in k8s.io/kubernetes
 //     (pkg/apis/*/validation, pkg/apis/*/v1/defaults.go), which Debian does not package;
-//     a Pod without containers is stored as sent. Object metadata is validated;
+//     a Pod without containers is stored as sent. Object metadata is validated. The
+//     exceptions are what admission and routing read (defaults.go) and a Secret's
+//     stringData merged into data (builtin.go);
 //   - no authorization: every authenticated request is allowed (the RBAC authorizer is in
 //     k8s.io/kubernetes too). x509 client certificates and anonymous requests
 //     authenticate; tests measure what each identity did from the audit log instead;

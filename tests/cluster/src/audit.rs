@@ -1,6 +1,7 @@
 //! The API server's audit log: who made which request. Tests use it to check that each
 //! component's requests are what its chart's RBAC rules allow, and that each rule is used.
 
+use std::collections::BTreeMap;
 use std::path::Path;
 
 use anyhow::Context;
@@ -25,6 +26,11 @@ pub struct AuditEvent {
     /// The response.
     #[serde(default)]
     pub response_status: Option<AuditResponse>,
+    /// Annotations, e.g. `mutation.webhook.admission.k8s.io/round_0_index_0` (which
+    /// mutating webhook was called and whether it changed the object) or
+    /// `failed-open.…` (a webhook that failed under an Ignore policy).
+    #[serde(default)]
+    pub annotations: BTreeMap<String, String>,
 }
 
 /// The authenticated user of a request.

@@ -13,6 +13,7 @@ use axum::Json;
 use axum::extract::State;
 use axum::routing::post;
 use base64::Engine;
+use futures::future::BoxFuture;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use kube::discovery::ApiResource;
@@ -23,6 +24,11 @@ use serde_json::{Value, json};
 
 /// The verdict on one request: `Err(message)` denies it with that message.
 pub type Verdict = dyn Fn(&AdmissionRequest<DynamicObject>) -> Result<(), String> + Send + Sync;
+
+/// A verdict that reads the cluster before it judges, as a webhook that looks up the
+/// objects a request refers to (KAITO's reads the ConfigMap a Workspace names).
+pub type AsyncVerdict =
+    dyn Fn(AdmissionRequest<DynamicObject>) -> BoxFuture<'static, Result<(), String>> + Send + Sync;
 
 /// A validating webhook being served; stops serving when dropped.
 #[derive(Debug)]
@@ -60,6 +66,20 @@ pub async fn serve_validating(
     client: &Client,
     registration: Registration<'_>,
     verdict: Arc<Verdict>,
+) -> anyhow::Result<ValidatingWebhook> {
+    let verdict: Arc<AsyncVerdict> = Arc::new(move |req| {
+        let answer = verdict(&req);
+        Box::pin(async move { answer })
+    });
+    serve_validating_async(cluster, client, registration, verdict).await
+}
+
+/// [`serve_validating`] with a verdict that may read the cluster.
+pub async fn serve_validating_async(
+    cluster: &TestCluster,
+    client: &Client,
+    registration: Registration<'_>,
+    verdict: Arc<AsyncVerdict>,
 ) -> anyhow::Result<ValidatingWebhook> {
     kubeairunway_testcluster::install_crypto_provider();
     kubeairunway_testcluster::ensure_namespace(client, registration.namespace).await?;
@@ -134,12 +154,12 @@ pub async fn serve_validating(
 }
 
 async fn validate(
-    State(verdict): State<Arc<Verdict>>,
+    State(verdict): State<Arc<AsyncVerdict>>,
     Json(review): Json<AdmissionReview<DynamicObject>>,
 ) -> Json<Value> {
     let request: Result<AdmissionRequest<DynamicObject>, _> = review.try_into();
     let response = match request {
-        Ok(req) => match verdict(&req) {
+        Ok(req) => match verdict(req.clone()).await {
             Ok(()) => AdmissionResponse::from(&req),
             Err(message) => AdmissionResponse::from(&req).deny(message),
         },

@@ -96,3 +96,86 @@ pub fn template(
 pub fn of_kind<'a>(objects: &'a [serde_json::Value], kind: &str) -> Vec<&'a serde_json::Value> {
     objects.iter().filter(|o| o["kind"] == kind).collect()
 }
+
+/// Server-side apply the rendered objects of the kinds in `kinds` (for example the
+/// Service, ServiceAccount and webhook configurations of a chart) as the user `helm`
+/// installs with, into the namespace `helm template` rendered them for.
+pub async fn apply_kinds(
+    client: &kube::Client,
+    objects: &[serde_json::Value],
+    kinds: &[&str],
+) -> anyhow::Result<()> {
+    use kube::api::{Api, DynamicObject, Patch, PatchParams};
+    use kube::discovery::{ApiResource, Scope};
+    let discovery = kube::Discovery::new(client.clone()).run().await?;
+    for obj in objects
+        .iter()
+        .filter(|o| kinds.iter().any(|k| o["kind"] == *k))
+    {
+        let (group, version) = match obj["apiVersion"]
+            .as_str()
+            .unwrap_or_default()
+            .split_once('/')
+        {
+            Some((g, v)) => (g.to_string(), v.to_string()),
+            None => (
+                String::new(),
+                obj["apiVersion"].as_str().unwrap_or_default().to_string(),
+            ),
+        };
+        let kind = obj["kind"].as_str().unwrap_or_default();
+        let gvk = kube::core::GroupVersionKind::gvk(&group, &version, kind);
+        let (ar, caps): (ApiResource, _) = discovery
+            .resolve_gvk(&gvk)
+            .with_context(|| format!("{kind} is not served"))?;
+        let name = obj["metadata"]["name"].as_str().unwrap_or_default();
+        let api: Api<DynamicObject> = match caps.scope {
+            Scope::Namespaced => Api::namespaced_with(
+                client.clone(),
+                obj["metadata"]["namespace"].as_str().unwrap_or("default"),
+                &ar,
+            ),
+            Scope::Cluster => Api::all_with(client.clone(), &ar),
+        };
+        api.patch(
+            name,
+            &PatchParams::apply("helm").force(),
+            &Patch::Apply(obj),
+        )
+        .await
+        .with_context(|| format!("applying {kind} {name}"))?;
+    }
+    Ok(())
+}
+
+/// The container `container` of the rendered workload (Deployment or DaemonSet) `name`.
+pub fn container<'a>(
+    objects: &'a [serde_json::Value],
+    name: &str,
+    container: &str,
+) -> Option<&'a serde_json::Value> {
+    objects
+        .iter()
+        .filter(|o| matches!(o["kind"].as_str(), Some("Deployment" | "DaemonSet")))
+        .find(|o| o["metadata"]["name"] == name)?["spec"]["template"]["spec"]["containers"]
+        .as_array()?
+        .iter()
+        .find(|c| c["name"] == container)
+}
+
+/// A container's `args`, each `--flag=value` whose flag is in `replace` given the new
+/// value instead (loopback bind addresses for a process run by a test, say).
+pub fn args_with(container: &serde_json::Value, replace: &[(&str, String)]) -> Vec<String> {
+    container["args"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|a| a.as_str())
+        .map(|a| {
+            replace
+                .iter()
+                .find(|(flag, _)| a.starts_with(&format!("--{flag}=")))
+                .map_or_else(|| a.to_string(), |(flag, v)| format!("--{flag}={v}"))
+        })
+        .collect()
+}

@@ -1,15 +1,12 @@
 //! The `kernelcache-agent` process: flags, logging, the metrics and health server, and
 //! the agent loop with the real seams (NVML or an inventory file, the Node, Secrets).
 
-use kubeairunway_sdk::cli::{LogFormat, parse_duration};
-use std::net::SocketAddr;
+use kubeairunway_sdk::process::{Runtime, parse_duration};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use clap::Parser;
-use kube::Client;
 use tracing::info;
 
 use super::gpu::{GpuSource, Nvml, Static};
@@ -59,13 +56,14 @@ pub struct Cli {
     /// Caches pulled and extracted at the same time.
     #[arg(long, env = "PARALLEL_STAGES", default_value_t = 2)]
     pub parallel_stages: usize,
-    /// Address of /metrics and /healthz; empty to disable.
-    #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:8080")]
-    pub metrics_addr: String,
-    /// Log format.
-    #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "json")]
-    pub log_format: LogFormat,
+    /// Flags every binary shares: metrics address, log format (leader election is
+    /// meaningless for a per-node agent and stays off).
+    #[command(flatten)]
+    pub process: kubeairunway_sdk::process::Options,
 }
+
+/// The component's name.
+pub const COMPONENT: &str = "kernelcache-agent";
 
 impl Cli {
     /// The agent's settings.
@@ -96,37 +94,35 @@ impl Cli {
 /// The whole `main` of `kernelcache-agent`.
 pub async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    kubeairunway_sdk::runtime::init_tracing(cli.log_format == LogFormat::Json);
-    kubeairunway_sdk::runtime::install_crypto_provider();
     let gpus = cli.gpu_source()?;
-    let client = Client::try_default()
-        .await
-        .context("connecting to the cluster")?;
+    let mut options = cli.process.clone();
+    options.leader_elect = false;
+    let mut rt = Runtime::start(COMPONENT, options).await?;
     let settings = cli.settings();
     let metrics = Arc::new(Metrics::new(&settings.node_name));
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let stopped = move || {
-        let mut rx = stop_rx.clone();
-        async move {
-            let _ = rx.wait_for(|s| *s).await;
-        }
-    };
-    if !cli.metrics_addr.is_empty() {
-        let addr: SocketAddr = cli
-            .metrics_addr
-            .parse()
-            .with_context(|| format!("--metrics-addr {:?}", cli.metrics_addr))?;
-        crate::ops::serve(addr, metrics.clone(), stopped()).await?;
-    }
+    metrics.register(rt.registry());
+    let client = rt.client();
     let seams = Seams {
         gpus,
         node: Arc::new(KubeNode::new(client.clone(), &settings.node_name)),
         secrets: Arc::new(KubeSecrets(client.clone())),
     };
     info!(node = %settings.node_name, root = %settings.cache_root.display(), "kernel-cache agent starting");
-    let result = super::run(client, settings, seams, metrics, crate::ops::terminated()).await;
-    let _ = stop_tx.send(true);
-    result
+    let mut seams = Some(seams);
+    rt.run(|term| {
+        let (client, settings, metrics) = (client.clone(), settings.clone(), metrics.clone());
+        let seams = seams.take();
+        async move {
+            let Some(seams) = seams else {
+                return Ok(());
+            };
+            super::run(client, settings, seams, metrics, async move {
+                term.ended().await;
+            })
+            .await
+        }
+    })
+    .await
 }
 
 #[cfg(test)]

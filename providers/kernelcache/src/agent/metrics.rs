@@ -46,36 +46,14 @@ impl Metrics {
         let compatibility = Family::<Labels, Counter>::default();
         let size = Family::<Labels, Gauge>::default();
         let gpus = Family::<Labels, Gauge>::default();
-        // prometheus-client appends `_total` to counters.
-        registry.register(
-            "kubeairunway_kernel_cache_downloads",
-            "Kernel cache staging attempts (pull, digest verification, extraction) by status",
-            downloads.clone(),
-        );
-        registry.register(
-            "kubeairunway_kernel_cache_download_duration_seconds",
-            "Time to pull, verify and extract one kernel cache",
-            duration.clone(),
-        );
-        registry.register(
-            "kubeairunway_kernel_cache_download_bytes",
-            "Bytes of kernel cache content extracted",
-            bytes.clone(),
-        );
-        registry.register(
-            "kubeairunway_kernel_cache_compatibility_checks",
-            "GPU compatibility decisions per cache digest by result",
-            compatibility.clone(),
-        );
-        registry.register(
-            "kubeairunway_kernel_cache_size_bytes",
-            "Bytes on disk of each ready kernel cache",
-            size.clone(),
-        );
-        registry.register(
-            "kubeairunway_kernel_cache_node_gpus",
-            "GPUs detected on the node",
-            gpus.clone(),
+        register_all(
+            &mut registry,
+            &downloads,
+            &duration,
+            &bytes,
+            &compatibility,
+            &size,
+            &gpus,
         );
         Self {
             registry,
@@ -139,18 +117,67 @@ impl Metrics {
             .set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 
-    /// The text exposition.
+    /// The text exposition of these metrics alone.
     pub fn encode(&self) -> String {
         let mut out = String::new();
         let _ = encode(&mut out, &self.registry);
         out
     }
+
+    /// Register these metrics in the process's registry too (served on `/metrics`).
+    pub fn register(&self, registry: &mut Registry) {
+        register_all(
+            registry,
+            &self.downloads,
+            &self.duration,
+            &self.bytes,
+            &self.compatibility,
+            &self.size,
+            &self.gpus,
+        );
+    }
 }
 
-impl crate::ops::Encode for Metrics {
-    fn encode(&self) -> String {
-        Metrics::encode(self)
-    }
+fn register_all(
+    registry: &mut Registry,
+    downloads: &Family<Labels, Counter>,
+    duration: &Histogram,
+    bytes: &Counter,
+    compatibility: &Family<Labels, Counter>,
+    size: &Family<Labels, Gauge>,
+    gpus: &Family<Labels, Gauge>,
+) {
+    // prometheus-client appends `_total` to counters.
+    registry.register(
+        "kubeairunway_kernel_cache_downloads",
+        "Kernel cache staging attempts (pull, digest verification, extraction) by status",
+        downloads.clone(),
+    );
+    registry.register(
+        "kubeairunway_kernel_cache_download_duration_seconds",
+        "Time to pull, verify and extract one kernel cache",
+        duration.clone(),
+    );
+    registry.register(
+        "kubeairunway_kernel_cache_download_bytes",
+        "Bytes of kernel cache content extracted",
+        bytes.clone(),
+    );
+    registry.register(
+        "kubeairunway_kernel_cache_compatibility_checks",
+        "GPU compatibility decisions per cache digest by result",
+        compatibility.clone(),
+    );
+    registry.register(
+        "kubeairunway_kernel_cache_size_bytes",
+        "Bytes on disk of each ready kernel cache",
+        size.clone(),
+    );
+    registry.register(
+        "kubeairunway_kernel_cache_node_gpus",
+        "GPUs detected on the node",
+        gpus.clone(),
+    );
 }
 
 #[cfg(test)]

@@ -1,9 +1,8 @@
-//! This node's labels: read (for `nodeSelector`s) and the agent's ready labels written,
-//! behind a small seam ([`NodeApi`]): the Kubernetes Node in a cluster, an in-memory
-//! record in tests (the test API server does not serve Nodes).
+//! This node's labels: read (for `nodeSelector`s) and the agent's ready labels written
+//! to the Kubernetes Node ([`KubeNode`], behind the [`NodeApi`] seam of the agent's
+//! inputs). The end-to-end tests run the agent against a real Node of the test API server.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Node;
@@ -126,72 +125,9 @@ impl NodeApi for KubeNode {
     }
 }
 
-/// A node held in memory: labels given up front, every patch recorded. For tests, and
-/// for running where the Node cannot be read.
-#[derive(Clone, Debug, Default)]
-pub struct Recorded {
-    labels: Arc<Mutex<BTreeMap<String, String>>>,
-    patches: Arc<Mutex<Vec<Value>>>,
-}
-
-impl Recorded {
-    /// A node with `labels`.
-    pub fn new(labels: BTreeMap<String, String>) -> Self {
-        Self {
-            labels: Arc::new(Mutex::new(labels)),
-            patches: Arc::default(),
-        }
-    }
-
-    /// The labels now.
-    pub fn labels(&self) -> BTreeMap<String, String> {
-        self.labels.lock().map(|l| l.clone()).unwrap_or_default()
-    }
-
-    /// Set a label (as a cluster admin would).
-    pub fn set_label(&self, key: &str, value: &str) {
-        if let Ok(mut l) = self.labels.lock() {
-            l.insert(key.into(), value.into());
-        }
-    }
-
-    /// The merge patches applied so far.
-    pub fn patches(&self) -> Vec<Value> {
-        self.patches.lock().map(|p| p.clone()).unwrap_or_default()
-    }
-}
-
-impl NodeApi for Recorded {
-    fn get(&self) -> BoxFuture<'_, anyhow::Result<NodeInfo>> {
-        let labels = self.labels();
-        Box::pin(async move { Ok(NodeInfo { uid: None, labels }) })
-    }
-
-    fn patch_labels(&self, changes: LabelChanges) -> BoxFuture<'_, anyhow::Result<()>> {
-        Box::pin(async move {
-            let mut labels = self
-                .labels
-                .lock()
-                .map_err(|_| anyhow::anyhow!("node labels lock poisoned"))?;
-            for k in &changes.set {
-                labels.insert(k.clone(), "true".into());
-            }
-            for k in &changes.remove {
-                labels.remove(k);
-            }
-            self.patches
-                .lock()
-                .map_err(|_| anyhow::anyhow!("patch record lock poisoned"))?
-                .push(changes.merge_patch());
-            Ok(())
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kubeairunway_sdk::testing::mock;
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
         pairs
@@ -229,72 +165,5 @@ mod tests {
             ["kernelcache.kubeairunway.ai/ml.old"]
         );
         assert!(label_changes(&labels(&[("a", "b")]), &BTreeSet::new()).is_empty());
-    }
-
-    #[tokio::test]
-    async fn the_node_is_read_and_patched_with_an_exact_merge_patch() {
-        let (client, mut server) = mock::pair();
-        let node = KubeNode::new(client, "gpu-1");
-        let answer = tokio::spawn(async move {
-            server
-                .answer(
-                    |method, uri, _| {
-                        assert_eq!(method, http::Method::GET);
-                        assert_eq!(uri, "/api/v1/nodes/gpu-1");
-                    },
-                    200,
-                    json!({"apiVersion": "v1", "kind": "Node", "metadata": {
-                        "name": "gpu-1", "uid": "u-1", "labels": {"pool": "gpu"}}}),
-                )
-                .await
-                .unwrap();
-            server
-                .answer(
-                    |method, uri, body| {
-                        assert_eq!(method, http::Method::PATCH);
-                        assert_eq!(uri, "/api/v1/nodes/gpu-1?");
-                        assert_eq!(
-                            body,
-                            &json!({"metadata": {"labels": {
-                                "kernelcache.kubeairunway.ai/ml.vadd": "true",
-                                "kernelcache.kubeairunway.ai/ml.gone": null,
-                            }}})
-                        );
-                    },
-                    200,
-                    json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "gpu-1"}}),
-                )
-                .await
-                .unwrap();
-        });
-        let info = node.get().await.unwrap();
-        assert_eq!(info.uid.as_deref(), Some("u-1"));
-        assert_eq!(info.labels, labels(&[("pool", "gpu")]));
-        node.patch_labels(LabelChanges {
-            set: ["kernelcache.kubeairunway.ai/ml.vadd".to_string()].into(),
-            remove: ["kernelcache.kubeairunway.ai/ml.gone".to_string()].into(),
-        })
-        .await
-        .unwrap();
-        answer.await.unwrap();
-    }
-
-    #[tokio::test]
-    async fn the_recorded_node_applies_and_keeps_patches() {
-        let node = Recorded::new(labels(&[("pool", "gpu")]));
-        node.patch_labels(LabelChanges {
-            set: ["kernelcache.kubeairunway.ai/ml.vadd".to_string()].into(),
-            remove: BTreeSet::new(),
-        })
-        .await
-        .unwrap();
-        assert_eq!(
-            node.get().await.unwrap().labels,
-            labels(&[
-                ("kernelcache.kubeairunway.ai/ml.vadd", "true"),
-                ("pool", "gpu")
-            ])
-        );
-        assert_eq!(node.patches().len(), 1);
     }
 }

@@ -1,5 +1,6 @@
-//! Registry credentials for a cache from its `imagePullSecrets`, read behind a small seam
-//! ([`SecretApi`]): Kubernetes Secrets in a cluster, a map in tests.
+//! Registry credentials for a cache from its `imagePullSecrets`, read from Kubernetes
+//! Secrets ([`KubeSecrets`], behind the [`SecretApi`] seam). The end-to-end tests read
+//! real Secrets of the test API server.
 
 use std::collections::BTreeMap;
 
@@ -48,21 +49,6 @@ impl SecretApi for KubeSecrets {
     }
 }
 
-/// Secrets held in memory, by (namespace, name).
-#[derive(Clone, Debug, Default)]
-pub struct InMemory(pub BTreeMap<(String, String), SecretData>);
-
-impl SecretApi for InMemory {
-    fn get<'a>(
-        &'a self,
-        namespace: &'a str,
-        name: &'a str,
-    ) -> BoxFuture<'a, anyhow::Result<Option<SecretData>>> {
-        let found = self.0.get(&(namespace.into(), name.into())).cloned();
-        Box::pin(async move { Ok(found) })
-    }
-}
-
 /// The credentials for pulling `pinned` with the pull Secrets `names` of `namespace`. A
 /// Secret that does not exist is skipped, as the kubelet does; one that cannot be read or
 /// parsed is an error.
@@ -84,38 +70,4 @@ pub async fn auth_for(
         }
     }
     registry_auth(&registry_of(pinned), &found).map_err(|e| e.to_string())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn credentials_come_from_the_first_secret_naming_the_registry() {
-        let config = br#"{"auths":{"reg.example:5000":{"username":"u","password":"p"}}}"#;
-        let secrets = InMemory(BTreeMap::from([(
-            ("ml".to_string(), "pull".to_string()),
-            BTreeMap::from([(".dockerconfigjson".to_string(), ByteString(config.to_vec()))]),
-        )]));
-        let names = ["missing".to_string(), "pull".to_string()];
-        let auth = auth_for(&secrets, "ml", &names, "reg.example:5000/c@sha256:ab")
-            .await
-            .unwrap();
-        assert_eq!(auth, RegistryAuth::Basic("u".into(), "p".into()));
-        let other = auth_for(&secrets, "ml", &names, "other.example/c@sha256:ab")
-            .await
-            .unwrap();
-        assert_eq!(other, RegistryAuth::Anonymous);
-        let bad = InMemory(BTreeMap::from([(
-            ("ml".to_string(), "pull".to_string()),
-            BTreeMap::new(),
-        )]));
-        let e = auth_for(&bad, "ml", &names, "reg.example:5000/c@sha256:ab")
-            .await
-            .unwrap_err();
-        assert_eq!(
-            e,
-            "pull secret pull has no .dockerconfigjson or .dockercfg key"
-        );
-    }
 }

@@ -20,6 +20,6 @@ struct Cli {
 
 fn main() {
     let cli = Cli::parse();
-    kubeairunway_sdk::runtime::init_tracing(false);
+    kubeairunway_sdk::process::init_logging(kubeairunway_sdk::process::LogFormat::Text);
     kubeairunway_kernelcache::seed::main_with(&cli.from, &cli.to);
 }

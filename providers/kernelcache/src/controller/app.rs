@@ -1,32 +1,25 @@
-//! The `kernelcache-controller` process: flags, logging, metrics and health, leader
-//! election, and the controllers.
+//! The `kernelcache-controller` process: its flags and metrics, and the controllers on the
+//! SDK's process runtime (logging, endpoints, leader election).
 //!
 //! Metrics:
 //! - `kubeairunway_kernel_cache_verifications_total{mode,result="verified|refused"}`;
 //! - `kubeairunway_kernel_cache_resolutions_total{result="success|failure"}`;
 //! - `kubeairunway_kernel_cache_reconcile_errors_total`.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context as _;
 use clap::Parser;
-use futures::FutureExt as _;
-use kube::Client;
-use kubeairunway_sdk::cli::{LogFormat, parse_duration};
-use kubeairunway_sdk::leader::{LeaderElector, LeaseSettings};
+use kubeairunway_sdk::process::Runtime;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
-use tokio::sync::watch;
 use tracing::info;
 
 use super::Settings;
 use crate::agent::secrets::KubeSecrets;
 use crate::api::VerificationMode;
-use crate::ops;
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -45,21 +38,7 @@ impl Default for Metrics {
         let verifications = Family::<Labels, Counter>::default();
         let resolutions = Family::<Labels, Counter>::default();
         let errors = Counter::default();
-        registry.register(
-            "kubeairunway_kernel_cache_verifications",
-            "Signature verifications of pinned cache images, by policy mode and result",
-            verifications.clone(),
-        );
-        registry.register(
-            "kubeairunway_kernel_cache_resolutions",
-            "Tag to digest resolutions, by result",
-            resolutions.clone(),
-        );
-        registry.register(
-            "kubeairunway_kernel_cache_reconcile_errors",
-            "KernelCache reconciliations that failed and are retried",
-            errors.clone(),
-        );
+        register_families(&mut registry, &verifications, &resolutions, &errors);
         Self {
             registry,
             verifications,
@@ -93,12 +72,46 @@ impl Metrics {
     }
 }
 
-impl ops::Encode for Metrics {
-    fn encode(&self) -> String {
+impl Metrics {
+    /// Register these metrics in the process's registry too (served on `/metrics`).
+    pub fn register(&self, registry: &mut Registry) {
+        register_families(
+            registry,
+            &self.verifications,
+            &self.resolutions,
+            &self.errors,
+        );
+    }
+
+    /// The text exposition of these metrics alone.
+    pub fn encode(&self) -> String {
         let mut out = String::new();
         let _ = encode(&mut out, &self.registry);
         out
     }
+}
+
+fn register_families(
+    registry: &mut Registry,
+    verifications: &Family<Labels, Counter>,
+    resolutions: &Family<Labels, Counter>,
+    errors: &Counter,
+) {
+    registry.register(
+        "kubeairunway_kernel_cache_verifications",
+        "Signature verifications of pinned cache images, by policy mode and result",
+        verifications.clone(),
+    );
+    registry.register(
+        "kubeairunway_kernel_cache_resolutions",
+        "Tag to digest resolutions, by result",
+        resolutions.clone(),
+    );
+    registry.register(
+        "kubeairunway_kernel_cache_reconcile_errors",
+        "KernelCache reconciliations that failed and are retried",
+        errors.clone(),
+    );
 }
 
 /// Flags of `kernelcache-controller` (each also from an environment variable).
@@ -120,31 +133,15 @@ pub struct Cli {
     )]
     pub plain_http_registries: Vec<String>,
     /// How often each cache is looked at without a change (tag moves, heartbeat).
-    #[arg(long, env = "RESYNC", default_value = "5m", value_parser = parse_duration)]
+    #[arg(long, env = "RESYNC", default_value = "5m", value_parser = kubeairunway_sdk::process::parse_duration)]
     pub resync: Duration,
-    /// Address of /metrics and /healthz; empty to disable.
-    #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:8080")]
-    pub metrics_addr: String,
-    /// Elect a leader among replicas (a Lease); only the leader reconciles.
-    #[arg(long, env = "LEADER_ELECT", default_value_t = false, action = clap::ArgAction::Set)]
-    pub leader_elect: bool,
-    /// Name of the leader-election Lease.
-    #[arg(
-        long,
-        env = "LEADER_ELECTION_LEASE",
-        default_value = "kernelcache-controller"
-    )]
-    pub leader_election_lease: String,
-    /// Namespace of the Lease.
-    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
-    pub namespace: String,
-    /// This replica's identity.
-    #[arg(long, env = "POD_NAME", default_value = "kernelcache-controller")]
-    pub pod_name: String,
-    /// Log format.
-    #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "json")]
-    pub log_format: LogFormat,
+    /// Flags every binary shares: metrics address, log format, leader election.
+    #[command(flatten)]
+    pub process: kubeairunway_sdk::process::Options,
 }
+
+/// The component's name: its Lease, its events' reporter.
+pub const COMPONENT: &str = "kernelcache-controller";
 
 impl Cli {
     /// The controller's settings.
@@ -153,77 +150,39 @@ impl Cli {
             policy: self.policy.clone(),
             plain_http: self.plain_http_registries.clone(),
             resync: self.resync,
-            instance: Some(self.pod_name.clone()),
+            instance: Some(self.process.identity(COMPONENT)),
         }
     }
 }
 
-/// The whole `main` of `kernelcache-controller`.
+/// The whole `main` of `kernelcache-controller`: the process runtime (flags, logging,
+/// endpoints, leader election) around [`super::run`].
 pub async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    kubeairunway_sdk::cli::init_logging(cli.log_format);
-    kubeairunway_sdk::runtime::install_crypto_provider();
-    let client = Client::try_default()
-        .await
-        .context("connecting to the cluster")?;
+    let mut rt = Runtime::start(COMPONENT, cli.process.clone()).await?;
     let metrics = Arc::new(Metrics::default());
-    let stop = ops::terminated().shared();
-    if !cli.metrics_addr.is_empty() {
-        let addr: SocketAddr = cli
-            .metrics_addr
-            .parse()
-            .with_context(|| format!("--metrics-addr {:?}", cli.metrics_addr))?;
-        ops::serve(addr, metrics.clone(), stop.clone()).await?;
-    }
+    metrics.register(rt.registry());
+    let client = rt.client();
     let secrets = Arc::new(KubeSecrets(client.clone()));
-    if !cli.leader_elect {
-        return super::run(client, cli.settings(), secrets, metrics, stop).await;
-    }
-    let elector = LeaderElector::new(
-        client.clone(),
-        LeaseSettings {
-            namespace: cli.namespace.clone(),
-            name: cli.leader_election_lease.clone(),
-            identity: cli.pod_name.clone(),
-            lease_duration: Duration::from_secs(15),
-            renew_interval: Duration::from_secs(5),
-        },
-    );
-    let (lead_tx, mut leading) = watch::channel(false);
-    let election = tokio::spawn(elector.run(lead_tx, stop.clone()));
-    loop {
-        tokio::select! {
-            () = stop.clone() => break,
-            r = leading.wait_for(|l| *l) => if r.is_err() { break },
-        }
+    let settings = cli.settings();
+    rt.run(|term| {
         info!("leading: starting the controllers");
-        let mut lost = leading.clone();
-        let stop_or_lost = {
-            let stop = stop.clone();
-            async move {
-                tokio::select! {
-                    () = stop => {}
-                    _ = lost.wait_for(|l| !*l) => {}
-                }
-            }
-        };
         super::run(
             client.clone(),
-            cli.settings(),
+            settings.clone(),
             secrets.clone(),
             metrics.clone(),
-            stop_or_lost,
+            async move {
+                term.ended().await;
+            },
         )
-        .await?;
-    }
-    let _ = election.await;
-    Ok(())
+    })
+    .await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ops::Encode as _;
 
     #[test]
     fn flags_and_metrics() {

@@ -6,32 +6,29 @@
 //! Metrics: `kubeairunway_kernel_cache_injections_total{result}` (see
 //! [`super::Outcome::as_str`]).
 
-use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context as _;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::post;
 use clap::Parser;
-use futures::{FutureExt as _, StreamExt as _};
+use futures::StreamExt as _;
 use kube::Client;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
-use kubeairunway_sdk::cli::{LogFormat, parse_duration};
-use kubeairunway_sdk::tls::{CertManager, CertResolver, CertSettings, KubeCertStore};
+use kubeairunway_sdk::admission::{self, Configurations, WebhookOptions};
+use kubeairunway_sdk::process::Runtime;
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
-use tracing::{error, info};
+use tracing::info;
 
 use super::{Lookup, Outcome, PATH, Settings, Stores, review};
 use crate::agent::app::DEFAULT_CACHE_ROOT;
-use crate::ops;
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -67,8 +64,18 @@ impl Metrics {
     }
 }
 
-impl ops::Encode for Metrics {
-    fn encode(&self) -> String {
+impl Metrics {
+    /// Register these metrics in the process's registry too (served on `/metrics`).
+    pub fn register(&self, registry: &mut Registry) {
+        registry.register(
+            "kubeairunway_kernel_cache_injections",
+            "Pods seen by the kernel-cache webhook, by result",
+            self.injections.clone(),
+        );
+    }
+
+    /// The text exposition of these metrics alone.
+    pub fn encode(&self) -> String {
         let mut out = String::new();
         let _ = encode(&mut out, &self.registry);
         out
@@ -105,14 +112,7 @@ pub fn router(state: AppState) -> Router {
 async fn handle(State(state): State<AppState>, body: Bytes) -> Response {
     let (resp, outcome) = review(&body, state.lookup.as_ref(), &state.settings);
     state.metrics.count(outcome);
-    match kubeairunway_sdk::admission::review_json(resp).and_then(|v| serde_json::to_vec(&v)) {
-        Ok(body) => (
-            [(axum::http::header::CONTENT_TYPE, "application/json")],
-            body,
-        )
-            .into_response(),
-        Err(e) => (axum::http::StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
-    }
+    admission::respond(resp)
 }
 
 /// Reflector stores of ModelDeployments and KernelCaches, kept current in the background.
@@ -142,6 +142,7 @@ pub fn stores(client: &Client) -> Stores {
 }
 
 /// Flags of `kernelcache-webhook` (each also from an environment variable).
+/// Flags of `kernelcache-webhook` (each also from an environment variable).
 #[derive(Clone, Debug, Parser)]
 #[command(
     name = "kernelcache-webhook",
@@ -149,83 +150,47 @@ pub fn stores(client: &Client) -> Stores {
     about = "kubeairunway kernel-cache webhook: gives serving pods their staged kernel cache"
 )]
 pub struct Cli {
-    /// HTTPS address of the webhook.
-    #[arg(long, env = "BIND_ADDRESS", default_value = "0.0.0.0:9443")]
-    pub bind_address: SocketAddr,
-    /// Address of /metrics and /healthz; empty to disable.
-    #[arg(long, env = "METRICS_ADDR", default_value = "0.0.0.0:8080")]
-    pub metrics_addr: String,
-    /// The agents' cache root on the nodes.
+    /// The node directory the agents stage caches in (mounted read-only as the source).
     #[arg(long, env = "CACHE_ROOT", default_value = DEFAULT_CACHE_ROOT)]
     pub cache_root: String,
-    /// The image with /kernelcache-seed (this provider's image).
+    /// Image of the init container that copies a staged cache (this provider's image).
     #[arg(long, env = "SEED_IMAGE")]
     pub seed_image: String,
-    /// The webhook Service's name (the certificate's DNS names derive from it).
-    #[arg(long, env = "SERVICE_NAME", default_value = "kernelcache-webhook")]
-    pub service_name: String,
-    /// The Secret holding the CA and serving certificate.
-    #[arg(long, env = "SECRET_NAME", default_value = "kernelcache-webhook-tls")]
-    pub secret_name: String,
-    /// The MutatingWebhookConfiguration to patch the CA bundle into.
+    /// Name of the MutatingWebhookConfiguration to patch the CA bundle into.
     #[arg(
         long,
         env = "WEBHOOK_CONFIGURATION",
         default_value = "kernelcache-webhook"
     )]
     pub webhook_configuration: String,
-    /// Namespace of the Service and the Secret.
-    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
-    pub namespace: String,
-    /// Lifetime of a new CA.
-    #[arg(long, default_value = "3650d", value_parser = parse_duration)]
-    pub ca_validity: Duration,
-    /// Lifetime of a new serving certificate.
-    #[arg(long, default_value = "365d", value_parser = parse_duration)]
-    pub cert_validity: Duration,
-    /// Rotate a certificate this long before it expires.
-    #[arg(long, default_value = "30d", value_parser = parse_duration)]
-    pub rotate_before: Duration,
-    /// Log format.
-    #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "json")]
-    pub log_format: LogFormat,
+    /// The webhook server and its certificate.
+    #[command(flatten)]
+    pub webhook: WebhookOptions,
+    /// Flags every binary shares: metrics address, log format.
+    #[command(flatten)]
+    pub process: kubeairunway_sdk::process::Options,
 }
+
+/// The component's name (and the webhook Service's default name).
+pub const COMPONENT: &str = "kernelcache-webhook";
 
 /// The whole `main` of `kernelcache-webhook`.
 pub async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    kubeairunway_sdk::cli::init_logging(cli.log_format);
-    kubeairunway_sdk::runtime::install_crypto_provider();
-    let client = Client::try_default()
-        .await
-        .context("connecting to the cluster")?;
-    let stop = ops::terminated().shared();
+    let mut options = cli.process.clone();
+    options.leader_elect = false; // every replica serves; nothing to lead
+    let rt = Runtime::start(COMPONENT, options).await?;
+    run(cli, rt).await
+}
+
+/// Serve the webhook on `rt` until the process stops.
+pub async fn run(cli: Cli, mut rt: Runtime) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::default());
-    let resolver = Arc::new(CertResolver::default());
-    let store = KubeCertStore::new(
-        client.clone(),
-        &cli.namespace,
-        &cli.secret_name,
-        "",
-        &cli.webhook_configuration,
-    );
-    let certs = CertManager::new(
-        store,
-        CertSettings {
-            service_name: cli.service_name.clone(),
-            namespace: cli.namespace.clone(),
-            ca_validity: cli.ca_validity,
-            cert_validity: cli.cert_validity,
-            rotate_before: cli.rotate_before,
-        },
-        Arc::clone(&resolver),
-    );
-    certs.ensure().await.context("the webhook certificate")?;
-    tokio::spawn(certs.run(Duration::from_secs(300), stop.clone()));
-    let tls = kubeairunway_sdk::tls::server_config(resolver)?;
+    metrics.register(rt.registry());
     // Serve only once both caches are synced, so that no pod is admitted against an
     // empty cache (the Service routes to ready replicas only).
-    let lookup = stores(&client);
+    let lookup = stores(&rt.client());
+    let synced = rt.readiness().process_check("caches");
     lookup
         .model_deployments
         .wait_until_ready()
@@ -236,11 +201,7 @@ pub async fn main() -> anyhow::Result<()> {
         .wait_until_ready()
         .await
         .context("KernelCache cache")?;
-    // Health (and so readiness) only from here on.
-    if !cli.metrics_addr.is_empty() {
-        let addr: SocketAddr = cli.metrics_addr.parse().context("--metrics-addr")?;
-        ops::serve(addr, metrics.clone(), stop.clone()).await?;
-    }
+    synced.set();
     let state = AppState {
         lookup: Arc::new(lookup),
         settings: Settings {
@@ -249,23 +210,15 @@ pub async fn main() -> anyhow::Result<()> {
         },
         metrics,
     };
-    let handle = axum_server::Handle::new();
-    let h = handle.clone();
-    tokio::spawn(async move {
-        stop.await;
-        h.graceful_shutdown(Some(Duration::from_secs(10)));
-    });
-    info!(address = %cli.bind_address, "serving the pod-injection webhook");
-    if let Err(e) = axum_server::bind_rustls(
-        cli.bind_address,
-        axum_server::tls_rustls::RustlsConfig::from_config(tls),
-    )
-    .handle(handle)
-    .serve(router(state).into_make_service())
+    let configurations = Configurations {
+        validating: None,
+        mutating: Some(cli.webhook_configuration.clone()),
+    };
+    admission::serve(&rt, &cli.webhook, &configurations, router(state)).await?;
+    info!(address = %cli.webhook.webhook_bind_address, "serving the pod-injection webhook");
+    rt.run(|term| async move {
+        term.ended().await;
+        Ok(())
+    })
     .await
-    {
-        error!(error = %e, "webhook server failed");
-        return Err(e.into());
-    }
-    Ok(())
 }

@@ -4,4 +4,5 @@
 //! objects on a test API server.
 
 pub mod dynamo;
+pub mod kaito;
 pub mod kuberay;

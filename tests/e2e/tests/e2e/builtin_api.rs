@@ -25,8 +25,9 @@ use kube::api::{
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview};
 use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
-use kubeairunway_e2e::eventually;
+use kubeairunway_e2e::{eventually, rbac};
 use kubeairunway_sdk::tls::{CertBundle, CertResolver, CertSettings};
+use kubeairunway_testcluster::AuditEvent;
 use kubeairunway_testcluster::{TestCluster, install_crds, shared};
 use serde_json::{Value, json};
 
@@ -966,4 +967,74 @@ async fn audit_log_records_each_identity() {
             .groups
             .contains(&"system:serviceaccounts".to_string())
     );
+}
+
+fn audit_event(
+    verb: &str,
+    group: &str,
+    resource: &str,
+    sub: Option<&str>,
+    ns: &str,
+    name: &str,
+) -> AuditEvent {
+    serde_json::from_value(json!({
+        "stage": "ResponseComplete", "verb": verb, "requestURI": "/x",
+        "user": {"username": "sa", "groups": []},
+        "objectRef": {"resource": resource, "apiGroup": group, "namespace": ns, "name": name, "subresource": sub},
+    }))
+    .unwrap()
+}
+
+/// The RBAC measurement the chart tests use (`kubeairunway_e2e::rbac`), on audit events
+/// of known shape.
+#[test]
+fn rbac_measurement_matches_requests_to_rules() {
+    let objects = vec![
+        json!({"kind": "Role", "metadata": {"name": "r", "namespace": "sys"}, "rules": [
+            {"apiGroups": [""], "resources": ["secrets"], "verbs": ["create"]},
+            {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["tls"], "verbs": ["get", "update"]},
+        ]}),
+        json!({"kind": "RoleBinding", "metadata": {"name": "r", "namespace": "sys"},
+            "roleRef": {"kind": "Role", "name": "r"},
+            "subjects": [{"kind": "ServiceAccount", "name": "core", "namespace": "sys"}]}),
+        json!({"kind": "ClusterRole", "metadata": {"name": "c"}, "rules": [
+            {"apiGroups": ["kubeairunway.ai"], "resources": ["modeldeployments/status"], "verbs": ["patch"]},
+        ]}),
+        json!({"kind": "ClusterRoleBinding", "metadata": {"name": "c"},
+            "roleRef": {"kind": "ClusterRole", "name": "c"},
+            "subjects": [{"kind": "ServiceAccount", "name": "other", "namespace": "sys"}]}),
+    ];
+    let rules = rbac::granted_rules(&objects, "sys", "core");
+    assert_eq!(
+        rules.len(),
+        2,
+        "the ClusterRole is bound to another account"
+    );
+    let events = [
+        audit_event("create", "", "secrets", None, "sys", "tls"),
+        audit_event("get", "", "secrets", None, "sys", "tls"),
+        audit_event("get", "", "secrets", None, "sys", "other"),
+        audit_event("get", "", "secrets", None, "elsewhere", "tls"),
+        audit_event(
+            "patch",
+            "kubeairunway.ai",
+            "modeldeployments",
+            Some("status"),
+            "ml",
+            "m",
+        ),
+    ];
+    let m = rbac::measure(&rules, &events, "sa");
+    let denied: Vec<String> = m.denied.iter().map(ToString::to_string).collect();
+    assert_eq!(
+        denied,
+        [
+            "get core/secrets in elsewhere named tls",
+            "get core/secrets in sys named other",
+            "patch kubeairunway.ai/modeldeployments/status in ml named m",
+        ]
+    );
+    assert_eq!(m.unused.len(), 1, "{:?}", m.unused);
+    assert!(m.unused.iter().next().unwrap().contains("update"));
+    assert!(!m.is_least_privilege());
 }

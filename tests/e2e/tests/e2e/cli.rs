@@ -16,13 +16,14 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use clap::Parser as _;
 use futures::FutureExt as _;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
-use kubeairunway_cli::builtin::{BuiltIns, NAMES};
+use kubeairunway_cli::builtin::{BuiltIns, NAMES, NodeProvisioningMode, ProviderFlags};
 use kubeairunway_cli::controllers::Controllers;
 use kubeairunway_cli::{Terminal, crds};
 use kubeairunway_sdk::conditions::{PROVIDER_COMPATIBLE, RESOURCE_CREATED};
@@ -342,6 +343,9 @@ async fn up_on_a_cluster_without_some_upstream_crds_skips_their_providers() {
         &kc,
         "--timeout",
         "60s",
+        // This cluster has no node provisioner: KAITO on the nodes it has (without it,
+        // KAITO's default auto-provisioning needs `--cpu-instance-type`).
+        "--node-provisioning=byo",
     ])
     .await;
     assert_eq!(code, 1, "stdout:\n{out}\nstderr:\n{err}");
@@ -398,6 +402,13 @@ async fn up_on_a_cluster_without_some_upstream_crds_skips_their_providers() {
         "{text}"
     );
     assert!(text.contains("  Provider: none selected yet\n"), "{text}");
+}
+
+/// The built-in providers' flags, parsed as the CLI parses them.
+#[derive(clap::Parser)]
+struct ProviderFlagsCli {
+    #[command(flatten)]
+    flags: ProviderFlags,
 }
 
 /// Create namespace `ns` where the API server serves namespaces (and so requires them).
@@ -508,7 +519,21 @@ async fn render_prints_exactly_what_the_running_providers_apply() {
     let inference_set = upstream
         .iter()
         .find(|c| c.name_any() == kubeairunway_kaito_provider::INFERENCE_SET_CRD);
-    let controllers = Controllers::start(&recording, BuiltIns::new(inference_set), &NAMES).unwrap();
+    // KAITO with node auto-provisioning, so that Workspaces carry instance types.
+    let kaito_flags = [
+        "--node-provisioning=auto",
+        "--gpu-instance-type=Standard_NC24ads_A100_v4",
+        "--cpu-instance-type=Standard_D8s_v3",
+    ];
+    let flags = ProviderFlagsCli::try_parse_from(std::iter::once("x").chain(kaito_flags))
+        .unwrap()
+        .flags;
+    let controllers = Controllers::start(
+        &recording,
+        BuiltIns::new(&flags, inference_set, NodeProvisioningMode::Byo),
+        &NAMES,
+    )
+    .unwrap();
 
     // Every sample as written (selection decides) and with each provider named.
     let samples: Vec<Value> = kubeairunway_config::samples::all()
@@ -563,6 +588,7 @@ async fn render_prints_exactly_what_the_running_providers_apply() {
         let file = files.path().join(format!("{ns}-{name}.yaml"));
         std::fs::write(&file, serde_saphyr::to_string(&md).unwrap()).unwrap();
         let mut args = vec!["render", "-f", file.to_str().unwrap(), "-o", "json"];
+        args.extend(kaito_flags);
         if let Some(p) = provider {
             args.extend(["--provider", p]);
         }

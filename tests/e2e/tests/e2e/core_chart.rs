@@ -69,7 +69,7 @@ fn core_chart_lints_and_renders_least_privilege_rbac_and_webhooks() {
         Some("true")
     );
     let secret = arg(deployment, "webhook-secret-name").unwrap();
-    let lease = arg(deployment, "leader-election-lease").unwrap();
+    let lease = arg(deployment, "leader-elect-resource-name").unwrap();
     let service_name = arg(deployment, "webhook-service-name").unwrap();
     let vwc_name = arg(deployment, "validating-webhook-configuration").unwrap();
     let mwc_name = arg(deployment, "mutating-webhook-configuration").unwrap();
@@ -104,9 +104,9 @@ fn core_chart_lints_and_renders_least_privilege_rbac_and_webhooks() {
             );
         }
         if resources.iter().any(|r| r.ends_with("/status")) {
-            assert_eq!(verbs, ["get", "patch"], "{rule}");
+            assert_eq!(verbs, ["patch"], "{rule}");
         } else if resources.contains(&"modeldeployments".to_string()) {
-            assert_eq!(verbs, ["get", "list", "watch"], "{rule}");
+            assert_eq!(verbs, ["list", "watch"], "{rule}");
         }
         if resources
             .iter()

@@ -11,7 +11,6 @@ use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::jiff::Timestamp;
 use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams};
-use kube::runtime::reflector::Store;
 use kubeairunway_core::metrics::Metrics;
 use kubeairunway_core::reconciler::{self, AWAITING_SELECTOR_MESSAGE, Settings};
 use kubeairunway_e2e::{apply_md, core_cluster, eventually};
@@ -90,10 +89,10 @@ pub async fn register_providers(client: &Client) {
 
 /// Start core's controller for one namespace in this test's runtime.
 pub async fn start_controller(client: &Client, ns: &str, selector: bool) {
-    let (store, reflector_fut): (Store<InferenceProviderConfig>, _) =
-        reconciler::provider_cache(client.clone());
+    let (cache, reflector_fut) = reconciler::provider_cache(client.clone());
     tokio::spawn(reflector_fut);
-    store.wait_until_ready().await.unwrap();
+    assert!(cache.synced().await);
+    let store = cache.store;
     let settings = Settings {
         enable_provider_selector: selector,
         namespace: Some(ns.to_string()),
@@ -107,7 +106,10 @@ pub async fn start_controller(client: &Client, ns: &str, selector: bool) {
         client.clone(),
         store,
         settings,
-        Arc::new(Metrics::new()),
+        Arc::new(Metrics::new(
+            &mut prometheus_client::registry::Registry::default(),
+        )),
+        kubeairunway_sdk::process::Check::default(),
         futures::future::pending(),
     ));
 }

@@ -552,7 +552,7 @@ fn chart_lints_and_renders_least_privilege_rbac() {
         &[
             ("image.tag", "1.2.3"),
             ("dynamoVersion", "2.0.0"),
-            ("failedThresholdSeconds", "120"),
+            ("failedThreshold", "2m"),
         ],
     )
     .unwrap();
@@ -642,14 +642,14 @@ fn chart_lints_and_renders_least_privilege_rbac() {
         container["args"],
         json!([
             "--dynamo-version=2.0.0",
-            "--failed-threshold-seconds=120",
-            "--finalizer-timeout-seconds=300",
-            "--stale-status-seconds=300",
-            "--heartbeat-seconds=30",
-            "--resync-seconds=300",
-            "--metrics-addr=0.0.0.0:8080",
+            "--failed-threshold=2m",
+            "--finalizer-timeout=5m",
+            "--stale-status-after=5m",
+            "--heartbeat-interval=30s",
+            "--resync-period=5m",
+            "--metrics-bind-address=0.0.0.0:8080",
             "--leader-elect=true",
-            "--log-json",
+            "--log-format=json",
         ])
     );
     assert_eq!(container["env"][0]["name"], "POD_NAME");

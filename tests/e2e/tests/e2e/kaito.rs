@@ -1,18 +1,25 @@
 //! The KAITO provider end to end on the real API server, once per real Workspace CRD
 //! version (v0.12 and v0.10), each on a private cluster with exactly one provider
 //! instance: every rendered Workspace is accepted by the real schema (strict field
-//! validation), a status fixture walks KAITO's real states and the ModelDeployment
-//! follows, and deletion removes the Workspace. Also the chart: lint, template, RBAC.
+//! validation) and by KAITO's webhook, which the API server calls
+//! (`kubeairunway_e2e::operators::kaito`); a refusal of that webhook comes back as
+//! `ResourceRejected` in its words; a status fixture walks KAITO's real states and the
+//! ModelDeployment follows; deletion removes the Workspace. Also the chart: lint,
+//! template, RBAC.
 
 use std::time::Duration;
 
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
+use kubeairunway_e2e::operators::kaito::{
+    self as standin, Cluster, InferenceSetController, NodeProvisioner, inference_set_resource,
+    workspace_resource,
+};
 use kubeairunway_e2e::{fixtures_dir, helm, read_crd};
-use kubeairunway_kaito_provider::KaitoProvider;
+use kubeairunway_kaito_provider::{KaitoProvider, NodeProvisioning};
 use kubeairunway_sdk::api::{EngineType, InferenceProviderConfig, ModelDeployment, Phase};
-use kubeairunway_sdk::conditions::{PROVIDER_COMPATIBLE, READY, RESOURCE_CREATED};
+use kubeairunway_sdk::conditions::{PROVIDER_COMPATIBLE, READY, RESOURCE_CREATED, reasons};
 use kubeairunway_sdk::render::Role;
 use kubeairunway_sdk::testing::{
     self, ModelDeploymentBuilder, condition, md_where, message, phase, test_options, wait_for,
@@ -23,14 +30,21 @@ use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(30);
 
-fn workspaces() -> ApiResource {
-    ApiResource {
-        group: "kaito.sh".into(),
-        version: "v1beta1".into(),
-        api_version: "kaito.sh/v1beta1".into(),
-        kind: "Workspace".into(),
-        plural: "workspaces".into(),
+/// The provider as a cluster with KAITO's node auto-provisioning (its default) runs it.
+fn nap_provider(inference_set: bool) -> KaitoProvider {
+    KaitoProvider {
+        inference_set,
+        nodes: NodeProvisioning::auto("Standard_NC6s_v3", "Standard_D8s_v3"),
     }
+}
+
+fn workspaces() -> ApiResource {
+    workspace_resource()
+}
+
+/// KAITO as the provider's cluster runs it: node auto-provisioning, its model catalog.
+fn kaito() -> Cluster {
+    Cluster::new(NodeProvisioner::AzureGpu).with_catalog()
 }
 
 /// A private cluster with the platform's CRDs and one real Workspace CRD.
@@ -72,14 +86,16 @@ fn gpu_vllm(name: &str, ns: &str) -> ModelDeploymentBuilder {
 }
 
 /// Every shape of rendered object: the Workspace is accepted by the installed schema
-/// with strict field validation (unknown fields refused, not pruned), by a dry run.
+/// with strict field validation (unknown fields refused, not pruned), by a dry run, before
+/// KAITO's webhook is served (it would judge the bring-your-own renderings by a KAITO that
+/// auto-provisions nodes, and look for ConfigMaps a dry run does not create).
 async fn rendered_objects_are_accepted(client: &Client, api: &UpstreamApi) {
     let providers = [
-        KaitoProvider::default(),
         KaitoProvider {
             inference_set: false,
-            instance_type: Some("Standard_NC6s_v3".into()),
+            nodes: NodeProvisioning::Byo,
         },
+        nap_provider(false),
     ];
     let full_llama = cpu_llamacpp("llama-full", "schema").spec(|s| {
         *s = serde_json::from_value(json!({
@@ -169,10 +185,13 @@ async fn kaito_writes(
 }
 
 async fn walk(tag: &str, crd_file: &str) {
-    let (_cluster, client, api) = cluster(tag, crd_file).await;
+    let (cluster, client, api) = cluster(tag, crd_file).await;
     rendered_objects_are_accepted(&client, &api).await;
-
-    let running = testing::spawn(KaitoProvider::default(), client.clone(), test_options());
+    let _webhooks = standin::serve_webhooks(&cluster, &client, kaito(), false)
+        .await
+        .unwrap();
+    a_missing_config_map_is_refused(&client).await;
+    let running = testing::spawn(nap_provider(false), client.clone(), test_options());
 
     // Registration.
     let ipcs: Api<InferenceProviderConfig> = Api::all(client.clone());
@@ -263,9 +282,9 @@ async fn walk(tag: &str, crd_file: &str) {
         &client,
         ns,
         "gemma-cpu",
-        json!({"state": "Pending", "conditions": [cond("WorkspaceSucceeded", "False", "workspacePending", "workspace is pending")]}),
+        standin::workspace_pending(),
         Phase::Deploying,
-        "KAITO Workspace is Pending: workspace is pending",
+        "KAITO Workspace is Pending: Inference workload is not ready",
     )
     .await;
     assert_eq!(condition(&md, READY).unwrap().status, "False");
@@ -304,11 +323,7 @@ async fn walk(tag: &str, crd_file: &str) {
         &client,
         ns,
         "gemma-cpu",
-        json!({"state": "Ready", "conditions": [
-            cond("ResourceReady", "True", "workspaceResourceStatusSuccess", "resource is ready"),
-            cond("InferenceReady", "True", "workspaceInferenceStatusSuccess", "inference is ready"),
-            cond("WorkspaceSucceeded", "True", "workspaceSucceeded", "workspace succeeds"),
-        ]}),
+        standin::workspace_ready(),
         Phase::Running,
         "KAITO Workspace is ready",
     )
@@ -323,30 +338,13 @@ async fn walk(tag: &str, crd_file: &str) {
     assert_eq!((replicas.desired, replicas.ready), (Some(1), Some(1)));
     assert_eq!(condition(&md, READY).unwrap().status, "True");
 
-    // vLLM as a KAITO preset named after the model id.
-    let vllm = deploy(&client, &gpu_vllm("qwen", "vllm").build()).await;
-    let vllm_ws: Api<DynamicObject> = Api::namespaced_with(client.clone(), "vllm", &workspaces());
-    let ws = wait_for(
-        WAIT,
-        "the vLLM Workspace",
-        || vllm_ws.get_opt("qwen"),
-        Option::is_some,
-    )
-    .await
-    .unwrap()
-    .unwrap();
-    assert_eq!(
-        ws.data["inference"]["preset"]["name"],
-        "Qwen/Qwen2.5-0.5B-Instruct"
-    );
-    assert_eq!(
-        ws.annotations().get("kaito.sh/runtime").map(String::as_str),
-        Some("vllm")
-    );
-    assert_eq!(
-        vllm.uid(),
-        ws.owner_references().first().map(|o| o.uid.clone())
-    );
+    // vLLM as a KAITO preset named after the model id, with a context length and a token
+    // Secret: its inference ConfigMap is applied before the Workspace, which KAITO's
+    // webhook (called by the API server) refuses while the ConfigMap does not exist.
+    vllm_walk(&client, tag).await;
+    // A Workspace KAITO's webhook refuses is Failed with the webhook's words, until the
+    // spec changes to one it admits.
+    refused_by_the_webhook(&client).await;
 
     // What KAITO cannot serve is refused with the exact messages, and nothing is created.
     for (name, builder, msg) in [
@@ -402,6 +400,217 @@ async fn walk(tag: &str, crd_file: &str) {
     running.stop().await.unwrap();
 }
 
+/// KAITO's Workspace webhook is live at the API server: a Workspace naming an inference
+/// ConfigMap that does not exist is refused in KAITO's words
+/// (api/v1beta1/inference_config_validation.go:56-70@v0.12.0), so a Workspace the
+/// provider applies before its ConfigMap could not be created.
+async fn a_missing_config_map_is_refused(client: &Client) {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "schema", &workspaces());
+    let ws: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "kaito.sh/v1beta1", "kind": "Workspace",
+        "metadata": {"name": "no-config", "annotations": {"kaito.sh/runtime": "vllm"}},
+        "resource": {"instanceType": "Standard_NC6s_v3",
+                     "labelSelector": {"matchLabels": {"kubernetes.io/os": "linux"}}},
+        "inference": {"preset": {"name": "Qwen/Qwen2.5-0.5B-Instruct"}, "config": "missing-config"},
+    }))
+    .unwrap();
+    let err = api
+        .create(&kube::api::PostParams::default(), &ws)
+        .await
+        .unwrap_err();
+    let kube::Error::Api(status) = err else {
+        panic!("{err}")
+    };
+    assert_eq!(
+        status.message,
+        "admission webhook \"validation.workspace.kaito.sh\" denied the request: validation \
+         failed: ConfigMap 'missing-config' specified in 'config' not found in namespace \
+         'schema': config"
+    );
+}
+
+fn with_token(builder: ModelDeploymentBuilder, secret: &str) -> ModelDeploymentBuilder {
+    let secret = secret.to_string();
+    builder.spec(move |s| {
+        s.secrets = Some(serde_json::from_value(json!({"huggingFaceToken": secret})).unwrap());
+    })
+}
+
+/// The vLLM part of the walk: the ConfigMap-before-Workspace order through KAITO's real
+/// webhook, the Workspace, and a new token Secret on a running deployment, which
+/// changes `inference.preset` (immutable to KAITO's webhook,
+/// workspace_validation.go:895-897@v0.12.0): a new Workspace (a new UID), not a patch the
+/// API server refuses.
+async fn vllm_walk(client: &Client, tag: &str) {
+    let ns = "vllm";
+    let qwen = |secret: &str| {
+        with_token(gpu_vllm("qwen", ns), secret)
+            .spec(|s| s.engine.context_length = Some(8192))
+            .build()
+    };
+    let vllm = deploy(client, &qwen("hf-token-a")).await;
+    let md = md_where(client, ns, "qwen", "the Workspace applied", |m| {
+        condition(m, RESOURCE_CREATED).is_some_and(|c| c.status == "True")
+    })
+    .await;
+    assert_eq!(phase(&md), Some(Phase::Deploying));
+    let vllm_ws: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &workspaces());
+    let ws = wait_for(
+        WAIT,
+        "the vLLM Workspace",
+        || vllm_ws.get_opt("qwen"),
+        Option::is_some,
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        ws.data["inference"]["preset"]["name"],
+        "Qwen/Qwen2.5-0.5B-Instruct"
+    );
+    assert_eq!(
+        ws.data["inference"]["preset"]["presetOptions"]["modelAccessSecret"],
+        "hf-token-a"
+    );
+    assert_eq!(ws.data["inference"]["config"], "qwen-inference-config");
+    assert_eq!(
+        ws.annotations().get("kaito.sh/runtime").map(String::as_str),
+        Some("vllm")
+    );
+    assert_eq!(
+        vllm.uid(),
+        ws.owner_references().first().map(|o| o.uid.clone())
+    );
+    let config_maps: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), ns);
+    let config = config_maps.get("qwen-inference-config").await.unwrap();
+    assert!(
+        config.data.unwrap()["inference_config.yaml"].contains("max-model-len: 8192"),
+        "the context length KAITO's webhook checked"
+    );
+    let first_uid = ws.uid().unwrap();
+    kaito_writes(
+        client,
+        ns,
+        "qwen",
+        standin::workspace_ready(),
+        Phase::Running,
+        "KAITO Workspace is ready",
+    )
+    .await;
+
+    // A new token Secret on the running deployment.
+    deploy(client, &qwen("hf-token-b")).await;
+    let ws = wait_for(
+        WAIT,
+        "a new Workspace with the new token",
+        || vllm_ws.get_opt("qwen"),
+        |w: &Option<DynamicObject>| {
+            w.as_ref()
+                .is_some_and(|w| w.uid().as_deref() != Some(first_uid.as_str()))
+        },
+    )
+    .await
+    .unwrap()
+    .unwrap();
+    assert_eq!(
+        ws.data["inference"]["preset"]["presetOptions"]["modelAccessSecret"],
+        "hf-token-b"
+    );
+    let md = md_where(client, ns, "qwen", "the new Workspace applied", |m| {
+        condition(m, RESOURCE_CREATED).is_some_and(|c| c.status == "True")
+            && message(m) != "KAITO Workspace is ready"
+    })
+    .await;
+    assert_eq!(phase(&md), Some(Phase::Deploying), "{}", message(&md));
+    kaito_writes(
+        client,
+        ns,
+        "qwen",
+        standin::workspace_ready(),
+        Phase::Running,
+        "KAITO Workspace is ready",
+    )
+    .await;
+
+    // KAITO v0.12's post-load benchmark, failed for good, holds the Workspace NotReady.
+    if tag == "v012" {
+        let error = "pod vllm/qwen-0: no KAITO_BENCHMARK_RESULT line found in pod logs";
+        let md = kaito_writes(
+            client,
+            ns,
+            "qwen",
+            standin::workspace_benchmark_failed(error),
+            Phase::Failed,
+            &format!(
+                "KAITO's post-load benchmark failed, so KAITO holds the Workspace NotReady \
+                 (its inference server is up): {error}"
+            ),
+        )
+        .await;
+        assert_eq!(
+            md.status
+                .as_ref()
+                .unwrap()
+                .endpoint
+                .as_ref()
+                .unwrap()
+                .service
+                .as_deref(),
+            Some("qwen")
+        );
+    }
+}
+
+/// A Workspace KAITO's webhook refuses: `microsoft/phi-4` with a context length above
+/// its catalog token limit (inference_config_validation.go:88-112@v0.12.0). The apply is
+/// refused at the API server; the ModelDeployment is Failed, `ResourceRejected`, with
+/// KAITO's words; nothing is created but the ConfigMap; a spec within the limit is
+/// applied at once (a spec change retries).
+async fn refused_by_the_webhook(client: &Client) {
+    let ns = "too-long";
+    let phi = |context_length: i32| {
+        ModelDeploymentBuilder::new("phi")
+            .namespace(ns)
+            .model(standin::PHI_4)
+            .engine(EngineType::Vllm)
+            .gpus(1)
+            .provider("kaito")
+            .spec(move |s| s.engine.context_length = Some(context_length))
+            .build()
+    };
+    deploy(client, &phi(32768)).await;
+    let md = md_where(client, ns, "phi", "Failed", |m| {
+        phase(m) == Some(Phase::Failed)
+    })
+    .await;
+    let expected = "the API server refused Workspace 'phi': admission webhook \
+        \"validation.workspace.kaito.sh\" denied the request: validation failed: invalid value: \
+        max-model-len 32768 exceeds model's maximum supported context window 16384 \
+        (ModelTokenLimit): max-model-len";
+    assert_eq!(message(&md), expected);
+    for type_ in [RESOURCE_CREATED, READY] {
+        let c = condition(&md, type_).unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str(), c.message.as_str()),
+            ("False", reasons::RESOURCE_REJECTED, expected),
+            "{type_}"
+        );
+    }
+    let ws: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &workspaces());
+    assert!(ws.get_opt("phi").await.unwrap().is_none());
+
+    deploy(client, &phi(16384)).await;
+    wait_for(WAIT, "the Workspace", || ws.get_opt("phi"), Option::is_some)
+        .await
+        .unwrap();
+    let md = md_where(client, ns, "phi", "Deploying", |m| {
+        phase(m) == Some(Phase::Deploying)
+    })
+    .await;
+    assert_eq!(condition(&md, RESOURCE_CREATED).unwrap().status, "True");
+}
+
 #[tokio::test]
 async fn kaito_v0_12_workspace_end_to_end() {
     Box::pin(walk("v012", "kaito.sh_workspaces.yaml")).await;
@@ -413,30 +622,26 @@ async fn kaito_v0_10_workspace_end_to_end() {
 }
 
 fn inference_sets() -> ApiResource {
-    ApiResource {
-        group: "kaito.sh".into(),
-        version: "v1alpha1".into(),
-        api_version: "kaito.sh/v1alpha1".into(),
-        kind: "InferenceSet".into(),
-        plural: "inferencesets".into(),
-    }
+    inference_set_resource()
 }
 
 /// Replicas > 1 with KAITO's real InferenceSet CRD installed (beside the v0.12 Workspace
-/// CRD): an InferenceSet is created (not `resource.count`), accepted by the real schema,
-/// its ready count followed, and deleted with the ModelDeployment.
+/// CRD): an InferenceSet is created (not `resource.count`), accepted by the real schema
+/// and KAITO's webhooks, its Workspaces created by KAITO's controller (played) through
+/// the Workspace webhook, its ready count followed, and deleted with the ModelDeployment.
 #[tokio::test]
 async fn kaito_inference_set_for_replicas() {
-    let (_cluster, client, api) = cluster("iset", "kaito.sh_workspaces.yaml").await;
+    let (cluster, client, api) = cluster("iset", "kaito.sh_workspaces.yaml").await;
     let iset_crd =
         read_crd(&fixtures_dir().join("crds/upstream/kaito.sh_inferencesets.yaml")).unwrap();
     testing::install_crds(&client, &[iset_crd]).await.unwrap();
-    let provider = KaitoProvider {
-        inference_set: true,
-        instance_type: Some("Standard_NC24ads_A100_v4".into()),
-    };
+    let provider = nap_provider(true);
+    let _webhooks = standin::serve_webhooks(&cluster, &client, kaito(), true)
+        .await
+        .unwrap();
+    let controller = InferenceSetController::spawn(client.clone(), kaito());
 
-    // Strict dry runs of every shape against the real InferenceSet schema.
+    // Strict dry runs of every shape against the real InferenceSet schema and webhook.
     let isets: Api<DynamicObject> = Api::namespaced_with(client.clone(), "iset", &inference_sets());
     let strict = PatchParams::apply("schema-check")
         .validation_strict()
@@ -480,6 +685,23 @@ async fn kaito_inference_set_for_replicas() {
         ws.get_opt("qwen3").await.unwrap().is_none(),
         "no Workspace with resource.count"
     );
+    // KAITO's controller creates the set's Workspaces, which its webhook admits (their
+    // inference ConfigMap exists).
+    let of_the_set = kube::api::ListParams::default()
+        .labels(&format!("{}=qwen3", standin::CREATED_BY_INFERENCE_SET));
+    let children = wait_for(
+        WAIT,
+        "three Workspaces of the set",
+        || ws.list(&of_the_set),
+        |l: &kube::api::ObjectList<DynamicObject>| l.items.len() == 3,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        children.items[0].data["inference"]["config"],
+        "qwen3-inference-config"
+    );
+    assert_eq!(controller.problems(), Vec::<String>::new());
 
     // KAITO's InferenceSet controller reports ready Workspaces; the runtime polls it.
     let slow = Duration::from_secs(60);
@@ -489,7 +711,7 @@ async fn kaito_inference_set_for_replicas() {
         &inference_sets(),
         "iset",
         "qwen3",
-        json!({"replicas": 3, "readyReplicas": 1}),
+        standin::inference_set_status(3, 1, None),
     )
     .await
     .unwrap();
@@ -508,13 +730,16 @@ async fn kaito_inference_set_for_replicas() {
     .await
     .unwrap();
     assert_eq!(phase(&md), Some(Phase::Deploying));
-    assert_eq!(message(&md), "KAITO InferenceSet has 1/3 Workspaces ready");
+    assert_eq!(
+        message(&md),
+        "KAITO InferenceSet: inferenceset is not ready, 1/3 replicas are ready"
+    );
     testing::write_upstream_status(
         &client,
         &inference_sets(),
         "iset",
         "qwen3",
-        json!({"replicas": 3, "readyReplicas": 3}),
+        standin::inference_set_status(3, 3, None),
     )
     .await
     .unwrap();
@@ -528,6 +753,30 @@ async fn kaito_inference_set_for_replicas() {
     .unwrap();
     let replicas = md.status.as_ref().unwrap().replicas.as_ref().unwrap();
     assert_eq!((replicas.desired, replicas.ready), (Some(3), Some(3)));
+    let endpoint = md.status.as_ref().unwrap().endpoint.as_ref().unwrap();
+    assert_eq!(
+        (endpoint.service.as_deref(), endpoint.port),
+        (Some("qwen3-iset"), Some(80))
+    );
+    // A failed InferenceSet is Failed with KAITO's own message.
+    testing::write_upstream_status(
+        &client,
+        &inference_sets(),
+        "iset",
+        "qwen3",
+        standin::inference_set_status(3, 3, Some("failed to create OCIRepository: forbidden")),
+    )
+    .await
+    .unwrap();
+    let md = wait_for(
+        slow,
+        "Failed",
+        || mds.get("qwen3"),
+        |m: &ModelDeployment| phase(m) == Some(Phase::Failed),
+    )
+    .await
+    .unwrap();
+    assert_eq!(message(&md), "failed to create OCIRepository: forbidden");
     assert_eq!(
         md.status
             .as_ref()
@@ -596,6 +845,11 @@ async fn kaito_inference_set_for_replicas() {
     .await
     .unwrap();
     running.stop().await.unwrap();
+    assert_eq!(
+        controller.problems(),
+        Vec::<String>::new(),
+        "KAITO's webhook refused Workspaces of a set"
+    );
 }
 
 #[test]
@@ -609,7 +863,8 @@ fn kaito_chart_lints_and_renders_least_privilege_rbac() {
         &[
             ("image.tag", "v9.9.9"),
             ("inferenceSet", "disabled"),
-            ("instanceType", "Standard_NC6s_v3"),
+            ("nodeProvisioning.gpuInstanceType", "Standard_NC6s_v3"),
+            ("nodeProvisioning.cpuInstanceType", "Standard_D8s_v3"),
         ],
     )
     .unwrap();
@@ -630,10 +885,13 @@ fn kaito_chart_lints_and_renders_least_privilege_rbac() {
         .map(|a| a.as_str().unwrap())
         .collect();
     assert!(args.contains(&"--inference-set=disabled"), "{args:?}");
-    assert!(
-        args.contains(&"--instance-type=Standard_NC6s_v3"),
-        "{args:?}"
-    );
+    for arg in [
+        "--node-provisioning=auto",
+        "--gpu-instance-type=Standard_NC6s_v3",
+        "--cpu-instance-type=Standard_D8s_v3",
+    ] {
+        assert!(args.contains(&arg), "{arg} in {args:?}");
+    }
     let env = container["env"].as_array().unwrap();
     assert!(
         env.iter().any(|e| e["name"] == "POD_NAME"
@@ -651,7 +909,7 @@ fn kaito_chart_lints_and_renders_least_privilege_rbac() {
         {"apiGroups": ["kubeairunway.ai"], "resources": ["inferenceproviderconfigs", "inferenceproviderconfigs/status"], "verbs": ["get", "create", "patch", "update"]},
         {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get", "list", "watch"]},
         {"apiGroups": ["kaito.sh"], "resources": ["workspaces", "inferencesets"], "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]},
-        {"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]},
+        {"apiGroups": [""], "resources": ["configmaps", "services"], "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]},
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
     ]);
     assert_eq!(&Value::Array(rules.clone()), &expected);
@@ -669,4 +927,186 @@ fn kaito_chart_lints_and_renders_least_privilege_rbac() {
 /// Create the ModelDeployment as a user would and select `kaito` as core would.
 async fn deploy(client: &Client, md: &ModelDeployment) -> ModelDeployment {
     testing::deploy(client, md, "kaito").await.unwrap()
+}
+
+/// Defect: the Workspace was applied before its inference ConfigMap, and KAITO's webhook
+/// refuses a vLLM Workspace whose ConfigMap does not exist yet
+/// (api/v1beta1/inference_config_validation.go:56-70@v0.12.0). One reconcile step of the
+/// real provider against a mock API server whose Workspace admission is the stand-in's
+/// webhook rule, fed with the ConfigMaps applied so far: a Workspace applied first is
+/// answered 400 with KAITO's words and the test fails.
+#[tokio::test]
+async fn kaito_inference_config_map_is_applied_before_the_workspace() {
+    use kubeairunway_sdk::runtime::{Context, reconcile_once};
+    use kubeairunway_sdk::testing::mock;
+
+    let (client, mut server) = mock::pair();
+    let provider = nap_provider(false);
+    let crd = read_crd(&fixtures_dir().join("crds/upstream/kaito.sh_workspaces.yaml")).unwrap();
+    let api = UpstreamApi::detect(&crd, &provider.upstream()).unwrap();
+    let (_tx, upstream) = tokio::sync::watch::channel(Some(Ok(api)));
+    let ctx = Context::new(
+        std::sync::Arc::new(provider),
+        client,
+        test_options(),
+        upstream,
+    );
+    let mut md = gpu_vllm("qwen", "ns")
+        .spec(|s| s.engine.context_length = Some(4096))
+        .build();
+    md.metadata.uid = Some("uid-1".into());
+    md.metadata.finalizers = Some(vec!["kubeairunway.ai/kaito-provider".into()]);
+    md.status = Some(serde_json::from_value(json!({"provider": {"name": "kaito"}})).unwrap());
+    let answered = serde_json::to_value(&md).unwrap();
+
+    let reconcile =
+        tokio::spawn(async move { reconcile_once(&md, &ctx).await.map_err(|e| e.to_string()) });
+    let mut cluster = Cluster::new(NodeProvisioner::AzureGpu);
+    let mut applies = Vec::new();
+    let mut refusals = Vec::new();
+    loop {
+        let step = server
+            .respond(|method, uri, body| {
+                let path = uri.split('?').next().unwrap_or_default().to_string();
+                let not_found = json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                       "reason": "NotFound", "code": 404, "message": "not found"});
+                match *method {
+                    http::Method::GET => (404, not_found),
+                    http::Method::PATCH if path.ends_with("/status") => (200, answered.clone()),
+                    http::Method::PATCH if path.contains("/configmaps/") => {
+                        let data = serde_json::from_value(body["data"].clone()).unwrap();
+                        cluster.put_config_map("ns", body["metadata"]["name"].as_str().unwrap(), data);
+                        applies.push(path);
+                        (200, body.clone())
+                    }
+                    http::Method::PATCH => {
+                        applies.push(path);
+                        match standin::admit_workspace(None, body, &cluster) {
+                            Ok(()) => (200, body.clone()),
+                            Err(refusal) => {
+                                refusals.push(refusal.to_string());
+                                (400, json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                             "reason": "BadRequest", "code": 400,
+                                             "message": refusal.to_string()}))
+                            }
+                        }
+                    }
+                    _ => (201, body.clone()),
+                }
+            })
+            .await;
+        if step.is_err() {
+            break;
+        }
+    }
+    reconcile.await.unwrap().unwrap();
+    assert_eq!(refusals, Vec::<String>::new(), "KAITO's webhook refused");
+    assert_eq!(
+        applies,
+        [
+            "/api/v1/namespaces/ns/configmaps/qwen-inference-config",
+            "/apis/kaito.sh/v1beta1/namespaces/ns/workspaces/qwen",
+        ]
+    );
+}
+
+/// Defect: `secrets.huggingFaceToken` renders into `inference.preset`, which KAITO's webhook
+/// refuses to update ("field is immutable", workspace_validation.go:895-897@v0.12.0), so a
+/// new token Secret patched in place failed. One reconcile step against a mock API server
+/// holding the Workspace of the old token, whose Workspace UPDATE admission is the
+/// stand-in's webhook rule: the provider's immutable fields make the runtime delete the
+/// Workspace to create it anew instead of patching it.
+#[tokio::test]
+async fn kaito_a_new_token_secret_recreates_the_workspace_instead_of_patching_the_preset() {
+    use kubeairunway_sdk::runtime::{Context, reconcile_once};
+    use kubeairunway_sdk::testing::mock;
+
+    let provider = nap_provider(false);
+    let crd = read_crd(&fixtures_dir().join("crds/upstream/kaito.sh_workspaces.yaml")).unwrap();
+    let api = UpstreamApi::detect(&crd, &provider.upstream()).unwrap();
+    let with_token = |secret: &str| {
+        let mut md = gpu_vllm("qwen", "ns")
+            .spec(|s| {
+                s.secrets =
+                    Some(serde_json::from_value(json!({"huggingFaceToken": secret})).unwrap());
+            })
+            .build();
+        md.metadata.uid = Some("uid-1".into());
+        md.metadata.finalizers = Some(vec!["kubeairunway.ai/kaito-provider".into()]);
+        md.status = Some(serde_json::from_value(json!({"provider": {"name": "kaito"}})).unwrap());
+        md
+    };
+    // The Workspace as the runtime applied it for the first token.
+    let old = with_token("hf-old");
+    let mut live = provider.render(&old, &api).unwrap().objects.remove(0);
+    kubeairunway_sdk::render::finish(
+        &mut live,
+        &old,
+        "kaito",
+        Role::Primary {
+            immutable_fields: provider.immutable_fields("Workspace"),
+        },
+    );
+    let mut live = serde_json::to_value(&live).unwrap();
+    live["metadata"]["uid"] = json!("ws-1");
+    let live_object: kube::api::DynamicObject = serde_json::from_value(live.clone()).unwrap();
+    let workspaces = api.api_resource();
+    let md = with_token("hf-new");
+    let answered = serde_json::to_value(&md).unwrap();
+
+    let (client, mut server) = mock::pair();
+    let (_tx, upstream) = tokio::sync::watch::channel(Some(Ok(api)));
+    let ctx = Context::new(
+        std::sync::Arc::new(provider),
+        client,
+        test_options(),
+        upstream,
+    )
+    .with_live_of(&workspaces, vec![live_object]);
+    let reconcile =
+        tokio::spawn(async move { reconcile_once(&md, &ctx).await.map_err(|e| e.to_string()) });
+    let cluster = Cluster::new(NodeProvisioner::AzureGpu);
+    let (mut refusals, mut deleted) = (Vec::new(), Vec::new());
+    loop {
+        let step = server
+            .respond(|method, uri, body| {
+                let path = uri.split('?').next().unwrap_or_default().to_string();
+                let workspace = path.ends_with("/workspaces/qwen");
+                match *method {
+                    http::Method::GET if workspace => (200, live.clone()),
+                    http::Method::GET => (
+                        404,
+                        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                               "reason": "NotFound", "code": 404, "message": "not found"}),
+                    ),
+                    http::Method::PATCH if path.ends_with("/status") => (200, answered.clone()),
+                    http::Method::PATCH if workspace => {
+                        match standin::admit_workspace(Some(&live), body, &cluster) {
+                            Ok(()) => (200, body.clone()),
+                            Err(refusal) => {
+                                refusals.push(refusal.to_string());
+                                (400, json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                                             "reason": "BadRequest", "code": 400,
+                                             "message": refusal.to_string()}))
+                            }
+                        }
+                    }
+                    http::Method::DELETE if workspace => {
+                        deleted.push(path);
+                        (200, live.clone())
+                    }
+                    _ => (200, body.clone()),
+                }
+            })
+            .await;
+        if step.is_err() {
+            break;
+        }
+    }
+    reconcile.await.unwrap().unwrap();
+    assert_eq!(refusals, Vec::<String>::new(), "KAITO's webhook refused");
+    assert_eq!(
+        deleted,
+        ["/apis/kaito.sh/v1beta1/namespaces/ns/workspaces/qwen"]
+    );
 }

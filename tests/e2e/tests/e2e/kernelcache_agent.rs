@@ -1,25 +1,27 @@
 //! The kernel-cache node agent, in-process, against a real API server of its own (it
 //! watches KernelCaches in every namespace) and a real loopback registry holding real
 //! cache images. The test plays the controller: it writes each KernelCache's status
-//! (pinned digest, verification) with the controller's field manager. The Node is a
-//! recording stand-in (the test server does not serve Nodes); GPUs come from a static
-//! inventory.
+//! (pinned digest, verification) with the controller's field manager, and the kubelet: it
+//! registers the real Node the agent reads and labels (under the agent's own identity,
+//! with real Secrets for pull credentials); GPUs come from a static inventory.
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::Node;
 use kube::Client;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kubeairunway_e2e::cache_images::{
     CUDA_HASH, CacheImage, layer, push, start_registry, triton_cuda, triton_rocm, vllm_cuda,
 };
 use kubeairunway_e2e::eventually;
 use kubeairunway_kernelcache::agent::gpu::Static;
 use kubeairunway_kernelcache::agent::metrics::Metrics;
-use kubeairunway_kernelcache::agent::node::Recorded;
-use kubeairunway_kernelcache::agent::{self, Seams, Settings, secrets};
+use kubeairunway_kernelcache::agent::node::KubeNode;
+use kubeairunway_kernelcache::agent::secrets::KubeSecrets;
+use kubeairunway_kernelcache::agent::{self, Seams, Settings};
 use kubeairunway_kernelcache::api::{CacheState, KernelCache, KernelCacheNode, NodeCache};
 use kubeairunway_kernelcache::inject::ready_label;
 use kubeairunway_testcluster::TestCluster;
@@ -50,15 +52,14 @@ fn start_agent(
     root: &Path,
     registry: &Registry,
     inventory: &str,
-    node: &Recorded,
 ) -> RunningAgent {
     let mut settings = Settings::new(node_name, root.to_path_buf());
     settings.plain_http = vec![registry.addr().to_string()];
     settings.resync = Duration::from_secs(2);
     let seams = Seams {
         gpus: Arc::new(Static::parse(inventory).unwrap()),
-        node: Arc::new(node.clone()),
-        secrets: Arc::new(secrets::InMemory::default()),
+        node: Arc::new(KubeNode::new(client.clone(), node_name)),
+        secrets: Arc::new(KubeSecrets(client.clone())),
     };
     let metrics = Arc::new(Metrics::new(node_name));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -76,6 +77,42 @@ fn start_agent(
         task,
         metrics,
     }
+}
+
+/// The agent's identity: the service account its DaemonSet runs under.
+fn agent_user() -> String {
+    kubeairunway_testcluster::service_account_user("kubeairunway-system", "kernelcache-agent")
+}
+
+async fn agent_client(cluster: &TestCluster) -> Client {
+    cluster
+        .client_as_service_account("kubeairunway-system", "kernelcache-agent")
+        .await
+        .unwrap()
+}
+
+/// Register a Node as its kubelet would (the test server runs no kubelet).
+async fn register_node(client: &Client, name: &str, labels: &[(&str, &str)]) {
+    let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
+    let node: Node = serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": labels},
+        "status": {"capacity": {"nvidia.com/gpu": "2"}},
+    }))
+    .unwrap();
+    Api::<Node>::all(client.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap();
+}
+
+async fn node_labels(client: &Client, name: &str) -> BTreeMap<String, String> {
+    Api::<Node>::all(client.clone())
+        .get(name)
+        .await
+        .unwrap()
+        .metadata
+        .labels
+        .unwrap_or_default()
 }
 
 async fn setup(tag: &str) -> (TestCluster, Client, Registry) {
@@ -165,7 +202,7 @@ fn state_of(node: &KernelCacheNode, name: &str) -> Option<CacheState> {
 
 #[tokio::test]
 async fn the_agent_stages_what_fits_reports_labels_survives_restarts_and_cleans_up() {
-    let (_cluster, client, registry) = setup("kc-agent").await;
+    let (cluster, client, registry) = setup("kc-agent").await;
     let ns = "ml";
     let triton = push(&registry, "kc/triton-vadd:v1", &triton_cuda("90").unwrap())
         .await
@@ -218,8 +255,9 @@ async fn the_agent_stages_what_fits_reports_labels_survives_restarts_and_cleans_
 
     let root = tempfile::tempdir().unwrap();
     let node_name = "gpu-node-1";
-    let node = Recorded::new(BTreeMap::from([("pool".into(), "gpu".into())]));
-    let running = start_agent(&client, node_name, root.path(), &registry, H100X2, &node);
+    register_node(&client, node_name, &[("pool", "gpu")]).await;
+    let agent = agent_client(&cluster).await;
+    let running = start_agent(&agent, node_name, root.path(), &registry, H100X2);
 
     let report = node_where(
         &client,
@@ -331,7 +369,7 @@ async fn the_agent_stages_what_fits_reports_labels_survives_restarts_and_cleans_
     );
 
     // The node is labelled for the ready caches only.
-    let labels = node.labels();
+    let labels = node_labels(&client, node_name).await;
     assert_eq!(
         labels
             .get(&ready_label(ns, "triton-vadd"))
@@ -383,7 +421,7 @@ async fn the_agent_stages_what_fits_reports_labels_survives_restarts_and_cleans_
     // A restarted agent finds the caches complete on disk: Ready again, no download, the
     // transition time kept.
     running.stop().await;
-    let restarted = start_agent(&client, node_name, root.path(), &registry, H100X2, &node);
+    let restarted = start_agent(&agent, node_name, root.path(), &registry, H100X2);
     eventually(60, "the restarted agent to report sizes", || async {
         let text = restarted.metrics.encode();
         (text.contains("name=\"triton-vadd\"") && text.contains("name=\"vllm-llama\""))
@@ -427,38 +465,48 @@ async fn the_agent_stages_what_fits_reports_labels_survives_restarts_and_cleans_
     .await
     .unwrap();
     assert!(dir("vllm-llama", &vllm_digest).is_dir());
-    let labels = node.labels();
+    let labels = node_labels(&client, node_name).await;
     assert!(
         !labels.contains_key(&ready_label(ns, "triton-vadd")),
         "{labels:?}"
     );
     assert!(labels.contains_key(&ready_label(ns, "vllm-llama")));
+    // The agent wrote those labels itself, with patches of the Node under its own
+    // identity (the audit log), and never replaced the Node.
+    let writes: Vec<_> = cluster
+        .audit_events()
+        .unwrap()
+        .into_iter()
+        .filter(|e| {
+            e.user.username == agent_user()
+                && e.object_ref.as_ref().is_some_and(|r| r.resource == "nodes")
+                && !matches!(e.verb.as_str(), "get" | "list" | "watch")
+        })
+        .map(|e| e.verb)
+        .collect();
     assert!(
-        node.patches()
-            .iter()
-            .any(
-                |p| p["metadata"]["labels"][ready_label(ns, "triton-vadd")].is_null()
-                    && p["metadata"]["labels"]
-                        .as_object()
-                        .unwrap()
-                        .contains_key(&ready_label(ns, "triton-vadd"))
-            ),
-        "a merge patch removed the label: {:?}",
-        node.patches()
+        writes.len() >= 2 && writes.iter().all(|v| v == "patch"),
+        "{writes:?}"
     );
     restarted.stop().await;
 }
 
 #[tokio::test]
 async fn a_node_without_gpus_reports_zero_with_a_message_and_downloads_nothing() {
-    let (_cluster, client, registry) = setup("kc-agent-nogpu").await;
+    let (cluster, client, registry) = setup("kc-agent-nogpu").await;
     let triton = push(&registry, "kc/triton-vadd:v1", &triton_cuda("90").unwrap())
         .await
         .unwrap();
     cache(&client, &registry, "ml", "triton-vadd", &triton, true).await;
     let root = tempfile::tempdir().unwrap();
-    let node = Recorded::default();
-    let running = start_agent(&client, "cpu-node", root.path(), &registry, "[]", &node);
+    register_node(&client, "cpu-node", &[]).await;
+    let running = start_agent(
+        &agent_client(&cluster).await,
+        "cpu-node",
+        root.path(),
+        &registry,
+        "[]",
+    );
     let report = node_where(
         &client,
         "cpu-node",
@@ -478,6 +526,72 @@ async fn a_node_without_gpus_reports_zero_with_a_message_and_downloads_nothing()
     );
     assert_eq!(running.metrics.downloads("success"), 0);
     assert!(!root.path().join("ml").exists());
-    assert!(node.patches().is_empty(), "no label set");
+    assert!(
+        node_labels(&client, "cpu-node").await.is_empty(),
+        "no label set"
+    );
     running.stop().await;
+}
+
+/// Pull credentials come from real Secrets: the first pull Secret naming the registry
+/// wins, a missing Secret is skipped (as the kubelet does), another registry gets none,
+/// and a Secret without a docker config is an error that names it.
+#[tokio::test]
+async fn pull_credentials_come_from_real_secrets() {
+    use k8s_openapi::api::core::v1::Secret;
+    use kubeairunway_kernelcache::agent::secrets::auth_for;
+    use oci_client::secrets::RegistryAuth;
+
+    let cluster = kubeairunway_testcluster::shared();
+    let client = cluster.client().await.unwrap();
+    let ns = cluster.namespace("kc-pull");
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let config = r#"{"auths":{"reg.example:5000":{"username":"u","password":"p"}}}"#;
+    for (name, body) in [
+        (
+            "pull",
+            json!({"type": "kubernetes.io/dockerconfigjson", "stringData": {".dockerconfigjson": config}}),
+        ),
+        (
+            "opaque",
+            json!({"type": "Opaque", "stringData": {"token": "x"}}),
+        ),
+    ] {
+        let mut secret = body;
+        secret["metadata"] = json!({"name": name});
+        secrets
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(secret).unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+    let reader = KubeSecrets(
+        cluster
+            .client_as_service_account(&ns, "kernelcache-agent")
+            .await
+            .unwrap(),
+    );
+    let names = ["missing".to_string(), "pull".to_string()];
+    let auth = auth_for(&reader, &ns, &names, "reg.example:5000/c@sha256:ab")
+        .await
+        .unwrap();
+    assert_eq!(auth, RegistryAuth::Basic("u".into(), "p".into()));
+    let other = auth_for(&reader, &ns, &names, "other.example/c@sha256:ab")
+        .await
+        .unwrap();
+    assert_eq!(other, RegistryAuth::Anonymous);
+    let e = auth_for(
+        &reader,
+        &ns,
+        &["opaque".to_string()],
+        "reg.example:5000/c@sha256:ab",
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(
+        e,
+        "pull secret opaque has no .dockerconfigjson or .dockercfg key"
+    );
 }

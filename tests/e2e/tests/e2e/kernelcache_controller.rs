@@ -11,7 +11,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kubeairunway_e2e::cache_images::{
     new_signer, pinned, push, sign, start_registry, triton_cuda, vllm_cuda,
 };
-use kubeairunway_kernelcache::agent::secrets::InMemory;
+use kubeairunway_kernelcache::agent::secrets::KubeSecrets;
 use kubeairunway_kernelcache::api::{KernelCache, KernelCacheStatus, VerificationMode};
 use kubeairunway_kernelcache::controller::{self, Settings, app::Metrics};
 use kubeairunway_sdk::conditions::{self, KERNEL_CACHE_READY};
@@ -193,7 +193,7 @@ async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments
     let task = tokio::spawn(controller::run(
         client.clone(),
         settings,
-        Arc::new(InMemory::default()),
+        Arc::new(KubeSecrets(client.clone())),
         Arc::new(Metrics::default()),
         async move {
             let _ = stopped.await;

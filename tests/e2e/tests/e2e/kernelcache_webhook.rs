@@ -302,7 +302,7 @@ async fn serving_pods_get_usable_caches_and_nothing_else_is_touched() {
     let (allowed, _, had) = admit(&http, addr, b"{not json".to_vec(), &json!({})).await;
     assert!(allowed && !had);
 
-    let text = kubeairunway_kernelcache::ops::Encode::encode(metrics.as_ref());
+    let text = metrics.encode();
     for line in [
         r#"kubeairunway_kernel_cache_injections_total{result="injected"} 2"#,
         r#"kubeairunway_kernel_cache_injections_total{result="cache-not-usable"} 1"#,
@@ -311,4 +311,236 @@ async fn serving_pods_get_usable_caches_and_nothing_else_is_touched() {
     ] {
         assert!(text.contains(line), "{line} in\n{text}");
     }
+}
+
+/// The pod webhook as the chart installs it, called by the API server: its Service and
+/// MutatingWebhookConfiguration from `helm template`, the webhook run with the chart's
+/// flags under the chart's service account (its certificate rotating every few seconds),
+/// the Service routed to it on loopback. Pods created through the API server: a vLLM and
+/// a Triton serving pod come back patched, a pod of no ModelDeployment and one whose cache
+/// is missing are untouched; with the webhook down a serving pod is still created
+/// (failurePolicy Ignore, recorded as failed open). Every request the webhook made is
+/// checked against the chart's RBAC, and every rule must have been used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_api_server_calls_the_pod_webhook_installed_from_the_chart() {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::PostParams;
+    use kubeairunway_e2e::{eventually, helm, rbac};
+
+    let Some(helm_bin) = helm::require() else {
+        return;
+    };
+    let objects = helm::template(&helm_bin, &helm::chart("kernelcache-provider"), &[]).unwrap();
+    let system = "kubeairunway-system";
+    // A cluster-wide pod webhook: a cluster of the test's own.
+    let (cluster, admin) = kubeairunway_sdk::testing::private_cluster(
+        "kc-webhook-installed",
+        &kubeairunway_kernelcache::api::crds(),
+    )
+    .await
+    .unwrap();
+    cluster.ensure_namespace(system);
+    cluster.ensure_namespace(NS);
+    helm::apply_kinds(
+        &admin,
+        &objects,
+        &["ServiceAccount", "Service", "MutatingWebhookConfiguration"],
+    )
+    .await
+    .unwrap();
+    let webhook = objects
+        .iter()
+        .find(|o| o["kind"] == "MutatingWebhookConfiguration")
+        .unwrap();
+    let service = webhook["webhooks"][0]["clientConfig"]["service"]["name"]
+        .as_str()
+        .unwrap();
+    let deployment = objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == service)
+        .unwrap();
+    let account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+        .as_str()
+        .unwrap();
+
+    let mds = ApiResource::erase::<kubeairunway_sdk::ModelDeployment>(&());
+    let caches = ApiResource::erase::<KernelCache>(&());
+    let usable = |cache_type: &str, digest: &str| {
+        json!({"resolvedDigest": digest, "pinnedImage": format!("registry.example/caches@{digest}"),
+               "cacheType": cache_type, "verification": {"mode": "key", "verified": true, "signer": "SHA256:x"}})
+    };
+    apply(
+        &admin,
+        &caches,
+        "vllm-h100",
+        json!({"spec": {"image": "registry.example/caches:vllm"}}),
+        Some(usable("vllm", "sha256:aa")),
+    )
+    .await;
+    apply(
+        &admin,
+        &caches,
+        "triton-h100",
+        json!({"spec": {"image": "registry.example/caches:triton"}}),
+        Some(usable("triton", "sha256:bb")),
+    )
+    .await;
+    let md = |cache: &str| json!({"spec": {"model": {"id": "m/m"}, "engine": {"type": "vllm"}, "resources": {"gpu": {"count": 1}}, "kernelCache": {"name": cache}}});
+    apply(&admin, &mds, "llama", md("vllm-h100"), None).await;
+    apply(&admin, &mds, "kernels", md("triton-h100"), None).await;
+    apply(&admin, &mds, "missing", md("nope"), None).await;
+
+    let bind = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut args = vec!["kernelcache-webhook".to_string()];
+    args.extend(helm::args_with(
+        helm::container(&objects, service, "webhook").unwrap(),
+        &[],
+    ));
+    args.extend([
+        format!("--webhook-bind-address={bind}"),
+        "--metrics-bind-address=".into(),
+        format!("--namespace={system}"),
+        // Rotations while pods are admitted.
+        "--webhook-cert-validity=7s".into(),
+        "--webhook-cert-rotate-before=4s".into(),
+        "--webhook-cert-check-interval=1s".into(),
+    ]);
+    let cli = <kubeairunway_kernelcache::webhook::app::Cli as clap::Parser>::try_parse_from(&args)
+        .unwrap();
+    let client = cluster
+        .client_as_service_account(system, account)
+        .await
+        .unwrap();
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let rt = kubeairunway_sdk::process::Runtime::with_client(
+        kubeairunway_kernelcache::webhook::app::COMPONENT,
+        cli.process.clone(),
+        client,
+        kubeairunway_sdk::process::Shutdown::on(async {
+            let _ = stop_rx.await;
+        }),
+    );
+    let running = tokio::spawn(kubeairunway_kernelcache::webhook::app::run(cli, rt));
+    cluster
+        .route_service(&admin, system, service, 443, bind.port())
+        .await
+        .unwrap();
+
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), NS);
+    let create = |p: Value| {
+        let pods = pods.clone();
+        async move {
+            pods.create(&PostParams::default(), &serde_json::from_value(p).unwrap())
+                .await
+        }
+    };
+    let vllm = || {
+        pod(
+            Some("llama"),
+            json!({"name": "vllm", "image": "vllm/vllm-openai:v0.11", "env": [{"name": "VLLM_CACHE_ROOT", "value": "/cache"}]}),
+        )
+    };
+    // The webhook's CA bundle and the configuration reach the API server's informers.
+    let injected = eventually(60, "a vLLM pod patched by the webhook", || async {
+        let p = create(vllm()).await.ok()?;
+        p.metadata
+            .annotations
+            .as_ref()?
+            .contains_key(INJECTED_ANNOTATION)
+            .then_some(p)
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        injected.metadata.annotations.unwrap()[INJECTED_ANNOTATION],
+        "serving/vllm-h100@sha256:aa"
+    );
+    let spec = injected.spec.unwrap();
+    assert_eq!(spec.init_containers.unwrap()[0].name, "kernel-cache-seed");
+    assert_eq!(
+        spec.containers[0].volume_mounts.as_ref().unwrap()[0].mount_path,
+        "/cache/torch_compile_cache"
+    );
+
+    // Pods keep being admitted while the serving certificate rotates.
+    let tls_secret = format!("{service}-tls");
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(admin.clone(), system);
+    let cert =
+        |s: k8s_openapi::api::core::v1::Secret| s.data.unwrap_or_default().get("tls.crt").cloned();
+    let first = cert(secrets.get(&tls_secret).await.unwrap());
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(8);
+    let mut admitted = 0;
+    while tokio::time::Instant::now() < deadline {
+        let triton = create(pod(
+            Some("kernels"),
+            json!({"name": "main", "image": "pytorch"}),
+        ))
+        .await
+        .unwrap();
+        let env = triton.spec.unwrap().containers[0]
+            .env
+            .clone()
+            .unwrap_or_default();
+        assert_eq!(
+            env[0].name, "TRITON_CACHE_DIR",
+            "every Triton pod is patched"
+        );
+        admitted += 1;
+    }
+    assert!(admitted > 5, "{admitted}");
+    assert_ne!(
+        first,
+        cert(secrets.get(&tls_secret).await.unwrap()),
+        "rotated"
+    );
+
+    // Untouched: not a serving pod (not even sent: objectSelector), a missing cache.
+    for p in [
+        pod(None, json!({"name": "web", "image": "nginx"})),
+        pod(Some("missing"), json!({"name": "vllm", "image": "vllm"})),
+    ] {
+        let created = create(p.clone()).await.unwrap();
+        assert!(
+            created.metadata.annotations.unwrap_or_default().is_empty(),
+            "{p}"
+        );
+        assert!(created.spec.unwrap().init_containers.is_none());
+    }
+
+    // The webhook goes away: a serving pod is still created, without the cache.
+    let _ = stop_tx.send(());
+    running.await.unwrap().unwrap();
+    let plain = create(vllm()).await.unwrap();
+    assert!(plain.metadata.annotations.unwrap_or_default().is_empty());
+    let events = cluster.audit_events().unwrap();
+    // The last pod create (named by generateName, so the audit log has no name for it).
+    let failed_open = events.iter().rev().find(|e| {
+        e.verb == "create"
+            && e.stage == "ResponseComplete"
+            && e.object_ref
+                .as_ref()
+                .is_some_and(|r| r.resource == "pods" && r.namespace.as_deref() == Some(NS))
+    });
+    assert!(
+        failed_open.is_some_and(|e| e
+            .annotations
+            .keys()
+            .any(|k| k.starts_with("failed-open.mutation.webhook.admission.k8s.io/"))),
+        "{failed_open:?}"
+    );
+
+    let measured = rbac::measure(
+        &rbac::granted_rules(&objects, system, account),
+        &events,
+        &kubeairunway_testcluster::service_account_user(system, account),
+    );
+    assert!(
+        measured.is_least_privilege(),
+        "requests the chart does not allow: {:#?}\nrules no request used: {:#?}",
+        measured.denied,
+        measured.unused
+    );
 }

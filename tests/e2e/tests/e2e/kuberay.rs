@@ -1085,13 +1085,13 @@ fn chart_lints_and_renders_least_privilege_rbac() {
         json!([
             "--ray-version=2.49.1-py311-cu128",
             "--ray-image=rayproject/ray-llm",
-            "--finalizer-timeout-seconds=300",
-            "--stale-status-seconds=300",
-            "--heartbeat-seconds=30",
-            "--resync-seconds=300",
-            "--metrics-addr=0.0.0.0:8080",
+            "--finalizer-timeout=5m",
+            "--stale-status-after=5m",
+            "--heartbeat-interval=30s",
+            "--resync-period=5m",
+            "--metrics-bind-address=0.0.0.0:8080",
             "--leader-elect=true",
-            "--log-json",
+            "--log-format=json",
         ])
     );
     assert_eq!(

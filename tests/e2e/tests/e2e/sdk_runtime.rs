@@ -587,13 +587,14 @@ async fn with_leader_election_only_the_leader_reconciles_and_a_standby_takes_ove
     let ns = cluster.namespace(provider);
     let replica = |identity: &str| {
         let mut options = test_options();
-        options.leader_elect = true;
-        options.leader_election_namespace.clone_from(&ns);
-        options.leader_election_identity = identity.to_string();
+        options.process.leader_elect = true;
+        options.process.namespace.clone_from(&ns);
+        options.process.pod_name = identity.to_string();
         // Long enough that a loaded machine never loses a renewal; a stopped leader
         // releases the Lease, so the takeover below does not wait for it.
-        options.leader_election_lease_seconds = 15;
-        options.leader_election_renew_seconds = 1;
+        options.process.leader_elect_lease_duration = Duration::from_secs(15);
+        options.process.leader_elect_renew_deadline = Duration::from_secs(10);
+        options.process.leader_elect_retry_period = Duration::from_secs(1);
         testing::spawn(
             ChatServerProvider {
                 name: provider.to_string(),

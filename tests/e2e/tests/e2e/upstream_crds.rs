@@ -17,7 +17,7 @@ async fn upstream_crds_are_accepted_and_established() {
             .unwrap();
     let client = cluster.client().await.unwrap();
     let crds = upstream_crds().unwrap();
-    assert_eq!(crds.len(), 7);
+    assert_eq!(crds.len(), 8);
     for (file, crd) in crds {
         install_crds(&client, std::slice::from_ref(&crd))
             .await

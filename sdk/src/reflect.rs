@@ -1,0 +1,158 @@
+//! Watch caches ("reflectors") the way every controller of the platform keeps them: a
+//! kube [`Store`] filled by a watch with backoff, what no controller reads dropped before
+//! anything is stored (`managedFields`, the last-applied annotation), and a sync signal
+//! any number of tasks may wait on.
+//!
+//! Why a sync signal of our own: kube's `Store::wait_until_ready` keeps a single waker,
+//! so of several tasks waiting on the same store (a controller's runner, a readiness
+//! check, a reconcile), all but the last to poll are never woken; a poll from
+//! `now_or_never` can even steal the controller's own wake-up. [`Cache::synced`] is a
+//! `tokio::sync::watch`, which wakes every waiter.
+
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
+use kube::Resource;
+use kube::api::Api;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use tokio::sync::watch;
+
+/// The last-applied annotation of `kubectl apply`.
+const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
+/// Drop what no reconcile reads and what takes most of a cached object's memory:
+/// `managedFields` and the last-applied annotation.
+pub fn strip<K: Resource>(object: &mut K) {
+    object.meta_mut().managed_fields = None;
+    if let Some(a) = object.meta_mut().annotations.as_mut() {
+        a.remove(LAST_APPLIED);
+    }
+}
+
+/// A watch cache: its store, and whether it has been filled once.
+pub struct Cache<K: Resource + 'static>
+where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    /// The objects.
+    pub store: Store<K>,
+    synced: watch::Receiver<bool>,
+}
+
+impl<K: Resource + 'static> std::fmt::Debug for Cache<K>
+where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cache")
+            .field("synced", &*self.synced.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+impl<K: Resource + 'static> Clone for Cache<K>
+where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    fn clone(&self) -> Self {
+        Self {
+            store: self.store.clone(),
+            synced: self.synced.clone(),
+        }
+    }
+}
+
+impl<K: Resource + Clone + 'static> Cache<K>
+where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    /// Whether the cache has been filled once (its first list is complete).
+    pub fn is_synced(&self) -> bool {
+        *self.synced.borrow()
+    }
+
+    /// Wait until the cache has been filled once; `false` when its watch is gone first.
+    pub async fn synced(&self) -> bool {
+        let mut rx = self.synced.clone();
+        rx.wait_for(|s| *s).await.is_ok()
+    }
+
+    /// [`Cache::synced`], giving up after `timeout`.
+    pub async fn synced_within(&self, timeout: Duration) -> bool {
+        tokio::time::timeout(timeout, self.synced())
+            .await
+            .unwrap_or(false)
+    }
+}
+
+impl<K> Cache<K>
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    /// A synced cache holding exactly `objects`, with no watch behind it (unit tests,
+    /// offline previews).
+    pub fn fixed(objects: impl IntoIterator<Item = K>, dyntype: K::DynamicType) -> Self {
+        let mut writer = reflector::store::Writer::new(dyntype);
+        writer.apply_watcher_event(&watcher::Event::Init);
+        for o in objects {
+            writer.apply_watcher_event(&watcher::Event::InitApply(o));
+        }
+        writer.apply_watcher_event(&watcher::Event::InitDone);
+        let (_, synced) = watch::channel(true);
+        Self {
+            store: writer.as_reader(),
+            synced,
+        }
+    }
+}
+
+/// How objects are shaped before they are cached.
+pub type Shape<K> = fn(&mut K);
+
+/// A cache of what `api` lists under `config`, each object shaped by `shape` (usually
+/// [`strip`]) before it is stored, and the stream of watch events that fills it (drive it,
+/// or hand its `applied_objects()` to `Controller::for_stream`). `dyntype` is `()` for
+/// static kinds and the `ApiResource` for dynamic ones.
+pub fn cache<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    dyntype: K::DynamicType,
+    shape: Shape<K>,
+) -> (
+    Cache<K>,
+    impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
+)
+where
+    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let writer = reflector::store::Writer::new(dyntype);
+    let store = writer.as_reader();
+    let (tx, synced) = watch::channel(false);
+    let stream = watcher(api, config)
+        .default_backoff()
+        .modify(shape)
+        .reflect(writer)
+        .inspect(move |event| {
+            if matches!(event, Ok(watcher::Event::InitDone)) {
+                tx.send_replace(true);
+            }
+        });
+    (Cache { store, synced }, stream)
+}
+
+/// Drive a cache's stream until it ends, logging watch errors (the watch retries with
+/// backoff by itself).
+pub async fn drive<K>(
+    what: &'static str,
+    stream: impl Stream<Item = Result<watcher::Event<K>, watcher::Error>>,
+) {
+    let mut stream = std::pin::pin!(stream);
+    while let Some(event) = stream.next().await {
+        if let Err(e) = event {
+            tracing::warn!(cache = what, error = %e, "watch failed; retrying");
+        }
+    }
+}

@@ -1,0 +1,502 @@
+//! Scale benchmark (figures, never assertions): N vLLM ModelDeployments through core and
+//! the Dynamo provider on the test API server, against the same number of writes made by
+//! a plain client in the same run.
+//!
+//! ```console
+//! $ cargo bench -p kubeairunway-e2e --bench scale -- --n 1000 [--connections 8] [--steady 60s]
+//! ```
+//!
+//! It starts a private test API server (etcd + the upstream apiserver code), installs the
+//! platform's CRDs and Dynamo's, then:
+//! 1. **raw**: a plain client makes, per ModelDeployment, the four writes the platform
+//!    makes (create the ModelDeployment, core's status, the DynamoGraphDeployment, the
+//!    provider's status), over `--connections` connections;
+//! 2. **platform**: core (`kubeairunway-controller`) and `dynamo-provider` run as child
+//!    processes (this binary, re-executed in a role, so each has its own RSS); the same
+//!    number of ModelDeployments is created over as many connections, and the clock stops
+//!    when every one has its DynamoGraphDeployment and the provider's status;
+//! 3. **steady state**: nothing changes for `--steady`; requests and reconciles are
+//!    counted again.
+//!
+//! Requests are read from the API server's own `apiserver_request_total`, by verb and
+//! resource, minus the benchmark's own; reconciles from the controllers' metrics; RSS
+//! (current and peak) from `/proc/<pid>/status`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark: failing loudly is the point
+#![allow(clippy::cast_precision_loss)] // counts far below 2^52, printed as figures
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kube::api::{Api, DynamicObject, Patch, PatchParams, PostParams};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, ResourceExt};
+use kubeairunway_dynamo_provider::{Dynamo, Settings};
+use kubeairunway_e2e::{fixtures_dir, read_crd};
+use kubeairunway_sdk::api::{EngineType, InferenceProviderConfig, ModelDeployment};
+use kubeairunway_sdk::process::Runtime;
+use kubeairunway_sdk::testing::ModelDeploymentBuilder;
+use kubeairunway_sdk::{Provider, UpstreamApi};
+use kubeairunway_testcluster::{Lifetime, TestCluster, install_crds};
+use serde_json::json;
+
+const ROLE: &str = "SCALE_BENCH_ROLE";
+const DGD_CRD: &str = "crds/upstream/nvidia.com_dynamographdeployments.yaml";
+
+struct Args {
+    n: usize,
+    connections: usize,
+    steady: Duration,
+}
+
+fn args() -> Args {
+    let mut out = Args {
+        n: 1000,
+        connections: 8,
+        steady: Duration::from_secs(60),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        match arg.as_str() {
+            "--n" => out.n = it.next().and_then(|v| v.parse().ok()).expect("--n N"),
+            "--connections" => {
+                out.connections = it
+                    .next()
+                    .and_then(|v| v.parse().ok())
+                    .expect("--connections N");
+            }
+            "--steady" => {
+                out.steady = it
+                    .next()
+                    .and_then(|v| humantime::parse_duration(&v).ok())
+                    .expect("--steady DURATION");
+            }
+            _ => {} // `cargo bench` passes `--bench`
+        }
+    }
+    out
+}
+
+fn main() -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    match std::env::var(ROLE).as_deref() {
+        Ok("core") => return rt.block_on(run_core()),
+        Ok("dynamo") => return rt.block_on(run_dynamo()),
+        _ => {}
+    }
+    let args = args();
+    let dir = tempfile::tempdir()?;
+    let cluster = TestCluster::start(dir.path(), Lifetime::TiedToProcess)?;
+    rt.block_on(bench(&cluster, &args))
+}
+
+/// The core controller, as its binary runs it (no webhooks: nothing calls them here).
+async fn run_core() -> anyhow::Result<()> {
+    use clap::Parser;
+    let cli = kubeairunway_core::app::Cli::try_parse_from([
+        "kubeairunway-controller",
+        "--enable-webhooks=false",
+        "--log-format=text",
+        &format!("--metrics-bind-address={}", std::env::var("METRICS")?),
+    ])?;
+    let rt = Runtime::start(kubeairunway_core::app::COMPONENT, cli.process.clone()).await?;
+    kubeairunway_core::app::run(cli, rt).await
+}
+
+/// The Dynamo provider, as its binary runs it.
+async fn run_dynamo() -> anyhow::Result<()> {
+    let options = kubeairunway_sdk::runtime::Options {
+        process: kubeairunway_sdk::process::Options {
+            metrics_bind_address: std::env::var("METRICS")?,
+            log_format: kubeairunway_sdk::process::LogFormat::Text,
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    let rt = Runtime::start("dynamo-provider", options.process.clone()).await?;
+    kubeairunway_sdk::runtime::run(Dynamo::new(Settings::default()), rt, options).await
+}
+
+struct Controller {
+    name: &'static str,
+    child: Child,
+    metrics: String,
+}
+
+impl Drop for Controller {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn(role: &'static str, cluster: &TestCluster) -> anyhow::Result<Controller> {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let log = std::fs::File::create(cluster.dir().join(format!("{role}.log")))?;
+    let child = Command::new(std::env::current_exe()?)
+        .env(ROLE, role)
+        .env("KUBECONFIG", cluster.kubeconfig())
+        .env("METRICS", format!("127.0.0.1:{port}"))
+        .env("RUST_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()?;
+    Ok(Controller {
+        name: role,
+        child,
+        metrics: format!("http://127.0.0.1:{port}/metrics"),
+    })
+}
+
+fn vllm(name: &str, ns: &str) -> ModelDeployment {
+    ModelDeploymentBuilder::new(name)
+        .namespace(ns)
+        .model("Qwen/Qwen3-0.6B")
+        .engine(EngineType::Vllm)
+        .gpus(1)
+        .build()
+}
+
+/// Run `work(client, i)` for i in 0..n over `connections` clients, each its own
+/// connection, and return the elapsed time.
+async fn fan_out<F, Fut>(
+    cluster: &TestCluster,
+    n: usize,
+    connections: usize,
+    work: F,
+) -> anyhow::Result<Duration>
+where
+    F: Fn(Client, usize) -> Fut + Send + Sync + 'static,
+    Fut: std::future::Future<Output = anyhow::Result<()>> + Send,
+{
+    let work = Arc::new(work);
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut clients = Vec::new();
+    for _ in 0..connections {
+        clients.push(cluster.client().await?);
+    }
+    let started = Instant::now();
+    let mut tasks = tokio::task::JoinSet::new();
+    for client in clients {
+        let (work, next) = (work.clone(), next.clone());
+        tasks.spawn(async move {
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= n {
+                    return anyhow::Ok(());
+                }
+                work(client.clone(), i).await?;
+            }
+        });
+    }
+    while let Some(r) = tasks.join_next().await {
+        r??;
+    }
+    Ok(started.elapsed())
+}
+
+async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
+    let client = cluster.client().await?;
+    let dgd_crd = read_crd(&fixtures_dir().join(DGD_CRD))?;
+    let mut crds = kubeairunway_sdk::api::crds::all();
+    crds.push(dgd_crd.clone());
+    install_crds(&client, &crds).await?;
+    let dynamo = Dynamo::new(Settings::default());
+    let api = Arc::new(UpstreamApi::detect(&dgd_crd, &dynamo.upstream())?);
+    println!(
+        "scale benchmark: N = {}, {} connections, on {} cores",
+        args.n,
+        args.connections,
+        std::thread::available_parallelism().map_or(0, std::num::NonZero::get)
+    );
+
+    // 1. The plain client's writes.
+    let raw = raw_writes(cluster, args, api.clone()).await?;
+    println!(
+        "raw writes: {} in {:.1} s ({:.0}/s)",
+        4 * args.n,
+        raw.as_secs_f64(),
+        (4 * args.n) as f64 / raw.as_secs_f64()
+    );
+
+    // 2. The platform.
+    let controllers = [spawn("core", cluster)?, spawn("dynamo", cluster)?];
+    wait_provider_ready(&client).await?;
+    let before = request_counts(&client).await?;
+    let (done_tx, done_rx) = tokio::sync::oneshot::channel();
+    let watch = tokio::spawn(count_done(client.clone(), args.n, done_tx));
+    let n = args.n;
+    let started = Instant::now();
+    let created = fan_out(cluster, n, args.connections, move |client, i| async move {
+        let md = vllm(&format!("md-{i}"), "scale");
+        let mds: Api<ModelDeployment> = Api::namespaced(client, "scale");
+        mds.create(&PostParams::default(), &md).await?;
+        Ok(())
+    })
+    .await?;
+    done_rx.await?;
+    let end_to_end = started.elapsed();
+    watch.abort();
+    let after = request_counts(&client).await?;
+    println!(
+        "platform: {n} ModelDeployments created in {:.1} s, all deployed after {:.1} s",
+        created.as_secs_f64(),
+        end_to_end.as_secs_f64()
+    );
+    println!(
+        "ratio end-to-end / raw writes: {:.2}x",
+        end_to_end.as_secs_f64() / raw.as_secs_f64()
+    );
+    let mut rollout = diff(&before, &after);
+    // The benchmark's own requests: the creates and its one watch.
+    subtract(&mut rollout, "POST modeldeployments", n);
+    report(
+        "requests per ModelDeployment during the rollout",
+        &rollout,
+        n,
+    );
+    let reconciles_rollout = reconciles(&controllers).await?;
+
+    // 3. Steady state.
+    let before = request_counts(&client).await?;
+    tokio::time::sleep(args.steady).await;
+    let after = request_counts(&client).await?;
+    let steady = diff(&before, &after);
+    report(
+        &format!(
+            "requests per ModelDeployment in {} of steady state",
+            humantime::format_duration(args.steady)
+        ),
+        &steady,
+        n,
+    );
+    let reconciles_steady = reconciles(&controllers).await?;
+    for ((name, during), (_, total)) in reconciles_rollout.iter().zip(&reconciles_steady) {
+        println!(
+            "{name}: {:.2} reconciles per ModelDeployment during the rollout, {:.2} in steady state",
+            *during / n as f64,
+            (*total - *during) / n as f64
+        );
+    }
+    for c in &controllers {
+        let (rss, peak) = rss(c.child.id());
+        println!(
+            "{}: RSS {:.1} MB (peak {:.1} MB)",
+            c.name,
+            rss as f64 / 1e6,
+            peak as f64 / 1e6
+        );
+    }
+    Ok(())
+}
+
+/// The four writes per ModelDeployment, made by a plain client.
+async fn raw_writes(
+    cluster: &TestCluster,
+    args: &Args,
+    api: Arc<UpstreamApi>,
+) -> anyhow::Result<Duration> {
+    fan_out(cluster, args.n, args.connections, move |client, i| {
+        let api = api.clone();
+        async move {
+            let name = format!("raw-{i}");
+            let mut md = vllm(&name, "raw");
+            let mds: Api<ModelDeployment> = Api::namespaced(client.clone(), "raw");
+            let created = mds.create(&PostParams::default(), &md).await?;
+            md.metadata.uid = created.metadata.uid.clone();
+            let core_status = json!({
+                "apiVersion": "kubeairunway.ai/v1alpha1", "kind": "ModelDeployment",
+                "status": {"provider": {"name": "dynamo", "selectedReason": "raw"},
+                           "conditions": [{"type": "ProviderSelected", "status": "True", "reason": "AutoSelected",
+                                           "message": "raw", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+            mds.patch_status(
+                &name,
+                &PatchParams::apply("raw-core").force(),
+                &Patch::Apply(&core_status),
+            )
+            .await?;
+            let dynamo = Dynamo::new(Settings::default());
+            let mut dgd = dynamo
+                .render(&md, &api)
+                .map_err(|e| anyhow::anyhow!("{e}"))?
+                .objects
+                .remove(0);
+            dgd.metadata.namespace = Some("raw".into());
+            let dgds: Api<DynamicObject> =
+                Api::namespaced_with(client.clone(), "raw", &api.api_resource());
+            dgds.create(&PostParams::default(), &dgd).await?;
+            let provider_status = json!({
+                "apiVersion": "kubeairunway.ai/v1alpha1", "kind": "ModelDeployment",
+                "status": {"phase": "Deploying", "message": "raw",
+                           "provider": {"resourceName": name, "resourceKind": "DynamoGraphDeployment"},
+                           "conditions": [{"type": "Ready", "status": "False", "reason": "DeploymentProgressing",
+                                           "message": "raw", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+            mds.patch_status(
+                &name,
+                &PatchParams::apply("raw-provider").force(),
+                &Patch::Apply(&provider_status),
+            )
+            .await?;
+            Ok(())
+        }
+    })
+    .await
+}
+
+async fn wait_provider_ready(client: &Client) -> anyhow::Result<()> {
+    let configs: Api<InferenceProviderConfig> = Api::all(client.clone());
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let ready = configs
+            .get_opt("dynamo")
+            .await?
+            .and_then(|c| c.status)
+            .and_then(|s| s.ready)
+            .unwrap_or(false);
+        if ready {
+            return Ok(());
+        }
+        anyhow::ensure!(Instant::now() < deadline, "dynamo never became ready");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Watch the ModelDeployments of the run and report when `n` of them carry the
+/// provider's status (its resource name), which it writes after applying the
+/// DynamoGraphDeployment.
+async fn count_done(
+    client: Client,
+    n: usize,
+    done: tokio::sync::oneshot::Sender<()>,
+) -> anyhow::Result<()> {
+    let mds: Api<ModelDeployment> = Api::namespaced(client, "scale");
+    let mut deployed = std::collections::HashSet::new();
+    let stream = watcher(mds, watcher::Config::default()).applied_objects();
+    let mut stream = std::pin::pin!(stream);
+    while let Some(md) = stream.next().await {
+        let md = md?;
+        let has_status = md
+            .status
+            .as_ref()
+            .and_then(|s| s.provider.as_ref())
+            .and_then(|p| p.resource_name.as_ref())
+            .is_some();
+        if has_status {
+            deployed.insert(md.name_any());
+        }
+        if deployed.len() >= n {
+            let _ = done.send(());
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+type Counts = BTreeMap<String, f64>;
+
+/// `apiserver_request_total` summed by verb and resource (with subresource), without
+/// long-running WATCH requests.
+async fn request_counts(client: &Client) -> anyhow::Result<Counts> {
+    let req = http::Request::get("/metrics").body(Vec::new())?;
+    let text = client.request_text(req).await?;
+    let mut out = Counts::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+            continue;
+        };
+        let Some((labels, value)) = rest.rsplit_once("} ") else {
+            continue;
+        };
+        let label = |key: &str| {
+            labels
+                .split(',')
+                .find_map(|kv| kv.strip_prefix(&format!("{key}=\"")))
+                .map(|v| v.trim_end_matches('"').to_string())
+                .unwrap_or_default()
+        };
+        let verb = label("verb");
+        if verb == "WATCH" {
+            continue;
+        }
+        let resource = match label("subresource").as_str() {
+            "" => label("resource"),
+            sub => format!("{}/{sub}", label("resource")),
+        };
+        *out.entry(format!("{verb} {resource}")).or_default() += value.parse::<f64>()?;
+    }
+    Ok(out)
+}
+
+fn diff(before: &Counts, after: &Counts) -> Counts {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, v)| *v > 0.0)
+        .collect()
+}
+
+fn subtract(counts: &mut Counts, key: &str, n: usize) {
+    if let Some(v) = counts.get_mut(key) {
+        *v -= n as f64;
+    }
+    counts.retain(|_, v| *v > 0.0);
+}
+
+fn report(title: &str, counts: &Counts, n: usize) {
+    println!("{title}:");
+    if counts.is_empty() {
+        println!("  none");
+    }
+    let mut by_verb: BTreeMap<&str, f64> = BTreeMap::new();
+    for (key, v) in counts {
+        println!("  {key:<48} {:>8.3}", v / n as f64);
+        *by_verb
+            .entry(key.split(' ').next().unwrap_or_default())
+            .or_default() += v;
+    }
+    let verbs: Vec<String> = by_verb
+        .iter()
+        .map(|(verb, v)| format!("{verb} {:.3}", v / n as f64))
+        .collect();
+    println!("  by verb: {}", verbs.join(", "));
+}
+
+/// Reconciles so far, per controller (from each one's metrics).
+async fn reconciles(controllers: &[Controller]) -> anyhow::Result<Vec<(&'static str, f64)>> {
+    let http = reqwest::Client::new();
+    let mut out = Vec::new();
+    for c in controllers {
+        let text = http.get(&c.metrics).send().await?.text().await?;
+        let total: f64 = text
+            .lines()
+            .filter(|l| l.starts_with("kubeairunway_reconciliation_duration_seconds_count"))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum();
+        out.push((c.name, total));
+    }
+    Ok(out)
+}
+
+/// Current and peak resident memory of a process, in bytes.
+fn rss(pid: u32) -> (u64, u64) {
+    let status = std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("status"))
+        .unwrap_or_default();
+    let field = |name: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(name))
+            .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok())
+            .map_or(0, |kb| kb * 1024)
+    };
+    (field("VmRSS:"), field("VmHWM:"))
+}
