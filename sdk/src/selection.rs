@@ -82,6 +82,96 @@ impl RuleInput {
     }
 }
 
+/// The budget of one selection rule, as Kubernetes bounds the CEL rules of CRDs: its
+/// length (also enforced by the InferenceProviderConfig schema), the size of its syntax
+/// tree and how deeply comprehensions (`all`, `exists`, `map`, `filter`) nest, checked when
+/// it is compiled; and the time one evaluation may take. A rule over budget is reported
+/// like a failing one (`SelectionRulesValid=False`) and skipped: a provider cannot slow
+/// down selection, or the webhook and Lease threads beside it, with a costly rule.
+pub mod budget {
+    use std::time::Duration;
+
+    /// Characters of one condition.
+    pub const MAX_LENGTH: usize = 4096;
+    /// Rules of one InferenceProviderConfig.
+    pub const MAX_RULES: usize = 64;
+    /// Nodes of a condition's syntax tree (after macro expansion).
+    pub const MAX_NODES: usize = 1000;
+    /// Comprehensions nested in one another.
+    pub const MAX_COMPREHENSION_DEPTH: usize = 2;
+    /// One evaluation against one ModelDeployment.
+    pub const MAX_EVALUATION: Duration = Duration::from_millis(25);
+}
+
+/// Nodes of `expr` and the deepest nesting of comprehensions in it.
+fn measure(expr: &cel::IdedExpr) -> (usize, usize) {
+    use cel::common::ast::{EntryExpr, Expr};
+    let children: Vec<&cel::IdedExpr> = match &expr.expr {
+        Expr::Call(c) => c.target.iter().map(AsRef::as_ref).chain(&c.args).collect(),
+        Expr::Comprehension(c) => vec![
+            &c.iter_range,
+            &c.accu_init,
+            &c.loop_cond,
+            &c.loop_step,
+            &c.result,
+        ],
+        Expr::List(l) => l.elements.iter().collect(),
+        Expr::Map(m) => m
+            .entries
+            .iter()
+            .flat_map(|e| match &e.expr {
+                EntryExpr::MapEntry(me) => vec![&me.key, &me.value],
+                EntryExpr::StructField(f) => vec![&f.value],
+            })
+            .collect(),
+        Expr::Struct(st) => st
+            .entries
+            .iter()
+            .flat_map(|e| match &e.expr {
+                EntryExpr::MapEntry(me) => vec![&me.key, &me.value],
+                EntryExpr::StructField(f) => vec![&f.value],
+            })
+            .collect(),
+        Expr::Select(sel) => vec![sel.operand.as_ref()],
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => Vec::new(),
+    };
+    let (mut nodes, mut depth) = (1, 0);
+    for child in children {
+        let (n, d) = measure(child);
+        nodes += n;
+        depth = depth.max(d);
+    }
+    if matches!(expr.expr, Expr::Comprehension(_)) {
+        depth += 1;
+    }
+    (nodes, depth)
+}
+
+/// Why `condition` (compiled to `program`) is over its budget, if it is.
+fn over_budget(condition: &str, program: &Program) -> Option<String> {
+    if condition.len() > budget::MAX_LENGTH {
+        return Some(format!(
+            "is {} characters long, over the budget of {}",
+            condition.len(),
+            budget::MAX_LENGTH
+        ));
+    }
+    let (nodes, depth) = measure(program.expression());
+    if nodes > budget::MAX_NODES {
+        return Some(format!(
+            "has {nodes} nodes, over the budget of {}",
+            budget::MAX_NODES
+        ));
+    }
+    if depth > budget::MAX_COMPREHENSION_DEPTH {
+        return Some(format!(
+            "nests {depth} comprehensions (all, exists, map, filter), over the budget of {}",
+            budget::MAX_COMPREHENSION_DEPTH
+        ));
+    }
+    None
+}
+
 /// One compiled rule of a config.
 #[derive(Debug)]
 pub struct CompiledRule {
@@ -89,35 +179,60 @@ pub struct CompiledRule {
     pub condition: String,
     /// Its priority.
     pub priority: i32,
-    /// The program, or why it does not compile.
+    /// The program, or why it does not compile (or is over its budget).
     pub program: Result<Program, String>,
+    /// Set once an evaluation took longer than [`budget::MAX_EVALUATION`]: the rule is not
+    /// evaluated again (until its config changes).
+    slow: std::sync::OnceLock<String>,
 }
 
 impl CompiledRule {
     fn compile(condition: &str, priority: i32) -> Self {
-        let program = ENV.compile(condition).map_err(|e| {
-            e.to_string()
-                .lines()
-                .map(str::trim)
-                .filter(|l| !l.is_empty())
-                .collect::<Vec<_>>()
-                .join(" ")
-        });
+        let program = ENV
+            .compile(condition)
+            .map_err(|e| {
+                e.to_string()
+                    .lines()
+                    .map(str::trim)
+                    .filter(|l| !l.is_empty())
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .and_then(|p| match over_budget(condition, &p) {
+                Some(why) => Err(format!("over budget: it {why}")),
+                None => Ok(p),
+            });
         Self {
             condition: condition.to_string(),
             priority,
             program,
+            slow: std::sync::OnceLock::new(),
         }
     }
 
     /// Evaluate: `Ok(true)` when the condition holds; an error when it does not compile,
-    /// fails, or is not a boolean.
+    /// is over its budget, fails, or is not a boolean.
     pub fn eval(&self, ctx: &Context<'_, '_>) -> Result<bool, String> {
         let program = self
             .program
             .as_ref()
             .map_err(|e| format!("does not compile: {e}"))?;
-        match program.execute(ctx) {
+        if let Some(slow) = self.slow.get() {
+            return Err(slow.clone());
+        }
+        let started = std::time::Instant::now();
+        let result = program.execute(ctx);
+        let took = started.elapsed();
+        if took > budget::MAX_EVALUATION {
+            let why = format!(
+                "over budget: one evaluation took {} ms, over the budget of {} ms; it is no longer evaluated",
+                took.as_millis(),
+                budget::MAX_EVALUATION.as_millis()
+            );
+            let _ = self.slow.set(why.clone());
+            return Err(why);
+        }
+        match result {
             Ok(CelValue::Bool(b)) => Ok(b),
             Ok(other) => Err(format!("evaluates to {other:?}, not a bool")),
             Err(e) => Err(format!("evaluation failed: {e}")),
@@ -722,6 +837,59 @@ mod tests {
             message,
             "No provider fits (engine=vllm, gpu=true, mode=disaggregated): agg: serving mode disaggregated not supported; cpu-only: GPU not supported; sg: engine vllm not supported"
         );
+    }
+
+    #[test]
+    fn rules_over_their_budget_are_refused_when_compiled() {
+        let nested = "spec.model.id.split('/').all(a, spec.model.id.split('/').all(b, spec.model.id.split('/').all(c, a == b && b == c)))";
+        let long = format!("{} == 'x'", "'a' + ".repeat(800) + "'a'");
+        for (rule, why) in [
+            (nested, "nests 3 comprehensions"),
+            (long.as_str(), "characters long, over the budget of 4096"),
+        ] {
+            let compiled = CompiledRule::compile(rule, 1);
+            let err = compiled.program.as_ref().unwrap_err();
+            assert!(
+                err.starts_with("over budget: it ") && err.contains(why),
+                "{err}"
+            );
+        }
+        let two = "spec.model.id.split('/').all(a, spec.model.id.split('/').exists(b, a == b))";
+        assert!(
+            CompiledRule::compile(two, 1).program.is_ok(),
+            "two levels are fine"
+        );
+    }
+
+    #[test]
+    fn a_rule_over_its_time_budget_is_reported_and_not_evaluated_again() {
+        // Quadratic in the length of spec.env: 250 entries make about 62,500 steps, far
+        // over 25 ms in the interpreter.
+        let mut md = gpu_vllm();
+        md.spec.env = Some(
+            (0..250)
+                .map(|i| k8s_openapi::api::core::v1::EnvVar {
+                    name: format!("E{i}"),
+                    value: Some("v".into()),
+                    ..Default::default()
+                })
+                .collect(),
+        );
+        let rule = CompiledRule::compile(
+            "spec.env.all(a, spec.env.all(b, b.name != a.name + 'x'))",
+            5,
+        );
+        let input = RuleInput::new(&md);
+        let started = std::time::Instant::now();
+        let first = rule.eval(&input.context()).unwrap_err();
+        let first_took = started.elapsed();
+        assert!(
+            first.starts_with("over budget: one evaluation took"),
+            "{first}"
+        );
+        let started = std::time::Instant::now();
+        assert_eq!(rule.eval(&input.context()).unwrap_err(), first);
+        assert!(started.elapsed() < first_took / 10, "not evaluated again");
     }
 
     #[test]
