@@ -10,13 +10,16 @@
 //!   through the code the runtime runs (selection, `Provider::render`,
 //!   `render::finalize` against the upstream CRD schema);
 //! - [`explain`]: why a ModelDeployment has its provider, and its state, in one screen;
-//! - [`providers`]: the registered providers and how to install the missing ones.
+//! - [`providers`]: the registered providers and how to install the missing ones;
+//! - [`cache`]: `cache build` makes a kernel-cache image from a Triton or vLLM cache
+//!   directory (packaged, pushed, signed), `cache verify` gives the kernel-cache
+//!   controller's verdict on an image under the cluster's policy.
 //!
 //! Each subcommand is one module with an `Args` struct and a `run` function; a new
-//! subcommand (say `cache build|verify` for kernel caches) is one more module and one more
-//! [`Command`] variant.
+//! subcommand is one more module and one more [`Command`] variant.
 
 pub mod builtin;
+pub mod cache;
 pub mod cluster;
 pub mod controllers;
 pub mod crds;
@@ -46,7 +49,7 @@ pub const FAILURE: i32 = 1;
     name = "kubeairunway",
     version,
     about = "Run, preview and explain kubeairunway ModelDeployments",
-    long_about = "Run the whole platform locally (`up`), preview the exact upstream objects a provider applies (`render`), and explain a ModelDeployment (`explain`).\n\nAlso a kubectl plugin: install the `kubectl-airunway` binary on your PATH and run `kubectl airunway ...`."
+    long_about = "Run the whole platform locally (`up`), preview the exact upstream objects a provider applies (`render`), explain a ModelDeployment (`explain`), and build and verify kernel-cache images (`cache`).\n\nAlso a kubectl plugin: install the `kubectl-airunway` binary on your PATH and run `kubectl airunway ...`."
 )]
 pub struct Cli {
     /// Where `up` keeps its state: the local API server, the log file, the pid of a
@@ -78,6 +81,8 @@ pub enum Command {
     Explain(explain::Args),
     /// List the registered providers, their health, and how to install missing ones.
     Providers(providers::Args),
+    /// Kernel-cache images: build (package, push, sign) and verify.
+    Cache(cache::Args),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completion {
         /// The shell.
@@ -126,6 +131,12 @@ pub async fn run(args: Vec<OsString>, term: &mut Terminal) -> i32 {
         Command::Render(a) => render::run(&a, term),
         Command::Explain(a) => explain::run(a, &cli.state_dir, term).await,
         Command::Providers(a) => providers::run(a, &cli.state_dir, term).await,
+        Command::Cache(cache::Args {
+            command: cache::Command::Build(a),
+        }) => cache::run_build(&a, term).await,
+        Command::Cache(cache::Args {
+            command: cache::Command::Verify(a),
+        }) => cache::run_verify(&a, &cli.state_dir, term).await,
         Command::Completion { shell } => {
             let mut buf = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), name, &mut buf);

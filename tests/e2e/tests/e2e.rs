@@ -11,6 +11,8 @@ mod charts_rbac;
 mod chatserver;
 #[path = "e2e/cli.rs"]
 mod cli;
+#[path = "e2e/cli_cache.rs"]
+mod cli_cache;
 #[path = "e2e/core_chart.rs"]
 mod core_chart;
 #[path = "e2e/core_leader.rs"]

@@ -471,36 +471,11 @@ async fn reconcile_cache(cache: Arc<KernelCache>, ctx: Arc<Ctx>) -> Result<Actio
     )
     .await;
     let disabled = verification.mode == VerificationMode::Disabled && !verification.verified;
-    let (ok, reason, message) = match (&policy, verification.verified, disabled) {
-        (None, _, _) => (
-            false,
-            reasons::NO_POLICY,
-            verification.message.clone().unwrap_or_default(),
-        ),
-        (Some(_), _, _) if cache_type.is_none() => (
-            false,
-            reasons::NOT_A_CACHE,
-            verification.message.clone().unwrap_or_default(),
-        ),
-        (_, true, _) => (
-            true,
-            reasons::VERIFIED,
-            format!(
-                "signed by {}",
-                verification.signer.clone().unwrap_or_default()
-            ),
-        ),
-        (_, false, true) if cache_type.is_some() => (
-            true,
-            reasons::VERIFICATION_DISABLED,
-            verify::DISABLED_MESSAGE.to_string(),
-        ),
-        _ => (
-            false,
-            reasons::VERIFICATION_FAILED,
-            verification.message.clone().unwrap_or_default(),
-        ),
-    };
+    let decide::Verdict {
+        usable: ok,
+        reason,
+        message,
+    } = decide::verdict(policy.is_some(), cache_type.is_some(), &verification);
     set(&mut status, "Verified", ok, reason, &message, generation);
     // A refused pin must never look usable.
     status.verification = Some(if ok {
