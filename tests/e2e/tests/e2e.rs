@@ -9,6 +9,10 @@ mod charts_rbac;
 /// The example third-party provider of the SDK, driven by `sdk_runtime`.
 #[path = "../../../sdk/examples/chatserver/provider.rs"]
 mod chatserver;
+#[path = "e2e/cli.rs"]
+mod cli;
+#[path = "e2e/cli_cache.rs"]
+mod cli_cache;
 #[path = "e2e/core_chart.rs"]
 mod core_chart;
 #[path = "e2e/core_leader.rs"]
