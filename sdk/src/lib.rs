@@ -38,7 +38,9 @@ pub mod testing;
 pub mod tls;
 pub mod upstream;
 
-pub use provider::{Incompatible, Observed, Provider, RenderError, Rendered, UpstreamRef, Warning};
+pub use provider::{
+    Incompatible, Live, Observed, Provider, RenderError, Rendered, UpstreamRef, Warning,
+};
 pub use upstream::UpstreamApi;
 
 pub use api::model_deployment::{ModelDeployment, ModelDeploymentSpec, ModelDeploymentStatus};
