@@ -8,6 +8,8 @@
 //! - the [`Provider`] trait: the pure functions a provider writes ([`provider`]), with
 //!   helpers for rendering ([`render`]), typed `provider.overrides` ([`overrides`]) and
 //!   the installed upstream API ([`upstream`]);
+//! - building blocks for providers that render pods themselves: the serving container of
+//!   an engine ([`engine`]) and a Deployment's status read as ours ([`workload`]);
 //! - provider selection as pure functions ([`selection`], over the spec with its
 //!   [`defaults`] applied), as core runs it;
 //! - the runtime that does all the I/O ([`runtime::run`]; a provider's `main` is
@@ -24,6 +26,7 @@ pub mod admission;
 pub mod api;
 pub mod conditions;
 pub mod defaults;
+pub mod engine;
 pub mod labels;
 pub mod leader;
 pub mod overrides;
@@ -37,6 +40,7 @@ pub mod selection;
 pub mod testing;
 pub mod tls;
 pub mod upstream;
+pub mod workload;
 
 pub use provider::{
     Incompatible, Live, Observed, Provider, RenderError, Rendered, UpstreamRef, Warning,
