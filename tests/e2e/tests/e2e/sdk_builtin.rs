@@ -350,3 +350,60 @@ async fn a_kind_the_api_server_does_not_serve_fails_loudly() {
     assert_eq!(compatible.message, format!("{expected}; waiting for it"));
     assert_eq!(phase(&md), Some(Phase::Pending));
 }
+
+/// The operator-free provider is the fallback: scored as core scores, it wins only where
+/// no operator-backed provider's rule holds, or when named.
+#[test]
+fn the_deployment_provider_never_outranks_an_operator_unless_asked() {
+    use kubeairunway_dynamo_provider::Dynamo;
+    use kubeairunway_kaito_provider::KaitoProvider;
+    use kubeairunway_kuberay_provider::KubeRayProvider;
+    use kubeairunway_sdk::selection::Outcome;
+
+    let example = DeploymentProvider {
+        name: "deployment".into(),
+    };
+    let all = [
+        ("deployment", example.config()),
+        ("dynamo", Dynamo::default().config()),
+        ("kaito", KaitoProvider::default().config()),
+        ("kuberay", KubeRayProvider::default().config()),
+    ];
+    let winner = |md: &ModelDeployment, among: &[(&str, _)]| match testing::score(md, among).outcome
+    {
+        Outcome::Selected { provider, .. } => provider,
+        other => panic!("nothing selected: {other:?}"),
+    };
+    let on = |engine, gpus| {
+        ModelDeploymentBuilder::new("m")
+            .namespace("ns")
+            .model("Qwen/Qwen3-0.6B")
+            .engine(engine)
+            .gpus(gpus)
+            .build()
+    };
+    // Each case an operator-backed provider serves, it keeps.
+    assert_eq!(winner(&on(EngineType::Vllm, 1), &all), "dynamo");
+    assert_eq!(winner(&on(EngineType::Sglang, 1), &all), "dynamo");
+    assert_eq!(winner(&on(EngineType::Vllm, 0), &all), "kaito");
+    assert_eq!(winner(&on(EngineType::Llamacpp, 1), &all), "kaito");
+    // Alone (no operator installed), it serves them all.
+    for (engine, gpus) in [
+        (EngineType::Vllm, 1),
+        (EngineType::Sglang, 1),
+        (EngineType::Llamacpp, 0),
+    ] {
+        assert_eq!(
+            winner(&on(engine, gpus), &all[..1]),
+            "deployment",
+            "{engine}"
+        );
+    }
+    // Its rule holds, at the lowest priority.
+    let selection = testing::score(&on(EngineType::Vllm, 1), &all[..1]);
+    assert!(matches!(
+        selection.outcome,
+        Outcome::Selected { priority: 1, .. }
+    ));
+    assert!(selection.rule_errors.is_empty());
+}
