@@ -30,6 +30,10 @@ struct DeploymentOverrides {
     /// rollout failed (`spec.progressDeadlineSeconds`; Kubernetes' default is 600, too
     /// short for a large model's first download).
     progress_deadline_seconds: Option<i32>,
+    /// Leave the replica count to an autoscaler (a HorizontalPodAutoscaler or KEDA
+    /// targeting the Deployment through its scale subresource): `spec.replicas` is not
+    /// rendered, so an apply never resets what the autoscaler set.
+    autoscaled: bool,
 }
 
 /// The provider; `name` is what `spec.provider.name` / `status.provider.name` say.
@@ -141,13 +145,21 @@ impl Provider for DeploymentProvider {
             pod_spec["tolerations"] = json!(t);
         }
         let mut deployment_spec = json!({
-            "replicas": spec.scaling.replicas,
             "selector": {"matchLabels": selector},
             "template": {
                 "metadata": {"labels": pod_labels(md), "annotations": pod_annotations(md)},
                 "spec": pod_spec,
             },
         });
+        if !o.autoscaled {
+            deployment_spec["replicas"] = json!(spec.scaling.replicas);
+        } else if spec.scaling.replicas != 1 {
+            warnings.push(Warning::unsupported_field(
+                "spec.scaling.replicas",
+                "provider.overrides.autoscaled leaves the replicas to the autoscaler (the \
+                 Deployment starts with one)",
+            ));
+        }
         if let Some(seconds) = o.progress_deadline_seconds {
             deployment_spec["progressDeadlineSeconds"] = json!(seconds);
         }

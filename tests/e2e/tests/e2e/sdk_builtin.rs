@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
@@ -406,4 +406,144 @@ fn the_deployment_provider_never_outranks_an_operator_unless_asked() {
         Outcome::Selected { priority: 1, .. }
     ));
     assert!(selection.rule_errors.is_empty());
+}
+
+/// With `provider.overrides.autoscaled`, the replica count is the autoscaler's: a later
+/// apply (after a spec change) leaves it alone, and the status follows it. The test plays
+/// the autoscaler, whose writes through the Deployment's scale subresource set
+/// `spec.replicas` (`pkg/controller/podautoscaler/horizontal.go@v1.36.0`).
+#[tokio::test]
+async fn an_autoscaled_deployment_keeps_the_replicas_its_autoscaler_sets() {
+    let provider = "autoscale-e2e";
+    let (cluster, client) = testing::cluster().await.unwrap();
+    let ns = cluster.namespace(provider);
+    let _running = testing::spawn(
+        DeploymentProvider {
+            name: provider.to_string(),
+        },
+        client.clone(),
+        test_options(),
+    );
+    let builder = ModelDeploymentBuilder::new("auto")
+        .namespace(&ns)
+        .model("Qwen/Qwen3-0.6B")
+        .engine(EngineType::Vllm)
+        .gpus(1)
+        .provider(provider)
+        .overrides(json!({"autoscaled": true}));
+    testing::deploy(&client, &builder.clone().build(), provider)
+        .await
+        .unwrap();
+    let deployment = object_where(
+        &client,
+        &deployments(),
+        &ns,
+        "auto",
+        "the Deployment",
+        Option::is_some,
+    )
+    .await
+    .unwrap();
+    assert!(
+        deployment.data["spec"].get("replicas").is_none(),
+        "not rendered"
+    );
+
+    // The autoscaler scales to 3; the controller rolls it out.
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &deployments());
+    let scaled = api
+        .patch(
+            "auto",
+            &PatchParams {
+                field_manager: Some("horizontal-pod-autoscaler".into()),
+                ..PatchParams::default()
+            },
+            &Patch::Merge(json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .unwrap();
+    controller_writes(
+        &client,
+        &ns,
+        "auto",
+        json!({"observedGeneration": scaled.metadata.generation, "replicas": 3, "updatedReplicas": 3,
+               "readyReplicas": 3, "availableReplicas": 3}),
+    )
+    .await;
+    let md = md_where(&client, &ns, "auto", "Running with 3 replicas", |m| {
+        phase(m) == Some(Phase::Running)
+            && m.status
+                .as_ref()
+                .and_then(|s| s.replicas.as_ref())
+                .is_some_and(|r| r.desired == Some(3))
+    })
+    .await;
+    assert_eq!(condition(&md, READY).unwrap().status, "True");
+
+    // A spec change is applied, and the autoscaler's count stays.
+    let changed = builder
+        .spec(|s| s.engine.args = Some([("enforce-eager".into(), "true".into())].into()))
+        .build();
+    testing::deploy(&client, &changed, provider).await.unwrap();
+    let deployment = object_where(
+        &client,
+        &deployments(),
+        &ns,
+        "auto",
+        "the new arguments",
+        |d| {
+            d.as_ref().is_some_and(|d| {
+                d.data["spec"]["template"]["spec"]["containers"][0]["args"]
+                    .as_array()
+                    .is_some_and(|a| a.iter().any(|x| x == "--enforce-eager"))
+            })
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(deployment.data["spec"]["replicas"], 3);
+}
+
+/// Any overrides a user may write, into the example: never a panic, wrong types refused
+/// naming the key, unknown keys warned about, and what is accepted rendered as documented.
+#[test]
+fn any_overrides_into_the_deployment_provider() {
+    let provider = DeploymentProvider {
+        name: "deployment".into(),
+    };
+    let api = UpstreamApi::new(
+        &provider.upstream(),
+        "v1",
+        json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+    );
+    let base = qwen("ov", "ns", "deployment").build();
+    testing::overrides::check_overrides(
+        &base,
+        &[
+            ("progressDeadlineSeconds", vec![json!(3600)]),
+            ("autoscaled", vec![json!(true), json!(false)]),
+        ],
+        |m| provider.render(m, &api),
+        |m, r| {
+            let o = m
+                .spec
+                .provider
+                .as_ref()
+                .and_then(|p| p.overrides.clone())
+                .unwrap_or_default();
+            let spec = &r.objects[0].data["spec"];
+            let autoscaled = o.get("autoscaled") == Some(&json!(true));
+            if spec.get("replicas").is_some() == autoscaled {
+                return Err(format!(
+                    "replicas rendered: {}, autoscaled: {autoscaled}",
+                    !autoscaled
+                ));
+            }
+            let deadline = o.get("progressDeadlineSeconds").filter(|v| !v.is_null());
+            if deadline != spec.get("progressDeadlineSeconds") {
+                return Err("progressDeadlineSeconds not rendered as given".into());
+            }
+            Ok(())
+        },
+    );
 }
