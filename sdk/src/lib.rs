@@ -47,6 +47,12 @@ pub use provider::{
 };
 pub use upstream::UpstreamApi;
 
+/// The crate's README, whose Rust code is compiled as a doc test: as a crate of its own
+/// would compile it, from the public API alone.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
+
 pub use api::model_deployment::{ModelDeployment, ModelDeploymentSpec, ModelDeploymentStatus};
 pub use api::provider_config::{
     InferenceProviderConfig, InferenceProviderConfigSpec, InferenceProviderConfigStatus,
