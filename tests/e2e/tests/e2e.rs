@@ -26,6 +26,8 @@ mod deployment;
 mod dynamo;
 #[path = "e2e/dynamo_operator.rs"]
 mod dynamo_operator;
+#[path = "e2e/faults.rs"]
+mod faults;
 #[path = "e2e/kaito.rs"]
 mod kaito;
 #[path = "e2e/kernelcache.rs"]
