@@ -25,15 +25,19 @@
 //! ([`crate::provider::engine_flags`]). The Hugging Face token Secret
 //! (`secrets.huggingFaceToken`, key `HF_TOKEN`) is passed as `envFrom`, `spec.env` as
 //! `env`, and `/dev/shm` is a memory-backed `emptyDir` (engines share tensors between
-//! processes through it; the container runtime's default is 64 MiB).
+//! processes through it; the container runtime's default is 64 MiB). The storage volumes
+//! of `model.storage` are mounted by the rules of [`crate::storage`], with the engine's
+//! cache variables: vLLM `HF_HOME` and `VLLM_CACHE_ROOT`, SGLang `HF_HOME`, llama.cpp
+//! `LLAMA_CACHE` (where `--hf-repo` downloads go) for the model cache.
 //! TensorRT-LLM is not built here yet ([`container`] returns a [`RenderError`]).
 
 use std::collections::BTreeMap;
 
 use serde_json::{Value, json};
 
-use crate::api::{EngineType, ModelDeployment, ModelSource};
+use crate::api::{EngineType, ModelDeployment, ModelSource, VolumePurpose};
 use crate::provider::{RenderError, Warning, engine_flags};
+use crate::storage;
 
 /// The port the engine listens on unless the provider chooses another.
 pub const PORT: i32 = 8000;
@@ -57,8 +61,9 @@ pub struct EngineContainer {
 
 /// The serving container for `md`, running `image`, listening on `port`.
 ///
-/// Errors: no engine, TensorRT-LLM, or no `model.id` (for `source: custom`, `model.id`
-/// is the model's path inside the image).
+/// Errors: no engine, TensorRT-LLM, no `model.id` (for `source: custom`, `model.id`
+/// is the model's path inside the image), or a storage volume that cannot be mounted
+/// ([`storage::check`]).
 pub fn container(
     md: &ModelDeployment,
     image: &str,
@@ -163,11 +168,35 @@ pub fn container(
             "failureThreshold": 3,
         },
         "resources": gpu_resources(md),
-        "volumeMounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}],
     });
-    if let Some(env) = spec.env.as_ref().filter(|e| !e.is_empty()) {
-        container["env"] =
-            serde_json::to_value(env).map_err(|e| RenderError(format!("spec.env: {e}")))?;
+    storage::check(
+        md,
+        &storage::Reserved {
+            by: "the engine container",
+            pods: "the serving pods",
+            names: &[SHM_VOLUME],
+            paths: &["/dev/shm"],
+        },
+    )
+    .map_err(RenderError)?;
+    let mut mounts = vec![json!({"name": SHM_VOLUME, "mountPath": "/dev/shm"})];
+    mounts.extend(storage::volume_mounts(md));
+    container["volumeMounts"] = json!(mounts);
+    let mut env: Vec<Value> = match spec.env.as_ref() {
+        Some(e) => e
+            .iter()
+            .map(serde_json::to_value)
+            .collect::<Result<_, _>>()
+            .map_err(|e| RenderError(format!("spec.env: {e}")))?,
+        None => Vec::new(),
+    };
+    env.extend(match engine {
+        EngineType::Vllm => storage::env(md),
+        EngineType::Sglang => storage::env_for(md, &[(VolumePurpose::ModelCache, "HF_HOME")]),
+        _ => storage::env_for(md, &[(VolumePurpose::ModelCache, "LLAMA_CACHE")]),
+    });
+    if !env.is_empty() {
+        container["env"] = json!(env);
     }
     if let Some(secret) = spec
         .secrets
@@ -177,15 +206,11 @@ pub fn container(
     {
         container["envFrom"] = json!([{"secretRef": {"name": secret}}]);
     }
-    if spec.model.storage.is_some() {
-        warnings.push(Warning::unsupported_field(
-            "spec.model.storage",
-            "the SDK's engine container mounts no model storage yet",
-        ));
-    }
+    let mut volumes = vec![json!({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}})];
+    volumes.extend(storage::pod_volumes(md));
     Ok(EngineContainer {
         container,
-        volumes: vec![json!({"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}})],
+        volumes,
         warnings,
     })
 }
@@ -312,7 +337,8 @@ mod tests {
     #[test]
     fn llama_cpp_offloads_to_gpus_and_names_what_it_ignores() {
         let md = md(json!({
-            "model": {"id": "ggml-org/gemma-3-1b-it-GGUF", "storage": {"volumes": []}},
+            "model": {"id": "ggml-org/gemma-3-1b-it-GGUF", "storage": {"volumes": [
+                {"name": "weights", "claimName": "gguf", "purpose": "modelCache", "readOnly": true}]}},
             "engine": {"type": "llamacpp", "contextLength": 8192, "trustRemoteCode": true},
             "resources": {"gpu": {"count": 1}},
         }));
@@ -340,9 +366,18 @@ mod tests {
             .iter()
             .filter_map(|w| w.ignored_field.as_deref())
             .collect();
+        assert_eq!(ignored, ["spec.engine.trustRemoteCode"]);
         assert_eq!(
-            ignored,
-            ["spec.engine.trustRemoteCode", "spec.model.storage"]
+            c.container["volumeMounts"][1],
+            json!({"name": "weights", "mountPath": "/model-cache", "readOnly": true})
+        );
+        assert_eq!(
+            c.container["env"],
+            json!([{"name": "LLAMA_CACHE", "value": "/model-cache"}])
+        );
+        assert_eq!(
+            c.volumes[1],
+            json!({"name": "weights", "persistentVolumeClaim": {"claimName": "gguf", "readOnly": true}})
         );
     }
 
@@ -361,6 +396,14 @@ mod tests {
                 .unwrap_err()
                 .0
                 .contains("TensorRT-LLM")
+        );
+        let shm = md(json!({"model": {"id": "a/b", "storage": {"volumes": [
+            {"name": "x", "claimName": "c", "mountPath": "/dev/shm"}]}}, "engine": {"type": "vllm"}}));
+        assert!(
+            container(&shm, "i", PORT)
+                .unwrap_err()
+                .0
+                .contains("/dev/shm")
         );
         let cpu = md(json!({"model": {"id": "a/b"}, "engine": {"type": "vllm"}}));
         assert_eq!(gpu_resources(&cpu), json!({}));

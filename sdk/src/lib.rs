@@ -9,7 +9,8 @@
 //!   helpers for rendering ([`render`]), typed `provider.overrides` ([`overrides`]) and
 //!   the installed upstream API ([`upstream`]);
 //! - building blocks for providers that render pods themselves: the serving container of
-//!   an engine ([`engine`]) and a Deployment's status read as ours ([`workload`]);
+//!   an engine ([`engine`]), its storage volumes ([`storage`]) and a Deployment's status
+//!   read as ours ([`workload`]);
 //! - provider selection as pure functions ([`selection`], over the spec with its
 //!   [`defaults`] applied), as core runs it;
 //! - the runtime that does all the I/O ([`runtime::run`]; a provider's `main` is
@@ -36,6 +37,7 @@ pub mod reflect;
 pub mod render;
 pub mod runtime;
 pub mod selection;
+pub mod storage;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tls;

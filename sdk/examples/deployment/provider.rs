@@ -14,7 +14,7 @@ use kubeairunway_sdk::provider::object;
 use kubeairunway_sdk::render::{pod_annotations, pod_labels};
 use kubeairunway_sdk::{
     Incompatible, Live, Observed, Provider, RenderError, Rendered, UpstreamApi, UpstreamRef,
-    Warning, engine, labels, overrides, workload,
+    Warning, engine, labels, overrides, storage, workload,
 };
 use serde::Deserialize;
 use serde_json::json;
@@ -124,6 +124,11 @@ impl Provider for DeploymentProvider {
             })?;
         let engine = engine::container(md, &image, engine::PORT)?;
         warnings.extend(engine.warnings);
+        // The claims of `model.storage` are mounted; this provider creates none.
+        warnings.extend(storage::unmanaged_claim_warnings(
+            md,
+            "the Deployment provider",
+        ));
         if spec.gateway.is_some() {
             warnings.push(Warning::unsupported_field(
                 "spec.gateway",
