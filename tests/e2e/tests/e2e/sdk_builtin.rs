@@ -547,3 +547,65 @@ fn any_overrides_into_the_deployment_provider() {
         },
     );
 }
+
+/// The example with one field the real `apps/v1` schema lacks, deep in the pod template.
+struct WithBogusField(DeploymentProvider);
+
+impl Provider for WithBogusField {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn config(&self) -> kubeairunway_sdk::api::InferenceProviderConfigSpec {
+        self.0.config()
+    }
+    fn upstream(&self) -> UpstreamRef {
+        self.0.upstream()
+    }
+    fn check(&self, md: &ModelDeployment) -> Result<(), Incompatible> {
+        self.0.check(md)
+    }
+    fn render(&self, md: &ModelDeployment, api: &UpstreamApi) -> Result<Rendered, RenderError> {
+        let mut rendered = self.0.render(md, api)?;
+        rendered.objects[0].data["spec"]["template"]["spec"]["containers"][0]["gpuCount"] =
+            json!(1);
+        Ok(rendered)
+    }
+    fn observe(&self, md: &ModelDeployment, live: &Live) -> Observed {
+        self.0.observe(md, live)
+    }
+}
+
+/// A built-in kind's schema is the API server's own OpenAPI v3 document, references
+/// resolved: a field it lacks, four references deep, is refused before anything is applied.
+#[tokio::test]
+async fn a_field_the_built_in_schema_lacks_is_refused() {
+    let provider = "bogus-e2e";
+    let (cluster, client) = testing::cluster().await.unwrap();
+    let ns = cluster.namespace(provider);
+    let _running = testing::spawn(
+        WithBogusField(DeploymentProvider {
+            name: provider.to_string(),
+        }),
+        client.clone(),
+        test_options(),
+    );
+    testing::deploy(&client, &qwen("bogus", &ns, provider).build(), provider)
+        .await
+        .unwrap();
+    let md = md_where(&client, &ns, "bogus", "Failed", |m| {
+        phase(m) == Some(Phase::Failed)
+    })
+    .await;
+    let compatible = condition(&md, PROVIDER_COMPATIBLE).unwrap();
+    assert_eq!(compatible.reason, reasons::UPSTREAM_SCHEMA_MISMATCH);
+    assert!(
+        compatible
+            .message
+            .contains("has no field spec.template.spec.containers[].gpuCount"),
+        "{}",
+        compatible.message
+    );
+    // Nothing was applied: not even the Service, which the schema check does not cover.
+    let services: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &services());
+    assert!(services.get_opt("bogus").await.unwrap().is_none());
+}
