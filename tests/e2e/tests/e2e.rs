@@ -23,6 +23,9 @@ mod core_selection;
 mod core_webhook;
 #[path = "e2e/crds.rs"]
 mod crds;
+/// The example provider of the SDK that needs no operator, driven by `sdk_builtin`.
+#[path = "../../../sdk/examples/deployment/provider.rs"]
+mod deployment;
 #[path = "e2e/dynamo.rs"]
 mod dynamo;
 #[path = "e2e/dynamo_operator.rs"]
@@ -49,6 +52,8 @@ mod kuberay_operator;
 mod reference_compat;
 #[path = "e2e/samples.rs"]
 mod samples;
+#[path = "e2e/sdk_builtin.rs"]
+mod sdk_builtin;
 #[path = "e2e/sdk_mock.rs"]
 mod sdk_mock;
 #[path = "e2e/sdk_runtime.rs"]
