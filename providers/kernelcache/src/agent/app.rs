@@ -43,9 +43,14 @@ pub struct Cli {
     /// Most entries (files, directories, links) accepted in one cache layer.
     #[arg(long, env = "MAX_CACHE_FILES", default_value_t = Limits::default().max_entries)]
     pub max_cache_files: u64,
-    /// A registry (`host:port`) spoken to over plain HTTP; repeatable. For tests and
-    /// local mirrors only.
-    #[arg(long = "plain-http-registry", value_name = "HOST:PORT")]
+    /// A registry (`host:port`) spoken to over plain HTTP; repeatable (in the environment,
+    /// comma-separated, as the controller's). For tests and local mirrors only.
+    #[arg(
+        long = "plain-http-registry",
+        env = "PLAIN_HTTP_REGISTRIES",
+        value_delimiter = ',',
+        value_name = "HOST:PORT"
+    )]
     pub plain_http_registries: Vec<String>,
     /// How often to reconcile without a change (GPUs detected again, failures retried).
     #[arg(long, env = "RESYNC", default_value = "2m", value_parser = parse_duration)]
@@ -147,5 +152,23 @@ mod tests {
         assert_eq!(s.limits, Limits::default());
         assert!(cli.gpu_inventory.is_none());
         assert!(Cli::try_parse_from(["kernelcache-agent", "--node-name=n", "--resync=0"]).is_err());
+    }
+
+    #[test]
+    fn plain_http_registries_come_from_the_environment_as_the_controllers_do() {
+        use clap::CommandFactory;
+        for cmd in [Cli::command(), crate::controller::app::Cli::command()] {
+            let arg = cmd
+                .get_arguments()
+                .find(|a| a.get_long() == Some("plain-http-registry"))
+                .unwrap();
+            assert_eq!(
+                arg.get_env().and_then(|e| e.to_str()),
+                Some("PLAIN_HTTP_REGISTRIES"),
+                "{}",
+                cmd.get_name()
+            );
+            assert_eq!(arg.get_value_delimiter(), Some(','), "{}", cmd.get_name());
+        }
     }
 }
