@@ -5,7 +5,8 @@
 #
 # Caches (safe to delete): the test API server and etcd under
 # ${XDG_CACHE_HOME:-~/.cache}/kubeairunway/testcluster; helm under
-# ${XDG_CACHE_HOME:-~/.cache}/kubeairunway/helm; cargo's registry as usual.
+# ${XDG_CACHE_HOME:-~/.cache}/kubeairunway/helm; actionlint under .../kubeairunway/actionlint;
+# the image's Debian packages under .../kubeairunway/image-apt; cargo's registry as usual.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -43,11 +44,18 @@ for chart in charts/*/; do
   "$HELM" template ci "$chart" --namespace kubeairunway-system >/dev/null
 done
 
+step "actionlint of the GitHub workflows, cached"
+ACTIONLINT="$(bash scripts/install-actionlint.sh)"
+"$ACTIONLINT" -no-color .github/workflows/*.yml
+
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "cargo build --bins (the image test assembles the platform's image from them)"
+cargo build --workspace --bins --locked
 
 step "cargo test"
 cargo test --workspace --locked --no-fail-fast
