@@ -58,4 +58,7 @@ step "cargo build --bins (the image test assembles the platform's image from the
 cargo build --workspace --bins --locked
 
 step "cargo test"
+# Property tests (proptest) run a bounded number of cases here; run more on demand, e.g.
+# PROPTEST_CASES=100000 cargo test -p kubeairunway-kernelcache --lib extract::
+export PROPTEST_CASES="${PROPTEST_CASES:-256}"
 cargo test --workspace --locked --no-fail-fast

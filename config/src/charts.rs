@@ -378,8 +378,34 @@ pub struct KernelCacheController {
     pub policy: String,
     /// Look at every cache this often without a change (--resync).
     pub resync: String,
+    /// Where the controller may read the image pull Secrets that KernelCaches name; a
+    /// cache naming a Secret elsewhere fails with "forbidden".
+    pub pull_secrets: Vec<PullSecrets>,
     #[serde(flatten)]
     pub controller: ControllerNoAccount,
+}
+
+/// Pull Secrets the kernel-cache controller may read in one namespace.
+#[derive(Debug, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PullSecrets {
+    /// The namespace.
+    pub namespace: String,
+    /// The Secrets' names; empty: every Secret of the namespace.
+    #[serde(default)]
+    pub names: Vec<String>,
+}
+
+/// The registry-credentials handover namespace.
+#[derive(Debug, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Credentials {
+    /// The controller copies the one registry entry each cache needs into a Secret of
+    /// this namespace, the only place the agents read Secrets from
+    /// (--credentials-namespace). Keep nothing else in it.
+    pub namespace: String,
+    /// Create the namespace with the release.
+    pub create: bool,
 }
 
 /// A Deployment with leader election whose ServiceAccount the chart names itself.
@@ -475,6 +501,10 @@ pub struct KernelCacheWebhook {
     /// Image of the kernelcache-seed init container added to serving pods; empty: this
     /// chart's image.
     pub seed_image: String,
+    /// The cluster serves Kubernetes image volumes (feature ImageVolume, beta in 1.33):
+    /// namespaces enforcing the baseline Pod Security level then get caches through them
+    /// (--image-volumes); namespaces enforcing restricted never get a cache.
+    pub image_volumes: bool,
     #[serde(flatten)]
     pub workload: Workload,
 }
@@ -490,6 +520,8 @@ pub struct KernelCacheValues {
     /// Registries (host:port) the controller and the agents speak to over plain HTTP
     /// (--plain-http-registry; air-gapped mirrors, tests).
     pub plain_http_registries: Vec<String>,
+    /// The registry-credentials handover namespace.
+    pub credentials: Credentials,
     /// The controller.
     pub controller: KernelCacheController,
     /// The node agent.

@@ -8,7 +8,9 @@
 
 {{/* What it renders: Workspaces, InferenceSets for replicas other than 1, the vLLM
 inference config ConfigMaps it owns beside the Workspaces and the Services in front of
-InferenceSets. */}}
+InferenceSets. RBAC cannot scope ConfigMaps by label: the ValidatingAdmissionPolicy in
+configmap-policy.yaml limits ConfigMap writes and deletes to the ones labelled
+kubeairunway.ai/provider=kaito, never in kube-system. */}}
 {{- define "kaito-provider.rules" -}}
 - apiGroups: ["kaito.sh"]
   resources: ["workspaces", "inferencesets"]
