@@ -1,6 +1,7 @@
 //! Condition types, reasons, and the one way every controller sets a condition.
 //!
-//! Each condition type has exactly one writer (004 §3.10): core writes [`VALIDATED`] and
+//! Each condition type has exactly one writer (the table "Who writes which status
+//! fields" in the repository's README): core writes [`VALIDATED`] and
 //! [`PROVIDER_SELECTED`]; the serving provider writes [`PROVIDER_COMPATIBLE`],
 //! [`RESOURCE_CREATED`], [`READY`] and [`STALE_STATUS`]; the kernel-cache provider writes
 //! [`KERNEL_CACHE_READY`]. `status.conditions` is a list-map keyed by `type`, so each
@@ -43,6 +44,12 @@ pub mod reasons {
     pub const NO_HEALTHY_PROVIDERS: &str = "NoHealthyProviders";
     /// `ProviderSelected=False`: the built-in selector is off and nothing chose yet.
     pub const AWAITING_SELECTOR: &str = "AwaitingSelection";
+    /// `ProviderSelected=False`: the provider named in `spec.provider.name` is not
+    /// registered (no InferenceProviderConfig).
+    pub const PROVIDER_NOT_INSTALLED: &str = "ProviderNotInstalled";
+    /// `ProviderSelected=False`: the provider named in `spec.provider.name` registers only
+    /// capabilities (such as a kernel cache) and serves no model.
+    pub const PROVIDER_DOES_NOT_SERVE: &str = "ProviderDoesNotServe";
     /// `ProviderCompatible=True`.
     pub const COMPATIBILITY_VERIFIED: &str = "CompatibilityVerified";
     /// `ProviderCompatible=False`: the provider cannot serve this spec.

@@ -1,4 +1,5 @@
-//! `ModelDeployment`: one LLM inference service, whichever provider serves it (004 §4.1).
+//! `ModelDeployment`: one LLM inference service, whichever provider serves it. Field
+//! for field compatible with AI Runway's `kubeairunway.ai` ModelDeployment.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -670,7 +671,8 @@ pub struct GatewayStatus {
 }
 
 impl ModelDeploymentSpec {
-    /// GPUs per replica in aggregated mode (absent `resources.gpu` counts as 0, 004 §4.4).
+    /// GPUs per replica in aggregated mode (absent `resources.gpu` counts as 0, as
+    /// provider selection sees it).
     pub fn gpu_count(&self) -> i32 {
         self.resources
             .as_ref()

@@ -166,15 +166,16 @@ impl ProviderView {
 
 /// Apply `view` to `md`'s status under the provider's field manager, unless it is
 /// already current. Forced: after selection the provider owns the phase, even if core
-/// had not yet released it.
+/// had not yet released it. Returns the ModelDeployment as written (`None` when nothing
+/// was written).
 pub(crate) async fn apply<P: Provider>(
     ctx: &Context<P>,
     md: &ModelDeployment,
     view: &ProviderView,
-) -> Result<(), kube::Error> {
+) -> Result<Option<ModelDeployment>, kube::Error> {
     let view = &view.clone().addressed(md, &ctx.options.cluster_domain);
     if view.is_current(md) {
-        return Ok(());
+        return Ok(None);
     }
     let api: Api<ModelDeployment> =
         Api::namespaced(ctx.client.clone(), &md.namespace().unwrap_or_default());
@@ -188,8 +189,8 @@ pub(crate) async fn apply<P: Provider>(
         &PatchParams::apply(&ctx.field_manager()).force(),
         &Patch::Apply(&patch),
     )
-    .await?;
-    Ok(())
+    .await
+    .map(Some)
 }
 
 #[cfg(test)]

@@ -11,6 +11,10 @@ mod charts_rbac;
 /// The example third-party provider of the SDK, driven by `sdk_runtime`.
 #[path = "../../../sdk/examples/chatserver/provider.rs"]
 mod chatserver;
+#[path = "e2e/cli.rs"]
+mod cli;
+#[path = "e2e/cli_cache.rs"]
+mod cli_cache;
 #[path = "e2e/core_chart.rs"]
 mod core_chart;
 #[path = "e2e/core_leader.rs"]
@@ -21,6 +25,9 @@ mod core_selection;
 mod core_webhook;
 #[path = "e2e/crds.rs"]
 mod crds;
+/// The example provider of the SDK that needs no operator, driven by `sdk_builtin`.
+#[path = "../../../sdk/examples/deployment/provider.rs"]
+mod deployment;
 #[path = "e2e/dynamo.rs"]
 mod dynamo;
 #[path = "e2e/dynamo_operator.rs"]
@@ -49,6 +56,8 @@ mod kuberay_operator;
 mod reference_compat;
 #[path = "e2e/samples.rs"]
 mod samples;
+#[path = "e2e/sdk_builtin.rs"]
+mod sdk_builtin;
 #[path = "e2e/sdk_mock.rs"]
 mod sdk_mock;
 #[path = "e2e/sdk_runtime.rs"]

@@ -98,6 +98,54 @@ pub fn after_failure(
     }
 }
 
+/// The `Verified` condition of a pinned image: whether nodes may use it, and why.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Verdict {
+    /// Whether nodes may use the image.
+    pub usable: bool,
+    /// The condition's reason ([`reasons`]).
+    pub reason: &'static str,
+    /// The condition's message.
+    pub message: String,
+}
+
+/// The verdict on a pinned image after `verification`: refused without a policy and when
+/// the image is not a cache image; usable when a signature satisfied the policy, or
+/// unverified under mode `disabled`; refused otherwise. The controller's `Verified`
+/// condition and `kubeairunway cache verify` both say this.
+pub fn verdict(policy_found: bool, is_cache: bool, verification: &Verification) -> Verdict {
+    let message = || verification.message.clone().unwrap_or_default();
+    let disabled = verification.mode == VerificationMode::Disabled && !verification.verified;
+    let (usable, reason, message) = if !policy_found {
+        (false, reasons::NO_POLICY, message())
+    } else if !is_cache {
+        (false, reasons::NOT_A_CACHE, message())
+    } else if verification.verified {
+        (
+            true,
+            reasons::VERIFIED,
+            format!(
+                "signed by {}",
+                verification.signer.clone().unwrap_or_default()
+            ),
+        )
+    } else if disabled {
+        (
+            true,
+            reasons::VERIFICATION_DISABLED,
+            verify::DISABLED_MESSAGE.to_string(),
+        )
+    } else {
+        (false, reasons::VERIFICATION_FAILED, message())
+    };
+    Verdict {
+        usable,
+        reason,
+        message,
+    }
+}
+
 /// Condition reasons of the controller.
 pub mod reasons {
     /// The tag resolved and the digest is pinned.
@@ -207,6 +255,20 @@ pub fn aggregate(
     }
 }
 
+/// `Ready` of a KernelCache: (status, reason, message) from whether its pin is usable and
+/// what the nodes report.
+pub fn ready_condition(usable: bool, nodes: &Aggregate) -> (bool, &'static str, String) {
+    match (usable, nodes.ready) {
+        (false, _) => (
+            false,
+            reasons::NOT_VERIFIED,
+            "not usable: see the Verified condition".to_string(),
+        ),
+        (true, 0) => (false, reasons::NOT_STAGED, nodes.message.clone()),
+        (true, _) => (true, reasons::STAGED, nodes.message.clone()),
+    }
+}
+
 /// `KernelCacheReady` for a ModelDeployment naming `name`: (status, reason, message).
 pub fn model_deployment_condition(
     name: &str,
@@ -253,6 +315,51 @@ mod tests {
         KernelCacheNodeSpec, KernelCacheNodeStatus, KernelCacheSpec, KernelCacheStatus, NodeCache,
         Verification, VerificationMode,
     };
+
+    #[test]
+    fn verdicts_follow_policy_image_and_signature() {
+        let signed = Verification {
+            mode: VerificationMode::Key,
+            verified: true,
+            signer: Some("sha256:0123456789abcdef".into()),
+            ..Verification::default()
+        };
+        let refused = Verification {
+            mode: VerificationMode::Key,
+            message: Some("no signature found for r/x@sha256:00".into()),
+            ..Verification::default()
+        };
+        let disabled = Verification {
+            mode: VerificationMode::Disabled,
+            message: Some(verify::DISABLED_MESSAGE.into()),
+            ..Verification::default()
+        };
+        let v = super::verdict(true, true, &signed);
+        assert_eq!(
+            (v.usable, v.reason, v.message.as_str()),
+            (true, reasons::VERIFIED, "signed by sha256:0123456789abcdef")
+        );
+        let v = super::verdict(true, true, &refused);
+        assert_eq!(
+            (v.usable, v.reason, v.message.as_str()),
+            (
+                false,
+                reasons::VERIFICATION_FAILED,
+                "no signature found for r/x@sha256:00"
+            )
+        );
+        let v = super::verdict(true, true, &disabled);
+        assert_eq!((v.usable, v.reason), (true, reasons::VERIFICATION_DISABLED));
+        // Not a cache image: refused even when signed or unverified by policy.
+        assert_eq!(
+            super::verdict(true, false, &signed).reason,
+            reasons::NOT_A_CACHE
+        );
+        assert!(!super::verdict(true, false, &disabled).usable);
+        // No policy: nothing is usable.
+        let v = super::verdict(false, true, &signed);
+        assert_eq!((v.usable, v.reason), (false, reasons::NO_POLICY));
+    }
 
     fn node(name: &str, entries: &[(&str, &str, CacheState, Option<&str>)]) -> KernelCacheNode {
         let mut n = KernelCacheNode::new(
@@ -442,5 +549,23 @@ mod tests {
         let (ok, reason, message) = model_deployment_condition("vadd", Some(&cache(true, 2)));
         assert_eq!((ok, reason), (true, reasons::READY));
         assert!(message.contains("2 node(s)"), "{message}");
+    }
+
+    #[test]
+    fn ready_needs_a_usable_pin_and_a_ready_node() {
+        let agg = |ready| Aggregate {
+            nodes: BTreeMap::new(),
+            ready,
+            message: format!("{ready} Ready"),
+        };
+        assert_eq!(ready_condition(false, &agg(3)).1, reasons::NOT_VERIFIED);
+        assert_eq!(
+            ready_condition(true, &agg(0)),
+            (false, reasons::NOT_STAGED, "0 Ready".to_string())
+        );
+        assert_eq!(
+            ready_condition(true, &agg(2)),
+            (true, reasons::STAGED, "2 Ready".to_string())
+        );
     }
 }

@@ -317,7 +317,8 @@ async fn walk(tag: &str, crd_file: &str) {
     let ready = condition(&md, READY).unwrap();
     assert_eq!(
         (ready.status.as_str(), ready.reason.as_str()),
-        ("False", "DeploymentFailed")
+        ("False", "ImagePullError"),
+        "KAITO's own reason for the failure"
     );
     let md = kaito_writes(
         &client,
