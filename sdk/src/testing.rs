@@ -181,6 +181,7 @@ pub fn test_options() -> Options {
         stale_status_after: Duration::from_secs(3),
         heartbeat_interval: Duration::from_secs(1),
         resync_period: Duration::from_secs(2),
+        cluster_domain: "cluster.local".into(),
     }
 }
 

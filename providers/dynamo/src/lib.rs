@@ -10,6 +10,7 @@
 //! - [`status`]: the upstream status as ours.
 
 pub mod args;
+pub mod cli;
 pub mod graph;
 pub mod overrides;
 pub mod status;

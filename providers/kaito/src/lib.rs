@@ -12,6 +12,7 @@
 //!
 //! Everything here is pure; `kubeairunway_sdk::runtime` does the I/O.
 
+pub mod cli;
 pub mod immutable;
 pub mod nodes;
 pub mod overrides;

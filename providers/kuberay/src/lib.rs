@@ -18,6 +18,7 @@
 //! `Provider::immutable_fields` keeps its default.
 
 pub mod check;
+pub mod cli;
 pub mod overrides;
 pub mod rayservice;
 pub mod serve_config;

@@ -85,6 +85,10 @@ pub struct Options {
     /// caches: it costs no API request unless something drifted).
     #[arg(long, env = "RESYNC_PERIOD", default_value = "5m", value_parser = crate::process::parse_duration)]
     pub resync_period: Duration,
+    /// The cluster's DNS domain, for `status.url`
+    /// (`http://<service>.<namespace>.svc.<domain>:<port>/v1`).
+    #[arg(long, env = "CLUSTER_DOMAIN", default_value = "cluster.local")]
+    pub cluster_domain: String,
 }
 
 impl Default for Options {
@@ -95,6 +99,7 @@ impl Default for Options {
             stale_status_after: Duration::from_secs(300),
             heartbeat_interval: Duration::from_secs(30),
             resync_period: Duration::from_secs(300),
+            cluster_domain: "cluster.local".into(),
         }
     }
 }
@@ -483,4 +488,28 @@ fn receiver_stream<T: Send + 'static>(
     mut rx: mpsc::UnboundedReceiver<T>,
 ) -> impl futures::Stream<Item = T> + Send + 'static {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    /// A provider binary's command line: the runtime's flags and its own.
+    #[derive(Debug, Parser)]
+    #[command(name = "some-provider", version)]
+    struct Cli {
+        #[command(flatten)]
+        options: super::Options,
+        #[arg(long, default_value = "x")]
+        own: String,
+    }
+
+    #[test]
+    fn a_provider_command_line_passes_clap_s_own_checks_and_parses() {
+        // The checks clap runs (debug builds) when a binary parses its first argument.
+        Cli::command().debug_assert();
+        let cli = Cli::try_parse_from(["some-provider", "--cluster-domain=corp.example"]).unwrap();
+        assert_eq!(cli.options.cluster_domain, "corp.example");
+        assert_eq!(cli.own, "x");
+    }
 }

@@ -4,6 +4,8 @@
 
 #[path = "e2e/builtin_api.rs"]
 mod builtin_api;
+#[path = "e2e/charts.rs"]
+mod charts;
 #[path = "e2e/charts_rbac.rs"]
 mod charts_rbac;
 /// The example third-party provider of the SDK, driven by `sdk_runtime`.
@@ -32,6 +34,8 @@ mod dynamo;
 mod dynamo_operator;
 #[path = "e2e/faults.rs"]
 mod faults;
+#[path = "e2e/image.rs"]
+mod image;
 #[path = "e2e/kaito.rs"]
 mod kaito;
 #[path = "e2e/kernelcache.rs"]
