@@ -552,25 +552,7 @@ async fn conflict<P: Provider>(
     api: &UpstreamApi,
     message: &str,
 ) -> Result<Action, Error> {
-    event(
-        ctx,
-        md,
-        EventType::Warning,
-        reasons::RESOURCE_CONFLICT,
-        message,
-    )
-    .await;
-    let view = ProviderView::new(Phase::Failed, message)
-        .condition(
-            PROVIDER_COMPATIBLE,
-            true,
-            reasons::COMPATIBILITY_VERIFIED,
-            compatible_message(ctx, api),
-        )
-        .condition(RESOURCE_CREATED, false, reasons::RESOURCE_CONFLICT, message)
-        .condition(READY, false, reasons::RESOURCE_CONFLICT, message);
-    status::apply(ctx, md, &view).await?;
-    Ok(Action::requeue(refusal_retry(md)))
+    not_created(md, ctx, api, reasons::RESOURCE_CONFLICT, message).await
 }
 
 /// An object was refused: `Failed` with the server's own words (which name the webhook and
@@ -581,14 +563,20 @@ async fn refused<P: Provider>(
     api: &UpstreamApi,
     message: &str,
 ) -> Result<Action, Error> {
-    event(
-        ctx,
-        md,
-        EventType::Warning,
-        reasons::RESOURCE_REJECTED,
-        message,
-    )
-    .await;
+    not_created(md, ctx, api, reasons::RESOURCE_REJECTED, message).await
+}
+
+/// A compatible ModelDeployment whose objects could not be created (`reason`): `Failed`,
+/// a warning event, `ResourceCreated=False` and `Ready=False`, and a retry after
+/// [`refusal_retry`] or on the next change.
+async fn not_created<P: Provider>(
+    md: &ModelDeployment,
+    ctx: &Context<P>,
+    api: &UpstreamApi,
+    reason: &str,
+    message: &str,
+) -> Result<Action, Error> {
+    event(ctx, md, EventType::Warning, reason, message).await;
     let view = ProviderView::new(Phase::Failed, message)
         .condition(
             PROVIDER_COMPATIBLE,
@@ -596,8 +584,8 @@ async fn refused<P: Provider>(
             reasons::COMPATIBILITY_VERIFIED,
             compatible_message(ctx, api),
         )
-        .condition(RESOURCE_CREATED, false, reasons::RESOURCE_REJECTED, message)
-        .condition(READY, false, reasons::RESOURCE_REJECTED, message);
+        .condition(RESOURCE_CREATED, false, reason, message)
+        .condition(READY, false, reason, message);
     status::apply(ctx, md, &view).await?;
     Ok(Action::requeue(refusal_retry(md)))
 }
