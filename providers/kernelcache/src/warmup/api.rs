@@ -272,18 +272,27 @@ fn pod_template_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     // A full PodTemplateSpec schema would add hundreds of kilobytes to the CRD; the
     // controller parses the template strictly instead (an unknown field is refused with
     // its path, never dropped).
+    // The two rules a Job's pod template has that matter here are plain schema: a
+    // `restartPolicy` of Never or OnFailure, and at least one container.
     schemars::json_schema!({
         "type": "object",
         "x-kubernetes-preserve-unknown-fields": true,
-        "x-kubernetes-validations": [
-            {
-                "rule": "!has(self.spec) || !has(self.spec.restartPolicy) || self.spec.restartPolicy in ['Never', 'OnFailure']",
-                "message": "restartPolicy must be Never or OnFailure"
+        "required": ["spec"],
+        "properties": {
+            "metadata": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+            "spec": {
+                "type": "object",
+                "x-kubernetes-preserve-unknown-fields": true,
+                "required": ["containers"],
+                "properties": {
+                    "restartPolicy": {"type": "string", "enum": ["Never", "OnFailure"]},
+                    "containers": {
+                        "type": "array",
+                        "minItems": 1,
+                        "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                    },
+                },
             },
-            {
-                "rule": "has(self.spec) && has(self.spec.containers) && size(self.spec.containers) > 0",
-                "message": "podTemplate.spec.containers must name at least one container"
-            }
-        ],
+        },
     })
 }

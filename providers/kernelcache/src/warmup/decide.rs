@@ -153,7 +153,7 @@ fn eval_pod(
         }),
         delete: attempts
             .iter()
-            .filter(|a| a.attempt < failures && a.outcome == Outcome::Active)
+            .filter(|a| a.attempt < failures && a.running)
             .map(|a| a.pod.clone())
             .collect(),
         retry_at: None,
@@ -164,6 +164,10 @@ fn eval_pod(
         Some(Outcome::Succeeded) => eval.state = State::Succeeded,
         Some(Outcome::Active) => eval.state = State::Active,
         Some(Outcome::Failed(reason, message)) => {
+            // A pod that failed its attempt but still holds the node (an image pull
+            // backing off) goes; a finished one stays for its logs.
+            eval.delete
+                .extend(current.filter(|a| a.running).map(|a| a.pod.clone()));
             let n = failures + 1;
             let permanent = exhausted(n);
             eval.failure = Some(NodeFailure {
@@ -249,7 +253,7 @@ fn eval_node(
     };
     let running: Vec<String> = attempts
         .iter()
-        .filter(|a| a.outcome == Outcome::Active)
+        .filter(|a| a.running)
         .map(|a| a.pod.clone())
         .collect();
     // A taint only keeps a node from starting; a node that is gone ends its warmup.
@@ -324,17 +328,13 @@ pub fn progress(inputs: &Inputs<'_>) -> Plan {
         by_node
             .values()
             .flatten()
-            .filter(|a| a.outcome == Outcome::Active)
+            .filter(|a| a.running)
             .map(|a| a.pod.clone()),
     );
     let count = |s: State| evals.iter().filter(|(_, e)| e.state == s).count();
     let failed = count(State::Failed);
     let waiting = count(State::Pending) + count(State::Active);
-    let running_pods = inputs
-        .attempts
-        .iter()
-        .filter(|a| a.outcome == Outcome::Active)
-        .count();
+    let running_pods = inputs.attempts.iter().filter(|a| a.running).count();
 
     let mut status = inputs.status.clone();
     status.observed_generation = inputs.generation;
@@ -383,7 +383,7 @@ pub fn progress(inputs: &Inputs<'_>) -> Plan {
             inputs
                 .attempts
                 .iter()
-                .filter(|a| a.outcome == Outcome::Active)
+                .filter(|a| a.running)
                 .map(|a| a.pod.clone()),
         );
         plan.delete.sort();
@@ -588,7 +588,7 @@ pub fn finished(
         status: status.clone(),
         delete: attempts
             .iter()
-            .filter(|a| a.outcome == Outcome::Active)
+            .filter(|a| a.running)
             .map(|a| a.pod.clone())
             .collect(),
         ..Plan::default()

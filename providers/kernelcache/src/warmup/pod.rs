@@ -339,6 +339,10 @@ pub struct Attempt {
     pub attempt: i32,
     /// What its status says.
     pub outcome: Outcome,
+    /// Whether the pod still holds its node (neither `Succeeded` nor `Failed`): a running
+    /// pod, or one whose image pull backs off, which has failed its attempt but stays
+    /// until it is deleted.
+    pub running: bool,
 }
 
 /// Read a warmup pod (`None` when it lacks our annotations).
@@ -349,6 +353,10 @@ pub fn read(pod: &Pod) -> Option<Attempt> {
         node: annotations.get(NODE_ANNOTATION)?.clone(),
         attempt: annotations.get(ATTEMPT_ANNOTATION)?.parse().ok()?,
         outcome: outcome(pod),
+        running: !matches!(
+            pod.status.as_ref().and_then(|s| s.phase.as_deref()),
+            Some("Succeeded" | "Failed")
+        ),
     })
 }
 

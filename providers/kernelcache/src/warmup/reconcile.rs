@@ -165,9 +165,13 @@ impl Ctx {
             .is_ok_and(|mut m| m.entry(uid.to_string()).or_default().insert(key))
     }
 
+    /// Publish an event about a Warmup; `node`, for a node's outcome, is its related
+    /// object (which also keeps the outcomes of different nodes apart: the recorder folds
+    /// events of the same reason and objects into one series).
     async fn publish(
         &self,
         reference: &k8s_openapi::api::core::v1::ObjectReference,
+        node: Option<&str>,
         type_: EventType,
         reason: &str,
         note: &str,
@@ -177,7 +181,12 @@ impl Ctx {
             reason: reason.into(),
             note: Some(note.chars().take(1024).collect()),
             action: "Warmup".into(),
-            secondary: None,
+            secondary: node.map(|name| k8s_openapi::api::core::v1::ObjectReference {
+                api_version: Some("v1".into()),
+                kind: Some("Node".into()),
+                name: Some(name.into()),
+                ..Default::default()
+            }),
         };
         if let Err(e) = self.recorder.publish(&event, reference).await {
             warn!(error = %e, reason, "publishing an event");
@@ -386,39 +395,41 @@ pub async fn run(
             }
         }),
     ));
-    // Kernel caches and the agents' reports wake the warmups that wait for caches.
-    let wakes_cache_warmups = |what: &'static str| {
+    // Kernel caches and the agents' reports wake the warmups that may wait for caches
+    // (their own, or their target ModelDeployment's spec.kernelCache).
+    let wakes_cache_warmups = || {
         let (warmups, wu_tx) = (warmups.clone(), wu_tx.clone());
         move |ok: bool| {
             if ok && warmups.is_synced() {
-                for r in running(&warmups, |w| w.spec.kernel_caches.is_some()) {
+                for r in running(&warmups, |w| {
+                    w.spec.kernel_caches.is_some() || w.spec.target_model_deployment.is_some()
+                }) {
                     let _ = wu_tx.send(r);
                 }
             }
-            let _ = what;
         }
     };
     tasks.spawn(reflect::drive(
         "kernel caches",
         kc_stream.inspect({
-            let wake = wakes_cache_warmups("kernel caches");
+            let wake = wakes_cache_warmups();
             move |e| {
                 wake(matches!(
                     e,
                     Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_))
-                ))
+                ));
             }
         }),
     ));
     tasks.spawn(reflect::drive(
         "kernel cache nodes",
         report_stream.inspect({
-            let wake = wakes_cache_warmups("reports");
+            let wake = wakes_cache_warmups();
             move |e| {
                 wake(matches!(
                     e,
                     Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_))
-                ))
+                ));
             }
         }),
     ));
@@ -560,6 +571,7 @@ async fn reconcile_warmup(w: Arc<Warmup>, ctx: Arc<Ctx>) -> Result<Action, Error
             );
             ctx.publish(
                 &w.object_ref(&()),
+                None,
                 EventType::Normal,
                 reasons::TTL_EXPIRED,
                 &note,
@@ -593,7 +605,7 @@ async fn reconcile_warmup(w: Arc<Warmup>, ctx: Arc<Ctx>) -> Result<Action, Error
     let running_pods = || {
         attempts
             .iter()
-            .filter(|a| a.outcome == Outcome::Active)
+            .filter(|a| a.running)
             .map(|a| a.pod.clone())
             .collect::<Vec<_>>()
     };
@@ -702,6 +714,7 @@ async fn execute(
                 node,
                 attempt,
                 outcome: Outcome::Active,
+                running: true,
             },
         );
     }
@@ -745,6 +758,9 @@ async fn announce(ctx: &Ctx, w: &Warmup, previous: &WarmupStatus, plan: &Plan) {
     let uid = w.uid().unwrap_or_default();
     let reference = w.object_ref(&());
     for event in &plan.events {
+        let node = match event {
+            NodeEvent::Succeeded(n) | NodeEvent::Retrying(n, ..) | NodeEvent::Failed(n, ..) => n,
+        };
         let (key, type_, reason, note, outcome) = match event {
             NodeEvent::Succeeded(node) => (
                 format!("ok/{node}"),
@@ -770,7 +786,8 @@ async fn announce(ctx: &Ctx, w: &Warmup, previous: &WarmupStatus, plan: &Plan) {
         };
         if ctx.first_time(&uid, key) {
             ctx.metrics.node(outcome);
-            ctx.publish(&reference, type_, reason, &note).await;
+            ctx.publish(&reference, Some(node), type_, reason, &note)
+                .await;
         }
     }
     let (before, after) = (previous.phase, plan.status.phase);
@@ -780,7 +797,7 @@ async fn announce(ctx: &Ctx, w: &Warmup, previous: &WarmupStatus, plan: &Plan) {
     match after {
         Some(WarmupPhase::InProgress) => {
             let note = format!("warming {} nodes", plan.status.desired_nodes);
-            ctx.publish(&reference, EventType::Normal, reasons::STARTED, &note)
+            ctx.publish(&reference, None, EventType::Normal, reasons::STARTED, &note)
                 .await;
         }
         Some(phase @ (WarmupPhase::Completed | WarmupPhase::Failed)) => {
@@ -792,7 +809,8 @@ async fn announce(ctx: &Ctx, w: &Warmup, previous: &WarmupStatus, plan: &Plan) {
             let condition = plan.status.conditions.iter().find(|c| c.type_ == kind);
             let (reason, message) =
                 condition.map_or(("", ""), |c| (c.reason.as_str(), c.message.as_str()));
-            ctx.publish(&reference, event_type, reason, message).await;
+            ctx.publish(&reference, None, event_type, reason, message)
+                .await;
             if let (Some(start), Some(end)) =
                 (&plan.status.start_time, &plan.status.completion_time)
             {

@@ -24,6 +24,7 @@ fn attempt(node: &str, n: i32, outcome: Outcome) -> Attempt {
         pod: format!("w-{node}-{n}"),
         node: node.into(),
         attempt: n,
+        running: outcome == Active,
         outcome,
     }
 }
@@ -87,7 +88,26 @@ impl Case {
             .filter(|a| a.node == node)
             .max_by_key(|a| a.attempt)
             .unwrap();
+        // Succeeded or Failed: the pod is over.
+        a.running = outcome == Active;
         a.outcome = outcome;
+    }
+
+    /// The newest pod of `node` cannot pull its image: its attempt failed, and it stays
+    /// `Pending` on the node.
+    fn back_off(&mut self, node: &str) {
+        self.finish(
+            node,
+            Failed("ImagePullBackOff".into(), "Back-off pulling image".into()),
+        );
+        if let Some(a) = self
+            .attempts
+            .iter_mut()
+            .filter(|a| a.node == node)
+            .max_by_key(|a| a.attempt)
+        {
+            a.running = true;
+        }
     }
 }
 
@@ -440,4 +460,42 @@ fn an_unchanged_world_gives_an_unchanged_status() {
     let again = c.plan();
     assert_eq!(again.status, c.status, "nothing to write");
     assert!(again.create.is_empty() && again.delete.is_empty());
+}
+
+#[test]
+fn a_pod_backing_off_its_image_pull_fails_its_attempt_and_is_deleted() {
+    let mut c = Case::new(&["a", "b"]);
+    c.policies.parallelism = Some(1);
+    c.policies.backoff_limit_per_node = Some(1);
+    let p = c.plan();
+    c.step(&p);
+    c.back_off("a");
+    let p = c.plan();
+    assert_eq!(
+        p.delete,
+        ["w-a-0"],
+        "it would hold the node and the slot forever"
+    );
+    assert_eq!(
+        p.events,
+        [NodeEvent::Retrying(
+            "a".into(),
+            1,
+            "ImagePullBackOff".into(),
+            "Back-off pulling image".into()
+        )]
+    );
+    assert!(
+        p.create.is_empty(),
+        "the slot is free only once the pod is gone"
+    );
+    c.step(&p);
+    let p = c.plan();
+    assert_eq!(
+        p.create,
+        [("b".into(), 0)],
+        "a waits for its retry, b starts"
+    );
+    let failure = &p.status.failures[0];
+    assert_eq!((failure.attempts, failure.permanent), (1, false));
 }
