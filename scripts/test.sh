@@ -48,4 +48,7 @@ step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
 step "cargo test"
+# Property tests (proptest) run a bounded number of cases here; run more on demand, e.g.
+# PROPTEST_CASES=100000 cargo test -p kubeairunway-kernelcache --lib extract::
+export PROPTEST_CASES="${PROPTEST_CASES:-256}"
 cargo test --workspace --locked --no-fail-fast

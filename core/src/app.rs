@@ -36,8 +36,9 @@ pub struct Cli {
     #[arg(long, env = "PROVIDER_HEARTBEAT_MAX_AGE", default_value = "5m", value_parser = kubeairunway_sdk::process::parse_duration)]
     pub provider_heartbeat_max_age: Duration,
     /// How long a deleted ModelDeployment waits for a provider that is gone (its
-    /// InferenceProviderConfig deleted, or its heartbeat older than this) to remove its
-    /// finalizer, before core removes it with a warning event.
+    /// InferenceProviderConfig deleted, or its heartbeat older than this and than
+    /// --provider-heartbeat-max-age) to remove its finalizer, before core removes it with a
+    /// warning event.
     #[arg(long, env = "FINALIZER_TIMEOUT", default_value = "5m", value_parser = kubeairunway_sdk::process::parse_duration)]
     pub finalizer_timeout: Duration,
     /// Only reconcile ModelDeployments of this namespace (default: all).

@@ -81,6 +81,9 @@ pub enum Error {
     /// Removing a finalizer failed.
     #[error("removing a finalizer: {0}")]
     Finalizer(#[source] kube::Error),
+    /// The decision did not complete.
+    #[error("deciding: {0}")]
+    Decide(String),
     /// Serialising failed.
     #[error("serialising: {0}")]
     Serialize(#[from] serde_json::Error),
@@ -91,6 +94,7 @@ impl Error {
         match self {
             Error::Apply(_) => "apply",
             Error::Finalizer(_) => "finalizer",
+            Error::Decide(_) => "decide",
             Error::Serialize(_) => "serialize",
         }
     }
@@ -299,7 +303,7 @@ pub async fn reconcile(md: Arc<ModelDeployment>, ctx: Arc<Context>) -> Result<Ac
     result
 }
 
-async fn reconcile_inner(md: &ModelDeployment, ctx: &Context) -> Result<Action, Error> {
+async fn reconcile_inner(md: &Arc<ModelDeployment>, ctx: &Arc<Context>) -> Result<Action, Error> {
     if labels::is_paused(md.metadata.annotations.as_ref()) {
         debug!(name = %md.name_any(), "paused");
         return Ok(Action::await_change());
@@ -311,7 +315,14 @@ async fn reconcile_inner(md: &ModelDeployment, ctx: &Context) -> Result<Action, 
     let configs = ctx.providers.state();
     let names: Vec<String> = configs.iter().map(|c| c.name_any()).collect();
     ctx.rules.retain(&names);
-    let (desired, rules) = decide(md, &configs, &ctx.rules, &ctx.settings, now);
+    // CEL evaluation runs on the blocking pool, never on the threads that serve the
+    // webhooks and renew the Lease (each rule is bounded too: `selection::budget`).
+    let (desired, rules) = {
+        let (md, ctx, configs) = (Arc::clone(md), Arc::clone(ctx), configs.clone());
+        tokio::task::spawn_blocking(move || decide(&md, &configs, &ctx.rules, &ctx.settings, now))
+            .await
+            .map_err(|e| Error::Decide(e.to_string()))?
+    };
     if let Some(sel) = rules {
         report_rule_errors(ctx, &configs, &sel.rule_errors, &sel.clean_providers, now).await;
     }
@@ -366,9 +377,11 @@ async fn release_gone_providers(
     now: Timestamp,
 ) -> Result<Action, Error> {
     let timeout = ctx.settings.finalizer_timeout;
+    // Silent for longer than it may be to still be selected, and than the timeout.
+    let silent = timeout.max(ctx.settings.selection.heartbeat_max_age);
     let gone: Vec<(String, String)> = provider_finalizers(md)
         .into_iter()
-        .filter(|(_, p)| provider_gone(&ctx.providers, p, timeout, now))
+        .filter(|(_, p)| provider_gone(&ctx.providers, p, silent, now))
         .collect();
     if gone.is_empty() {
         return Ok(Action::await_change());
@@ -857,5 +870,177 @@ async fn report_rule_errors(
         {
             warn!(provider = %provider, error = %e, "reporting selection rule errors failed");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kubeairunway_sdk::InferenceProviderConfigSpec;
+
+    #[allow(clippy::needless_pass_by_value)] // reads better at the call sites
+    fn md(spec: Value, status: Option<Value>) -> ModelDeployment {
+        let mut v = json!({"apiVersion": API_VERSION, "kind": "ModelDeployment",
+            "metadata": {"name": "m", "namespace": "ns", "generation": 1}, "spec": spec});
+        if let Some(status) = status {
+            v["status"] = status;
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn config(name: &str, spec: Value, now: Timestamp) -> Arc<InferenceProviderConfig> {
+        let spec: InferenceProviderConfigSpec = serde_json::from_value(spec).unwrap();
+        let mut c = InferenceProviderConfig::new(name, spec);
+        c.metadata.generation = Some(1);
+        c.metadata.uid = Some(name.into());
+        c.status = Some(
+            serde_json::from_value(
+                json!({"ready": true, "lastHeartbeat": now.to_string(), "version": "1"}),
+            )
+            .unwrap(),
+        );
+        Arc::new(c)
+    }
+
+    fn providers(now: Timestamp) -> Vec<Arc<InferenceProviderConfig>> {
+        vec![
+            config(
+                "kaito",
+                json!({"capabilities": {"engines": ["llamacpp"], "servingModes": ["aggregated"], "cpuSupport": true},
+                       "selectionRules": [{"condition": "spec.engine.type == 'llamacpp'", "priority": 100}]}),
+                now,
+            ),
+            config(
+                "kernelcache",
+                json!({"capabilities": {"features": ["kernelCache"]}}),
+                now,
+            ),
+        ]
+    }
+
+    fn run(md: &ModelDeployment, settings: &Settings) -> (Desired, Option<selection::Selection>) {
+        let now = Timestamp::now();
+        decide(md, &providers(now), &RuleCache::default(), settings, now)
+    }
+
+    fn condition<'a>(d: &'a Desired, type_: &str) -> &'a Condition {
+        d.conditions.iter().find(|c| c.type_ == type_).unwrap()
+    }
+
+    const LLAMA: &str = "llamacpp";
+
+    #[test]
+    fn the_selector_chooses_by_the_rules_once() {
+        let m = md(
+            json!({"model": {"id": "a/b"}, "engine": {"type": LLAMA}}),
+            None,
+        );
+        let (d, sel) = run(&m, &Settings::default());
+        assert_eq!(d.provider.as_ref().unwrap().0, "kaito");
+        assert!(d.newly_selected && d.phase_message.is_none());
+        assert_eq!(
+            condition(&d, PROVIDER_SELECTED).reason,
+            reasons::AUTO_SELECTED
+        );
+        assert!(sel.is_some(), "rule reports come with an auto selection");
+    }
+
+    #[test]
+    fn an_explicit_provider_must_be_registered_and_serve() {
+        for (name, reason) in [
+            ("kaito", reasons::EXPLICIT),
+            ("ghost", "ProviderNotInstalled"),
+            ("kernelcache", "ProviderDoesNotServe"),
+        ] {
+            let m = md(
+                json!({"model": {"id": "a/b"}, "engine": {"type": LLAMA}, "provider": {"name": name}}),
+                None,
+            );
+            let (d, sel) = run(&m, &Settings::default());
+            assert_eq!(condition(&d, PROVIDER_SELECTED).reason, reason, "{name}");
+            assert_eq!(d.provider.is_some(), name == "kaito", "{name}");
+            assert_eq!(d.requeue.is_some(), name != "kaito", "{name} waits");
+            assert!(sel.is_none());
+        }
+    }
+
+    #[test]
+    fn without_the_selector_nothing_is_chosen_and_the_message_says_why() {
+        let m = md(
+            json!({"model": {"id": "a/b"}, "engine": {"type": LLAMA}}),
+            None,
+        );
+        let settings = Settings {
+            enable_provider_selector: false,
+            ..Settings::default()
+        };
+        let (d, _) = run(&m, &settings);
+        assert!(d.provider.is_none());
+        assert_eq!(d.phase_message.as_deref(), Some(AWAITING_SELECTOR_MESSAGE));
+        assert_eq!(
+            condition(&d, PROVIDER_SELECTED).reason,
+            reasons::AWAITING_SELECTOR
+        );
+    }
+
+    #[test]
+    fn no_provider_fits_a_vllm_spec_here() {
+        let m = md(
+            json!({"model": {"id": "a/b"}, "engine": {"type": "vllm"}, "resources": {"gpu": {"count": 1}}}),
+            None,
+        );
+        let (d, _) = run(&m, &Settings::default());
+        assert!(d.provider.is_none());
+        assert_eq!(
+            condition(&d, PROVIDER_SELECTED).reason,
+            reasons::NO_PROVIDER
+        );
+        assert!(d.requeue.is_some());
+    }
+
+    #[test]
+    fn a_selection_made_by_someone_else_is_left_alone() {
+        let m = md(
+            json!({"model": {"id": "a/b"}, "engine": {"type": LLAMA}}),
+            Some(json!({"provider": {"name": "custom", "selectedReason": "my selector"}})),
+        );
+        let (d, sel) = run(&m, &Settings::default());
+        assert!(
+            d.provider.is_none(),
+            "core does not own it: nothing re-applied"
+        );
+        assert!(sel.is_none());
+        assert!(d.conditions.iter().all(|c| c.type_ != PROVIDER_SELECTED));
+    }
+
+    #[test]
+    fn an_unchanged_status_is_not_written_again() {
+        let m = md(
+            json!({"model": {"id": "a/b"}, "engine": {"type": LLAMA}}),
+            None,
+        );
+        let (d, _) = run(&m, &Settings::default());
+        let body = status_body(&m, &d);
+        assert!(!is_current(&m, &body), "nothing stored yet");
+        // As the API server stores it: the status, and core's managed fields.
+        let mut stored = m.clone();
+        stored.status = Some(serde_json::from_value(body["status"].clone()).unwrap());
+        stored.metadata.managed_fields = Some(vec![serde_json::from_value(json!({
+            "manager": FIELD_MANAGER, "operation": "Apply", "subresource": "status",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:status": {"f:provider": {"f:name": {}, "f:selectedReason": {}},
+                         "f:engine": {"f:type": {}},
+                         "f:conditions": {"k:{\"type\":\"Validated\"}": {}, "k:{\"type\":\"ProviderSelected\"}": {}}}}
+        }))
+        .unwrap()]);
+        assert!(is_current(&stored, &body));
+        // Core owning a field it no longer sets must apply again, to release it.
+        let mut owns_more = stored.clone();
+        owns_more.metadata.managed_fields.as_mut().unwrap()[0]
+            .fields_v1
+            .as_mut()
+            .unwrap()
+            .0["f:status"]["f:phase"] = json!({});
+        assert!(!is_current(&owns_more, &body));
     }
 }

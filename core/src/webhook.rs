@@ -153,9 +153,12 @@ fn parse(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, Box<AdmissionRe
     Ok(req)
 }
 
+/// The typed ModelDeployment; an error names the field that does not decode (for example
+/// `spec.scaling.replicas: invalid type: string "two", expected i32`).
 fn typed(obj: &DynamicObject) -> Result<ModelDeployment, String> {
     let value = serde_json::to_value(obj).map_err(|e| e.to_string())?;
-    serde_json::from_value(value).map_err(|e| format!("invalid ModelDeployment: {e}"))
+    serde_path_to_error::deserialize(value)
+        .map_err(|e| format!("invalid ModelDeployment: {}: {}", e.path(), e.inner()))
 }
 
 /// Decide a validating request.
@@ -277,6 +280,7 @@ async fn mutate_handler(body: Bytes) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::strategy::Strategy as _;
     use serde_json::json;
 
     fn review() -> Value {
@@ -358,6 +362,48 @@ mod tests {
             answered += 1;
         }
         assert!(answered > 1000);
+    }
+
+    proptest::proptest! {
+        /// Any value at any field of the spec: both webhooks answer; a spec that does not
+        /// decode is refused with the field that does not (the changed one, a field
+        /// inside it, or the object holding it when it is now missing).
+        #[test]
+        fn any_value_anywhere_in_the_spec_is_answered_and_a_refusal_names_the_field(
+            at in proptest::sample::select({
+                let mut paths = Vec::new();
+                pointers(&review()["request"]["object"]["spec"], "/request/object/spec", &mut paths);
+                paths
+            }),
+            value in proptest::prop_oneof![
+                proptest::strategy::Just(Value::Null),
+                proptest::prelude::any::<bool>().prop_map(Value::from),
+                proptest::prelude::any::<i64>().prop_map(Value::from),
+                proptest::prelude::any::<f64>().prop_map(|f| serde_json::Number::from_f64(f).map_or(Value::Null, Value::from)),
+                "\\PC{0,10}".prop_map(Value::from),
+                proptest::collection::vec("\\PC{0,4}".prop_map(Value::from), 0..3).prop_map(Value::from),
+                proptest::collection::btree_map("[a-zA-Z]{1,6}", proptest::prelude::any::<i32>(), 0..3)
+                    .prop_map(|m| serde_json::to_value(m).unwrap()),
+            ],
+        ) {
+            let state = WebhookState::new(None);
+            let mut v = review();
+            *v.pointer_mut(&at).unwrap() = value;
+            let body = serde_json::to_vec(&v).unwrap();
+            let validated = validate_body(&body, &state);
+            proptest::prop_assert_eq!(&validated.uid, "u");
+            let mutated = mutate_body(&body);
+            proptest::prop_assert_eq!(&mutated.uid, "u");
+            let message = validated.result.message.clone();
+            if let Some(rest) = message.strip_prefix("invalid ModelDeployment: ") {
+                let named = rest.split(':').next().unwrap_or_default();
+                let changed = at.trim_start_matches("/request/object/").replace('/', ".");
+                proptest::prop_assert!(
+                    named.starts_with(&changed) || changed.starts_with(named),
+                    "changed {changed}, refusal names {named}: {message}"
+                );
+            }
+        }
     }
 
     #[test]

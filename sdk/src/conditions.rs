@@ -60,6 +60,9 @@ pub mod reasons {
     /// `ResourceCreated=False`: the API server or an upstream admission webhook refused
     /// an object (the message quotes the refusal).
     pub const RESOURCE_REJECTED: &str = "ResourceRejected";
+    /// `ResourceCreated=False`: an object of the name the provider renders exists and is
+    /// not owned by the ModelDeployment; it is never taken over.
+    pub const RESOURCE_CONFLICT: &str = "ResourceConflict";
     /// `ProviderCompatible=True`, but some spec fields are ignored by this provider (the
     /// message names them).
     pub const COMPATIBLE_WITH_IGNORED_FIELDS: &str = "CompatibleWithIgnoredFields";

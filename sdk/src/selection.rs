@@ -82,6 +82,158 @@ impl RuleInput {
     }
 }
 
+/// The budget of one selection rule, as Kubernetes bounds the CEL rules of CRDs: its
+/// length (also enforced by the InferenceProviderConfig schema), the size of its syntax
+/// tree and how deeply comprehensions (`all`, `exists`, `map`, `filter`) nest, checked when
+/// it is compiled; and the time one evaluation may take. A rule over budget is reported
+/// like a failing one (`SelectionRulesValid=False`) and skipped: a provider cannot slow
+/// down selection, or the webhook and Lease threads beside it, with a costly rule.
+pub mod budget {
+    use std::time::Duration;
+
+    /// Characters of one condition.
+    pub const MAX_LENGTH: usize = 4096;
+    /// Rules of one InferenceProviderConfig.
+    pub const MAX_RULES: usize = 64;
+    /// Nodes of a condition's syntax tree (after macro expansion).
+    pub const MAX_NODES: usize = 1000;
+    /// Comprehensions nested in one another.
+    pub const MAX_COMPREHENSION_DEPTH: usize = 2;
+    /// Brackets (`(`, `[`, `{`) open at once, counted in the text before it is parsed:
+    /// the parser recurses several frames per bracket (about 200 KiB of stack per level
+    /// in a debug build), so deeper text would overflow the stack of the thread parsing
+    /// it and abort the process instead of being refused.
+    pub const MAX_NESTING: usize = 32;
+    /// Depth of the syntax tree: evaluation recurses once per level on the caller's stack.
+    pub const MAX_DEPTH: usize = 100;
+    /// Stack of the thread a rule is parsed on: room for [`MAX_NESTING`] in a debug build
+    /// with a margin of two.
+    pub const PARSE_STACK: usize = 16 * 1024 * 1024;
+    /// One evaluation against one ModelDeployment.
+    pub const MAX_EVALUATION: Duration = Duration::from_millis(25);
+}
+
+/// Size of a syntax tree, as the budget bounds it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct Measure {
+    nodes: usize,
+    comprehensions: usize,
+    depth: usize,
+}
+
+/// The deepest bracket nesting of `condition`'s text (brackets in string literals count
+/// too: an overestimate only refuses, never lets a deep text reach the parser).
+fn nesting(condition: &str) -> usize {
+    let (mut open, mut deepest) = (0usize, 0usize);
+    for b in condition.bytes() {
+        match b {
+            b'(' | b'[' | b'{' => {
+                open += 1;
+                deepest = deepest.max(open);
+            }
+            b')' | b']' | b'}' => open = open.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// Nodes of `expr`, the deepest nesting of comprehensions in it, and its depth.
+fn measure(expr: &cel::IdedExpr) -> Measure {
+    use cel::common::ast::{EntryExpr, Expr};
+    let children: Vec<&cel::IdedExpr> = match &expr.expr {
+        Expr::Call(c) => c.target.iter().map(AsRef::as_ref).chain(&c.args).collect(),
+        Expr::Comprehension(c) => vec![
+            &c.iter_range,
+            &c.accu_init,
+            &c.loop_cond,
+            &c.loop_step,
+            &c.result,
+        ],
+        Expr::List(l) => l.elements.iter().collect(),
+        Expr::Map(m) => m
+            .entries
+            .iter()
+            .flat_map(|e| match &e.expr {
+                EntryExpr::MapEntry(me) => vec![&me.key, &me.value],
+                EntryExpr::StructField(f) => vec![&f.value],
+            })
+            .collect(),
+        Expr::Struct(st) => st
+            .entries
+            .iter()
+            .flat_map(|e| match &e.expr {
+                EntryExpr::MapEntry(me) => vec![&me.key, &me.value],
+                EntryExpr::StructField(f) => vec![&f.value],
+            })
+            .collect(),
+        Expr::Select(sel) => vec![sel.operand.as_ref()],
+        Expr::Ident(_) | Expr::Literal(_) | Expr::Unspecified => Vec::new(),
+    };
+    let mut out = Measure {
+        nodes: 1,
+        ..Measure::default()
+    };
+    for child in children {
+        let m = measure(child);
+        out.nodes += m.nodes;
+        out.comprehensions = out.comprehensions.max(m.comprehensions);
+        out.depth = out.depth.max(m.depth);
+    }
+    out.depth += 1;
+    if matches!(expr.expr, Expr::Comprehension(_)) {
+        out.comprehensions += 1;
+    }
+    out
+}
+
+/// Why the text of `condition` is over its budget, if it is: checked before parsing.
+fn text_over_budget(condition: &str) -> Option<String> {
+    if condition.len() > budget::MAX_LENGTH {
+        return Some(format!(
+            "is {} characters long, over the budget of {}",
+            condition.len(),
+            budget::MAX_LENGTH
+        ));
+    }
+    let nesting = nesting(condition);
+    if nesting > budget::MAX_NESTING {
+        return Some(format!(
+            "nests brackets {nesting} deep, over the budget of {}",
+            budget::MAX_NESTING
+        ));
+    }
+    None
+}
+
+/// Why `program` is over its budget, if it is.
+fn over_budget(program: &Program) -> Option<String> {
+    let Measure {
+        nodes,
+        comprehensions: depth,
+        depth: tree,
+    } = measure(program.expression());
+    if tree > budget::MAX_DEPTH {
+        return Some(format!(
+            "is {tree} levels deep, over the budget of {}",
+            budget::MAX_DEPTH
+        ));
+    }
+    if nodes > budget::MAX_NODES {
+        return Some(format!(
+            "has {nodes} nodes, over the budget of {}",
+            budget::MAX_NODES
+        ));
+    }
+    if depth > budget::MAX_COMPREHENSION_DEPTH {
+        return Some(format!(
+            "nests {depth} comprehensions (all, exists, map, filter), over the budget of {}",
+            budget::MAX_COMPREHENSION_DEPTH
+        ));
+    }
+    None
+}
+
 /// One compiled rule of a config.
 #[derive(Debug)]
 pub struct CompiledRule {
@@ -89,35 +241,78 @@ pub struct CompiledRule {
     pub condition: String,
     /// Its priority.
     pub priority: i32,
-    /// The program, or why it does not compile.
+    /// The program, or why it does not compile (or is over its budget).
     pub program: Result<Program, String>,
+    /// Set once an evaluation took longer than [`budget::MAX_EVALUATION`]: the rule is not
+    /// evaluated again (until its config changes).
+    slow: std::sync::OnceLock<String>,
 }
 
-impl CompiledRule {
-    fn compile(condition: &str, priority: i32) -> Self {
-        let program = ENV.compile(condition).map_err(|e| {
+/// Parse `condition` (within its text budget) on a thread with a stack sized for it
+/// ([`budget::PARSE_STACK`]), whatever the caller's stack: a rule is parsed once per
+/// config generation, so the thread costs little.
+fn parse(condition: &str) -> Result<Program, String> {
+    let parsed = std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("cel-parse".into())
+            .stack_size(budget::PARSE_STACK)
+            .spawn_scoped(scope, || ENV.compile(condition))
+            .map(std::thread::ScopedJoinHandle::join)
+    });
+    match parsed {
+        Err(e) => Err(format!("could not start the parser thread: {e}")),
+        Ok(Err(_panic)) => Err("the CEL parser failed on it".to_string()),
+        Ok(Ok(result)) => result.map_err(|e| {
             e.to_string()
                 .lines()
                 .map(str::trim)
                 .filter(|l| !l.is_empty())
                 .collect::<Vec<_>>()
                 .join(" ")
-        });
+        }),
+    }
+}
+
+impl CompiledRule {
+    fn compile(condition: &str, priority: i32) -> Self {
+        let program = match text_over_budget(condition) {
+            Some(why) => Err(format!("over budget: it {why}")),
+            None => parse(condition).and_then(|p| match over_budget(&p) {
+                Some(why) => Err(format!("over budget: it {why}")),
+                None => Ok(p),
+            }),
+        };
         Self {
             condition: condition.to_string(),
             priority,
             program,
+            slow: std::sync::OnceLock::new(),
         }
     }
 
     /// Evaluate: `Ok(true)` when the condition holds; an error when it does not compile,
-    /// fails, or is not a boolean.
+    /// is over its budget, fails, or is not a boolean.
     pub fn eval(&self, ctx: &Context<'_, '_>) -> Result<bool, String> {
         let program = self
             .program
             .as_ref()
             .map_err(|e| format!("does not compile: {e}"))?;
-        match program.execute(ctx) {
+        if let Some(slow) = self.slow.get() {
+            return Err(slow.clone());
+        }
+        let started = std::time::Instant::now();
+        let result = program.execute(ctx);
+        let took = started.elapsed();
+        if took > budget::MAX_EVALUATION {
+            let why = format!(
+                "over budget: one evaluation took {} ms, over the budget of {} ms; it is no longer evaluated",
+                took.as_millis(),
+                budget::MAX_EVALUATION.as_millis()
+            );
+            let _ = self.slow.set(why.clone());
+            return Err(why);
+        }
+        match result {
             Ok(CelValue::Bool(b)) => Ok(b),
             Ok(other) => Err(format!("evaluates to {other:?}, not a bool")),
             Err(e) => Err(format!("evaluation failed: {e}")),
@@ -725,6 +920,59 @@ mod tests {
     }
 
     #[test]
+    fn rules_over_their_budget_are_refused_when_compiled() {
+        let nested = "spec.model.id.split('/').all(a, spec.model.id.split('/').all(b, spec.model.id.split('/').all(c, a == b && b == c)))";
+        let long = format!("{} == 'x'", "'a' + ".repeat(800) + "'a'");
+        for (rule, why) in [
+            (nested, "nests 3 comprehensions"),
+            (long.as_str(), "characters long, over the budget of 4096"),
+        ] {
+            let compiled = CompiledRule::compile(rule, 1);
+            let err = compiled.program.as_ref().unwrap_err();
+            assert!(
+                err.starts_with("over budget: it ") && err.contains(why),
+                "{err}"
+            );
+        }
+        let two = "spec.model.id.split('/').all(a, spec.model.id.split('/').exists(b, a == b))";
+        assert!(
+            CompiledRule::compile(two, 1).program.is_ok(),
+            "two levels are fine"
+        );
+    }
+
+    #[test]
+    fn a_rule_over_its_time_budget_is_reported_and_not_evaluated_again() {
+        // Quadratic in the length of spec.env: 250 entries make about 62,500 steps, far
+        // over 25 ms in the interpreter.
+        let mut md = gpu_vllm();
+        md.spec.env = Some(
+            (0..250)
+                .map(|i| k8s_openapi::api::core::v1::EnvVar {
+                    name: format!("E{i}"),
+                    value: Some("v".into()),
+                    ..Default::default()
+                })
+                .collect(),
+        );
+        let rule = CompiledRule::compile(
+            "spec.env.all(a, spec.env.all(b, b.name != a.name + 'x'))",
+            5,
+        );
+        let input = RuleInput::new(&md);
+        let started = std::time::Instant::now();
+        let first = rule.eval(&input.context()).unwrap_err();
+        let first_took = started.elapsed();
+        assert!(
+            first.starts_with("over budget: one evaluation took"),
+            "{first}"
+        );
+        let started = std::time::Instant::now();
+        assert_eq!(rule.eval(&input.context()).unwrap_err(), first);
+        assert!(started.elapsed() < first_took / 10, "not evaluated again");
+    }
+
+    #[test]
     fn bad_rules_are_reported_and_skipped() {
         let configs = [
             provider(
@@ -903,5 +1151,150 @@ mod tests {
         let s = decide(&gpu_vllm(), &verdicts);
         assert!(matches!(&s.outcome, Outcome::Selected { provider, .. } if provider == "win"));
         assert_eq!(s.rule_errors.len(), 1);
+    }
+
+    /// Rule texts a provider might write, well-formed or not: CEL tokens in any order.
+    fn rule_text() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        let token = prop_oneof![
+            Just("spec"),
+            Just("metadata"),
+            Just("."),
+            Just("engine"),
+            Just("type"),
+            Just("model"),
+            Just("id"),
+            Just("labels"),
+            Just("resources"),
+            Just("gpu"),
+            Just("count"),
+            Just("("),
+            Just(")"),
+            Just("["),
+            Just("]"),
+            Just("{"),
+            Just("}"),
+            Just(","),
+            Just(":"),
+            Just("?"),
+            Just("&&"),
+            Just("||"),
+            Just("!"),
+            Just("=="),
+            Just("!="),
+            Just("<"),
+            Just(">="),
+            Just("+"),
+            Just("-"),
+            Just("*"),
+            Just("/"),
+            Just("%"),
+            Just(" in "),
+            Just("'vllm'"),
+            Just("\"a\""),
+            Just("0"),
+            Just("1"),
+            Just("-9223372036854775808"),
+            Just("1.5"),
+            Just("true"),
+            Just("null"),
+            Just("has("),
+            Just("size("),
+            Just(".all(x, "),
+            Just(".exists(x, "),
+            Just(".map(x, "),
+            Just(".filter(x, "),
+            Just("x"),
+            Just(".matches('^a.*')"),
+            Just(".startsWith('a')"),
+            Just("int("),
+            Just("string("),
+            Just("b'\\xff'"),
+            Just("'\\u12'"),
+            Just("\u{1F600}"),
+            Just("`"),
+            Just("#"),
+        ];
+        prop_oneof![
+            proptest::collection::vec(token, 0..40).prop_map(|t| t.concat()),
+            "\\PC{0,80}",
+        ]
+    }
+
+    proptest::proptest! {
+        /// Whatever a provider writes as a rule, selection neither panics nor loses the
+        /// error: a rule that does not compile or fails is reported with its provider and
+        /// index, and that provider is not counted as clean.
+        #[test]
+        fn any_rule_text_is_decided_or_reported_never_a_panic(
+            rules in proptest::collection::vec((rule_text(), -5i32..5), 1..4),
+            engine in proptest::sample::select(vec!["vllm", "sglang", "trtllm", "llamacpp"]),
+            gpus in 0i64..3,
+            id in "\\PC{1,20}",
+            label in "\\PC{0,10}",
+            args in proptest::collection::btree_map("[a-z-]{1,8}", "\\PC{0,8}", 0..3),
+        ) {
+            let rules: Vec<(&str, i32)> = rules.iter().map(|(c, p)| (c.as_str(), *p)).collect();
+            let all: &[EngineType] =
+                &[EngineType::Vllm, EngineType::Sglang, EngineType::Trtllm, EngineType::Llamacpp];
+            let configs = [
+                provider("fuzz", all, true, true, AGG, &rules),
+                provider("steady", all, true, true, AGG, &[("true", 0)]),
+            ];
+            let mut m = md(json!({"model": {"id": id}, "engine": {"type": engine, "args": args},
+                "resources": {"gpu": {"count": gpus}}}));
+            m.metadata.labels = Some([("team".to_string(), label)].into());
+            let s = run(&m, &configs);
+            let fuzz_errors: Vec<_> = s.rule_errors.iter().filter(|e| e.provider == "fuzz").collect();
+            for e in &fuzz_errors {
+                proptest::prop_assert_eq!(&e.condition, rules[e.index].0);
+                proptest::prop_assert!(!e.error.is_empty());
+            }
+            let clean = s.clean_providers.iter().any(|(p, _)| p == "fuzz");
+            proptest::prop_assert_eq!(clean, fuzz_errors.is_empty());
+            proptest::prop_assert!(matches!(s.outcome, Outcome::Selected { .. }), "{:?}", s.outcome);
+        }
+    }
+
+    /// The deepest nesting the CRD's length bound lets through is refused by the budget,
+    /// not a stack overflow of the parser on the blocking thread that compiles it.
+    #[test]
+    fn deeply_nested_rules_within_the_length_bound_are_refused_not_a_crash() {
+        let half = budget::MAX_LENGTH / 2;
+        let deepest = budget::MAX_NESTING + 1;
+        for rule in [
+            format!("{}true{}", "(".repeat(half - 3), ")".repeat(half - 3)),
+            format!("{}true{}", "(".repeat(deepest), ")".repeat(deepest)),
+            format!("{}1{}", "[".repeat(half - 1), "]".repeat(half - 1)),
+            format!("{}1{}", "int(".repeat(deepest), ")".repeat(deepest)),
+            format!("{}1{}", "{1:".repeat(deepest), "}".repeat(deepest)),
+            format!("true{}", " && true".repeat((budget::MAX_LENGTH - 4) / 8)),
+            format!("spec{}", ".a".repeat(budget::MAX_DEPTH + 1)),
+        ] {
+            assert!(rule.len() <= budget::MAX_LENGTH, "{}", rule.len());
+            // The same stack as a blocking thread of the tokio runtime: 2 MiB.
+            let r = rule.clone();
+            let error = std::thread::Builder::new()
+                .stack_size(2 * 1024 * 1024)
+                .spawn(move || CompiledRule::compile(&r, 1).program.err())
+                .unwrap()
+                .join()
+                .unwrap();
+            let error = error.unwrap_or_else(|| panic!("accepted: {}...", &rule[..40]));
+            assert!(error.contains("over budget"), "{error}");
+        }
+        // Nesting within the budget parses, whatever the caller's stack.
+        let nested = format!(
+            "{}true{}",
+            "(".repeat(budget::MAX_NESTING),
+            ")".repeat(budget::MAX_NESTING)
+        );
+        let compiled = std::thread::Builder::new()
+            .stack_size(2 * 1024 * 1024)
+            .spawn(move || CompiledRule::compile(&nested, 1).program.is_ok())
+            .unwrap()
+            .join()
+            .unwrap();
+        assert!(compiled);
     }
 }

@@ -11,6 +11,8 @@
 //! - [`wait_for`]: poll an object until a condition holds; [`md_where`],
 //!   [`object_where`] and [`event_where`] do it for ModelDeployments, upstream objects and
 //!   events, panicking with what they saw when time runs out (they are for tests).
+//! - [`overrides::check_overrides`]: a property test of a provider's
+//!   `spec.provider.overrides` parsing (random documented keys, values and typos).
 //! - [`private_cluster`]: a cluster of the test's own, for tests that install a specific
 //!   upstream CRD version or run a provider (two instances of one provider on a shared
 //!   cluster would serve the same ModelDeployments).
@@ -29,6 +31,8 @@ use crate::api::{EngineType, ModelDeployment, ModelDeploymentSpec, ServingMode};
 use crate::conditions::{self, PROVIDER_SELECTED, reasons};
 use crate::provider::Provider;
 use crate::runtime::{self, Options};
+
+pub mod overrides;
 
 pub use kubeairunway_testcluster::{TestCluster, ensure_namespace, install_crds, shared};
 

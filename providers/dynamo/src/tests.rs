@@ -730,3 +730,34 @@ fn the_frontend_service_of_a_dotted_name() {
     );
     assert_eq!(status::frontend_service("agg"), "agg-frontend");
 }
+
+/// Overrides as users write them (documented keys holding any value, typos at any depth):
+/// rendering never panics, a refusal names the override, and an accepted rendering only
+/// has fields of the real upstream schema, for both API versions.
+#[test]
+fn any_overrides_render_or_are_refused_by_name() {
+    let paths = [
+        ("routerMode", vec![json!("kv"), json!("least-loaded")]),
+        ("frontend.replicas", vec![json!(0), json!(3)]),
+        ("frontend.resources.cpu", vec![json!("500m")]),
+        ("frontend.resources.memory", vec![json!("1Gi")]),
+        ("runtimeVersion", vec![json!("1.4.0"), json!("01.2.3")]),
+    ];
+    for version in ["v1alpha1", "v1beta1"] {
+        kubeairunway_sdk::testing::overrides::check_overrides(
+            &full(EngineType::Vllm),
+            &paths,
+            |m| Dynamo::default().render(m, api(version)),
+            |_, r| {
+                for object in &r.objects {
+                    let missing =
+                        api(version).missing_paths(&serde_json::to_value(object).unwrap());
+                    if !missing.is_empty() {
+                        return Err(format!("{version}: fields not in the schema: {missing:?}"));
+                    }
+                }
+                Ok(())
+            },
+        );
+    }
+}

@@ -1060,4 +1060,24 @@ mod tests {
             ]
         );
     }
+
+    /// KAITO documents no overrides: any a user writes, at any depth, is named in a
+    /// warning, and the Workspace renders as without them.
+    #[test]
+    fn any_overrides_are_named_and_ignored() {
+        let api = api("kaito.sh_workspaces.yaml");
+        let plain = render_with(&byo(), &gpu_vllm());
+        kubeairunway_sdk::testing::overrides::check_overrides(
+            &gpu_vllm(),
+            &[],
+            |m| byo().render(m, &api),
+            |_, r| {
+                if objects(r) == objects(&plain) {
+                    Ok(())
+                } else {
+                    Err("overrides changed the rendering".into())
+                }
+            },
+        );
+    }
 }

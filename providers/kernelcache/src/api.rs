@@ -86,6 +86,10 @@ pub struct KernelCacheStatus {
     /// Cache type read from the image labels (`triton` or `vllm`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cache_type: Option<String>,
+    /// Bytes of cache content, as the image's `cache-size-bytes` label says (the size
+    /// limit of a pod's copy is twice this).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_bytes: Option<i64>,
     /// Signature verification of the pinned digest.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub verification: Option<Verification>,
@@ -131,6 +135,14 @@ pub struct Verification {
     /// Why verification failed, or a note about the mode.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The policy this verdict was reached under (`<uid>/<generation>` of the
+    /// KernelCachePolicy): a verdict under another policy is reached again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_version: Option<String>,
+    /// The value of the `cache.kubeairunway.ai/reverify` annotation this verdict answered:
+    /// setting the annotation to a new value makes the controller verify again at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reverify_request: Option<String>,
 }
 
 /// How cache images are verified.

@@ -1,6 +1,11 @@
 //! Registry credentials from image pull Secrets (`kubernetes.io/dockerconfigjson`, and the
 //! older `kubernetes.io/dockercfg`), as the kubelet reads them: the first Secret with an
 //! entry for the image's registry wins; no entry means anonymous access.
+//!
+//! The node agents never read a user's Secrets. The controller, allowed to read the pull
+//! Secrets of the namespaces the chart names, hands each cache's credentials over in one
+//! Secret of its own in a namespace of its own ([`handover_name`], [`handover_config`]);
+//! the agents may read Secrets in that namespace only.
 
 use std::collections::BTreeMap;
 
@@ -24,6 +29,28 @@ pub enum CredentialsError {
         /// What is wrong.
         reason: String,
     },
+}
+
+/// The name of the Secret holding the registry credentials of the KernelCache
+/// `namespace/name`, in the handover namespace: `kernelcache-pull-` and 40 hex digits of
+/// the SHA-256 of `namespace/name` (any KernelCache name fits).
+pub fn handover_name(namespace: &str, name: &str) -> String {
+    use sha2::Digest as _;
+    let hash = sha2::Sha256::digest(format!("{namespace}/{name}").as_bytes());
+    format!("kernelcache-pull-{}", &crate::registry::hex(&hash)[..40])
+}
+
+/// The `.dockerconfigjson` handing `auth` over for `registry`; `None` for anonymous
+/// access (nothing to hand over).
+pub fn handover_config(registry: &str, auth: &RegistryAuth) -> Option<Vec<u8>> {
+    let entry = match auth {
+        RegistryAuth::Anonymous => return None,
+        RegistryAuth::Basic(user, password) => {
+            serde_json::json!({"auth": STANDARD.encode(format!("{user}:{password}"))})
+        }
+        RegistryAuth::Bearer(token) => serde_json::json!({"registrytoken": token}),
+    };
+    serde_json::to_vec(&serde_json::json!({"auths": {registry: entry}})).ok()
 }
 
 /// The registry host of an image reference (`host[:port]`, Docker Hub for bare names).
@@ -88,6 +115,9 @@ fn credentials(secret: &str, entry: &Value) -> Result<RegistryAuth, CredentialsE
         secret: secret.to_string(),
         reason: reason.to_string(),
     };
+    if let Some(token) = entry.get("registrytoken").and_then(Value::as_str) {
+        return Ok(RegistryAuth::Bearer(token.to_string()));
+    }
     if let (Some(user), Some(password)) = (
         entry.get("username").and_then(Value::as_str),
         entry.get("password").and_then(Value::as_str),
@@ -168,6 +198,25 @@ mod tests {
         )];
         let auth = registry_auth("docker.io", &secrets).unwrap();
         assert_eq!(basic(&auth), Some(("hub", "pw")));
+    }
+
+    #[test]
+    fn handed_over_credentials_read_back_the_same() {
+        for auth in [
+            RegistryAuth::Basic("robot".into(), "s3:cret".into()),
+            RegistryAuth::Bearer("tok".into()),
+        ] {
+            let config = handover_config("reg.example:5000", &auth).unwrap();
+            let secrets = [(
+                "h".to_string(),
+                BTreeMap::from([(".dockerconfigjson".to_string(), ByteString(config))]),
+            )];
+            assert_eq!(registry_auth("reg.example:5000", &secrets).unwrap(), auth);
+        }
+        assert!(handover_config("r", &RegistryAuth::Anonymous).is_none());
+        let name = handover_name("ml", "llama");
+        assert_eq!(name.len(), "kernelcache-pull-".len() + 40);
+        assert_ne!(name, handover_name("ml", "llama2"));
     }
 
     #[test]

@@ -2,13 +2,19 @@
 //!
 //! Everything is written into a fresh staging directory inside the root and renamed into
 //! place at the end, so a cache directory either is complete or does not exist. Refused,
-//! with nothing left behind: absolute paths, `..`, symbolic links that point outside the
-//! cache, hard links to anything outside it, paths through a link, device files, FIFOs,
-//! and layers over the size or entry-count limits.
+//! with nothing left behind: absolute paths, `..`, symbolic links, hard links to anything
+//! but a regular file extracted before, device files, FIFOs, and layers over the size or
+//! entry-count limits.
+//!
+//! Symbolic links are refused outright rather than resolved: no Triton or vLLM cache
+//! holds one (the GKM/MCV example image `quay.io/gkm/vector-add-cache:rocm` and the MCV
+//! example cache trees in `tests/data` have none), and a chain of links that each look
+//! harmless can resolve outside the cache. Files are written with mode 0644 or 0755
+//! only: no setuid, setgid or sticky bit survives.
 
 use std::fs::{self, OpenOptions};
 use std::io::{self, Read};
-use std::os::unix::fs::{OpenOptionsExt, symlink};
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
 
 use flate2::read::GzDecoder;
@@ -52,7 +58,17 @@ pub enum ExtractError {
     /// An entry whose path climbs out with `..`.
     #[error("entry {0:?} contains '..'")]
     ParentDir(String),
-    /// A link whose target is outside the cache.
+    /// A symbolic link (never allowed in a cache).
+    #[error(
+        "entry {path:?} is a symbolic link (to {target:?}): kernel cache layers may not hold symbolic links"
+    )]
+    Link {
+        /// The link.
+        path: String,
+        /// Where it points.
+        target: String,
+    },
+    /// A hard link to anything but a regular file extracted before it.
     #[error("link {path:?} points outside the cache ({target:?})")]
     LinkEscapes {
         /// The link.
@@ -123,6 +139,36 @@ pub fn extract_checked<E: From<ExtractError>>(
     limits: Limits,
     check: impl FnOnce(&Path) -> Result<(), E>,
 ) -> Result<Extracted, E> {
+    stage_dir(
+        root,
+        target,
+        |staging| unpack(layer, staging, limits),
+        check,
+    )
+}
+
+/// Stage `target` as a copy of the complete cache directory `source` (another cache of
+/// the same digest): directories are created, files are hard links (no disk space used,
+/// never written through: Triton group files are rewritten by write-then-rename), then
+/// `check` runs and the directory is renamed into place, as [`extract_checked`] does.
+/// Anything but directories and regular files in `source` is an error.
+pub fn link_checked<E: From<ExtractError>>(
+    source: &Path,
+    root: &Path,
+    target: &Path,
+    check: impl FnOnce(&Path) -> Result<(), E>,
+) -> Result<Extracted, E> {
+    stage_dir(root, target, |staging| link_tree(source, staging), check)
+}
+
+/// A staging directory in `root`, filled by `fill`, checked by `check`, renamed into
+/// `target`: `target` exists only complete and checked; on any error nothing is left.
+fn stage_dir<E: From<ExtractError>>(
+    root: &Path,
+    target: &Path,
+    fill: impl FnOnce(&Path) -> Result<Extracted, ExtractError>,
+    check: impl FnOnce(&Path) -> Result<(), E>,
+) -> Result<Extracted, E> {
     if target.exists() {
         return Ok(Extracted {
             files: 0,
@@ -135,7 +181,7 @@ pub fn extract_checked<E: From<ExtractError>>(
         .prefix(".staging-")
         .tempdir_in(root)
         .map_err(io_err("creating a staging directory"))?;
-    let stats = unpack(layer, staging.path(), limits)?;
+    let stats = fill(staging.path())?;
     check(staging.path())?;
     let parent = target.parent().unwrap_or(root);
     fs::create_dir_all(parent).map_err(io_err(format!("creating {}", parent.display())))?;
@@ -151,6 +197,39 @@ pub fn extract_checked<E: From<ExtractError>>(
             });
         }
         return Err(io_err(format!("moving the cache into {}", target.display()))(e).into());
+    }
+    Ok(stats)
+}
+
+/// Hard-link the tree at `source` into the empty directory `dir`.
+fn link_tree(source: &Path, dir: &Path) -> Result<Extracted, ExtractError> {
+    let mut stats = Extracted {
+        files: 0,
+        bytes: 0,
+        already_present: false,
+    };
+    let mut stack = vec![(source.to_path_buf(), dir.to_path_buf())];
+    while let Some((from, to)) = stack.pop() {
+        for entry in fs::read_dir(&from).map_err(io_err(format!("reading {}", from.display())))? {
+            let entry = entry.map_err(io_err(format!("reading {}", from.display())))?;
+            let kind = entry
+                .file_type()
+                .map_err(io_err(format!("reading {}", entry.path().display())))?;
+            let dest = to.join(entry.file_name());
+            let shown = entry.path().display().to_string();
+            if kind.is_dir() {
+                fs::create_dir(&dest).map_err(io_err(format!("creating {shown}")))?;
+                stack.push((entry.path(), dest));
+            } else if kind.is_file() {
+                fs::hard_link(entry.path(), &dest).map_err(io_err(format!("linking {shown}")))?;
+                stats.files += 1;
+            } else {
+                return Err(ExtractError::SpecialFile {
+                    path: shown,
+                    kind: "link or special file in a staged cache".into(),
+                });
+            }
+        }
     }
     Ok(stats)
 }
@@ -234,21 +313,12 @@ fn unpack(layer: impl Read, dir: &Path, limits: Limits) -> Result<Extracted, Ext
                     .link_name()
                     .map_err(io_err(format!("reading the target of {shown}")))?
                     .unwrap_or_default()
-                    .into_owned();
-                if !stays_inside(&rel, &target) {
-                    return Err(ExtractError::LinkEscapes {
-                        path: shown,
-                        target: target.display().to_string(),
-                    });
-                }
-                make_parent(&dest, &shown)?;
-                symlink(&target, &dest).map_err(|e| {
-                    if e.kind() == io::ErrorKind::AlreadyExists {
-                        ExtractError::Conflict(shown.clone())
-                    } else {
-                        io_err(format!("linking {shown}"))(e)
-                    }
-                })?;
+                    .display()
+                    .to_string();
+                return Err(ExtractError::Link {
+                    path: shown,
+                    target,
+                });
             }
             EntryType::Link => {
                 let target = entry
@@ -308,36 +378,6 @@ fn relative(path: &Path, shown: &str) -> Result<PathBuf, ExtractError> {
         }
     }
     Ok(out)
-}
-
-/// Whether a symlink at `link` (relative to the cache root) pointing to `target` resolves
-/// inside the cache.
-fn stays_inside(link: &Path, target: &Path) -> bool {
-    if target.is_absolute() {
-        return false;
-    }
-    let mut depth: Vec<&std::ffi::OsStr> = link
-        .parent()
-        .into_iter()
-        .flat_map(Path::components)
-        .filter_map(|c| match c {
-            Component::Normal(n) => Some(n),
-            _ => None,
-        })
-        .collect();
-    for component in target.components() {
-        match component {
-            Component::Normal(n) => depth.push(n),
-            Component::CurDir => {}
-            Component::ParentDir => {
-                if depth.pop().is_none() {
-                    return false;
-                }
-            }
-            Component::RootDir | Component::Prefix(_) => return false,
-        }
-    }
-    true
 }
 
 /// Refuse an entry whose parent directories include a link: writing below a link could
@@ -463,12 +503,6 @@ mod tests {
             file("io.triton.cache/ABC/add_kernel.json", b"{}"),
             file("io.triton.cache/ABC/add_kernel.hsaco", b"\x7fELF"),
             Raw {
-                path: "io.triton.cache/ABC/alias.json",
-                kind: EntryType::Symlink,
-                data: b"",
-                link: Some("add_kernel.json"),
-            },
-            Raw {
                 path: "io.triton.cache/ABC/hard.json",
                 kind: EntryType::Link,
                 data: b"",
@@ -484,7 +518,7 @@ mod tests {
         );
         let target = root.path().join("cache/ns/name/sha256-abc");
         assert_eq!(
-            fs::read_to_string(target.join("io.triton.cache/ABC/alias.json")).unwrap(),
+            fs::read_to_string(target.join("io.triton.cache/ABC/hard.json")).unwrap(),
             "{}"
         );
         assert_eq!(
@@ -497,7 +531,6 @@ mod tests {
                 "ns/name/sha256-abc/io.triton.cache/ABC",
                 "ns/name/sha256-abc/io.triton.cache/ABC/add_kernel.hsaco",
                 "ns/name/sha256-abc/io.triton.cache/ABC/add_kernel.json",
-                "ns/name/sha256-abc/io.triton.cache/ABC/alias.json",
                 "ns/name/sha256-abc/io.triton.cache/ABC/hard.json",
                 "ns/name/sha256-abc/io.triton.manifest",
                 "ns/name/sha256-abc/io.triton.manifest/manifest.json",
@@ -530,35 +563,48 @@ mod tests {
     }
 
     #[test]
-    fn refuses_escaping_symlinks() {
-        let e = refused(&[Raw {
-            path: "io.triton.cache/l",
-            kind: EntryType::Symlink,
-            data: b"",
-            link: Some("../../etc"),
-        }]);
-        assert!(matches!(e, ExtractError::LinkEscapes { .. }), "{e}");
-        let e = refused(&[Raw {
-            path: "l",
-            kind: EntryType::Symlink,
-            data: b"",
-            link: Some("/etc/passwd"),
-        }]);
-        assert!(matches!(e, ExtractError::LinkEscapes { .. }), "{e}");
+    fn refuses_every_symlink() {
+        for target in ["../../etc", "/etc/passwd", "add_kernel.json", "."] {
+            let e = refused(&[
+                file("io.triton.cache/add_kernel.json", b"{}"),
+                Raw {
+                    path: "io.triton.cache/l",
+                    kind: EntryType::Symlink,
+                    data: b"",
+                    link: Some(target),
+                },
+            ]);
+            assert!(matches!(e, ExtractError::Link { .. }), "{e}");
+        }
+    }
+
+    /// The chain from the review: each link is harmless as text, together they resolve
+    /// outside the cache (`up` is the cache root, five more `..` climb out of it).
+    fn escaping_chain() -> Vec<Raw<'static>> {
+        vec![
+            Raw {
+                path: "d1/d2/d3/d4/d5/d6/d7/d8/up",
+                kind: EntryType::Symlink,
+                data: b"",
+                link: Some("../../../../../../../.."),
+            },
+            Raw {
+                path: "io.triton.manifest/manifest.json",
+                kind: EntryType::Symlink,
+                data: b"",
+                link: Some("../d1/d2/d3/d4/d5/d6/d7/d8/up/../../../../../etc/secret"),
+            },
+        ]
     }
 
     #[test]
-    fn refuses_writing_through_a_link() {
-        let e = refused(&[
-            Raw {
-                path: "dir",
-                kind: EntryType::Symlink,
-                data: b"",
-                link: Some("."),
-            },
-            file("dir/x", b"x"),
-        ]);
-        assert!(matches!(e, ExtractError::ThroughLink(p) if p == "dir/x"));
+    fn refuses_a_chain_of_links_that_resolves_outside() {
+        let e = refused(&escaping_chain());
+        assert!(matches!(e, ExtractError::Link { .. }), "{e}");
+        assert_eq!(
+            e.to_string(),
+            "entry \"d1/d2/d3/d4/d5/d6/d7/d8/up\" is a symbolic link (to \"../../../../../../../..\"): kernel cache layers may not hold symbolic links"
+        );
     }
 
     #[test]
@@ -635,17 +681,62 @@ mod tests {
     }
 
     #[test]
-    fn refuses_a_file_replacing_a_link() {
-        let e = refused(&[
-            Raw {
-                path: "x",
-                kind: EntryType::Symlink,
-                data: b"",
-                link: Some("y"),
-            },
-            file("x", b"over"),
-        ]);
+    fn refuses_a_file_replacing_a_file_or_a_directory() {
+        let e = refused(&[file("x", b"one"), file("x", b"over")]);
         assert!(matches!(e, ExtractError::Conflict(_)), "{e}");
+        let e = refused(&[file("x/y", b"one"), file("x", b"over")]);
+        assert!(matches!(e, ExtractError::Conflict(_)), "{e}");
+    }
+
+    #[test]
+    fn a_second_cache_of_a_digest_is_hard_links_of_the_first() {
+        use std::os::unix::fs::MetadataExt as _;
+        let entries = [
+            file("io.triton.cache/H/k.json", b"{}"),
+            file("io.triton.manifest/manifest.json", b"{\"triton\":[]}"),
+        ];
+        let (root, result) = run(&entries, Limits::default());
+        result.unwrap();
+        let cache = root.path().join("cache");
+        let first = cache.join("ns/name/sha256-abc");
+        let second = cache.join("other/name/sha256-abc");
+        let stats = link_checked(&first, &cache, &second, |dir| {
+            // What a check changes by write-then-rename stays in the new copy only.
+            crate::files::replace(&dir.join("io.triton.cache/H/k.json"), b"[]", 0o644).map_err(
+                |e| ExtractError::Io {
+                    context: "rewrite".into(),
+                    source: e,
+                },
+            )
+        })
+        .unwrap();
+        assert_eq!((stats.files, stats.already_present), (2, false));
+        let ino = |p: &Path| fs::metadata(p).unwrap().ino();
+        assert_eq!(
+            ino(&first.join("io.triton.manifest/manifest.json")),
+            ino(&second.join("io.triton.manifest/manifest.json"))
+        );
+        assert_eq!(
+            fs::read(first.join("io.triton.cache/H/k.json")).unwrap(),
+            b"{}"
+        );
+        assert_eq!(
+            fs::read(second.join("io.triton.cache/H/k.json")).unwrap(),
+            b"[]"
+        );
+        // A failed check leaves nothing.
+        let third = cache.join("third/name/sha256-abc");
+        let failed = link_checked(&first, &cache, &third, |_| {
+            Err(ExtractError::Conflict("check".into()))
+        });
+        assert!(failed.is_err());
+        assert!(!third.exists());
+        assert!(!fs::read_dir(&cache).unwrap().any(|e| {
+            e.unwrap()
+                .file_name()
+                .to_string_lossy()
+                .starts_with(".staging-")
+        }));
     }
 
     #[test]
@@ -660,5 +751,250 @@ mod tests {
         .unwrap_err();
         assert!(matches!(e, ExtractError::Io { .. }), "{e}");
         assert!(!root.path().join("t").exists());
+    }
+}
+
+/// The property target for extraction: arbitrary tar entries (path, type, link target,
+/// size, mode). Whatever the layer holds, after `extract` every path written resolves
+/// inside the target, nothing outside the cache root changes, no file has a setuid,
+/// setgid or sticky bit, and after an error the target does not exist and the root is
+/// empty. Cases: `PROPTEST_CASES` (proptest's own variable; `scripts/test.sh` sets a
+/// bounded number, e.g. `PROPTEST_CASES=100000 cargo test -p kubeairunway-kernelcache
+/// --lib extract::` runs longer).
+#[cfg(test)]
+mod properties {
+    use super::*;
+    use flate2::Compression;
+    use flate2::write::GzEncoder;
+    use proptest::prelude::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[derive(Clone, Debug)]
+    struct Arb {
+        path: String,
+        kind: EntryType,
+        data: Vec<u8>,
+        link: Option<String>,
+        mode: u32,
+    }
+
+    fn layer(entries: &[Arb]) -> Vec<u8> {
+        let mut builder = tar::Builder::new(GzEncoder::new(Vec::new(), Compression::fast()));
+        for e in entries {
+            let mut header = tar::Header::new_gnu();
+            let name = &mut header.as_old_mut().name;
+            let n = e.path.len().min(99);
+            name[..n].copy_from_slice(&e.path.as_bytes()[..n]);
+            header.set_entry_type(e.kind);
+            let data: &[u8] = if matches!(e.kind, EntryType::Regular | EntryType::Continuous) {
+                &e.data
+            } else {
+                &[]
+            };
+            header.set_size(data.len() as u64);
+            header.set_mode(e.mode);
+            if let Some(link) = &e.link {
+                let l = &mut header.as_old_mut().linkname;
+                let n = link.len().min(99);
+                l[..n].copy_from_slice(&link.as_bytes()[..n]);
+            }
+            header.set_cksum();
+            builder.append(&header, data).unwrap();
+        }
+        builder.into_inner().unwrap().finish().unwrap()
+    }
+
+    /// Every path below `dir` (not following links) with its metadata.
+    fn tree(dir: &Path) -> Vec<(PathBuf, fs::Metadata)> {
+        let mut out = Vec::new();
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in fs::read_dir(&d).unwrap().flatten() {
+                let meta = e.path().symlink_metadata().unwrap();
+                if meta.is_dir() {
+                    stack.push(e.path());
+                }
+                out.push((e.path(), meta));
+            }
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
+        tree(dir)
+            .into_iter()
+            .map(|(p, m)| {
+                let content = if m.is_file() {
+                    fs::read(&p).unwrap()
+                } else {
+                    Vec::new()
+                };
+                (p, content)
+            })
+            .collect()
+    }
+
+    /// Extract `entries` into a sandbox and check the properties; the result for the
+    /// caller's own assertions.
+    fn check(entries: &[Arb]) -> Result<Extracted, ExtractError> {
+        let sandbox = tempfile::tempdir().unwrap();
+        let outside = sandbox.path().join("outside");
+        fs::create_dir_all(outside.join("etc")).unwrap();
+        fs::write(outside.join("etc/secret"), b"secret").unwrap();
+        let before = snapshot(&outside);
+        let root = sandbox.path().join("outside/cache-parent/cache");
+        let target = root.join("ns/name/sha256-abc");
+        let result = extract(
+            &layer(entries)[..],
+            &root,
+            &target,
+            Limits {
+                max_bytes: 256,
+                max_entries: 12,
+            },
+        );
+        let after: Vec<_> = snapshot(&outside)
+            .into_iter()
+            .filter(|(p, _)| !p.starts_with(&root))
+            .collect();
+        let before: Vec<_> = before
+            .into_iter()
+            .chain([
+                (outside.join("cache-parent"), Vec::new()),
+                (root.clone(), Vec::new()),
+            ])
+            .filter(|(p, _)| !p.starts_with(&root))
+            .collect();
+        let mut before_sorted = before;
+        before_sorted.sort();
+        assert_eq!(
+            after, before_sorted,
+            "nothing outside the cache root changes"
+        );
+        if result.is_ok() {
+            let real_target = fs::canonicalize(&target).unwrap();
+            for (path, meta) in tree(&target) {
+                assert!(
+                    meta.is_file() || meta.is_dir(),
+                    "{} is neither a file nor a directory",
+                    path.display()
+                );
+                assert_eq!(
+                    meta.permissions().mode() & 0o7000,
+                    0,
+                    "{} has a special mode bit",
+                    path.display()
+                );
+                let real = fs::canonicalize(&path).unwrap();
+                assert!(real.starts_with(&real_target), "{} escapes", path.display());
+            }
+            for (path, _) in tree(&root) {
+                assert!(
+                    path.starts_with(&target) || target.starts_with(&path),
+                    "{} besides the target",
+                    path.display()
+                );
+            }
+        } else {
+            assert!(!target.exists(), "no target after an error");
+            assert!(tree(&root).is_empty(), "root left empty after an error");
+        }
+        result
+    }
+
+    #[test]
+    fn the_escaping_chain_and_its_variants_keep_the_properties() {
+        let link = |path: &str, to: &str| Arb {
+            path: path.into(),
+            kind: EntryType::Symlink,
+            data: Vec::new(),
+            link: Some(to.into()),
+            mode: 0o777,
+        };
+        let chain = [
+            link("d1/d2/d3/d4/d5/d6/d7/d8/up", "../../../../../../../.."),
+            link(
+                "io.triton.manifest/manifest.json",
+                "../d1/d2/d3/d4/d5/d6/d7/d8/up/../../../../../etc/secret",
+            ),
+        ];
+        assert!(check(&chain).is_err());
+        let hard = Arb {
+            path: "io.triton.manifest/manifest.json".into(),
+            kind: EntryType::Link,
+            data: Vec::new(),
+            link: Some("d1/d2/d3/d4/d5/d6/d7/d8/up/../../../../../etc/secret".into()),
+            mode: 0o644,
+        };
+        assert!(check(&[chain[0].clone(), hard]).is_err());
+        let setuid = Arb {
+            path: "io.triton.cache/x".into(),
+            kind: EntryType::Regular,
+            data: b"#!/bin/sh".to_vec(),
+            link: None,
+            mode: 0o6755,
+        };
+        assert!(check(&[setuid]).is_ok());
+    }
+
+    fn component() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("a".to_string()),
+            Just("b".to_string()),
+            Just("io.triton.cache".to_string()),
+            Just("..".to_string()),
+            Just(".".to_string()),
+            Just(String::new()),
+            Just("etc".to_string()),
+            Just("up".to_string()),
+            Just("outside".to_string()),
+        ]
+    }
+
+    fn path() -> impl Strategy<Value = String> {
+        (any::<bool>(), proptest::collection::vec(component(), 1..6)).prop_map(|(abs, c)| {
+            let joined = c.join("/");
+            if abs { format!("/{joined}") } else { joined }
+        })
+    }
+
+    fn kind() -> impl Strategy<Value = EntryType> {
+        prop_oneof![
+            4 => Just(EntryType::Regular),
+            3 => Just(EntryType::Directory),
+            2 => Just(EntryType::Symlink),
+            2 => Just(EntryType::Link),
+            1 => Just(EntryType::Char),
+            1 => Just(EntryType::Block),
+            1 => Just(EntryType::Fifo),
+            1 => Just(EntryType::GNUSparse),
+        ]
+    }
+
+    fn entry() -> impl Strategy<Value = Arb> {
+        (
+            path(),
+            kind(),
+            proptest::collection::vec(any::<u8>(), 0..80),
+            proptest::option::of(path()),
+            0u32..0o10000,
+        )
+            .prop_map(|(path, kind, data, link, mode)| Arb {
+                path,
+                kind,
+                data,
+                link,
+                mode,
+            })
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_layers_never_write_outside_the_target(
+            entries in proptest::collection::vec(entry(), 0..14)
+        ) {
+            let _ = check(&entries);
+        }
     }
 }

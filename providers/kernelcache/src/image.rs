@@ -11,6 +11,9 @@ use std::fmt;
 
 use serde_json::Value;
 
+/// Manifests larger than this are refused (MCV writes one short entry per kernel).
+pub const MAX_MANIFEST_BYTES: u64 = 16 << 20;
+
 /// Which framework a cache belongs to.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CacheType {
@@ -364,5 +367,68 @@ mod tests {
             from_labels(&no_arch).unwrap_err().to_string(),
             "label cache.triton.image/summary: a target has no arch"
         );
+    }
+}
+
+/// The property target for image labels and layer manifests: whatever a registry puts
+/// there, reading them gives a clear error or a description whose targets all name a
+/// lowercase backend and a non-empty arch; never a panic. Cases: `PROPTEST_CASES`.
+#[cfg(test)]
+mod properties {
+    use proptest::prelude::*;
+
+    use super::*;
+
+    fn json_text() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just(r#"{"targets":[{"backend":"CUDA","arch":"sm_90","warp_size":32}]}"#.to_string()),
+            Just(r#"{"targets":[]}"#.to_string()),
+            Just(r#"{"targets":[{"backend":"hip","arch":90,"warp_size":-1}]}"#.to_string()),
+            Just(r#"{"targets":[{"backend":1,"arch":"x"}]}"#.to_string()),
+            Just(r#"{"targets":{"backend":"cuda"}}"#.to_string()),
+            Just(r#"{"triton":[{"backend":"cuda","arch":" "}],"x":[1,"a",null]}"#.to_string()),
+            ".{0,40}",
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn labels_give_a_cache_or_a_clear_error(
+            entries in proptest::collection::vec((
+                prop_oneof![
+                    Just("cache.triton.image/summary".to_string()),
+                    Just("cache.vllm.image/summary".to_string()),
+                    Just("cache.triton.image/entry-count".to_string()),
+                    Just("cache.triton.image/cache-size-bytes".to_string()),
+                    Just("cache.vllm.image/cache-size-bytes".to_string()),
+                    ".{0,12}",
+                ],
+                json_text(),
+            ), 0..5)
+        ) {
+            let labels: BTreeMap<String, String> = entries.into_iter().collect();
+            match from_labels(&labels) {
+                Ok(image) => {
+                    prop_assert!(!image.targets.is_empty());
+                    for t in &image.targets {
+                        prop_assert!(!t.arch.is_empty());
+                        prop_assert_eq!(&t.backend, &t.backend.to_ascii_lowercase());
+                    }
+                }
+                Err(e) => prop_assert!(!e.to_string().is_empty()),
+            }
+        }
+
+        #[test]
+        fn manifests_give_targets_or_a_clear_error(text in json_text(), bytes in proptest::collection::vec(any::<u8>(), 0..64)) {
+            for input in [text.as_bytes(), &bytes[..]] {
+                for t in [CacheType::Triton, CacheType::Vllm] {
+                    match manifest_targets(t, input) {
+                        Ok(targets) => prop_assert!(targets.iter().all(|t| !t.arch.is_empty())),
+                        Err(e) => prop_assert!(e.to_string().starts_with(t.manifest_path())),
+                    }
+                }
+            }
+        }
     }
 }

@@ -5,19 +5,24 @@
 //! entries to their cache directories on any miss, and a read-only one would fail the
 //! model. Nor may a missing cache fail a pod. So the pod gets:
 //!
-//! - a read-only *source* volume: the agent's cache root as a hostPath
-//!   (`DirectoryOrCreate`, so a node without the agent does not fail the pod), or a
-//!   Kubernetes image volume of the pinned image;
-//! - a writable `emptyDir`, filled by an init container (`kernelcache-seed`, from our own
-//!   image) with a copy of the cache; a node where the cache is not staged gives an empty
-//!   directory and the engine compiles its kernels as usual;
+//! - a read-only *source* volume: the cache's own directory under the agent's root as a
+//!   hostPath (`<root>/<namespace>/<name>`, `DirectoryOrCreate`, so a node without the
+//!   cache does not fail the pod; never the whole root, which holds every namespace's
+//!   caches), or a Kubernetes image volume of the pinned image;
+//! - a writable `emptyDir` with a size limit (the cache's size plus as much again for
+//!   new entries, at least [`MIN_COPY_BYTES`]), filled by an init container
+//!   (`kernelcache-seed`, from our own image, non-root and within the `restricted` Pod
+//!   Security profile) with a copy of the cache; a node where the cache is not staged
+//!   gives an empty directory and the engine compiles its kernels as usual;
 //! - in every serving container (`spec.containers`), that directory where the framework
 //!   reads it: vLLM at `$VLLM_CACHE_ROOT/torch_compile_cache` (the container's own
 //!   `VLLM_CACHE_ROOT`, else vLLM's default `/root/.cache/vllm`, then set explicitly);
 //!   Triton at the cache's mount path with `TRITON_CACHE_DIR` pointing there (the agent
 //!   rewrote the group files to that path).
 //!
-//! A pod that already has the volume is left alone.
+//! A pod that already uses one of these names (volumes, init container) or mounts
+//! something where the cache would go is left alone ([`conflicts`]): its own volume is
+//! never reused, and the patch can never make a valid pod invalid.
 
 use serde_json::{Value, json};
 
@@ -37,16 +42,21 @@ pub const SEED_CONTAINER: &str = "kernel-cache-seed";
 /// The seed binary in our image.
 pub const SEED_COMMAND: &str = "/kernelcache-seed";
 
+/// The smallest size limit of the pod's copy of a cache.
+pub const MIN_COPY_BYTES: u64 = 1 << 30;
+/// The user the seed container runs as (non-root, as Pod Security `restricted` asks).
+pub const SEED_USER: i64 = 65532;
+
 /// Where a staged cache comes from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Source {
-    /// The agent's cache root on the node, and the staged digest's directory below it
-    /// (`<namespace>/<name>/<digest>`).
+    /// The cache's directory on the node (`<root>/<namespace>/<name>`), and the staged
+    /// digest's directory below it.
     HostPath {
-        /// The agent's `--cache-root`.
-        root: String,
-        /// `<namespace>/<name>/<digest with ':' as '-'>`.
-        staged: String,
+        /// `<--cache-root>/<namespace>/<name>`: this cache only.
+        dir: String,
+        /// `<digest with ':' as '-'>`.
+        digest: String,
     },
     /// A Kubernetes image volume of `image@digest`.
     Image(String),
@@ -65,6 +75,9 @@ pub struct Mount {
     pub path: Option<String>,
     /// The image with `kernelcache-seed` (ours).
     pub seed_image: String,
+    /// Bytes of the cache (the image's `cache-size-bytes` label), when known: the copy's
+    /// size limit is twice this, at least [`MIN_COPY_BYTES`].
+    pub size_bytes: Option<u64>,
 }
 
 impl Mount {
@@ -95,19 +108,90 @@ impl Mount {
             CacheType::Triton => "io.triton.cache",
         };
         match &self.source {
-            Source::HostPath { staged, .. } => format!("{SOURCE_MOUNT}/{staged}/{inner}"),
+            Source::HostPath { digest, .. } => format!("{SOURCE_MOUNT}/{digest}/{inner}"),
             Source::Image(_) => format!("{SOURCE_MOUNT}/{inner}"),
+        }
+    }
+
+    /// The size limit of the pod's copy: the cache and as much again for the entries the
+    /// engine adds, at least [`MIN_COPY_BYTES`].
+    pub fn copy_size_limit(&self) -> u64 {
+        self.size_bytes
+            .unwrap_or(0)
+            .saturating_mul(2)
+            .max(MIN_COPY_BYTES)
+    }
+
+    /// Where a container of `pod` gets the cache: (mount path, environment variable to
+    /// set). `None` for a container the cache is not for.
+    fn target(&self, container: &Value) -> (String, Option<(&'static str, String)>) {
+        let env = container.get("env").and_then(Value::as_array);
+        let env_value = |name: &str| {
+            env.and_then(|e| e.iter().find(|v| v["name"] == name))
+                .and_then(|v| v["value"].as_str())
+                .map(str::to_string)
+        };
+        match self.cache_type {
+            CacheType::Vllm => {
+                let root = env_value("VLLM_CACHE_ROOT");
+                let set = root
+                    .is_none()
+                    .then(|| ("VLLM_CACHE_ROOT", DEFAULT_VLLM_CACHE_ROOT.to_string()));
+                let root = root.unwrap_or_else(|| DEFAULT_VLLM_CACHE_ROOT.to_string());
+                (
+                    format!("{}/torch_compile_cache", root.trim_end_matches('/')),
+                    set,
+                )
+            }
+            CacheType::Triton => {
+                let dir = self.triton_dir();
+                (dir.clone(), Some(("TRITON_CACHE_DIR", dir)))
+            }
         }
     }
 }
 
-/// The JSON patch giving `pod` the cache; empty when the pod already has it or has no
-/// containers.
+/// Why `pod` cannot get `mount` without touching what it has: a volume or init
+/// container already named like ours, or a container already mounting something where
+/// the cache would go. `None`: no conflict.
+pub fn conflicts(pod: &Value, mount: &Mount) -> Option<String> {
+    let spec = &pod["spec"];
+    let names = [mount.volume_name(), mount.source_volume_name()];
+    for v in spec["volumes"].as_array().into_iter().flatten() {
+        if let Some(n) = v["name"].as_str().filter(|n| names.iter().any(|m| m == n)) {
+            return Some(format!("the pod already has a volume named {n}"));
+        }
+    }
+    for c in spec["initContainers"].as_array().into_iter().flatten() {
+        if c["name"] == SEED_CONTAINER {
+            return Some(format!(
+                "the pod already has an init container named {SEED_CONTAINER}"
+            ));
+        }
+    }
+    for c in spec["containers"].as_array().into_iter().flatten() {
+        let (path, _) = mount.target(c);
+        let clean = |p: &str| p.trim_end_matches('/').to_string();
+        for m in c["volumeMounts"].as_array().into_iter().flatten() {
+            if m["mountPath"].as_str().map(clean) == Some(clean(&path)) {
+                return Some(format!(
+                    "container {} already mounts {} at {path}",
+                    c["name"].as_str().unwrap_or_default(),
+                    m["name"].as_str().unwrap_or_default()
+                ));
+            }
+        }
+    }
+    None
+}
+
+/// The JSON patch giving `pod` the cache; empty when the pod has no containers or a
+/// name or mount path of ours is taken ([`conflicts`]).
 pub fn patch(pod: &Value, mount: &Mount) -> Vec<Value> {
     let spec = &pod["spec"];
     let copy = mount.volume_name();
     let volumes = spec.get("volumes").and_then(Value::as_array);
-    if volumes.is_some_and(|v| v.iter().any(|vol| vol["name"] == copy.as_str())) {
+    if conflicts(pod, mount).is_some() {
         return Vec::new();
     }
     let Some(containers) = spec
@@ -119,14 +203,17 @@ pub fn patch(pod: &Value, mount: &Mount) -> Vec<Value> {
     };
     let mut ops = Vec::new();
     let source = match &mount.source {
-        Source::HostPath { root, .. } => {
-            json!({"name": mount.source_volume_name(), "hostPath": {"path": root, "type": "DirectoryOrCreate"}})
+        Source::HostPath { dir, .. } => {
+            json!({"name": mount.source_volume_name(), "hostPath": {"path": dir, "type": "DirectoryOrCreate"}})
         }
         Source::Image(reference) => {
             json!({"name": mount.source_volume_name(), "image": {"reference": reference, "pullPolicy": "IfNotPresent"}})
         }
     };
-    let new_volumes = [source, json!({"name": copy, "emptyDir": {}})];
+    let new_volumes = [
+        source,
+        json!({"name": copy, "emptyDir": {"sizeLimit": mount.copy_size_limit().to_string()}}),
+    ];
     if volumes.is_some() {
         for v in new_volumes {
             ops.push(json!({"op": "add", "path": "/spec/volumes/-", "value": v}));
@@ -148,6 +235,9 @@ pub fn patch(pod: &Value, mount: &Mount) -> Vec<Value> {
             "allowPrivilegeEscalation": false,
             "readOnlyRootFilesystem": true,
             "capabilities": {"drop": ["ALL"]},
+            "runAsNonRoot": true,
+            "runAsUser": SEED_USER,
+            "seccompProfile": {"type": "RuntimeDefault"},
         },
     });
     if spec
@@ -161,28 +251,7 @@ pub fn patch(pod: &Value, mount: &Mount) -> Vec<Value> {
     }
     for (i, container) in containers.iter().enumerate() {
         let env = container.get("env").and_then(Value::as_array);
-        let env_value = |name: &str| {
-            env.and_then(|e| e.iter().find(|v| v["name"] == name))
-                .and_then(|v| v["value"].as_str())
-                .map(str::to_string)
-        };
-        let (mount_path, set_env) = match mount.cache_type {
-            CacheType::Vllm => {
-                let root = env_value("VLLM_CACHE_ROOT");
-                let set = root
-                    .is_none()
-                    .then(|| ("VLLM_CACHE_ROOT", DEFAULT_VLLM_CACHE_ROOT.to_string()));
-                let root = root.unwrap_or_else(|| DEFAULT_VLLM_CACHE_ROOT.to_string());
-                (
-                    format!("{}/torch_compile_cache", root.trim_end_matches('/')),
-                    set,
-                )
-            }
-            CacheType::Triton => {
-                let dir = mount.triton_dir();
-                (dir.clone(), Some(("TRITON_CACHE_DIR", dir)))
-            }
-        };
+        let (mount_path, set_env) = mount.target(container);
         let volume_mount = json!({"name": copy, "mountPath": mount_path});
         if container
             .get("volumeMounts")
@@ -327,11 +396,12 @@ mod tests {
             name: "llama".into(),
             cache_type,
             source: Source::HostPath {
-                root: "/var/lib/kc".into(),
-                staged: "ns/llama/sha256-1".into(),
+                dir: "/var/lib/kc/ns/llama".into(),
+                digest: "sha256-1".into(),
             },
             path: None,
             seed_image: "ghcr.io/x/kernelcache:1".into(),
+            size_bytes: Some(3 << 30),
         }
     }
 
@@ -344,8 +414,8 @@ mod tests {
         assert_eq!(
             pod["spec"]["volumes"],
             json!([
-                {"name": "kernel-cache-llama-src", "hostPath": {"path": "/var/lib/kc", "type": "DirectoryOrCreate"}},
-                {"name": "kernel-cache-llama", "emptyDir": {}},
+                {"name": "kernel-cache-llama-src", "hostPath": {"path": "/var/lib/kc/ns/llama", "type": "DirectoryOrCreate"}},
+                {"name": "kernel-cache-llama", "emptyDir": {"sizeLimit": (6u64 << 30).to_string()}},
             ])
         );
         let seed = &pod["spec"]["initContainers"][1];
@@ -355,7 +425,7 @@ mod tests {
             json!([
                 "/kernelcache-seed",
                 "--from",
-                "/kernel-cache-src/ns/llama/sha256-1/io.vllm.cache/torch_compile_cache",
+                "/kernel-cache-src/sha256-1/io.vllm.cache/torch_compile_cache",
                 "--to",
                 "/kernel-cache"
             ])
@@ -383,6 +453,46 @@ mod tests {
         );
         // Once injected, the pod is left alone.
         assert!(patch(&pod, &mount).is_empty());
+        assert_eq!(seed["securityContext"]["runAsNonRoot"], true);
+        assert_eq!(
+            seed["securityContext"]["seccompProfile"]["type"],
+            "RuntimeDefault"
+        );
+    }
+
+    #[test]
+    fn a_pod_using_our_names_or_mount_paths_is_left_alone() {
+        let mount = host(CacheType::Vllm);
+        // A user's volume named like our source: never reused, never duplicated.
+        let mut pod = vllm_pod();
+        pod["spec"]["volumes"] =
+            json!([{"name": "kernel-cache-llama-src", "hostPath": {"path": "/"}}]);
+        assert!(
+            conflicts(&pod, &mount)
+                .unwrap()
+                .contains("kernel-cache-llama-src")
+        );
+        assert!(patch(&pod, &mount).is_empty());
+        // A container already mounting something where the cache would go.
+        let mut pod = vllm_pod();
+        pod["spec"]["containers"][0]["volumeMounts"] =
+            json!([{"name": "mine", "mountPath": "/root/.cache/vllm/torch_compile_cache/"}]);
+        assert!(
+            conflicts(&pod, &mount)
+                .unwrap()
+                .contains("already mounts mine")
+        );
+        assert!(patch(&pod, &mount).is_empty());
+        // An init container of that name.
+        let mut pod = vllm_pod();
+        pod["spec"]["initContainers"] = json!([{"name": SEED_CONTAINER, "image": "x"}]);
+        assert!(patch(&pod, &mount).is_empty());
+        // Small caches still get a usable copy.
+        let small = Mount {
+            size_bytes: Some(10),
+            ..host(CacheType::Triton)
+        };
+        assert_eq!(small.copy_size_limit(), MIN_COPY_BYTES);
     }
 
     #[test]
@@ -394,6 +504,7 @@ mod tests {
             source: Source::Image("reg/vadd@sha256:8ce4".into()),
             path: None,
             seed_image: "s".into(),
+            size_bytes: None,
         };
         let ops = patch(&pod, &mount);
         apply(&mut pod, &ops);

@@ -10,13 +10,17 @@
 
 pub mod agent;
 pub mod api;
+pub mod build;
+pub mod bundle;
 pub mod compat;
 pub mod controller;
 pub mod credentials;
 pub mod extract;
+pub mod files;
 pub mod image;
 pub mod inject;
 pub mod oci;
+pub mod registry;
 pub mod seed;
 pub mod triton;
 pub mod verify;

@@ -4,20 +4,25 @@
 //! against their digests (the manifest against the pinned one); the layer is downloaded
 //! to a file in the cache root, verified, and only then extracted (safely, atomically)
 //! into `<root>/<namespace>/<name>/<digest>`. A tampered or malformed image leaves no
-//! cache directory behind.
+//! cache directory behind. Every registry read is bounded in bytes and time
+//! ([`crate::registry`]): the layer by the size its descriptor declares, which must be
+//! within the extraction limit before a byte is downloaded.
 
 use std::path::{Path, PathBuf};
 
-use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::Reference;
 use oci_client::manifest::{
     IMAGE_DOCKER_LAYER_GZIP_MEDIA_TYPE, IMAGE_LAYER_GZIP_MEDIA_TYPE, OciImageManifest,
 };
 use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference};
 
 use crate::extract::{self, ExtractError, Extracted, Limits};
 use crate::image::{self, CacheImage, CacheType, ImageError};
-use crate::triton;
+use crate::registry::{self, RegistryError, Timeouts};
+
+/// An image config larger than this is refused (real ones are a few KiB).
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+use crate::{files, triton};
 
 /// Why a cache image could not be resolved or staged.
 #[derive(Debug, thiserror::Error)]
@@ -38,9 +43,9 @@ pub enum PullError {
         /// What the tag resolves to now.
         current: String,
     },
-    /// The registry refused or failed, or content did not match its digest.
+    /// The registry refused or failed, or content did not match its digest or size.
     #[error("registry: {0}")]
-    Registry(String),
+    Registry(#[from] RegistryError),
     /// The image is not a kernel cache (labels).
     #[error(transparent)]
     Image(#[from] ImageError),
@@ -53,6 +58,14 @@ pub enum PullError {
     /// Local files.
     #[error("{0}")]
     Io(String),
+}
+
+impl PullError {
+    /// Whether trying again later may help (the registry timed out, was unreachable, or
+    /// answered `429` or `5xx`).
+    pub fn is_transient(&self) -> bool {
+        matches!(self, PullError::Registry(e) if e.transient)
+    }
 }
 
 /// What staging produced.
@@ -68,8 +81,7 @@ pub struct Staged {
 
 /// A registry client for cache images.
 pub struct Puller {
-    client: Client,
-    auth: RegistryAuth,
+    client: registry::Client,
 }
 
 impl std::fmt::Debug for Puller {
@@ -81,23 +93,20 @@ impl std::fmt::Debug for Puller {
 impl Puller {
     /// A client using `auth`; registries in `plain_http` are spoken to over HTTP.
     pub fn new(auth: RegistryAuth, plain_http: Vec<String>) -> Self {
-        let config = ClientConfig {
-            protocol: ClientProtocol::HttpsExcept(plain_http),
-            ..ClientConfig::default()
-        };
+        Self::with_timeouts(auth, plain_http, Timeouts::default())
+    }
+
+    /// [`Puller::new`] with other time limits.
+    pub fn with_timeouts(auth: RegistryAuth, plain_http: Vec<String>, timeouts: Timeouts) -> Self {
         Self {
-            client: Client::new(config),
-            auth,
+            client: registry::Client::new(auth, plain_http, timeouts),
         }
     }
 
     /// Resolve a reference (tag or digest) to the digest of its manifest.
     pub async fn resolve(&self, image: &str) -> Result<String, PullError> {
         let reference = parse(image)?;
-        self.client
-            .fetch_manifest_digest(&reference, &self.auth)
-            .await
-            .map_err(|e| PullError::Registry(e.to_string()))
+        Ok(self.client.resolve(&reference).await?)
     }
 
     /// Check that the tag of `image` still points at `pinned`.
@@ -117,12 +126,22 @@ impl Puller {
     /// The manifest and cache description of a pinned image (`repo@sha256:...`).
     pub async fn inspect(&self, pinned: &str) -> Result<(OciImageManifest, CacheImage), PullError> {
         let reference = pinned_reference(pinned)?;
-        let (manifest, _digest, config) = self
+        let raw = self.client.manifest(&reference).await?;
+        let manifest: OciImageManifest = serde_json::from_slice(&raw.bytes).map_err(|e| {
+            PullError::Layout(format!(
+                "the manifest is not a single-platform image manifest (an index? pin a platform's manifest): {e}"
+            ))
+        })?;
+        let config = self
             .client
-            .pull_manifest_and_config(&reference, &self.auth)
-            .await
-            .map_err(|e| PullError::Registry(e.to_string()))?;
-        let config: serde_json::Value = serde_json::from_str(&config)
+            .blob_bytes(
+                &reference,
+                &manifest.config.digest,
+                u64::try_from(manifest.config.size).ok(),
+                MAX_CONFIG_BYTES,
+            )
+            .await?;
+        let config: serde_json::Value = serde_json::from_slice(&config)
             .map_err(|e| PullError::Layout(format!("image config is not JSON: {e}")))?;
         let cache = image::from_labels(&image::labels_of_config(&config))?;
         match manifest.layers.as_slice() {
@@ -165,7 +184,8 @@ impl Puller {
         let dir = root.join(namespace).join(name).join(&digest);
         let (manifest, cache) = self.inspect(pinned).await?;
         let layer = &manifest.layers[0];
-        if u64::try_from(layer.size).unwrap_or(u64::MAX) > limits.max_bytes {
+        let layer_size = u64::try_from(layer.size).unwrap_or(u64::MAX);
+        if layer_size > limits.max_bytes {
             return Err(PullError::Extract(ExtractError::TooLarge {
                 limit: limits.max_bytes,
             }));
@@ -182,18 +202,37 @@ impl Puller {
                 },
             });
         }
+        // Another cache of the same digest is on disk: link its files instead of
+        // downloading them again (N KernelCaches of one image take its space once).
+        if let Some(source) = same_digest(root, &digest, &dir) {
+            let (root, target) = (root.to_path_buf(), dir.clone());
+            let cache_type = cache.cache_type;
+            let mount = triton_mount.map(str::to_string);
+            let extracted = tokio::task::spawn_blocking(move || {
+                extract::link_checked(&source, &root, &target, |staging| {
+                    finish(staging, cache_type, mount.as_deref())
+                })
+            })
+            .await
+            .map_err(|e| PullError::Io(format!("linking task: {e}")))??;
+            return Ok(Staged {
+                image: cache,
+                dir,
+                extracted,
+            });
+        }
         let downloads = root.join(".downloads");
         std::fs::create_dir_all(&downloads)
             .map_err(|e| PullError::Io(format!("creating {}: {e}", downloads.display())))?;
         let blob = tempfile::NamedTempFile::new_in(&downloads)
             .map_err(|e| PullError::Io(format!("creating a download file: {e}")))?;
-        let file =
+        let mut file =
             tokio::fs::File::from_std(blob.reopen().map_err(|e| PullError::Io(e.to_string()))?);
-        // pull_blob checks the content against the layer digest as it streams.
+        // At most the declared size is written (checked against the limit above), hashed
+        // as it streams and checked against the layer digest.
         self.client
-            .pull_blob(&reference, layer, file)
-            .await
-            .map_err(|e| PullError::Registry(e.to_string()))?;
+            .blob_to(&reference, &layer.digest, layer_size, &mut file)
+            .await?;
 
         let (root, target) = (root.to_path_buf(), dir.clone());
         let cache_type = cache.cache_type;
@@ -220,8 +259,15 @@ impl Puller {
 /// After extraction: the layer must hold the cache directory and a manifest that parses;
 /// Triton group files are rewritten to the mount path.
 fn finish(dir: &Path, cache_type: CacheType, triton_mount: Option<&str>) -> Result<(), PullError> {
-    let manifest = std::fs::read(dir.join(cache_type.manifest_path())).map_err(|_| {
-        PullError::Layout(format!("the layer has no {}", cache_type.manifest_path()))
+    let manifest = files::read_bounded(
+        &dir.join(cache_type.manifest_path()),
+        image::MAX_MANIFEST_BYTES,
+    )
+    .map_err(|e| {
+        PullError::Layout(format!(
+            "the layer has no readable {}: {e}",
+            cache_type.manifest_path()
+        ))
     })?;
     image::manifest_targets(cache_type, &manifest)?;
     let cache_dir = dir.join(cache_type.cache_dir());
@@ -236,6 +282,26 @@ fn finish(dir: &Path, cache_type: CacheType, triton_mount: Option<&str>) -> Resu
             .map_err(|e| PullError::Io(format!("rewriting Triton group files: {e}")))?;
     }
     Ok(())
+}
+
+/// A complete directory of `digest` (as a directory name) under `root`, other than
+/// `except`: `<root>/<namespace>/<name>/<digest>`, real directories only.
+fn same_digest(root: &Path, digest: &str, except: &Path) -> Option<PathBuf> {
+    let dirs = |dir: &Path| -> Vec<PathBuf> {
+        std::fs::read_dir(dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter(|e| !e.file_name().to_string_lossy().starts_with('.'))
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .map(|e| e.path())
+            .collect()
+    };
+    dirs(root)
+        .iter()
+        .flat_map(|ns| dirs(ns))
+        .map(|name| name.join(digest))
+        .find(|d| d != except && d.symlink_metadata().is_ok_and(|m| m.is_dir()))
 }
 
 fn parse(image: &str) -> Result<Reference, PullError> {

@@ -1,11 +1,13 @@
 //! Cosign signature verification of a pinned cache image under a `KernelCachePolicySpec`.
 //!
 //! The signature is the cosign "simple signing" object stored under the tag
-//! `sha256-<hex>.sig` next to the image. Every mode checks that the signed payload names
-//! the pinned digest; what makes a signature trusted depends on the mode:
+//! `sha256-<hex>.sig` next to the image, read with the bounded registry client
+//! ([`crate::registry`]: at most [`MAX_SIGNATURES`] layers of at most 1 MiB, each checked
+//! against its digest). Every mode checks that the signed payload names the pinned digest;
+//! what makes a signature trusted depends on the mode:
 //!
-//! - `key`: signed by one of the policy's public keys (sigstore's cosign client and
-//!   `PublicKeyVerifier` constraint). The signer is the key's fingerprint.
+//! - `key`: signed by one of the policy's public keys (sigstore's `CosignVerificationKey`).
+//!   The signer is the key's fingerprint.
 //! - `certificate`: the layer carries a certificate (and optionally a chain) in cosign's
 //!   `dev.sigstore.cosign/certificate` and `dev.sigstore.cosign/chain` annotations; the
 //!   certificate must chain to the policy's CA bundle (rustls-webpki, now; every bundle
@@ -15,15 +17,14 @@
 //!   URI SAN must fully match the subject pattern, and the signature must verify with the
 //!   certificate's key. No network beyond the registry.
 //! - `keyless`: a Fulcio certificate plus a Rekor bundle (`dev.sigstore.cosign/bundle`),
-//!   checked offline by sigstore against the policy's trust root (the bundle's SET with a
-//!   Rekor key named by its log ID, the SHA-256 of the key; the certificate against the
-//!   Fulcio certificates, code signing, with the bundle's integration time inside its
-//!   validity); we then check that the log entry is a `hashedrekord` of this payload,
-//!   signature and certificate (sigstore checks the SET only), compare the OIDC issuer
-//!   (extension 1.3.6.1.4.1.57264.1.1, what sigstore reads; not yet .8) and the subject
-//!   (the certificate's first email or URI SAN) exactly, and check the signature with the
-//!   certificate's key. Not checked: Rekor inclusion proofs and CT SCTs (as with
-//!   `cosign verify --offline` on a bundle's SET).
+//!   checked offline against the policy's trust root: the bundle's SET with a Rekor key
+//!   named by its log ID, the SHA-256 of the key (sigstore's `SignedArtifactBundle`); the
+//!   certificate against the Fulcio certificates, for code signing, at the bundle's
+//!   integration time (rustls-webpki); the log entry must be a `hashedrekord` of this
+//!   payload, signature and certificate; the OIDC issuer (extension
+//!   1.3.6.1.4.1.57264.1.8, else .1.1) and a subject (email or URI SAN) must equal the
+//!   policy's; the signature must verify with the certificate's key. Not checked: Rekor
+//!   inclusion proofs and CT SCTs (as with `cosign verify --offline` on a bundle's SET).
 //! - `disabled`: nothing is checked and nothing is reported verified.
 //!
 //! `verify` returns `Ok` only for a signature that satisfied the policy (or for
@@ -33,18 +34,16 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use oci_client::client::{ClientConfig, ClientProtocol};
+use oci_client::Reference;
+use oci_client::manifest::OciImageManifest;
 use oci_client::secrets::RegistryAuth;
-use oci_client::{Client, Reference};
 use rustls_pki_types::{CertificateDer, UnixTime};
 use sha2::{Digest as _, Sha256};
-use sigstore::cosign::verification_constraint::{PublicKeyVerifier, VerificationConstraintVec};
-use sigstore::cosign::{ClientBuilder, CosignCapabilities as _, SignatureLayer};
 use sigstore::crypto::{CosignVerificationKey, Signature};
-use sigstore::registry::{Auth, OciReference};
-use sigstore::trust::ManualTrustRoot;
 
 use crate::api::{KernelCachePolicySpec, Verification, VerificationMode};
+use crate::bundle;
+use crate::registry::{self, RegistryError, Timeouts};
 
 /// The media type of cosign's simple-signing layers.
 pub const SIMPLE_SIGNING_MEDIA_TYPE: &str = "application/vnd.dev.cosign.simplesigning.v1+json";
@@ -60,7 +59,9 @@ pub const BUNDLE_ANNOTATION: &str = "dev.sigstore.cosign/bundle";
 pub const DISABLED_MESSAGE: &str = "signature verification disabled by policy (development only)";
 
 /// At most this many signature layers are read.
-const MAX_SIGNATURES: usize = 64;
+pub const MAX_SIGNATURES: usize = 64;
+/// A signature layer larger than this is refused.
+pub const MAX_SIGNATURE_BYTES: u64 = 1 << 20;
 
 /// Code signing extended key usage (1.3.6.1.5.5.7.3.3), DER of the OID's value.
 const EKU_CODE_SIGNING: &[u8] = &[0x2b, 0x06, 0x01, 0x05, 0x05, 0x07, 0x03, 0x03];
@@ -108,9 +109,30 @@ pub enum VerifyError {
         /// The pinned digest.
         pinned: String,
     },
-    /// The registry failed, or the signature object is malformed.
+    /// The registry failed for good, or the signature object is malformed.
     #[error("registry: {0}")]
     Registry(String),
+    /// The registry could not be reached, timed out, or answered `429` or `5xx`: no
+    /// verdict, try again later.
+    #[error("registry unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl VerifyError {
+    /// Whether this is no verdict but a registry that may answer later.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, VerifyError::Unavailable(_))
+    }
+}
+
+impl From<RegistryError> for VerifyError {
+    fn from(e: RegistryError) -> Self {
+        if e.transient {
+            VerifyError::Unavailable(e.message)
+        } else {
+            VerifyError::Registry(e.message)
+        }
+    }
 }
 
 /// The status to show for a refused image.
@@ -118,8 +140,8 @@ pub fn refused(mode: VerificationMode, error: &VerifyError) -> Verification {
     Verification {
         mode,
         verified: false,
-        signer: None,
         message: Some(error.to_string()),
+        ..Verification::default()
     }
 }
 
@@ -131,6 +153,16 @@ pub async fn verify(
     auth: &RegistryAuth,
     plain_http: Vec<String>,
 ) -> Result<Verification, VerifyError> {
+    let client = registry::Client::new(auth.clone(), plain_http, Timeouts::default());
+    verify_with(policy, pinned, &client).await
+}
+
+/// [`verify`] with a registry client of the caller's.
+pub async fn verify_with(
+    policy: &KernelCachePolicySpec,
+    pinned: &str,
+    client: &registry::Client,
+) -> Result<Verification, VerifyError> {
     let reference: Reference = pinned.parse().map_err(|e: oci_client::ParseError| {
         VerifyError::Reference(pinned.into(), e.to_string())
     })?;
@@ -139,19 +171,17 @@ pub async fn verify(
         .ok_or_else(|| VerifyError::Reference(pinned.into(), "not pinned to a digest".into()))?
         .to_string();
     let signer = match policy.mode {
-        VerificationMode::Key => verify_key(policy, &reference, &digest, auth, plain_http).await?,
+        VerificationMode::Key => verify_key(policy, &reference, &digest, client).await?,
         VerificationMode::Certificate => {
-            verify_certificate(policy, &reference, &digest, auth, plain_http).await?
+            verify_certificate(policy, &reference, &digest, client).await?
         }
-        VerificationMode::Keyless => {
-            verify_keyless(policy, &reference, &digest, auth, plain_http).await?
-        }
+        VerificationMode::Keyless => verify_keyless(policy, &reference, &digest, client).await?,
         VerificationMode::Disabled => {
             return Ok(Verification {
                 mode: VerificationMode::Disabled,
                 verified: false,
-                signer: None,
                 message: Some(DISABLED_MESSAGE.to_string()),
+                ..Verification::default()
             });
         }
     };
@@ -159,7 +189,7 @@ pub async fn verify(
         mode: policy.mode,
         verified: true,
         signer: Some(signer),
-        message: None,
+        ..Verification::default()
     })
 }
 
@@ -169,33 +199,52 @@ async fn verify_key(
     policy: &KernelCachePolicySpec,
     reference: &Reference,
     digest: &str,
-    auth: &RegistryAuth,
-    plain_http: Vec<String>,
+    client: &registry::Client,
 ) -> Result<String, VerifyError> {
     if policy.public_keys.is_empty() {
         return Err(VerifyError::Policy("mode key needs publicKeys".into()));
     }
     let mut keys = Vec::new();
     for (i, pem) in policy.public_keys.iter().enumerate() {
-        let verifier = PublicKeyVerifier::try_from(pem.as_bytes())
+        let key = CosignVerificationKey::try_from_pem(pem.as_bytes())
             .map_err(|e| VerifyError::Policy(format!("publicKeys[{i}]: {e}")))?;
-        keys.push((key_fingerprint(pem)?, verifier));
+        keys.push((key_fingerprint(pem)?, key));
     }
-    let layers = sigstore_layers(reference, digest, auth, plain_http.clone(), None).await?;
-    if layers.is_empty() {
-        // sigstore drops what it cannot trust; say precisely why there is nothing.
-        return Err(diagnose_empty(reference, digest, auth, plain_http).await);
+    let found = fetch_all(client, reference, digest).await?;
+    for sig in &found.legacy {
+        let Ok(signature) = sig.signature() else {
+            continue;
+        };
+        for (fingerprint, key) in &keys {
+            if key
+                .verify_signature(Signature::Base64Encoded(signature.as_bytes()), &sig.payload)
+                .is_ok()
+            {
+                return Ok(fingerprint.clone());
+            }
+        }
     }
-    for (fingerprint, verifier) in keys {
-        let constraints: VerificationConstraintVec = vec![Box::new(verifier)];
-        if sigstore::cosign::verify_constraints(&layers, constraints.iter()).is_ok() {
-            return Ok(fingerprint);
+    let mut why = None;
+    for bundle in &found.bundles {
+        match bundle {
+            Ok(signed) => {
+                if let Some((fingerprint, _)) = keys.iter().find(|(_, k)| signed.verifies_with(k)) {
+                    return Ok(fingerprint.clone());
+                }
+                why.get_or_insert_with(|| "signed by none of the policy's keys".to_string());
+            }
+            Err(e) => {
+                why = Some(e.to_string());
+            }
         }
     }
     Err(VerifyError::Unsatisfied(format!(
-        "{} signature(s) checked against {} key(s)",
-        layers.len(),
-        policy.public_keys.len()
+        "{} signature(s) and {} Sigstore bundle(s) checked against {} key(s){}",
+        found.legacy.len(),
+        found.bundles.len(),
+        keys.len(),
+        why.map(|w| format!("; the bundle: {w}"))
+            .unwrap_or_default()
     )))
 }
 
@@ -220,61 +269,6 @@ fn hex(bytes: &[u8]) -> String {
     })
 }
 
-async fn sigstore_layers(
-    reference: &Reference,
-    digest: &str,
-    auth: &RegistryAuth,
-    plain_http: Vec<String>,
-    trust_root: Option<&ManualTrustRoot<'_>>,
-) -> Result<Vec<SignatureLayer>, VerifyError> {
-    let config = sigstore::registry::ClientConfig {
-        protocol: sigstore::registry::ClientProtocol::HttpsExcept(plain_http),
-        ..Default::default()
-    };
-    let mut builder = ClientBuilder::default().with_oci_client_config(config);
-    if let Some(root) = trust_root {
-        builder = builder
-            .with_trust_repository(root)
-            .map_err(|e| VerifyError::Policy(format!("trustRoot: {e}")))?;
-    }
-    let mut client = builder
-        .build()
-        .map_err(|e| VerifyError::Registry(format!("cosign client: {e}")))?;
-    let image = OciReference::with_digest(
-        reference.registry().to_string(),
-        reference.repository().to_string(),
-        digest.to_string(),
-    );
-    let layers = client
-        .trusted_signature_layers(&Auth::from(auth), &image)
-        .await
-        .map_err(|e| VerifyError::Registry(e.to_string()))?;
-    // Belt and braces: every layer must sign the pinned digest.
-    for layer in &layers {
-        let signed = &layer.simple_signing.critical.image.docker_manifest_digest;
-        if signed != digest {
-            return Err(VerifyError::DigestMismatch {
-                signed: signed.clone(),
-                pinned: digest.to_string(),
-            });
-        }
-    }
-    Ok(layers)
-}
-
-/// Why sigstore found no usable signature layer: none at all, or one for another digest.
-async fn diagnose_empty(
-    reference: &Reference,
-    digest: &str,
-    auth: &RegistryAuth,
-    plain_http: Vec<String>,
-) -> VerifyError {
-    match fetch_signatures(reference, digest, auth, plain_http).await {
-        Ok(_) => VerifyError::Unsatisfied("no signature layer could be trusted".into()),
-        Err(e) => e,
-    }
-}
-
 // --- the signature object, read directly ------------------------------------------------
 
 /// One simple-signing layer: its payload (digest-checked) and annotations.
@@ -295,18 +289,14 @@ impl RawSignature {
     }
 }
 
-/// Fetch the `sha256-<hex>.sig` manifest and its simple-signing layers; each layer is
-/// checked against its digest and its payload must name `digest`.
+/// Fetch the `sha256-<hex>.sig` manifest and its simple-signing layers (at most
+/// [`MAX_SIGNATURES`], each at most [`MAX_SIGNATURE_BYTES`] and checked against its
+/// digest); every payload must name `digest`.
 async fn fetch_signatures(
+    client: &registry::Client,
     reference: &Reference,
     digest: &str,
-    auth: &RegistryAuth,
-    plain_http: Vec<String>,
 ) -> Result<Vec<RawSignature>, VerifyError> {
-    let client = Client::new(ClientConfig {
-        protocol: ClientProtocol::HttpsExcept(plain_http),
-        ..ClientConfig::default()
-    });
     let tag = format!("{}.sig", digest.replace(':', "-"));
     let sig_ref = Reference::with_tag(
         reference.registry().to_string(),
@@ -318,11 +308,16 @@ async fn fetch_signatures(
         reference.registry(),
         reference.repository()
     );
-    let (manifest, _) = match client.pull_image_manifest(&sig_ref, auth).await {
+    let manifest = match client.manifest(&sig_ref).await {
         Ok(m) => m,
-        Err(e) if manifest_unknown(&e) => return Err(VerifyError::NoSignature(pinned)),
-        Err(e) => return Err(VerifyError::Registry(format!("fetching {sig_ref}: {e}"))),
+        Err(e) if e.not_found => return Err(VerifyError::NoSignature(pinned)),
+        Err(e) => return Err(e.into()),
     };
+    let manifest: OciImageManifest = serde_json::from_slice(&manifest.bytes).map_err(|e| {
+        VerifyError::Registry(format!(
+            "the signature manifest {sig_ref} does not parse: {e}"
+        ))
+    })?;
     if manifest.layers.len() > MAX_SIGNATURES {
         return Err(VerifyError::Registry(format!(
             "{} signature layers, more than the {MAX_SIGNATURES} checked",
@@ -334,24 +329,15 @@ async fn fetch_signatures(
         if layer.media_type != SIMPLE_SIGNING_MEDIA_TYPE {
             continue;
         }
-        if layer.size > 1 << 20 {
-            return Err(VerifyError::Registry(format!(
-                "signature layer of {} bytes is implausibly large",
-                layer.size
-            )));
-        }
-        let mut payload = Vec::new();
-        client
-            .pull_blob(&sig_ref, layer, &mut payload)
-            .await
-            .map_err(|e| VerifyError::Registry(format!("signature layer: {e}")))?;
-        let actual = format!("sha256:{}", hex(&Sha256::digest(&payload)));
-        if actual != layer.digest {
-            return Err(VerifyError::Registry(format!(
-                "signature layer content is {actual}, its descriptor says {}",
+        let size = u64::try_from(layer.size).map_err(|_| {
+            VerifyError::Registry(format!(
+                "signature layer {} has a negative size",
                 layer.digest
-            )));
-        }
+            ))
+        })?;
+        let payload = client
+            .blob_bytes(&sig_ref, &layer.digest, Some(size), MAX_SIGNATURE_BYTES)
+            .await?;
         let value: serde_json::Value = serde_json::from_slice(&payload)
             .map_err(|e| VerifyError::Registry(format!("signature payload is not JSON: {e}")))?;
         let signed = value
@@ -377,16 +363,110 @@ async fn fetch_signatures(
     Ok(out)
 }
 
-fn manifest_unknown(e: &oci_client::errors::OciDistributionError) -> bool {
-    use oci_client::errors::{OciDistributionError, OciErrorCode};
-    match e {
-        OciDistributionError::ImageManifestNotFoundError(_) => true,
-        OciDistributionError::RegistryError { envelope, .. } => envelope
-            .errors
-            .iter()
-            .any(|e| e.code == OciErrorCode::ManifestUnknown),
-        _ => false,
+/// Every signature of `digest`: the legacy `.sig` object's layers and the Sigstore
+/// bundles (each parsed and checked against the image, or why not). No signature of
+/// either kind is [`VerifyError::NoSignature`].
+struct Found {
+    legacy: Vec<RawSignature>,
+    bundles: Vec<Result<bundle::Signed, VerifyError>>,
+}
+
+async fn fetch_all(
+    client: &registry::Client,
+    reference: &Reference,
+    digest: &str,
+) -> Result<Found, VerifyError> {
+    let legacy = match fetch_signatures(client, reference, digest).await {
+        Ok(l) => l,
+        Err(VerifyError::NoSignature(_)) => Vec::new(),
+        Err(e) => return Err(e),
+    };
+    let bundles = fetch_bundles(client, reference, digest).await?;
+    if legacy.is_empty() && bundles.is_empty() {
+        return Err(VerifyError::NoSignature(format!(
+            "{}/{}@{digest}",
+            reference.registry(),
+            reference.repository()
+        )));
     }
+    Ok(Found { legacy, bundles })
+}
+
+/// The Sigstore bundles whose subject is `digest`: found through the referrers API, or
+/// its fallback tag `sha256-<hex>`; at most [`MAX_SIGNATURES`] manifests with layers of
+/// at most [`MAX_SIGNATURE_BYTES`].
+async fn fetch_bundles(
+    client: &registry::Client,
+    reference: &Reference,
+    digest: &str,
+) -> Result<Vec<Result<bundle::Signed, VerifyError>>, VerifyError> {
+    let index = if let Some(index) = client.referrers(reference, digest).await? {
+        index
+    } else {
+        let tag = Reference::with_tag(
+            reference.registry().to_string(),
+            reference.repository().to_string(),
+            digest.replace(':', "-"),
+        );
+        match client.manifest(&tag).await {
+            Ok(m) => m,
+            Err(e) if e.not_found => return Ok(Vec::new()),
+            Err(e) => return Err(e.into()),
+        }
+    };
+    let index: serde_json::Value = serde_json::from_slice(&index.bytes)
+        .map_err(|e| VerifyError::Registry(format!("the referrers index does not parse: {e}")))?;
+    let manifests: Vec<&serde_json::Value> = index["manifests"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|m| {
+            m["artifactType"].as_str().is_none_or(|t| {
+                bundle::is_bundle_type(t) || t == "application/vnd.oci.empty.v1+json"
+            })
+        })
+        .collect();
+    if manifests.len() > MAX_SIGNATURES {
+        return Err(VerifyError::Registry(format!(
+            "{} signature manifests, more than the {MAX_SIGNATURES} checked",
+            manifests.len()
+        )));
+    }
+    let mut out = Vec::new();
+    for m in manifests {
+        let Some(manifest_digest) = m["digest"].as_str() else {
+            continue;
+        };
+        let pinned = Reference::with_digest(
+            reference.registry().to_string(),
+            reference.repository().to_string(),
+            manifest_digest.to_string(),
+        );
+        let manifest = client.manifest(&pinned).await?;
+        let manifest: OciImageManifest = serde_json::from_slice(&manifest.bytes).map_err(|e| {
+            VerifyError::Registry(format!(
+                "the signature manifest {pinned} does not parse: {e}"
+            ))
+        })?;
+        if manifest.layers.len() > MAX_SIGNATURES {
+            return Err(VerifyError::Registry(format!(
+                "{} bundle layers, more than the {MAX_SIGNATURES} checked",
+                manifest.layers.len()
+            )));
+        }
+        for layer in manifest
+            .layers
+            .iter()
+            .filter(|l| bundle::is_bundle_type(&l.media_type))
+        {
+            let size = u64::try_from(layer.size).ok();
+            let bytes = client
+                .blob_bytes(&pinned, &layer.digest, size, MAX_SIGNATURE_BYTES)
+                .await?;
+            out.push(bundle::parse(&bytes, digest));
+        }
+    }
+    Ok(out)
 }
 
 // --- certificate --------------------------------------------------------------------------
@@ -395,8 +475,7 @@ async fn verify_certificate(
     policy: &KernelCachePolicySpec,
     reference: &Reference,
     digest: &str,
-    auth: &RegistryAuth,
-    plain_http: Vec<String>,
+    client: &registry::Client,
 ) -> Result<String, VerifyError> {
     let cert_policy = policy
         .certificate
@@ -410,12 +489,27 @@ async fn verify_certificate(
             "certificate.caBundle holds no certificate".into(),
         ));
     }
-    let signatures = fetch_signatures(reference, digest, auth, plain_http).await?;
+    let found = fetch_all(client, reference, digest).await?;
     // Report the most telling failure when no signature passes.
     let mut failure: Option<VerifyError> = None;
-    for sig in &signatures {
-        match check_certificate_signature(sig, &anchors_der, &pattern, &cert_policy.subject_pattern)
-        {
+    let results = found
+        .legacy
+        .iter()
+        .map(|sig| {
+            check_certificate_signature(sig, &anchors_der, &pattern, &cert_policy.subject_pattern)
+        })
+        .chain(found.bundles.into_iter().map(|b| {
+            b.and_then(|signed| {
+                check_bundle_certificate(
+                    &signed,
+                    &anchors_der,
+                    &pattern,
+                    &cert_policy.subject_pattern,
+                )
+            })
+        }));
+    for result in results {
+        match result {
             Ok(subject) => return Ok(subject),
             Err(e) => {
                 if failure.as_ref().is_none_or(|f| rank(&e) > rank(f)) {
@@ -483,6 +577,48 @@ fn check_certificate_signature(
         ))
     })?;
     Ok(subject.clone())
+}
+
+/// A Sigstore bundle in mode `certificate`: its certificate (and chain) to the CA bundle,
+/// a SAN matching the pattern, the signature by the certificate's key.
+fn check_bundle_certificate(
+    signed: &bundle::Signed,
+    anchors_der: &[Vec<u8>],
+    pattern: &regex::Regex,
+    pattern_text: &str,
+) -> Result<String, VerifyError> {
+    let (leaf, chain) = signed.certificates.split_first().ok_or_else(|| {
+        VerifyError::Untrusted("Sigstore bundle: signed with a key, not a certificate".into())
+    })?;
+    verify_chain(leaf, chain, anchors_der, UnixTime::now())?;
+    let subject = matching_subject(leaf, pattern, pattern_text)?;
+    if !signed.verifies_with(&certificate_key(leaf)?) {
+        return Err(VerifyError::Unsatisfied(
+            "Sigstore bundle: the signature does not verify with the certificate's key".into(),
+        ));
+    }
+    Ok(subject)
+}
+
+/// The first email or URI SAN of `leaf` that `pattern` matches in full.
+fn matching_subject(
+    leaf: &[u8],
+    pattern: &regex::Regex,
+    pattern_text: &str,
+) -> Result<String, VerifyError> {
+    let subjects = san_subjects(leaf)?;
+    subjects
+        .iter()
+        .find(|s| pattern.is_match(s))
+        .cloned()
+        .ok_or_else(|| VerifyError::SubjectMismatch {
+            found: if subjects.is_empty() {
+                "no email or URI SAN".into()
+            } else {
+                subjects.join(", ")
+            },
+            wanted: pattern_text.to_string(),
+        })
 }
 
 /// A subject pattern anchored to match whole subjects only.
@@ -575,16 +711,13 @@ fn certificate_key(der: &[u8]) -> Result<CosignVerificationKey, VerifyError> {
 
 // --- keyless ---------------------------------------------------------------------------------
 
-async fn verify_keyless(
-    policy: &KernelCachePolicySpec,
-    reference: &Reference,
-    digest: &str,
-    auth: &RegistryAuth,
-    plain_http: Vec<String>,
-) -> Result<String, VerifyError> {
-    let identity = policy.keyless.as_ref().ok_or_else(|| {
-        VerifyError::Policy("mode keyless needs keyless.issuer and keyless.subject".into())
-    })?;
+/// The keyless trust root of a policy: Fulcio anchors (DER) and Rekor keys by log ID.
+struct KeylessRoot {
+    fulcio: Vec<Vec<u8>>,
+    rekor: BTreeMap<String, CosignVerificationKey>,
+}
+
+fn keyless_root(policy: &KernelCachePolicySpec) -> Result<KeylessRoot, VerifyError> {
     let root = policy
         .trust_root
         .as_ref()
@@ -601,50 +734,41 @@ async fn verify_keyless(
     for (i, pem) in root.rekor_keys.iter().enumerate() {
         let (_, block) = x509_parser::pem::parse_x509_pem(pem.as_bytes())
             .map_err(|e| VerifyError::Policy(format!("trustRoot.rekorKeys[{i}]: not PEM: {e}")))?;
+        let key = CosignVerificationKey::try_from_der(&block.contents)
+            .map_err(|e| VerifyError::Policy(format!("trustRoot.rekorKeys[{i}]: {e}")))?;
         // Rekor names its keys by the hex SHA-256 of the DER public key (the log ID).
-        rekor.insert(hex(&Sha256::digest(&block.contents)), block.contents);
+        rekor.insert(hex(&Sha256::digest(&block.contents)), key);
     }
     if fulcio.is_empty() || rekor.is_empty() {
         return Err(VerifyError::Policy(
             "trustRoot needs at least one Fulcio certificate and one Rekor key".into(),
         ));
     }
-    let trust = ManualTrustRoot {
-        fulcio_certs: fulcio
-            .iter()
-            .map(|d| CertificateDer::from(d.clone()))
-            .collect(),
-        rekor_keys: rekor,
-        ctfe_keys: BTreeMap::new(),
-    };
-    let layers = sigstore_layers(reference, digest, auth, plain_http.clone(), Some(&trust)).await?;
-    if layers.is_empty() {
-        return Err(
-            match diagnose_empty(reference, digest, auth, plain_http).await {
-                VerifyError::Unsatisfied(_) => VerifyError::Untrusted(
-                    "no signature with a Rekor bundle signed by a trustRoot Rekor key".into(),
-                ),
-                e => e,
-            },
-        );
-    }
-    // sigstore checks the bundle's SET but not that the log entry is about this signature;
-    // the raw layers give the certificate and bundle to compare with.
-    let raws = fetch_signatures(reference, digest, auth, plain_http).await?;
+    Ok(KeylessRoot { fulcio, rekor })
+}
+
+async fn verify_keyless(
+    policy: &KernelCachePolicySpec,
+    reference: &Reference,
+    digest: &str,
+    client: &registry::Client,
+) -> Result<String, VerifyError> {
+    let identity = policy.keyless.as_ref().ok_or_else(|| {
+        VerifyError::Policy("mode keyless needs keyless.issuer and keyless.subject".into())
+    })?;
+    let root = keyless_root(policy)?;
+    let found = fetch_all(client, reference, digest).await?;
     let mut failure: Option<VerifyError> = None;
-    for layer in &layers {
-        let raw = raws.iter().find(|r| {
-            r.payload == layer.raw_data
-                && r.annotations.get(SIGNATURE_ANNOTATION) == layer.signature.as_ref()
-        });
-        let result =
-            check_keyless_layer(layer, &identity.issuer, &identity.subject).and_then(|subject| {
-                let raw = raw.ok_or_else(|| {
-                    VerifyError::Untrusted("the signature layer changed while verifying".into())
-                })?;
-                check_rekor_entry(raw)?;
-                Ok(subject)
-            });
+    let results = found
+        .legacy
+        .iter()
+        .map(|sig| check_keyless_signature(sig, &root, &identity.issuer, &identity.subject))
+        .chain(found.bundles.into_iter().map(|b| {
+            b.and_then(|signed| {
+                check_keyless_bundle(&signed, &root, &identity.issuer, &identity.subject)
+            })
+        }));
+    for result in results {
         match result {
             Ok(subject) => return Ok(subject),
             Err(e) => {
@@ -657,7 +781,187 @@ async fn verify_keyless(
     Err(failure.unwrap_or_else(|| VerifyError::NoSignature(digest.to_string())))
 }
 
-/// The Rekor entry of a (SET-verified) bundle must record this signature: a
+/// One keyless signature: the Rekor bundle's SET, the certificate at the integration
+/// time, the log entry, the identity, and the signature itself.
+fn check_keyless_signature(
+    sig: &RawSignature,
+    root: &KeylessRoot,
+    issuer: &str,
+    subject: &str,
+) -> Result<String, VerifyError> {
+    let leaf_pem = sig.annotations.get(CERTIFICATE_ANNOTATION).ok_or_else(|| {
+        VerifyError::Untrusted(format!(
+            "no Fulcio certificate with the signature ({CERTIFICATE_ANNOTATION})"
+        ))
+    })?;
+    let bundle_json = sig.annotations.get(BUNDLE_ANNOTATION).ok_or_else(|| {
+        VerifyError::Untrusted(format!(
+            "no Rekor bundle with the signature ({BUNDLE_ANNOTATION})"
+        ))
+    })?;
+    let bundle: serde_json::Value = serde_json::from_str(bundle_json)
+        .map_err(|_| VerifyError::Untrusted("Rekor bundle: not JSON".into()))?;
+    // sigstore verifies the SET of a bundle given in this shape (cosign's blob bundle).
+    let artifact = serde_json::json!({
+        "base64Signature": sig.signature()?,
+        "cert": leaf_pem,
+        "rekorBundle": bundle,
+    });
+    let verified = sigstore::cosign::bundle::SignedArtifactBundle::new_verified(
+        &artifact.to_string(),
+        &root.rekor,
+    )
+    .map_err(|e| {
+        VerifyError::Untrusted(format!(
+            "Rekor bundle not signed by a trustRoot Rekor key: {e}"
+        ))
+    })?;
+    let integrated = u64::try_from(verified.rekor_bundle.payload.integrated_time)
+        .map_err(|_| VerifyError::Untrusted("Rekor bundle: negative integration time".into()))?;
+    let leaf = pem_certificates(leaf_pem)
+        .map_err(|e| VerifyError::Untrusted(format!("certificate annotation: {e}")))?
+        .into_iter()
+        .next()
+        .ok_or_else(|| {
+            VerifyError::Untrusted("certificate annotation holds no certificate".into())
+        })?;
+    verify_chain(
+        &leaf,
+        &[],
+        &root.fulcio,
+        UnixTime::since_unix_epoch(std::time::Duration::from_secs(integrated)),
+    )
+    .map_err(|e| match e {
+        VerifyError::Untrusted(m) => {
+            VerifyError::Untrusted(format!("the certificate does not chain to trustRoot's Fulcio certificates at the bundle's time: {m}"))
+        }
+        other => other,
+    })?;
+    check_rekor_entry(sig)?;
+    let subjects = san_subjects(&leaf)?;
+    if !subjects.iter().any(|s| s == subject) {
+        return Err(VerifyError::SubjectMismatch {
+            found: if subjects.is_empty() {
+                "no email or URI SAN".into()
+            } else {
+                subjects.join(", ")
+            },
+            wanted: subject.to_string(),
+        });
+    }
+    match oidc_issuer(&leaf)? {
+        Some(found) if found == issuer => {}
+        found => {
+            return Err(VerifyError::IssuerMismatch {
+                found: found.unwrap_or_else(|| "none".into()),
+                wanted: issuer.to_string(),
+            });
+        }
+    }
+    certificate_key(&leaf)?
+        .verify_signature(
+            Signature::Base64Encoded(sig.signature()?.as_bytes()),
+            &sig.payload,
+        )
+        .map_err(|e| {
+            VerifyError::Unsatisfied(format!(
+                "the signature does not verify with the certificate's key: {e}"
+            ))
+        })?;
+    Ok(subject.to_string())
+}
+
+/// A Sigstore bundle in mode `keyless`: a log entry with a SET by a trust-root Rekor key
+/// recording this envelope, the certificate to Fulcio at its integration time, the
+/// identity, the signature by the certificate's key.
+fn check_keyless_bundle(
+    signed: &bundle::Signed,
+    root: &KeylessRoot,
+    issuer: &str,
+    subject: &str,
+) -> Result<String, VerifyError> {
+    let (leaf, _) = signed.certificates.split_first().ok_or_else(|| {
+        VerifyError::Untrusted(
+            "Sigstore bundle: signed with a key, not a Fulcio certificate".into(),
+        )
+    })?;
+    let integrated = signed.logged(&root.rekor)?;
+    verify_chain(
+        leaf,
+        &[],
+        &root.fulcio,
+        UnixTime::since_unix_epoch(std::time::Duration::from_secs(integrated)),
+    )?;
+    let subjects = san_subjects(leaf)?;
+    if !subjects.iter().any(|s| s == subject) {
+        return Err(VerifyError::SubjectMismatch {
+            found: subjects.join(", "),
+            wanted: subject.to_string(),
+        });
+    }
+    match oidc_issuer(leaf)? {
+        Some(found) if found == issuer => {}
+        found => {
+            return Err(VerifyError::IssuerMismatch {
+                found: found.unwrap_or_else(|| "none".into()),
+                wanted: issuer.to_string(),
+            });
+        }
+    }
+    if !signed.verifies_with(&certificate_key(leaf)?) {
+        return Err(VerifyError::Unsatisfied(
+            "Sigstore bundle: the signature does not verify with the certificate's key".into(),
+        ));
+    }
+    Ok(subject.to_string())
+}
+
+/// The OIDC issuer of a Fulcio certificate: extension 1.3.6.1.4.1.57264.1.8 (a DER
+/// UTF8String), else the deprecated 1.3.6.1.4.1.57264.1.1 (the raw string).
+fn oidc_issuer(der: &[u8]) -> Result<Option<String>, VerifyError> {
+    let (_, cert) = x509_parser::parse_x509_certificate(der)
+        .map_err(|e| VerifyError::Untrusted(format!("unparsable certificate: {e}")))?;
+    let mut v1 = None;
+    for ext in cert.extensions() {
+        match ext.oid.to_id_string().as_str() {
+            "1.3.6.1.4.1.57264.1.8" => {
+                if let Some(s) = der_utf8(ext.value) {
+                    return Ok(Some(s));
+                }
+            }
+            "1.3.6.1.4.1.57264.1.1" => {
+                v1 = std::str::from_utf8(ext.value).ok().map(str::to_string);
+            }
+            _ => {}
+        }
+    }
+    Ok(v1)
+}
+
+/// The string of a DER UTF8String.
+fn der_utf8(bytes: &[u8]) -> Option<String> {
+    let (&tag, rest) = bytes.split_first()?;
+    if tag != 0x0c {
+        return None;
+    }
+    let (&first, rest) = rest.split_first()?;
+    let (len, rest) = if first < 0x80 {
+        (usize::from(first), rest)
+    } else {
+        let n = usize::from(first & 0x7f);
+        if n == 0 || n > 2 || rest.len() < n {
+            return None;
+        }
+        let len = rest[..n]
+            .iter()
+            .fold(0usize, |l, b| (l << 8) | usize::from(*b));
+        (len, &rest[n..])
+    };
+    std::str::from_utf8(rest.get(..len)?)
+        .ok()
+        .map(str::to_string)
+}
+
 /// `hashedrekord` of the payload's SHA-256, this signature, and this certificate.
 fn check_rekor_entry(raw: &RawSignature) -> Result<(), VerifyError> {
     use base64::Engine as _;
@@ -704,52 +1008,31 @@ fn check_rekor_entry(raw: &RawSignature) -> Result<(), VerifyError> {
     Ok(())
 }
 
-fn check_keyless_layer(
-    layer: &SignatureLayer,
-    issuer: &str,
-    subject: &str,
-) -> Result<String, VerifyError> {
-    use sigstore::cosign::signature_layers::CertificateSubject;
-    // sigstore sets certificate_signature only for a certificate that chains to the
-    // Fulcio CAs at the time of a Rekor bundle whose SET verified with a trusted key.
-    let Some(cert) = &layer.certificate_signature else {
-        return Err(VerifyError::Untrusted(
-            "no Fulcio certificate with a verified Rekor bundle (certificate or bundle missing, not chaining to trustRoot, or bundle not signed by a trusted Rekor key)".into(),
-        ));
+/// The verdict the controller would reach on `image` (tag or digest) under `policy`
+/// (`kubeairunway cache verify`): the pinned reference and the verification, refused
+/// with its reason when unsigned, badly signed or not a cache image.
+pub async fn explain(
+    policy: &KernelCachePolicySpec,
+    image: &str,
+    auth: &RegistryAuth,
+    plain_http: Vec<String>,
+) -> Result<(String, Verification), String> {
+    let puller = crate::oci::Puller::new(auth.clone(), plain_http.clone());
+    let digest = puller.resolve(image).await.map_err(|e| e.to_string())?;
+    let pinned = crate::oci::pin(image, &digest).map_err(|e| e.to_string())?;
+    let verification = match verify(policy, &pinned, auth, plain_http).await {
+        Ok(v) => v,
+        Err(e) => refused(policy.mode, &e),
     };
-    let found_subject = match &cert.subject {
-        CertificateSubject::Email(s) | CertificateSubject::Uri(s) => s.clone(),
+    let verification = match puller.inspect(&pinned).await {
+        Ok(_) => verification,
+        Err(e) => Verification {
+            verified: false,
+            message: Some(format!("not usable: {e}")),
+            ..verification
+        },
     };
-    if found_subject != subject {
-        return Err(VerifyError::SubjectMismatch {
-            found: found_subject,
-            wanted: subject.to_string(),
-        });
-    }
-    match &cert.issuer {
-        Some(found) if found == issuer => {}
-        found => {
-            return Err(VerifyError::IssuerMismatch {
-                found: found.clone().unwrap_or_else(|| "none".into()),
-                wanted: issuer.to_string(),
-            });
-        }
-    }
-    let signature = layer
-        .signature
-        .as_deref()
-        .ok_or_else(|| VerifyError::Unsatisfied("layer without signature".into()))?;
-    cert.verification_key
-        .verify_signature(
-            Signature::Base64Encoded(signature.as_bytes()),
-            &layer.raw_data,
-        )
-        .map_err(|e| {
-            VerifyError::Unsatisfied(format!(
-                "the signature does not verify with the certificate's key: {e}"
-            ))
-        })?;
-    Ok(found_subject)
+    Ok((pinned, verification))
 }
 
 #[cfg(test)]
@@ -784,7 +1067,7 @@ JsB89BPhZYch0U0hKANx5TY+ncrm0s8bfJxxHoenAEFhwhuXeb4PqIrtoQ==
         assert!(key_fingerprint("not a key").is_err());
         let cert = "-----BEGIN CERTIFICATE-----\nMAA=\n-----END CERTIFICATE-----\n";
         assert!(key_fingerprint(cert).is_err());
-        assert!(PublicKeyVerifier::try_from(KEY.as_bytes()).is_ok());
+        assert!(CosignVerificationKey::try_from_pem(KEY.as_bytes()).is_ok());
     }
 
     #[test]

@@ -595,3 +595,36 @@ fn llm_configs_use_only_fields_ray_2_52_knows() {
         }
     }
 }
+
+/// Overrides as users write them (documented keys holding any value, typos at any depth):
+/// rendering never panics, a refusal names the override, and an accepted rendering only
+/// has fields of both supported RayService schemas.
+#[test]
+fn any_overrides_render_or_are_refused_by_name() {
+    let paths = [
+        ("head.resources.cpu", vec![json!("2")]),
+        ("head.resources.memory", vec![json!("8Gi")]),
+        (
+            "head.rayStartParams",
+            vec![json!({"num-cpus": "0"}), json!({"labels": "a=b"})],
+        ),
+    ];
+    let provider = KubeRayProvider::default();
+    kubeairunway_sdk::testing::overrides::check_overrides(
+        &ModelDeploymentBuilder::new("ov").namespace("ns").build(),
+        &paths,
+        |m| provider.render(m, &apis()[0].1),
+        |_, r| {
+            for object in &r.objects {
+                let object = serde_json::to_value(object).unwrap();
+                for (file, api) in apis() {
+                    let missing = api.missing_paths(&object);
+                    if !missing.is_empty() {
+                        return Err(format!("{file}: fields not in the schema: {missing:?}"));
+                    }
+                }
+            }
+            Ok(())
+        },
+    );
+}

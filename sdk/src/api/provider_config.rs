@@ -35,8 +35,9 @@ pub struct InferenceProviderConfigSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capabilities: Option<Capabilities>,
     /// CEL rules over `spec` and `metadata` of a ModelDeployment; the highest priority
-    /// among the true rules is the provider's score.
+    /// among the true rules is the provider's score. At most 64.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64))]
     pub selection_rules: Vec<SelectionRule>,
     /// Where to read about the provider.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -78,6 +79,9 @@ pub struct SelectionRule {
     /// CEL expression over `spec` (defaults applied) and `metadata` (name, namespace,
     /// labels, annotations) of the ModelDeployment, e.g.
     /// `has(spec.resources) && has(spec.resources.gpu) && spec.resources.gpu.count > 0`.
+    /// At most 4096 characters, 1000 syntax-tree nodes, two nested comprehensions, and
+    /// 25 ms per evaluation: a rule over budget is reported and skipped.
+    #[schemars(length(min = 1, max = 4096))]
     pub condition: String,
     /// Priority when the condition holds; higher wins.
     #[serde(default)]

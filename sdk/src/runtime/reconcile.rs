@@ -266,11 +266,7 @@ async fn replace_primary<P: Provider>(
         &md.namespace().unwrap_or_default(),
         &prepared.resources[0],
     );
-    match api.delete(&name, &DeleteParams::background()).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 404 => {}
-        Err(e) => return Err(e.into()),
-    }
+    delete_as_read(&api, live).await?;
     status::apply(ctx, md, &deleting(message)).await?;
     Ok(Some(Action::requeue(DELETE_POLL)))
 }
@@ -307,6 +303,16 @@ async fn apply_changed<P: Provider>(
             }
         }
         let target: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, resource);
+        if live[i].is_none()
+            && let Some(owner) = foreign_owner(md, &target, &object.name_any()).await?
+        {
+            let message = format!(
+                "{} '{}' already exists and is not owned by this ModelDeployment ({owner}); it is left alone: delete or rename it",
+                resource.kind,
+                object.name_any()
+            );
+            return conflict(md, ctx, &prepared.api, &message).await.map(Err);
+        }
         match target
             .patch(&object.name_any(), &pp, &Patch::Apply(object))
             .await
@@ -330,6 +336,37 @@ async fn apply_changed<P: Provider>(
         }
     }
     Ok(Ok(primary))
+}
+
+/// Who owns the object named `name` that this provider's caches do not hold, if it
+/// exists and `md` does not own it: server-side apply with `force` would take it over (a
+/// ConfigMap of someone else's with the name we render). One read per object this
+/// provider creates, never in steady state.
+async fn foreign_owner(
+    md: &ModelDeployment,
+    api: &Api<DynamicObject>,
+    name: &str,
+) -> Result<Option<String>, Error> {
+    let Some(existing) = api.get_opt(name).await? else {
+        return Ok(None);
+    };
+    let uid = md.uid();
+    let owners = existing.owner_references();
+    if owners.iter().any(|o| Some(&o.uid) == uid.as_ref()) {
+        return Ok(None);
+    }
+    Ok(Some(if owners.is_empty() {
+        "it has no owner".to_string()
+    } else {
+        format!(
+            "it is owned by {}",
+            owners
+                .iter()
+                .map(|o| format!("{} '{}'", o.kind, o.name))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    }))
 }
 
 /// Whether `live` is the object as we rendered it last time we applied it.
@@ -482,12 +519,43 @@ fn refusal_retry(md: &ModelDeployment) -> Duration {
         .map(|s| s.conditions.as_slice())
         .unwrap_or_default();
     let since = crate::conditions::find(conditions, RESOURCE_CREATED)
-        .filter(|c| c.reason == reasons::RESOURCE_REJECTED)
+        .filter(|c| {
+            c.reason == reasons::RESOURCE_REJECTED || c.reason == reasons::RESOURCE_CONFLICT
+        })
         .and_then(|c| {
             Duration::try_from(Timestamp::now().duration_since(c.last_transition_time.0)).ok()
         })
         .unwrap_or_default();
     since.clamp(REFUSAL_RETRY_MIN, REFUSAL_RETRY_MAX)
+}
+
+/// An object of the name we render belongs to someone else: `Failed`, naming it, with a
+/// warning event; looked at again like a refusal (it may be deleted or renamed).
+async fn conflict<P: Provider>(
+    md: &ModelDeployment,
+    ctx: &Context<P>,
+    api: &UpstreamApi,
+    message: &str,
+) -> Result<Action, Error> {
+    event(
+        ctx,
+        md,
+        EventType::Warning,
+        reasons::RESOURCE_CONFLICT,
+        message,
+    )
+    .await;
+    let view = ProviderView::new(Phase::Failed, message)
+        .condition(
+            PROVIDER_COMPATIBLE,
+            true,
+            reasons::COMPATIBILITY_VERIFIED,
+            compatible_message(ctx, api),
+        )
+        .condition(RESOURCE_CREATED, false, reasons::RESOURCE_CONFLICT, message)
+        .condition(READY, false, reasons::RESOURCE_CONFLICT, message);
+    status::apply(ctx, md, &view).await?;
+    Ok(Action::requeue(refusal_retry(md)))
 }
 
 /// An object was refused: `Failed` with the server's own words (which name the webhook and
@@ -692,6 +760,28 @@ async fn set_finalizers<P: Provider>(
     }
 }
 
+/// Delete `live` as it was read: only if it is still that version (its resourceVersion
+/// and uid), so that an object another writer took over meanwhile (the provider now
+/// serving the ModelDeployment) is never deleted by a stale decision. `Ok(false)` when it
+/// is gone or changed.
+async fn delete_as_read(
+    api: &Api<DynamicObject>,
+    live: &DynamicObject,
+) -> Result<bool, kube::Error> {
+    let params = DeleteParams {
+        preconditions: Some(kube::api::Preconditions {
+            resource_version: live.resource_version(),
+            uid: live.uid(),
+        }),
+        ..DeleteParams::background()
+    };
+    match api.delete(&live.name_any(), &params).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
 /// Deletion: delete our objects, wait until they are gone, then release the
 /// ModelDeployment; give up after the finalizer timeout.
 async fn cleanup<P: Provider>(md: &ModelDeployment, ctx: &Context<P>) -> Result<Action, Error> {
@@ -806,13 +896,9 @@ pub(crate) async fn delete_owned<P: Provider>(
         if live.metadata.deletion_timestamp.is_none() {
             let objects: Api<DynamicObject> =
                 Api::namespaced_with(ctx.client.clone(), &ns, &resource);
-            match objects.delete(&name, &DeleteParams::background()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {
-                    ctx.owned.forget(&resource, &ns, &name);
-                    continue;
-                }
-                Err(e) => return Err(e.into()),
+            if !delete_as_read(&objects, &live).await? {
+                ctx.owned.forget(&resource, &ns, &name);
+                continue;
             }
         }
         remaining.push(format!("{}/{name}", resource.kind));
@@ -853,16 +939,12 @@ async fn prune<P: Provider>(
             continue;
         }
         let objects: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, &resource);
-        match objects.delete(&name, &DeleteParams::background()).await {
-            Ok(_) => {
-                let message = format!(
-                    "Deleted {} '{name}': the ModelDeployment no longer needs it",
-                    resource.kind
-                );
-                event(ctx, md, EventType::Normal, "Pruned", &message).await;
-            }
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(e.into()),
+        if delete_as_read(&objects, &live).await? {
+            let message = format!(
+                "Deleted {} '{name}': the ModelDeployment no longer needs it",
+                resource.kind
+            );
+            event(ctx, md, EventType::Normal, "Pruned", &message).await;
         }
     }
     Ok(())

@@ -4,6 +4,8 @@
 
 #[path = "e2e/builtin_api.rs"]
 mod builtin_api;
+#[path = "e2e/charts_rbac.rs"]
+mod charts_rbac;
 /// The example third-party provider of the SDK, driven by `sdk_runtime`.
 #[path = "../../../sdk/examples/chatserver/provider.rs"]
 mod chatserver;

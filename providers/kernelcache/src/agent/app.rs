@@ -40,13 +40,27 @@ pub struct Cli {
     /// Largest cache content accepted, in bytes.
     #[arg(long, env = "MAX_CACHE_BYTES", default_value_t = Limits::default().max_bytes)]
     pub max_cache_bytes: u64,
+    /// Bytes all staged caches together may take on this node, each digest counted once
+    /// (caches of one image share their files); a cache that does not fit fails with the
+    /// numbers. Unset: no budget (the free space is still checked before each stage).
+    #[arg(long, env = "DISK_BUDGET")]
+    pub disk_budget: Option<u64>,
     /// Most entries (files, directories, links) accepted in one cache layer.
     #[arg(long, env = "MAX_CACHE_FILES", default_value_t = Limits::default().max_entries)]
     pub max_cache_files: u64,
-    /// A registry (`host:port`) spoken to over plain HTTP; repeatable. For tests and
-    /// local mirrors only.
-    #[arg(long = "plain-http-registry", value_name = "HOST:PORT")]
+    /// A registry (`host:port`) spoken to over plain HTTP; repeatable (the environment
+    /// variable takes a comma-separated list). For tests and local mirrors only.
+    #[arg(
+        long = "plain-http-registry",
+        env = "PLAIN_HTTP_REGISTRIES",
+        value_name = "HOST:PORT",
+        value_delimiter = ','
+    )]
     pub plain_http_registries: Vec<String>,
+    /// The namespace where the controller hands over the registry credentials of caches
+    /// that name imagePullSecrets (the agent reads Secrets there only).
+    #[arg(long, env = "CREDENTIALS_NAMESPACE")]
+    pub credentials_namespace: Option<String>,
     /// How often to reconcile without a change (GPUs detected again, failures retried).
     #[arg(long, env = "RESYNC", default_value = "2m", value_parser = parse_duration)]
     pub resync: Duration,
@@ -79,6 +93,8 @@ impl Cli {
             resync: self.resync,
             status_refresh: self.status_refresh,
             parallel_stages: self.parallel_stages,
+            credentials_namespace: self.credentials_namespace.clone(),
+            disk_budget: self.disk_budget,
         }
     }
 
@@ -104,7 +120,7 @@ pub async fn main() -> anyhow::Result<()> {
     let client = rt.client();
     let seams = Seams {
         gpus,
-        node: Arc::new(KubeNode::new(client.clone(), &settings.node_name)),
+        node: Arc::new(KubeNode::watch(client.clone(), &settings.node_name)),
         secrets: Arc::new(KubeSecrets(client.clone())),
     };
     info!(node = %settings.node_name, root = %settings.cache_root.display(), "kernel-cache agent starting");

@@ -8,6 +8,7 @@ use std::io;
 use std::path::{Component, Path};
 
 use super::plan::{Key, OnDisk, valid_digest};
+use crate::files;
 use crate::image::{self, CacheType};
 
 /// Remove what interrupted work left: `.downloads/` and `.staging-*` directories.
@@ -74,10 +75,17 @@ fn subdirs(dir: &Path) -> io::Result<Vec<(String, std::path::PathBuf)>> {
 pub fn read(dir: &Path) -> Result<OnDisk, String> {
     let cache_type = [CacheType::Triton, CacheType::Vllm]
         .into_iter()
-        .find(|t| dir.join(t.manifest_path()).is_file())
+        .find(|t| {
+            dir.join(t.manifest_path())
+                .symlink_metadata()
+                .is_ok_and(|m| m.is_file())
+        })
         .ok_or_else(|| format!("{} holds no cache manifest", dir.display()))?;
-    let manifest = fs::read(dir.join(cache_type.manifest_path()))
-        .map_err(|e| format!("reading the manifest in {}: {e}", dir.display()))?;
+    let manifest = files::read_bounded(
+        &dir.join(cache_type.manifest_path()),
+        image::MAX_MANIFEST_BYTES,
+    )
+    .map_err(|e| format!("reading the manifest in {}: {e}", dir.display()))?;
     let targets = image::manifest_targets(cache_type, &manifest).map_err(|e| e.to_string())?;
     let size_bytes = size(dir).map_err(|e| format!("measuring {}: {e}", dir.display()))?;
     Ok(OnDisk {
@@ -172,6 +180,7 @@ pub fn read_new(root: &Path, keys: &[Key], known: &mut BTreeMap<Key, Result<OnDi
 #[cfg(test)]
 mod tests {
     use std::os::unix::fs::symlink;
+    use std::path::PathBuf;
 
     use super::*;
 
@@ -250,5 +259,21 @@ mod tests {
         assert_eq!(d.size_bytes, 1000 + manifest.len() as u64);
         let e = read(root.path()).unwrap_err();
         assert!(e.contains("holds no cache manifest"), "{e}");
+
+        // A manifest that is a link (to a valid manifest outside, or to /dev/zero) is
+        // never followed: the directory is damaged.
+        let outside = tempfile::tempdir().unwrap();
+        fs::write(outside.path().join("manifest.json"), manifest).unwrap();
+        for target in [
+            outside.path().join("manifest.json"),
+            PathBuf::from("/dev/zero"),
+        ] {
+            let linked = root.path().join("linked");
+            let _ = fs::remove_dir_all(&linked);
+            fs::create_dir_all(linked.join("io.vllm.manifest")).unwrap();
+            symlink(&target, linked.join("io.vllm.manifest/manifest.json")).unwrap();
+            let e = read(&linked).unwrap_err();
+            assert!(e.contains("manifest"), "{e}");
+        }
     }
 }

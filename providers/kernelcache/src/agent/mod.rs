@@ -1,7 +1,8 @@
 //! The node agent (a DaemonSet): finds the node's GPUs, stages the verified kernel caches
-//! that fit them under `<root>/<namespace>/<name>/<digest>`, labels the node where a
-//! cache is ready, reports everything in the node's `KernelCacheNode`, and deletes what
-//! is no longer wanted.
+//! that fit them under `<root>/<namespace>/<name>/<digest>`, reports everything in the
+//! node's `KernelCacheNode` (from which the controller sets the node's ready labels), and
+//! deletes what is no longer wanted. It reads its own Node (labels for `nodeSelector`s)
+//! and the registry credentials the controller hands over, nothing else of the cluster's.
 //!
 //! The loop watches `KernelCache`s (all namespaces) and reconciles on every change, on a
 //! resync interval and when registry work ends: [`plan::plan`] decides, the loop does the
@@ -41,7 +42,6 @@ use tracing::{info, warn};
 use crate::api::{CacheState, KernelCache, KernelCacheNode, KernelCacheNodeStatus, NodeCache};
 use crate::extract::Limits;
 use crate::image::Target;
-use crate::inject;
 use crate::triton;
 use gpu::{Detected, GpuSource};
 use metrics::Metrics;
@@ -68,6 +68,12 @@ pub struct Settings {
     pub status_refresh: Duration,
     /// Caches staged at the same time.
     pub parallel_stages: usize,
+    /// Bytes all staged caches together may take on this node (each digest counted once);
+    /// none: no budget.
+    pub disk_budget: Option<u64>,
+    /// The namespace where the controller hands over registry credentials
+    /// ([`crate::credentials::handover_name`]); none: private registries are not reached.
+    pub credentials_namespace: Option<String>,
 }
 
 impl Settings {
@@ -81,6 +87,8 @@ impl Settings {
             resync: Duration::from_secs(120),
             status_refresh: Duration::from_secs(600),
             parallel_stages: 2,
+            credentials_namespace: None,
+            disk_budget: None,
         }
     }
 }
@@ -89,9 +97,9 @@ impl Settings {
 pub struct Seams {
     /// GPU detection.
     pub gpus: Arc<dyn GpuSource>,
-    /// This node's labels.
+    /// This node's uid and labels.
     pub node: Arc<dyn NodeApi>,
-    /// Pull Secrets.
+    /// The registry credentials the controller hands over.
     pub secrets: Arc<dyn SecretApi>,
 }
 
@@ -125,9 +133,15 @@ struct Agent {
     stager: Stager,
     detected: Detected,
     node_uid: Option<String>,
+    /// Why the Node could not be read, as last logged.
+    node_error: Option<String>,
     node_applied: bool,
     /// Targets from image labels, by pinned reference (immutable: digests).
     images: BTreeMap<String, Vec<Target>>,
+    /// Sizes image labels declare, by pinned reference.
+    sizes: BTreeMap<String, u64>,
+    /// Declared sizes of the stages under way (counted against the disk budget).
+    staging_sizes: BTreeMap<Key, u64>,
     /// What was read of each directory on disk.
     disk: BTreeMap<Key, Result<OnDisk, String>>,
     busy: BTreeMap<Key, Busy>,
@@ -190,11 +204,15 @@ pub async fn run(
             limits: settings.limits,
             plain_http: settings.plain_http.clone(),
             secrets: Arc::clone(&seams.secrets),
+            credentials_namespace: settings.credentials_namespace.clone(),
         },
         detected: Detected::default(),
         node_uid: None,
+        node_error: None,
         node_applied: false,
         images: BTreeMap::new(),
+        sizes: BTreeMap::new(),
+        staging_sizes: BTreeMap::new(),
         disk: BTreeMap::new(),
         busy: BTreeMap::new(),
         failures: BTreeMap::new(),
@@ -302,19 +320,42 @@ impl Agent {
         );
     }
 
+    /// The room a new stage has: the disk budget less the caches on disk (each digest
+    /// once: copies of a digest are hard links) and the stages under way.
+    fn room(&self) -> stage::Room {
+        let Some(budget) = self.settings.disk_budget else {
+            return stage::Room::Unlimited;
+        };
+        let mut by_digest: BTreeMap<&str, u64> = BTreeMap::new();
+        for (key, disk) in &self.disk {
+            if let Ok(d) = disk {
+                let e = by_digest.entry(key.digest.as_str()).or_default();
+                *e = (*e).max(d.size_bytes);
+            }
+        }
+        let used = by_digest.values().sum::<u64>() + self.staging_sizes.values().sum::<u64>();
+        stage::Room::Budget { budget, used }
+    }
+
     fn finished(&mut self, wanted: &Wanted, outcome: Outcome) {
         let key = &wanted.key;
         self.busy.remove(key);
+        self.staging_sizes.remove(key);
         match outcome {
-            Outcome::Inspected(Ok(targets)) => {
+            Outcome::Inspected(Ok((targets, size))) => {
                 self.failures.remove(key);
                 self.images.insert(wanted.pinned.clone(), targets);
+                if let Some(size) = size {
+                    self.sizes.insert(wanted.pinned.clone(), size);
+                }
             }
             Outcome::Inspected(Err(message)) => self.fail(key, message),
             Outcome::Staged { result, took } => match result {
                 Ok(extracted) => {
                     info!(cache = %key, files = extracted.files, bytes = extracted.bytes, seconds = took.as_secs_f64(), "kernel cache staged");
-                    if !extracted.already_present {
+                    // Neither a cache found complete nor one linked from another cache
+                    // of its digest is a download.
+                    if !extracted.already_present && extracted.bytes > 0 {
                         self.metrics.download(true, took, extracted.bytes);
                     }
                     self.failures.remove(key);
@@ -330,13 +371,27 @@ impl Agent {
     }
 
     async fn reconcile(&mut self) -> anyhow::Result<()> {
-        let node = self.seams.node.get().await?;
-        if node.uid != self.node_uid {
-            self.node_uid.clone_from(&node.uid);
+        // Without its Node the agent still reports; caches with a nodeSelector wait.
+        let node = match self.seams.node.get().await {
+            Ok(node) => Ok(node),
+            Err(e) => {
+                if self.node_error.as_ref() != Some(&e) {
+                    warn!(error = %e, "this node's labels are unknown; caches with a nodeSelector wait");
+                }
+                Err(e)
+            }
+        };
+        self.node_error = node.as_ref().err().cloned();
+        let uid = node.as_ref().ok().and_then(|n| n.uid.clone());
+        if uid.is_some() && uid != self.node_uid {
+            self.node_uid = uid;
             self.node_applied = false;
         }
         let caches = self.store.state();
-        let wanted = plan::wanted(caches.iter().map(AsRef::as_ref), &node.labels);
+        let wanted = plan::wanted(
+            caches.iter().map(AsRef::as_ref),
+            node.as_ref().map(|n| &n.labels),
+        );
         let root = self.settings.cache_root.clone();
 
         let keys = disk::scan(&root)?;
@@ -360,6 +415,7 @@ impl Agent {
         self.failures.retain(|k, _| wanted_keys.contains(k));
         self.images
             .retain(|p, _| wanted_images.contains(p.as_str()));
+        self.sizes.retain(|p, _| wanted_images.contains(p.as_str()));
         let now = Instant::now();
         let failed: BTreeMap<Key, String> = self
             .failures
@@ -390,6 +446,21 @@ impl Agent {
             });
         }
         for w in decided.stage {
+            // One download per digest: a second cache of it waits and then links.
+            let same = self
+                .busy
+                .iter()
+                .find(|(k, b)| **b == Busy::Staging && k.digest == w.key.digest)
+                .map(|(k, _)| k.to_string());
+            if let Some(other) = same {
+                if let Some(e) = decided.entries.iter_mut().find(|e| e.key == w.key) {
+                    e.state = CacheState::Pending;
+                    e.message = Some(format!(
+                        "waiting for {other}, the same digest, to be staged"
+                    ));
+                }
+                continue;
+            }
             let staging = self.busy.values().filter(|b| **b == Busy::Staging).count();
             if staging >= self.settings.parallel_stages.max(1) {
                 if let Some(e) = decided.entries.iter_mut().find(|e| e.key == w.key) {
@@ -398,11 +469,15 @@ impl Agent {
                 }
                 continue;
             }
+            let room = self.room();
+            let declared = self.sizes.get(&w.pinned).copied();
             info!(cache = %w.key, image = %w.pinned, "staging kernel cache");
             self.busy.insert(w.key.clone(), Busy::Staging);
+            self.staging_sizes
+                .insert(w.key.clone(), declared.unwrap_or(0));
             let stager = self.stager.clone();
             self.tasks.spawn(async move {
-                let outcome = stager.stage(&w).await;
+                let outcome = stager.stage(&w, room, declared).await;
                 (w, outcome)
             });
         }
@@ -443,19 +518,6 @@ impl Agent {
                 })
                 .collect::<Vec<_>>(),
         );
-
-        // Labels first: no new pod is sent to a cache about to be deleted.
-        let ready: BTreeSet<String> = decided
-            .entries
-            .iter()
-            .filter(|e| e.state == CacheState::Ready)
-            .map(|e| inject::ready_label(&e.key.namespace, &e.key.name))
-            .collect();
-        let changes = node::label_changes(&node.labels, &ready);
-        if !changes.is_empty() {
-            info!(set = ?changes.set, remove = ?changes.remove, "labelling the node");
-            self.seams.node.patch_labels(changes).await?;
-        }
 
         for key in decided.remove.iter().chain(&damaged) {
             info!(cache = %key, "removing kernel cache directory");

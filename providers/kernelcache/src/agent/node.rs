@@ -1,17 +1,24 @@
-//! This node's labels: read (for `nodeSelector`s) and the agent's ready labels written
-//! to the Kubernetes Node ([`KubeNode`], behind the [`NodeApi`] seam of the agent's
-//! inputs). The end-to-end tests run the agent against a real Node of the test API server.
+//! This node as the agent sees it: its uid (the owner of its KernelCacheNode) and its
+//! labels (for `nodeSelector`s), read from a watch of the one Node named after it
+//! (`metadata.name` field selector, metadata only), behind a small seam ([`NodeApi`]).
+//!
+//! The agent never writes the Node: the controller sets the ready labels from the
+//! KernelCacheNode reports ([`crate::controller::labels`]), so a node's agent needs no
+//! right to change any Node. Nor does the agent need the Node to work: without one (not
+//! served, not permitted, not created yet) it reports anyway, and says why it could not
+//! read it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
 
+use futures::StreamExt as _;
 use futures::future::BoxFuture;
 use k8s_openapi::api::core::v1::Node;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
+use kube::core::PartialObjectMeta;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Client, ResourceExt};
-use serde_json::{Map, Value, json};
-
-/// The prefix of every label the agent manages (`inject::ready_label`).
-pub const LABEL_PREFIX: &str = "kernelcache.kubeairunway.ai/";
 
 /// What the agent needs to know about its Node.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -22,64 +29,19 @@ pub struct NodeInfo {
     pub labels: BTreeMap<String, String>,
 }
 
-/// Label changes: set to `"true"`, or remove.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct LabelChanges {
-    /// Labels to set to `"true"`.
-    pub set: BTreeSet<String>,
-    /// Labels to remove.
-    pub remove: BTreeSet<String>,
-}
-
-impl LabelChanges {
-    /// Nothing to change.
-    pub fn is_empty(&self) -> bool {
-        self.set.is_empty() && self.remove.is_empty()
-    }
-
-    /// The JSON merge patch (`{"metadata":{"labels":{k:"true", gone:null}}}`).
-    pub fn merge_patch(&self) -> Value {
-        let mut labels = Map::new();
-        for k in &self.set {
-            labels.insert(k.clone(), Value::String("true".into()));
-        }
-        for k in &self.remove {
-            labels.insert(k.clone(), Value::Null);
-        }
-        json!({"metadata": {"labels": labels}})
-    }
-}
-
-/// The changes that make the agent's labels on a node with `current` labels exactly
-/// `ready` (each `"true"`); labels without [`LABEL_PREFIX`] are never touched.
-pub fn label_changes(current: &BTreeMap<String, String>, ready: &BTreeSet<String>) -> LabelChanges {
-    LabelChanges {
-        set: ready
-            .iter()
-            .filter(|k| current.get(*k).map(String::as_str) != Some("true"))
-            .cloned()
-            .collect(),
-        remove: current
-            .keys()
-            .filter(|k| k.starts_with(LABEL_PREFIX) && !ready.contains(*k))
-            .cloned()
-            .collect(),
-    }
-}
-
-/// Reading and labelling this node.
+/// Reading this node.
 pub trait NodeApi: Send + Sync {
-    /// The node's uid and labels.
-    fn get(&self) -> BoxFuture<'_, anyhow::Result<NodeInfo>>;
-    /// Apply label changes.
-    fn patch_labels(&self, changes: LabelChanges) -> BoxFuture<'_, anyhow::Result<()>>;
+    /// The node's uid and labels, or why they are unknown.
+    fn get(&self) -> BoxFuture<'_, Result<NodeInfo, String>>;
 }
 
-/// The Kubernetes Node named after this node.
-#[derive(Clone)]
+/// The Kubernetes Node named after this node, kept current by a watch.
 pub struct KubeNode {
-    api: Api<Node>,
     name: String,
+    store: Store<PartialObjectMeta<Node>>,
+    /// The watch's last error, until it recovers.
+    error: Arc<Mutex<Option<String>>>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 impl std::fmt::Debug for KubeNode {
@@ -90,80 +52,106 @@ impl std::fmt::Debug for KubeNode {
     }
 }
 
+impl Drop for KubeNode {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
 impl KubeNode {
-    /// The Node `name`.
-    pub fn new(client: Client, name: &str) -> Self {
+    /// Watch the Node `name` (its metadata only).
+    pub fn watch(client: Client, name: &str) -> Self {
+        let (store, writer) = reflector::store();
+        let error = Arc::new(Mutex::new(None));
+        let api: Api<PartialObjectMeta<Node>> = Api::all(client);
+        let config = watcher::Config::default().fields(&format!("metadata.name={name}"));
+        let seen = Arc::clone(&error);
+        let node = name.to_string();
+        let task = tokio::spawn(async move {
+            let mut events = watcher(api, config)
+                .default_backoff()
+                .reflect(writer)
+                .boxed();
+            while let Some(event) = events.next().await {
+                let now = match event {
+                    Ok(_) => None,
+                    Err(e) => {
+                        let message = format!("watching Node {node}: {}", describe(&e));
+                        tracing::warn!(error = %message, "reading this node's labels");
+                        Some(message)
+                    }
+                };
+                if let Ok(mut last) = seen.lock() {
+                    *last = now;
+                }
+            }
+        });
         Self {
-            api: Api::all(client),
             name: name.to_string(),
+            store,
+            error,
+            task,
+        }
+    }
+}
+
+/// A watcher error with the API server's own words (kube's Display of some errors
+/// is empty).
+fn describe(e: &watcher::Error) -> String {
+    let text = match e {
+        watcher::Error::InitialListFailed(k)
+        | watcher::Error::WatchStartFailed(k)
+        | watcher::Error::WatchFailed(k) => kube_error(k),
+        watcher::Error::WatchError(s) => format!("{} ({})", s.message, s.reason),
+        watcher::Error::NoResourceVersion => e.to_string(),
+    };
+    if text.trim().is_empty() {
+        format!("{e:?}")
+    } else {
+        text
+    }
+}
+
+/// A kube error with the status the API server answered, when there is one.
+pub fn kube_error(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} {}: {}", s.code, s.reason, s.message),
+        other => {
+            let text = other.to_string();
+            if text.trim().is_empty() {
+                format!("{other:?}")
+            } else {
+                text
+            }
         }
     }
 }
 
 impl NodeApi for KubeNode {
-    fn get(&self) -> BoxFuture<'_, anyhow::Result<NodeInfo>> {
+    fn get(&self) -> BoxFuture<'_, Result<NodeInfo, String>> {
+        let found = self.store.get(&ObjectRef::new(&self.name));
+        let error = self.error.lock().ok().and_then(|e| e.clone());
         Box::pin(async move {
-            let node = self.api.get(&self.name).await?;
-            Ok(NodeInfo {
-                uid: node.uid(),
-                labels: node.labels().clone(),
-            })
-        })
-    }
-
-    fn patch_labels(&self, changes: LabelChanges) -> BoxFuture<'_, anyhow::Result<()>> {
-        Box::pin(async move {
-            self.api
-                .patch(
-                    &self.name,
-                    &PatchParams::default(),
-                    &Patch::Merge(changes.merge_patch()),
-                )
-                .await?;
-            Ok(())
+            match (found, error) {
+                (Some(node), _) => Ok(NodeInfo {
+                    uid: node.uid(),
+                    labels: node.labels().clone(),
+                }),
+                (None, Some(error)) => Err(error),
+                (None, None) => Err(format!("Node {} not found", self.name)),
+            }
         })
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// A node whose labels are given (tests, and clusters where the agent may not read
+/// Nodes: `nodeSelector`s are then evaluated against these).
+#[derive(Clone, Debug, Default)]
+pub struct Fixed(pub BTreeMap<String, String>);
 
-    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
-            .collect()
-    }
-
-    #[test]
-    fn only_the_agents_labels_change() {
-        let current = labels(&[
-            ("kubernetes.io/hostname", "gpu-1"),
-            ("kernelcache.kubeairunway.ai/ml.old", "true"),
-            ("kernelcache.kubeairunway.ai/ml.kept", "true"),
-            ("kernelcache.kubeairunway.ai/ml.odd", "false"),
-        ]);
-        let ready: BTreeSet<String> = [
-            "kernelcache.kubeairunway.ai/ml.kept",
-            "kernelcache.kubeairunway.ai/ml.new",
-            "kernelcache.kubeairunway.ai/ml.odd",
-        ]
-        .into_iter()
-        .map(String::from)
-        .collect();
-        let c = label_changes(&current, &ready);
-        assert_eq!(
-            c.set.iter().map(String::as_str).collect::<Vec<_>>(),
-            [
-                "kernelcache.kubeairunway.ai/ml.new",
-                "kernelcache.kubeairunway.ai/ml.odd"
-            ]
-        );
-        assert_eq!(
-            c.remove.iter().map(String::as_str).collect::<Vec<_>>(),
-            ["kernelcache.kubeairunway.ai/ml.old"]
-        );
-        assert!(label_changes(&labels(&[("a", "b")]), &BTreeSet::new()).is_empty());
+impl NodeApi for Fixed {
+    fn get(&self) -> BoxFuture<'_, Result<NodeInfo, String>> {
+        let labels = self.0.clone();
+        Box::pin(async move { Ok(NodeInfo { uid: None, labels }) })
     }
 }

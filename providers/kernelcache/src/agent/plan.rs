@@ -71,15 +71,18 @@ pub fn triton_mount(cache: &KernelCache) -> String {
         source: inject::Source::Image(String::new()),
         path: cache.spec.mount.as_ref().and_then(|m| m.path.clone()),
         seed_image: String::new(),
+        size_bytes: None,
     }
     .triton_dir()
 }
 
 /// The caches this node wants: a usable image (`status.usable_image()`) and a
-/// `nodeSelector` that selects the node. Nothing else is ever pulled.
+/// `nodeSelector` that selects the node. Nothing else is ever pulled. With the node's
+/// labels unknown (`Err` with the reason), a cache with a `nodeSelector` is reported
+/// `Failed` with that reason and not staged.
 pub fn wanted<'a>(
     caches: impl IntoIterator<Item = &'a KernelCache>,
-    node_labels: &BTreeMap<String, String>,
+    node_labels: Result<&BTreeMap<String, String>, &String>,
 ) -> Vec<Wanted> {
     let mut out = Vec::new();
     for cache in caches {
@@ -89,14 +92,24 @@ pub fn wanted<'a>(
         let (Some(pinned), Some(digest)) = (status.usable_image(), &status.resolved_digest) else {
             continue;
         };
-        if cache.metadata.deletion_timestamp.is_some()
-            || !selects(cache.spec.node_selector.as_ref(), node_labels)
-        {
+        if cache.metadata.deletion_timestamp.is_some() {
             continue;
         }
-        let problem = (!valid_digest(digest)).then(|| {
-            format!("resolved digest {digest:?} is not an algorithm:hex digest; not staged")
-        });
+        let mut problem = None;
+        match (node_labels, cache.spec.node_selector.as_ref()) {
+            (Ok(labels), selector) if !selects(selector, labels) => continue,
+            (Err(why), Some(_)) => {
+                problem = Some(format!(
+                    "nodeSelector not evaluated: this node's labels are unknown ({why})"
+                ));
+            }
+            _ => {}
+        }
+        if !valid_digest(digest) {
+            problem = Some(format!(
+                "resolved digest {digest:?} is not an algorithm:hex digest; not staged"
+            ));
+        }
         out.push(Wanted {
             key: Key {
                 namespace: cache.namespace().unwrap_or_default(),
@@ -395,7 +408,7 @@ mod tests {
         fn plan(&self, caches: &[KernelCache]) -> Plan {
             let labels = BTreeMap::from([("pool".to_string(), "gpu".to_string())]);
             plan(
-                &wanted(caches, &labels),
+                &wanted(caches, Ok(&labels)),
                 Inputs {
                     gpus: &self.gpus,
                     gpu_detection: (self.gpus.is_empty()).then_some("NVML: library not found"),

@@ -132,6 +132,10 @@ pub struct Cli {
         value_delimiter = ','
     )]
     pub plain_http_registries: Vec<String>,
+    /// The namespace where registry credentials are handed over to the node agents (the
+    /// agents read Secrets there only).
+    #[arg(long, env = "CREDENTIALS_NAMESPACE")]
+    pub credentials_namespace: Option<String>,
     /// How often each cache is looked at without a change (tag moves, heartbeat).
     #[arg(long, env = "RESYNC", default_value = "5m", value_parser = kubeairunway_sdk::process::parse_duration)]
     pub resync: Duration,
@@ -151,6 +155,7 @@ impl Cli {
             plain_http: self.plain_http_registries.clone(),
             resync: self.resync,
             instance: Some(self.process.identity(COMPONENT)),
+            credentials_namespace: self.credentials_namespace.clone(),
         }
     }
 }

@@ -1,9 +1,102 @@
-//! The controller's pure decisions: what the nodes' reports add up to for one cache, and
-//! what a ModelDeployment's `KernelCacheReady` condition says.
+//! The controller's pure decisions: when a pinned digest is verified (again), what a
+//! failed verification leaves in place, what the nodes' reports add up to for one cache,
+//! and what a ModelDeployment's `KernelCacheReady` condition says.
 
 use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
 
-use crate::api::{CacheState, KernelCache, KernelCacheNode};
+use crate::api::{CacheState, KernelCache, KernelCacheNode, Verification, VerificationMode};
+use crate::verify::{self, VerifyError};
+
+/// Setting this annotation of a KernelCache to a new value makes the controller verify
+/// its pinned digest again at once (e.g. after a signature was added or a key revoked).
+pub const REVERIFY_ANNOTATION: &str = "cache.kubeairunway.ai/reverify";
+
+/// The first retry of a failed verification waits this long, doubling per failure up to
+/// the resync interval.
+pub const FIRST_RETRY: Duration = Duration::from_secs(15);
+
+/// A failed verification of one digest under one policy, and when to try again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Retry {
+    /// The digest that failed.
+    pub digest: String,
+    /// The policy it failed under.
+    pub policy_version: String,
+    /// Failures so far.
+    pub attempts: u32,
+    /// When to try again.
+    pub at: Instant,
+}
+
+/// When to verify a pinned digest.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum VerifyWhen {
+    /// The verdict in the status stands: same digest, same policy, passed.
+    Reuse,
+    /// A failure waits for its retry.
+    Later(Duration),
+    /// Verify now.
+    Now,
+}
+
+/// Whether a verdict lets the cache be used: verified, or verification disabled by policy.
+pub fn passed(v: &Verification) -> bool {
+    v.verified
+        || (v.mode == VerificationMode::Disabled
+            && v.message.as_deref() == Some(verify::DISABLED_MESSAGE))
+}
+
+/// When to verify `digest` under the policy `policy_version`, given the verdict in the
+/// status (`previous`, always about the pinned digest: re-pinning clears it), the
+/// reverify annotation's value, and the pending retry. A passed verdict stands until
+/// the policy changes or a reverify is asked; a failed one is retried with backoff.
+pub fn verify_when(
+    previous: Option<&Verification>,
+    digest: &str,
+    policy_version: &str,
+    request: Option<&str>,
+    retry: Option<&Retry>,
+    now: Instant,
+) -> VerifyWhen {
+    let Some(previous) = previous else {
+        return VerifyWhen::Now;
+    };
+    if previous.reverify_request.as_deref() != request {
+        return VerifyWhen::Now;
+    }
+    if previous.policy_version.as_deref() == Some(policy_version) && passed(previous) {
+        return VerifyWhen::Reuse;
+    }
+    match retry {
+        Some(r) if r.digest == digest && r.policy_version == policy_version && r.at > now => {
+            VerifyWhen::Later(r.at - now)
+        }
+        _ => VerifyWhen::Now,
+    }
+}
+
+/// The wait before retry number `attempts` (1 after the first failure).
+pub fn retry_after(attempts: u32, resync: Duration) -> Duration {
+    FIRST_RETRY
+        .saturating_mul(1 << attempts.saturating_sub(1).min(16))
+        .min(resync.max(FIRST_RETRY))
+}
+
+/// The verdict after a verification failed with `error`: a registry that could not be
+/// reached is no verdict, so a digest that passed before stays passed (an outage, or a
+/// controller restarted during one, never takes a cache away from the nodes); anything
+/// else is refused with its reason.
+pub fn after_failure(
+    previous: Option<&Verification>,
+    mode: VerificationMode,
+    error: &VerifyError,
+) -> Verification {
+    match previous {
+        Some(p) if error.is_transient() && passed(p) => p.clone(),
+        _ => verify::refused(mode, error),
+    }
+}
 
 /// Condition reasons of the controller.
 pub mod reasons {
@@ -244,6 +337,97 @@ mod tests {
             ..KernelCacheStatus::default()
         });
         c
+    }
+
+    fn verdict(verified: bool, policy: &str, request: Option<&str>) -> Verification {
+        Verification {
+            mode: VerificationMode::Key,
+            verified,
+            policy_version: Some(policy.into()),
+            reverify_request: request.map(str::to_string),
+            message: (!verified).then(|| "no signature found".into()),
+            ..Verification::default()
+        }
+    }
+
+    #[test]
+    fn passed_verdicts_stand_failed_ones_are_retried_with_backoff() {
+        let now = Instant::now();
+        let ok = verdict(true, "u/1", None);
+        let failed = verdict(false, "u/1", None);
+        assert_eq!(
+            verify_when(None, "d", "u/1", None, None, now),
+            VerifyWhen::Now
+        );
+        assert_eq!(
+            verify_when(Some(&ok), "d", "u/1", None, None, now),
+            VerifyWhen::Reuse
+        );
+        // Another policy, or a reverify asked: again.
+        assert_eq!(
+            verify_when(Some(&ok), "d", "u/2", None, None, now),
+            VerifyWhen::Now
+        );
+        assert_eq!(
+            verify_when(Some(&ok), "d", "u/1", Some("1"), None, now),
+            VerifyWhen::Now
+        );
+        let asked = verdict(true, "u/1", Some("1"));
+        assert_eq!(
+            verify_when(Some(&asked), "d", "u/1", Some("1"), None, now),
+            VerifyWhen::Reuse
+        );
+        // A failure waits for its retry, and is retried once due (or after a restart,
+        // when no retry is known).
+        let retry = Retry {
+            digest: "d".into(),
+            policy_version: "u/1".into(),
+            attempts: 1,
+            at: now + Duration::from_secs(15),
+        };
+        assert_eq!(
+            verify_when(Some(&failed), "d", "u/1", None, Some(&retry), now),
+            VerifyWhen::Later(Duration::from_secs(15))
+        );
+        assert_eq!(
+            verify_when(
+                Some(&failed),
+                "d",
+                "u/1",
+                None,
+                Some(&retry),
+                now + Duration::from_secs(16)
+            ),
+            VerifyWhen::Now
+        );
+        assert_eq!(
+            verify_when(Some(&failed), "d", "u/1", None, None, now),
+            VerifyWhen::Now
+        );
+        assert_eq!(
+            verify_when(Some(&failed), "other", "u/1", None, Some(&retry), now),
+            VerifyWhen::Now
+        );
+        let resync = Duration::from_secs(300);
+        assert_eq!(retry_after(1, resync), Duration::from_secs(15));
+        assert_eq!(retry_after(3, resync), Duration::from_secs(60));
+        assert_eq!(retry_after(10, resync), resync);
+    }
+
+    #[test]
+    fn an_unreachable_registry_never_takes_a_passed_verdict_away() {
+        let ok = verdict(true, "u/1", None);
+        let outage = VerifyError::Unavailable("fetching manifest: 503 Service Unavailable".into());
+        assert_eq!(after_failure(Some(&ok), VerificationMode::Key, &outage), ok);
+        let refused = after_failure(None, VerificationMode::Key, &outage);
+        assert!(!refused.verified);
+        assert_eq!(
+            refused.message.as_deref(),
+            Some("registry unavailable: fetching manifest: 503 Service Unavailable")
+        );
+        // A real verdict replaces the earlier one.
+        let no_sig = VerifyError::NoSignature("r/c@sha256:ab".into());
+        assert!(!after_failure(Some(&ok), VerificationMode::Key, &no_sig).verified);
     }
 
     #[test]

@@ -17,14 +17,18 @@
 
 pub mod app;
 pub mod decide;
+pub mod handover;
+pub mod labels;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
+use k8s_openapi::api::core::v1::Node;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -63,6 +67,10 @@ pub struct Settings {
     pub resync: Duration,
     /// This replica's name, for events.
     pub instance: Option<String>,
+    /// Where registry credentials are handed over to the node agents
+    /// ([`handover`]); none: caches with imagePullSecrets are pinned and verified, but no
+    /// agent can pull them.
+    pub credentials_namespace: Option<String>,
 }
 
 impl Default for Settings {
@@ -72,30 +80,48 @@ impl Default for Settings {
             plain_http: Vec::new(),
             resync: Duration::from_secs(300),
             instance: None,
+            credentials_namespace: None,
         }
     }
 }
-
-/// What one verification was made of, so that it is not redone every reconcile.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-struct VerifiedKey {
-    digest: String,
-    policy_version: Option<String>,
-}
-
-/// The last verification of a cache: what it was made of, its result, the cache type.
-type VerifiedEntry = (VerifiedKey, Verification, Option<String>);
 
 struct Ctx {
     client: Client,
     settings: Settings,
     secrets: Arc<dyn SecretApi>,
     nodes: Store<KernelCacheNode>,
+    caches: Store<KernelCache>,
+    policies: Store<KernelCachePolicy>,
     recorder: Recorder,
     metrics: Arc<app::Metrics>,
-    verified: Mutex<HashMap<(String, String), VerifiedEntry>>,
+    /// Failed verifications waiting for their retry, per cache.
+    retries: Mutex<HashMap<(String, String), decide::Retry>>,
     /// When each cache's tag was last compared with its pin.
     pin_checked: Mutex<HashMap<(String, String), std::time::Instant>>,
+    handover: Option<handover::Handover>,
+}
+
+impl Ctx {
+    fn exists(&self, namespace: &str, name: &str) -> bool {
+        self.caches
+            .get(&ObjectRef::new(name).within(namespace))
+            .is_some()
+    }
+
+    /// Forget what is kept per cache for caches that no longer exist, and take their
+    /// handed-over credentials back.
+    async fn prune(&self) {
+        let exists = |(ns, name): &(String, String)| self.exists(ns, name);
+        if let Ok(mut r) = self.retries.lock() {
+            r.retain(|k, _| exists(k));
+        }
+        if let Ok(mut p) = self.pin_checked.lock() {
+            p.retain(|k, _| exists(k));
+        }
+        if let Some(h) = &self.handover {
+            h.prune(|ns, name| self.exists(ns, name), false).await;
+        }
+    }
 }
 
 /// Controller failures worth a retry.
@@ -116,8 +142,10 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     let (nodes, node_stream) = reflected::<KernelCacheNode>(&client);
     let (caches, cache_stream) = reflected::<KernelCache>(&client);
+    let (policies, policy_stream) = reflected::<KernelCachePolicy>(&client);
     let (mds, md_stream) = reflected::<ModelDeployment>(&client);
 
+    let settings_credentials = settings.credentials_namespace.clone();
     let ctx = Arc::new(Ctx {
         recorder: Recorder::new(
             client.clone(),
@@ -130,19 +158,30 @@ pub async fn run(
         settings,
         secrets,
         nodes: nodes.clone(),
+        caches: caches.clone(),
+        policies,
         metrics,
-        verified: Mutex::default(),
+        retries: Mutex::default(),
         pin_checked: Mutex::default(),
+        handover: settings_credentials
+            .as_deref()
+            .map(|ns| handover::Handover::new(client.clone(), ns)),
     });
+    // Handed-over credentials of caches deleted while no controller ran.
+    let sweeper = {
+        let ctx = Arc::clone(&ctx);
+        tokio::spawn(async move {
+            if ctx.caches.wait_until_ready().await.is_ok()
+                && let Some(h) = &ctx.handover
+            {
+                h.prune(|ns, name| ctx.exists(ns, name), true).await;
+            }
+        })
+    };
     let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
+    let shutdown_labels = shutdown.clone();
 
-    let policies = watcher(
-        Api::<KernelCachePolicy>::all(client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .touched_objects()
-    .map(|_| ());
+    let policies = policy_stream.map(|_| ());
     let registration = tokio::spawn(register(client.clone(), ctx.settings.resync));
 
     // Node reports wake the caches they mention.
@@ -185,13 +224,33 @@ pub async fn run(
             watcher::Config::default(),
             cache_mds,
         )
-        .graceful_shutdown_on(shutdown)
+        .graceful_shutdown_on(shutdown.clone())
         .run(reconcile_md, md_error, md_ctx)
         .for_each(|_| async {});
 
+    // Node ready labels from the agents' reports (the agents never write Nodes).
+    let (node_meta, node_meta_stream) = reflected::<PartialObjectMeta<Node>>(&client);
+    let report_nodes = watcher(
+        Api::<KernelCacheNode>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .touched_objects()
+    .filter_map(|r| async move { r.ok().map(|n| ObjectRef::new(&n.name_any())) });
+    let label_ctx = Arc::new(LabelCtx {
+        client: client.clone(),
+        reports: nodes.clone(),
+    });
+    let labels_ctl = Controller::for_stream(node_meta_stream, node_meta)
+        .reconcile_on(report_nodes)
+        .graceful_shutdown_on(shutdown_labels)
+        .run(reconcile_node_labels, label_error, label_ctx)
+        .for_each(|_| async {});
+
     info!("kernel-cache controller running");
-    tokio::join!(caches_ctl, mds_ctl);
+    tokio::join!(caches_ctl, mds_ctl, labels_ctl);
     registration.abort();
+    sweeper.abort();
     Ok(())
 }
 
@@ -247,6 +306,19 @@ async fn publish(ctx: &Ctx, cache: &KernelCache, type_: EventType, reason: &str,
 
 /// Pin, verify, aggregate and write one KernelCache's status.
 async fn reconcile_cache(cache: Arc<KernelCache>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    // Never decide on a partial view: an empty policy store would refuse every cache
+    // (and the agents would drop them), an empty node store would report nothing ready.
+    let ready = async {
+        let _ = ctx.policies.wait_until_ready().await;
+        let _ = ctx.nodes.wait_until_ready().await;
+    };
+    if tokio::time::timeout(Duration::from_secs(30), ready)
+        .await
+        .is_err()
+    {
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
+    ctx.prune().await;
     let ns = cache.namespace().unwrap_or_default();
     let name = cache.name_any();
     let generation = cache.metadata.generation;
@@ -276,6 +348,11 @@ async fn reconcile_cache(cache: Arc<KernelCache>, ctx: Arc<Ctx>) -> Result<Actio
             return write(&ctx, &cache, &previous, status).await;
         }
     };
+    if let Some(h) = &ctx.handover
+        && let Err(e) = h.sync(&ns, &name, &image, &auth).await
+    {
+        warn!(cache = %name, error = %e, "handing registry credentials over to the agents");
+    }
     let puller = Puller::new(auth.clone(), ctx.settings.plain_http.clone());
 
     // Pin: keep the pin while the spec is unchanged; re-resolve when it changed.
@@ -381,101 +458,18 @@ async fn reconcile_cache(cache: Arc<KernelCache>, ctx: Arc<Ctx>) -> Result<Actio
     };
     let digest = status.resolved_digest.clone().unwrap_or_default();
 
-    // Verify (again only when the digest or the policy changed).
-    let policy = Api::<KernelCachePolicy>::all(ctx.client.clone())
-        .get_opt(&ctx.settings.policy)
-        .await?;
-    let key = VerifiedKey {
-        digest: digest.clone(),
-        policy_version: policy.as_ref().and_then(ResourceExt::resource_version),
-    };
-    let cached = ctx
-        .verified
-        .lock()
-        .ok()
-        .and_then(|m| m.get(&(ns.clone(), name.clone())).cloned())
-        .filter(|(k, _, _)| *k == key);
-    let (verification, cache_type) = if let Some((_, v, t)) = cached {
-        (v, t)
-    } else {
-        let (verification, cache_type) = match &policy {
-            None => (
-                Verification {
-                    mode: VerificationMode::Key,
-                    verified: false,
-                    signer: None,
-                    message: Some(format!("no KernelCachePolicy '{}'", ctx.settings.policy)),
-                },
-                None,
-            ),
-            Some(policy) => {
-                let result = verify::verify(
-                    &policy.spec,
-                    &pinned,
-                    &auth,
-                    ctx.settings.plain_http.clone(),
-                )
-                .await;
-                let verification = match result {
-                    Ok(v) => v,
-                    Err(e) => verify::refused(policy.spec.mode, &e),
-                };
-                ctx.metrics
-                    .verification(policy.spec.mode, verification.verified);
-                let cache_type = match puller.inspect(&pinned).await {
-                    Ok((_, c)) => Ok(c.cache_type.as_str().to_string()),
-                    Err(e) => Err(e.to_string()),
-                };
-                (verification, Some(cache_type))
-            }
-        };
-        let (verification, cache_type) = match cache_type {
-            Some(Err(not_a_cache)) => (
-                Verification {
-                    verified: false,
-                    message: Some(format!("not usable: {not_a_cache}")),
-                    ..verification
-                },
-                None,
-            ),
-            Some(Ok(t)) => (verification, Some(t)),
-            None => (verification, None),
-        };
-        let outcome = match (verification.verified, verification.mode) {
-            (true, _) => (
-                EventType::Normal,
-                "Verified",
-                format!(
-                    "{pinned} verified; signer {}",
-                    verification.signer.clone().unwrap_or_default()
-                ),
-            ),
-            (false, VerificationMode::Disabled) if cache_type.is_some() => (
-                EventType::Warning,
-                reasons::VERIFICATION_DISABLED,
-                format!(
-                    "{pinned} used without signature verification: {}",
-                    verify::DISABLED_MESSAGE
-                ),
-            ),
-            (false, _) => (
-                EventType::Warning,
-                reasons::VERIFICATION_FAILED,
-                format!(
-                    "{pinned} refused: {}",
-                    verification.message.clone().unwrap_or_default()
-                ),
-            ),
-        };
-        publish(&ctx, &cache, outcome.0, outcome.1, outcome.2).await;
-        if let Ok(mut m) = ctx.verified.lock() {
-            m.insert(
-                (ns.clone(), name.clone()),
-                (key, verification.clone(), cache_type.clone()),
-            );
-        }
-        (verification, cache_type)
-    };
+    // Verify: a passed verdict stands until the policy changes or a reverify is asked;
+    // a failed one is retried with backoff; an unreachable registry takes nothing away.
+    let policy = ctx.policies.get(&ObjectRef::new(&ctx.settings.policy));
+    let (verification, cache_type, retry_in, size_bytes) = verification_phase(
+        &ctx,
+        &cache,
+        &status,
+        policy.as_deref(),
+        (&puller, &auth),
+        &pinned,
+    )
+    .await;
     let disabled = verification.mode == VerificationMode::Disabled && !verification.verified;
     let (ok, reason, message) = match (&policy, verification.verified, disabled) {
         (None, _, _) => (
@@ -521,6 +515,7 @@ async fn reconcile_cache(cache: Arc<KernelCache>, ctx: Arc<Ctx>) -> Result<Actio
     // image) is not published at all.
     status.pinned_image = (ok || !disabled).then(|| pinned.clone());
     status.cache_type = cache_type;
+    status.size_bytes = size_bytes.and_then(|b| i64::try_from(b).ok());
 
     // What the nodes report.
     let nodes: Vec<KernelCacheNode> = ctx.nodes.state().iter().map(|n| (**n).clone()).collect();
@@ -555,7 +550,180 @@ async fn reconcile_cache(cache: Arc<KernelCache>, ctx: Arc<Ctx>) -> Result<Actio
         ),
     }
     write(&ctx, &cache, &previous, status).await?;
-    Ok(Action::requeue(ctx.settings.resync))
+    Ok(Action::requeue(retry_in.map_or(ctx.settings.resync, |r| {
+        r.min(ctx.settings.resync)
+    })))
+}
+
+/// The verdict on the pinned digest (a phase of [`reconcile_cache`]): the one in the
+/// status when it stands, else reached now (signature, then the image's labels), with
+/// failures retried with backoff and an unreachable registry taking nothing away.
+/// Returns the verdict, the cache type (none when the image is not a cache) and when to
+/// look again if a retry is pending.
+async fn verification_phase(
+    ctx: &Ctx,
+    cache: &KernelCache,
+    status: &KernelCacheStatus,
+    policy: Option<&KernelCachePolicy>,
+    (puller, auth): (&Puller, &oci_client::secrets::RegistryAuth),
+    pinned: &str,
+) -> (Verification, Option<String>, Option<Duration>, Option<u64>) {
+    let key = (cache.namespace().unwrap_or_default(), cache.name_any());
+    let known_size = status.size_bytes.and_then(|b| u64::try_from(b).ok());
+    let Some(policy) = policy else {
+        let message = format!("no KernelCachePolicy '{}'", ctx.settings.policy);
+        return (
+            Verification {
+                mode: VerificationMode::Key,
+                message: Some(message),
+                ..Verification::default()
+            },
+            None,
+            None,
+            None,
+        );
+    };
+    let digest = status.resolved_digest.clone().unwrap_or_default();
+    let previous = status.verification.as_ref();
+    let policy_version = format!(
+        "{}/{}",
+        policy.uid().unwrap_or_default(),
+        policy.metadata.generation.unwrap_or_default()
+    );
+    let request = cache
+        .annotations()
+        .get(decide::REVERIFY_ANNOTATION)
+        .cloned();
+    let retry = ctx.retries.lock().ok().and_then(|r| r.get(&key).cloned());
+    let now = std::time::Instant::now();
+    match decide::verify_when(
+        previous,
+        &digest,
+        &policy_version,
+        request.as_deref(),
+        retry.as_ref(),
+        now,
+    ) {
+        decide::VerifyWhen::Reuse => {
+            return (
+                previous.cloned().unwrap_or_default(),
+                status.cache_type.clone(),
+                None,
+                known_size,
+            );
+        }
+        decide::VerifyWhen::Later(wait) => {
+            return (
+                previous.cloned().unwrap_or_default(),
+                status.cache_type.clone(),
+                Some(wait),
+                known_size,
+            );
+        }
+        decide::VerifyWhen::Now => {}
+    }
+    let mode = policy.spec.mode;
+    let result = verify::verify(&policy.spec, pinned, auth, ctx.settings.plain_http.clone()).await;
+    let inspected = puller.inspect(pinned).await;
+    let size = inspected
+        .as_ref()
+        .ok()
+        .and_then(|(_, image)| image.size_bytes)
+        .or(known_size);
+    let (mut verification, cache_type) = match (result, inspected) {
+        (Ok(v), Ok((_, image))) => (v, Some(image.cache_type.as_str().to_string())),
+        (Err(e), inspected) => {
+            let kept = decide::after_failure(previous, mode, &e);
+            let cache_type = if decide::passed(&kept) {
+                status.cache_type.clone()
+            } else {
+                // The reason shown: not a cache image before an unverified one.
+                inspected
+                    .ok()
+                    .map(|(_, image)| image.cache_type.as_str().to_string())
+            };
+            (kept, cache_type)
+        }
+        (Ok(_), Err(e)) if e.is_transient() => {
+            let e = verify::VerifyError::Unavailable(e.to_string());
+            let kept = decide::after_failure(previous, mode, &e);
+            let cache_type = decide::passed(&kept)
+                .then(|| status.cache_type.clone())
+                .flatten();
+            (kept, cache_type)
+        }
+        (Ok(v), Err(not_a_cache)) => (
+            Verification {
+                verified: false,
+                message: Some(format!("not usable: {not_a_cache}")),
+                ..v
+            },
+            None,
+        ),
+    };
+    let passed = decide::passed(&verification) && cache_type.is_some();
+    // A verdict kept through an outage keeps the policy it was reached under.
+    if previous != Some(&verification) {
+        verification.policy_version = Some(policy_version.clone());
+    }
+    verification.reverify_request = request;
+    ctx.metrics.verification(mode, verification.verified);
+    let retry_in = if let Ok(mut retries) = ctx.retries.lock() {
+        if passed && verification.policy_version.as_deref() == Some(policy_version.as_str()) {
+            retries.remove(&key);
+            None
+        } else {
+            let attempts = retry
+                .filter(|r| r.digest == digest && r.policy_version == policy_version)
+                .map_or(0, |r| r.attempts)
+                + 1;
+            let wait = decide::retry_after(attempts, ctx.settings.resync);
+            retries.insert(
+                key,
+                decide::Retry {
+                    digest,
+                    policy_version,
+                    attempts,
+                    at: now + wait,
+                },
+            );
+            Some(wait)
+        }
+    } else {
+        None
+    };
+    let changed = previous
+        .is_none_or(|p| p.verified != verification.verified || p.message != verification.message);
+    if changed {
+        let (type_, reason, note) = match (verification.verified, verification.mode) {
+            (true, _) => (
+                EventType::Normal,
+                "Verified",
+                format!(
+                    "{pinned} verified; signer {}",
+                    verification.signer.clone().unwrap_or_default()
+                ),
+            ),
+            (false, VerificationMode::Disabled) if cache_type.is_some() => (
+                EventType::Warning,
+                reasons::VERIFICATION_DISABLED,
+                format!(
+                    "{pinned} used without signature verification: {}",
+                    verify::DISABLED_MESSAGE
+                ),
+            ),
+            (false, _) => (
+                EventType::Warning,
+                reasons::VERIFICATION_FAILED,
+                format!(
+                    "{pinned} refused: {}",
+                    verification.message.clone().unwrap_or_default()
+                ),
+            ),
+        };
+        publish(ctx, cache, type_, reason, note).await;
+    }
+    (verification, cache_type, retry_in, size)
 }
 
 /// Whether the tag of `namespace/name` is due for comparison with its pin: at most once
@@ -616,6 +784,46 @@ async fn write(
         .await?;
     }
     Ok(Action::requeue(ctx.settings.resync))
+}
+
+struct LabelCtx {
+    client: Client,
+    reports: Store<KernelCacheNode>,
+}
+
+#[allow(clippy::needless_pass_by_value)] // kube-runtime's error-policy signature
+fn label_error(_: Arc<PartialObjectMeta<Node>>, error: &Error, _: Arc<LabelCtx>) -> Action {
+    warn!(%error, "setting a node's kernel-cache labels");
+    Action::requeue(Duration::from_secs(10))
+}
+
+/// Make a Node's ready labels match its KernelCacheNode report ([`labels`]).
+async fn reconcile_node_labels(
+    node: Arc<PartialObjectMeta<Node>>,
+    ctx: Arc<LabelCtx>,
+) -> Result<Action, Error> {
+    // An empty store would take every label away after a restart.
+    if tokio::time::timeout(Duration::from_secs(30), ctx.reports.wait_until_ready())
+        .await
+        .is_err()
+    {
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
+    let name = node.name_any();
+    let report = ctx.reports.get(&ObjectRef::new(&name));
+    let ready = labels::ready_labels(report.as_deref());
+    let changes = labels::label_changes(node.labels(), &ready);
+    if !changes.is_empty() {
+        info!(node = %name, set = ?changes.set, remove = ?changes.remove, "labelling the node");
+        Api::<Node>::all(ctx.client.clone())
+            .patch(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(changes.merge_patch()),
+            )
+            .await?;
+    }
+    Ok(Action::await_change())
 }
 
 struct MdCtx {

@@ -16,8 +16,10 @@ use axum::response::Response;
 use axum::routing::post;
 use clap::Parser;
 use futures::StreamExt as _;
+use k8s_openapi::api::core::v1::Namespace;
 use kube::Client;
 use kube::api::Api;
+use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt, reflector, watcher};
 use kubeairunway_sdk::admission::{self, Configurations, WebhookOptions};
 use kubeairunway_sdk::process::Runtime;
@@ -133,15 +135,27 @@ pub fn stores(client: &Client) -> Stores {
     .default_backoff()
     .applied_objects()
     .for_each(|_| async {});
+    let (namespaces, w3) = reflector::store();
+    let ns_watch = reflector(
+        w3,
+        watcher(
+            Api::<PartialObjectMeta<Namespace>>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .applied_objects()
+    .for_each(|_| async {});
     tokio::spawn(mds);
     tokio::spawn(caches);
+    tokio::spawn(ns_watch);
     Stores {
         model_deployments,
         kernel_caches,
+        namespaces,
     }
 }
 
-/// Flags of `kernelcache-webhook` (each also from an environment variable).
 /// Flags of `kernelcache-webhook` (each also from an environment variable).
 #[derive(Clone, Debug, Parser)]
 #[command(
@@ -156,6 +170,10 @@ pub struct Cli {
     /// Image of the init container that copies a staged cache (this provider's image).
     #[arg(long, env = "SEED_IMAGE")]
     pub seed_image: String,
+    /// The cluster serves Kubernetes image volumes (beta in 1.33): caches reach pods in
+    /// namespaces enforcing the `baseline` Pod Security level through them.
+    #[arg(long, env = "IMAGE_VOLUMES", default_value_t = false, action = clap::ArgAction::Set)]
+    pub image_volumes: bool,
     /// Name of the MutatingWebhookConfiguration to patch the CA bundle into.
     #[arg(
         long,
@@ -201,12 +219,18 @@ pub async fn run(cli: Cli, mut rt: Runtime) -> anyhow::Result<()> {
         .wait_until_ready()
         .await
         .context("KernelCache cache")?;
+    lookup
+        .namespaces
+        .wait_until_ready()
+        .await
+        .context("Namespace cache")?;
     synced.set();
     let state = AppState {
         lookup: Arc::new(lookup),
         settings: Settings {
             cache_root: cli.cache_root.clone(),
             seed_image: cli.seed_image.clone(),
+            image_volumes: cli.image_volumes,
         },
         metrics,
     };

@@ -3,18 +3,28 @@
 //! ModelDeployment names a KernelCache whose pin is usable, the pod gets the cache
 //! ([`crate::inject`]) and an annotation naming it.
 //!
-//! It never refuses a pod: everything else (no label, no ModelDeployment, no cache, a
-//! cache not verified, a malformed request) is allowed unchanged, and the webhook
-//! configuration's `failurePolicy: Ignore` covers the webhook being down. Look-ups come
-//! from reflector caches ([`Lookup`]), so admission makes no API round trip.
+//! It never refuses a pod, nor makes one that the API server would refuse: everything
+//! else (no label, no ModelDeployment, no cache, a cache not verified, a pod using one of
+//! our names or mount paths, a namespace whose Pod Security level forbids the volume, a
+//! malformed request) is allowed unchanged, and the webhook configuration's
+//! `failurePolicy: Ignore` covers the webhook being down. Look-ups come from reflector
+//! caches ([`Lookup`]), so admission makes no API round trip.
+//!
+//! Pod Security: `baseline` and `restricted` forbid hostPath volumes. In a namespace that
+//! enforces `baseline` the cache comes from an image volume instead when the cluster
+//! supports them (`--image-volumes`); `restricted` allows neither, so pods there are left
+//! alone (the engine compiles its kernels as usual).
 
 pub mod app;
 
 use std::sync::Arc;
 
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::Namespace;
 use kube::ResourceExt;
-use kube::core::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::core::{DynamicObject, PartialObjectMeta};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kubeairunway_sdk::ModelDeployment;
 use kubeairunway_sdk::labels::MODEL_DEPLOYMENT;
@@ -35,7 +45,12 @@ pub trait Lookup: Send + Sync {
     fn model_deployment(&self, namespace: &str, name: &str) -> Option<Arc<ModelDeployment>>;
     /// The KernelCache `namespace/name`.
     fn kernel_cache(&self, namespace: &str, name: &str) -> Option<Arc<KernelCache>>;
+    /// The labels of the namespace (for its Pod Security level); `None` when unknown.
+    fn namespace_labels(&self, namespace: &str) -> Option<BTreeMap<String, String>>;
 }
+
+/// The label of the Pod Security level a namespace enforces.
+pub const POD_SECURITY_ENFORCE: &str = "pod-security.kubernetes.io/enforce";
 
 /// Look-ups in reflector stores.
 #[derive(Clone)]
@@ -44,6 +59,8 @@ pub struct Stores {
     pub model_deployments: Store<ModelDeployment>,
     /// KernelCaches, every namespace.
     pub kernel_caches: Store<KernelCache>,
+    /// Namespaces (metadata only).
+    pub namespaces: Store<PartialObjectMeta<Namespace>>,
 }
 
 impl std::fmt::Debug for Stores {
@@ -61,6 +78,11 @@ impl Lookup for Stores {
         self.kernel_caches
             .get(&ObjectRef::new(name).within(namespace))
     }
+    fn namespace_labels(&self, namespace: &str) -> Option<BTreeMap<String, String>> {
+        self.namespaces
+            .get(&ObjectRef::new(namespace))
+            .map(|n| n.labels().clone())
+    }
 }
 
 /// What the webhook adds besides the cache itself.
@@ -70,6 +92,9 @@ pub struct Settings {
     pub cache_root: String,
     /// The image with `kernelcache-seed`.
     pub seed_image: String,
+    /// The cluster serves Kubernetes image volumes (used where Pod Security forbids
+    /// hostPath).
+    pub image_volumes: bool,
 }
 
 /// What happened to one pod (a metrics label).
@@ -89,6 +114,10 @@ pub enum Outcome {
     CacheNotUsable,
     /// The pod has the cache already.
     AlreadyInjected,
+    /// The pod uses one of our names or mount paths: left as it is.
+    Conflict,
+    /// The namespace's Pod Security level forbids the volume the cache needs.
+    PodSecurity,
     /// Not a Pod CREATE, or a request that could not be read.
     Skipped,
 }
@@ -104,6 +133,8 @@ impl Outcome {
             Outcome::CacheNotFound => "cache-not-found",
             Outcome::CacheNotUsable => "cache-not-usable",
             Outcome::AlreadyInjected => "already-injected",
+            Outcome::Conflict => "conflict",
+            Outcome::PodSecurity => "pod-security",
             Outcome::Skipped => "skipped",
         }
     }
@@ -119,6 +150,9 @@ pub fn decide(
     let md_name = pod["metadata"]["labels"][MODEL_DEPLOYMENT]
         .as_str()
         .ok_or(Outcome::NoLabel)?;
+    if pod["metadata"]["annotations"][INJECTED_ANNOTATION].is_string() {
+        return Err(Outcome::AlreadyInjected);
+    }
     let md = lookup
         .model_deployment(namespace, md_name)
         .ok_or(Outcome::NoModelDeployment)?;
@@ -140,12 +174,24 @@ pub fn decide(
     };
     let digest = status.resolved_digest.clone().unwrap_or_default();
     let mount_spec = cache.spec.mount.clone().unwrap_or_default();
-    let source = match mount_spec.source.unwrap_or_default() {
-        MountSource::HostPath => Source::HostPath {
-            root: settings.cache_root.clone(),
-            staged: format!("{namespace}/{cache_name}/{}", digest.replace(':', "-")),
+    let level = lookup
+        .namespace_labels(namespace)
+        .and_then(|l| l.get(POD_SECURITY_ENFORCE).cloned());
+    let source = match (mount_spec.source.unwrap_or_default(), level.as_deref()) {
+        (_, Some("restricted")) => return Err(Outcome::PodSecurity),
+        (MountSource::HostPath, Some("baseline")) if !settings.image_volumes => {
+            return Err(Outcome::PodSecurity);
+        }
+        (MountSource::HostPath, Some("baseline")) | (MountSource::ImageVolume, _) => {
+            Source::Image(image.to_string())
+        }
+        (MountSource::HostPath, _) => Source::HostPath {
+            dir: format!(
+                "{}/{namespace}/{cache_name}",
+                settings.cache_root.trim_end_matches('/')
+            ),
+            digest: digest.replace(':', "-"),
         },
-        MountSource::ImageVolume => Source::Image(image.to_string()),
     };
     let mount = Mount {
         name: cache_name.clone(),
@@ -153,11 +199,17 @@ pub fn decide(
         source,
         path: mount_spec.path,
         seed_image: settings.seed_image.clone(),
+        size_bytes: status.size_bytes.and_then(|b| u64::try_from(b).ok()),
     };
-    let mut ops = inject::patch(pod, &mount);
-    if ops.is_empty() {
-        return Err(Outcome::AlreadyInjected);
+    if let Some(why) = inject::conflicts(pod, &mount) {
+        tracing::info!(namespace, reason = %why, "kernel cache not injected");
+        return Err(Outcome::Conflict);
     }
+    let ops = inject::patch(pod, &mount);
+    if ops.is_empty() {
+        return Err(Outcome::Skipped);
+    }
+    let mut ops = ops;
     let label = inject::ready_label(namespace, &cache_name);
     ops.extend(if mount_spec.require_ready_node {
         inject::node_affinity_patch(pod, &label)
@@ -249,6 +301,7 @@ mod tests {
     struct Fake {
         mds: BTreeMap<String, Arc<ModelDeployment>>,
         caches: BTreeMap<String, Arc<KernelCache>>,
+        levels: BTreeMap<String, &'static str>,
     }
 
     impl Lookup for Fake {
@@ -257,6 +310,11 @@ mod tests {
         }
         fn kernel_cache(&self, ns: &str, name: &str) -> Option<Arc<KernelCache>> {
             self.caches.get(&format!("{ns}/{name}")).cloned()
+        }
+        fn namespace_labels(&self, ns: &str) -> Option<BTreeMap<String, String>> {
+            self.levels
+                .get(ns)
+                .map(|l| BTreeMap::from([(POD_SECURITY_ENFORCE.to_string(), (*l).to_string())]))
         }
     }
 
@@ -287,12 +345,14 @@ mod tests {
         Fake {
             mds: [("ml/llama".to_string(), Arc::new(md))].into(),
             caches: [("ml/vllm-h100".to_string(), Arc::new(kc))].into(),
+            levels: BTreeMap::new(),
         }
     }
 
     fn settings() -> Settings {
         Settings {
             cache_root: "/var/lib/kc".into(),
+            image_volumes: false,
             seed_image: "seed:1".into(),
         }
     }
@@ -300,6 +360,32 @@ mod tests {
     fn pod(label: Option<&str>) -> Value {
         let labels = label.map_or(json!({}), |l| json!({MODEL_DEPLOYMENT: l}));
         json!({"metadata": {"generateName": "llama-", "labels": labels}, "spec": {"containers": [{"name": "vllm", "image": "vllm"}]}})
+    }
+
+    #[test]
+    fn pod_security_levels_that_forbid_host_paths_get_image_volumes_or_nothing() {
+        let mut f = fake(Some("vllm-h100"), true, None);
+        f.levels.insert("ml".into(), "baseline");
+        let s = settings();
+        assert_eq!(
+            decide(&pod(Some("llama")), "ml", &f, &s),
+            Err(Outcome::PodSecurity)
+        );
+        let with_images = Settings {
+            image_volumes: true,
+            ..settings()
+        };
+        let ops = decide(&pod(Some("llama")), "ml", &f, &with_images).unwrap();
+        let volume = ops.iter().find(|o| o["path"] == "/spec/volumes").unwrap();
+        assert_eq!(volume["value"][0]["image"]["reference"], "r/c@sha256:ab");
+        assert!(volume["value"][0].get("hostPath").is_none());
+        f.levels.insert("ml".into(), "restricted");
+        assert_eq!(
+            decide(&pod(Some("llama")), "ml", &f, &with_images),
+            Err(Outcome::PodSecurity)
+        );
+        f.levels.insert("ml".into(), "privileged");
+        assert!(decide(&pod(Some("llama")), "ml", &f, &s).is_ok());
     }
 
     #[test]
@@ -319,7 +405,12 @@ mod tests {
         );
         assert_eq!(
             patched["spec"]["initContainers"][0]["command"][2],
-            "/kernel-cache-src/ml/vllm-h100/sha256-ab/io.vllm.cache/torch_compile_cache"
+            "/kernel-cache-src/sha256-ab/io.vllm.cache/torch_compile_cache"
+        );
+        // Only this cache's directory of the node, never the whole root.
+        assert_eq!(
+            patched["spec"]["volumes"][0]["hostPath"]["path"],
+            "/var/lib/kc/ml/vllm-h100"
         );
         assert!(patched["spec"]["affinity"]["nodeAffinity"]["preferredDuringSchedulingIgnoredDuringExecution"].is_array());
         assert_eq!(
@@ -378,6 +469,227 @@ mod tests {
             assert!(resp.allowed);
             assert!(resp.patch.is_none());
             assert_eq!(outcome, Outcome::Skipped);
+        }
+    }
+}
+
+/// The property target for the pod webhook's input: whatever pod (volumes, init
+/// containers, containers with mounts and environment, annotations, drawn from names and
+/// paths that collide with ours) or request bytes arrive, the answer allows the pod, and
+/// a patch applies cleanly and leaves a pod the API server would accept: volume and init
+/// container names unique, no two mounts of a container at one path. Cases:
+/// `PROPTEST_CASES`.
+#[cfg(test)]
+mod properties {
+    use std::collections::{BTreeMap, BTreeSet};
+
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    use super::*;
+    use crate::api::{KernelCacheSpec, KernelCacheStatus, Verification};
+    use kubeairunway_sdk::api::KernelCacheRef;
+
+    struct One {
+        md: Arc<ModelDeployment>,
+        cache: Arc<KernelCache>,
+    }
+
+    impl Lookup for One {
+        fn model_deployment(&self, _: &str, name: &str) -> Option<Arc<ModelDeployment>> {
+            (name == "llama").then(|| Arc::clone(&self.md))
+        }
+        fn kernel_cache(&self, _: &str, name: &str) -> Option<Arc<KernelCache>> {
+            (name == "c").then(|| Arc::clone(&self.cache))
+        }
+        fn namespace_labels(&self, _: &str) -> Option<BTreeMap<String, String>> {
+            None
+        }
+    }
+
+    fn lookup(cache_type: &str) -> One {
+        let mut md: ModelDeployment = serde_json::from_value(json!({
+            "apiVersion": "kubeairunway.ai/v1alpha1", "kind": "ModelDeployment",
+            "metadata": {"name": "llama", "namespace": "ml"},
+            "spec": {"model": {"id": "m"}, "engine": {"type": "vllm"}},
+        }))
+        .unwrap();
+        md.spec.kernel_cache = Some(KernelCacheRef { name: "c".into() });
+        let mut cache = KernelCache::new(
+            "c",
+            KernelCacheSpec {
+                image: "r/c:1".into(),
+                ..KernelCacheSpec::default()
+            },
+        );
+        cache.status = Some(KernelCacheStatus {
+            resolved_digest: Some("sha256:ab".into()),
+            pinned_image: Some("r/c@sha256:ab".into()),
+            cache_type: Some(cache_type.into()),
+            verification: Some(Verification {
+                verified: true,
+                ..Verification::default()
+            }),
+            ..KernelCacheStatus::default()
+        });
+        One {
+            md: Arc::new(md),
+            cache: Arc::new(cache),
+        }
+    }
+
+    fn name() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("kernel-cache-c".to_string()),
+            Just("kernel-cache-c-src".to_string()),
+            Just(inject::SEED_CONTAINER.to_string()),
+            Just("data".to_string()),
+            Just("x".to_string()),
+        ]
+    }
+
+    fn path() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("/root/.cache/vllm/torch_compile_cache".to_string()),
+            Just("/root/.cache/vllm/torch_compile_cache/".to_string()),
+            Just("/var/cache/kubeairunway/kernels/c".to_string()),
+            Just("/cache/torch_compile_cache".to_string()),
+            Just("/data".to_string()),
+        ]
+    }
+
+    fn container() -> impl Strategy<Value = Value> {
+        (
+            name(),
+            proptest::collection::vec((name(), path()), 0..3),
+            proptest::option::of(prop_oneof![Just("/cache"), Just("/root/.cache/vllm")]),
+            any::<bool>(),
+        )
+            .prop_map(|(n, mounts, root, triton_env)| {
+                let mut c = json!({"name": n, "image": "i"});
+                if !mounts.is_empty() {
+                    c["volumeMounts"] = mounts
+                        .into_iter()
+                        .map(|(name, path)| json!({"name": name, "mountPath": path}))
+                        .collect();
+                }
+                let mut env = Vec::new();
+                if let Some(root) = root {
+                    env.push(json!({"name": "VLLM_CACHE_ROOT", "value": root}));
+                }
+                if triton_env {
+                    env.push(json!({"name": "TRITON_CACHE_DIR", "value": "/old"}));
+                }
+                if !env.is_empty() {
+                    c["env"] = Value::Array(env);
+                }
+                c
+            })
+    }
+
+    fn pod() -> impl Strategy<Value = Value> {
+        (
+            proptest::option::of(proptest::collection::vec(name(), 0..3)),
+            proptest::option::of(proptest::collection::vec(name(), 0..2)),
+            proptest::collection::vec(container(), 0..3),
+            any::<bool>(),
+            any::<bool>(),
+        )
+            .prop_map(|(volumes, inits, containers, annotated, affinity)| {
+                let mut spec = json!({"containers": containers});
+                if let Some(v) = volumes {
+                    spec["volumes"] = v
+                        .into_iter()
+                        .map(|n| json!({"name": n, "emptyDir": {}}))
+                        .collect();
+                }
+                if let Some(i) = inits {
+                    spec["initContainers"] = i
+                        .into_iter()
+                        .map(|n| json!({"name": n, "image": "i"}))
+                        .collect();
+                }
+                if affinity {
+                    spec["affinity"] = json!({"nodeAffinity": {}});
+                }
+                let mut metadata = json!({"name": "p", "labels": {MODEL_DEPLOYMENT: "llama"}});
+                if annotated {
+                    metadata["annotations"] = json!({"a": "b"});
+                }
+                json!({"apiVersion": "v1", "kind": "Pod", "metadata": metadata, "spec": spec})
+            })
+    }
+
+    fn unique<'a>(items: impl Iterator<Item = &'a Value>, key: &str) -> bool {
+        let names: Vec<String> = items
+            .filter_map(|i| i[key].as_str().map(|s| s.trim_end_matches('/').to_string()))
+            .collect();
+        names.len() == names.iter().collect::<BTreeSet<_>>().len()
+    }
+
+    fn valid_after(before: &Value, patched: &Value) -> Result<(), String> {
+        let spec = &patched["spec"];
+        let was_valid = |v: &Value| {
+            unique(
+                v["spec"]["volumes"].as_array().into_iter().flatten(),
+                "name",
+            ) && unique(
+                v["spec"]["initContainers"].as_array().into_iter().flatten(),
+                "name",
+            ) && v["spec"]["containers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .all(|c| {
+                    unique(
+                        c["volumeMounts"].as_array().into_iter().flatten(),
+                        "mountPath",
+                    )
+                })
+        };
+        if was_valid(before) && !was_valid(patched) {
+            return Err(format!("a valid pod became invalid: {spec}"));
+        }
+        Ok(())
+    }
+
+    proptest! {
+        #[test]
+        fn any_pod_is_allowed_and_stays_valid(pod in pod(), triton in any::<bool>()) {
+            let lookup = lookup(if triton { "triton" } else { "vllm" });
+            let settings = Settings {
+                cache_root: "/var/lib/kc".into(),
+                seed_image: "seed".into(),
+                image_volumes: false,
+            };
+            let review_body = serde_json::to_vec(&json!({
+                "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+                "request": {
+                    "uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                    "resource": {"group": "", "version": "v1", "resource": "pods"},
+                    "namespace": "ml", "operation": "CREATE",
+                    "userInfo": {"username": "u"}, "object": pod,
+                },
+            })).unwrap();
+            let (response, _) = review(&review_body, &lookup, &settings);
+            prop_assert!(response.allowed);
+            if let Ok(ops) = decide(&pod, "ml", &lookup, &settings) {
+                let patch: json_patch::Patch = serde_json::from_value(Value::Array(ops)).unwrap();
+                let mut patched = pod.clone();
+                json_patch::patch(&mut patched, &patch).map_err(|e| TestCaseError::fail(e.to_string()))?;
+                valid_after(&pod, &patched).map_err(TestCaseError::fail)?;
+            }
+        }
+
+        #[test]
+        fn any_bytes_are_allowed(body in proptest::collection::vec(any::<u8>(), 0..256)) {
+            let lookup = lookup("vllm");
+            let settings = Settings {
+                cache_root: "/r".into(),
+                seed_image: "s".into(),
+                image_volumes: true,
+            };
+            prop_assert!(review(&body, &lookup, &settings).0.allowed);
         }
     }
 }

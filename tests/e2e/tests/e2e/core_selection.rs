@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use k8s_openapi::jiff::Timestamp;
-use kube::Client;
 use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::{Client, ResourceExt};
 use kubeairunway_core::metrics::Metrics;
 use kubeairunway_core::reconciler::{self, AWAITING_SELECTOR_MESSAGE, Settings};
 use kubeairunway_e2e::{apply_md, core_cluster, eventually};
@@ -89,6 +89,16 @@ pub async fn register_providers(client: &Client) {
 
 /// Start core's controller for one namespace in this test's runtime.
 pub async fn start_controller(client: &Client, ns: &str, selector: bool) {
+    start_controller_with(client, ns, selector, Duration::from_secs(300)).await;
+}
+
+/// [`start_controller`] with a finalizer timeout for providers that are gone.
+pub async fn start_controller_with(
+    client: &Client,
+    ns: &str,
+    selector: bool,
+    finalizer_timeout: Duration,
+) {
     let (cache, reflector_fut) = reconciler::provider_cache(client.clone());
     tokio::spawn(reflector_fut);
     assert!(cache.synced().await);
@@ -100,6 +110,7 @@ pub async fn start_controller(client: &Client, ns: &str, selector: bool) {
             heartbeat_max_age: Duration::from_secs(3600),
         },
         pending_requeue: Duration::from_secs(1),
+        finalizer_timeout,
         ..Settings::default()
     };
     tokio::spawn(reconciler::run(
@@ -502,4 +513,59 @@ async fn core_custom_selector_and_provider_fields_survive() {
     let status_fields = &fields["f:status"];
     assert!(status_fields.get("f:phase").is_none(), "{fields}");
     assert!(status_fields.get("f:provider").is_none(), "{fields}");
+}
+
+#[tokio::test]
+async fn the_finalizer_of_an_uninstalled_provider_is_removed_after_the_timeout() {
+    let (cluster, client) = core_cluster().await.unwrap();
+    register_providers(&client).await;
+    let ns = cluster.namespace("core-gone");
+    start_controller_with(&client, &ns, true, Duration::from_secs(2)).await;
+    let mut manifest = md(
+        "held",
+        json!({"model": {"id": "a/b"}, "engine": {"type": "llamacpp"}}),
+    );
+    // `ghost` has no InferenceProviderConfig (uninstalled); `kaito` is registered and alive.
+    manifest["metadata"]["finalizers"] = json!([
+        "kubeairunway.ai/ghost-provider",
+        "kubeairunway.ai/kaito-provider"
+    ]);
+    apply_md(&client, &ns, "user", &manifest).await.unwrap();
+    let api: Api<ModelDeployment> = Api::namespaced(client.clone(), &ns);
+    api.delete("held", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    let held = eventually(30, "the ghost's finalizer removed", || async {
+        api.get_opt("held")
+            .await
+            .ok()
+            .flatten()
+            .filter(|m| m.finalizers() == ["kubeairunway.ai/kaito-provider"])
+    })
+    .await
+    .unwrap();
+    let since = held.metadata.deletion_timestamp.clone().unwrap().0;
+    assert!(
+        Timestamp::now().duration_since(since) >= k8s_openapi::jiff::SignedDuration::from_secs(2),
+        "not before the finalizer timeout"
+    );
+    let notes =
+        kubeairunway_sdk::testing::event_where(&client, &ns, "held", "FinalizerTimeout").await;
+    assert!(
+        notes
+            .iter()
+            .any(|n| n.contains("provider ghost is not installed or not running")),
+        "{notes:?}"
+    );
+    // A live provider's finalizer is its own business: still there a while later.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let still = api.get("held").await.unwrap();
+    assert_eq!(still.finalizers(), ["kubeairunway.ai/kaito-provider"]);
+    api.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
 }

@@ -275,7 +275,7 @@ mod oci {
             .await
             .unwrap_err();
         assert!(
-            matches!(err, PullError::Registry(ref m) if m.to_lowercase().contains("digest")),
+            matches!(err, PullError::Registry(ref m) if m.message.to_lowercase().contains("digest")),
             "{err}"
         );
         refuse(&root);
@@ -347,5 +347,137 @@ mod oci {
             .unwrap_err();
         assert!(err.to_string().contains("exceeds 100 bytes"), "{err}");
         refuse(&root);
+    }
+}
+
+/// `cache build`'s library: a Triton cache directory packaged, pushed, signed with a key,
+/// verified, and staged by the agent's puller: identical to the input, file for file,
+/// with the Triton rewrite left out.
+mod build {
+    use std::collections::BTreeMap;
+    use std::path::{Path, PathBuf};
+
+    use kubeairunway_e2e::cache_images::{data_dir, new_signer, start_registry};
+    use kubeairunway_kernelcache::api::{KernelCachePolicySpec, VerificationMode};
+    use kubeairunway_kernelcache::build::{package, push, sign};
+    use kubeairunway_kernelcache::extract::Limits;
+    use kubeairunway_kernelcache::image::CacheType;
+    use kubeairunway_kernelcache::oci::Puller;
+    use kubeairunway_kernelcache::verify::verify;
+    use oci_client::secrets::RegistryAuth;
+
+    fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+        let mut out = BTreeMap::new();
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in std::fs::read_dir(&d).unwrap().flatten() {
+                if e.file_type().unwrap().is_dir() {
+                    stack.push(e.path());
+                } else {
+                    out.insert(
+                        e.path().strip_prefix(dir).unwrap().to_path_buf(),
+                        std::fs::read(e.path()).unwrap(),
+                    );
+                }
+            }
+        }
+        out
+    }
+
+    #[tokio::test]
+    async fn a_built_cache_is_signed_verified_and_staged_identical_to_its_input() {
+        let registry = start_registry("build").unwrap();
+        let plain = vec![registry.addr().to_string()];
+        let input = data_dir().join("triton-rocm-vector-add/io.triton.cache");
+        let built = package(&input, CacheType::Triton, &[]).unwrap();
+        let image = format!("{}/caches/built:v1", registry.addr());
+        let pinned = push(&built, &image, &RegistryAuth::Anonymous, plain.clone())
+            .await
+            .unwrap();
+        let (signer, public) = new_signer().unwrap();
+        let key = signer
+            .to_sigstore_keypair()
+            .unwrap()
+            .private_key_to_pem()
+            .unwrap();
+        sign(
+            &pinned,
+            key.as_bytes(),
+            b"",
+            &RegistryAuth::Anonymous,
+            plain.clone(),
+        )
+        .await
+        .unwrap();
+        let policy = KernelCachePolicySpec {
+            mode: VerificationMode::Key,
+            public_keys: vec![public],
+            ..Default::default()
+        };
+        let v = verify(&policy, &pinned, &RegistryAuth::Anonymous, plain.clone())
+            .await
+            .unwrap();
+        assert!(v.verified, "{v:?}");
+        // What `cache verify` says, from the tag.
+        let (explained_pin, verdict) = kubeairunway_kernelcache::verify::explain(
+            &policy,
+            &image,
+            &RegistryAuth::Anonymous,
+            plain.clone(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(explained_pin, pinned);
+        assert!(verdict.verified, "{verdict:?}");
+        let unsigned_policy = KernelCachePolicySpec {
+            public_keys: vec![new_signer().unwrap().1],
+            ..policy.clone()
+        };
+        let (_, refused) = kubeairunway_kernelcache::verify::explain(
+            &unsigned_policy,
+            &image,
+            &RegistryAuth::Anonymous,
+            plain.clone(),
+        )
+        .await
+        .unwrap();
+        assert!(!refused.verified);
+        assert!(
+            refused
+                .message
+                .as_deref()
+                .unwrap_or_default()
+                .contains("unsatisfied constraints"),
+            "{refused:?}"
+        );
+
+        let puller = Puller::new(RegistryAuth::Anonymous, plain);
+        let root = tempfile::tempdir().unwrap();
+        let staged = puller
+            .stage(&pinned, root.path(), "ml", "built", None, Limits::default())
+            .await
+            .unwrap();
+        assert_eq!(staged.image.targets[0].arch, "gfx90a");
+        assert_eq!(tree(&staged.dir.join("io.triton.cache")), tree(&input));
+        // With the rewrite, only the group file differs.
+        let other = tempfile::tempdir().unwrap();
+        let rewritten = puller
+            .stage(
+                &pinned,
+                other.path(),
+                "ml",
+                "built",
+                Some("/m"),
+                Limits::default(),
+            )
+            .await
+            .unwrap();
+        let (a, b) = (tree(&rewritten.dir.join("io.triton.cache")), tree(&input));
+        let differ: Vec<&PathBuf> = a.keys().filter(|k| a[*k] != b[*k]).collect();
+        assert_eq!(differ.len(), 1);
+        assert!(
+            differ[0].to_string_lossy().contains("__grp__"),
+            "{differ:?}"
+        );
     }
 }

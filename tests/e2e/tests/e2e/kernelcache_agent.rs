@@ -1,9 +1,9 @@
 //! The kernel-cache node agent, in-process, against a real API server of its own (it
 //! watches KernelCaches in every namespace) and a real loopback registry holding real
 //! cache images. The test plays the controller: it writes each KernelCache's status
-//! (pinned digest, verification) with the controller's field manager, and the kubelet: it
-//! registers the real Node the agent reads and labels (under the agent's own identity,
-//! with real Secrets for pull credentials); GPUs come from a static inventory.
+//! (pinned digest, verification) with the controller's field manager. The Node is a real
+//! Node object the agent watches (it only reads it: the controller sets the ready
+//! labels); GPUs come from a static inventory.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
 use kube::Client;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use kubeairunway_e2e::cache_images::{
     CUDA_HASH, CacheImage, layer, push, start_registry, triton_cuda, triton_rocm, vllm_cuda,
 };
@@ -20,10 +20,8 @@ use kubeairunway_e2e::eventually;
 use kubeairunway_kernelcache::agent::gpu::Static;
 use kubeairunway_kernelcache::agent::metrics::Metrics;
 use kubeairunway_kernelcache::agent::node::KubeNode;
-use kubeairunway_kernelcache::agent::secrets::KubeSecrets;
-use kubeairunway_kernelcache::agent::{self, Seams, Settings};
+use kubeairunway_kernelcache::agent::{self, Seams, Settings, secrets};
 use kubeairunway_kernelcache::api::{CacheState, KernelCache, KernelCacheNode, NodeCache};
-use kubeairunway_kernelcache::inject::ready_label;
 use kubeairunway_testcluster::TestCluster;
 use kubeairunway_testcluster::registry::Registry;
 use serde_json::{Value, json};
@@ -53,13 +51,25 @@ fn start_agent(
     registry: &Registry,
     inventory: &str,
 ) -> RunningAgent {
+    start_agent_with(client, node_name, root, registry, inventory, |_| {})
+}
+
+fn start_agent_with(
+    client: &Client,
+    node_name: &str,
+    root: &Path,
+    registry: &Registry,
+    inventory: &str,
+    tweak: impl FnOnce(&mut Settings),
+) -> RunningAgent {
     let mut settings = Settings::new(node_name, root.to_path_buf());
+    tweak(&mut settings);
     settings.plain_http = vec![registry.addr().to_string()];
     settings.resync = Duration::from_secs(2);
     let seams = Seams {
         gpus: Arc::new(Static::parse(inventory).unwrap()),
-        node: Arc::new(KubeNode::new(client.clone(), node_name)),
-        secrets: Arc::new(KubeSecrets(client.clone())),
+        node: Arc::new(KubeNode::watch(client.clone(), node_name)),
+        secrets: Arc::new(secrets::KubeSecrets(client.clone())),
     };
     let metrics = Arc::new(Metrics::new(node_name));
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -77,42 +87,6 @@ fn start_agent(
         task,
         metrics,
     }
-}
-
-/// The agent's identity: the service account its DaemonSet runs under.
-fn agent_user() -> String {
-    kubeairunway_testcluster::service_account_user("kubeairunway-system", "kernelcache-agent")
-}
-
-async fn agent_client(cluster: &TestCluster) -> Client {
-    cluster
-        .client_as_service_account("kubeairunway-system", "kernelcache-agent")
-        .await
-        .unwrap()
-}
-
-/// Register a Node as its kubelet would (the test server runs no kubelet).
-async fn register_node(client: &Client, name: &str, labels: &[(&str, &str)]) {
-    let labels: BTreeMap<&str, &str> = labels.iter().copied().collect();
-    let node: Node = serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": labels},
-        "status": {"capacity": {"nvidia.com/gpu": "2"}},
-    }))
-    .unwrap();
-    Api::<Node>::all(client.clone())
-        .create(&PostParams::default(), &node)
-        .await
-        .unwrap();
-}
-
-async fn node_labels(client: &Client, name: &str) -> BTreeMap<String, String> {
-    Api::<Node>::all(client.clone())
-        .get(name)
-        .await
-        .unwrap()
-        .metadata
-        .labels
-        .unwrap_or_default()
 }
 
 async fn setup(tag: &str) -> (TestCluster, Client, Registry) {
@@ -255,8 +229,37 @@ async fn the_agent_stages_what_fits_reports_labels_survives_restarts_and_cleans_
 
     let root = tempfile::tempdir().unwrap();
     let node_name = "gpu-node-1";
-    register_node(&client, node_name, &[("pool", "gpu")]).await;
-    let agent = agent_client(&cluster).await;
+    let nodes: Api<Node> = Api::all(client.clone());
+    nodes
+        .create(
+            &kube::api::PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": node_name, "labels": {"pool": "gpu"}},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    // A cache for other nodes only is not even considered here.
+    let api: Api<KernelCache> = Api::namespaced(client.clone(), ns);
+    api.patch(
+        "elsewhere",
+        &PatchParams::apply("user-selector"),
+        &Patch::Apply(json!({
+            "apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "KernelCache",
+            "metadata": {"name": "elsewhere", "namespace": ns},
+            "spec": {"image": triton, "nodeSelector": {"pool": "cpu"}},
+        })),
+    )
+    .await
+    .unwrap();
+    cache(&client, &registry, ns, "elsewhere", &triton, true).await;
+    // The agent runs under its own identity, as its DaemonSet's service account.
+    let agent = cluster
+        .client_as_service_account("kubeairunway-system", "kernelcache-agent")
+        .await
+        .unwrap();
     let running = start_agent(&agent, node_name, root.path(), &registry, H100X2);
 
     let report = node_where(
@@ -317,6 +320,19 @@ async fn the_agent_stages_what_fits_reports_labels_survives_restarts_and_cleans_
         entry(&report, "unverified").is_none(),
         "an unusable cache is not even considered"
     );
+    assert!(
+        entry(&report, "elsewhere").is_none(),
+        "a cache whose nodeSelector does not select this node is not considered"
+    );
+    assert_eq!(
+        report
+            .metadata
+            .owner_references
+            .as_ref()
+            .map(|o| o[0].kind.clone()),
+        Some("Node".to_string()),
+        "the report is owned by the real Node"
+    );
 
     // On disk: the two caches, Triton group files pointing where pods mount the cache.
     let dir = |name: &str, digest: &str| {
@@ -368,22 +384,12 @@ async fn the_agent_stages_what_fits_reports_labels_survives_restarts_and_cleans_
             .is_ok_and(|mut d| d.next().is_some())
     );
 
-    // The node is labelled for the ready caches only.
-    let labels = node_labels(&client, node_name).await;
+    // The agent never writes its Node (the controller sets the ready labels).
+    let labels = nodes.get(node_name).await.unwrap().metadata.labels.unwrap();
     assert_eq!(
-        labels
-            .get(&ready_label(ns, "triton-vadd"))
-            .map(String::as_str),
-        Some("true")
+        labels,
+        BTreeMap::from([("pool".to_string(), "gpu".to_string())])
     );
-    assert_eq!(
-        labels
-            .get(&ready_label(ns, "vllm-llama"))
-            .map(String::as_str),
-        Some("true")
-    );
-    assert!(!labels.contains_key(&ready_label(ns, "rocm-vadd")));
-    assert_eq!(labels.get("pool").map(String::as_str), Some("gpu"));
 
     // Exactly two downloads, and the failed attempts; the compatibility decisions counted.
     assert_eq!(running.metrics.downloads("success"), 2);
@@ -421,7 +427,7 @@ async fn the_agent_stages_what_fits_reports_labels_survives_restarts_and_cleans_
     // A restarted agent finds the caches complete on disk: Ready again, no download, the
     // transition time kept.
     running.stop().await;
-    let restarted = start_agent(&agent, node_name, root.path(), &registry, H100X2);
+    let restarted = start_agent(&client, node_name, root.path(), &registry, H100X2);
     eventually(60, "the restarted agent to report sizes", || async {
         let text = restarted.metrics.encode();
         (text.contains("name=\"triton-vadd\"") && text.contains("name=\"vllm-llama\""))
@@ -465,48 +471,19 @@ async fn the_agent_stages_what_fits_reports_labels_survives_restarts_and_cleans_
     .await
     .unwrap();
     assert!(dir("vllm-llama", &vllm_digest).is_dir());
-    let labels = node_labels(&client, node_name).await;
-    assert!(
-        !labels.contains_key(&ready_label(ns, "triton-vadd")),
-        "{labels:?}"
-    );
-    assert!(labels.contains_key(&ready_label(ns, "vllm-llama")));
-    // The agent wrote those labels itself, with patches of the Node under its own
-    // identity (the audit log), and never replaced the Node.
-    let writes: Vec<_> = cluster
-        .audit_events()
-        .unwrap()
-        .into_iter()
-        .filter(|e| {
-            e.user.username == agent_user()
-                && e.object_ref.as_ref().is_some_and(|r| r.resource == "nodes")
-                && !matches!(e.verb.as_str(), "get" | "list" | "watch")
-        })
-        .map(|e| e.verb)
-        .collect();
-    assert!(
-        writes.len() >= 2 && writes.iter().all(|v| v == "patch"),
-        "{writes:?}"
-    );
     restarted.stop().await;
 }
 
 #[tokio::test]
-async fn a_node_without_gpus_reports_zero_with_a_message_and_downloads_nothing() {
-    let (cluster, client, registry) = setup("kc-agent-nogpu").await;
+async fn a_node_without_gpus_or_node_object_reports_zero_with_a_message_and_downloads_nothing() {
+    let (_cluster, client, registry) = setup("kc-agent-nogpu").await;
     let triton = push(&registry, "kc/triton-vadd:v1", &triton_cuda("90").unwrap())
         .await
         .unwrap();
     cache(&client, &registry, "ml", "triton-vadd", &triton, true).await;
     let root = tempfile::tempdir().unwrap();
-    register_node(&client, "cpu-node", &[]).await;
-    let running = start_agent(
-        &agent_client(&cluster).await,
-        "cpu-node",
-        root.path(),
-        &registry,
-        "[]",
-    );
+    // No Node object "cpu-node" exists: the agent reports anyway.
+    let running = start_agent(&client, "cpu-node", root.path(), &registry, "[]");
     let report = node_where(
         &client,
         "cpu-node",
@@ -527,19 +504,86 @@ async fn a_node_without_gpus_reports_zero_with_a_message_and_downloads_nothing()
     assert_eq!(running.metrics.downloads("success"), 0);
     assert!(!root.path().join("ml").exists());
     assert!(
-        node_labels(&client, "cpu-node").await.is_empty(),
-        "no label set"
+        report.metadata.owner_references.is_none(),
+        "no Node to own it"
     );
     running.stop().await;
 }
 
-/// Pull credentials come from real Secrets: the first pull Secret naming the registry
-/// wins, a missing Secret is skipped (as the kubelet does), another registry gets none,
+#[tokio::test]
+async fn caches_of_one_image_share_its_files_and_the_disk_budget_is_kept() {
+    use std::os::unix::fs::MetadataExt as _;
+    let (_cluster, client, registry) = setup("kc-agent-dedup").await;
+    let triton = push(&registry, "kc/triton-vadd:v1", &triton_cuda("90").unwrap())
+        .await
+        .unwrap();
+    let digest = cache(&client, &registry, "ml", "one", &triton, true).await;
+    cache(&client, &registry, "ml", "two", &triton, true).await;
+    let root = tempfile::tempdir().unwrap();
+    let running = start_agent(&client, "dedup-node", root.path(), &registry, H100X2);
+    node_where(&client, "dedup-node", "both Ready", |n| {
+        state_of(n, "one") == Some(CacheState::Ready)
+            && state_of(n, "two") == Some(CacheState::Ready)
+    })
+    .await;
+    assert_eq!(
+        running.metrics.downloads("success"),
+        1,
+        "one download for both"
+    );
+    let dir = |name: &str| {
+        root.path()
+            .join("ml")
+            .join(name)
+            .join(digest.replace(':', "-"))
+    };
+    let kernel = format!("io.triton.cache/{CUDA_HASH}/add_kernel.json");
+    let ino = |p: std::path::PathBuf| std::fs::metadata(p).unwrap().ino();
+    assert_eq!(ino(dir("one").join(&kernel)), ino(dir("two").join(&kernel)));
+    // Each cache's group file points at its own mount path.
+    let group = |name: &str| {
+        std::fs::read_to_string(dir(name).join(format!(
+            "io.triton.cache/{CUDA_HASH}/__grp__add_kernel.json"
+        )))
+        .unwrap()
+    };
+    assert!(group("one").contains("/kernels/one/"), "{}", group("one"));
+    assert!(group("two").contains("/kernels/two/"), "{}", group("two"));
+    running.stop().await;
+
+    // A node whose budget the cache does not fit: Failed, with the numbers.
+    let small = tempfile::tempdir().unwrap();
+    let running = start_agent_with(
+        &client,
+        "small-node",
+        small.path(),
+        &registry,
+        H100X2,
+        |s| {
+            s.disk_budget = Some(100);
+        },
+    );
+    let report = node_where(&client, "small-node", "over budget", |n| {
+        state_of(n, "one") == Some(CacheState::Failed)
+    })
+    .await;
+    let message = entry(&report, "one").unwrap().message.clone().unwrap();
+    assert!(
+        message.contains("over the node's disk budget of 100 bytes"),
+        "{message}"
+    );
+    assert!(!small.path().join("ml").exists());
+    running.stop().await;
+}
+
+/// The controller reads pull credentials from real Secrets (then hands them over to the
+/// agents): the first pull Secret naming the registry wins, a missing Secret is skipped (as the kubelet does), another registry gets none,
 /// and a Secret without a docker config is an error that names it.
 #[tokio::test]
 async fn pull_credentials_come_from_real_secrets() {
     use k8s_openapi::api::core::v1::Secret;
-    use kubeairunway_kernelcache::agent::secrets::auth_for;
+    use kube::api::PostParams;
+    use kubeairunway_kernelcache::agent::secrets::{KubeSecrets, auth_for};
     use oci_client::secrets::RegistryAuth;
 
     let cluster = kubeairunway_testcluster::shared();
@@ -569,7 +613,7 @@ async fn pull_credentials_come_from_real_secrets() {
     }
     let reader = KubeSecrets(
         cluster
-            .client_as_service_account(&ns, "kernelcache-agent")
+            .client_as_service_account(&ns, "kernelcache-controller")
             .await
             .unwrap(),
     );

@@ -159,6 +159,8 @@ async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments
     let registry = start_registry("kc-controller").unwrap();
     let (signer, public) = new_signer().unwrap();
     let (other_signer, _) = new_signer().unwrap();
+    // A trusted key that signs an image only after its KernelCache was refused.
+    let (late_signer, late_public) = new_signer().unwrap();
 
     let signed = push(&registry, "caches/signed:v1", &triton_cuda("90").unwrap())
         .await
@@ -184,9 +186,11 @@ async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments
     .await
     .unwrap();
 
+    cluster.ensure_namespace("kc-credentials");
     let settings = Settings {
         plain_http: vec![registry.addr().to_string()],
         resync: Duration::from_secs(2),
+        credentials_namespace: Some("kc-credentials".into()),
         ..Settings::default()
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -199,6 +203,54 @@ async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments
             let _ = stopped.await;
         },
     ));
+
+    // A cache naming a pull Secret: the controller hands the registry's entry over to the
+    // agents in the credentials namespace, and takes it back when the cache goes.
+    let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), NS);
+    let config = json!({"auths": {registry.addr(): {"username": "robot", "password": "pw"}}});
+    secrets
+        .create(
+            &kube::api::PostParams::default(),
+            &serde_json::from_value(json!({
+                "metadata": {"name": "regcred"},
+                "type": "kubernetes.io/dockerconfigjson",
+                "stringData": {".dockerconfigjson": config.to_string()},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    apply(
+        &client,
+        "cache.kubeairunway.ai/v1alpha1",
+        "KernelCache",
+        "kernelcaches",
+        "private",
+        json!({"spec": {"image": signed, "imagePullSecrets": ["regcred"]}}),
+    )
+    .await;
+    let handed: Api<k8s_openapi::api::core::v1::Secret> =
+        Api::namespaced(client.clone(), "kc-credentials");
+    let name = kubeairunway_kernelcache::credentials::handover_name(NS, "private");
+    let secret = eventually("the handed-over credentials", || async {
+        Ok(handed.get(&name).await?)
+    })
+    .await
+    .unwrap();
+    let data = secret.data.unwrap();
+    let auth = kubeairunway_kernelcache::credentials::registry_auth(
+        registry.addr(),
+        &[(name.clone(), data)],
+    )
+    .unwrap();
+    assert_eq!(
+        auth,
+        oci_client::secrets::RegistryAuth::Basic("robot".into(), "pw".into())
+    );
+    Api::<KernelCache>::namespaced(client.clone(), NS)
+        .delete("private", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
 
     // Without a policy nothing is usable.
     cache(&client, "signed", &signed).await;
@@ -220,7 +272,7 @@ async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments
         "KernelCachePolicy",
         "kernelcachepolicies",
         "default",
-        json!({"spec": {"mode": "key", "publicKeys": [public]}}),
+        json!({"spec": {"mode": "key", "publicKeys": [public, late_public]}}),
     )
     .await;
     cache(&client, "unsigned", &unsigned).await;
@@ -252,6 +304,21 @@ async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments
         assert_eq!(condition(&s, "Ready").0, "False");
     }
 
+    // A signature pushed after the refusal is picked up without a restart (the refusal
+    // is retried with backoff).
+    sign(
+        &registry,
+        &pinned(&registry, &unsigned).await.unwrap(),
+        late_signer,
+    )
+    .await
+    .unwrap();
+    let s = status_where(&client, "unsigned", "verified once signed", |s| {
+        conditions::find(&s.conditions, "Verified").is_some_and(|c| c.reason == "Verified")
+    })
+    .await;
+    assert!(s.usable_image().is_some());
+
     // A signed image that is not a kernel cache (no cache labels) is refused too.
     let (plain_signer, plain_public) = new_signer().unwrap();
     let mut plain_image = triton_cuda("90").unwrap();
@@ -272,7 +339,7 @@ async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments
         "KernelCachePolicy",
         "kernelcachepolicies",
         "default",
-        json!({"spec": {"mode": "key", "publicKeys": [public.clone(), plain_public]}}),
+        json!({"spec": {"mode": "key", "publicKeys": [public.clone(), late_public.clone(), plain_public]}}),
     )
     .await;
     cache(&client, "plain", &plain).await;
@@ -289,6 +356,29 @@ async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments
     );
 
     // Node reports add up (an old digest's entry is ignored).
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    for (node, labels) in [
+        (
+            "gpu-a",
+            json!({"zone": "a", "kernelcache.kubeairunway.ai/ml.gone": "true"}),
+        ),
+        (
+            "gpu-b",
+            json!({"kernelcache.kubeairunway.ai/ml.signed": "true"}),
+        ),
+    ] {
+        nodes
+            .create(
+                &kube::api::PostParams::default(),
+                &serde_json::from_value(json!({
+                    "apiVersion": "v1", "kind": "Node",
+                    "metadata": {"name": node, "labels": labels},
+                }))
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+    }
     node_report(&client, "gpu-a", &[("signed", &digest, "Ready", "")]).await;
     node_report(&client, "gpu-b", &[("signed", &digest, "Staging", "")]).await;
     node_report(
@@ -309,6 +399,42 @@ async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments
         message.contains("gpu-c: layer digest mismatch"),
         "{message}"
     );
+    // The controller sets the ready labels from the reports (the agents never write a
+    // Node): on gpu-a, where the cache is Ready, and on no other; labels not its own
+    // stay.
+    let labels_of = |node: &'static str| {
+        let nodes = nodes.clone();
+        async move {
+            nodes
+                .get(node)
+                .await
+                .map(|n| n.metadata.labels.unwrap_or_default())
+                .map_err(anyhow::Error::from)
+        }
+    };
+    let a = eventually("gpu-a labelled", || async {
+        let l = labels_of("gpu-a").await?;
+        anyhow::ensure!(
+            l.contains_key("kernelcache.kubeairunway.ai/ml.signed"),
+            "{l:?}"
+        );
+        anyhow::ensure!(
+            !l.contains_key("kernelcache.kubeairunway.ai/ml.gone"),
+            "{l:?}"
+        );
+        Ok(l)
+    })
+    .await
+    .unwrap();
+    assert_eq!(a["kernelcache.kubeairunway.ai/ml.signed"], "true");
+    assert_eq!(a["zone"], "a");
+    eventually("gpu-b unlabelled (Staging)", || async {
+        let l = labels_of("gpu-b").await?;
+        anyhow::ensure!(l.is_empty(), "{l:?}");
+        Ok(())
+    })
+    .await
+    .unwrap();
 
     // ModelDeployments: KernelCacheReady beside another writer's condition.
     let md = |cache: &str| {
@@ -421,6 +547,14 @@ async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments
     let v = s.verification.clone().unwrap();
     assert_eq!((v.mode, v.verified), (VerificationMode::Disabled, false));
     assert!(s.usable_image().is_some());
+
+    // The deleted cache's credentials were taken back.
+    eventually("the handed-over credentials removed", || async {
+        anyhow::ensure!(handed.get_opt(&name).await?.is_none(), "still there");
+        Ok(())
+    })
+    .await
+    .unwrap();
 
     // The capability registration: no engines, never selected to serve.
     let ipc: InferenceProviderConfig = Api::all(client.clone()).get("kernelcache").await.unwrap();

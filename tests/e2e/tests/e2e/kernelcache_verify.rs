@@ -530,6 +530,35 @@ async fn a_signature_made_by_the_cosign_cli_verifies() {
         .unwrap_err();
     assert!(matches!(err, VerifyError::Unsatisfied(_)), "{err}");
 
+    // cosign's default output of the day (3.x): a Sigstore bundle (DSSE envelope, public
+    // key hint, no log entry offline) in an OCI artifact under the `sha256-<hex>` tag.
+    let bundled = push_image(&registry, "caches/cosigned-bundle:v1", "cosigned-bundle").await;
+    run(&[
+        "sign",
+        "--key",
+        "cosign.key",
+        "--use-signing-config=false",
+        "--tlog-upload=false",
+        "--allow-insecure-registry",
+        "--allow-http-registry",
+        "--yes",
+        &bundled,
+    ]);
+    let v = check(&key_policy(&[&public]), &registry, &bundled)
+        .await
+        .unwrap();
+    assert!(v.verified, "{v:?}");
+    assert_eq!(v.signer, Some(key_fingerprint(&public).unwrap()));
+    let err = check(&key_policy(&[&other]), &registry, &bundled)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, VerifyError::Unsatisfied(_)), "{err}");
+    assert!(
+        err.to_string()
+            .contains("1 Sigstore bundle(s) checked against 1 key(s); the bundle: signed by none of the policy's keys"),
+        "{err}"
+    );
+
     // Certificate mode: cosign signs with an imported key and a certificate chain made
     // with rcgen (`--certificate`, `--certificate-chain`).
     let certified = push_image(&registry, "caches/cosigned-cert:v1", "cosigned-cert").await;
@@ -594,6 +623,55 @@ async fn a_signature_made_by_the_cosign_cli_verifies() {
     .await
     .unwrap_err();
     assert!(matches!(err, VerifyError::Untrusted(_)), "{err}");
+
+    // The same with cosign's default bundle format.
+    let certified_bundle = push_image(
+        &registry,
+        "caches/cosigned-cert-bundle:v1",
+        "cosigned-cert-bundle",
+    )
+    .await;
+    run(&[
+        "sign",
+        "--key",
+        "imported.key",
+        "--certificate",
+        "leaf.pem",
+        "--certificate-chain",
+        "chain.pem",
+        "--use-signing-config=false",
+        "--tlog-upload=false",
+        "--allow-insecure-registry",
+        "--allow-http-registry",
+        "--yes",
+        &certified_bundle,
+    ]);
+    let v = check(
+        &cert_policy(&ca_bundle, r"builder@example\.com"),
+        &registry,
+        &certified_bundle,
+    )
+    .await
+    .unwrap();
+    assert!(v.verified, "{v:?}");
+    assert_eq!(v.signer.as_deref(), Some("builder@example.com"));
+    let err = check(
+        &cert_policy(&ca_bundle, r"other@example\.com"),
+        &registry,
+        &certified_bundle,
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, VerifyError::SubjectMismatch { .. }), "{err}");
+    // A key-signed bundle in certificate mode: refused, saying why.
+    let err = check(&cert_policy(&ca_bundle, ".*"), &registry, &bundled)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("Sigstore bundle: signed with a key, not a certificate"),
+        "{err}"
+    );
 }
 
 /// A Fulcio-style CA and Rekor key made in the test, for offline keyless verification.
@@ -793,4 +871,208 @@ async fn keyless_mode_checks_fulcio_rekor_issuer_and_subject_offline() {
     let unsigned = push_image(&registry, "caches/unsigned:v1", "unsigned").await;
     let err = check(&policy, &registry, &unsigned).await.unwrap_err();
     assert!(matches!(err, VerifyError::NoSignature(_)), "{err}");
+}
+
+/// Push a Sigstore bundle for `pinned` the way cosign 3 stores one on a registry without
+/// the referrers API: an artifact manifest (empty config, the bundle as its one layer,
+/// `subject` the image) listed in an image index under the tag `sha256-<hex>`.
+async fn push_bundle(pinned: &str, bundle: &serde_json::Value) {
+    use sha2::Digest as _;
+    let (repo, digest) = pinned.split_once('@').unwrap();
+    let client = oci();
+    let by_digest = |d: &str| -> Reference { format!("{repo}@{d}").parse().unwrap() };
+    let sha = |b: &[u8]| format!("sha256:{}", hex(&sha2::Sha256::digest(b)));
+    let layer = serde_json::to_vec(bundle).unwrap();
+    let empty = b"{}".to_vec();
+    for data in [&layer, &empty] {
+        client
+            .push_blob(&by_digest(digest), data.clone(), &sha(data))
+            .await
+            .unwrap();
+    }
+    let artifact = "application/vnd.dev.sigstore.bundle.v0.3+json";
+    let manifest = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": OCI_IMAGE_MEDIA_TYPE,
+        "artifactType": artifact,
+        "config": {"mediaType": "application/vnd.oci.empty.v1+json", "size": 2, "digest": sha(&empty)},
+        "layers": [{"mediaType": artifact, "size": layer.len(), "digest": sha(&layer)}],
+        "subject": {"mediaType": OCI_IMAGE_MEDIA_TYPE, "size": 1, "digest": digest},
+    }))
+    .unwrap();
+    let manifest_digest = sha(&manifest);
+    client
+        .push_manifest_raw(
+            &by_digest(&manifest_digest),
+            manifest.clone(),
+            http::HeaderValue::from_static(OCI_IMAGE_MEDIA_TYPE),
+        )
+        .await
+        .unwrap();
+    let index = serde_json::to_vec(&serde_json::json!({
+        "schemaVersion": 2,
+        "mediaType": "application/vnd.oci.image.index.v1+json",
+        "manifests": [{"mediaType": OCI_IMAGE_MEDIA_TYPE, "size": manifest.len(),
+                       "digest": manifest_digest, "artifactType": artifact}],
+    }))
+    .unwrap();
+    let tag: Reference = format!("{repo}:{}", digest.replace(':', "-"))
+        .parse()
+        .unwrap();
+    client
+        .push_manifest_raw(
+            &tag,
+            index,
+            http::HeaderValue::from_static("application/vnd.oci.image.index.v1+json"),
+        )
+        .await
+        .unwrap();
+}
+
+impl Sigstore {
+    /// A keyless Sigstore bundle (v0.3) for `pinned`: a Fulcio-style certificate, the DSSE
+    /// envelope cosign signs, and its `dsse` log entry with a SET by `log`'s Rekor key.
+    fn keyless_bundle(
+        &self,
+        log: &Sigstore,
+        pinned: &str,
+        email: &str,
+        issuer: &str,
+    ) -> serde_json::Value {
+        use base64::Engine as _;
+        use base64::engine::general_purpose::STANDARD;
+        use sha2::Digest as _;
+        let (signer, _) = new_signer();
+        let leaf = self.leaf(&signer, email, issuer);
+        let leaf_der = kubeairunway_kernelcache::verify::pem_certificates(&leaf)
+            .unwrap()
+            .remove(0);
+        let hex_digest = digest_of(pinned).trim_start_matches("sha256:").to_string();
+        let payload = serde_json::to_vec(&serde_json::json!({
+            "_type": "https://in-toto.io/Statement/v1",
+            "subject": [{"digest": {"sha256": hex_digest}}],
+            "predicateType": "https://sigstore.dev/cosign/sign/v1",
+            "predicate": {},
+        }))
+        .unwrap();
+        let payload_type = "application/vnd.in-toto+json";
+        let signature = signer
+            .sign(&kubeairunway_kernelcache::bundle::pae(
+                payload_type,
+                &payload,
+            ))
+            .unwrap();
+        let body = serde_json::to_vec(&serde_json::json!({
+            "apiVersion": "0.0.1", "kind": "dsse",
+            "spec": {
+                "payloadHash": {"algorithm": "sha256", "value": hex(&sha2::Sha256::digest(&payload))},
+                "signatures": [{"signature": STANDARD.encode(&signature), "verifier": STANDARD.encode(&leaf)}],
+            },
+        }))
+        .unwrap();
+        let key_id = sha2::Sha256::digest(
+            log.rekor
+                .to_sigstore_keypair()
+                .unwrap()
+                .public_key_to_der()
+                .unwrap(),
+        );
+        let time = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let canonical = format!(
+            r#"{{"body":"{}","integratedTime":{time},"logID":"{}","logIndex":7}}"#,
+            STANDARD.encode(&body),
+            hex(&key_id)
+        );
+        let set = log.rekor.sign(canonical.as_bytes()).unwrap();
+        serde_json::json!({
+            "mediaType": "application/vnd.dev.sigstore.bundle.v0.3+json",
+            "verificationMaterial": {
+                "certificate": {"rawBytes": STANDARD.encode(&leaf_der)},
+                "tlogEntries": [{
+                    "logIndex": "7",
+                    "logId": {"keyId": STANDARD.encode(key_id)},
+                    "kindVersion": {"kind": "dsse", "version": "0.0.1"},
+                    "integratedTime": time.to_string(),
+                    "inclusionPromise": {"signedEntryTimestamp": STANDARD.encode(&set)},
+                    "canonicalizedBody": STANDARD.encode(&body),
+                }],
+            },
+            "dsseEnvelope": {
+                "payload": STANDARD.encode(&payload),
+                "payloadType": payload_type,
+                "signatures": [{"sig": STANDARD.encode(&signature)}],
+            },
+        })
+    }
+}
+
+#[tokio::test]
+async fn keyless_sigstore_bundles_with_their_log_entry_verify_offline() {
+    let registry = start_registry("keyless-bundle");
+    let sigstore = Sigstore::new("test");
+    let rogue = Sigstore::new("rogue");
+    let (issuer, subject) = ("https://token.example.com", "builder@example.com");
+    let policy = sigstore.policy(issuer, subject);
+
+    let good = push_image(&registry, "caches/keyless-bundle:v1", "keyless-bundle").await;
+    push_bundle(
+        &good,
+        &sigstore.keyless_bundle(&sigstore, &good, subject, issuer),
+    )
+    .await;
+    let v = check(&policy, &registry, &good).await.unwrap();
+    assert!(v.verified, "{v:?}");
+    assert_eq!(v.signer.as_deref(), Some(subject));
+    let err = check(
+        &sigstore.policy(issuer, "other@example.com"),
+        &registry,
+        &good,
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, VerifyError::SubjectMismatch { .. }), "{err}");
+    let err = check(
+        &sigstore.policy("https://evil.example.com", subject),
+        &registry,
+        &good,
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, VerifyError::IssuerMismatch { .. }), "{err}");
+
+    // A log entry signed by another Rekor key, a certificate from another CA.
+    let rogue_log = push_image(&registry, "caches/keyless-rogue-log:v1", "rogue-log").await;
+    push_bundle(
+        &rogue_log,
+        &sigstore.keyless_bundle(&rogue, &rogue_log, subject, issuer),
+    )
+    .await;
+    let err = check(&policy, &registry, &rogue_log).await.unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("SET does not verify with a trustRoot Rekor key"),
+        "{err}"
+    );
+    let rogue_ca = push_image(&registry, "caches/keyless-rogue-ca:v1", "rogue-ca").await;
+    push_bundle(
+        &rogue_ca,
+        &rogue.keyless_bundle(&sigstore, &rogue_ca, subject, issuer),
+    )
+    .await;
+    let err = check(&policy, &registry, &rogue_ca).await.unwrap_err();
+    assert!(matches!(err, VerifyError::Untrusted(_)), "{err}");
+
+    // A bundle of another image stored as this image's.
+    let other = push_image(&registry, "caches/keyless-other:v1", "other").await;
+    let replayed = push_image(&registry, "caches/keyless-replayed:v1", "replayed").await;
+    push_bundle(
+        &replayed,
+        &sigstore.keyless_bundle(&sigstore, &other, subject, issuer),
+    )
+    .await;
+    let err = check(&policy, &registry, &replayed).await.unwrap_err();
+    assert!(matches!(err, VerifyError::DigestMismatch { .. }), "{err}");
 }

@@ -176,6 +176,7 @@ async fn serving_pods_get_usable_caches_and_nothing_else_is_touched() {
         settings: Settings {
             cache_root: "/var/lib/kubeairunway/kernel-caches".into(),
             seed_image: "ghcr.io/kubeairunway/kernelcache-provider:v1".into(),
+            image_volumes: false,
         },
         metrics: metrics.clone(),
     });
@@ -215,11 +216,11 @@ async fn serving_pods_get_usable_caches_and_nothing_else_is_touched() {
     let spec = &patched["spec"];
     assert_eq!(
         spec["volumes"][0]["hostPath"],
-        json!({"path": "/var/lib/kubeairunway/kernel-caches", "type": "DirectoryOrCreate"})
+        json!({"path": "/var/lib/kubeairunway/kernel-caches/serving/vllm-h100", "type": "DirectoryOrCreate"})
     );
     assert_eq!(
         spec["volumes"][1],
-        json!({"name": "kernel-cache-vllm-h100", "emptyDir": {}})
+        json!({"name": "kernel-cache-vllm-h100", "emptyDir": {"sizeLimit": (1u64 << 30).to_string()}})
     );
     let seed = &spec["initContainers"][0];
     assert_eq!(
@@ -231,7 +232,7 @@ async fn serving_pods_get_usable_caches_and_nothing_else_is_touched() {
         json!([
             "/kernelcache-seed",
             "--from",
-            "/kernel-cache-src/serving/vllm-h100/sha256-aa/io.vllm.cache/torch_compile_cache",
+            "/kernel-cache-src/sha256-aa/io.vllm.cache/torch_compile_cache",
             "--to",
             "/kernel-cache"
         ])
@@ -269,7 +270,7 @@ async fn serving_pods_get_usable_caches_and_nothing_else_is_touched() {
     assert_eq!(main["volumeMounts"][0]["mountPath"], "/triton");
     assert_eq!(
         patched["spec"]["initContainers"][0]["command"][2],
-        "/kernel-cache-src/serving/triton-h100/sha256-bb/io.triton.cache"
+        "/kernel-cache-src/sha256-bb/io.triton.cache"
     );
     assert!(patched["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"].is_object());
 

@@ -156,11 +156,19 @@ fn model_deployment_accepts_every_reference_manifest() {
 #[test]
 fn provider_config_accepts_every_reference_manifest() {
     // A config without a spec registers nothing; kube's derive makes `spec` required.
+    // Selection rules are bounded on purpose (`kubeairunway_sdk::selection::budget`: any
+    // provider may write any config, and core evaluates every rule for every
+    // ModelDeployment): at most 64 rules of 1 to 4096 characters.
     check(
         "kubeairunway.ai_inferenceproviderconfigs.yaml",
         &kubeairunway_sdk::api::crds::all()[1],
         40,
-        &[": ours requires spec, the reference does not"],
+        &[
+            ": ours requires spec, the reference does not",
+            ".spec.selectionRules: ours adds maxItems 64",
+            ".spec.selectionRules[].condition: ours adds maxLength 4096",
+            ".spec.selectionRules[].condition: ours adds minLength 1",
+        ],
     );
 }
 

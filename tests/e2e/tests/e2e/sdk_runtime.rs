@@ -447,6 +447,111 @@ async fn spec_fields_the_provider_ignores_are_named_in_its_condition_and_an_even
 }
 
 #[tokio::test]
+async fn a_model_deployment_moved_to_another_provider_is_released_by_the_first() {
+    // The provider that is no longer selected stops seeing the ModelDeployment; it must
+    // still delete what it made and drop its finalizer, or deletion hangs forever.
+    let (client, ns, _first) = setup("chat-first").await;
+    let _second = testing::spawn(
+        ChatServerProvider {
+            name: "chat-second".into(),
+        },
+        client.clone(),
+        test_options(),
+    );
+    deploy(&client, &llama("moved", &ns, "chat-first").build()).await;
+    chatserver_where(&client, &ns, "moved", "the first provider's server", |s| {
+        s.as_ref().is_some_and(|s| {
+            s.labels().get(labels::PROVIDER).map(String::as_str) == Some("chat-first")
+        })
+    })
+    .await;
+    md_where(&client, &ns, "moved", "the first finalizer", |m| {
+        m.finalizers()
+            .contains(&"kubeairunway.ai/chat-first-provider".to_string())
+    })
+    .await;
+
+    // The user names the other provider.
+    deploy(&client, &llama("moved", &ns, "chat-second").build()).await;
+    let md = md_where(&client, &ns, "moved", "only the second finalizer", |m| {
+        m.finalizers() == ["kubeairunway.ai/chat-second-provider"]
+    })
+    .await;
+    assert_eq!(md.selected_provider(), Some("chat-second"));
+    chatserver_where(&client, &ns, "moved", "the second provider's server", |s| {
+        s.as_ref().is_some_and(|s| {
+            s.labels().get(labels::PROVIDER).map(String::as_str) == Some("chat-second")
+                && s.metadata.deletion_timestamp.is_none()
+        })
+    })
+    .await;
+    assert!(
+        event_where(&client, &ns, "moved", "Released")
+            .await
+            .iter()
+            .any(|m| m.contains("chat-first released this ModelDeployment")),
+    );
+
+    // Deletion no longer waits for the first provider.
+    let mds: Api<ModelDeployment> = Api::namespaced(client.clone(), &ns);
+    mds.delete("moved", &DeleteParams::default()).await.unwrap();
+    wait_for(
+        WAIT,
+        "the ModelDeployment to go",
+        || mds.get_opt("moved"),
+        Option::is_none,
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn an_object_of_the_rendered_name_owned_by_no_model_deployment_is_never_taken_over() {
+    let provider = "chat-foreign";
+    let (client, ns, _running) = setup(provider).await;
+    // Someone else's ChatServer under the name the provider would render.
+    let servers: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &chatservers());
+    let theirs: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "example.kubeairunway.ai/v1", "kind": "ChatServer",
+        "metadata": {"name": "taken", "namespace": ns},
+        "spec": {"model": "theirs", "servedName": "theirs", "replicas": 1, "image": "theirs:1",
+                 "port": 1234, "args": [], "podLabels": {}, "podAnnotations": {}},
+    }))
+    .unwrap();
+    servers
+        .create(&kube::api::PostParams::default(), &theirs)
+        .await
+        .unwrap();
+    deploy(&client, &llama("taken", &ns, provider).build()).await;
+    let md = md_where(&client, &ns, "taken", "Failed", |m| {
+        phase(m) == Some(Phase::Failed)
+    })
+    .await;
+    let created = condition(&md, RESOURCE_CREATED).unwrap();
+    assert_eq!(created.reason, reasons::RESOURCE_CONFLICT);
+    assert!(
+        created
+            .message
+            .contains("ChatServer 'taken' already exists and is not owned by this ModelDeployment (it has no owner)"),
+        "{}",
+        created.message
+    );
+    let still = servers.get("taken").await.unwrap();
+    assert_eq!(still.data["spec"]["model"], "theirs", "left alone");
+    assert!(still.owner_references().is_empty());
+
+    // Once it is gone, the provider creates its own.
+    servers
+        .delete("taken", &DeleteParams::default())
+        .await
+        .unwrap();
+    chatserver_where(&client, &ns, "taken", "the provider's server", |s| {
+        s.as_ref().is_some_and(|s| !s.owner_references().is_empty())
+    })
+    .await;
+}
+
+#[tokio::test]
 async fn overrides_warn_on_unknown_keys_and_fail_on_wrong_types() {
     let provider = "chat-overrides";
     let (client, ns, _running) = setup(provider).await;

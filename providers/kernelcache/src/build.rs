@@ -1,0 +1,429 @@
+//! Making a cache image (`kubeairunway cache build`): a Triton cache directory or a vLLM
+//! cache root packaged in the GKM/MCV "compat" format ([`crate::image`]): one gzip tar
+//! layer holding `io.triton.cache/` (or `io.vllm.cache/`) and
+//! `io.triton.manifest/manifest.json` (`io.vllm.manifest/...`), an image config with the
+//! labels `cache.<type>.image/{entry-count,cache-size-bytes,summary}` computed from the
+//! cache's own metadata; pushed with the credentials Docker or Podman keep
+//! ([`docker_auth`]); optionally signed with a cosign key through the sigstore crate.
+//!
+//! Triton: every `<hash>/<kernel>.json` with a `target` (`backend`, `arch`, `warp_size`)
+//! is a cache entry; the manifest lists them as MCV does (`hash`, `num_stages`,
+//! `num_warps`, `backend`, `arch`, `warp_size`). vLLM caches do not record the GPU they
+//! were built for: the targets are given (`--target cuda:90`), checked against any Triton
+//! kernel metadata inside. The layer lists files in a stable order with fixed times and
+//! owners, so the same directory always gives the same digest.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+
+use flate2::Compression;
+use flate2::write::GzEncoder;
+use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
+use oci_client::manifest::{IMAGE_CONFIG_MEDIA_TYPE, IMAGE_LAYER_GZIP_MEDIA_TYPE};
+use oci_client::secrets::RegistryAuth;
+use serde_json::{Value, json};
+
+use crate::image::{CacheType, Target, normalize_arch};
+
+/// Why a cache could not be packaged.
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    /// The directory is not a cache of the kind given.
+    #[error("{0}")]
+    NotACache(String),
+    /// Reading the directory or writing the layer.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// Pushing or signing.
+    #[error("{0}")]
+    Registry(String),
+}
+
+fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> BuildError {
+    let context = context.into();
+    move |source| BuildError::Io { context, source }
+}
+
+/// A packaged cache image.
+#[derive(Clone, Debug)]
+pub struct Built {
+    /// The gzip tar layer.
+    pub layer: Vec<u8>,
+    /// The image config (with the labels).
+    pub config: Vec<u8>,
+    /// The labels.
+    pub labels: BTreeMap<String, String>,
+    /// The manifest in the layer.
+    pub manifest: Value,
+}
+
+/// Package `dir`: a Triton cache directory (`TRITON_CACHE_DIR`) or a vLLM cache root
+/// (`VLLM_CACHE_ROOT`, holding `torch_compile_cache/`). `targets` are required for vLLM
+/// and, when given for Triton, must agree with the kernels' own.
+pub fn package(dir: &Path, cache_type: CacheType, targets: &[Target]) -> Result<Built, BuildError> {
+    let files = walk(dir)?;
+    if files.is_empty() {
+        return Err(BuildError::NotACache(format!(
+            "{} holds no files",
+            dir.display()
+        )));
+    }
+    let mut entries = Vec::new();
+    let mut found: Vec<Target> = Vec::new();
+    let mut size = 0u64;
+    for (rel, bytes) in &files {
+        size += *bytes;
+        if rel.extension().is_some_and(|e| e == "json")
+            && !rel
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("__grp__"))
+            && let Some(entry) = kernel_entry(&dir.join(rel))?
+        {
+            let t = Target {
+                backend: entry["backend"].as_str().unwrap_or_default().to_string(),
+                arch: entry["arch"].as_str().unwrap_or_default().to_string(),
+                warp_size: entry["warp_size"]
+                    .as_u64()
+                    .and_then(|w| u32::try_from(w).ok()),
+            };
+            if !found.contains(&t) {
+                found.push(t);
+            }
+            entries.push(entry);
+        }
+    }
+    let targets = match (cache_type, targets.is_empty()) {
+        (CacheType::Triton, true) if found.is_empty() => {
+            return Err(BuildError::NotACache(format!(
+                "{} holds no Triton kernel metadata (<hash>/<kernel>.json with a target)",
+                dir.display()
+            )));
+        }
+        (CacheType::Triton, true) => found.clone(),
+        (CacheType::Vllm, true) => {
+            return Err(BuildError::NotACache(
+                "a vLLM cache does not record its GPU: give the targets (e.g. cuda:90)".into(),
+            ));
+        }
+        (CacheType::Vllm, false) if !dir.join("torch_compile_cache").is_dir() => {
+            return Err(BuildError::NotACache(format!(
+                "{} has no torch_compile_cache/: give a VLLM_CACHE_ROOT",
+                dir.display()
+            )));
+        }
+        (_, false) => {
+            if let Some(t) = found.iter().find(|t| !targets.contains(t)) {
+                return Err(BuildError::NotACache(format!(
+                    "the cache holds kernels for {}:{}, not among the targets given",
+                    t.backend, t.arch
+                )));
+            }
+            targets.to_vec()
+        }
+    };
+    let summary = json!({"targets": targets.iter().map(|t| {
+        let mut v = json!({"backend": t.backend, "arch": t.arch});
+        if let Some(w) = t.warp_size {
+            v["warp_size"] = json!(w);
+        }
+        v
+    }).collect::<Vec<_>>()});
+    let manifest = match cache_type {
+        CacheType::Triton => json!({"triton": entries}),
+        CacheType::Vllm => json!({"vllm": summary["targets"]}),
+    };
+    let entry_count = match cache_type {
+        CacheType::Triton => entries.len(),
+        CacheType::Vllm => fs::read_dir(dir.join("torch_compile_cache")).map_or(0, Iterator::count),
+    };
+    let prefix = format!("{}.image/", cache_type.as_str());
+    let labels = BTreeMap::from([
+        (
+            format!("cache.{prefix}entry-count"),
+            entry_count.to_string(),
+        ),
+        (format!("cache.{prefix}cache-size-bytes"), size.to_string()),
+        (format!("cache.{prefix}summary"), summary.to_string()),
+    ]);
+    let layer = layer(dir, &files, cache_type, &manifest)?;
+    let config = serde_json::to_vec(&json!({
+        "architecture": "amd64",
+        "os": "linux",
+        "config": {"Labels": labels},
+        "rootfs": {"type": "layers", "diff_ids": []},
+    }))
+    .map_err(|e| BuildError::Registry(e.to_string()))?;
+    Ok(Built {
+        layer,
+        config,
+        labels,
+        manifest,
+    })
+}
+
+/// A Triton kernel's metadata as an MCV manifest entry, when the file is one.
+fn kernel_entry(path: &Path) -> Result<Option<Value>, BuildError> {
+    let bytes = crate::files::read_bounded(path, 16 << 20)
+        .map_err(io(format!("reading {}", path.display())))?;
+    let Ok(meta) = serde_json::from_slice::<Value>(&bytes) else {
+        return Ok(None);
+    };
+    let target = &meta["target"];
+    let (Some(backend), Some(arch)) = (target["backend"].as_str(), target.get("arch")) else {
+        return Ok(None);
+    };
+    let arch = match arch {
+        Value::String(s) => normalize_arch(s),
+        Value::Number(n) => n.to_string(),
+        _ => return Ok(None),
+    };
+    Ok(Some(json!({
+        "hash": meta["hash"],
+        "num_stages": meta["num_stages"],
+        "num_warps": meta["num_warps"],
+        "backend": backend.to_ascii_lowercase(),
+        "arch": arch,
+        "warp_size": target["warp_size"],
+    })))
+}
+
+/// Regular files below `dir` (relative, sorted) with their sizes; links and special
+/// files are refused (the agent would refuse them too).
+fn walk(dir: &Path) -> Result<Vec<(PathBuf, u64)>, BuildError> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in fs::read_dir(&d).map_err(io(format!("reading {}", d.display())))? {
+            let e = e.map_err(io(format!("reading {}", d.display())))?;
+            let meta = e
+                .path()
+                .symlink_metadata()
+                .map_err(io(format!("reading {}", e.path().display())))?;
+            if meta.is_dir() {
+                stack.push(e.path());
+            } else if meta.is_file() {
+                let rel = e
+                    .path()
+                    .strip_prefix(dir)
+                    .map(Path::to_path_buf)
+                    .unwrap_or_default();
+                out.push((rel, meta.len()));
+            } else {
+                return Err(BuildError::NotACache(format!(
+                    "{} is a link or special file; a cache holds directories and files only",
+                    e.path().display()
+                )));
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The reproducible gzip tar layer.
+fn layer(
+    dir: &Path,
+    files: &[(PathBuf, u64)],
+    cache_type: CacheType,
+    manifest: &Value,
+) -> Result<Vec<u8>, BuildError> {
+    let mut builder = tar::Builder::new(GzEncoder::new(Vec::new(), Compression::default()));
+    builder.mode(tar::HeaderMode::Deterministic);
+    let mut add = |path: &str, data: &[u8], mode: u32| -> Result<(), BuildError> {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(data.len() as u64);
+        header.set_mode(mode);
+        header.set_mtime(0);
+        header.set_entry_type(tar::EntryType::Regular);
+        builder
+            .append_data(&mut header, path, data)
+            .map_err(io(format!("adding {path}")))
+    };
+    for (rel, _) in files {
+        let path = dir.join(rel);
+        let data = fs::read(&path).map_err(io(format!("reading {}", path.display())))?;
+        let mode = if fs::metadata(&path)
+            .is_ok_and(|m| std::os::unix::fs::PermissionsExt::mode(&m.permissions()) & 0o111 != 0)
+        {
+            0o755
+        } else {
+            0o644
+        };
+        add(
+            &format!("{}/{}", cache_type.cache_dir(), rel.display()),
+            &data,
+            mode,
+        )?;
+    }
+    let manifest =
+        serde_json::to_vec_pretty(manifest).map_err(|e| BuildError::Registry(e.to_string()))?;
+    add(cache_type.manifest_path(), &manifest, 0o644)?;
+    let mut gz = builder.into_inner().map_err(io("finishing the layer"))?;
+    gz.flush().map_err(io("finishing the layer"))?;
+    gz.finish().map_err(io("finishing the layer"))
+}
+
+/// Push `built` as `image` (`registry/repo:tag`); returns the pinned reference.
+pub async fn push(
+    built: &Built,
+    image: &str,
+    auth: &RegistryAuth,
+    plain_http: Vec<String>,
+) -> Result<String, BuildError> {
+    let reference: oci_client::Reference = image
+        .parse()
+        .map_err(|e| BuildError::Registry(format!("invalid image reference {image:?}: {e}")))?;
+    let client = oci_client::Client::new(ClientConfig {
+        protocol: ClientProtocol::HttpsExcept(plain_http),
+        ..ClientConfig::default()
+    });
+    let response = client
+        .push(
+            &reference,
+            &[ImageLayer::new(
+                built.layer.clone(),
+                IMAGE_LAYER_GZIP_MEDIA_TYPE.into(),
+                None,
+            )],
+            Config::new(built.config.clone(), IMAGE_CONFIG_MEDIA_TYPE.into(), None),
+            auth,
+            None,
+        )
+        .await
+        .map_err(|e| BuildError::Registry(format!("pushing {image}: {e}")))?;
+    let digest = response
+        .manifest_url
+        .rsplit('/')
+        .next()
+        .filter(|d| d.starts_with("sha256:"))
+        .map(str::to_string)
+        .ok_or_else(|| BuildError::Registry(format!("the registry named no digest for {image}")))?;
+    crate::oci::pin(image, &digest).map_err(|e| BuildError::Registry(e.to_string()))
+}
+
+/// Sign `pinned` with a cosign private key (PEM, encrypted with `password` as `cosign
+/// generate-key-pair` writes it, or not), in cosign's legacy simple-signing format.
+pub async fn sign(
+    pinned: &str,
+    key_pem: &[u8],
+    password: &[u8],
+    auth: &RegistryAuth,
+    plain_http: Vec<String>,
+) -> Result<(), BuildError> {
+    use sigstore::cosign::constraint::PrivateKeySigner;
+    use sigstore::cosign::{
+        ClientBuilder, Constraint as _, CosignCapabilities as _, SignatureLayer,
+    };
+    use sigstore::crypto::SigningScheme;
+    use sigstore::crypto::signing_key::SigStoreKeyPair;
+    use sigstore::registry::{Auth, OciReference};
+    let err = |e: &dyn std::fmt::Display| BuildError::Registry(format!("signing {pinned}: {e}"));
+    let pair = SigStoreKeyPair::from_encrypted_pem(key_pem, password)
+        .or_else(|_| SigStoreKeyPair::from_pem(key_pem))
+        .map_err(|e| err(&e))?;
+    let signer = pair
+        .to_sigstore_signer(&SigningScheme::ECDSA_P256_SHA256_ASN1)
+        .map_err(|e| err(&e))?;
+    let mut client = ClientBuilder::default()
+        .with_oci_client_config(sigstore::registry::ClientConfig {
+            protocol: sigstore::registry::ClientProtocol::HttpsExcept(plain_http),
+            ..Default::default()
+        })
+        .build()
+        .map_err(|e| err(&e))?;
+    let image: OciReference = pinned.parse().map_err(|e| err(&e))?;
+    let auth = Auth::from(auth);
+    let (cosign_image, digest) = client
+        .triangulate(&image, &auth)
+        .await
+        .map_err(|e| err(&e))?;
+    let mut layer = SignatureLayer::new_unsigned(&image, &digest).map_err(|e| err(&e))?;
+    PrivateKeySigner::new_with_signer(signer)
+        .add_constraint(&mut layer)
+        .map_err(|e| err(&e))?;
+    client
+        .push_signature(None, &auth, &cosign_image, vec![layer])
+        .await
+        .map_err(|e| err(&e))?;
+    Ok(())
+}
+
+/// The credentials Docker or Podman keep for `registry`: `$REGISTRY_AUTH_FILE`,
+/// `$XDG_RUNTIME_DIR/containers/auth.json`, `~/.config/containers/auth.json`,
+/// `$DOCKER_CONFIG/config.json` or `~/.docker/config.json`, the first naming the
+/// registry (the `auths` entries; credential helpers are not run). Anonymous otherwise.
+pub fn docker_auth(registry: &str) -> Result<RegistryAuth, String> {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let mut files: Vec<PathBuf> = Vec::new();
+    files.extend(std::env::var_os("REGISTRY_AUTH_FILE").map(PathBuf::from));
+    files.extend(
+        std::env::var_os("XDG_RUNTIME_DIR").map(|d| PathBuf::from(d).join("containers/auth.json")),
+    );
+    files.extend(
+        home.as_ref()
+            .map(|h| h.join(".config/containers/auth.json")),
+    );
+    files.extend(std::env::var_os("DOCKER_CONFIG").map(|d| PathBuf::from(d).join("config.json")));
+    files.extend(home.as_ref().map(|h| h.join(".docker/config.json")));
+    for file in files {
+        let Ok(bytes) = fs::read(&file) else { continue };
+        let name = file.display().to_string();
+        let data = BTreeMap::from([(
+            ".dockerconfigjson".to_string(),
+            k8s_openapi::ByteString(bytes),
+        )]);
+        let auth = crate::credentials::registry_auth(registry, &[(name, data)])
+            .map_err(|e| e.to_string())?;
+        if auth != RegistryAuth::Anonymous {
+            return Ok(auth);
+        }
+    }
+    Ok(RegistryAuth::Anonymous)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn example() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/triton-rocm-vector-add/io.triton.cache")
+    }
+
+    #[test]
+    fn the_real_triton_cache_gets_the_real_labels_and_manifest() {
+        let built = package(&example(), CacheType::Triton, &[]).unwrap();
+        assert_eq!(built.labels["cache.triton.image/entry-count"], "1");
+        assert_eq!(
+            built.labels["cache.triton.image/summary"],
+            r#"{"targets":[{"arch":"gfx90a","backend":"hip","warp_size":64}]}"#
+        );
+        let image = crate::image::from_labels(&built.labels).unwrap();
+        assert_eq!(image.targets[0].arch, "gfx90a");
+        let real: Value = serde_json::from_slice(
+            &fs::read(example().join("../io.triton.manifest/manifest.json")).unwrap(),
+        )
+        .unwrap();
+        // Every field our manifest writes is the real manifest's (MCV's) value.
+        for (k, v) in built.manifest["triton"][0].as_object().unwrap() {
+            assert_eq!(&real["triton"][0][k], v, "{k}");
+        }
+        // The same directory always gives the same layer.
+        assert_eq!(
+            package(&example(), CacheType::Triton, &[]).unwrap().layer,
+            built.layer
+        );
+        // A vLLM cache needs its targets; a directory without kernels is not a Triton cache.
+        assert!(package(&example(), CacheType::Vllm, &[]).is_err());
+        let empty = tempfile::tempdir().unwrap();
+        assert!(package(empty.path(), CacheType::Triton, &[]).is_err());
+    }
+}

@@ -1,0 +1,193 @@
+//! A review of every chart's RBAC, as rendered: no component may read Secrets or change
+//! Nodes or ConfigMaps cluster-wide unless a ValidatingAdmissionPolicy of the same chart
+//! limits what that service account may do with them.
+//!
+//! A ClusterRole (bound cluster-wide) granting any verb but `create` on Secrets without
+//! `resourceNames` is refused outright: one compromised pod would read every Secret in
+//! the cluster (webhook CA keys included). Write verbs on Nodes or ConfigMaps are allowed
+//! only beside a policy that matches the bound service account.
+
+use kubeairunway_e2e::helm;
+use serde_json::Value;
+
+const CHARTS: &[&str] = &[
+    "kubeairunway",
+    "kaito-provider",
+    "dynamo-provider",
+    "kuberay-provider",
+    "kernelcache-provider",
+];
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The service accounts (`system:serviceaccount:<ns>:<name>`) a ClusterRole is bound to.
+fn bound_to(objects: &[Value], role: &str) -> Vec<String> {
+    helm::of_kind(objects, "ClusterRoleBinding")
+        .into_iter()
+        .filter(|b| b["roleRef"]["name"] == role)
+        .flat_map(|b| b["subjects"].as_array().cloned().unwrap_or_default())
+        .map(|s| {
+            format!(
+                "system:serviceaccount:{}:{}",
+                s["namespace"].as_str().unwrap_or_default(),
+                s["name"].as_str().unwrap_or_default()
+            )
+        })
+        .collect()
+}
+
+/// Whether a ValidatingAdmissionPolicy of the chart, bound with Deny, governs `resource`
+/// for `user`.
+fn policed(objects: &[Value], resource: &str, user: &str) -> bool {
+    helm::of_kind(objects, "ValidatingAdmissionPolicy")
+        .into_iter()
+        .filter(|p| {
+            helm::of_kind(objects, "ValidatingAdmissionPolicyBinding")
+                .iter()
+                .any(|b| {
+                    b["spec"]["policyName"] == p["metadata"]["name"]
+                        && strings(&b["spec"]["validationActions"]).contains(&"Deny".to_string())
+                })
+        })
+        .any(|p| {
+            let rules = p["spec"]["matchConstraints"]["resourceRules"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default();
+            let matches_resource = rules
+                .iter()
+                .any(|r| strings(&r["resources"]).contains(&resource.to_string()));
+            let matches_user = p["spec"]["matchConditions"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|c| c["expression"].as_str().is_some_and(|e| e.contains(user)));
+            matches_resource && matches_user
+        })
+}
+
+fn review(chart: &str, objects: &[Value]) -> Vec<String> {
+    let mut findings = Vec::new();
+    for role in helm::of_kind(objects, "ClusterRole") {
+        let name = role["metadata"]["name"].as_str().unwrap_or_default();
+        let users = bound_to(objects, name);
+        for rule in role["rules"].as_array().into_iter().flatten() {
+            if !strings(&rule["apiGroups"]).contains(&String::new()) {
+                continue;
+            }
+            let verbs = strings(&rule["verbs"]);
+            let named = rule.get("resourceNames").is_some();
+            for resource in strings(&rule["resources"]) {
+                let writes: Vec<&String> = verbs
+                    .iter()
+                    .filter(|v| {
+                        ["update", "patch", "delete", "deletecollection", "*"].contains(&v.as_str())
+                    })
+                    .collect();
+                match resource.as_str() {
+                    "secrets" if !named && verbs.iter().any(|v| v != "create") => findings.push(
+                        format!("{chart}: ClusterRole {name} grants {verbs:?} on every Secret"),
+                    ),
+                    "nodes" | "configmaps" if !named && !writes.is_empty() => {
+                        for user in &users {
+                            if !policed(objects, &resource, user) {
+                                findings.push(format!(
+                                    "{chart}: ClusterRole {name} lets {user} {writes:?} every {resource} with no ValidatingAdmissionPolicy limiting it"
+                                ));
+                            }
+                        }
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    findings
+}
+
+#[test]
+fn no_chart_reads_every_secret_or_writes_nodes_or_configmaps_unchecked() {
+    let Some(helm) = helm::require() else {
+        return;
+    };
+    let mut findings = Vec::new();
+    for chart in CHARTS {
+        let objects = helm::template(&helm, &helm::chart(chart), &[]).unwrap();
+        assert!(
+            !helm::of_kind(&objects, "ClusterRole").is_empty(),
+            "{chart}"
+        );
+        findings.extend(review(chart, &objects));
+    }
+    assert!(findings.is_empty(), "{findings:#?}");
+}
+
+#[test]
+fn the_kernel_cache_agent_reads_secrets_only_in_the_credentials_namespace() {
+    let Some(helm) = helm::require() else {
+        return;
+    };
+    let objects = helm::template(&helm, &helm::chart("kernelcache-provider"), &[]).unwrap();
+    let agent_roles: Vec<&Value> = helm::of_kind(&objects, "Role")
+        .into_iter()
+        .filter(|r| r["metadata"]["labels"]["app.kubernetes.io/component"] == "agent")
+        .collect();
+    let secret_rules: Vec<(String, Vec<String>)> = agent_roles
+        .iter()
+        .flat_map(|r| {
+            r["rules"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|rule| {
+                    strings(&rule["resources"])
+                        .contains(&"secrets".to_string())
+                        .then(|| {
+                            (
+                                r["metadata"]["namespace"]
+                                    .as_str()
+                                    .unwrap_or_default()
+                                    .to_string(),
+                                strings(&rule["verbs"]),
+                            )
+                        })
+                })
+        })
+        .collect();
+    assert_eq!(
+        secret_rules,
+        [(
+            "kernelcache-credentials".to_string(),
+            vec!["get".to_string()]
+        )]
+    );
+    // The controller reads users' pull Secrets only where it is told to.
+    let told = helm::template(
+        &helm,
+        &helm::chart("kernelcache-provider"),
+        &[
+            ("controller.pullSecrets[0].namespace", "ml"),
+            ("controller.pullSecrets[0].names[0]", "regcred"),
+        ],
+    )
+    .unwrap();
+    let pull: Vec<&Value> = helm::of_kind(&told, "Role")
+        .into_iter()
+        .filter(|r| r["metadata"]["namespace"] == "ml")
+        .collect();
+    assert_eq!(pull.len(), 1);
+    assert_eq!(
+        pull[0]["rules"][0]["resourceNames"],
+        serde_json::json!(["regcred"])
+    );
+    assert_eq!(pull[0]["rules"][0]["verbs"], serde_json::json!(["get"]));
+}
