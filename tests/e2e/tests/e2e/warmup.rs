@@ -540,3 +540,224 @@ async fn failed_nodes_the_global_timeout_and_deletion_stop_a_warmup() {
     .await
     .unwrap();
 }
+
+/// A Node with `gpus` of `nvidia.com/gpu` allocatable (written to its status, as the
+/// kubelet and the device plugin report them) and `taints`.
+async fn gpu_node(client: &Client, name: &str, labels: Value, gpus: u32, taints: Value) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let body = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels},
+                      "spec": {"taints": taints}});
+    nodes
+        .patch(
+            name,
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .unwrap();
+    let status =
+        json!({"status": {"allocatable": {"cpu": "32", "nvidia.com/gpu": gpus.to_string()}}});
+    nodes
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+}
+
+/// What the kernel-cache agent on `node` reports for KernelCache `cache` of `ns`, under
+/// the agent's field manager.
+async fn agent_report(
+    client: &Client,
+    node: &str,
+    ns: &str,
+    cache: &str,
+    digest: &str,
+    state: &str,
+) {
+    let api: Api<kube::api::DynamicObject> = Api::all_with(
+        client.clone(),
+        &kube::discovery::ApiResource::erase::<kubeairunway_kernelcache::api::KernelCacheNode>(&()),
+    );
+    let spec = json!({"apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "KernelCacheNode",
+                      "metadata": {"name": node}, "spec": {"nodeName": node}});
+    api.patch(
+        node,
+        &PatchParams::apply("kernelcache-agent").force(),
+        &Patch::Apply(&spec),
+    )
+    .await
+    .unwrap();
+    let status = json!({"apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "KernelCacheNode",
+        "metadata": {"name": node},
+        "status": {"gpuCount": 1, "caches": [{"namespace": ns, "name": cache, "digest": digest, "state": state}]}});
+    api.patch_status(
+        node,
+        &PatchParams::apply("kernelcache-agent").force(),
+        &Patch::Apply(&status),
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_deployments_nodes_get_its_image_and_its_kernel_cache() {
+    let (cluster, client, _stop) = start("warmup-model").await;
+    let ns = cluster.namespace("warmup-model");
+    let tainted = json!([{"key": "dedicated", "value": "llm", "effect": "NoSchedule"}]);
+    gpu_node(&client, "h100-1", json!({"pool": "h100"}), 8, json!([])).await;
+    gpu_node(
+        &client,
+        "h100-2",
+        json!({"pool": "h100"}),
+        8,
+        tainted.clone(),
+    )
+    .await;
+    gpu_node(&client, "h100-cpu", json!({"pool": "h100"}), 0, json!([])).await;
+    gpu_node(&client, "a10-1", json!({"pool": "a10"}), 1, json!([])).await;
+    gpu_node(
+        &client,
+        "h100-other",
+        json!({"pool": "h100"}),
+        8,
+        json!([{"key": "other", "effect": "NoExecute"}]),
+    )
+    .await;
+    let _kubelet = Kubelet::start(client.clone(), &ns, |_, _| Run::Succeed);
+
+    // The model runs on pool h100, tolerates `dedicated`, needs a GPU, and names its
+    // image and kernel cache.
+    let mds: Api<kubeairunway_sdk::ModelDeployment> = Api::namespaced(client.clone(), &ns);
+    let md = json!({"apiVersion": "kubeairunway.ai/v1alpha1", "kind": "ModelDeployment", "metadata": {"name": "llama"},
+        "spec": {"model": {"id": "meta-llama/Llama-3.1-8B-Instruct"}, "engine": {"type": "vllm"},
+                 "image": "vllm/vllm-openai:v0.11.0",
+                 "resources": {"gpu": {"count": 1, "type": "nvidia.com/gpu"}},
+                 "nodeSelector": {"pool": "h100"},
+                 "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "llm", "effect": "NoSchedule"}],
+                 "kernelCache": {"name": "llama-kernels"}}});
+    mds.patch(
+        "llama",
+        &PatchParams::apply("test").force(),
+        &Patch::Apply(&md),
+    )
+    .await
+    .unwrap();
+    // The KernelCache as the cache controller leaves it once it pinned and verified it
+    // (kernelcache_controller.rs runs the real controller for that); written here under
+    // its field manager, since this test is about the warmup.
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let caches: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &kube::discovery::ApiResource::erase::<kubeairunway_kernelcache::api::KernelCache>(&()),
+    );
+    let cache = json!({"apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "KernelCache",
+        "metadata": {"name": "llama-kernels"}, "spec": {"image": "registry.example/kernels/llama:v1", "nodeSelector": {"pool": "h100"}}});
+    caches
+        .patch(
+            "llama-kernels",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&cache),
+        )
+        .await
+        .unwrap();
+    let verdict = json!({"apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "KernelCache",
+        "metadata": {"name": "llama-kernels"},
+        "status": {"resolvedDigest": digest, "pinnedImage": format!("registry.example/kernels/llama@{digest}"),
+                   "verification": {"mode": "key", "verified": true}}});
+    caches
+        .patch_status(
+            "llama-kernels",
+            &PatchParams::apply("kernelcache-controller").force(),
+            &Patch::Apply(&verdict),
+        )
+        .await
+        .unwrap();
+    agent_report(&client, "h100-1", &ns, "llama-kernels", &digest, "Ready").await;
+    agent_report(&client, "h100-2", &ns, "llama-kernels", &digest, "Staging").await;
+
+    create_warmup(
+        &client,
+        &ns,
+        "llama",
+        json!({"targetModelDeployment": {"name": "llama"},
+        "policies": {"parallelism": 1}}),
+    )
+    .await
+    .unwrap();
+    // h100-2's pod is done, but its cache is still staging: the node is not warm yet.
+    let s = status_where(
+        &client,
+        &ns,
+        "llama",
+        "both pods done, h100-2 still staging",
+        |s| {
+            s.phase == Some(WarmupPhase::InProgress)
+                && s.succeeded_nodes == 1
+                && s.active_nodes == 1
+        },
+    )
+    .await;
+    assert_eq!(
+        s.desired_nodes, 2,
+        "only h100-1 and h100-2 can run the model: {s:?}"
+    );
+    assert_eq!(s.images, ["vllm/vllm-openai:v0.11.0"]);
+    let pods = warmup_pods(&client, &ns).await;
+    let mut nodes: Vec<_> = pods
+        .iter()
+        .map(|p| p.annotations()[NODE_ANNOTATION].clone())
+        .collect();
+    nodes.sort();
+    assert_eq!(nodes, ["h100-1", "h100-2"]);
+    let tolerations = pods[0]
+        .spec
+        .as_ref()
+        .unwrap()
+        .tolerations
+        .clone()
+        .unwrap_or_default();
+    assert!(
+        tolerations
+            .iter()
+            .any(|t| t.key.as_deref() == Some("dedicated")),
+        "{tolerations:?}"
+    );
+
+    agent_report(&client, "h100-2", &ns, "llama-kernels", &digest, "Ready").await;
+    let s = status_where(&client, &ns, "llama", "Completed", |s| {
+        s.phase == Some(WarmupPhase::Completed)
+    })
+    .await;
+    assert_eq!(
+        (s.desired_nodes, s.succeeded_nodes, s.failed_nodes),
+        (2, 2, 0),
+        "{s:?}"
+    );
+
+    // A cache that does not exist fails each node, by name and reason.
+    create_warmup(
+        &client,
+        &ns,
+        "missing",
+        json!({"targetNodes": {"nodeNames": ["h100-1"]},
+        "kernelCaches": ["nope"]}),
+    )
+    .await
+    .unwrap();
+    let s = status_where(&client, &ns, "missing", "Completed", |s| {
+        s.phase == Some(WarmupPhase::Completed)
+    })
+    .await;
+    assert_eq!(
+        (s.desired_nodes, s.succeeded_nodes, s.failed_nodes),
+        (1, 0, 1),
+        "{s:?}"
+    );
+    assert_eq!(
+        (
+            s.failures[0].node_name.as_str(),
+            s.failures[0].reason.as_str()
+        ),
+        ("h100-1", "KernelCacheNotFound")
+    );
+}
