@@ -465,8 +465,51 @@ pub(crate) fn decide(
 ) -> (Desired, Option<selection::Selection>) {
     let mut d = Desired::default();
     let v = validate(&md.spec);
-    let valid = v.is_valid();
-    d.conditions.push(if valid {
+    d.conditions.push(validated_condition(md, &v, now));
+
+    let selected = md.selected_provider().map(str::to_string);
+    let owns = core_owns_selection(md);
+    let explicit = md.spec.provider_name().map(str::to_string);
+    let explicit_change = explicit
+        .as_ref()
+        .is_some_and(|e| selected.as_ref() != Some(e) && (selected.is_none() || owns));
+
+    if let Some(name) = selected.filter(|_| !explicit_change) {
+        keep_selection(md, name, owns, &mut d, now);
+        return (d, None);
+    }
+    if !v.is_valid() {
+        d.phase_message = Some(format!("Validation failed: {}", v.message()));
+        return (d, None);
+    }
+    if let Some(name) = explicit {
+        select_explicit(md, name, configs, settings, &mut d, now);
+        return (d, None);
+    }
+    if !settings.enable_provider_selector {
+        d.conditions.push(cond(
+            md,
+            PROVIDER_SELECTED,
+            false,
+            reasons::AWAITING_SELECTOR,
+            AWAITING_SELECTOR_MESSAGE,
+            now,
+        ));
+        d.phase_message = Some(AWAITING_SELECTOR_MESSAGE.to_string());
+        return (d, None);
+    }
+    let sel = selection::select(md, configs, rules, &settings.selection, now);
+    select_automatic(md, &sel.outcome, settings, &mut d, now);
+    (d, Some(sel))
+}
+
+/// `Validated`, from the spec validation.
+fn validated_condition(
+    md: &ModelDeployment,
+    v: &validation::Validation,
+    now: Timestamp,
+) -> Condition {
+    if v.is_valid() {
         cond(
             md,
             VALIDATED,
@@ -484,58 +527,46 @@ pub(crate) fn decide(
             v.message(),
             now,
         )
-    });
+    }
+}
 
-    let selected = md.selected_provider().map(str::to_string);
-    let owns = core_owns_selection(md);
-    let explicit = md.spec.provider_name().map(str::to_string);
-    let explicit_change = explicit
+/// Selection is made once: keep `name`. When core made it, re-apply what core owns so
+/// server-side apply keeps it; the phase is given up (a provider owns it now).
+fn keep_selection(md: &ModelDeployment, name: String, owns: bool, d: &mut Desired, now: Timestamp) {
+    if !owns {
+        return;
+    }
+    let reason = md
+        .status
         .as_ref()
-        .is_some_and(|e| selected.as_ref() != Some(e) && (selected.is_none() || owns));
+        .and_then(|s| s.provider.as_ref())
+        .and_then(|p| p.selected_reason.clone())
+        .unwrap_or_default();
+    let kind = if reason == EXPLICIT_REASON {
+        reasons::EXPLICIT
+    } else {
+        reasons::AUTO_SELECTED
+    };
+    d.conditions
+        .push(cond(md, PROVIDER_SELECTED, true, kind, reason.clone(), now));
+    d.provider = Some((name, reason));
+}
 
-    if let Some(name) = selected.as_ref().filter(|_| !explicit_change) {
-        // One-time selection: keep it. Re-apply what core owns so SSA keeps it; give the
-        // phase up (a provider owns it now).
-        if owns {
-            let reason = md
-                .status
-                .as_ref()
-                .and_then(|s| s.provider.as_ref())
-                .and_then(|p| p.selected_reason.clone())
-                .unwrap_or_default();
-            let kind = if reason == EXPLICIT_REASON {
-                reasons::EXPLICIT
-            } else {
-                reasons::AUTO_SELECTED
-            };
-            d.conditions
-                .push(cond(md, PROVIDER_SELECTED, true, kind, reason.clone(), now));
-            d.provider = Some((name.clone(), reason));
-        }
-        return (d, None);
-    }
-    if !valid {
-        d.phase_message = Some(format!("Validation failed: {}", v.message()));
-        return (d, None);
-    }
-    if let Some(name) = explicit {
-        let registered = configs
-            .iter()
-            .find(|c| c.name_any() == name)
-            .map(|c| c.spec.serves());
-        if registered == Some(false) {
-            let msg = validation::provider_does_not_serve(&name);
-            d.conditions.push(cond(
-                md,
-                PROVIDER_SELECTED,
-                false,
-                "ProviderDoesNotServe",
-                msg.clone(),
-                now,
-            ));
-            d.phase_message = Some(msg);
-            d.requeue = Some(settings.pending_requeue);
-        } else if registered == Some(true) {
+/// `spec.provider.name` names the provider: selected when it is registered and serves.
+fn select_explicit(
+    md: &ModelDeployment,
+    name: String,
+    configs: &[Arc<InferenceProviderConfig>],
+    settings: &Settings,
+    d: &mut Desired,
+    now: Timestamp,
+) {
+    let serves = configs
+        .iter()
+        .find(|c| c.name_any() == name)
+        .map(|c| c.spec.serves());
+    let (reason, message) = match serves {
+        Some(true) => {
             d.conditions.push(cond(
                 md,
                 PROVIDER_SELECTED,
@@ -546,36 +577,38 @@ pub(crate) fn decide(
             ));
             d.provider = Some((name, EXPLICIT_REASON.to_string()));
             d.newly_selected = true;
-        } else {
-            let msg = validation::provider_not_installed(&name);
-            d.conditions.push(cond(
-                md,
-                PROVIDER_SELECTED,
-                false,
-                "ProviderNotInstalled",
-                msg.clone(),
-                now,
-            ));
-            d.phase_message = Some(msg);
-            d.requeue = Some(settings.pending_requeue);
+            return;
         }
-        return (d, None);
-    }
-    if !settings.enable_provider_selector {
-        d.conditions.push(cond(
-            md,
-            PROVIDER_SELECTED,
-            false,
-            reasons::AWAITING_SELECTOR,
-            AWAITING_SELECTOR_MESSAGE,
-            now,
-        ));
-        d.phase_message = Some(AWAITING_SELECTOR_MESSAGE.to_string());
-        return (d, None);
-    }
+        Some(false) => (
+            reasons::PROVIDER_DOES_NOT_SERVE,
+            validation::provider_does_not_serve(&name),
+        ),
+        None => (
+            reasons::PROVIDER_NOT_INSTALLED,
+            validation::provider_not_installed(&name),
+        ),
+    };
+    d.conditions.push(cond(
+        md,
+        PROVIDER_SELECTED,
+        false,
+        reason,
+        message.clone(),
+        now,
+    ));
+    d.phase_message = Some(message);
+    d.requeue = Some(settings.pending_requeue);
+}
 
-    let sel = selection::select(md, configs, rules, &settings.selection, now);
-    match sel.outcome.clone() {
+/// The built-in CEL selector's outcome as conditions, phase message and requeue.
+fn select_automatic(
+    md: &ModelDeployment,
+    outcome: &Outcome,
+    settings: &Settings,
+    d: &mut Desired,
+    now: Timestamp,
+) {
+    let (reason, message, phase_message) = match outcome {
         Outcome::Selected {
             provider, reason, ..
         } => {
@@ -587,35 +620,21 @@ pub(crate) fn decide(
                 reason.clone(),
                 now,
             ));
-            d.provider = Some((provider, reason));
+            d.provider = Some((provider.clone(), reason.clone()));
             d.newly_selected = true;
+            return;
         }
-        Outcome::NoHealthyProviders { detail } => {
-            d.conditions.push(cond(
-                md,
-                PROVIDER_SELECTED,
-                false,
-                reasons::NO_HEALTHY_PROVIDERS,
-                format!("{}: {detail}", selection::NO_HEALTHY_PROVIDERS),
-                now,
-            ));
-            d.phase_message = Some(selection::NO_HEALTHY_PROVIDERS.to_string());
-            d.requeue = Some(settings.pending_requeue);
-        }
-        Outcome::NoneFits { message } => {
-            d.conditions.push(cond(
-                md,
-                PROVIDER_SELECTED,
-                false,
-                reasons::NO_PROVIDER,
-                message.clone(),
-                now,
-            ));
-            d.phase_message = Some(message);
-            d.requeue = Some(settings.pending_requeue);
-        }
-    }
-    (d, Some(sel))
+        Outcome::NoHealthyProviders { detail } => (
+            reasons::NO_HEALTHY_PROVIDERS,
+            format!("{}: {detail}", selection::NO_HEALTHY_PROVIDERS),
+            selection::NO_HEALTHY_PROVIDERS.to_string(),
+        ),
+        Outcome::NoneFits { message } => (reasons::NO_PROVIDER, message.clone(), message.clone()),
+    };
+    d.conditions
+        .push(cond(md, PROVIDER_SELECTED, false, reason, message, now));
+    d.phase_message = Some(phase_message);
+    d.requeue = Some(settings.pending_requeue);
 }
 
 /// The status object core applies.
@@ -949,8 +968,8 @@ mod tests {
     fn an_explicit_provider_must_be_registered_and_serve() {
         for (name, reason) in [
             ("kaito", reasons::EXPLICIT),
-            ("ghost", "ProviderNotInstalled"),
-            ("kernelcache", "ProviderDoesNotServe"),
+            ("ghost", reasons::PROVIDER_NOT_INSTALLED),
+            ("kernelcache", reasons::PROVIDER_DOES_NOT_SERVE),
         ] {
             let m = md(
                 json!({"model": {"id": "a/b"}, "engine": {"type": LLAMA}, "provider": {"name": name}}),

@@ -43,6 +43,12 @@ pub mod reasons {
     pub const NO_HEALTHY_PROVIDERS: &str = "NoHealthyProviders";
     /// `ProviderSelected=False`: the built-in selector is off and nothing chose yet.
     pub const AWAITING_SELECTOR: &str = "AwaitingSelection";
+    /// `ProviderSelected=False`: the provider named in `spec.provider.name` is not
+    /// registered (no InferenceProviderConfig).
+    pub const PROVIDER_NOT_INSTALLED: &str = "ProviderNotInstalled";
+    /// `ProviderSelected=False`: the provider named in `spec.provider.name` registers only
+    /// capabilities (such as a kernel cache) and serves no model.
+    pub const PROVIDER_DOES_NOT_SERVE: &str = "ProviderDoesNotServe";
     /// `ProviderCompatible=True`.
     pub const COMPATIBILITY_VERIFIED: &str = "CompatibilityVerified";
     /// `ProviderCompatible=False`: the provider cannot serve this spec.

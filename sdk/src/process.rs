@@ -68,6 +68,7 @@ pub enum LogFormat {
 /// Flags shared by every binary of the platform; flatten them into a binary's own with
 /// `#[command(flatten)]`. Each is also read from the environment variable named.
 #[derive(Clone, Debug, clap::Args)]
+#[group(id = "ProcessOptions")]
 pub struct Options {
     /// Address of `/metrics`, `/healthz` and `/readyz` (HTTP); empty to serve none.
     #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8080")]
@@ -543,6 +544,19 @@ pub async fn serve_endpoints(
 
 #[cfg(test)]
 mod tests {
+    /// A provider binary's flags (the provider runtime's, which hold the process
+    /// runtime's) pass clap's own consistency checks, which abort a debug build at start.
+    #[test]
+    fn provider_flags_pass_clap_checks() {
+        use clap::CommandFactory;
+        #[derive(clap::Parser)]
+        struct Binary {
+            #[command(flatten)]
+            options: crate::runtime::Options,
+        }
+        Binary::command().debug_assert();
+    }
+
     use super::*;
 
     #[test]

@@ -60,7 +60,10 @@ pub use reconcile::{Error, reconcile_once};
 
 /// The provider runtime's flags (each also an environment variable), with the process
 /// flags every binary shares ([`process::Options`]). Durations as `90s`, `5m`, `1h 30m`.
+/// Its clap group has a name of its own: flattened together, two groups both named after
+/// their struct (`Options`) make clap's debug assertions abort the binary at start.
 #[derive(Clone, Debug, clap::Args)]
+#[group(id = "ProviderRuntimeOptions")]
 pub struct Options {
     /// Flags every binary shares: metrics address, log format, leader election.
     #[command(flatten)]

@@ -5,6 +5,7 @@ pub mod admission;
 pub mod cache_images;
 pub mod helm;
 pub mod operators;
+pub mod outage;
 pub mod rbac;
 
 use std::path::{Path, PathBuf};

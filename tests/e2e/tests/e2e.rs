@@ -23,6 +23,8 @@ mod crds;
 mod dynamo;
 #[path = "e2e/dynamo_operator.rs"]
 mod dynamo_operator;
+#[path = "e2e/faults.rs"]
+mod faults;
 #[path = "e2e/kaito.rs"]
 mod kaito;
 #[path = "e2e/kernelcache.rs"]

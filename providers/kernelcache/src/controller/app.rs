@@ -170,6 +170,8 @@ pub async fn main() -> anyhow::Result<()> {
     let client = rt.client();
     let secrets = Arc::new(KubeSecrets(client.clone()));
     let settings = cli.settings();
+    // Ready while leading once the leader's watch caches are filled (cleared each term).
+    let synced = rt.readiness().term_check("kernel-cache watch caches");
     rt.run(|term| {
         info!("leading: starting the controllers");
         super::run(
@@ -177,6 +179,7 @@ pub async fn main() -> anyhow::Result<()> {
             settings.clone(),
             secrets.clone(),
             metrics.clone(),
+            synced.clone(),
             async move {
                 term.ended().await;
             },

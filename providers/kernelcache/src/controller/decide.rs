@@ -207,6 +207,54 @@ pub fn aggregate(
     }
 }
 
+/// `Verified` for a pin: (status, reason, message). `policy` is whether the cluster's
+/// KernelCachePolicy exists; `is_cache` whether the image's labels make it a kernel cache.
+/// Mode `disabled` makes a pin that is a cache usable without a signature.
+pub fn verified_condition(
+    policy: bool,
+    verification: &Verification,
+    is_cache: bool,
+) -> (bool, &'static str, String) {
+    let message = || verification.message.clone().unwrap_or_default();
+    let disabled = verification.mode == VerificationMode::Disabled && !verification.verified;
+    if !policy {
+        (false, reasons::NO_POLICY, message())
+    } else if !is_cache {
+        (false, reasons::NOT_A_CACHE, message())
+    } else if verification.verified {
+        (
+            true,
+            reasons::VERIFIED,
+            format!(
+                "signed by {}",
+                verification.signer.clone().unwrap_or_default()
+            ),
+        )
+    } else if disabled {
+        (
+            true,
+            reasons::VERIFICATION_DISABLED,
+            verify::DISABLED_MESSAGE.to_string(),
+        )
+    } else {
+        (false, reasons::VERIFICATION_FAILED, message())
+    }
+}
+
+/// `Ready` of a KernelCache: (status, reason, message) from whether its pin is usable and
+/// what the nodes report.
+pub fn ready_condition(usable: bool, nodes: &Aggregate) -> (bool, &'static str, String) {
+    match (usable, nodes.ready) {
+        (false, _) => (
+            false,
+            reasons::NOT_VERIFIED,
+            "not usable: see the Verified condition".to_string(),
+        ),
+        (true, 0) => (false, reasons::NOT_STAGED, nodes.message.clone()),
+        (true, _) => (true, reasons::STAGED, nodes.message.clone()),
+    }
+}
+
 /// `KernelCacheReady` for a ModelDeployment naming `name`: (status, reason, message).
 pub fn model_deployment_condition(
     name: &str,
@@ -442,5 +490,57 @@ mod tests {
         let (ok, reason, message) = model_deployment_condition("vadd", Some(&cache(true, 2)));
         assert_eq!((ok, reason), (true, reasons::READY));
         assert!(message.contains("2 node(s)"), "{message}");
+    }
+
+    #[test]
+    fn verified_needs_a_policy_a_cache_image_and_a_signature_unless_disabled() {
+        let signed = Verification {
+            verified: true,
+            signer: Some("ci@example.com".into()),
+            ..Verification::default()
+        };
+        let unsigned = Verification {
+            message: Some("no signature".into()),
+            ..Verification::default()
+        };
+        let disabled = Verification {
+            mode: VerificationMode::Disabled,
+            ..Verification::default()
+        };
+        let cases = [
+            (false, &signed, true, false, reasons::NO_POLICY),
+            (true, &signed, false, false, reasons::NOT_A_CACHE),
+            (true, &disabled, false, false, reasons::NOT_A_CACHE),
+            (true, &signed, true, true, reasons::VERIFIED),
+            (true, &unsigned, true, false, reasons::VERIFICATION_FAILED),
+            (true, &disabled, true, true, reasons::VERIFICATION_DISABLED),
+        ];
+        for (policy, v, is_cache, ok, reason) in cases {
+            let got = verified_condition(policy, v, is_cache);
+            assert_eq!((got.0, got.1), (ok, reason), "{policy} {v:?} {is_cache}");
+        }
+        assert_eq!(
+            verified_condition(true, &signed, true).2,
+            "signed by ci@example.com"
+        );
+        assert_eq!(verified_condition(true, &unsigned, true).2, "no signature");
+    }
+
+    #[test]
+    fn ready_needs_a_usable_pin_and_a_ready_node() {
+        let agg = |ready| Aggregate {
+            nodes: BTreeMap::new(),
+            ready,
+            message: format!("{ready} Ready"),
+        };
+        assert_eq!(ready_condition(false, &agg(3)).1, reasons::NOT_VERIFIED);
+        assert_eq!(
+            ready_condition(true, &agg(0)),
+            (false, reasons::NOT_STAGED, "0 Ready".to_string())
+        );
+        assert_eq!(
+            ready_condition(true, &agg(2)),
+            (true, reasons::STAGED, "2 Ready".to_string())
+        );
     }
 }

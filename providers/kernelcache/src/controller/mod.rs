@@ -31,11 +31,13 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
-use kube::runtime::reflector::{ObjectRef, Store};
-use kube::runtime::{WatchStreamExt, reflector, watcher};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use kubeairunway_sdk::ModelDeployment;
 use kubeairunway_sdk::conditions::{self, KERNEL_CACHE_READY};
+use kubeairunway_sdk::process::Check;
+use kubeairunway_sdk::reflect::{self, Cache};
 use serde_json::json;
 use tracing::{info, warn};
 
@@ -89,9 +91,9 @@ struct Ctx {
     client: Client,
     settings: Settings,
     secrets: Arc<dyn SecretApi>,
-    nodes: Store<KernelCacheNode>,
-    caches: Store<KernelCache>,
-    policies: Store<KernelCachePolicy>,
+    nodes: Cache<KernelCacheNode>,
+    caches: Cache<KernelCache>,
+    policies: Cache<KernelCachePolicy>,
     recorder: Recorder,
     metrics: Arc<app::Metrics>,
     /// Failed verifications waiting for their retry, per cache.
@@ -104,6 +106,7 @@ struct Ctx {
 impl Ctx {
     fn exists(&self, namespace: &str, name: &str) -> bool {
         self.caches
+            .store
             .get(&ObjectRef::new(name).within(namespace))
             .is_some()
     }
@@ -124,6 +127,10 @@ impl Ctx {
     }
 }
 
+/// How long a reconcile waits for the watch caches it reads to be filled once before it
+/// tries again later: it never decides on a partial view.
+const SYNC_WAIT: Duration = Duration::from_secs(30);
+
 /// Controller failures worth a retry.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -132,18 +139,44 @@ pub enum Error {
     Kube(#[from] kube::Error),
 }
 
-/// Run both controllers and the registration until `shutdown`.
+/// Run the controllers and the registration until `shutdown`; `synced` is set once every
+/// watch cache they read has been filled (readiness).
 pub async fn run(
     client: Client,
     settings: Settings,
     secrets: Arc<dyn SecretApi>,
     metrics: Arc<app::Metrics>,
+    synced: Check,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> anyhow::Result<()> {
     let (nodes, node_stream) = reflected::<KernelCacheNode>(&client);
     let (caches, cache_stream) = reflected::<KernelCache>(&client);
     let (policies, policy_stream) = reflected::<KernelCachePolicy>(&client);
     let (mds, md_stream) = reflected::<ModelDeployment>(&client);
+    let (node_meta, node_meta_stream) = reflected::<PartialObjectMeta<Node>>(&client);
+    let readiness = tokio::spawn({
+        let (nodes, caches, policies, mds, node_meta) = (
+            nodes.clone(),
+            caches.clone(),
+            policies.clone(),
+            mds.clone(),
+            node_meta.clone(),
+        );
+        async move {
+            let all = futures::future::join5(
+                nodes.synced(),
+                caches.synced(),
+                policies.synced(),
+                mds.synced(),
+                node_meta.synced(),
+            )
+            .await;
+            if all == (true, true, true, true, true) {
+                info!("watch caches synced");
+                synced.set();
+            }
+        }
+    });
 
     let settings_credentials = settings.credentials_namespace.clone();
     let ctx = Arc::new(Ctx {
@@ -171,7 +204,7 @@ pub async fn run(
     let sweeper = {
         let ctx = Arc::clone(&ctx);
         tokio::spawn(async move {
-            if ctx.caches.wait_until_ready().await.is_ok()
+            if ctx.caches.synced().await
                 && let Some(h) = &ctx.handover
             {
                 h.prune(|ns, name| ctx.exists(ns, name), true).await;
@@ -195,7 +228,7 @@ pub async fn run(
             .collect();
         Some(futures::stream::iter(refs))
     });
-    let caches_ctl = Controller::for_stream(cache_stream, caches.clone())
+    let caches_ctl = Controller::for_stream(cache_stream, caches.store.clone())
         .reconcile_on(node_caches.flatten())
         .reconcile_all_on(policies)
         .graceful_shutdown_on(shutdown.clone())
@@ -203,7 +236,7 @@ pub async fn run(
         .for_each(|_| async {});
 
     // Cache changes wake the ModelDeployments in their namespace that name them.
-    let md_store = mds.clone();
+    let md_store = mds.store.clone();
     let cache_mds = move |cache: KernelCache| {
         let (ns, name) = (cache.namespace().unwrap_or_default(), cache.name_any());
         md_store
@@ -218,7 +251,7 @@ pub async fn run(
         client: client.clone(),
         caches,
     });
-    let mds_ctl = Controller::for_stream(md_stream, mds)
+    let mds_ctl = Controller::for_stream(md_stream, mds.store.clone())
         .watches(
             Api::<KernelCache>::all(client.clone()),
             watcher::Config::default(),
@@ -229,7 +262,6 @@ pub async fn run(
         .for_each(|_| async {});
 
     // Node ready labels from the agents' reports (the agents never write Nodes).
-    let (node_meta, node_meta_stream) = reflected::<PartialObjectMeta<Node>>(&client);
     let report_nodes = watcher(
         Api::<KernelCacheNode>::all(client.clone()),
         watcher::Config::default(),
@@ -241,7 +273,7 @@ pub async fn run(
         client: client.clone(),
         reports: nodes.clone(),
     });
-    let labels_ctl = Controller::for_stream(node_meta_stream, node_meta)
+    let labels_ctl = Controller::for_stream(node_meta_stream, node_meta.store.clone())
         .reconcile_on(report_nodes)
         .graceful_shutdown_on(shutdown_labels)
         .run(reconcile_node_labels, label_error, label_ctx)
@@ -251,14 +283,16 @@ pub async fn run(
     tokio::join!(caches_ctl, mds_ctl, labels_ctl);
     registration.abort();
     sweeper.abort();
+    readiness.abort();
     Ok(())
 }
 
-/// A reflector store of every `K` and the stream that keeps it current.
+/// A watch cache of every `K` (without managed fields) and the stream that keeps it
+/// current.
 fn reflected<K>(
     client: &Client,
 ) -> (
-    Store<K>,
+    Cache<K>,
     impl futures::Stream<Item = Result<K, watcher::Error>> + Send + use<K>,
 )
 where
@@ -270,14 +304,13 @@ where
         + Sync
         + 'static,
 {
-    let (store, writer) = reflector::store();
-    let stream = reflector(
-        writer,
-        watcher(Api::<K>::all(client.clone()), watcher::Config::default()),
-    )
-    .default_backoff()
-    .touched_objects();
-    (store, stream)
+    let (cache, stream) = reflect::cache(
+        Api::<K>::all(client.clone()),
+        watcher::Config::default(),
+        (),
+        reflect::strip,
+    );
+    (cache, stream.touched_objects())
 }
 
 fn names_cache(md: &ModelDeployment) -> Option<&str> {
@@ -304,18 +337,12 @@ async fn publish(ctx: &Ctx, cache: &KernelCache, type_: EventType, reason: &str,
     }
 }
 
-/// Pin, verify, aggregate and write one KernelCache's status.
+/// Pin, verify, aggregate and write one KernelCache's status, in three phases:
+/// [`pin_phase`], [`verification_phase`] and the nodes' reports.
 async fn reconcile_cache(cache: Arc<KernelCache>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     // Never decide on a partial view: an empty policy store would refuse every cache
     // (and the agents would drop them), an empty node store would report nothing ready.
-    let ready = async {
-        let _ = ctx.policies.wait_until_ready().await;
-        let _ = ctx.nodes.wait_until_ready().await;
-    };
-    if tokio::time::timeout(Duration::from_secs(30), ready)
-        .await
-        .is_err()
-    {
+    if !(ctx.policies.synced_within(SYNC_WAIT).await && ctx.nodes.synced_within(SYNC_WAIT).await) {
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
     ctx.prune().await;
@@ -355,112 +382,21 @@ async fn reconcile_cache(cache: Arc<KernelCache>, ctx: Arc<Ctx>) -> Result<Actio
     }
     let puller = Puller::new(auth.clone(), ctx.settings.plain_http.clone());
 
-    // Pin: keep the pin while the spec is unchanged; re-resolve when it changed.
-    let spec_changed = previous.observed_generation != generation;
-    let mut pinned = previous.pinned_image.clone().filter(|_| !spec_changed);
-    if pinned.is_none() {
-        status.resolved_digest = None;
-        status.pinned_image = None;
-        status.verification = None;
-        status.cache_type = None;
-        match puller
-            .resolve(&image)
-            .await
-            .and_then(|d| Ok((pin(&image, &d)?, d)))
-        {
-            Ok((p, digest)) => {
-                ctx.metrics.resolution(true);
-                publish(
-                    &ctx,
-                    &cache,
-                    EventType::Normal,
-                    "Pinned",
-                    format!("{image} pinned to {digest}"),
-                )
-                .await;
-                status.resolved_digest = Some(digest.clone());
-                status.pinned_image = Some(p.clone());
-                set(
-                    &mut status,
-                    "Resolved",
-                    true,
-                    reasons::PINNED,
-                    &format!("pinned to {digest}"),
-                    generation,
-                );
-                pinned = Some(p);
-            }
-            Err(e) => {
-                ctx.metrics.resolution(false);
-                set(
-                    &mut status,
-                    "Resolved",
-                    false,
-                    reasons::RESOLVE_FAILED,
-                    &e.to_string(),
-                    generation,
-                );
-                set(
-                    &mut status,
-                    "Ready",
-                    false,
-                    reasons::NOT_VERIFIED,
-                    "not pinned",
-                    generation,
-                );
-                write(&ctx, &cache, &previous, status).await?;
-                return Ok(Action::requeue(Duration::from_secs(30)));
-            }
+    let pinned = match pin_phase(&ctx, &cache, &previous, &mut status, &puller).await {
+        Pinned::Yes(pinned) => pinned,
+        Pinned::Failed => {
+            write(&ctx, &cache, &previous, status).await?;
+            return Ok(Action::requeue(Duration::from_secs(30)));
         }
-    } else if let (Some(p), Some(digest)) = (&pinned, &previous.resolved_digest)
-        && pin_check_due(&ctx, &ns, &name)
-    {
-        match puller.check_pin(&image, digest).await {
-            Ok(()) => set(
-                &mut status,
-                "Resolved",
-                true,
-                reasons::PINNED,
-                &format!("pinned to {digest}"),
-                generation,
-            ),
-            Err(e @ PullError::TagMoved { .. }) => {
-                let message = format!(
-                    "{e}; still using the verified pin {p} (edit the KernelCache to re-pin)"
-                );
-                if conditions::find(&previous.conditions, "Resolved")
-                    .is_none_or(|c| c.reason != reasons::TAG_MOVED)
-                {
-                    publish(
-                        &ctx,
-                        &cache,
-                        EventType::Warning,
-                        reasons::TAG_MOVED,
-                        message.clone(),
-                    )
-                    .await;
-                }
-                set(
-                    &mut status,
-                    "Resolved",
-                    false,
-                    reasons::TAG_MOVED,
-                    &message,
-                    generation,
-                );
-            }
-            // A registry outage does not un-pin: the pinned digest stays what it was.
-            Err(e) => warn!(cache = %name, error = %e, "checking the pin"),
-        }
-    }
-    let Some(pinned) = pinned else {
-        return write(&ctx, &cache, &previous, status).await;
     };
     let digest = status.resolved_digest.clone().unwrap_or_default();
 
     // Verify: a passed verdict stands until the policy changes or a reverify is asked;
     // a failed one is retried with backoff; an unreachable registry takes nothing away.
-    let policy = ctx.policies.get(&ObjectRef::new(&ctx.settings.policy));
+    let policy = ctx
+        .policies
+        .store
+        .get(&ObjectRef::new(&ctx.settings.policy));
     let (verification, cache_type, retry_in, size_bytes) = verification_phase(
         &ctx,
         &cache,
@@ -471,36 +407,8 @@ async fn reconcile_cache(cache: Arc<KernelCache>, ctx: Arc<Ctx>) -> Result<Actio
     )
     .await;
     let disabled = verification.mode == VerificationMode::Disabled && !verification.verified;
-    let (ok, reason, message) = match (&policy, verification.verified, disabled) {
-        (None, _, _) => (
-            false,
-            reasons::NO_POLICY,
-            verification.message.clone().unwrap_or_default(),
-        ),
-        (Some(_), _, _) if cache_type.is_none() => (
-            false,
-            reasons::NOT_A_CACHE,
-            verification.message.clone().unwrap_or_default(),
-        ),
-        (_, true, _) => (
-            true,
-            reasons::VERIFIED,
-            format!(
-                "signed by {}",
-                verification.signer.clone().unwrap_or_default()
-            ),
-        ),
-        (_, false, true) if cache_type.is_some() => (
-            true,
-            reasons::VERIFICATION_DISABLED,
-            verify::DISABLED_MESSAGE.to_string(),
-        ),
-        _ => (
-            false,
-            reasons::VERIFICATION_FAILED,
-            verification.message.clone().unwrap_or_default(),
-        ),
-    };
+    let (ok, reason, message) =
+        decide::verified_condition(policy.is_some(), &verification, cache_type.is_some());
     set(&mut status, "Verified", ok, reason, &message, generation);
     // A refused pin must never look usable.
     status.verification = Some(if ok {
@@ -518,41 +426,159 @@ async fn reconcile_cache(cache: Arc<KernelCache>, ctx: Arc<Ctx>) -> Result<Actio
     status.size_bytes = size_bytes.and_then(|b| i64::try_from(b).ok());
 
     // What the nodes report.
-    let nodes: Vec<KernelCacheNode> = ctx.nodes.state().iter().map(|n| (**n).clone()).collect();
+    let nodes: Vec<KernelCacheNode> = ctx
+        .nodes
+        .store
+        .state()
+        .iter()
+        .map(|n| (**n).clone())
+        .collect();
     let agg = decide::aggregate(&ns, &name, &digest, &nodes);
+    let (ready, reason, message) = decide::ready_condition(status.usable_image().is_some(), &agg);
+    set(&mut status, "Ready", ready, reason, &message, generation);
     status.nodes = agg.nodes;
     status.ready_nodes = Some(agg.ready);
-    let usable = status.usable_image().is_some();
-    match (usable, agg.ready) {
-        (false, _) => set(
-            &mut status,
-            "Ready",
-            false,
-            reasons::NOT_VERIFIED,
-            "not usable: see the Verified condition",
-            generation,
-        ),
-        (true, 0) => set(
-            &mut status,
-            "Ready",
-            false,
-            reasons::NOT_STAGED,
-            &agg.message,
-            generation,
-        ),
-        (true, _) => set(
-            &mut status,
-            "Ready",
-            true,
-            reasons::STAGED,
-            &agg.message,
-            generation,
-        ),
-    }
     write(&ctx, &cache, &previous, status).await?;
     Ok(Action::requeue(retry_in.map_or(ctx.settings.resync, |r| {
         r.min(ctx.settings.resync)
     })))
+}
+
+/// What [`pin_phase`] left.
+enum Pinned {
+    /// The image is pinned to this reference (`image@digest`).
+    Yes(String),
+    /// Resolving the tag failed: write the status and try again later.
+    Failed,
+}
+
+/// The pin (a phase of [`reconcile_cache`]): kept while the spec is unchanged (a tag that
+/// moved since is reported, never followed), resolved again when the spec changed.
+async fn pin_phase(
+    ctx: &Ctx,
+    cache: &KernelCache,
+    previous: &KernelCacheStatus,
+    status: &mut KernelCacheStatus,
+    puller: &Puller,
+) -> Pinned {
+    let generation = cache.metadata.generation;
+    let image = &cache.spec.image;
+    let spec_changed = previous.observed_generation != generation;
+    let kept = previous.pinned_image.clone().filter(|_| !spec_changed);
+    let Some(pinned) = kept else {
+        status.resolved_digest = None;
+        status.pinned_image = None;
+        status.verification = None;
+        status.cache_type = None;
+        return resolve_pin(ctx, cache, status, puller).await;
+    };
+    let Some(digest) = &previous.resolved_digest else {
+        return Pinned::Yes(pinned);
+    };
+    if !pin_check_due(
+        ctx,
+        &cache.namespace().unwrap_or_default(),
+        &cache.name_any(),
+    ) {
+        return Pinned::Yes(pinned);
+    }
+    match puller.check_pin(image, digest).await {
+        Ok(()) => set(
+            status,
+            "Resolved",
+            true,
+            reasons::PINNED,
+            &format!("pinned to {digest}"),
+            generation,
+        ),
+        Err(e @ PullError::TagMoved { .. }) => {
+            let message = format!(
+                "{e}; still using the verified pin {pinned} (edit the KernelCache to re-pin)"
+            );
+            if conditions::find(&previous.conditions, "Resolved")
+                .is_none_or(|c| c.reason != reasons::TAG_MOVED)
+            {
+                publish(
+                    ctx,
+                    cache,
+                    EventType::Warning,
+                    reasons::TAG_MOVED,
+                    message.clone(),
+                )
+                .await;
+            }
+            set(
+                status,
+                "Resolved",
+                false,
+                reasons::TAG_MOVED,
+                &message,
+                generation,
+            );
+        }
+        // A registry outage does not un-pin: the pinned digest stays what it was.
+        Err(e) => warn!(cache = %cache.name_any(), error = %e, "checking the pin"),
+    }
+    Pinned::Yes(pinned)
+}
+
+/// Resolve the cache's tag to a digest and pin it (part of [`pin_phase`]).
+async fn resolve_pin(
+    ctx: &Ctx,
+    cache: &KernelCache,
+    status: &mut KernelCacheStatus,
+    puller: &Puller,
+) -> Pinned {
+    let generation = cache.metadata.generation;
+    let image = &cache.spec.image;
+    match puller
+        .resolve(image)
+        .await
+        .and_then(|d| Ok((pin(image, &d)?, d)))
+    {
+        Ok((pinned, digest)) => {
+            ctx.metrics.resolution(true);
+            publish(
+                ctx,
+                cache,
+                EventType::Normal,
+                "Pinned",
+                format!("{image} pinned to {digest}"),
+            )
+            .await;
+            set(
+                status,
+                "Resolved",
+                true,
+                reasons::PINNED,
+                &format!("pinned to {digest}"),
+                generation,
+            );
+            status.resolved_digest = Some(digest);
+            status.pinned_image = Some(pinned.clone());
+            Pinned::Yes(pinned)
+        }
+        Err(e) => {
+            ctx.metrics.resolution(false);
+            set(
+                status,
+                "Resolved",
+                false,
+                reasons::RESOLVE_FAILED,
+                &e.to_string(),
+                generation,
+            );
+            set(
+                status,
+                "Ready",
+                false,
+                reasons::NOT_VERIFIED,
+                "not pinned",
+                generation,
+            );
+            Pinned::Failed
+        }
+    }
 }
 
 /// The verdict on the pinned digest (a phase of [`reconcile_cache`]): the one in the
@@ -788,7 +814,7 @@ async fn write(
 
 struct LabelCtx {
     client: Client,
-    reports: Store<KernelCacheNode>,
+    reports: Cache<KernelCacheNode>,
 }
 
 #[allow(clippy::needless_pass_by_value)] // kube-runtime's error-policy signature
@@ -803,14 +829,11 @@ async fn reconcile_node_labels(
     ctx: Arc<LabelCtx>,
 ) -> Result<Action, Error> {
     // An empty store would take every label away after a restart.
-    if tokio::time::timeout(Duration::from_secs(30), ctx.reports.wait_until_ready())
-        .await
-        .is_err()
-    {
+    if !ctx.reports.synced_within(SYNC_WAIT).await {
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
     let name = node.name_any();
-    let report = ctx.reports.get(&ObjectRef::new(&name));
+    let report = ctx.reports.store.get(&ObjectRef::new(&name));
     let ready = labels::ready_labels(report.as_deref());
     let changes = labels::label_changes(node.labels(), &ready);
     if !changes.is_empty() {
@@ -828,7 +851,7 @@ async fn reconcile_node_labels(
 
 struct MdCtx {
     client: Client,
-    caches: Store<KernelCache>,
+    caches: Cache<KernelCache>,
 }
 
 #[allow(clippy::needless_pass_by_value)] // kube-runtime's error-policy signature
@@ -842,8 +865,12 @@ async fn reconcile_md(md: Arc<ModelDeployment>, ctx: Arc<MdCtx>) -> Result<Actio
     let Some(name) = names_cache(&md) else {
         return Ok(Action::await_change());
     };
+    // An empty cache store would report every cache missing after a restart.
+    if !ctx.caches.synced_within(SYNC_WAIT).await {
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
     let ns = md.namespace().unwrap_or_default();
-    let cache = ctx.caches.get(&ObjectRef::new(name).within(&ns));
+    let cache = ctx.caches.store.get(&ObjectRef::new(name).within(&ns));
     let (ok, reason, message) = decide::model_deployment_condition(name, cache.as_deref());
     let current = md
         .status

@@ -194,15 +194,28 @@ async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments
         ..Settings::default()
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let synced = kubeairunway_sdk::process::Check::default();
     let task = tokio::spawn(controller::run(
         client.clone(),
         settings,
         Arc::new(KubeSecrets(client.clone())),
         Arc::new(Metrics::default()),
+        synced.clone(),
         async move {
             let _ = stopped.await;
         },
     ));
+
+    // Readiness: set once every watch cache the controller reads is filled.
+    eventually("the controller's watch caches synced", || {
+        let synced = synced.clone();
+        async move {
+            anyhow::ensure!(synced.is_set(), "not yet");
+            Ok(())
+        }
+    })
+    .await
+    .unwrap();
 
     // A cache naming a pull Secret: the controller hands the registry's entry over to the
     // agents in the credentials namespace, and takes it back when the cache goes.
