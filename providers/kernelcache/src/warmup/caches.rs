@@ -3,8 +3,10 @@
 //! The agent stages every usable cache whose `nodeSelector` selects its node
 //! (`crate::agent::plan`); a warmup only waits for its report on the cache's current
 //! (pinned) digest. It cannot make an agent stage a cache the cache does not target, so
-//! that, a missing cache, and the agent's `Failed` and `Incompatible` states end the
-//! node's warmup as failed, with the agent's words.
+//! that and the agent's `Failed` and `Incompatible` states end the node's warmup as
+//! failed, with the agent's words. A KernelCache that does not exist is waited for (it
+//! may be created after the Warmup, or the watch cache may not have seen it yet);
+//! `globalTimeoutSeconds` bounds the wait.
 
 use k8s_openapi::api::core::v1::Node;
 
@@ -31,10 +33,7 @@ pub fn on_node(
     report: Option<&KernelCacheNode>,
 ) -> OnNode {
     let Some(cache) = cache else {
-        return OnNode::Failed(
-            reasons::KERNEL_CACHE_NOT_FOUND,
-            format!("there is no KernelCache '{name}'"),
-        );
+        return OnNode::Waiting(format!("there is no KernelCache '{name}' (yet)"));
     };
     let labels = node.metadata.labels.clone().unwrap_or_default();
     let selected = cache
@@ -182,7 +181,8 @@ mod tests {
             OnNode::Failed(r, _) if r == reasons::KERNEL_CACHE_NOT_TARGETED
         ));
         assert!(
-            matches!(on_node("vadd", None, &n, None), OnNode::Failed(r, _) if r == reasons::KERNEL_CACHE_NOT_FOUND)
+            matches!(on_node("vadd", None, &n, None), OnNode::Waiting(m) if m.contains("no KernelCache 'vadd'")),
+            "a cache not created yet is waited for"
         );
     }
 }

@@ -68,8 +68,6 @@ pub mod reasons {
     pub const NODE_NOT_FOUND: &str = "NodeNotFound";
     /// Node: the warmup pods do not tolerate one of its scheduling taints.
     pub const UNTOLERATED_TAINT: &str = "UntoleratedTaint";
-    /// Node: a KernelCache of the warmup does not exist.
-    pub const KERNEL_CACHE_NOT_FOUND: &str = "KernelCacheNotFound";
     /// Node: a KernelCache of the warmup does not select the node.
     pub const KERNEL_CACHE_NOT_TARGETED: &str = "KernelCacheNotTargeted";
     /// Node: the agent failed to stage a KernelCache.

@@ -791,30 +791,21 @@ async fn a_model_deployments_nodes_get_its_image_and_its_kernel_cache() {
         "{s:?}"
     );
 
-    // A cache that does not exist fails each node, by name and reason.
+    // A cache that does not exist (yet) is waited for, until the global timeout.
     create_warmup(
         &client,
         &ns,
         "missing",
         json!({"targetNodes": {"nodeNames": ["h100-1"]},
-        "kernelCaches": ["nope"]}),
+        "kernelCaches": ["nope"], "policies": {"globalTimeoutSeconds": 2}}),
     )
     .await
     .unwrap();
-    let s = status_where(&client, &ns, "missing", "Completed", |s| {
-        s.phase == Some(WarmupPhase::Completed)
+    let s = status_where(&client, &ns, "missing", "Failed", |s| {
+        s.phase == Some(WarmupPhase::Failed)
     })
     .await;
-    assert_eq!(
-        (s.desired_nodes, s.succeeded_nodes, s.failed_nodes),
-        (1, 0, 1),
-        "{s:?}"
-    );
-    assert_eq!(
-        (
-            s.failures[0].node_name.as_str(),
-            s.failures[0].reason.as_str()
-        ),
-        ("h100-1", "KernelCacheNotFound")
-    );
+    let failed = s.conditions.iter().find(|c| c.type_ == "Failed").unwrap();
+    assert_eq!(failed.reason, "GlobalTimeoutExceeded", "{s:?}");
+    assert_eq!((s.desired_nodes, s.succeeded_nodes), (1, 0), "{s:?}");
 }
