@@ -5,7 +5,8 @@
 #
 # Caches (safe to delete): the test API server and etcd under
 # ${XDG_CACHE_HOME:-~/.cache}/kubeairunway/testcluster; helm under
-# ${XDG_CACHE_HOME:-~/.cache}/kubeairunway/helm; cargo's registry as usual.
+# ${XDG_CACHE_HOME:-~/.cache}/kubeairunway/helm; actionlint under .../kubeairunway/actionlint;
+# the image's Debian packages under .../kubeairunway/image-apt; cargo's registry as usual.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -35,17 +36,26 @@ step "helm (for the chart checks), cached"
 HELM="$(bash scripts/install-helm.sh)"
 export HELM
 
-step "helm lint and helm template of every chart"
+step "helm lint (against each chart's values.schema.json) and helm template of every chart"
 for chart in charts/*/; do
   "$HELM" lint --strict "$chart"
+  # A library chart renders nothing by itself; the charts depending on it are rendered.
+  grep -q '^type: library' "$chart/Chart.yaml" && continue
   "$HELM" template ci "$chart" --namespace kubeairunway-system >/dev/null
 done
+
+step "actionlint of the GitHub workflows, cached"
+ACTIONLINT="$(bash scripts/install-actionlint.sh)"
+"$ACTIONLINT" -no-color .github/workflows/*.yml
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
 
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+
+step "cargo build --bins (the image test assembles the platform's image from them)"
+cargo build --workspace --bins --locked
 
 step "cargo test"
 # Property tests (proptest) run a bounded number of cases here; run more on demand, e.g.

@@ -1,24 +1,31 @@
 //! Everything under `config/` is generated here from the Rust types: the CRDs and the
-//! samples; so are the CRDs of the Helm charts (`charts/kubeairunway/crds/`,
-//! `charts/kernelcache-provider/crds/`). `cargo run -p kubeairunway-config -- gen` writes
-//! the files; the drift test
-//! fails when a committed file differs from what the code generates.
+//! samples; so are the Helm charts' CRD templates (`charts/kubeairunway/templates/crds/`,
+//! `charts/kernelcache-provider/templates/crds/`), every chart's `values.schema.json` and
+//! the values table of every chart's README ([`charts`]).
+//! `cargo run -p kubeairunway-config -- gen` writes the files; the drift test fails when a
+//! committed file differs from what the code generates.
 
 use std::path::{Path, PathBuf};
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use serde::Serialize;
 
+pub mod charts;
 pub mod samples;
 
 /// The command that regenerates every generated file.
 pub const REGENERATE: &str = "cargo run -p kubeairunway-config -- gen";
 
-/// Where the core Helm chart keeps its CRDs (generated too).
-pub const CHART_CRDS: &str = "charts/kubeairunway/crds";
+/// Where the core Helm chart keeps its CRDs (generated too): templates, so that `helm
+/// upgrade` upgrades them (Helm never upgrades a chart's `crds/`).
+pub const CHART_CRDS: &str = "charts/kubeairunway/templates/crds";
 
 /// Where the kernel-cache provider's chart keeps its CRDs (generated too).
-pub const KERNELCACHE_CHART_CRDS: &str = "charts/kernelcache-provider/crds";
+pub const KERNELCACHE_CHART_CRDS: &str = "charts/kernelcache-provider/templates/crds";
+
+/// Keeps a chart's CRDs (and so every object of their kinds) when the release is
+/// uninstalled.
+pub const KEEP: (&str, &str) = ("helm.sh/resource-policy", "keep");
 
 /// One generated file, with its path relative to the repository root.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -84,11 +91,12 @@ pub fn generate() -> anyhow::Result<Vec<GeneratedFile>> {
         let name = crd.metadata.name.clone().unwrap_or_default();
         let (plural, group) = name.split_once('.').unwrap_or((&name, ""));
         let content = to_yaml(&crd, &format!("CustomResourceDefinition {name}"))?;
-        // Each chart ships its group's CRDs (Helm installs `crds/` before templates).
+        // Each chart ships its group's CRDs as templates (installed before the objects
+        // of their kinds, upgraded with the chart, kept on uninstall).
         if let Some(chart) = chart {
             files.push(GeneratedFile {
                 path: format!("{chart}/{group}_{plural}.yaml"),
-                content: content.clone(),
+                content: chart_crd(crd.clone(), &name)?,
             });
         }
         files.push(GeneratedFile {
@@ -107,6 +115,50 @@ pub fn generate() -> anyhow::Result<Vec<GeneratedFile>> {
         files.push(GeneratedFile {
             path: sample.path(),
             content: to_yaml(&sample.manifest, &header)?,
+        });
+    }
+    files.extend(chart_files(&repo_root())?);
+    Ok(files)
+}
+
+/// A CRD as a chart template: installed unless `crds.install` is false, kept on uninstall.
+fn chart_crd(mut crd: CustomResourceDefinition, name: &str) -> anyhow::Result<String> {
+    crd.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(KEEP.0.into(), KEEP.1.into());
+    let yaml = to_yaml(
+        &crd,
+        &format!("CustomResourceDefinition {name}, a template of the chart"),
+    )?;
+    anyhow::ensure!(
+        !yaml.contains("{{"),
+        "{name}: the CRD contains `{{{{`, which helm would read as a template"
+    );
+    Ok(format!(
+        "{{{{- if .Values.crds.install }}}}\n{yaml}{{{{- end }}}}\n"
+    ))
+}
+
+/// Every chart's values.schema.json, and its README with the values table.
+fn chart_files(root: &Path) -> anyhow::Result<Vec<GeneratedFile>> {
+    let mut files = Vec::new();
+    for (chart, schema) in charts::schemas() {
+        let dir = format!("charts/{chart}");
+        files.push(GeneratedFile {
+            path: format!("{dir}/values.schema.json"),
+            content: format!("{}\n", serde_json::to_string_pretty(&schema)?),
+        });
+        let values: serde_json::Value = serde_saphyr::from_str(
+            &std::fs::read_to_string(root.join(&dir).join("values.yaml"))
+                .map_err(|e| anyhow::anyhow!("{dir}/values.yaml: {e}"))?,
+        )?;
+        let readme = std::fs::read_to_string(root.join(&dir).join("README.md"))
+            .map_err(|e| anyhow::anyhow!("{dir}/README.md: {e}"))?;
+        let table = charts::table(&charts::rows(&schema, &values));
+        files.push(GeneratedFile {
+            path: format!("{dir}/README.md"),
+            content: charts::with_table(&readme, &table)?,
         });
     }
     Ok(files)

@@ -1,6 +1,7 @@
 //! Condition types, reasons, and the one way every controller sets a condition.
 //!
-//! Each condition type has exactly one writer (004 §3.10): core writes [`VALIDATED`] and
+//! Each condition type has exactly one writer (the table "Who writes which status
+//! fields" in the repository's README): core writes [`VALIDATED`] and
 //! [`PROVIDER_SELECTED`]; the serving provider writes [`PROVIDER_COMPATIBLE`],
 //! [`RESOURCE_CREATED`], [`READY`] and [`STALE_STATUS`]; the kernel-cache provider writes
 //! [`KERNEL_CACHE_READY`]. `status.conditions` is a list-map keyed by `type`, so each

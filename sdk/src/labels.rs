@@ -1,4 +1,4 @@
-//! Labels and annotations with a meaning across the platform (004 §4.12).
+//! Labels and annotations with a meaning across the platform.
 
 /// Annotation that stops every controller from reconciling a ModelDeployment while it is
 /// `"true"`.
@@ -17,7 +17,8 @@ pub const MODEL_DEPLOYMENT: &str = "kubeairunway.ai/model-deployment";
 pub const PROVIDER: &str = "kubeairunway.ai/provider";
 
 /// Annotation on the primary upstream object: a hash of the ModelDeployment's identity
-/// fields (004 §4.11). When it no longer matches, the object is deleted and recreated.
+/// fields (`model.id`, `model.source`, `engine.type`, `provider.name`,
+/// `serving.mode`). When it no longer matches, the object is deleted and recreated.
 pub const IDENTITY: &str = "kubeairunway.ai/identity";
 
 /// Annotation on the primary upstream object: a hash of the values it renders at the

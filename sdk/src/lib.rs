@@ -8,6 +8,9 @@
 //! - the [`Provider`] trait: the pure functions a provider writes ([`provider`]), with
 //!   helpers for rendering ([`render`]), typed `provider.overrides` ([`overrides`]) and
 //!   the installed upstream API ([`upstream`]);
+//! - building blocks for providers that render pods themselves: the serving container of
+//!   an engine ([`engine`]), its storage volumes ([`storage`]) and a Deployment's status
+//!   read as ours ([`workload`]);
 //! - provider selection as pure functions ([`selection`], over the spec with its
 //!   [`defaults`] applied), as core runs it;
 //! - the runtime that does all the I/O ([`runtime::run`]; a provider's `main` is
@@ -24,6 +27,7 @@ pub mod admission;
 pub mod api;
 pub mod conditions;
 pub mod defaults;
+pub mod engine;
 pub mod labels;
 pub mod leader;
 pub mod overrides;
@@ -33,13 +37,23 @@ pub mod reflect;
 pub mod render;
 pub mod runtime;
 pub mod selection;
+pub mod storage;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod tls;
 pub mod upstream;
+pub mod workload;
 
-pub use provider::{Incompatible, Observed, Provider, RenderError, Rendered, UpstreamRef, Warning};
+pub use provider::{
+    Incompatible, Live, Observed, Provider, RenderError, Rendered, UpstreamRef, Warning,
+};
 pub use upstream::UpstreamApi;
+
+/// The crate's README, whose Rust code is compiled as a doc test: as a crate of its own
+/// would compile it, from the public API alone.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;
 
 pub use api::model_deployment::{ModelDeployment, ModelDeploymentSpec, ModelDeploymentStatus};
 pub use api::provider_config::{

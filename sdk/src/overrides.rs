@@ -1,4 +1,5 @@
-//! Typed `spec.provider.overrides` (004 §4.15).
+//! Typed `spec.provider.overrides`: each provider documents the keys it reads; unknown
+//! keys warn, wrong types fail.
 //!
 //! A provider describes its documented keys as a serde type and calls [`parse`]. Every key
 //! the type does not know, at any depth, comes back as a [`Warning`] naming its full path

@@ -214,6 +214,9 @@ impl Shutdown {
     }
 }
 
+/// How long a term's work may take to stop after the term ended before it is cancelled.
+pub const TERM_GRACE: Duration = Duration::from_secs(5);
+
 /// One readiness check, set by its owner when ready.
 #[derive(Clone, Debug, Default)]
 pub struct Check(Arc<AtomicBool>);
@@ -458,7 +461,24 @@ impl Runtime {
                 leading: leading.clone(),
                 shutdown: shutdown.clone(),
             };
-            let outcome = lead(term).await;
+            // A term's work must stop when the term ends (another replica may lead by
+            // then): what has not returned a grace period after the end is dropped, which
+            // cancels it (its tasks, controllers and requests in flight) rather than
+            // leaving this replica stuck in a term it no longer holds.
+            let ended = {
+                let term = term.clone();
+                async move {
+                    term.ended().await;
+                    tokio::time::sleep(TERM_GRACE).await;
+                }
+            };
+            let outcome = tokio::select! {
+                outcome = lead(term) => outcome,
+                () = ended => {
+                    tracing::warn!(component = %component, grace = ?TERM_GRACE, "the term's work did not stop after the term ended; cancelled");
+                    Ok(())
+                }
+            };
             readiness.end_term();
             if let Err(e) = outcome {
                 tracing::error!(component = %component, error = %format!("{e:#}"), "stopping");

@@ -1,10 +1,11 @@
 //! The [`Provider`] trait: everything a provider decides, as pure functions.
 //!
 //! A provider says what it is ([`Provider::name`], [`Provider::config`]), which upstream
-//! CRD it targets and in which versions ([`Provider::upstream`]), whether it can serve a
+//! kind it targets and in which versions ([`Provider::upstream`]: any kind the API server
+//! serves, a CRD's or a built-in one such as `apps/v1` Deployment), whether it can serve a
 //! ModelDeployment ([`Provider::check`]), what to apply for it ([`Provider::render`]) and
-//! how the upstream status reads as ours ([`Provider::observe`]). None of these does I/O;
-//! [`crate::runtime::run`] does all of it.
+//! how the live objects read as our status ([`Provider::observe`], over [`Live`]). None of
+//! these does I/O; [`crate::runtime::run`] does all of it.
 
 use std::collections::BTreeMap;
 
@@ -30,11 +31,13 @@ pub trait Provider: Send + Sync + 'static {
     /// The provider's registration: capabilities and CEL selection rules.
     fn config(&self) -> InferenceProviderConfigSpec;
 
-    /// The upstream CRD this provider renders, and the versions it has adapters for.
+    /// The upstream kind this provider renders as its primary object, and the versions it
+    /// has adapters for: a CRD's kind or a built-in one; see [`UpstreamRef`].
     fn upstream(&self) -> UpstreamRef;
 
-    /// Whether this provider can serve `md` at all (004 §8 provider rules). The message
-    /// becomes the `ProviderCompatible=False` condition and the phase is `Failed`.
+    /// Whether this provider can serve `md` at all (an engine, serving mode or size it
+    /// does not support). The message becomes the `ProviderCompatible=False` condition
+    /// and the phase is `Failed`.
     fn check(&self, md: &ModelDeployment) -> Result<(), Incompatible>;
 
     /// The objects to apply for `md`, for the detected upstream API. The first object is
@@ -50,8 +53,11 @@ pub trait Provider: Send + Sync + 'static {
     fn render(&self, md: &ModelDeployment, upstream: &UpstreamApi)
     -> Result<Rendered, RenderError>;
 
-    /// Our status for `md`, read from the live primary object (`None` before it exists).
-    fn observe(&self, md: &ModelDeployment, upstream: Option<&DynamicObject>) -> Observed;
+    /// Our status for `md`, read from the live objects: every object [`Provider::render`]
+    /// returned that exists, by kind and name ([`Live::primary`] is the first one). The
+    /// runtime watches each of those kinds and calls this again whenever any of them
+    /// changes.
+    fn observe(&self, md: &ModelDeployment, live: &Live) -> Observed;
 
     /// Kinds this provider may render for some spec but not for others (another primary
     /// kind, an optional ConfigMap), besides the upstream kind. When the spec changes,
@@ -72,10 +78,22 @@ pub trait Provider: Send + Sync + 'static {
     }
 }
 
-/// The upstream CRD a provider targets.
+/// The upstream kind a provider renders as its primary object: any kind the API server
+/// serves, found by API discovery:
+///
+/// - a custom resource, whose CRD (`<plural>.<group>`) the runtime watches: served and
+///   storage versions and the schema come from it, and a CRD installed, changed or
+///   removed later is noticed at once;
+/// - a built-in kind (`apps/v1` Deployment, core `v1` Service: group `""`) or one served
+///   by an aggregated API server, whose schema comes from the cluster's OpenAPI v3
+///   document (`/openapi/v3/apis/<group>/<version>`, `/openapi/v3/api/v1`).
+///
+/// When the API server serves none of [`UpstreamRef::versions`] the provider's
+/// InferenceProviderConfig is not ready (condition `UpstreamReady=False`, a warning in
+/// the log) and its ModelDeployments get `ProviderCompatible=False` saying so.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct UpstreamRef {
-    /// API group, e.g. `kaito.sh`.
+    /// API group, e.g. `kaito.sh`, `apps`; `""` for the core group (`v1`).
     pub group: String,
     /// Kind, e.g. `Workspace`.
     pub kind: String,
@@ -97,9 +115,14 @@ impl UpstreamRef {
         }
     }
 
-    /// The CRD's name, `<plural>.<group>`.
+    /// The name a CRD of this kind has, `<plural>.<group>` (the resource's name in
+    /// messages: `deployments.apps`; the core group's kinds are just `services`).
     pub fn crd_name(&self) -> String {
-        format!("{}.{}", self.plural, self.group)
+        if self.group.is_empty() {
+            self.plural.clone()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
     }
 }
 
@@ -207,13 +230,17 @@ impl Observed {
         }
     }
 
-    /// `Failed`, not ready, with the upstream's reason and message.
-    pub fn failed(message: impl Into<String>) -> Self {
+    /// `Failed`, not ready, with the upstream's reason (the `Ready` condition's reason,
+    /// e.g. `ImagePullError`, `ProgressDeadlineExceeded`) and message. A reason that is
+    /// not a valid condition reason (`^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`) is made
+    /// one from its words (`"image pull error"` becomes `ImagePullError`); an empty one
+    /// is `DeploymentFailed`.
+    pub fn failed(reason: &str, message: impl Into<String>) -> Self {
         Self {
             phase: Phase::Failed,
             message: message.into(),
             ready: false,
-            reason: crate::conditions::reasons::DEPLOYMENT_FAILED.to_string(),
+            reason: condition_reason(reason),
             endpoint: None,
             replicas: None,
             recheck_after: None,
@@ -235,15 +262,148 @@ impl Observed {
         self
     }
 
-    /// With these replica counts.
+    /// With these replica counts (`status.replicas.desired` and `ready`). Available
+    /// replicas stay unset unless the upstream reports them ([`Observed::with_available`]):
+    /// ready is not available (a Deployment counts a pod available only after
+    /// `minReadySeconds`).
     pub fn with_replicas(mut self, desired: i32, ready: i32) -> Self {
-        self.replicas = Some(ReplicaStatus {
-            desired: Some(desired),
-            ready: Some(ready),
-            available: Some(ready),
-        });
+        let replicas = self.replicas.get_or_insert_with(ReplicaStatus::default);
+        replicas.desired = Some(desired);
+        replicas.ready = Some(ready);
         self
     }
+
+    /// With the available replicas the upstream reports (`status.replicas.available`).
+    pub fn with_available(mut self, available: i32) -> Self {
+        self.replicas
+            .get_or_insert_with(ReplicaStatus::default)
+            .available = Some(available);
+        self
+    }
+}
+
+/// Whether `reason` is a valid condition reason (what the API server accepts in
+/// `conditions[].reason`: `^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`, at most 1024
+/// characters).
+pub fn is_condition_reason(reason: &str) -> bool {
+    let bytes = reason.as_bytes();
+    let inner = |b: &u8| b.is_ascii_alphanumeric() || matches!(b, b'_' | b',' | b':');
+    !bytes.is_empty()
+        && bytes.len() <= 1024
+        && bytes[0].is_ascii_alphabetic()
+        && bytes.iter().all(inner)
+        && bytes
+            .last()
+            .is_some_and(|b| b.is_ascii_alphanumeric() || *b == b'_')
+}
+
+/// `reason` as a valid condition reason: itself when valid, else its words in
+/// PascalCase, else [`DEPLOYMENT_FAILED`](crate::conditions::reasons::DEPLOYMENT_FAILED).
+fn condition_reason(reason: &str) -> String {
+    if is_condition_reason(reason) {
+        return reason.to_string();
+    }
+    let pascal: String = reason
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|w| !w.is_empty())
+        .map(|w| {
+            let mut chars = w.chars();
+            chars.next().map_or_else(String::new, |first| {
+                first.to_ascii_uppercase().to_string() + chars.as_str()
+            })
+        })
+        .collect();
+    let trimmed = pascal.trim_start_matches(|c: char| c.is_ascii_digit());
+    if is_condition_reason(trimmed) {
+        trimmed.chars().take(1024).collect()
+    } else {
+        crate::conditions::reasons::DEPLOYMENT_FAILED.to_string()
+    }
+}
+
+/// The live objects of one ModelDeployment, as the runtime's watch caches hold them:
+/// every object [`Provider::render`] returned that exists, by kind and name. The primary
+/// object (the first rendered) is [`Live::primary`].
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Live {
+    primary: Option<DynamicObject>,
+    /// `(kind, object)` of the others, in the order rendered.
+    others: Vec<(String, DynamicObject)>,
+    primary_kind: String,
+}
+
+impl Live {
+    /// Nothing exists yet.
+    pub fn empty() -> Self {
+        Self::default()
+    }
+
+    /// The live primary object (`None` before it exists), and nothing else yet.
+    pub fn new(primary: Option<DynamicObject>) -> Self {
+        let primary_kind = primary.as_ref().map(kind_of).unwrap_or_default();
+        Self {
+            primary,
+            others: Vec::new(),
+            primary_kind,
+        }
+    }
+
+    /// With `object`, which is not the primary, as live (its kind read from its `kind`).
+    #[must_use]
+    pub fn with(mut self, object: DynamicObject) -> Self {
+        let kind = kind_of(&object);
+        self.insert(&kind, object);
+        self
+    }
+
+    /// Add `object` of `kind` (for objects whose `kind` field is not set, as in a list
+    /// response), replacing one of that kind and name.
+    pub fn insert(&mut self, kind: &str, object: DynamicObject) {
+        let name = object.metadata.name.clone();
+        self.others
+            .retain(|(k, o)| !(k == kind && o.metadata.name == name));
+        self.others.push((kind.to_string(), object));
+    }
+
+    /// Set the primary object and its kind.
+    pub fn set_primary(&mut self, kind: &str, object: Option<DynamicObject>) {
+        self.primary_kind = kind.to_string();
+        self.primary = object;
+    }
+
+    /// The live primary object, `None` before it exists.
+    pub fn primary(&self) -> Option<&DynamicObject> {
+        self.primary.as_ref()
+    }
+
+    /// The live object of this kind (`Deployment`, `Service`) and name, the primary
+    /// included.
+    pub fn get(&self, kind: &str, name: &str) -> Option<&DynamicObject> {
+        self.iter()
+            .find(|(k, o)| *k == kind && o.metadata.name.as_deref() == Some(name))
+            .map(|(_, o)| o)
+    }
+
+    /// Every live object with its kind, the primary first.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &DynamicObject)> {
+        self.primary
+            .iter()
+            .map(|p| (self.primary_kind.as_str(), p))
+            .chain(self.others.iter().map(|(k, o)| (k.as_str(), o)))
+    }
+
+    /// Whether no object exists.
+    pub fn is_empty(&self) -> bool {
+        self.primary.is_none() && self.others.is_empty()
+    }
+}
+
+fn kind_of(object: &DynamicObject) -> String {
+    object
+        .types
+        .as_ref()
+        .map(|t| t.kind.clone())
+        .unwrap_or_default()
 }
 
 /// Build a [`DynamicObject`] from JSON (`apiVersion`, `kind`, `metadata.name` and the
@@ -274,6 +434,58 @@ pub fn engine_flags(args: Option<&BTreeMap<String, String>>) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn failed_keeps_a_valid_upstream_reason_and_mends_others() {
+        assert_eq!(
+            Observed::failed("ImagePullError", "m").reason,
+            "ImagePullError"
+        );
+        assert_eq!(
+            Observed::failed("DEPLOY_FAILED", "m").reason,
+            "DEPLOY_FAILED"
+        );
+        assert_eq!(
+            Observed::failed("image pull error", "m").reason,
+            "ImagePullError"
+        );
+        assert_eq!(Observed::failed("", "m").reason, "DeploymentFailed");
+        assert_eq!(Observed::failed("--", "m").reason, "DeploymentFailed");
+        assert_eq!(Observed::failed("3 nodes", "m").reason, "Nodes");
+        assert!(!is_condition_reason("Bad-"));
+        assert!(is_condition_reason("a:b,c_d"));
+    }
+
+    #[test]
+    fn replicas_leave_available_to_the_upstream() {
+        let o = Observed::running("ok").with_replicas(3, 2);
+        let r = o.replicas.clone().unwrap();
+        assert_eq!((r.desired, r.ready, r.available), (Some(3), Some(2), None));
+        let r = o.with_available(1).replicas.unwrap();
+        assert_eq!(r.available, Some(1));
+    }
+
+    #[test]
+    fn live_objects_by_kind_and_name() {
+        let obj = |kind: &str, name: &str| -> DynamicObject {
+            serde_json::from_value(
+                serde_json::json!({"apiVersion": "v1", "kind": kind, "metadata": {"name": name}}),
+            )
+            .unwrap()
+        };
+        let mut live = Live::new(Some(obj("Deployment", "m"))).with(obj("Service", "m"));
+        assert_eq!(
+            live.primary().and_then(|p| p.metadata.name.as_deref()),
+            Some("m")
+        );
+        assert!(live.get("Service", "m").is_some());
+        assert!(live.get("Deployment", "m").is_some());
+        assert!(live.get("Service", "other").is_none());
+        live.insert("Service", obj("Service", "m"));
+        assert_eq!(live.iter().count(), 2, "replaced, not added");
+        assert!(Live::empty().is_empty());
+        assert!(Live::empty().primary().is_none());
+    }
 
     #[test]
     fn engine_flags_are_sorted_and_bare_for_true() {

@@ -1,5 +1,5 @@
 //! What every rendered object carries, whichever provider renders it: namespace, owner
-//! reference, the platform's labels (004 §4.12), and on pod templates the pod labels and
+//! reference, the platform's labels, and on pod templates the pod labels and
 //! annotations of the ModelDeployment.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -56,7 +56,7 @@ pub fn object_labels(md: &ModelDeployment, provider: &str) -> BTreeMap<String, S
     out
 }
 
-/// Hash of the identity fields (004 §4.11): `model.id`, `model.source`, `engine.type`,
+/// Hash of the identity fields: `model.id`, `model.source`, `engine.type`,
 /// `provider.name`, `serving.mode`. A change means delete and recreate.
 pub fn identity(md: &ModelDeployment) -> String {
     let s = &md.spec;
@@ -346,7 +346,7 @@ mod tests {
         ) -> Result<crate::Rendered, crate::RenderError> {
             Ok(crate::Rendered::default())
         }
-        fn observe(&self, _: &ModelDeployment, _: Option<&DynamicObject>) -> crate::Observed {
+        fn observe(&self, _: &ModelDeployment, _: &crate::Live) -> crate::Observed {
             crate::Observed::deploying("")
         }
         fn immutable_fields(&self, kind: &str) -> &'static [&'static str] {

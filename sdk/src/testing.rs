@@ -4,7 +4,11 @@
 //! - [`cluster`]: a real Kubernetes API server (etcd + the upstream apiserver code: CRDs,
 //!   the built-in kinds the platform uses, webhook admission) with the platform's CRDs
 //!   installed, and [`spawn`] to run a provider against it in-process.
-//! - [`select`]: set `status.provider.name` the way core (or a custom selector) does.
+//! - [`select`]: set `status.provider.name` the way core does for a ModelDeployment that
+//!   names its provider (reason `ExplicitSelection`), or a custom selector does.
+//! - [`score`]: which provider core would choose for a ModelDeployment that names none,
+//!   among registrations you give it: core's own pure selection, without a cluster, to
+//!   test your CEL selection rules against ours.
 //! - [`write_upstream_status`]: play the upstream operator, writing the upstream
 //!   object's status the way it does (and nothing else).
 //! - [`mock`]: a tower-test mock API server for unit tests of single reconcile steps.
@@ -177,6 +181,7 @@ pub fn test_options() -> Options {
         stale_status_after: Duration::from_secs(3),
         heartbeat_interval: Duration::from_secs(1),
         resync_period: Duration::from_secs(2),
+        cluster_domain: "cluster.local".into(),
     }
 }
 
@@ -420,6 +425,36 @@ pub async fn select(
         &Patch::Apply(&patch),
     )
     .await
+}
+
+/// Which provider core would select for `md` (which names none) among `providers`, each
+/// a provider's name and registration ([`Provider::config`]), every one taken as ready
+/// with a fresh heartbeat: [`crate::selection::select`], as core runs it.
+pub fn score(
+    md: &ModelDeployment,
+    providers: &[(&str, crate::InferenceProviderConfigSpec)],
+) -> crate::selection::Selection {
+    let now = Timestamp::now();
+    let configs: Vec<std::sync::Arc<crate::InferenceProviderConfig>> = providers
+        .iter()
+        .map(|(name, spec)| {
+            let mut config = crate::InferenceProviderConfig::new(name, spec.clone());
+            config.metadata.generation = Some(1);
+            config.status = Some(crate::InferenceProviderConfigStatus {
+                ready: Some(true),
+                last_heartbeat: Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now)),
+                ..Default::default()
+            });
+            std::sync::Arc::new(config)
+        })
+        .collect();
+    crate::selection::select(
+        md,
+        &configs,
+        &crate::selection::RuleCache::default(),
+        &crate::selection::Settings::default(),
+        now,
+    )
 }
 
 /// Write an upstream object's `status` as its operator would (a merge patch of the status

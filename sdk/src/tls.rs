@@ -1,5 +1,5 @@
-//! TLS for the webhooks, managed by the controller itself (the job cert-controller does in
-//! 004 §5): a self-signed CA and a serving certificate for the webhook Service's DNS
+//! TLS for the webhooks, managed by the controller itself (the job
+//! open-policy-agent's cert-controller does for other controllers): a self-signed CA and a serving certificate for the webhook Service's DNS
 //! names, made with rcgen and kept in a Secret that every replica shares; the CA bundle
 //! patched into the webhook configurations; rotation before expiry; and hot reload of the
 //! serving certificate ([`CertResolver`]) without a restart.

@@ -1,7 +1,14 @@
-//! Detection of the installed upstream CRD, and the check that a rendered object only
-//! sets fields the installed schema has (004 §3.12, §13.1).
+//! The upstream API as the cluster serves it, and the check that a rendered object only
+//! sets fields its schema has.
+//!
+//! An upstream kind is any kind the API server serves ([`UpstreamRef`]): a custom
+//! resource, read from its CRD ([`UpstreamApi::detect`]), or a built-in (or aggregated)
+//! kind, read from the cluster's OpenAPI v3 document of its group version
+//! ([`UpstreamApi::from_openapi`]). Unit tests of `render` build one with
+//! [`UpstreamApi::new`].
 
 use std::collections::BTreeSet;
+use std::sync::Arc;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::discovery::ApiResource;
@@ -27,7 +34,30 @@ pub struct UpstreamApi {
     pub storage_version: String,
     /// Short hash of the chosen version's schema, to tell schema changes apart.
     pub schema_hash: String,
-    schema: Value,
+    /// Where the schema comes from.
+    pub source: SchemaSource,
+    schema: Arc<Value>,
+}
+
+/// Where an [`UpstreamApi`]'s schema comes from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SchemaSource {
+    /// The kind's CustomResourceDefinition.
+    Crd,
+    /// The cluster's OpenAPI v3 document (built-in and aggregated kinds).
+    OpenApi,
+    /// Given by the caller ([`UpstreamApi::new`]: unit tests, previews).
+    Given,
+}
+
+/// What the runtime says while the API server serves none of the versions of `wanted`.
+pub fn not_served_message(wanted: &UpstreamRef) -> String {
+    format!(
+        "the API server does not serve {} ({}, versions {}): install its CRD or enable its API",
+        wanted.kind,
+        wanted.crd_name(),
+        wanted.versions.join(", ")
+    )
 }
 
 /// Why no adapter fits the installed CRD.
@@ -51,9 +81,83 @@ pub enum DetectError {
         /// Name wanted.
         wanted: String,
     },
+    /// The OpenAPI document of the group version has no schema for the kind.
+    #[error("the OpenAPI v3 document of {group_version} has no schema for {kind}")]
+    NotInOpenApi {
+        /// `group/version`.
+        group_version: String,
+        /// The kind.
+        kind: String,
+    },
 }
 
 impl UpstreamApi {
+    /// The kind of `wanted` at `version` with `schema` as its OpenAPI v3 schema (with
+    /// `properties` inline, no `$ref`): for unit tests of `render` and for previews
+    /// without a cluster. `serde_json::json!({"type": "object",
+    /// "x-kubernetes-preserve-unknown-fields": true})` accepts every field.
+    pub fn new(wanted: &UpstreamRef, version: &str, schema: Value) -> Self {
+        Self {
+            group: wanted.group.clone(),
+            kind: wanted.kind.clone(),
+            plural: wanted.plural.clone(),
+            version: version.to_string(),
+            served_versions: vec![version.to_string()],
+            storage_version: version.to_string(),
+            schema_hash: short_hash(&serde_json::to_vec(&schema).unwrap_or_default()),
+            source: SchemaSource::Given,
+            schema: Arc::new(schema),
+        }
+    }
+
+    /// The kind of `wanted` at `version`, which the API server serves among
+    /// `served_versions` (from discovery), with its schema read from `document`: the
+    /// cluster's OpenAPI v3 document of that group version (`/openapi/v3/apis/<group>/<version>`,
+    /// `/openapi/v3/api/v1` for the core group), found by its
+    /// `x-kubernetes-group-version-kind` and with every `$ref` resolved. The storage
+    /// version of a built-in kind is not published; it reads as `version`.
+    pub fn from_openapi(
+        document: &Value,
+        wanted: &UpstreamRef,
+        version: &str,
+        served_versions: Vec<String>,
+    ) -> Result<Self, DetectError> {
+        let schemas = document
+            .pointer("/components/schemas")
+            .and_then(Value::as_object);
+        let is_kind = |schema: &Value| {
+            schema
+                .get("x-kubernetes-group-version-kind")
+                .and_then(Value::as_array)
+                .is_some_and(|gvks| {
+                    gvks.iter().any(|g| {
+                        g["group"].as_str().unwrap_or_default() == wanted.group
+                            && g["version"] == version
+                            && g["kind"] == wanted.kind.as_str()
+                    })
+                })
+        };
+        let found = schemas.and_then(|all| all.values().find(|s| is_kind(s)));
+        let (Some(schemas), Some(found)) = (schemas, found) else {
+            return Err(DetectError::NotInOpenApi {
+                group_version: group_version(&wanted.group, version),
+                kind: wanted.kind.clone(),
+            });
+        };
+        let schema = openapi::inline(found, schemas);
+        Ok(Self {
+            group: wanted.group.clone(),
+            kind: wanted.kind.clone(),
+            plural: wanted.plural.clone(),
+            version: version.to_string(),
+            served_versions,
+            storage_version: version.to_string(),
+            schema_hash: short_hash(&serde_json::to_vec(&schema).unwrap_or_default()),
+            source: SchemaSource::OpenApi,
+            schema: Arc::new(schema),
+        })
+    }
+
     /// Read an installed CRD and choose the provider's adapter version for it.
     pub fn detect(
         crd: &CustomResourceDefinition,
@@ -101,13 +205,14 @@ impl UpstreamApi {
                 .map(|v| v.name.clone())
                 .unwrap_or_default(),
             schema_hash,
-            schema,
+            source: SchemaSource::Crd,
+            schema: Arc::new(schema),
         })
     }
 
-    /// `group/version` of the chosen version.
+    /// `group/version` of the chosen version (`v1` for the core group).
     pub fn api_version(&self) -> String {
-        format!("{}/{}", self.group, self.version)
+        group_version(&self.group, &self.version)
     }
 
     /// The chosen version as a kube [`ApiResource`].
@@ -146,6 +251,109 @@ impl UpstreamApi {
             }
         }
         missing.into_iter().collect()
+    }
+}
+
+/// `group/version`, or `version` alone for the core group.
+fn group_version(group: &str, version: &str) -> String {
+    if group.is_empty() {
+        version.to_string()
+    } else {
+        format!("{group}/{version}")
+    }
+}
+
+/// Schemas of the OpenAPI v3 documents the API server publishes.
+mod openapi {
+    use serde_json::{Map, Value};
+
+    /// How deep a schema is inlined; below, anything is accepted.
+    const MAX_DEPTH: usize = 64;
+
+    /// `schema` with every `$ref` (and Kubernetes' `allOf: [{$ref}]` wrapping) replaced by
+    /// the referenced schema from `schemas`, and descriptions dropped. A reference back
+    /// into a schema being inlined (a recursive type) accepts anything below it.
+    pub(super) fn inline(schema: &Value, schemas: &Map<String, Value>) -> Value {
+        let mut path = Vec::new();
+        resolve(schema, schemas, &mut path)
+    }
+
+    fn resolve(schema: &Value, schemas: &Map<String, Value>, path: &mut Vec<String>) -> Value {
+        let Value::Object(map) = schema else {
+            return schema.clone();
+        };
+        if path.len() > MAX_DEPTH {
+            return anything();
+        }
+        let mut out = Map::new();
+        let mut refs: Vec<&str> = map
+            .get("$ref")
+            .and_then(Value::as_str)
+            .into_iter()
+            .collect();
+        for part in map
+            .get("allOf")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            match part.get("$ref").and_then(Value::as_str) {
+                Some(r) => refs.push(r),
+                None => merge(&mut out, resolve(part, schemas, path)),
+            }
+        }
+        for r in refs {
+            let name = r.trim_start_matches("#/components/schemas/");
+            if path.iter().any(|p| p == name) {
+                return anything();
+            }
+            let Some(target) = schemas.get(name) else {
+                return anything();
+            };
+            path.push(name.to_string());
+            let resolved = resolve(target, schemas, path);
+            path.pop();
+            merge(&mut out, resolved);
+        }
+        for (key, value) in map {
+            match key.as_str() {
+                "$ref"
+                | "allOf"
+                | "description"
+                | "default"
+                | "x-kubernetes-group-version-kind" => {}
+                "properties" | "patternProperties" => {
+                    let props = value
+                        .as_object()
+                        .map(|p| {
+                            p.iter()
+                                .map(|(k, v)| (k.clone(), resolve(v, schemas, path)))
+                                .collect::<Map<_, _>>()
+                        })
+                        .unwrap_or_default();
+                    out.insert(key.clone(), Value::Object(props));
+                }
+                "items" | "additionalProperties" if value.is_object() => {
+                    out.insert(key.clone(), resolve(value, schemas, path));
+                }
+                _ => {
+                    out.insert(key.clone(), value.clone());
+                }
+            }
+        }
+        Value::Object(out)
+    }
+
+    fn merge(into: &mut Map<String, Value>, from: Value) {
+        if let Value::Object(from) = from {
+            for (k, v) in from {
+                into.entry(k).or_insert(v);
+            }
+        }
+    }
+
+    fn anything() -> Value {
+        serde_json::json!({"x-kubernetes-preserve-unknown-fields": true})
     }
 }
 
@@ -284,6 +492,93 @@ mod tests {
         .unwrap();
         assert_eq!(a.schema_hash.len(), 16);
         assert_ne!(a.schema_hash, b.schema_hash);
+    }
+
+    /// The shape of the OpenAPI v3 document kube-apiserver (and the test API server)
+    /// publishes at `/openapi/v3/apis/apps/v1`: schemas by Go type name, `allOf: [{$ref}]`
+    /// around referenced types, `x-kubernetes-group-version-kind` on top-level kinds.
+    fn apps_v1_document() -> Value {
+        json!({"components": {"schemas": {
+            "io.k8s.api.apps.v1.Deployment": {
+                "type": "object",
+                "properties": {
+                    "apiVersion": {"type": "string"},
+                    "metadata": {"default": {}, "allOf": [{"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"}]},
+                    "spec": {"description": "Spec.", "default": {}, "allOf": [{"$ref": "#/components/schemas/io.k8s.api.apps.v1.DeploymentSpec"}]},
+                },
+                "x-kubernetes-group-version-kind": [{"group": "apps", "kind": "Deployment", "version": "v1"}],
+            },
+            "io.k8s.api.apps.v1.DeploymentSpec": {
+                "type": "object",
+                "properties": {
+                    "replicas": {"type": "integer"},
+                    "template": {"allOf": [{"$ref": "#/components/schemas/io.k8s.api.core.v1.PodTemplateSpec"}]},
+                },
+            },
+            "io.k8s.api.core.v1.PodTemplateSpec": {
+                "type": "object",
+                "properties": {"spec": {"type": "object", "properties": {
+                    "containers": {"type": "array", "items": {"allOf": [{"$ref": "#/components/schemas/io.k8s.api.core.v1.Container"}]}},
+                    "nodeSelector": {"type": "object", "additionalProperties": {"type": "string"}},
+                }}},
+            },
+            "io.k8s.api.core.v1.Container": {
+                "type": "object",
+                "properties": {"name": {"type": "string"}, "args": {"type": "array", "items": {"type": "string"}},
+                               "self": {"allOf": [{"$ref": "#/components/schemas/io.k8s.api.core.v1.Container"}]}},
+            },
+            "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta": {"type": "object", "properties": {"name": {"type": "string"}}},
+        }}})
+    }
+
+    #[test]
+    fn built_in_kinds_are_read_from_the_openapi_document() {
+        let want = UpstreamRef::new("apps", "Deployment", "deployments", &["v1"]);
+        let api =
+            UpstreamApi::from_openapi(&apps_v1_document(), &want, "v1", vec!["v1".into()]).unwrap();
+        assert_eq!(api.api_version(), "apps/v1");
+        assert_eq!(api.source, SchemaSource::OpenApi);
+        let object = json!({
+            "apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d"},
+            "spec": {"replicas": 1, "colour": "red", "template": {"spec": {
+                "containers": [{"name": "c", "args": ["--x"], "port": 1, "self": {"name": "again", "anything": {"goes": 1}}}],
+                "nodeSelector": {"a": "b"},
+            }}},
+        });
+        assert_eq!(
+            api.missing_paths(&object),
+            ["spec.colour", "spec.template.spec.containers[].port"],
+            "refs resolved, a recursive reference accepts anything below it"
+        );
+        let service = UpstreamRef::new("", "Service", "services", &["v1"]);
+        assert_eq!(
+            UpstreamApi::from_openapi(&apps_v1_document(), &service, "v1", vec![])
+                .unwrap_err()
+                .to_string(),
+            "the OpenAPI v3 document of v1 has no schema for Service"
+        );
+        assert_eq!(service.crd_name(), "services");
+        assert_eq!(
+            not_served_message(&want),
+            "the API server does not serve Deployment (deployments.apps, versions v1): install its CRD or enable its API"
+        );
+    }
+
+    #[test]
+    fn an_upstream_api_for_unit_tests() {
+        let want = UpstreamRef::new("example.com", "Widget", "widgets", &["v1"]);
+        let api = UpstreamApi::new(
+            &want,
+            "v1",
+            json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+        );
+        assert_eq!(api.api_version(), "example.com/v1");
+        assert!(
+            api.missing_paths(
+                &json!({"apiVersion": "example.com/v1", "kind": "Widget", "spec": {"a": 1}})
+            )
+            .is_empty()
+        );
     }
 
     #[test]

@@ -1,27 +1,25 @@
+{{/* Names and labels of the kernel-cache chart's objects, from the library chart
+(kubeairunway-lib). */}}
 {{- define "kernelcache-provider.fullname" -}}
-{{- if contains .Chart.Name .Release.Name -}}
-{{- .Release.Name | trunc 63 | trimSuffix "-" -}}
-{{- else -}}
-{{- printf "%s-%s" .Release.Name .Chart.Name | trunc 63 | trimSuffix "-" -}}
-{{- end -}}
+{{- include "kubeairunway-lib.fullname" . -}}
 {{- end -}}
 
+{{/* Labels without the component (the templates add app.kubernetes.io/component). */}}
 {{- define "kernelcache-provider.labels" -}}
-app.kubernetes.io/name: {{ .Chart.Name }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ include "kubeairunway-lib.name" . }}
 app.kubernetes.io/instance: {{ .Release.Name }}
 app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
 app.kubernetes.io/managed-by: {{ .Release.Service }}
-helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+app.kubernetes.io/part-of: kubeairunway
 {{- end -}}
 
 {{/* Selector labels of one component: include with (list $ "controller"). */}}
 {{- define "kernelcache-provider.selectorLabels" -}}
-{{- $root := index . 0 -}}
-app.kubernetes.io/name: {{ $root.Chart.Name }}
-app.kubernetes.io/instance: {{ $root.Release.Name }}
-app.kubernetes.io/component: {{ index . 1 }}
+{{- include "kubeairunway-lib.selectorLabels" (dict "root" (index . 0) "component" (index . 1)) -}}
 {{- end -}}
 
 {{- define "kernelcache-provider.image" -}}
-{{- printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) -}}
+{{- include "kubeairunway-lib.image" . -}}
 {{- end -}}
+

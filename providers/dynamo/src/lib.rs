@@ -10,6 +10,7 @@
 //! - [`status`]: the upstream status as ours.
 
 pub mod args;
+pub mod cli;
 pub mod graph;
 pub mod overrides;
 pub mod status;
@@ -28,7 +29,7 @@ use kubeairunway_sdk::api::{
 };
 use kubeairunway_sdk::provider::object;
 use kubeairunway_sdk::{
-    Incompatible, ModelDeployment, Observed, Provider, RenderError, Rendered, UpstreamApi,
+    Incompatible, Live, ModelDeployment, Observed, Provider, RenderError, Rendered, UpstreamApi,
     UpstreamRef,
 };
 use serde_json::json;
@@ -202,7 +203,8 @@ impl Provider for Dynamo {
         }
     }
 
-    fn observe(&self, md: &ModelDeployment, live: Option<&DynamicObject>) -> Observed {
+    fn observe(&self, md: &ModelDeployment, live: &Live) -> Observed {
+        let live = live.primary();
         let upstream = status::Upstream::read(live.and_then(|l| l.data.get("status")));
         let failed_since =
             live.and_then(|l| self.failed_since(l, upstream.state.as_deref() == Some("failed")));

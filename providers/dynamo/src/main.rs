@@ -1,27 +1,12 @@
 //! `dynamo-provider`: the Dynamo provider binary.
 
-use std::time::Duration;
-
 use clap::Parser;
-use kubeairunway_dynamo_provider::{DEFAULT_DYNAMO_VERSION, Dynamo, Settings};
-
-/// Serves ModelDeployments whose provider is `dynamo` as DynamoGraphDeployments.
-#[derive(Debug, Parser)]
-#[command(version, about)]
-struct Args {
-    #[command(flatten)]
-    options: kubeairunway_sdk::runtime::Options,
-    /// Tag of the `nvcr.io/nvidia/ai-dynamo/{vllm,sglang,tensorrtllm}-runtime` images.
-    #[arg(long, env = "DYNAMO_VERSION", default_value = DEFAULT_DYNAMO_VERSION)]
-    dynamo_version: String,
-    /// How long Dynamo's `failed` state must last before the ModelDeployment is Failed.
-    #[arg(long, env = "FAILED_THRESHOLD", default_value = "5m", value_parser = kubeairunway_sdk::process::parse_duration)]
-    failed_threshold: Duration,
-}
+use kubeairunway_dynamo_provider::cli::Cli;
+use kubeairunway_dynamo_provider::{Dynamo, Settings};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    let args = Args::parse();
+    let args = Cli::parse();
     let rt =
         kubeairunway_sdk::process::Runtime::start("dynamo-provider", args.options.process.clone())
             .await?;

@@ -139,16 +139,12 @@ pub fn observe(
             let lasted = Duration::try_from(now.duration_since(since)).unwrap_or_default();
             let message = detail.unwrap_or_else(|| "DynamoGraphDeployment failed".into());
             if lasted >= failed_after {
-                let mut o = Observed::failed(message);
-                if let Some(reason) = upstream
+                let reason = upstream
                     .ready
                     .as_ref()
-                    .map(|r| r.reason.clone())
-                    .filter(|r| !r.is_empty())
-                {
-                    o.reason = reason;
-                }
-                o
+                    .map(|r| r.reason.as_str())
+                    .unwrap_or_default();
+                Observed::failed(reason, message)
             } else {
                 Observed::deploying(format!(
                     "Dynamo reports a failure, which may be transient (for {}s so far): {message}",

@@ -695,7 +695,10 @@ fn first_sighting_of_failed_is_remembered_and_forgotten() {
     let first = p.failed_since(&live, true).unwrap();
     assert_eq!(p.failed_since(&live, true), Some(first));
     assert_eq!(p.failed_since(&live, false), None);
-    let o = p.observe(&example1(), Some(&live));
+    let o = p.observe(
+        &example1(),
+        &kubeairunway_sdk::Live::new(Some(live.clone())),
+    );
     assert_eq!(
         o.phase,
         Phase::Deploying,

@@ -12,6 +12,7 @@
 //!
 //! Everything here is pure; `kubeairunway_sdk::runtime` does the I/O.
 
+pub mod cli;
 pub mod immutable;
 pub mod nodes;
 pub mod overrides;
@@ -19,7 +20,6 @@ pub mod render;
 pub mod status;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::DynamicObject;
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
 use kubeairunway_sdk::api::{
@@ -27,7 +27,7 @@ use kubeairunway_sdk::api::{
     SelectionRule, ServingMode,
 };
 use kubeairunway_sdk::{
-    Incompatible, Observed, Provider, RenderError, Rendered, UpstreamApi, UpstreamRef,
+    Incompatible, Live, Observed, Provider, RenderError, Rendered, UpstreamApi, UpstreamRef,
 };
 
 pub use nodes::NodeProvisioning;
@@ -150,8 +150,8 @@ impl Provider for KaitoProvider {
         render::render(self, md, upstream)
     }
 
-    fn observe(&self, md: &ModelDeployment, upstream: Option<&DynamicObject>) -> Observed {
-        status::observe(md, upstream)
+    fn observe(&self, md: &ModelDeployment, live: &Live) -> Observed {
+        status::observe(md, live.primary())
     }
 
     /// What KAITO's webhook refuses to update, cited in [`immutable`].

@@ -90,20 +90,18 @@ fn find<'a>(conditions: &[&'a Value], type_: &str) -> Option<&'a Value> {
         .find(|c| field(c, "type") == type_)
 }
 
-fn hard_failure(condition: &Value) -> Option<String> {
-    (field(condition, "status") == "False" && HARD_REASONS.contains(&field(condition, "reason")))
-        .then(|| {
-            let message = field(condition, "message");
-            if message.is_empty() {
-                format!(
-                    "{}: {}",
-                    field(condition, "type"),
-                    field(condition, "reason")
-                )
-            } else {
-                message.to_string()
-            }
-        })
+/// A hard failure: KAITO's reason and message.
+fn hard_failure(condition: &Value) -> Option<(String, String)> {
+    let reason = field(condition, "reason");
+    (field(condition, "status") == "False" && HARD_REASONS.contains(&reason)).then(|| {
+        let message = field(condition, "message");
+        let message = if message.is_empty() {
+            format!("{}: {reason}", field(condition, "type"))
+        } else {
+            message.to_string()
+        };
+        (reason.to_string(), message)
+    })
 }
 
 /// KAITO's error when its post-load benchmark failed for good.
@@ -128,10 +126,10 @@ fn workspace(live: &DynamicObject) -> Observed {
     let inference = find(&conditions, "InferenceReady");
     let succeeded = find(&conditions, "WorkspaceSucceeded");
 
-    let observed = if let Some(message) = inference.and_then(hard_failure) {
-        Observed::failed(message)
+    let observed = if let Some((reason, message)) = inference.and_then(hard_failure) {
+        Observed::failed(&reason, message)
     } else if let Some(message) = benchmark_failure(&conditions) {
-        Observed::failed(message)
+        Observed::failed(BENCHMARK_FAILED, message)
     } else if state == "Ready"
         || (state.is_empty() && succeeded.is_some_and(|c| field(c, "status") == "True"))
     {
@@ -177,7 +175,7 @@ fn inference_set(md: &ModelDeployment, live: &DynamicObject) -> Observed {
     let observed = match condition {
         _ if deleting => Observed::deploying("KAITO is deleting the InferenceSet"),
         Some(c) if field(c, "status") == "False" && field(c, "reason") == INFERENCE_SET_FAILED => {
-            Observed::failed(field(c, "message"))
+            Observed::failed(INFERENCE_SET_FAILED, field(c, "message"))
         }
         Some(c) if field(c, "status") == "True" => Observed::running(counted),
         Some(c) if !field(c, "message").is_empty() => {

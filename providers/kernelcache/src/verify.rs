@@ -1008,15 +1008,27 @@ fn check_rekor_entry(raw: &RawSignature) -> Result<(), VerifyError> {
     Ok(())
 }
 
-/// The verdict the controller would reach on `image` (tag or digest) under `policy`
-/// (`kubeairunway cache verify`): the pinned reference and the verification, refused
-/// with its reason when unsigned, badly signed or not a cache image.
+/// What [`explain`] found about an image.
+#[derive(Clone, Debug)]
+pub struct Explained {
+    /// The image pinned to the digest its tag names now.
+    pub pinned: String,
+    /// The verification, refused with its reason when unsigned, badly signed or not a
+    /// cache image.
+    pub verification: Verification,
+    /// The cache image's self-description; `None` when it is not a cache image.
+    pub image: Option<crate::image::CacheImage>,
+}
+
+/// The verification the controller would reach on `image` (tag or digest) under `policy`
+/// (`kubeairunway cache verify`; `controller::decide::verdict` turns it into the
+/// controller's `Verified` condition).
 pub async fn explain(
     policy: &KernelCachePolicySpec,
     image: &str,
     auth: &RegistryAuth,
     plain_http: Vec<String>,
-) -> Result<(String, Verification), String> {
+) -> Result<Explained, String> {
     let puller = crate::oci::Puller::new(auth.clone(), plain_http.clone());
     let digest = puller.resolve(image).await.map_err(|e| e.to_string())?;
     let pinned = crate::oci::pin(image, &digest).map_err(|e| e.to_string())?;
@@ -1024,15 +1036,22 @@ pub async fn explain(
         Ok(v) => v,
         Err(e) => refused(policy.mode, &e),
     };
-    let verification = match puller.inspect(&pinned).await {
-        Ok(_) => verification,
-        Err(e) => Verification {
-            verified: false,
-            message: Some(format!("not usable: {e}")),
-            ..verification
-        },
+    let (verification, image) = match puller.inspect(&pinned).await {
+        Ok((_, image)) => (verification, Some(image)),
+        Err(e) => (
+            Verification {
+                verified: false,
+                message: Some(format!("not usable: {e}")),
+                ..verification
+            },
+            None,
+        ),
     };
-    Ok((pinned, verification))
+    Ok(Explained {
+        pinned,
+        verification,
+        image,
+    })
 }
 
 #[cfg(test)]

@@ -18,6 +18,7 @@
 //! `Provider::immutable_fields` keeps its default.
 
 pub mod check;
+pub mod cli;
 pub mod overrides;
 pub mod rayservice;
 pub mod serve_config;
@@ -27,13 +28,13 @@ pub mod storage;
 #[cfg(test)]
 mod render_tests;
 
-use kube::api::DynamicObject;
 use kubeairunway_sdk::api::{
     Capabilities, EngineType, HelmChart, HelmRepo, InferenceProviderConfigSpec, Installation,
     ModelDeployment, ServingMode,
 };
 use kubeairunway_sdk::{
-    Incompatible, Observed, Provider, RenderError, Rendered, UpstreamApi, UpstreamRef, Warning,
+    Incompatible, Live, Observed, Provider, RenderError, Rendered, UpstreamApi, UpstreamRef,
+    Warning,
 };
 
 /// The provider's name (`spec.provider.name: kuberay`).
@@ -164,7 +165,7 @@ impl Provider for KubeRayProvider {
         })
     }
 
-    fn observe(&self, md: &ModelDeployment, upstream: Option<&DynamicObject>) -> Observed {
-        status::observe(md, upstream)
+    fn observe(&self, md: &ModelDeployment, live: &Live) -> Observed {
+        status::observe(md, live.primary())
     }
 }

@@ -2,21 +2,8 @@
 //! RayServices.
 
 use clap::Parser;
-use kubeairunway_kuberay_provider::{DEFAULT_RAY_IMAGE, DEFAULT_RAY_VERSION, KubeRayProvider};
-
-#[derive(Debug, Parser)]
-#[command(name = "kuberay-provider", version, about)]
-struct Cli {
-    #[command(flatten)]
-    options: kubeairunway_sdk::runtime::Options,
-    /// Ray version: the tag of the Ray LLM image (up to its first `-`, the cluster's
-    /// rayVersion).
-    #[arg(long, env = "RAY_VERSION", default_value = DEFAULT_RAY_VERSION)]
-    ray_version: String,
-    /// Repository of the Ray LLM image, used unless a ModelDeployment sets spec.image.
-    #[arg(long, env = "RAY_IMAGE", default_value = DEFAULT_RAY_IMAGE)]
-    ray_image: String,
-}
+use kubeairunway_kuberay_provider::KubeRayProvider;
+use kubeairunway_kuberay_provider::cli::Cli;
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {

@@ -177,11 +177,7 @@ fn text<'a>(v: &'a Value, key: &str) -> &'a str {
 
 /// `Failed` with this `Ready` reason.
 fn failed(reason: &str, message: &str) -> Observed {
-    let mut observed = Observed::failed(message);
-    if !reason.is_empty() {
-        observed.reason = reason.to_string();
-    }
-    observed
+    Observed::failed(reason, message)
 }
 
 /// The first failed application of `slot` (in name order): its reason

@@ -2,29 +2,20 @@
 //! pod (head and workers), mounted into the Ray container, because Ray Serve LLM loads
 //! the model on each worker node and the head's dashboard reads the same config
 //! (KubeRay passes the pod templates through unchanged; its own volumes are listed in
-//! [`RESERVED_NAMES`]).
-//!
-//! - claim: `claimName`, else `<name>-<volume>` (the name the API gives a claim created
-//!   for a `size`);
-//! - path: `mountPath`, else `/model-cache` (`modelCache`) or `/compilation-cache`
-//!   (`compilationCache`); `custom` needs one;
-//! - `readOnly` on the volume and the mount;
-//! - the first `modelCache` volume is `HF_HOME` (where Hugging Face downloads go), the
-//!   first `compilationCache` one `VLLM_CACHE_ROOT` (vLLM's compile caches), unless
-//!   `spec.env` sets them.
+//! [`RESERVED_NAMES`]). Claims, paths, `readOnly` and the cache variables are the SDK's
+//! rules ([`kubeairunway_sdk::storage`]).
 //!
 //! Nothing creates claims for a KubeRay deployment: `size`, `storageClassName` and
 //! `accessMode` are reported as ignored, and the claim must exist.
 
-use kube::ResourceExt;
 use kubeairunway_sdk::Warning;
-use kubeairunway_sdk::api::{ModelDeployment, StorageVolume, VolumePurpose};
-use serde_json::{Value, json};
+use kubeairunway_sdk::api::ModelDeployment;
+use kubeairunway_sdk::storage::{self, Reserved};
 
-/// Mount path of a `modelCache` volume without one.
-pub const MODEL_CACHE_PATH: &str = "/model-cache";
-/// Mount path of a `compilationCache` volume without one.
-pub const COMPILATION_CACHE_PATH: &str = "/compilation-cache";
+pub use kubeairunway_sdk::storage::{
+    COMPILATION_CACHE_PATH, MODEL_CACHE_PATH, env, pod_volumes, volume_mounts,
+};
+
 /// Volume names KubeRay gives its own volumes in Ray pods: `shared-mem` and `ray-logs`
 /// (`ray-operator/controllers/ray/common/pod.go:26-31@v1.7.0`, `:25-26@v1.3.0`),
 /// `ray-tls`, `ray-token`, `gcs-storage` (`utils/constant.go:168,202,207@v1.7.0`). A
@@ -41,146 +32,29 @@ pub const RESERVED_NAMES: [&str; 5] = [
 /// leaves out) and the logs' `/tmp/ray` (`pod.go:26-31@v1.7.0`).
 pub const RESERVED_PATHS: [&str; 2] = ["/dev/shm", "/tmp/ray"];
 
-fn volumes(md: &ModelDeployment) -> &[StorageVolume] {
-    md.spec
-        .model
-        .storage
-        .as_ref()
-        .and_then(|s| s.volumes.as_deref())
-        .unwrap_or_default()
-}
-
-fn mount_path(v: &StorageVolume) -> Option<&str> {
-    v.mount_path
-        .as_deref()
-        .filter(|p| !p.is_empty())
-        .or(match v.purpose {
-            VolumePurpose::ModelCache => Some(MODEL_CACHE_PATH),
-            VolumePurpose::CompilationCache => Some(COMPILATION_CACHE_PATH),
-            VolumePurpose::Custom => None,
-        })
-}
-
-fn claim_name(md: &ModelDeployment, v: &StorageVolume) -> String {
-    v.claim_name
-        .clone()
-        .filter(|c| !c.is_empty())
-        .unwrap_or_else(|| format!("{}-{}", md.name_any(), v.name))
-}
-
 /// Volumes that cannot be mounted, with the user-facing reason.
 pub fn check(md: &ModelDeployment) -> Result<(), String> {
-    let mut paths: Vec<&str> = Vec::new();
-    for v in volumes(md) {
-        let at = format!("spec.model.storage.volumes[{}]", v.name);
-        let Some(path) = mount_path(v) else {
-            return Err(format!("{at}.mountPath is required for purpose custom"));
-        };
-        if !path.starts_with('/') {
-            return Err(format!("{at}.mountPath {path:?} must be an absolute path"));
-        }
-        if RESERVED_NAMES.contains(&v.name.as_str()) {
-            return Err(format!(
-                "{at}: KubeRay uses the volume name {:?} in Ray pods itself; choose another name",
-                v.name
-            ));
-        }
-        let path = path.trim_end_matches('/');
-        if RESERVED_PATHS.contains(&path) {
-            return Err(format!(
-                "{at}.mountPath {path:?} is where KubeRay mounts its own volume in Ray pods; choose another path"
-            ));
-        }
-        if paths.contains(&path) {
-            return Err(format!("{at}.mountPath {path:?} is used by another volume"));
-        }
-        paths.push(path);
-        if v.claim_name.as_deref().is_none_or(str::is_empty) && v.size.is_none() {
-            return Err(format!(
-                "{at}.claimName is required (the PersistentVolumeClaim to mount)"
-            ));
-        }
-    }
-    Ok(())
-}
-
-/// The pod's volumes.
-pub fn pod_volumes(md: &ModelDeployment) -> Vec<Value> {
-    volumes(md)
-        .iter()
-        .map(|v| {
-            let mut claim = json!({"claimName": claim_name(md, v)});
-            if v.read_only {
-                claim["readOnly"] = json!(true);
-            }
-            json!({"name": v.name, "persistentVolumeClaim": claim})
-        })
-        .collect()
-}
-
-/// The Ray container's mounts.
-pub fn volume_mounts(md: &ModelDeployment) -> Vec<Value> {
-    volumes(md)
-        .iter()
-        .filter_map(|v| {
-            let mut mount = json!({"name": v.name, "mountPath": mount_path(v)?});
-            if v.read_only {
-                mount["readOnly"] = json!(true);
-            }
-            Some(mount)
-        })
-        .collect()
-}
-
-/// `HF_HOME` and `VLLM_CACHE_ROOT` for the first volume of each purpose, unless
-/// `spec.env` sets them.
-pub fn env(md: &ModelDeployment) -> Vec<Value> {
-    let user_sets = |name: &str| md.spec.env.iter().flatten().any(|e| e.name == name);
-    [
-        (VolumePurpose::ModelCache, "HF_HOME"),
-        (VolumePurpose::CompilationCache, "VLLM_CACHE_ROOT"),
-    ]
-    .into_iter()
-    .filter(|(_, name)| !user_sets(name))
-    .filter_map(|(purpose, name)| {
-        let v = volumes(md).iter().find(|v| v.purpose == purpose)?;
-        Some(json!({"name": name, "value": mount_path(v)?}))
-    })
-    .collect()
+    storage::check(
+        md,
+        &Reserved {
+            by: "KubeRay",
+            pods: "Ray pods",
+            names: &RESERVED_NAMES,
+            paths: &RESERVED_PATHS,
+        },
+    )
 }
 
 /// The claim settings nobody acts on for KubeRay.
 pub fn warnings(md: &ModelDeployment) -> Vec<Warning> {
-    let mut out = Vec::new();
-    for v in volumes(md) {
-        let at = format!("spec.model.storage.volumes[{}]", v.name);
-        let claim = claim_name(md, v);
-        let why = format!(
-            "the KubeRay provider mounts existing PersistentVolumeClaims and creates none; create the claim {claim:?}"
-        );
-        if v.size.is_some() {
-            out.push(Warning::unsupported_field(&format!("{at}.size"), &why));
-        }
-        if v.storage_class_name.is_some() {
-            out.push(Warning::unsupported_field(
-                &format!("{at}.storageClassName"),
-                &why,
-            ));
-        }
-        if v.access_mode.is_some() {
-            out.push(Warning::unsupported_field(
-                &format!("{at}.accessMode"),
-                &why,
-            ));
-        }
-    }
-    out
+    storage::unmanaged_claim_warnings(md, "the KubeRay provider")
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use kubeairunway_sdk::testing::ModelDeploymentBuilder;
+    use serde_json::{Value, json};
 
     fn md(volumes: &Value) -> ModelDeployment {
         ModelDeploymentBuilder::new("llm")

@@ -4,7 +4,6 @@
 
 use std::collections::BTreeMap;
 
-use kube::api::DynamicObject;
 use kube::{CustomResource, KubeSchema};
 use kubeairunway_sdk::api::{
     Capabilities, EngineType, InferenceProviderConfigSpec, ModelDeployment, SelectionRule,
@@ -13,8 +12,8 @@ use kubeairunway_sdk::api::{
 use kubeairunway_sdk::provider::{engine_flags, object};
 use kubeairunway_sdk::render::{pod_annotations, pod_labels};
 use kubeairunway_sdk::{
-    Incompatible, Observed, Provider, RenderError, Rendered, UpstreamApi, UpstreamRef, Warning,
-    overrides,
+    Incompatible, Live, Observed, Provider, RenderError, Rendered, UpstreamApi, UpstreamRef,
+    Warning, overrides,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -160,7 +159,8 @@ impl Provider for ChatServerProvider {
         }
     }
 
-    fn observe(&self, md: &ModelDeployment, upstream: Option<&DynamicObject>) -> Observed {
+    fn observe(&self, md: &ModelDeployment, live: &Live) -> Observed {
+        let upstream = live.primary();
         let status = upstream.and_then(|u| u.data.get("status"));
         let text = |k: &str| {
             status
@@ -179,7 +179,7 @@ impl Provider for ChatServerProvider {
         let name = md.metadata.name.clone().unwrap_or_default();
         let observed = match text("phase").as_str() {
             "Ready" => Observed::running("ChatServer is ready"),
-            "Failed" => Observed::failed(text("message")),
+            "Failed" => Observed::failed("ChatServerFailed", text("message")),
             _ => Observed::deploying("waiting for the ChatServer to become ready"),
         };
         observed

@@ -1,4 +1,5 @@
-//! `ModelDeployment`: one LLM inference service, whichever provider serves it (004 §4.1).
+//! `ModelDeployment`: one LLM inference service, whichever provider serves it. Field
+//! for field compatible with AI Runway's `kubeairunway.ai` ModelDeployment.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -28,12 +29,20 @@ use super::schema;
     namespaced,
     status = "ModelDeploymentStatus",
     selectable = ".status.provider.name",
+    // `kubectl scale`, HPA and KEDA: spec.scaling.replicas (aggregated serving), the
+    // ready replicas, and the serving pods' selector (a provider writes it).
+    scale(
+        spec_replicas_path = ".spec.scaling.replicas",
+        status_replicas_path = ".status.replicas.ready",
+        label_selector_path = ".status.selector"
+    ),
     doc = "A model served as an OpenAI-compatible inference service by one of the installed providers.",
     printcolumn = r#"{"name":"Phase","type":"string","description":"Current phase","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Provider","type":"string","description":"Selected provider","jsonPath":".status.provider.name"}"#,
     printcolumn = r#"{"name":"Engine","type":"string","description":"Inference engine","jsonPath":".spec.engine.type"}"#,
     printcolumn = r#"{"name":"Ready","type":"integer","description":"Ready replicas","jsonPath":".status.replicas.ready"}"#,
     printcolumn = r#"{"name":"Endpoint","type":"string","description":"Service serving the model","jsonPath":".status.endpoint.service"}"#,
+    printcolumn = r#"{"name":"URL","type":"string","description":"In-cluster URL of the OpenAI-compatible API","jsonPath":".status.url","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -538,6 +547,14 @@ pub struct ModelDeploymentStatus {
     /// The Service serving the model.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<EndpointStatus>,
+    /// In-cluster URL of the OpenAI-compatible API served at the endpoint
+    /// (http://<service>.<namespace>.svc.<cluster domain>:<port>/v1), written by the provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Label selector of the serving pods (`kubeairunway.ai/model-deployment=<name>`), for
+    /// the scale subresource (HPA, KEDA); written by the provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
     /// Gateway integration status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway: Option<GatewayStatus>,
@@ -654,7 +671,8 @@ pub struct GatewayStatus {
 }
 
 impl ModelDeploymentSpec {
-    /// GPUs per replica in aggregated mode (absent `resources.gpu` counts as 0, 004 §4.4).
+    /// GPUs per replica in aggregated mode (absent `resources.gpu` counts as 0, as
+    /// provider selection sees it).
     pub fn gpu_count(&self) -> i32 {
         self.resources
             .as_ref()

@@ -1,4 +1,4 @@
-//! `InferenceProviderConfig`: how a provider registers itself (004 §3.9).
+//! `InferenceProviderConfig`: how a provider registers itself.
 //!
 //! Cluster-scoped, one per provider, named after the provider. The provider writes the
 //! spec on start-up and keeps the status (readiness, heartbeat, detected upstream API)

@@ -1,18 +1,21 @@
 //! The provider runtime: all the I/O behind a [`Provider`].
 //!
-//! [`run`] registers the provider, watches its upstream CRD and the ModelDeployments it
-//! serves, and reconciles each of them:
+//! [`run`] registers the provider, follows its upstream kind as the API server serves it
+//! (a CRD's, watched; a built-in one, by discovery and the OpenAPI v3 document), watches
+//! the ModelDeployments it serves and every kind it renders, and reconciles each
+//! ModelDeployment:
 //!
 //! 1. skip while paused (`kubeairunway.ai/reconcile-paused: "true"`);
 //! 2. on deletion: delete the upstream objects, wait for them to go, and remove the
 //!    finalizer `kubeairunway.ai/<name>-provider` (after `--finalizer-timeout` at the
 //!    latest, with a `FinalizerTimeout` warning event);
 //! 3. add the finalizer;
-//! 4. `ProviderCompatible` from [`Provider::check`] and from the installed upstream CRD;
+//! 4. `ProviderCompatible` from [`Provider::check`] and from the served upstream API;
 //! 5. render, check every rendered field path against the installed schema, recreate
 //!    the primary object when an identity field changed, report drift, and
 //!    server-side-apply everything (field manager `<name>-provider`, forced);
-//! 6. observe the upstream status and server-side-apply ours.
+//! 6. observe the live objects ([`crate::Live`]: every rendered object, by kind and
+//!    name) and server-side-apply our status.
 //!
 //! Reads come from watch caches, never from the API server: the ModelDeployments this
 //! provider serves (the controller's own reflector) and every object it owns
@@ -82,6 +85,10 @@ pub struct Options {
     /// caches: it costs no API request unless something drifted).
     #[arg(long, env = "RESYNC_PERIOD", default_value = "5m", value_parser = crate::process::parse_duration)]
     pub resync_period: Duration,
+    /// The cluster's DNS domain, for `status.url`
+    /// (`http://<service>.<namespace>.svc.<domain>:<port>/v1`).
+    #[arg(long, env = "CLUSTER_DOMAIN", default_value = "cluster.local")]
+    pub cluster_domain: String,
 }
 
 impl Default for Options {
@@ -92,12 +99,13 @@ impl Default for Options {
             stale_status_after: Duration::from_secs(300),
             heartbeat_interval: Duration::from_secs(30),
             resync_period: Duration::from_secs(300),
+            cluster_domain: "cluster.local".into(),
         }
     }
 }
 
-/// The detected upstream API: `None` while the CRD is not installed, `Err` with the
-/// reason when no adapter fits it.
+/// The detected upstream API: `None` while the API server does not serve the kind, `Err`
+/// with the reason when no adapter fits it.
 pub type UpstreamState = Option<Result<UpstreamApi, String>>;
 
 /// Shared state of one provider's runtime, for one term of leadership.
@@ -259,7 +267,7 @@ pub async fn main<P: Provider>(provider: P) -> anyhow::Result<()> {
 
 /// Run `provider` on the process runtime `rt` until the process stops.
 ///
-/// The upstream CRD watch and the endpoints run on every replica; the writers (the
+/// The upstream API detection and the endpoints run on every replica; the writers (the
 /// heartbeat and the ModelDeployment controller) only while this replica leads (always,
 /// without `--leader-elect`).
 pub async fn run<P: Provider>(
@@ -272,9 +280,10 @@ pub async fn run<P: Provider>(
     let (upstream_tx, upstream_rx) = watch::channel::<UpstreamState>(None);
     let name = provider.name().to_string();
     tracing::info!(provider = %name, "starting provider runtime");
-    let crd_watch = tokio::spawn(registration::watch_upstream_crd(
+    let crd_watch = tokio::spawn(registration::watch_upstream(
         provider.clone(),
         rt.client(),
+        options.clone(),
         upstream_tx,
     ));
     let gauge = tokio::spawn(metrics::follow_upstream(
@@ -353,6 +362,12 @@ async fn lead<P: Provider>(
 ) -> anyhow::Result<()> {
     let name = provider.name().to_string();
     let synced = readiness.term_check("caches");
+    // Reconcile nothing before the upstream API has been looked for once: until then
+    // "not served" would be a guess.
+    let mut detected = upstream.clone();
+    if !detected.has_changed().unwrap_or(true) {
+        let _ = detected.changed().await;
+    }
     let (owned_tx, owned_rx) = mpsc::unbounded_channel::<ObjectRef<ModelDeployment>>();
     let owned = cache::OwnedCache::new(client.clone(), &name, Some(owned_tx));
     let ctx = Arc::new(Context::with_cache(
@@ -473,4 +488,28 @@ fn receiver_stream<T: Send + 'static>(
     mut rx: mpsc::UnboundedReceiver<T>,
 ) -> impl futures::Stream<Item = T> + Send + 'static {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::{CommandFactory, Parser};
+
+    /// A provider binary's command line: the runtime's flags and its own.
+    #[derive(Debug, Parser)]
+    #[command(name = "some-provider", version)]
+    struct Cli {
+        #[command(flatten)]
+        options: super::Options,
+        #[arg(long, default_value = "x")]
+        own: String,
+    }
+
+    #[test]
+    fn a_provider_command_line_passes_clap_s_own_checks_and_parses() {
+        // The checks clap runs (debug builds) when a binary parses its first argument.
+        Cli::command().debug_assert();
+        let cli = Cli::try_parse_from(["some-provider", "--cluster-domain=corp.example"]).unwrap();
+        assert_eq!(cli.options.cluster_domain, "corp.example");
+        assert_eq!(cli.own, "x");
+    }
 }

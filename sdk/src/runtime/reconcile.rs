@@ -29,7 +29,7 @@ use super::status::{self, ProviderView};
 use crate::api::{ModelDeployment, Phase};
 use crate::conditions::{PROVIDER_COMPATIBLE, READY, RESOURCE_CREATED, STALE_STATUS, reasons};
 use crate::labels;
-use crate::provider::{Observed, Provider, Warning};
+use crate::provider::{Live, Observed, Provider, Warning};
 use crate::render;
 use crate::upstream::UpstreamApi;
 
@@ -110,8 +110,9 @@ pub async fn reconcile_once<P: Provider>(
     if let Some(action) = replace_primary(md, ctx, &prepared, live[0].as_deref()).await? {
         return Ok(action);
     }
-    let primary = match apply_changed(md, ctx, &prepared, &live).await? {
-        Ok(primary) => primary,
+    let created = live[0].is_none();
+    let live = match apply_changed(md, ctx, &prepared, live).await? {
+        Ok(live) => live,
         Err(action) => return Ok(action),
     };
     // The rendered set changes only with the spec (or the provider's flags): prune what
@@ -121,7 +122,7 @@ pub async fn reconcile_once<P: Provider>(
     if status_generation != md.metadata.generation {
         prune(md, ctx, &prepared).await?;
     }
-    if live[0].is_none() {
+    if created {
         let message = format!(
             "Created {} '{}'",
             prepared.primary_kind(),
@@ -136,7 +137,7 @@ pub async fn reconcile_once<P: Provider>(
         )
         .await;
     }
-    report(md, ctx, &prepared, primary.as_deref()).await
+    report(md, ctx, &prepared, &prepared.live_view(&live)).await
 }
 
 /// Everything a reconcile applies, ready to compare with what is live.
@@ -152,6 +153,20 @@ struct Prepared {
 impl Prepared {
     fn primary_kind(&self) -> &str {
         &self.resources[0].kind
+    }
+
+    /// What [`Provider::observe`] sees: each rendered object that is live, by kind.
+    fn live_view(&self, live: &[Option<Arc<DynamicObject>>]) -> Live {
+        let mut view = Live::empty();
+        for (i, (resource, object)) in self.resources.iter().zip(live).enumerate() {
+            let object = object.as_deref().cloned();
+            if i == 0 {
+                view.set_primary(&resource.kind, object);
+            } else if let Some(object) = object {
+                view.insert(&resource.kind, object);
+            }
+        }
+        view
     }
 
     /// The live object of each rendered one, from the caches.
@@ -179,7 +194,6 @@ async fn prepare<P: Provider>(
     if let Err(incompatible) = ctx.provider.check(md) {
         return terminal_status(Phase::Failed, reasons::INCOMPATIBLE, incompatible.0).await;
     }
-    let crd = ctx.provider.upstream().crd_name();
     let upstream = ctx.upstream.borrow().clone();
     let api = match upstream {
         Some(Ok(api)) => api,
@@ -187,7 +201,10 @@ async fn prepare<P: Provider>(
             return terminal_status(Phase::Failed, reasons::UPSTREAM_SCHEMA_MISMATCH, reason).await;
         }
         None => {
-            let message = format!("upstream CRD {crd} is not installed; waiting for it");
+            let message = format!(
+                "{}; waiting for it",
+                crate::upstream::not_served_message(&ctx.provider.upstream())
+            );
             return terminal_status(Phase::Pending, reasons::UPSTREAM_CRD_MISSING, message).await;
         }
     };
@@ -274,16 +291,16 @@ async fn replace_primary<P: Provider>(
 /// Phase 3: apply, supporting objects first in the order rendered and the primary last
 /// (an upstream webhook that checks what the primary refers to, KAITO's inference
 /// ConfigMap, must find it), each only when it changed or drifted. Returns the live
-/// primary afterwards; `Err(action)` when the API server refused an object.
+/// objects afterwards (as the API server returned those applied); `Err(action)` when the
+/// API server refused an object.
 async fn apply_changed<P: Provider>(
     md: &ModelDeployment,
     ctx: &Context<P>,
     prepared: &Prepared,
-    live: &[Option<Arc<DynamicObject>>],
-) -> Result<Result<Option<Arc<DynamicObject>>, Action>, Error> {
+    mut live: Vec<Option<Arc<DynamicObject>>>,
+) -> Result<Result<Vec<Option<Arc<DynamicObject>>>, Action>, Error> {
     let ns = md.namespace().unwrap_or_default();
     let pp = PatchParams::apply(&ctx.field_manager()).force();
-    let mut primary = live[0].clone();
     let order = (1..prepared.objects.len()).chain(std::iter::once(0));
     for i in order {
         let (object, resource) = (&prepared.objects[i], &prepared.resources[i]);
@@ -319,9 +336,7 @@ async fn apply_changed<P: Provider>(
         {
             Ok(result) => {
                 ctx.owned.wrote(resource, &result);
-                if i == 0 {
-                    primary = Some(Arc::new(result));
-                }
+                live[i] = Some(Arc::new(result));
             }
             Err(kube::Error::Api(s)) if is_refusal(s.code) => {
                 let message = format!(
@@ -335,7 +350,7 @@ async fn apply_changed<P: Provider>(
             Err(e) => return Err(e.into()),
         }
     }
-    Ok(Ok(primary))
+    Ok(Ok(live))
 }
 
 /// Who owns the object named `name` that this provider's caches do not hold, if it
@@ -381,10 +396,10 @@ async fn report<P: Provider>(
     md: &ModelDeployment,
     ctx: &Context<P>,
     prepared: &Prepared,
-    primary: Option<&DynamicObject>,
+    live: &Live,
 ) -> Result<Action, Error> {
-    let observed = ctx.provider.observe(md, primary);
-    let stale = stale_for(md, ctx, primary, observed.phase);
+    let observed = ctx.provider.observe(md, live);
+    let stale = stale_for(md, ctx, live, observed.phase);
     let (kind, name) = (
         prepared.primary_kind().to_string(),
         prepared.objects[0].name_any(),
@@ -650,18 +665,24 @@ fn drifted_value_paths(rendered: &Value, live: &Value) -> Vec<String> {
     out
 }
 
-/// How long the upstream status has stood still, when it matters (not Running).
+/// How long the upstream status (of every live object) has stood still, when it matters
+/// (not Running).
 fn stale_for<P: Provider>(
     md: &ModelDeployment,
     ctx: &Context<P>,
-    live: Option<&DynamicObject>,
+    live: &Live,
     phase: Phase,
 ) -> Option<Duration> {
     let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    live.and_then(|l| l.data.get("status"))
-        .map(Value::to_string)
-        .unwrap_or_default()
-        .hash(&mut hasher);
+    for (kind, object) in live.iter() {
+        kind.hash(&mut hasher);
+        object
+            .data
+            .get("status")
+            .map(Value::to_string)
+            .unwrap_or_default()
+            .hash(&mut hasher);
+    }
     let fingerprint = hasher.finish();
     let mut seen = ctx.upstream_seen.lock().ok()?;
     let entry = seen
@@ -695,22 +716,25 @@ async fn publish_warnings<P: Provider>(
             .or_default()
             .push(w.message.as_str());
     }
+    let mut published = true;
     for (reason, messages) in by_reason {
-        event(ctx, md, EventType::Warning, reason, &messages.join("; ")).await;
+        published &= event(ctx, md, EventType::Warning, reason, &messages.join("; ")).await;
     }
-    if let Ok(mut warned) = ctx.warned.lock() {
+    // Marked published only when every event was written: a failed write is tried again
+    // on the next reconcile of this generation.
+    if published && let Ok(mut warned) = ctx.warned.lock() {
         warned.insert(key, generation);
     }
 }
 
-/// Publish an event about `md`; failures are logged, never fatal.
+/// Publish an event about `md`; failures are logged, never fatal. Whether it was written.
 pub(crate) async fn event<P: Provider>(
     ctx: &Context<P>,
     md: &ModelDeployment,
     type_: EventType,
     reason: &str,
     note: &str,
-) {
+) -> bool {
     let ev = Event {
         type_,
         reason: reason.to_string(),
@@ -718,8 +742,12 @@ pub(crate) async fn event<P: Provider>(
         action: "Reconcile".to_string(),
         secondary: None,
     };
-    if let Err(e) = ctx.recorder.publish(&ev, &md.object_ref(&())).await {
-        tracing::debug!(error = %e, reason, "could not publish event");
+    match ctx.recorder.publish(&ev, &md.object_ref(&())).await {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::debug!(error = %e, reason, "could not publish event");
+            false
+        }
     }
 }
 
@@ -789,12 +817,17 @@ async fn cleanup<P: Provider>(md: &ModelDeployment, ctx: &Context<P>) -> Result<
     if !md.finalizers().contains(&finalizer) {
         return Ok(Action::await_change());
     }
-    let _ = status::apply(
+    // The status write changes the resourceVersion that guards the finalizer patch: go
+    // on with the object it returned, or the patch would fail with a conflict.
+    let written = status::apply(
         ctx,
         md,
         &ProviderView::new(Phase::Terminating, "deleting the provider's resources"),
     )
-    .await;
+    .await
+    .ok()
+    .flatten();
+    let md = written.as_ref().unwrap_or(md);
     let remaining = delete_owned(md, ctx).await?;
     if remaining.is_empty() {
         release_finalizer(md, ctx).await?;

@@ -1,5 +1,5 @@
 //! Registration: the provider's InferenceProviderConfig (spec on start-up, status with a
-//! heartbeat), and detection of the installed upstream CRD.
+//! heartbeat), and detection of the upstream kind the API server serves.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,56 +18,185 @@ use super::{Options, UpstreamState, field_manager};
 use crate::api::{InferenceProviderConfig, InferenceProviderConfigStatus};
 use crate::conditions::{self, reasons};
 use crate::labels;
-use crate::provider::Provider;
-use crate::upstream::UpstreamApi;
+use crate::provider::{Provider, UpstreamRef};
+use crate::upstream::{UpstreamApi, not_served_message};
 
-/// Keep `tx` in step with the installed upstream CRD.
-pub(super) async fn watch_upstream_crd<P: Provider>(
+/// Keep `tx` in step with the upstream kind as the API server serves it.
+///
+/// A kind defined by a CRD is read from the CRD, which is watched: installing, changing or
+/// removing it is noticed at once. Any other kind (built-in, or from an aggregated API
+/// server) is found by API discovery and its schema read from the cluster's OpenAPI v3
+/// document; that is looked at again every `--resync-period`, and while the kind is
+/// missing with the backoff of every retry (from 2 s), so a kind that appears later is
+/// found. The first finding is always logged (a missing kind as a warning), and always
+/// sent, so that the runtime knows detection has run once.
+pub(super) async fn watch_upstream<P: Provider>(
     provider: Arc<P>,
     client: Client,
+    options: Options,
     tx: watch::Sender<UpstreamState>,
 ) {
     let wanted = provider.upstream();
+    let (crd_tx, mut crd_rx) = watch::channel(Crd::NotListed);
+    let crd_watch = tokio::spawn(watch_crd(client.clone(), wanted.clone(), crd_tx));
+    let mut first = true;
+    let mut missing_for = 0u32;
+    loop {
+        let crd = crd_rx.borrow_and_update().clone();
+        let recheck = match crd {
+            Crd::NotListed => None,
+            Crd::Installed(crd) => {
+                let state = Some(UpstreamApi::detect(&crd, &wanted).map_err(|e| e.to_string()));
+                publish(&tx, &wanted, state, &mut first);
+                missing_for = 0;
+                None
+            }
+            Crd::Absent => match discover(&client, &wanted).await {
+                Ok(state) => {
+                    let missing = state.is_none();
+                    publish(&tx, &wanted, state, &mut first);
+                    if missing {
+                        missing_for = missing_for.saturating_add(1);
+                        Some(crate::process::backoff(missing_for).min(options.resync_period))
+                    } else {
+                        missing_for = 0;
+                        Some(options.resync_period)
+                    }
+                }
+                Err(e) => {
+                    missing_for = missing_for.saturating_add(1);
+                    tracing::warn!(kind = %wanted.kind, error = %e, "discovering the upstream API");
+                    Some(crate::process::backoff(missing_for))
+                }
+            },
+        };
+        let changed = match recheck {
+            Some(after) => tokio::select! {
+                changed = crd_rx.changed() => changed,
+                () = tokio::time::sleep(after) => Ok(()),
+            },
+            None => crd_rx.changed().await,
+        };
+        if changed.is_err() {
+            break;
+        }
+    }
+    crd_watch.abort();
+}
+
+/// Send `state` when it differs from the current one (always the first time), logging it.
+fn publish(
+    tx: &watch::Sender<UpstreamState>,
+    wanted: &UpstreamRef,
+    state: UpstreamState,
+    first: &mut bool,
+) {
+    let always = std::mem::take(first);
+    tx.send_if_modified(|current| {
+        if *current == state && !always {
+            return false;
+        }
+        let name = wanted.crd_name();
+        match &state {
+            Some(Ok(api)) => tracing::info!(upstream = %name, version = %api.version, source = ?api.source, schema = %api.schema_hash, "upstream API detected"),
+            Some(Err(e)) => tracing::warn!(upstream = %name, error = %e, "no adapter for the served upstream API"),
+            None => tracing::warn!(upstream = %name, "{}", not_served_message(wanted)),
+        }
+        *current = state;
+        true
+    });
+}
+
+/// The CRD that would define the upstream kind, as its watch sees it.
+#[derive(Clone, Debug)]
+enum Crd {
+    /// Not listed yet.
+    NotListed,
+    /// Listed: there is none.
+    Absent,
+    /// Installed.
+    Installed(Box<CustomResourceDefinition>),
+}
+
+/// Follow the CRD that would define `wanted`. The core group has no CRDs.
+async fn watch_crd(client: Client, wanted: UpstreamRef, tx: watch::Sender<Crd>) {
+    if wanted.group.is_empty() {
+        let _ = tx.send(Crd::Absent);
+        tx.closed().await;
+        return;
+    }
     let crds: Api<CustomResourceDefinition> = Api::all(client);
     let selector = format!("metadata.name={}", wanted.crd_name());
     let mut events = std::pin::pin!(
         watcher(crds, watcher::Config::default().fields(&selector)).default_backoff()
     );
-    let mut seen = false;
-    let set = |state: UpstreamState| {
-        tx.send_if_modified(|current| {
-            if *current == state {
-                return false;
-            }
-            match &state {
-                Some(Ok(api)) => tracing::info!(crd = %wanted.crd_name(), version = %api.version, schema = %api.schema_hash, "upstream API detected"),
-                Some(Err(e)) => tracing::warn!(crd = %wanted.crd_name(), error = %e, "no adapter for the installed upstream CRD"),
-                None => tracing::warn!(crd = %wanted.crd_name(), "upstream CRD not installed"),
-            }
-            *current = state;
-            true
-        })
-    };
+    let mut seen = None;
     while let Some(event) = events.next().await {
         match event {
-            Ok(watcher::Event::Init) => seen = false,
-            Ok(watcher::Event::InitApply(crd) | watcher::Event::Apply(crd)) => {
-                seen = true;
-                set(Some(
-                    UpstreamApi::detect(&crd, &wanted).map_err(|e| e.to_string()),
-                ));
-            }
+            Ok(watcher::Event::Init) => seen = None,
+            Ok(watcher::Event::InitApply(crd)) => seen = Some(crd),
             Ok(watcher::Event::InitDone) => {
-                if !seen {
-                    set(None);
-                }
+                let _ = tx.send(
+                    seen.take()
+                        .map_or(Crd::Absent, |c| Crd::Installed(Box::new(c))),
+                );
+            }
+            Ok(watcher::Event::Apply(crd)) => {
+                let _ = tx.send(Crd::Installed(Box::new(crd)));
             }
             Ok(watcher::Event::Delete(_)) => {
-                set(None);
+                let _ = tx.send(Crd::Absent);
             }
             Err(e) => tracing::warn!(error = %e, "watching the upstream CRD"),
         }
     }
+}
+
+/// `wanted` by API discovery, with its schema from the OpenAPI v3 document of the chosen
+/// version: `None` when no version of the kind is served.
+async fn discover(client: &Client, wanted: &UpstreamRef) -> Result<UpstreamState, kube::Error> {
+    let group = match kube::discovery::group(client, &wanted.group).await {
+        Ok(group) => group,
+        Err(kube::Error::Discovery(kube::error::DiscoveryError::MissingApiGroup(_))) => {
+            return Ok(None);
+        }
+        Err(e) => return Err(e),
+    };
+    let served: Vec<String> = group
+        .versions()
+        .filter(|v| {
+            group
+                .versioned_resources(v)
+                .iter()
+                .any(|(r, _)| r.plural == wanted.plural && r.kind == wanted.kind)
+        })
+        .map(str::to_string)
+        .collect();
+    if served.is_empty() {
+        return Ok(None);
+    }
+    let Some(version) = wanted.versions.iter().find(|v| served.contains(v)) else {
+        return Ok(Some(Err(
+            crate::upstream::DetectError::NoSupportedVersion {
+                crd: wanted.crd_name(),
+                served: served.join(", "),
+                supported: wanted.versions.join(", "),
+            }
+            .to_string(),
+        )));
+    };
+    let path = if wanted.group.is_empty() {
+        format!("/openapi/v3/api/{version}")
+    } else {
+        format!("/openapi/v3/apis/{}/{version}", wanted.group)
+    };
+    let request = http::Request::get(path)
+        .body(Vec::new())
+        .map_err(kube::Error::HttpError)?;
+    let document: serde_json::Value = client.request(request).await?;
+    Ok(Some(
+        UpstreamApi::from_openapi(&document, wanted, version, served).map_err(|e| e.to_string()),
+    ))
 }
 
 /// Apply the InferenceProviderConfig, then refresh its status every heartbeat and
@@ -131,18 +260,22 @@ pub(crate) fn provider_status<P: Provider>(
     previous: &InferenceProviderConfigStatus,
     now: Timestamp,
 ) -> InferenceProviderConfigStatus {
-    let crd = provider.upstream().crd_name();
+    let wanted = provider.upstream();
     let (ready, reason, message) = match state {
         Some(Ok(api)) => (
             true,
             reasons::UPSTREAM_DETECTED,
-            format!("{crd} serves {}; rendering for it", api.api_version()),
+            format!(
+                "{} serves {}; rendering for it",
+                wanted.crd_name(),
+                api.api_version()
+            ),
         ),
         Some(Err(e)) => (false, reasons::UPSTREAM_SCHEMA_MISMATCH, e.clone()),
         None => (
             false,
             reasons::UPSTREAM_CRD_MISSING,
-            format!("upstream CRD {crd} is not installed"),
+            not_served_message(&wanted),
         ),
     };
     let api = state.as_ref().and_then(|s| s.as_ref().ok());

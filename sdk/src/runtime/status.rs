@@ -26,6 +26,31 @@ pub(crate) struct ProviderView {
     pub endpoint: Option<EndpointStatus>,
     pub replicas: Option<ReplicaStatus>,
     pub conditions: Vec<(&'static str, Status, String, String)>,
+    /// `status.url`, from the endpoint ([`ProviderView::addressed`]).
+    pub url: Option<String>,
+    /// `status.selector` ([`ProviderView::addressed`]).
+    pub selector: Option<String>,
+}
+
+/// The in-cluster URL of the OpenAI-compatible API a provider's endpoint serves:
+/// `http://<service>.<namespace>.svc.<cluster domain>[:<port>]/v1`.
+pub fn endpoint_url(
+    endpoint: &EndpointStatus,
+    namespace: &str,
+    cluster_domain: &str,
+) -> Option<String> {
+    let service = endpoint.service.as_deref().filter(|s| !s.is_empty())?;
+    let port = endpoint.port.map(|p| format!(":{p}")).unwrap_or_default();
+    let domain = cluster_domain.trim_matches('.');
+    Some(format!(
+        "http://{service}.{namespace}.svc.{domain}{port}/v1"
+    ))
+}
+
+/// `status.selector`: the label every serving pod a provider renders carries (the
+/// provider contract), so the scale subresource finds the pods.
+pub fn pod_selector(md_name: &str) -> String {
+    format!("{}={md_name}", crate::labels::MODEL_DEPLOYMENT)
 }
 
 impl ProviderView {
@@ -37,7 +62,20 @@ impl ProviderView {
             endpoint: None,
             replicas: None,
             conditions: Vec::new(),
+            url: None,
+            selector: None,
         }
+    }
+
+    /// With `status.url` (from the endpoint) and `status.selector` for `md`.
+    pub(crate) fn addressed(mut self, md: &ModelDeployment, cluster_domain: &str) -> Self {
+        let namespace = md.namespace().unwrap_or_default();
+        self.url = self
+            .endpoint
+            .as_ref()
+            .and_then(|e| endpoint_url(e, &namespace, cluster_domain));
+        self.selector = Some(pod_selector(&md.name_any()));
+        self
     }
 
     pub(crate) fn condition(
@@ -69,6 +107,8 @@ impl ProviderView {
                 ..ProviderStatus::default()
             }),
             endpoint: self.endpoint.clone(),
+            url: self.url.clone(),
+            selector: self.selector.clone(),
             replicas: self.replicas.clone(),
             observed_generation: generation,
             conditions: self
@@ -107,6 +147,8 @@ impl ProviderView {
             && s.message.as_deref() == Some(self.message.as_str())
             && resource == self.resource
             && s.endpoint == self.endpoint
+            && s.url == self.url
+            && s.selector == self.selector
             && s.replicas == self.replicas
             && s.observed_generation == md.metadata.generation
             && ours.len() == self.conditions.len()
@@ -124,14 +166,16 @@ impl ProviderView {
 
 /// Apply `view` to `md`'s status under the provider's field manager, unless it is
 /// already current. Forced: after selection the provider owns the phase, even if core
-/// had not yet released it.
+/// had not yet released it. Returns the ModelDeployment as written (`None` when nothing
+/// was written).
 pub(crate) async fn apply<P: Provider>(
     ctx: &Context<P>,
     md: &ModelDeployment,
     view: &ProviderView,
-) -> Result<(), kube::Error> {
+) -> Result<Option<ModelDeployment>, kube::Error> {
+    let view = &view.clone().addressed(md, &ctx.options.cluster_domain);
     if view.is_current(md) {
-        return Ok(());
+        return Ok(None);
     }
     let api: Api<ModelDeployment> =
         Api::namespaced(ctx.client.clone(), &md.namespace().unwrap_or_default());
@@ -145,8 +189,8 @@ pub(crate) async fn apply<P: Provider>(
         &PatchParams::apply(&ctx.field_manager()).force(),
         &Patch::Apply(&patch),
     )
-    .await?;
-    Ok(())
+    .await
+    .map(Some)
 }
 
 #[cfg(test)]
@@ -210,5 +254,47 @@ mod tests {
             "other",
         );
         assert!(!changed.is_current(&m));
+    }
+
+    #[test]
+    fn url_and_selector_come_from_the_endpoint_and_the_name() {
+        let endpoint = EndpointStatus {
+            service: Some("llama-frontend".into()),
+            port: Some(8000),
+        };
+        assert_eq!(
+            endpoint_url(&endpoint, "ml", "cluster.local").as_deref(),
+            Some("http://llama-frontend.ml.svc.cluster.local:8000/v1")
+        );
+        assert_eq!(
+            endpoint_url(
+                &EndpointStatus {
+                    port: None,
+                    ..endpoint.clone()
+                },
+                "ml",
+                "corp.example."
+            )
+            .as_deref(),
+            Some("http://llama-frontend.ml.svc.corp.example/v1")
+        );
+        assert_eq!(
+            endpoint_url(&EndpointStatus::default(), "ml", "cluster.local"),
+            None
+        );
+        let view = ProviderView {
+            endpoint: Some(endpoint),
+            ..ProviderView::new(Phase::Running, "ok")
+        }
+        .addressed(&md(), "cluster.local");
+        let status = view.to_status(&md(), Timestamp::now());
+        assert_eq!(
+            status.url.as_deref(),
+            Some("http://llama-frontend.ns.svc.cluster.local:8000/v1")
+        );
+        assert_eq!(
+            status.selector.as_deref(),
+            Some("kubeairunway.ai/model-deployment=m")
+        );
     }
 }

@@ -4,11 +4,17 @@
 
 #[path = "e2e/builtin_api.rs"]
 mod builtin_api;
+#[path = "e2e/charts.rs"]
+mod charts;
 #[path = "e2e/charts_rbac.rs"]
 mod charts_rbac;
 /// The example third-party provider of the SDK, driven by `sdk_runtime`.
 #[path = "../../../sdk/examples/chatserver/provider.rs"]
 mod chatserver;
+#[path = "e2e/cli.rs"]
+mod cli;
+#[path = "e2e/cli_cache.rs"]
+mod cli_cache;
 #[path = "e2e/core_chart.rs"]
 mod core_chart;
 #[path = "e2e/core_leader.rs"]
@@ -19,12 +25,17 @@ mod core_selection;
 mod core_webhook;
 #[path = "e2e/crds.rs"]
 mod crds;
+/// The example provider of the SDK that needs no operator, driven by `sdk_builtin`.
+#[path = "../../../sdk/examples/deployment/provider.rs"]
+mod deployment;
 #[path = "e2e/dynamo.rs"]
 mod dynamo;
 #[path = "e2e/dynamo_operator.rs"]
 mod dynamo_operator;
 #[path = "e2e/faults.rs"]
 mod faults;
+#[path = "e2e/image.rs"]
+mod image;
 #[path = "e2e/kaito.rs"]
 mod kaito;
 #[path = "e2e/kernelcache.rs"]
@@ -45,6 +56,8 @@ mod kuberay_operator;
 mod reference_compat;
 #[path = "e2e/samples.rs"]
 mod samples;
+#[path = "e2e/sdk_builtin.rs"]
+mod sdk_builtin;
 #[path = "e2e/sdk_mock.rs"]
 mod sdk_mock;
 #[path = "e2e/sdk_runtime.rs"]

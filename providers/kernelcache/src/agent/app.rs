@@ -164,4 +164,22 @@ mod tests {
         assert!(cli.gpu_inventory.is_none());
         assert!(Cli::try_parse_from(["kernelcache-agent", "--node-name=n", "--resync=0"]).is_err());
     }
+
+    #[test]
+    fn plain_http_registries_come_from_the_environment_as_the_controllers_do() {
+        use clap::CommandFactory;
+        for cmd in [Cli::command(), crate::controller::app::Cli::command()] {
+            let arg = cmd
+                .get_arguments()
+                .find(|a| a.get_long() == Some("plain-http-registry"))
+                .unwrap();
+            assert_eq!(
+                arg.get_env().and_then(|e| e.to_str()),
+                Some("PLAIN_HTTP_REGISTRIES"),
+                "{}",
+                cmd.get_name()
+            );
+            assert_eq!(arg.get_value_delimiter(), Some(','), "{}", cmd.get_name());
+        }
+    }
 }

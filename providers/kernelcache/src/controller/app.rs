@@ -161,10 +161,16 @@ impl Cli {
 }
 
 /// The whole `main` of `kernelcache-controller`: the process runtime (flags, logging,
-/// endpoints, leader election) around [`super::run`].
+/// endpoints, leader election) around [`run`].
 pub async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let mut rt = Runtime::start(COMPONENT, cli.process.clone()).await?;
+    let rt = Runtime::start(COMPONENT, cli.process.clone()).await?;
+    run(cli, rt).await
+}
+
+/// Run the controller in `rt` (its metrics, readiness and leader terms) as `cli` says:
+/// the binary's `main` and `kubeairunway up` both run it this way.
+pub async fn run(cli: Cli, mut rt: Runtime) -> anyhow::Result<()> {
     let metrics = Arc::new(Metrics::default());
     metrics.register(rt.registry());
     let client = rt.client();

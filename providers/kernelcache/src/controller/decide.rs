@@ -98,6 +98,54 @@ pub fn after_failure(
     }
 }
 
+/// The `Verified` condition of a pinned image: whether nodes may use it, and why.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Verdict {
+    /// Whether nodes may use the image.
+    pub usable: bool,
+    /// The condition's reason ([`reasons`]).
+    pub reason: &'static str,
+    /// The condition's message.
+    pub message: String,
+}
+
+/// The verdict on a pinned image after `verification`: refused without a policy and when
+/// the image is not a cache image; usable when a signature satisfied the policy, or
+/// unverified under mode `disabled`; refused otherwise. The controller's `Verified`
+/// condition and `kubeairunway cache verify` both say this.
+pub fn verdict(policy_found: bool, is_cache: bool, verification: &Verification) -> Verdict {
+    let message = || verification.message.clone().unwrap_or_default();
+    let disabled = verification.mode == VerificationMode::Disabled && !verification.verified;
+    let (usable, reason, message) = if !policy_found {
+        (false, reasons::NO_POLICY, message())
+    } else if !is_cache {
+        (false, reasons::NOT_A_CACHE, message())
+    } else if verification.verified {
+        (
+            true,
+            reasons::VERIFIED,
+            format!(
+                "signed by {}",
+                verification.signer.clone().unwrap_or_default()
+            ),
+        )
+    } else if disabled {
+        (
+            true,
+            reasons::VERIFICATION_DISABLED,
+            verify::DISABLED_MESSAGE.to_string(),
+        )
+    } else {
+        (false, reasons::VERIFICATION_FAILED, message())
+    };
+    Verdict {
+        usable,
+        reason,
+        message,
+    }
+}
+
 /// Condition reasons of the controller.
 pub mod reasons {
     /// The tag resolved and the digest is pinned.
@@ -207,40 +255,6 @@ pub fn aggregate(
     }
 }
 
-/// `Verified` for a pin: (status, reason, message). `policy` is whether the cluster's
-/// KernelCachePolicy exists; `is_cache` whether the image's labels make it a kernel cache.
-/// Mode `disabled` makes a pin that is a cache usable without a signature.
-pub fn verified_condition(
-    policy: bool,
-    verification: &Verification,
-    is_cache: bool,
-) -> (bool, &'static str, String) {
-    let message = || verification.message.clone().unwrap_or_default();
-    let disabled = verification.mode == VerificationMode::Disabled && !verification.verified;
-    if !policy {
-        (false, reasons::NO_POLICY, message())
-    } else if !is_cache {
-        (false, reasons::NOT_A_CACHE, message())
-    } else if verification.verified {
-        (
-            true,
-            reasons::VERIFIED,
-            format!(
-                "signed by {}",
-                verification.signer.clone().unwrap_or_default()
-            ),
-        )
-    } else if disabled {
-        (
-            true,
-            reasons::VERIFICATION_DISABLED,
-            verify::DISABLED_MESSAGE.to_string(),
-        )
-    } else {
-        (false, reasons::VERIFICATION_FAILED, message())
-    }
-}
-
 /// `Ready` of a KernelCache: (status, reason, message) from whether its pin is usable and
 /// what the nodes report.
 pub fn ready_condition(usable: bool, nodes: &Aggregate) -> (bool, &'static str, String) {
@@ -301,6 +315,51 @@ mod tests {
         KernelCacheNodeSpec, KernelCacheNodeStatus, KernelCacheSpec, KernelCacheStatus, NodeCache,
         Verification, VerificationMode,
     };
+
+    #[test]
+    fn verdicts_follow_policy_image_and_signature() {
+        let signed = Verification {
+            mode: VerificationMode::Key,
+            verified: true,
+            signer: Some("sha256:0123456789abcdef".into()),
+            ..Verification::default()
+        };
+        let refused = Verification {
+            mode: VerificationMode::Key,
+            message: Some("no signature found for r/x@sha256:00".into()),
+            ..Verification::default()
+        };
+        let disabled = Verification {
+            mode: VerificationMode::Disabled,
+            message: Some(verify::DISABLED_MESSAGE.into()),
+            ..Verification::default()
+        };
+        let v = super::verdict(true, true, &signed);
+        assert_eq!(
+            (v.usable, v.reason, v.message.as_str()),
+            (true, reasons::VERIFIED, "signed by sha256:0123456789abcdef")
+        );
+        let v = super::verdict(true, true, &refused);
+        assert_eq!(
+            (v.usable, v.reason, v.message.as_str()),
+            (
+                false,
+                reasons::VERIFICATION_FAILED,
+                "no signature found for r/x@sha256:00"
+            )
+        );
+        let v = super::verdict(true, true, &disabled);
+        assert_eq!((v.usable, v.reason), (true, reasons::VERIFICATION_DISABLED));
+        // Not a cache image: refused even when signed or unverified by policy.
+        assert_eq!(
+            super::verdict(true, false, &signed).reason,
+            reasons::NOT_A_CACHE
+        );
+        assert!(!super::verdict(true, false, &disabled).usable);
+        // No policy: nothing is usable.
+        let v = super::verdict(false, true, &signed);
+        assert_eq!((v.usable, v.reason), (false, reasons::NO_POLICY));
+    }
 
     fn node(name: &str, entries: &[(&str, &str, CacheState, Option<&str>)]) -> KernelCacheNode {
         let mut n = KernelCacheNode::new(
@@ -490,40 +549,6 @@ mod tests {
         let (ok, reason, message) = model_deployment_condition("vadd", Some(&cache(true, 2)));
         assert_eq!((ok, reason), (true, reasons::READY));
         assert!(message.contains("2 node(s)"), "{message}");
-    }
-
-    #[test]
-    fn verified_needs_a_policy_a_cache_image_and_a_signature_unless_disabled() {
-        let signed = Verification {
-            verified: true,
-            signer: Some("ci@example.com".into()),
-            ..Verification::default()
-        };
-        let unsigned = Verification {
-            message: Some("no signature".into()),
-            ..Verification::default()
-        };
-        let disabled = Verification {
-            mode: VerificationMode::Disabled,
-            ..Verification::default()
-        };
-        let cases = [
-            (false, &signed, true, false, reasons::NO_POLICY),
-            (true, &signed, false, false, reasons::NOT_A_CACHE),
-            (true, &disabled, false, false, reasons::NOT_A_CACHE),
-            (true, &signed, true, true, reasons::VERIFIED),
-            (true, &unsigned, true, false, reasons::VERIFICATION_FAILED),
-            (true, &disabled, true, true, reasons::VERIFICATION_DISABLED),
-        ];
-        for (policy, v, is_cache, ok, reason) in cases {
-            let got = verified_condition(policy, v, is_cache);
-            assert_eq!((got.0, got.1), (ok, reason), "{policy} {v:?} {is_cache}");
-        }
-        assert_eq!(
-            verified_condition(true, &signed, true).2,
-            "signed by ci@example.com"
-        );
-        assert_eq!(verified_condition(true, &unsigned, true).2, "no signature");
     }
 
     #[test]

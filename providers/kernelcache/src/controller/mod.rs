@@ -407,8 +407,11 @@ async fn reconcile_cache(cache: Arc<KernelCache>, ctx: Arc<Ctx>) -> Result<Actio
     )
     .await;
     let disabled = verification.mode == VerificationMode::Disabled && !verification.verified;
-    let (ok, reason, message) =
-        decide::verified_condition(policy.is_some(), &verification, cache_type.is_some());
+    let decide::Verdict {
+        usable: ok,
+        reason,
+        message,
+    } = decide::verdict(policy.is_some(), cache_type.is_some(), &verification);
     set(&mut status, "Verified", ok, reason, &message, generation);
     // A refused pin must never look usable.
     status.verification = Some(if ok {

@@ -78,7 +78,12 @@ fn core_chart_lints_and_renders_least_privilege_rbac_and_webhooks() {
         .unwrap();
 
     // ClusterRole: read our kinds, apply our status, events, our two webhook configs.
-    let cluster_role = find(&docs, "ClusterRole");
+    let cluster_role = docs
+        .iter()
+        .find(|d| {
+            d["kind"] == "ClusterRole" && d["metadata"]["name"] == deployment["metadata"]["name"]
+        })
+        .expect("core's ClusterRole");
     for rule in cluster_role["rules"].as_array().unwrap() {
         for key in ["apiGroups", "resources", "verbs"] {
             assert!(
@@ -120,7 +125,13 @@ fn core_chart_lints_and_renders_least_privilege_rbac_and_webhooks() {
             assert_eq!(verbs, ["get", "patch"]);
         }
     }
-    let binding = find(&docs, "ClusterRoleBinding");
+    let binding = docs
+        .iter()
+        .find(|d| {
+            d["kind"] == "ClusterRoleBinding"
+                && d["metadata"]["name"] == deployment["metadata"]["name"]
+        })
+        .expect("core's ClusterRoleBinding");
     assert_eq!(binding["subjects"][0]["name"], sa);
     assert_eq!(binding["subjects"][0]["namespace"], "kubeairunway-system");
 

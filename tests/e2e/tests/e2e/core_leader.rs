@@ -344,3 +344,76 @@ async fn leader_electors_compared_on_a_real_lease() {
     assert!(ours.samples > 100, "{ours:?}");
     assert!(ours.no_leader < ours.samples, "{ours:?}");
 }
+
+/// A term whose work ignores the end of its term (stuck in a request, a wait, a graceful
+/// shutdown) is cancelled `TERM_GRACE` after the term ended, and the next term starts when
+/// the replica leads again: a replica never stays stuck in a term it no longer holds.
+#[tokio::test]
+async fn a_term_that_does_not_stop_is_cancelled_and_the_next_term_starts() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    let (cluster, client) = core_cluster().await.unwrap();
+    let ns = cluster.namespace("core-term");
+    let options = kubeairunway_sdk::process::Options {
+        leader_elect: true,
+        leader_elect_resource_name: Some("stuck".into()),
+        namespace: ns.clone(),
+        pod_name: "me".into(),
+        leader_elect_lease_duration: Duration::from_secs(2),
+        leader_elect_renew_deadline: Duration::from_millis(1500),
+        leader_elect_retry_period: Duration::from_millis(300),
+        ..Default::default()
+    };
+    let terms = Arc::new(AtomicUsize::new(0));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let shutdown = Shutdown::on(async {
+        let _ = stop_rx.await;
+    });
+    let rt = Runtime::with_client("stuck-test", options, client.clone(), shutdown);
+    let counted = terms.clone();
+    let running = tokio::spawn(rt.run(move |term| {
+        let n = counted.fetch_add(1, Ordering::SeqCst) + 1;
+        async move {
+            if n == 1 {
+                // The first term's work never looks at its term.
+                std::future::pending::<()>().await;
+            }
+            term.ended().await;
+            Ok(())
+        }
+    }));
+    eventually(20, "the first term", || async {
+        (terms.load(Ordering::SeqCst) == 1).then_some(())
+    })
+    .await
+    .unwrap();
+
+    // Another holder takes the Lease (and then never renews it).
+    let leases: Api<Lease> = Api::namespaced(client.clone(), &ns);
+    // MicroTime: exactly six fractional digits.
+    let now = k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%S%.6fZ")
+        .to_string();
+    leases
+        .patch(
+            "stuck",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(json!({"spec": {
+                "holderIdentity": "thief",
+                "renewTime": now,
+                "acquireTime": now,
+            }})),
+        )
+        .await
+        .unwrap();
+    eventually(
+        30,
+        "a second term after the stuck one was cancelled",
+        || async { (terms.load(Ordering::SeqCst) >= 2).then_some(()) },
+    )
+    .await
+    .unwrap();
+    let _ = stop_tx.send(());
+    running.await.unwrap().unwrap();
+}

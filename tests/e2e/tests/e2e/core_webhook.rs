@@ -470,7 +470,6 @@ async fn core_chart_webhooks_are_called_by_the_api_server_through_rotation() {
             ("webhook.certValidity", "8s"),
             ("webhook.rotateBefore", "5s"),
             ("webhook.checkInterval", "1s"),
-            ("leaderElection.renewInterval", "1s"),
         ],
     )
     .unwrap();

@@ -636,7 +636,7 @@ fn chart_lints_and_renders_least_privilege_rbac() {
     let container = &pod["containers"][0];
     assert_eq!(
         container["image"],
-        "ghcr.io/kubeairunway/dynamo-provider:1.2.3"
+        "ghcr.io/kubeairunway/kubeairunway:1.2.3"
     );
     assert_eq!(
         container["args"],
@@ -647,11 +647,17 @@ fn chart_lints_and_renders_least_privilege_rbac() {
             "--stale-status-after=5m",
             "--heartbeat-interval=30s",
             "--resync-period=5m",
+            "--cluster-domain=cluster.local",
             "--metrics-bind-address=0.0.0.0:8080",
-            "--leader-elect=true",
             "--log-format=json",
+            "--leader-elect=true",
+            "--leader-elect-resource-name=dynamo-provider",
+            "--leader-elect-lease-duration=15s",
+            "--leader-elect-renew-deadline=10s",
+            "--leader-elect-retry-period=2s",
         ])
     );
+    assert_eq!(container["command"], json!(["/dynamo-provider"]));
     assert_eq!(container["env"][0]["name"], "POD_NAME");
     assert_eq!(
         container["env"][0]["valueFrom"]["fieldRef"]["fieldPath"],

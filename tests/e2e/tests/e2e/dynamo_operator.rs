@@ -149,7 +149,10 @@ fn issue12_6_scaling_groups_report_ready_replicas() {
         let live = json!({"apiVersion": format!("nvidia.com/{version}"), "kind": "DynamoGraphDeployment",
                           "metadata": {"name": "pd", "uid": "u"}, "status": status});
         let md = disaggregated(EngineType::Vllm, 1, 1);
-        let o = Dynamo::default().observe(&md, Some(&serde_json::from_value(live).unwrap()));
+        let o = Dynamo::default().observe(
+            &md,
+            &kubeairunway_sdk::Live::new(Some(serde_json::from_value(live).unwrap())),
+        );
         assert_eq!(o.phase, Phase::Running);
         let r = o.replicas.unwrap();
         assert_eq!((r.desired, r.ready), (Some(3), Some(3)), "{version}");

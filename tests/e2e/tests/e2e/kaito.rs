@@ -317,7 +317,8 @@ async fn walk(tag: &str, crd_file: &str) {
     let ready = condition(&md, READY).unwrap();
     assert_eq!(
         (ready.status.as_str(), ready.reason.as_str()),
-        ("False", "DeploymentFailed")
+        ("False", "ImagePullError"),
+        "KAITO's own reason for the failure"
     );
     let md = kaito_writes(
         &client,
@@ -870,14 +871,11 @@ fn kaito_chart_lints_and_renders_least_privilege_rbac() {
     .unwrap();
     let deployment = helm::of_kind(&objects, "Deployment")[0];
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
-    assert!(
-        container["image"]
-            .as_str()
-            .unwrap()
-            .ends_with("kaito-provider:v9.9.9"),
-        "{}",
-        container["image"]
+    assert_eq!(
+        container["image"],
+        "ghcr.io/kubeairunway/kubeairunway:v9.9.9"
     );
+    assert_eq!(container["command"], json!(["/kaito-provider"]));
     let args: Vec<&str> = container["args"]
         .as_array()
         .unwrap()
@@ -899,7 +897,8 @@ fn kaito_chart_lints_and_renders_least_privilege_rbac() {
     );
     assert_eq!(container["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert_eq!(container["livenessProbe"]["httpGet"]["path"], "/healthz");
-    assert_eq!(container["livenessProbe"]["httpGet"]["port"], 8080);
+    assert_eq!(container["livenessProbe"]["httpGet"]["port"], "metrics");
+    assert_eq!(container["ports"][0]["containerPort"], 8080);
 
     let role = helm::of_kind(&objects, "ClusterRole")[0];
     let rules = role["rules"].as_array().unwrap();

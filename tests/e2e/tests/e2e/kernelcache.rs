@@ -419,7 +419,7 @@ mod build {
             .unwrap();
         assert!(v.verified, "{v:?}");
         // What `cache verify` says, from the tag.
-        let (explained_pin, verdict) = kubeairunway_kernelcache::verify::explain(
+        let explained = kubeairunway_kernelcache::verify::explain(
             &policy,
             &image,
             &RegistryAuth::Anonymous,
@@ -427,20 +427,22 @@ mod build {
         )
         .await
         .unwrap();
-        assert_eq!(explained_pin, pinned);
-        assert!(verdict.verified, "{verdict:?}");
+        assert_eq!(explained.pinned, pinned);
+        assert!(explained.verification.verified, "{explained:?}");
+        assert!(explained.image.is_some(), "a cache image");
         let unsigned_policy = KernelCachePolicySpec {
             public_keys: vec![new_signer().unwrap().1],
             ..policy.clone()
         };
-        let (_, refused) = kubeairunway_kernelcache::verify::explain(
+        let refused = kubeairunway_kernelcache::verify::explain(
             &unsigned_policy,
             &image,
             &RegistryAuth::Anonymous,
             plain.clone(),
         )
         .await
-        .unwrap();
+        .unwrap()
+        .verification;
         assert!(!refused.verified);
         assert!(
             refused

@@ -604,10 +604,7 @@ fn chart_lints_and_renders_the_controller_the_agent_and_the_webhook() {
         .find(|d| d["metadata"]["name"] == "release-kernelcache-provider-controller")
         .expect("the controller Deployment");
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
-    assert_eq!(
-        container["image"],
-        "ghcr.io/kubeairunway/kernelcache-provider:v1"
-    );
+    assert_eq!(container["image"], "ghcr.io/kubeairunway/kubeairunway:v1");
     assert_eq!(container["command"], json!(["/kernelcache-controller"]));
     let args: Vec<&str> = container["args"]
         .as_array()
@@ -683,7 +680,7 @@ fn chart_lints_and_renders_the_controller_the_agent_and_the_webhook() {
         .as_array()
         .unwrap()
         .iter()
-        .any(|a| a == "--seed-image=ghcr.io/kubeairunway/kernelcache-provider:v1");
+        .any(|a| a == "--seed-image=ghcr.io/kubeairunway/kubeairunway:v1");
     assert!(seed_image, "the seed image defaults to the chart's image");
     assert_eq!(helm::of_kind(&objects, "PodDisruptionBudget").len(), 1);
     let agent = role("release-kernelcache-provider-agent");

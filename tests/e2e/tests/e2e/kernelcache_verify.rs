@@ -451,7 +451,7 @@ async fn certificate_mode_checks_the_chain_the_subject_and_the_signature() {
 
 /// The cosign CLI, unpacked by `tests/cluster/fetch-cosign.sh`; `None` (with the reason)
 /// when it cannot be had.
-fn cosign() -> Result<PathBuf, String> {
+pub(crate) fn cosign() -> Result<PathBuf, String> {
     let bin = kubeairunway_testcluster::cache_dir().join("bin/cosign");
     if bin.is_file() {
         return Ok(bin);

@@ -398,11 +398,12 @@ async fn the_api_server_calls_the_pod_webhook_installed_from_the_chart() {
     let mut args = vec!["kernelcache-webhook".to_string()];
     args.extend(helm::args_with(
         helm::container(&objects, service, "webhook").unwrap(),
-        &[],
+        &[
+            ("webhook-bind-address", bind.to_string()),
+            ("metrics-bind-address", String::new()),
+        ],
     ));
     args.extend([
-        format!("--webhook-bind-address={bind}"),
-        "--metrics-bind-address=".into(),
         format!("--namespace={system}"),
         // Rotations while pods are admitted.
         "--webhook-cert-validity=7s".into(),

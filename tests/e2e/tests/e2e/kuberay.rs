@@ -1075,10 +1075,7 @@ fn chart_lints_and_renders_least_privilege_rbac() {
     let pod = &deployments[0]["spec"]["template"]["spec"];
     assert_eq!(pod["serviceAccountName"], accounts[0]["metadata"]["name"]);
     let container = &pod["containers"][0];
-    assert_eq!(
-        container["image"],
-        "ghcr.io/kubeairunway/kuberay-provider:v9"
-    );
+    assert_eq!(container["image"], "ghcr.io/kubeairunway/kubeairunway:v9");
     assert_eq!(container["command"], json!(["/kuberay-provider"]));
     assert_eq!(
         container["args"],
@@ -1089,9 +1086,14 @@ fn chart_lints_and_renders_least_privilege_rbac() {
             "--stale-status-after=5m",
             "--heartbeat-interval=30s",
             "--resync-period=5m",
+            "--cluster-domain=cluster.local",
             "--metrics-bind-address=0.0.0.0:8080",
-            "--leader-elect=true",
             "--log-format=json",
+            "--leader-elect=true",
+            "--leader-elect-resource-name=kuberay-provider",
+            "--leader-elect-lease-duration=15s",
+            "--leader-elect-renew-deadline=10s",
+            "--leader-elect-retry-period=2s",
         ])
     );
     assert_eq!(
@@ -1100,11 +1102,11 @@ fn chart_lints_and_renders_least_privilege_rbac() {
     );
     assert_eq!(
         container["livenessProbe"]["httpGet"],
-        json!({"path": "/healthz", "port": 8080})
+        json!({"path": "/healthz", "port": "metrics"})
     );
     assert_eq!(
         container["readinessProbe"]["httpGet"],
-        json!({"path": "/readyz", "port": 8080})
+        json!({"path": "/readyz", "port": "metrics"})
     );
     assert!(container["resources"]["requests"].is_object());
 }

@@ -105,9 +105,9 @@ impl kubeairunway_sdk::Provider for WithConfigMap {
     fn observe(
         &self,
         md: &ModelDeployment,
-        upstream: Option<&kube::api::DynamicObject>,
+        live: &kubeairunway_sdk::Live,
     ) -> kubeairunway_sdk::Observed {
-        self.0.observe(md, upstream)
+        self.0.observe(md, live)
     }
 }
 

@@ -869,3 +869,92 @@ async fn deploy(client: &Client, md: &ModelDeployment) -> ModelDeployment {
         .await
         .unwrap()
 }
+
+/// What `kubectl scale`, an HPA and KEDA use: the scale subresource of ModelDeployment
+/// (spec.scaling.replicas, the ready replicas, the serving pods' selector the provider
+/// writes), and `status.url` with its printer column, as the real API server serves them.
+#[tokio::test]
+async fn the_scale_subresource_and_status_url_are_served_by_the_api_server() {
+    let provider = "chat-scale";
+    let (client, ns, running) = setup(provider).await;
+    deploy(&client, &llama("scaled", &ns, provider).build()).await;
+    chatserver_where(&client, &ns, "scaled", "the ChatServer", Option::is_some).await;
+    testing::write_upstream_status(
+        &client,
+        &chatservers(),
+        &ns,
+        "scaled",
+        json!({"phase": "Ready", "readyReplicas": 1}),
+    )
+    .await
+    .unwrap();
+    let md = md_where(&client, &ns, "scaled", "Running with a URL", |m| {
+        phase(m) == Some(Phase::Running) && m.status.as_ref().is_some_and(|s| s.url.is_some())
+    })
+    .await;
+    let status = md.status.unwrap();
+    assert_eq!(
+        status.url.as_deref(),
+        Some(format!("http://scaled.{ns}.svc.cluster.local:8080/v1").as_str())
+    );
+    let selector = format!("{}=scaled", labels::MODEL_DEPLOYMENT);
+    assert_eq!(status.selector.as_deref(), Some(selector.as_str()));
+
+    // GET .../scale: the paths of the CRD's scale subresource, resolved by the server.
+    let mds: Api<ModelDeployment> = Api::namespaced(client.clone(), &ns);
+    let scale = mds.get_scale("scaled").await.unwrap();
+    assert_eq!(scale.spec.as_ref().unwrap().replicas, Some(1));
+    let scale_status = scale.status.as_ref().unwrap();
+    assert_eq!(scale_status.replicas, 1);
+    assert_eq!(scale_status.selector.as_deref(), Some(selector.as_str()));
+
+    // PATCH .../scale as `kubectl scale --replicas=3` does: spec.scaling.replicas changes,
+    // and the provider renders the new count.
+    mds.patch_scale(
+        "scaled",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"replicas": 3}})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(mds.get("scaled").await.unwrap().spec.scaling.replicas, 3);
+    chatserver_where(&client, &ns, "scaled", "replicas 3", |s| {
+        s.as_ref().is_some_and(|s| s.data["spec"]["replicas"] == 3)
+    })
+    .await;
+    // The CRD's own validation holds through the subresource.
+    let refused = mds
+        .patch_scale(
+            "scaled",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": -1}})),
+        )
+        .await;
+    assert!(
+        refused.is_err(),
+        "negative replicas must be refused: {refused:?}"
+    );
+
+    // The URL column, as `kubectl get -o wide` asks for it (server-side printing).
+    let request = http::Request::get(format!(
+        "/apis/kubeairunway.ai/v1alpha1/namespaces/{ns}/modeldeployments/scaled"
+    ))
+    .header(
+        "Accept",
+        "application/json;as=Table;v=v1;g=meta.k8s.io,application/json",
+    )
+    .body(Vec::new())
+    .unwrap();
+    let table: serde_json::Value = client.request(request).await.unwrap();
+    let columns = table["columnDefinitions"].as_array().unwrap();
+    let url_column = columns
+        .iter()
+        .position(|c| c["name"] == "URL")
+        .unwrap_or_else(|| panic!("no URL column: {columns:?}"));
+    assert_eq!(columns[url_column]["priority"], 1, "shown with -o wide");
+    assert_eq!(
+        table["rows"][0]["cells"][url_column],
+        format!("http://scaled.{ns}.svc.cluster.local:8080/v1")
+    );
+    running.stop().await.unwrap();
+}

@@ -1,0 +1,183 @@
+//! # kubeairunway-cli
+//!
+//! The `kubeairunway` command (also the kubectl plugin `kubectl airunway`):
+//!
+//! - [`up`]: the whole platform on a cluster in one command: the local test API server
+//!   (or `--kubeconfig`), the CRDs, core, every built-in provider and the kernel-cache
+//!   controller in this process, the samples, and the live `kubectl get md` table;
+//!   [`down`] stops what `up` started;
+//! - [`render`]: offline, the exact objects a provider would apply for a ModelDeployment,
+//!   through the code the runtime runs (selection, `Provider::render`,
+//!   `render::finalize` against the upstream CRD schema);
+//! - [`explain`]: why a ModelDeployment has its provider, and its state, in one screen;
+//! - [`providers`]: the registered providers and how to install the missing ones;
+//! - [`cache`]: `cache build` makes a kernel-cache image from a Triton or vLLM cache
+//!   directory (packaged, pushed, signed), `cache verify` gives the kernel-cache
+//!   controller's verdict on an image under the cluster's policy.
+//!
+//! Each subcommand is one module with an `Args` struct and a `run` function; a new
+//! subcommand is one more module and one more [`Command`] variant.
+
+pub mod builtin;
+pub mod cache;
+pub mod cluster;
+pub mod controllers;
+pub mod crds;
+pub mod down;
+pub mod explain;
+pub mod logging;
+pub mod manifest;
+pub mod output;
+pub mod providers;
+pub mod render;
+pub mod terminal;
+pub mod up;
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::{CommandFactory, Parser, Subcommand};
+
+pub use terminal::Terminal;
+
+/// Exit code of a command that failed (usage errors exit with 2, as clap does).
+pub const FAILURE: i32 = 1;
+
+/// `kubeairunway`: run, preview and explain kubeairunway deployments.
+#[derive(Debug, Parser)]
+#[command(
+    name = "kubeairunway",
+    version,
+    about = "Run, preview and explain kubeairunway ModelDeployments",
+    long_about = "Run the whole platform locally (`up`), preview the exact upstream objects a provider applies (`render`), explain a ModelDeployment (`explain`), and build and verify kernel-cache images (`cache`).\n\nAlso a kubectl plugin: install the `kubectl-airunway` binary on your PATH and run `kubectl airunway ...`."
+)]
+pub struct Cli {
+    /// Where `up` keeps its state: the local API server, the log file, the pid of a
+    /// running `up`.
+    #[arg(
+        long,
+        global = true,
+        env = "KUBEAIRUNWAY_STATE_DIR",
+        value_name = "DIR",
+        default_value_os_t = cluster::default_state_dir()
+    )]
+    pub state_dir: PathBuf,
+    /// The command.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the platform: API server (local unless --kubeconfig), CRDs, core, every
+    /// provider, the kernel-cache controller and the samples, with a live table.
+    Up(up::Args),
+    /// Stop what `up` started: a running `up` and the local API server.
+    Down(down::Args),
+    /// Print the upstream objects a provider would apply for a ModelDeployment (offline).
+    Render(render::Args),
+    /// Explain a ModelDeployment: why its provider, its status, events and upstream object.
+    Explain(explain::Args),
+    /// List the registered providers, their health, and how to install missing ones.
+    Providers(providers::Args),
+    /// Kernel-cache images: build (package, push, sign) and verify.
+    Cache(cache::Args),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completion {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+}
+
+/// The program's name as invoked: `kubectl airunway` for the plugin binary.
+fn bin_name(argv0: Option<&OsString>) -> &'static str {
+    let plugin = argv0
+        .and_then(|a| std::path::Path::new(a).file_name())
+        .and_then(|n| n.to_str())
+        .is_some_and(|n| n.starts_with("kubectl-"));
+    if plugin {
+        "kubectl airunway"
+    } else {
+        "kubeairunway"
+    }
+}
+
+/// Parse `args` (the first is the program name) and run the command; returns the exit
+/// code. Output goes to `term`, so that tests and other programs can capture it.
+pub async fn run(args: Vec<OsString>, term: &mut Terminal) -> i32 {
+    kubeairunway_testcluster::install_crypto_provider();
+    let name = bin_name(args.first());
+    let command = Cli::command().bin_name(name);
+    let cli = match command
+        .try_get_matches_from(&args)
+        .and_then(|m| <Cli as clap::FromArgMatches>::from_arg_matches(&m))
+    {
+        Ok(cli) => cli,
+        Err(e) => {
+            let code = e.exit_code();
+            let text = e.render().to_string();
+            if e.use_stderr() {
+                term.err(&text);
+            } else {
+                term.out(&text);
+            }
+            return code;
+        }
+    };
+    let result = match cli.command {
+        Command::Up(a) => up::run(a, &cli.state_dir, term).await,
+        Command::Down(a) => down::run(&a, &cli.state_dir, term),
+        Command::Render(a) => render::run(&a, term),
+        Command::Explain(a) => explain::run(a, &cli.state_dir, term).await,
+        Command::Providers(a) => providers::run(a, &cli.state_dir, term).await,
+        Command::Cache(cache::Args {
+            command: cache::Command::Build(a),
+        }) => cache::run_build(&a, term).await,
+        Command::Cache(cache::Args {
+            command: cache::Command::Verify(a),
+        }) => cache::run_verify(&a, &cli.state_dir, term).await,
+        Command::Completion { shell } => {
+            let mut buf = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), name, &mut buf);
+            term.out(&String::from_utf8_lossy(&buf));
+            Ok(0)
+        }
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            term.err(&format!("error: {e:#}\n"));
+            FAILURE
+        }
+    }
+}
+
+/// The whole `main` of both binaries.
+pub async fn main() -> std::process::ExitCode {
+    let mut term = Terminal::stdio();
+    let code = run(std::env::args_os().collect(), &mut term).await;
+    std::process::ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn the_plugin_binary_names_itself_as_kubectl_does() {
+        assert_eq!(
+            bin_name(Some(&OsString::from("/usr/local/bin/kubectl-airunway"))),
+            "kubectl airunway"
+        );
+        assert_eq!(
+            bin_name(Some(&OsString::from("target/debug/kubeairunway"))),
+            "kubeairunway"
+        );
+    }
+}

@@ -1,0 +1,6 @@
+//! `kubeairunway`: see `kubeairunway_cli`.
+
+#[tokio::main]
+async fn main() -> std::process::ExitCode {
+    kubeairunway_cli::main().await
+}
