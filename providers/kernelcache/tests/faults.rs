@@ -305,8 +305,17 @@ async fn sigkill_during_staging_and_during_the_rewrite_leaves_absent_or_complete
         std::fs::read_to_string(&rewritten).is_ok_and(|t| t.contains(second_mount))
     })
     .await;
-    let done_before_kill = std::fs::read_to_string(&last).is_ok_and(|t| t.contains(second_mount));
     agent.kill();
+    // Whether the killed rewrite had renamed every group file into place (directories are
+    // read in no particular order, so no single file tells).
+    let done_before_kill = tree(&target).iter().all(|(path, content)| {
+        !path
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .starts_with("__grp__")
+            || String::from_utf8_lossy(content).contains(second_mount)
+    });
     // Every group file is whole: the old one or the new one (a temporary file of the
     // interrupted rewrite may remain beside it, under a name Triton never reads; the
     // restarted agent removes it).
