@@ -14,6 +14,8 @@
 ARG RUST_VERSION=1.95.0
 ARG DEBIAN_SUITE=trixie
 
+# kernelcache-noop is built apart, statically linked: warmup pods copy it into images
+# without a C library (distroless, scratch) and run it as their command.
 FROM docker.io/library/rust:${RUST_VERSION}-${DEBIAN_SUITE} AS build
 WORKDIR /src
 COPY . .
@@ -23,7 +25,11 @@ RUN --mount=type=cache,target=/usr/local/cargo/registry,sharing=locked \
     bins=$(grep -v '^\s*\(#\|$\)' image/binaries.txt); \
     cargo build --release --locked $(printf -- '--bin %s ' $bins); \
     mkdir -p /out; \
-    for b in $bins; do install -m 0755 "target/release/$b" /out/; done
+    for b in $bins; do install -m 0755 "target/release/$b" /out/; done; \
+    host=$(rustc -vV | sed -n 's/^host: //p'); \
+    RUSTFLAGS="-C target-feature=+crt-static" cargo build --release --locked \
+      -p kubeairunway-noop --target "$host"; \
+    install -m 0755 "target/$host/release/kernelcache-noop" /out/
 
 # The binaries alone (attached to the release).
 FROM scratch AS dist

@@ -509,13 +509,23 @@ pub struct KernelCacheWebhook {
     pub workload: Workload,
 }
 
+/// The warmup controller (`kernelcache-warmup`).
+#[derive(Debug, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KernelCacheWarmup {
+    /// Install the warmup controller.
+    pub enabled: bool,
+    #[serde(flatten)]
+    pub controller: ControllerNoAccount,
+}
+
 /// Values of the kernel-cache chart (`charts/kernelcache-provider`).
 #[derive(Debug, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct KernelCacheValues {
     #[serde(flatten)]
     pub common: ChartCommon,
-    /// The KernelCache, KernelCacheNode and KernelCachePolicy CRDs.
+    /// The KernelCache, KernelCacheNode, KernelCachePolicy and Warmup CRDs.
     pub crds: Crds,
     /// Registries (host:port) the controller and the agents speak to over plain HTTP
     /// (--plain-http-registry; air-gapped mirrors, tests).
@@ -528,6 +538,8 @@ pub struct KernelCacheValues {
     pub agent: KernelCacheAgent,
     /// The pod webhook.
     pub webhook: KernelCacheWebhook,
+    /// The warmup controller (Warmups).
+    pub warmup: KernelCacheWarmup,
 }
 
 // ---- generation ---------------------------------------------------------------------

@@ -1,6 +1,7 @@
 //! `cache.kubeairunway.ai/v1alpha1`: `KernelCache` (what a user wants staged),
 //! `KernelCacheNode` (what one node has, written by its agent), and
-//! `KernelCachePolicy` (how cache images are verified, cluster-wide).
+//! `KernelCachePolicy` (how cache images are verified, cluster-wide). `Warmup` lives in
+//! [`crate::warmup::api`].
 
 use std::collections::BTreeMap;
 
@@ -341,7 +342,7 @@ pub enum CacheState {
     Failed,
 }
 
-fn conditions_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
+pub(crate) fn conditions_schema(generator: &mut schemars::SchemaGenerator) -> schemars::Schema {
     let item = generator.subschema_for::<Condition>();
     schemars::json_schema!({
         "type": "array",
@@ -361,6 +362,7 @@ pub fn crds()
         without_nullable(KernelCache::crd()),
         without_nullable(KernelCacheNode::crd()),
         without_nullable(KernelCachePolicy::crd()),
+        without_nullable(crate::warmup::api::Warmup::crd()),
     ]
 }
 

@@ -6,7 +6,7 @@
 //! shares: reading a cache image's labels and manifest ([`image`]), deciding per GPU
 //! whether a cache fits ([`compat`]), extracting a cache layer safely ([`extract`]),
 //! rewriting Triton group files to the path pods see ([`triton`]), and the pod patch that
-//! mounts a cache ([`inject`]).
+//! mounts a cache ([`inject`]). [`warmup`] warms nodes before a model runs there.
 
 pub mod agent;
 pub mod api;
@@ -24,4 +24,5 @@ pub mod registry;
 pub mod seed;
 pub mod triton;
 pub mod verify;
+pub mod warmup;
 pub mod webhook;

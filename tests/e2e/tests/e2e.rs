@@ -66,3 +66,5 @@ mod sdk_runtime;
 mod status_ownership;
 #[path = "e2e/upstream_crds.rs"]
 mod upstream_crds;
+#[path = "e2e/warmup.rs"]
+mod warmup;

@@ -65,7 +65,7 @@ fn shared_keys(prefix: &str) -> Vec<(String, String)> {
 /// The workload prefixes of a chart: top level, or one per component.
 fn workloads(chart: &str) -> Vec<&'static str> {
     if chart == "kernelcache-provider" {
-        vec!["controller.", "agent.", "webhook."]
+        vec!["controller.", "agent.", "webhook.", "warmup."]
     } else {
         vec![""]
     }
@@ -118,6 +118,9 @@ fn parse(binary: &str, container: &Value) -> Result<(), String> {
         }
         "kernelcache-webhook" => {
             kubeairunway_kernelcache::webhook::app::Cli::try_parse_from(&args).map(drop)
+        }
+        "kernelcache-warmup" => {
+            kubeairunway_kernelcache::warmup::app::Cli::try_parse_from(&args).map(drop)
         }
         other => panic!("no flag parser known for {other}: add it here"),
     };
@@ -372,7 +375,9 @@ fn plain_http_registries_reach_the_controller_and_the_agent() {
     for (workload, container) in containers(&objects) {
         let has = helm::args_with(container, &[])
             .contains(&"--plain-http-registry=mirror:5000".to_string());
-        let expected = !workload.ends_with("-webhook");
+        // The webhook and the warmup controller never speak to a registry (kubelets
+        // pull the images of the pods they make).
+        let expected = workload.ends_with("-controller") || workload.ends_with("-agent");
         assert_eq!(has, expected, "{workload}");
     }
 }
@@ -429,7 +434,7 @@ fn pod_monitors_select_their_components_pods_and_metrics_port() {
 #[test]
 fn crds_are_templates_kept_on_uninstall() {
     let Some(helm) = helm::require() else { return };
-    for (chart, count) in [("kubeairunway", 2), ("kernelcache-provider", 3)] {
+    for (chart, count) in [("kubeairunway", 2), ("kernelcache-provider", 4)] {
         let objects = helm::template(&helm, &helm::chart(chart), &[]).unwrap();
         let crds = helm::of_kind(&objects, "CustomResourceDefinition");
         assert_eq!(crds.len(), count, "{chart}");

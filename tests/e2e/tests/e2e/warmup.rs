@@ -1,0 +1,811 @@
+//! The warmup controller (`kernelcache-warmup`), in-process, against a real API server of
+//! its own (Nodes are cluster-scoped, so no other test may see them). Nothing runs pods
+//! there: [`Kubelet`] is the test stand-in for the kubelet of every node. It reports each
+//! warmup pod the way the kubelet does (`pkg/kubelet/kubelet_pods.go@v1.34.0`
+//! `getPhase`): a pod whose init container exits non-zero under `restartPolicy: Never`
+//! is `Failed` with that container `terminated`; an image that cannot be pulled leaves the
+//! pod `Pending` with the container `waiting` in `ImagePullBackOff`; a pod whose
+//! containers all exited 0 is `Succeeded`. It also records how many warmup pods ran at
+//! once, which is what `parallelism` bounds.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Pod};
+use k8s_openapi::api::events::v1::Event as K8sEvent;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use kubeairunway_e2e::eventually;
+use kubeairunway_kernelcache::warmup::api::{Warmup, WarmupPhase, WarmupStatus};
+use kubeairunway_kernelcache::warmup::app::Metrics;
+use kubeairunway_kernelcache::warmup::pod::{ATTEMPT_ANNOTATION, NODE_ANNOTATION};
+use kubeairunway_kernelcache::warmup::{self, Settings};
+use kubeairunway_testcluster::TestCluster;
+use serde_json::{Value, json};
+
+const TOOLS_IMAGE: &str = "ghcr.io/kubeairunway/kernelcache:test";
+
+/// What the stand-in kubelet does with the pod of `(node, attempt)`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Run {
+    /// Every container exits 0.
+    Succeed,
+    /// The last init container (the last image to preload) exits 1.
+    ExitNonZero,
+    /// The last init container's image cannot be pulled.
+    ImagePullBackOff,
+    /// Keep running.
+    Hang,
+}
+
+#[derive(Default, Debug)]
+struct Seen {
+    /// The most warmup pods running at the same time (created, not finished, not deleted).
+    max_running: usize,
+    /// Every pod seen, as `(node, attempt)`.
+    pods: BTreeSet<(String, i32)>,
+}
+
+/// The test stand-in for the kubelets: polls the warmup pods of `ns`, holds each one
+/// running for a moment (so overlap is observable), then writes the status `behave` says.
+struct Kubelet {
+    seen: Arc<Mutex<Seen>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Kubelet {
+    fn start(client: Client, ns: &str, behave: impl Fn(&str, i32) -> Run + Send + 'static) -> Self {
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let pods: Api<Pod> = Api::namespaced(client, ns);
+        let task = tokio::spawn({
+            let seen = seen.clone();
+            async move {
+                // Pods seen running, with the poll count when first seen.
+                let mut first_seen: BTreeMap<String, u32> = BTreeMap::new();
+                let mut tick = 0u32;
+                loop {
+                    tick += 1;
+                    let Ok(list) = pods
+                        .list(&ListParams::default().labels(warmup::pod::WARMUP_UID_LABEL))
+                        .await
+                    else {
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    };
+                    let running: Vec<&Pod> = list
+                        .items
+                        .iter()
+                        .filter(|p| p.metadata.deletion_timestamp.is_none())
+                        .filter(|p| {
+                            !matches!(
+                                p.status.as_ref().and_then(|s| s.phase.as_deref()),
+                                Some("Succeeded" | "Failed")
+                            )
+                        })
+                        .collect();
+                    {
+                        let mut s = seen.lock().unwrap();
+                        s.max_running = s.max_running.max(running.len());
+                        for p in &running {
+                            let a = p.annotations();
+                            s.pods.insert((
+                                a[NODE_ANNOTATION].clone(),
+                                a[ATTEMPT_ANNOTATION].parse().unwrap(),
+                            ));
+                        }
+                    }
+                    for p in running {
+                        let name = p.name_any();
+                        let since = *first_seen.entry(name.clone()).or_insert(tick);
+                        if tick < since + 3 {
+                            continue;
+                        }
+                        let a = p.annotations();
+                        let run =
+                            behave(&a[NODE_ANNOTATION], a[ATTEMPT_ANNOTATION].parse().unwrap());
+                        if let Some(status) = kubelet_status(p, run) {
+                            let _ = pods
+                                .patch_status(
+                                    &name,
+                                    &PatchParams::default(),
+                                    &Patch::Merge(&json!({"status": status})),
+                                )
+                                .await;
+                        }
+                    }
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        });
+        Self { seen, task }
+    }
+
+    fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
+        self.seen.lock().unwrap()
+    }
+}
+
+impl Drop for Kubelet {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The status the kubelet writes for `pod` behaving as `run` (`None`: leave it).
+fn kubelet_status(pod: &Pod, run: Run) -> Option<Value> {
+    let spec = pod.spec.as_ref()?;
+    let inits = spec.init_containers.clone().unwrap_or_default();
+    let last = inits.last()?;
+    let status = |c: &k8s_openapi::api::core::v1::Container, state: Value| {
+        json!({"name": c.name, "image": c.image, "imageID": "", "ready": false,
+               "restartCount": 0, "state": state})
+    };
+    let exited = |code: i32| json!({"terminated": {"exitCode": code, "reason": if code == 0 { "Completed" } else { "Error" }}});
+    Some(match run {
+        Run::Hang => return None,
+        Run::Succeed => json!({
+            "phase": "Succeeded",
+            "initContainerStatuses": inits.iter().map(|c| status(c, exited(0))).collect::<Vec<_>>(),
+            "containerStatuses": spec.containers.iter().map(|c| status(c, exited(0))).collect::<Vec<_>>(),
+        }),
+        Run::ExitNonZero => json!({
+            "phase": "Failed",
+            "initContainerStatuses": inits.iter().map(|c| {
+                status(c, exited(i32::from(c.name == last.name)))
+            }).collect::<Vec<_>>(),
+        }),
+        Run::ImagePullBackOff => json!({
+            "phase": "Pending",
+            "initContainerStatuses": inits.iter().map(|c| if c.name == last.name {
+                status(c, json!({"waiting": {"reason": "ImagePullBackOff",
+                    "message": format!("Back-off pulling image \"{}\"", c.image.clone().unwrap_or_default())}}))
+            } else {
+                status(c, exited(0))
+            }).collect::<Vec<_>>(),
+        }),
+    })
+}
+
+/// The namespace and service account the chart runs the warmup controller as.
+const CHART_NAMESPACE: &str = "kubeairunway-system";
+const CHART_ACCOUNT: &str = "release-kernelcache-provider-warmup";
+
+/// A private API server with our CRDs, and the warmup controller running on it under the
+/// chart's service account (its requests are in the audit log under that name).
+async fn start(tag: &str) -> (TestCluster, Client, tokio::sync::oneshot::Sender<()>) {
+    let (cluster, client) =
+        kubeairunway_sdk::testing::private_cluster(tag, &kubeairunway_kernelcache::api::crds())
+            .await
+            .unwrap();
+    let controller = cluster
+        .client_as_service_account(CHART_NAMESPACE, CHART_ACCOUNT)
+        .await
+        .unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let synced = kubeairunway_sdk::process::Check::default();
+    tokio::spawn(warmup::run(
+        controller,
+        Settings {
+            tools_image: TOOLS_IMAGE.into(),
+            instance: Some("test".into()),
+        },
+        Arc::new(Metrics::default()),
+        synced,
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    (cluster, client, stop)
+}
+
+async fn node(client: &Client, name: &str, labels: Value) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let body =
+        json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels}});
+    nodes
+        .patch(
+            name,
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .unwrap();
+}
+
+async fn create_warmup(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    spec: Value,
+) -> Result<Warmup, kube::Error> {
+    let api: Api<Warmup> = Api::namespaced(client.clone(), ns);
+    let body = json!({"apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "Warmup",
+                      "metadata": {"name": name}, "spec": spec});
+    api.create(
+        &PostParams::default(),
+        &serde_json::from_value(body).unwrap(),
+    )
+    .await
+}
+
+async fn status_where(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+    check: impl Fn(&WarmupStatus) -> bool,
+) -> WarmupStatus {
+    let api: Api<Warmup> = Api::namespaced(client.clone(), ns);
+    let last = Mutex::new(None);
+    eventually(60, what, || async {
+        let s = api.get(name).await.ok()?.status.unwrap_or_default();
+        *last.lock().unwrap() = Some(s.clone());
+        check(&s).then_some(s)
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}; last status: {:?}", last.lock().unwrap()))
+}
+
+async fn events(client: &Client, ns: &str, warmup: &str) -> Vec<(String, String)> {
+    let api: Api<K8sEvent> = Api::namespaced(client.clone(), ns);
+    api.list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(warmup))
+        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+        .collect()
+}
+
+async fn warmup_pods(client: &Client, ns: &str) -> Vec<Pod> {
+    let api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    api.list(&ListParams::default().labels(warmup::pod::WARMUP_UID_LABEL))
+        .await
+        .unwrap()
+        .items
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_are_warmed_in_parallel_retried_joined_and_cleaned_up_after_the_ttl() {
+    let (cluster, client, _stop) = start("warmup-nodes").await;
+    let ns = cluster.namespace("warmup");
+    for n in ["gpu-1", "gpu-2", "gpu-3", "gpu-4"] {
+        node(&client, n, json!({"pool": "a100"})).await;
+    }
+    node(&client, "cpu-1", json!({"pool": "cpu"})).await;
+    // The kubelet of gpu-2 fails its first two attempts; every other attempt succeeds.
+    let kubelet = Kubelet::start(client.clone(), &ns, |node, attempt| {
+        if node == "gpu-2" && attempt < 2 {
+            Run::ExitNonZero
+        } else {
+            Run::Succeed
+        }
+    });
+
+    // The API server refuses what the CRD's rules refuse.
+    let both = create_warmup(
+        &client,
+        &ns,
+        "both",
+        json!({
+        "targetNodes": {"nodeNames": ["gpu-1"]}, "targetModelDeployment": {"name": "m"},
+        "imagesPreload": {"items": ["vllm/vllm-openai:v0.11.0"]}}),
+    )
+    .await;
+    assert!(
+        matches!(&both, Err(kube::Error::Api(s)) if s.message.contains("exactly one of targetNodes or targetModelDeployment")),
+        "{both:?}"
+    );
+    let idle = create_warmup(
+        &client,
+        &ns,
+        "idle",
+        json!({"targetNodes": {"nodeNames": ["gpu-1"]}}),
+    )
+    .await;
+    assert!(
+        matches!(&idle, Err(kube::Error::Api(s)) if s.message.contains("at least one of imagesPreload")),
+        "{idle:?}"
+    );
+    let always = create_warmup(&client, &ns, "always", json!({"targetNodes": {"nodeNames": ["gpu-1"]},
+        "customAction": {"podTemplate": {"spec": {"restartPolicy": "Always", "containers": [{"name": "c", "image": "busybox:1.36"}]}}}})).await;
+    assert!(
+        matches!(&always, Err(kube::Error::Api(s)) if s.message.contains("restartPolicy")),
+        "{always:?}"
+    );
+
+    create_warmup(
+        &client,
+        &ns,
+        "preload",
+        json!({
+            "targetNodes": {"nodeSelector": {"pool": "a100"}, "nodeNames": ["cpu-1"]},
+            "imagesPreload": {"items": ["vllm/vllm-openai:v0.11.0", "busybox:1.36"]},
+            "policies": {"parallelism": 2, "backoffLimitPerNode": 2, "ttlSecondsAfterFinished": 4},
+        }),
+    )
+    .await
+    .unwrap();
+    status_where(&client, &ns, "preload", "InProgress", |s| {
+        s.phase == Some(WarmupPhase::InProgress)
+    })
+    .await;
+    // A node that joins the pool while the warmup runs is warmed too.
+    node(&client, "gpu-5", json!({"pool": "a100"})).await;
+
+    let s = status_where(&client, &ns, "preload", "Completed", |s| {
+        s.phase == Some(WarmupPhase::Completed)
+    })
+    .await;
+    assert_eq!(
+        (
+            s.desired_nodes,
+            s.succeeded_nodes,
+            s.failed_nodes,
+            s.active_nodes
+        ),
+        (6, 6, 0, 0),
+        "{s:?}"
+    );
+    assert_eq!(s.images, ["vllm/vllm-openai:v0.11.0", "busybox:1.36"]);
+    let retried = s.failures.iter().find(|f| f.node_name == "gpu-2").unwrap();
+    assert_eq!(
+        (retried.attempts, retried.permanent, retried.reason.as_str()),
+        (2, false, "PodFailed"),
+        "{s:?}; pods: {:?}",
+        warmup_pods(&client, &ns)
+            .await
+            .iter()
+            .map(|p| (
+                p.name_any(),
+                p.annotations().clone(),
+                p.status.clone().and_then(|s| s.phase)
+            ))
+            .collect::<Vec<_>>()
+    );
+    assert!(
+        retried.message.contains("exited with code 1"),
+        "{retried:?}"
+    );
+    assert!(s.start_time.is_some() && s.completion_time.is_some());
+    {
+        let seen = kubelet.seen();
+        assert!(seen.max_running <= 2, "parallelism 2 exceeded: {seen:?}");
+        assert_eq!(
+            seen.max_running, 2,
+            "the warmup ran nodes in parallel: {seen:?}"
+        );
+        let attempts: Vec<_> = seen.pods.iter().filter(|(n, _)| n == "gpu-2").collect();
+        assert_eq!(attempts.len(), 3, "{seen:?}");
+    }
+
+    // Each pod is pinned to its node, preloads every image with the no-op and runs nothing
+    // privileged.
+    let pods = warmup_pods(&client, &ns).await;
+    let p = pods
+        .iter()
+        .find(|p| p.annotations()[NODE_ANNOTATION] == "gpu-3")
+        .unwrap();
+    let spec = p.spec.as_ref().unwrap();
+    let terms = &spec
+        .affinity
+        .as_ref()
+        .unwrap()
+        .node_affinity
+        .as_ref()
+        .unwrap()
+        .required_during_scheduling_ignored_during_execution
+        .as_ref()
+        .unwrap()
+        .node_selector_terms;
+    let pinned = serde_json::to_value(terms).unwrap();
+    assert_eq!(
+        pinned[0]["matchFields"][0]["values"],
+        json!(["gpu-3"]),
+        "{pinned}"
+    );
+    let inits = spec.init_containers.as_ref().unwrap();
+    assert_eq!(inits[0].image.as_deref(), Some(TOOLS_IMAGE));
+    let images: Vec<_> = inits[1..]
+        .iter()
+        .map(|c| c.image.clone().unwrap())
+        .collect();
+    assert_eq!(images, ["vllm/vllm-openai:v0.11.0", "busybox:1.36"]);
+    assert!(inits[1].command.as_ref().unwrap()[0].ends_with("kernelcache-noop"));
+    assert_eq!(p.owner_references()[0].kind, "Warmup");
+
+    let events = events(&client, &ns, "preload").await;
+    let count = |r: &str| events.iter().filter(|(reason, _)| reason == r).count();
+    assert_eq!(count("NodeWarmed"), 6, "{events:?}");
+    // gpu-2's two retries are one event with a series of two (kube's recorder).
+    assert_eq!(count("NodeRetrying"), 1, "{events:?}");
+    let all: Api<K8sEvent> = Api::namespaced(client.clone(), &ns);
+    let retrying = eventually(10, "a series of two NodeRetrying", || async {
+        all.list(&ListParams::default())
+            .await
+            .ok()?
+            .items
+            .into_iter()
+            .find(|e| {
+                e.reason.as_deref() == Some("NodeRetrying")
+                    && e.series.as_ref().is_some_and(|s| s.count == 2)
+            })
+    })
+    .await;
+    assert!(retrying.is_ok(), "{events:?}");
+    assert!(
+        events
+            .iter()
+            .any(|(r, n)| r == "NodeRetrying" && n.contains("gpu-2")),
+        "{events:?}"
+    );
+    assert_eq!(count("WarmupStarted"), 1, "{events:?}");
+    assert_eq!(count("NodesWarmed"), 1, "{events:?}");
+
+    // ttlSecondsAfterFinished: the Warmup and its pods go.
+    let api: Api<Warmup> = Api::namespaced(client.clone(), &ns);
+    eventually(30, "the Warmup deleted after its TTL", || async {
+        api.get_opt("preload").await.ok()?.is_none().then_some(())
+    })
+    .await
+    .unwrap();
+    eventually(30, "its pods deleted", || async {
+        warmup_pods(&client, &ns).await.is_empty().then_some(())
+    })
+    .await
+    .unwrap();
+
+    // The chart grants the controller what it used here, and nothing more (leader
+    // election is not run in-process: its Role is left out).
+    let Some(helm) = kubeairunway_e2e::helm::require() else {
+        return;
+    };
+    let objects = kubeairunway_e2e::helm::template(
+        &helm,
+        &kubeairunway_e2e::helm::chart("kernelcache-provider"),
+        &[],
+    )
+    .unwrap();
+    let rules: Vec<_> =
+        kubeairunway_e2e::rbac::granted_rules(&objects, CHART_NAMESPACE, CHART_ACCOUNT)
+            .into_iter()
+            .filter(|r| !r.resources.contains(&"leases".to_string()))
+            .collect();
+    assert!(!rules.is_empty(), "the chart binds the warmup's account");
+    let measured = kubeairunway_e2e::rbac::measure(
+        &rules,
+        &cluster.audit_events().unwrap(),
+        &kubeairunway_testcluster::service_account_user(CHART_NAMESPACE, CHART_ACCOUNT),
+    );
+    assert!(measured.is_least_privilege(), "{measured:#?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failed_nodes_the_global_timeout_and_deletion_stop_a_warmup() {
+    let (cluster, client, _stop) = start("warmup-stop").await;
+    for n in ["n-1", "n-2", "n-3", "n-4"] {
+        node(&client, n, json!({"pool": "h100"})).await;
+    }
+
+    // maxFailedNodes 0, no retries: the first node whose image cannot be pulled fails the
+    // warmup, and no other node starts.
+    let ns = cluster.namespace("warmup-fail");
+    let kubelet = Kubelet::start(client.clone(), &ns, |_, _| Run::ImagePullBackOff);
+    create_warmup(
+        &client,
+        &ns,
+        "fail",
+        json!({
+            "targetNodes": {"nodeSelector": {"pool": "h100"}},
+            "imagesPreload": {"items": ["registry.invalid/missing:1"]},
+            "policies": {"parallelism": 1, "backoffLimitPerNode": 0, "maxFailedNodes": 0},
+        }),
+    )
+    .await
+    .unwrap();
+    let s = status_where(&client, &ns, "fail", "Failed", |s| {
+        s.phase == Some(WarmupPhase::Failed)
+    })
+    .await;
+    let failed = s.conditions.iter().find(|c| c.type_ == "Failed").unwrap();
+    assert_eq!(failed.reason, "MaxFailedNodesExceeded", "{s:?}");
+    assert_eq!(
+        (s.failed_nodes, s.succeeded_nodes, s.active_nodes),
+        (1, 0, 0),
+        "{s:?}"
+    );
+    assert_eq!(s.failures[0].reason, "ImagePullBackOff");
+    assert!(
+        s.failures[0].permanent && s.failures[0].message.contains("registry.invalid/missing:1"),
+        "{s:?}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        kubelet.seen().pods.len(),
+        1,
+        "the rollout stopped: {:?}",
+        kubelet.seen()
+    );
+    eventually(30, "the stuck pod deleted", || async {
+        warmup_pods(&client, &ns).await.is_empty().then_some(())
+    })
+    .await
+    .unwrap();
+    let ev = events(&client, &ns, "fail").await;
+    assert!(
+        ev.iter()
+            .any(|(r, n)| r == "NodeFailed" && n.contains("ImagePullBackOff")),
+        "{ev:?}"
+    );
+    assert!(
+        ev.iter().any(|(r, _)| r == "MaxFailedNodesExceeded"),
+        "{ev:?}"
+    );
+    drop(kubelet);
+
+    // globalTimeoutSeconds: pods that never finish fail the warmup, and are deleted.
+    let ns = cluster.namespace("warmup-timeout");
+    let _kubelet = Kubelet::start(client.clone(), &ns, |_, _| Run::Hang);
+    create_warmup(&client, &ns, "slow", json!({
+        "targetNodes": {"nodeNames": ["n-1", "n-2"]},
+        "customAction": {"podTemplate": {"spec": {"containers": [{"name": "download", "image": "python:3.12", "command": ["sleep", "3600"]}]}}},
+        "policies": {"globalTimeoutSeconds": 3},
+    })).await.unwrap();
+    eventually(30, "both pods running", || async {
+        (warmup_pods(&client, &ns).await.len() == 2).then_some(())
+    })
+    .await
+    .unwrap();
+    let s = status_where(&client, &ns, "slow", "Failed", |s| {
+        s.phase == Some(WarmupPhase::Failed)
+    })
+    .await;
+    let failed = s.conditions.iter().find(|c| c.type_ == "Failed").unwrap();
+    assert_eq!(failed.reason, "GlobalTimeoutExceeded", "{s:?}");
+    eventually(30, "the running pods deleted", || async {
+        warmup_pods(&client, &ns).await.is_empty().then_some(())
+    })
+    .await
+    .unwrap();
+
+    // Deleting a running Warmup deletes its pods.
+    create_warmup(
+        &client,
+        &ns,
+        "deleted",
+        json!({
+            "targetNodes": {"nodeNames": ["n-3"]},
+            "imagesPreload": {"items": ["busybox:1.36"]},
+        }),
+    )
+    .await
+    .unwrap();
+    eventually(30, "its pod", || async {
+        (warmup_pods(&client, &ns).await.len() == 1).then_some(())
+    })
+    .await
+    .unwrap();
+    let api: Api<Warmup> = Api::namespaced(client.clone(), &ns);
+    api.delete("deleted", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(30, "its pod deleted with it", || async {
+        warmup_pods(&client, &ns).await.is_empty().then_some(())
+    })
+    .await
+    .unwrap();
+}
+
+/// A Node with `gpus` of `nvidia.com/gpu` allocatable (written to its status, as the
+/// kubelet and the device plugin report them) and `taints`.
+async fn gpu_node(client: &Client, name: &str, labels: Value, gpus: u32, taints: Value) {
+    let nodes: Api<Node> = Api::all(client.clone());
+    let body = json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name, "labels": labels},
+                      "spec": {"taints": taints}});
+    nodes
+        .patch(
+            name,
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&body),
+        )
+        .await
+        .unwrap();
+    let status =
+        json!({"status": {"allocatable": {"cpu": "32", "nvidia.com/gpu": gpus.to_string()}}});
+    nodes
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(&status))
+        .await
+        .unwrap();
+}
+
+/// What the kernel-cache agent on `node` reports for KernelCache `cache` of `ns`, under
+/// the agent's field manager.
+async fn agent_report(
+    client: &Client,
+    node: &str,
+    ns: &str,
+    cache: &str,
+    digest: &str,
+    state: &str,
+) {
+    let api: Api<kube::api::DynamicObject> = Api::all_with(
+        client.clone(),
+        &kube::discovery::ApiResource::erase::<kubeairunway_kernelcache::api::KernelCacheNode>(&()),
+    );
+    let spec = json!({"apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "KernelCacheNode",
+                      "metadata": {"name": node}, "spec": {"nodeName": node}});
+    api.patch(
+        node,
+        &PatchParams::apply("kernelcache-agent").force(),
+        &Patch::Apply(&spec),
+    )
+    .await
+    .unwrap();
+    let status = json!({"apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "KernelCacheNode",
+        "metadata": {"name": node},
+        "status": {"gpuCount": 1, "caches": [{"namespace": ns, "name": cache, "digest": digest, "state": state}]}});
+    api.patch_status(
+        node,
+        &PatchParams::apply("kernelcache-agent").force(),
+        &Patch::Apply(&status),
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_deployments_nodes_get_its_image_and_its_kernel_cache() {
+    let (cluster, client, _stop) = start("warmup-model").await;
+    let ns = cluster.namespace("warmup-model");
+    let tainted = json!([{"key": "dedicated", "value": "llm", "effect": "NoSchedule"}]);
+    gpu_node(&client, "h100-1", json!({"pool": "h100"}), 8, json!([])).await;
+    gpu_node(
+        &client,
+        "h100-2",
+        json!({"pool": "h100"}),
+        8,
+        tainted.clone(),
+    )
+    .await;
+    gpu_node(&client, "h100-cpu", json!({"pool": "h100"}), 0, json!([])).await;
+    gpu_node(&client, "a10-1", json!({"pool": "a10"}), 1, json!([])).await;
+    gpu_node(
+        &client,
+        "h100-other",
+        json!({"pool": "h100"}),
+        8,
+        json!([{"key": "other", "effect": "NoExecute"}]),
+    )
+    .await;
+    let _kubelet = Kubelet::start(client.clone(), &ns, |_, _| Run::Succeed);
+
+    // The model runs on pool h100, tolerates `dedicated`, needs a GPU, and names its
+    // image and kernel cache.
+    let mds: Api<kubeairunway_sdk::ModelDeployment> = Api::namespaced(client.clone(), &ns);
+    let md = json!({"apiVersion": "kubeairunway.ai/v1alpha1", "kind": "ModelDeployment", "metadata": {"name": "llama"},
+        "spec": {"model": {"id": "meta-llama/Llama-3.1-8B-Instruct"}, "engine": {"type": "vllm"},
+                 "image": "vllm/vllm-openai:v0.11.0",
+                 "resources": {"gpu": {"count": 1, "type": "nvidia.com/gpu"}},
+                 "nodeSelector": {"pool": "h100"},
+                 "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "llm", "effect": "NoSchedule"}],
+                 "kernelCache": {"name": "llama-kernels"}}});
+    mds.patch(
+        "llama",
+        &PatchParams::apply("test").force(),
+        &Patch::Apply(&md),
+    )
+    .await
+    .unwrap();
+    // The KernelCache as the cache controller leaves it once it pinned and verified it
+    // (kernelcache_controller.rs runs the real controller for that); written here under
+    // its field manager, since this test is about the warmup.
+    let digest = format!("sha256:{}", "ab".repeat(32));
+    let caches: Api<kube::api::DynamicObject> = Api::namespaced_with(
+        client.clone(),
+        &ns,
+        &kube::discovery::ApiResource::erase::<kubeairunway_kernelcache::api::KernelCache>(&()),
+    );
+    let cache = json!({"apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "KernelCache",
+        "metadata": {"name": "llama-kernels"}, "spec": {"image": "registry.example/kernels/llama:v1", "nodeSelector": {"pool": "h100"}}});
+    caches
+        .patch(
+            "llama-kernels",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&cache),
+        )
+        .await
+        .unwrap();
+    let verdict = json!({"apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "KernelCache",
+        "metadata": {"name": "llama-kernels"},
+        "status": {"resolvedDigest": digest, "pinnedImage": format!("registry.example/kernels/llama@{digest}"),
+                   "verification": {"mode": "key", "verified": true}}});
+    caches
+        .patch_status(
+            "llama-kernels",
+            &PatchParams::apply("kernelcache-controller").force(),
+            &Patch::Apply(&verdict),
+        )
+        .await
+        .unwrap();
+    agent_report(&client, "h100-1", &ns, "llama-kernels", &digest, "Ready").await;
+    agent_report(&client, "h100-2", &ns, "llama-kernels", &digest, "Staging").await;
+
+    create_warmup(
+        &client,
+        &ns,
+        "llama",
+        json!({"targetModelDeployment": {"name": "llama"},
+        "policies": {"parallelism": 1}}),
+    )
+    .await
+    .unwrap();
+    // h100-2's pod is done, but its cache is still staging: the node is not warm yet.
+    let s = status_where(
+        &client,
+        &ns,
+        "llama",
+        "both pods done, h100-2 still staging",
+        |s| {
+            s.phase == Some(WarmupPhase::InProgress)
+                && s.succeeded_nodes == 1
+                && s.active_nodes == 1
+        },
+    )
+    .await;
+    assert_eq!(
+        s.desired_nodes, 2,
+        "only h100-1 and h100-2 can run the model: {s:?}"
+    );
+    assert_eq!(s.images, ["vllm/vllm-openai:v0.11.0"]);
+    let pods = warmup_pods(&client, &ns).await;
+    let mut nodes: Vec<_> = pods
+        .iter()
+        .map(|p| p.annotations()[NODE_ANNOTATION].clone())
+        .collect();
+    nodes.sort();
+    assert_eq!(nodes, ["h100-1", "h100-2"]);
+    let tolerations = pods[0]
+        .spec
+        .as_ref()
+        .unwrap()
+        .tolerations
+        .clone()
+        .unwrap_or_default();
+    assert!(
+        tolerations
+            .iter()
+            .any(|t| t.key.as_deref() == Some("dedicated")),
+        "{tolerations:?}"
+    );
+
+    agent_report(&client, "h100-2", &ns, "llama-kernels", &digest, "Ready").await;
+    let s = status_where(&client, &ns, "llama", "Completed", |s| {
+        s.phase == Some(WarmupPhase::Completed)
+    })
+    .await;
+    assert_eq!(
+        (s.desired_nodes, s.succeeded_nodes, s.failed_nodes),
+        (2, 2, 0),
+        "{s:?}"
+    );
+
+    // A cache that does not exist (yet) is waited for, until the global timeout.
+    create_warmup(
+        &client,
+        &ns,
+        "missing",
+        json!({"targetNodes": {"nodeNames": ["h100-1"]},
+        "kernelCaches": ["nope"], "policies": {"globalTimeoutSeconds": 2}}),
+    )
+    .await
+    .unwrap();
+    let s = status_where(&client, &ns, "missing", "Failed", |s| {
+        s.phase == Some(WarmupPhase::Failed)
+    })
+    .await;
+    let failed = s.conditions.iter().find(|c| c.type_ == "Failed").unwrap();
+    assert_eq!(failed.reason, "GlobalTimeoutExceeded", "{s:?}");
+    assert_eq!((s.desired_nodes, s.succeeded_nodes), (1, 0), "{s:?}");
+}
