@@ -211,6 +211,10 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
     let mut crds = kubeairunway_sdk::api::crds::all();
     crds.push(dgd_crd.clone());
     install_crds(&client, &crds).await?;
+    // The API server refuses objects in a namespace that does not exist.
+    for ns in ["raw", "scale"] {
+        kubeairunway_testcluster::ensure_namespace(&client, ns).await?;
+    }
     let dynamo = Dynamo::new(Settings::default());
     let api = Arc::new(UpstreamApi::detect(&dgd_crd, &dynamo.upstream())?);
     println!(
