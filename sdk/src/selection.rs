@@ -151,16 +151,8 @@ fn measure(expr: &cel::IdedExpr) -> Measure {
             &c.result,
         ],
         Expr::List(l) => l.elements.iter().collect(),
-        Expr::Map(m) => m
-            .entries
-            .iter()
-            .flat_map(|e| match &e.expr {
-                EntryExpr::MapEntry(me) => vec![&me.key, &me.value],
-                EntryExpr::StructField(f) => vec![&f.value],
-            })
-            .collect(),
-        Expr::Struct(st) => st
-            .entries
+        Expr::Map(cel::common::ast::MapExpr { entries })
+        | Expr::Struct(cel::common::ast::StructExpr { entries, .. }) => entries
             .iter()
             .flat_map(|e| match &e.expr {
                 EntryExpr::MapEntry(me) => vec![&me.key, &me.value],
