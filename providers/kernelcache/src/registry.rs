@@ -197,26 +197,35 @@ impl Client {
         )
     }
 
-    /// The manifest `reference` names (tag or digest), at most [`MAX_MANIFEST_BYTES`];
-    /// its digest must match when `reference` is pinned.
-    pub async fn manifest(&self, reference: &Reference) -> Result<Manifest, RegistryError> {
-        let target = reference
-            .digest()
-            .or(reference.tag())
-            .unwrap_or("latest")
-            .to_string();
+    /// `method` on the manifest `reference` names (its digest, else its tag, else
+    /// `latest`): the response, what it is (for messages) and the request's deadline.
+    async fn manifest_request(
+        &self,
+        reference: &Reference,
+        method: reqwest::Method,
+    ) -> Result<(reqwest::Response, String, Instant), RegistryError> {
+        let target = reference.digest().or(reference.tag()).unwrap_or("latest");
         let url = format!("{}/manifests/{target}", self.base(reference));
         let what = format!("manifest {reference}");
         let deadline = Instant::now() + self.timeouts.request;
         let response = self
             .send(
                 reference,
-                reqwest::Method::GET,
+                method,
                 &url,
                 Some(MANIFEST_ACCEPT),
                 deadline,
                 &what,
             )
+            .await?;
+        Ok((response, what, deadline))
+    }
+
+    /// The manifest `reference` names (tag or digest), at most [`MAX_MANIFEST_BYTES`];
+    /// its digest must match when `reference` is pinned.
+    pub async fn manifest(&self, reference: &Reference) -> Result<Manifest, RegistryError> {
+        let (response, what, deadline) = self
+            .manifest_request(reference, reqwest::Method::GET)
             .await?;
         let media_type = response
             .headers()
@@ -292,22 +301,8 @@ impl Client {
     /// The digest of the manifest a tag (or digest) names: the registry's
     /// `Docker-Content-Digest` of a `HEAD`, else the digest of the manifest itself.
     pub async fn resolve(&self, reference: &Reference) -> Result<String, RegistryError> {
-        let url = format!(
-            "{}/manifests/{}",
-            self.base(reference),
-            reference.digest().or(reference.tag()).unwrap_or("latest")
-        );
-        let what = format!("manifest {reference}");
-        let deadline = Instant::now() + self.timeouts.request;
-        let response = self
-            .send(
-                reference,
-                reqwest::Method::HEAD,
-                &url,
-                Some(MANIFEST_ACCEPT),
-                deadline,
-                &what,
-            )
+        let (response, what, _) = self
+            .manifest_request(reference, reqwest::Method::HEAD)
             .await?;
         let header = response
             .headers()
