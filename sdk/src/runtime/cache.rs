@@ -10,7 +10,9 @@
 //!
 //! Every change of an owned object asks for its ModelDeployment to be reconciled, except
 //! the change this provider just wrote itself (recognised by the resourceVersion its
-//! apply returned): a reconcile never wakes itself up.
+//! apply returned): a reconcile never wakes itself up. The watch event of a write can
+//! arrive before the write's response; an event for an object being written is held
+//! until the response tells whether it was ours.
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
@@ -106,13 +108,36 @@ fn object_key(r: &ApiResource, ns: &str, name: &str) -> ObjectKey {
     )
 }
 
+/// What this provider knows of its own writes of one object.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum OwnWrite {
+    /// A write is under way; the resourceVersion of any watch event seen meanwhile.
+    InFlight(Option<String>),
+    /// The resourceVersion the last write returned.
+    Written(String),
+}
+
+/// Whether a watch event of an object at `rv` wakes its ModelDeployment, given what we
+/// know of our own writes of it (`own`, updated when the event is held because a write is
+/// under way).
+fn wakes(own: &mut Option<OwnWrite>, rv: Option<&str>, deleted: bool) -> bool {
+    match (own.as_mut(), deleted) {
+        (_, true) | (None, false) => true,
+        (Some(OwnWrite::Written(ours)), false) => rv != Some(ours.as_str()),
+        (Some(OwnWrite::InFlight(seen)), false) => {
+            *seen = rv.map(str::to_string);
+            false
+        }
+    }
+}
+
 /// The owned-object caches of one provider, for one term of leadership.
 pub(crate) struct OwnedCache {
     client: Client,
     selector: String,
     kinds: Mutex<HashMap<(String, String), KindCache>>,
-    /// resourceVersion of each object as this provider last wrote it.
-    own_writes: Arc<Mutex<HashMap<ObjectKey, String>>>,
+    /// This provider's own writes, by object.
+    own_writes: Arc<Mutex<HashMap<ObjectKey, OwnWrite>>>,
     /// Reconcile requests for ModelDeployments whose objects changed.
     trigger: Option<mpsc::UnboundedSender<ObjectRef<ModelDeployment>>>,
 }
@@ -177,13 +202,17 @@ impl OwnedCache {
                 else {
                     continue;
                 };
-                let mine = own.lock().ok().is_some_and(|w| {
-                    matches!(&event, watcher::Event::Apply(_))
-                        && w.get(&object_key(&res, &ns, &o.name_any()))
-                            .map(String::as_str)
-                            == o.resource_version().as_deref()
+                let deleted = matches!(&event, watcher::Event::Delete(_));
+                let wake = own.lock().map_or(true, |mut w| {
+                    let key = object_key(&res, &ns, &o.name_any());
+                    let mut entry = w.get(&key).cloned();
+                    let wake = wakes(&mut entry, o.resource_version().as_deref(), deleted);
+                    if let Some(entry) = entry {
+                        w.insert(key, entry);
+                    }
+                    wake
                 });
-                if !mine {
+                if wake {
                     let _ = trigger.send(ObjectRef::new(md).within(&ns));
                 }
             }
@@ -294,14 +323,54 @@ impl OwnedCache {
             .collect()
     }
 
+    /// A write of `name` starts: its watch events are held until [`Self::wrote`] or
+    /// [`Self::write_failed`].
+    pub(crate) fn writing(&self, resource: &ApiResource, ns: &str, name: &str) {
+        if let Ok(mut w) = self.own_writes.lock() {
+            w.insert(object_key(resource, ns, name), OwnWrite::InFlight(None));
+        }
+    }
+
     /// Remember that this provider wrote `object` (as the API server returned it), so
-    /// that its watch event does not wake the reconciler.
+    /// that its watch event does not wake the reconciler; an event held meanwhile that
+    /// was not this write wakes it now.
     pub(crate) fn wrote(&self, resource: &ApiResource, object: &DynamicObject) {
         let (Some(ns), Some(rv)) = (object.namespace(), object.resource_version()) else {
             return;
         };
-        if let Ok(mut w) = self.own_writes.lock() {
-            w.insert(object_key(resource, &ns, &object.name_any()), rv);
+        let key = object_key(resource, &ns, &object.name_any());
+        let held = self.own_writes.lock().ok().and_then(|mut w| {
+            match w.insert(key, OwnWrite::Written(rv.clone())) {
+                Some(OwnWrite::InFlight(Some(seen))) if seen != rv => Some(()),
+                _ => None,
+            }
+        });
+        if held.is_some() {
+            self.wake(object);
+        }
+    }
+
+    /// A write of `name` for the ModelDeployment `ns/md` failed: an event held meanwhile
+    /// wakes the reconciler.
+    pub(crate) fn write_failed(&self, resource: &ApiResource, ns: &str, name: &str, md: &str) {
+        let key = object_key(resource, ns, name);
+        let held = self
+            .own_writes
+            .lock()
+            .ok()
+            .is_some_and(|mut w| matches!(w.remove(&key), Some(OwnWrite::InFlight(Some(_)))));
+        if held && let Some(trigger) = &self.trigger {
+            let _ = trigger.send(ObjectRef::new(md).within(ns));
+        }
+    }
+
+    fn wake(&self, object: &DynamicObject) {
+        if let (Some(trigger), Some(ns), Some(md)) = (
+            &self.trigger,
+            object.namespace(),
+            object.labels().get(labels::MODEL_DEPLOYMENT),
+        ) {
+            let _ = trigger.send(ObjectRef::new(md).within(&ns));
         }
     }
 
@@ -362,5 +431,61 @@ mod tests {
         reflect::strip(&mut o);
         assert!(o.metadata.managed_fields.is_none());
         assert_eq!(o.annotations().len(), 1);
+    }
+
+    #[test]
+    fn our_own_writes_wake_nothing_and_events_during_a_write_wait_for_its_answer() {
+        let written = |rv: &str| Some(OwnWrite::Written(rv.into()));
+        // Nothing known of the object: every event wakes.
+        assert!(wakes(&mut None, Some("5"), false));
+        // The event of our own write does not; a later change by someone else does.
+        assert!(!wakes(&mut written("5"), Some("5"), false));
+        assert!(wakes(&mut written("5"), Some("6"), false));
+        // Deletion always wakes.
+        assert!(wakes(&mut written("5"), Some("5"), true));
+        // During a write, the event is held with its resourceVersion.
+        let mut own = Some(OwnWrite::InFlight(None));
+        assert!(!wakes(&mut own, Some("7"), false));
+        assert_eq!(own, Some(OwnWrite::InFlight(Some("7".into()))));
+    }
+
+    #[tokio::test]
+    async fn a_held_event_wakes_only_when_it_was_not_our_write() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let client =
+            Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
+        let cache = OwnedCache::new(client, "p", Some(tx));
+        let resource = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        let mut written = obj("a-config", "a");
+        written.metadata.resource_version = Some("7".into());
+        let key = object_key(&resource, "ns", "a-config");
+        // The watch event of our write arrived before the write's answer.
+        cache.writing(&resource, "ns", "a-config");
+        cache
+            .own_writes
+            .lock()
+            .unwrap()
+            .insert(key.clone(), OwnWrite::InFlight(Some("7".into())));
+        cache.wrote(&resource, &written);
+        assert!(rx.try_recv().is_err(), "our own write woke the reconciler");
+        // Someone else's change arrived during our write: woken once the answer is in.
+        cache.writing(&resource, "ns", "a-config");
+        cache
+            .own_writes
+            .lock()
+            .unwrap()
+            .insert(key.clone(), OwnWrite::InFlight(Some("6".into())));
+        written.metadata.resource_version = Some("8".into());
+        cache.wrote(&resource, &written);
+        assert_eq!(rx.try_recv().unwrap(), ObjectRef::new("a").within("ns"));
+        // A failed write releases a held event too.
+        cache.writing(&resource, "ns", "a-config");
+        cache
+            .own_writes
+            .lock()
+            .unwrap()
+            .insert(key, OwnWrite::InFlight(Some("9".into())));
+        cache.write_failed(&resource, "ns", "a-config", "a");
+        assert_eq!(rx.try_recv().unwrap(), ObjectRef::new("a").within("ns"));
     }
 }

@@ -334,19 +334,25 @@ pub async fn run_until<P: Provider>(
 }
 
 /// What, of a ModelDeployment, can change what this provider does: its generation (spec,
-/// deletion), labels, annotations (pause), finalizers and the selected provider. Status
-/// writes (ours, core's, the kernel cache's) change none of it and wake no reconcile.
-#[allow(clippy::unnecessary_wraps)] // the signature kube's predicate filter asks for
-fn reconcile_relevant(md: &ModelDeployment) -> Option<u64> {
+/// deletion), labels, annotations (pause), finalizers other than `ours` and the selected
+/// provider. Status writes (ours, core's, the kernel cache's) change none of it and wake
+/// no reconcile; nor does adding our own finalizer, the first write of a first reconcile:
+/// the reconcile it would wake could read the store before that reconcile's status write
+/// arrives and write the same status again. (Someone removing our finalizer is noticed on
+/// the next reconcile, and deleting the ModelDeployment sets its deletion timestamp.)
+fn reconcile_relevant(md: &ModelDeployment, ours: &str) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     md.metadata.generation.hash(&mut h);
     md.metadata.deletion_timestamp.is_some().hash(&mut h);
     md.metadata.labels.hash(&mut h);
     md.metadata.annotations.hash(&mut h);
-    md.metadata.finalizers.hash(&mut h);
+    md.finalizers()
+        .iter()
+        .filter(|f| f.as_str() != ours)
+        .for_each(|f| f.hash(&mut h));
     md.selected_provider().hash(&mut h);
     md.uid().hash(&mut h);
-    Some(h.finish())
+    h.finish()
 }
 
 /// One term of leadership: the heartbeat, the caches and the ModelDeployment controller,
@@ -409,7 +415,13 @@ async fn lead<P: Provider>(
             }
         })
         .applied_objects()
-        .predicate_filter(reconcile_relevant, PredicateConfig::default());
+        .predicate_filter(
+            {
+                let ours = finalizer(&name);
+                move |md: &ModelDeployment| Some(reconcile_relevant(md, &ours))
+            },
+            PredicateConfig::default(),
+        );
     tasks.spawn(release::run(ctx.clone(), mds.clone(), release_rx));
     tasks.spawn(mark_synced(ctx.clone(), mds.clone(), synced));
 
@@ -511,5 +523,35 @@ mod tests {
         let cli = Cli::try_parse_from(["some-provider", "--cluster-domain=corp.example"]).unwrap();
         assert_eq!(cli.options.cluster_domain, "corp.example");
         assert_eq!(cli.own, "x");
+    }
+
+    #[test]
+    fn only_changes_that_matter_wake_a_reconcile_and_our_own_finalizer_does_not() {
+        let ours = super::finalizer("p");
+        let md: crate::api::ModelDeployment = serde_json::from_value(serde_json::json!({
+            "apiVersion": "kubeairunway.ai/v1alpha1", "kind": "ModelDeployment",
+            "metadata": {"name": "m", "namespace": "ns", "generation": 1, "uid": "u"},
+            "spec": {"model": {"id": "a/b"}},
+        }))
+        .unwrap();
+        let key = |md: &crate::api::ModelDeployment| super::reconcile_relevant(md, &ours);
+        let mut changed = md.clone();
+        changed.metadata.finalizers = Some(vec![ours.clone()]);
+        assert_eq!(key(&changed), key(&md), "adding our finalizer");
+        changed.status = Some(crate::api::ModelDeploymentStatus {
+            message: Some("written".into()),
+            ..Default::default()
+        });
+        assert_eq!(key(&changed), key(&md), "a status write");
+        let mut other = md.clone();
+        other.metadata.finalizers = Some(vec!["someone.else/cleanup".into()]);
+        assert_ne!(key(&other), key(&md), "another finalizer");
+        let mut spec = md.clone();
+        spec.metadata.generation = Some(2);
+        assert_ne!(key(&spec), key(&md), "a spec change");
+        let mut paused = md.clone();
+        paused.metadata.annotations =
+            Some([("kubeairunway.ai/reconcile-paused".into(), "true".into())].into());
+        assert_ne!(key(&paused), key(&md), "an annotation");
     }
 }

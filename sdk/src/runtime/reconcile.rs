@@ -330,10 +330,15 @@ async fn apply_changed<P: Provider>(
             );
             return conflict(md, ctx, &prepared.api, &message).await.map(Err);
         }
-        match target
+        ctx.owned.writing(resource, &ns, &object.name_any());
+        let result = target
             .patch(&object.name_any(), &pp, &Patch::Apply(object))
-            .await
-        {
+            .await;
+        if result.is_err() {
+            ctx.owned
+                .write_failed(resource, &ns, &object.name_any(), &md.name_any());
+        }
+        match result {
             Ok(result) => {
                 ctx.owned.wrote(resource, &result);
                 live[i] = Some(Arc::new(result));
