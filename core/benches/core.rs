@@ -1,6 +1,7 @@
 //! Benchmarks (not tests; nothing here is asserted): provider selection per
 //! ModelDeployment with five providers and 20 rules, and admission webhook throughput and
-//! latency over HTTPS on loopback. Run with `cargo bench -p kubeairunway-core`.
+//! latency over HTTPS on loopback against a bare TLS echo server measured in the same run.
+//! Run with `cargo bench -p kubeairunway-core`.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -136,6 +137,9 @@ fn bench_selection() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The webhook, and beside it in the same run the baseline: a bare TLS echo server (the
+/// same framework, TLS configuration, certificate, payload and concurrency) that returns
+/// the request body. The ratio is the webhook's own cost.
 async fn bench_webhook() -> anyhow::Result<()> {
     let certs = MemoryCertStore::default();
     let resolver = Arc::new(CertResolver::default());
@@ -152,29 +156,7 @@ async fn bench_webhook() -> anyhow::Result<()> {
     )
     .ensure()
     .await?;
-    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
-    listener.set_nonblocking(true)?;
-    let addr = listener.local_addr()?;
-    let tls = kubeairunway_sdk::tls::server_config(resolver)?;
-    let server = axum_server::from_tcp_rustls(
-        listener,
-        axum_server::tls_rustls::RustlsConfig::from_config(tls),
-    )?;
-    let app = webhook::router(WebhookState::new(None));
-    tokio::spawn(async move { server.serve(app.into_make_service()).await });
-
     let host = "kubeairunway-webhook.bench.svc";
-    let mut builder = reqwest::Client::builder()
-        .use_rustls_tls()
-        .tls_built_in_root_certs(false)
-        .resolve(host, addr);
-    for ca in certs.published() {
-        for cert in reqwest::Certificate::from_pem_bundle(ca.as_bytes())? {
-            builder = builder.add_root_certificate(cert);
-        }
-    }
-    let client = builder.build()?;
-    let url = format!("https://{host}:{}{VALIDATE_PATH}", addr.port());
     let body = serde_json::to_vec(&json!({
         "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
         "request": {"uid": "u", "kind": {"group": "kubeairunway.ai", "version": "v1alpha1", "kind": "ModelDeployment"},
@@ -183,6 +165,64 @@ async fn bench_webhook() -> anyhow::Result<()> {
             "object": {"apiVersion": "kubeairunway.ai/v1alpha1", "kind": "ModelDeployment", "metadata": {"name": "m", "namespace": "default"},
                 "spec": {"model": {"id": "a/b"}, "engine": {"type": "vllm"}, "resources": {"gpu": {"count": 1}}}}}
     }))?;
+    let echo = axum::Router::new().route(
+        VALIDATE_PATH,
+        axum::routing::post(|body: axum::body::Bytes| async move {
+            ([("content-type", "application/json")], body)
+        }),
+    );
+    let apps = [
+        ("TLS echo (baseline)", echo),
+        (
+            "webhook (validate)",
+            webhook::router(WebhookState::new(None)),
+        ),
+    ];
+    let mut p99s = Vec::new();
+    for (name, app) in apps {
+        let addr = serve(app, Arc::clone(&resolver))?;
+        let mut builder = reqwest::Client::builder()
+            .use_rustls_tls()
+            .tls_built_in_root_certs(false)
+            .resolve(host, addr);
+        for ca in certs.published() {
+            for cert in reqwest::Certificate::from_pem_bundle(ca.as_bytes())? {
+                builder = builder.add_root_certificate(cert);
+            }
+        }
+        let url = format!("https://{host}:{}{VALIDATE_PATH}", addr.port());
+        let p99 = drive(name, builder.build()?, url, body.clone()).await?;
+        p99s.push(p99);
+    }
+    println!(
+        "webhook p99 / TLS echo p99: {:.2}x",
+        p99s[1].as_secs_f64() / p99s[0].as_secs_f64()
+    );
+    Ok(())
+}
+
+/// Serve `app` over HTTPS on a loopback port.
+fn serve(app: axum::Router, resolver: Arc<CertResolver>) -> anyhow::Result<std::net::SocketAddr> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
+    listener.set_nonblocking(true)?;
+    let addr = listener.local_addr()?;
+    let tls = kubeairunway_sdk::tls::server_config(resolver)?;
+    let server = axum_server::from_tcp_rustls(
+        listener,
+        axum_server::tls_rustls::RustlsConfig::from_config(tls),
+    )?;
+    tokio::spawn(async move { server.serve(app.into_make_service()).await });
+    Ok(addr)
+}
+
+/// POST `body` to `url` from 16 concurrent clients, 500 times each; print the figures and
+/// return the p99 latency.
+async fn drive(
+    name: &str,
+    client: reqwest::Client,
+    url: String,
+    body: Vec<u8>,
+) -> anyhow::Result<Duration> {
     let concurrency = 16;
     let per_task = 500;
     let start = Instant::now();
@@ -215,14 +255,14 @@ async fn bench_webhook() -> anyhow::Result<()> {
     lat.sort();
     #[allow(clippy::cast_precision_loss)]
     let rps = lat.len() as f64 / elapsed.as_secs_f64();
+    let p99 = percentile(&lat, 0.99);
     println!(
-        "webhook (validate, HTTPS loopback, {concurrency} concurrent clients): {} ok of {} requests, {rps:.0} req/s, p50 {:?}, p99 {:?}",
+        "{name}, HTTPS loopback, {concurrency} concurrent clients: {} ok of {} requests, {rps:.0} req/s, p50 {:?}, p99 {p99:?}",
         lat.len(),
         concurrency * per_task,
         percentile(&lat, 0.5),
-        percentile(&lat, 0.99)
     );
-    Ok(())
+    Ok(p99)
 }
 
 fn main() -> anyhow::Result<()> {
