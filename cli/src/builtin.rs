@@ -1,4 +1,5 @@
-//! The built-in serving providers (KAITO, Dynamo, KubeRay), configured by the same flags
+//! The built-in serving providers (KAITO, Dynamo, KubeRay and the Deployment provider,
+//! which needs no operator), configured by the same flags
 //! (names, defaults, environment variables) as their own binaries, so that `up` runs and
 //! `render` previews the providers a cluster runs.
 
@@ -7,6 +8,10 @@ use std::sync::Arc;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
+use kubeairunway_deployment_provider::{
+    DEFAULT_LLAMACPP_GPU_IMAGE, DEFAULT_LLAMACPP_IMAGE, DEFAULT_VLLM_IMAGE, DeploymentProvider,
+    Images,
+};
 use kubeairunway_dynamo_provider::{DEFAULT_DYNAMO_VERSION, Dynamo};
 use kubeairunway_kaito_provider::{
     INFERENCE_SET_CRD, KaitoProvider, NodeProvisioning, inference_set_served,
@@ -15,7 +20,8 @@ use kubeairunway_kuberay_provider::{DEFAULT_RAY_IMAGE, DEFAULT_RAY_VERSION, Kube
 use kubeairunway_sdk::{InferenceProviderConfig, InferenceProviderConfigStatus, Provider};
 
 /// Names of the built-in serving providers, in name order.
-pub const NAMES: [&str; 3] = [
+pub const NAMES: [&str; 4] = [
+    kubeairunway_deployment_provider::NAME,
     kubeairunway_dynamo_provider::NAME,
     kubeairunway_kaito_provider::NAME,
     kubeairunway_kuberay_provider::NAME,
@@ -68,6 +74,18 @@ pub struct ProviderFlags {
     /// KubeRay: repository of the Ray LLM image.
     #[arg(long, env = "RAY_IMAGE", default_value = DEFAULT_RAY_IMAGE)]
     pub ray_image: String,
+    /// Deployment provider: the vLLM image unless spec.image is set.
+    #[arg(long, env = "VLLM_IMAGE", default_value = DEFAULT_VLLM_IMAGE)]
+    pub vllm_image: String,
+    /// Deployment provider: the SGLang image unless spec.image is set (empty: required).
+    #[arg(long, env = "SGLANG_IMAGE", default_value = "")]
+    pub sglang_image: String,
+    /// Deployment provider: the llama.cpp image of CPU-only replicas.
+    #[arg(long, env = "LLAMACPP_IMAGE", default_value = DEFAULT_LLAMACPP_IMAGE)]
+    pub llamacpp_image: String,
+    /// Deployment provider: the llama.cpp image of replicas with GPUs.
+    #[arg(long, env = "LLAMACPP_GPU_IMAGE", default_value = DEFAULT_LLAMACPP_GPU_IMAGE)]
+    pub llamacpp_gpu_image: String,
 }
 
 impl Default for ProviderFlags {
@@ -80,6 +98,10 @@ impl Default for ProviderFlags {
             dynamo_version: DEFAULT_DYNAMO_VERSION.to_string(),
             ray_version: DEFAULT_RAY_VERSION.to_string(),
             ray_image: DEFAULT_RAY_IMAGE.to_string(),
+            vllm_image: DEFAULT_VLLM_IMAGE.to_string(),
+            sglang_image: String::new(),
+            llamacpp_image: DEFAULT_LLAMACPP_IMAGE.to_string(),
+            llamacpp_gpu_image: DEFAULT_LLAMACPP_GPU_IMAGE.to_string(),
         }
     }
 }
@@ -93,6 +115,8 @@ pub struct BuiltIns {
     pub dynamo: Dynamo,
     /// KubeRay.
     pub kuberay: KubeRayProvider,
+    /// The Deployment provider (no operator).
+    pub deployment: DeploymentProvider,
 }
 
 impl BuiltIns {
@@ -124,6 +148,7 @@ impl BuiltIns {
                 ..kubeairunway_dynamo_provider::Settings::default()
             }),
             kuberay: KubeRayProvider::new(flags.ray_image.clone(), flags.ray_version.clone()),
+            deployment: deployment_provider(flags),
         }
     }
 
@@ -147,8 +172,8 @@ impl BuiltIns {
     }
 
     /// Every built-in provider, in name order.
-    pub fn all(&self) -> [&dyn Provider; 3] {
-        [&self.dynamo, &self.kaito, &self.kuberay]
+    pub fn all(&self) -> [&dyn Provider; 4] {
+        [&self.deployment, &self.dynamo, &self.kaito, &self.kuberay]
     }
 
     /// The built-in provider named `name`.
@@ -176,6 +201,19 @@ impl BuiltIns {
     }
 }
 
+/// The Deployment provider as `deployment-provider` configures itself with the same flags.
+fn deployment_provider(flags: &ProviderFlags) -> DeploymentProvider {
+    DeploymentProvider {
+        images: Images::new(
+            &flags.vllm_image,
+            &flags.sglang_image,
+            &flags.llamacpp_image,
+            &flags.llamacpp_gpu_image,
+        ),
+        ..DeploymentProvider::default()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,6 +231,7 @@ mod tests {
         let names: Vec<&str> = builtins.all().iter().map(|p| p.name()).collect();
         assert_eq!(names, NAMES);
         assert!(builtins.get("kuberay").is_some());
+        assert!(builtins.get("deployment").is_some());
         assert!(builtins.get("kernelcache").is_none());
         assert!(!builtins.kaito.inference_set);
     }
@@ -205,6 +244,7 @@ mod tests {
             "--gpu-instance-type=Standard_NC24ads_A100_v4",
             "--inference-set=enabled",
             "--ray-version=2.49.0",
+            "--sglang-image=lmsysorg/sglang:v0.5.5",
         ])
         .unwrap()
         .flags;
@@ -215,6 +255,10 @@ mod tests {
         );
         assert!(b.kaito.inference_set);
         assert_eq!(b.kuberay.ray_version, "2.49.0");
+        assert_eq!(
+            b.deployment.images.sglang.as_deref(),
+            Some("lmsysorg/sglang:v0.5.5")
+        );
         let defaults = Cli::try_parse_from(["x"]).unwrap().flags;
         assert_eq!(
             BuiltIns::new(&defaults, None, NodeProvisioningMode::Byo)

@@ -84,8 +84,12 @@ impl Controllers {
             kaito,
             dynamo,
             kuberay,
+            deployment,
         } = builtins;
         let wanted = |name: &str| providers.contains(&name);
+        if wanted(kubeairunway_deployment_provider::NAME) {
+            names.push(spawn(&mut tasks, deployment, &runtime, &options));
+        }
         if wanted(kubeairunway_dynamo_provider::NAME) {
             names.push(spawn(&mut tasks, dynamo, &runtime, &options));
         }

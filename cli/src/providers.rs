@@ -274,11 +274,16 @@ mod tests {
             .collect();
         assert_eq!(
             names,
-            [("dynamo", false), ("kaito", true), ("kuberay", false)]
+            [
+                ("deployment", false),
+                ("dynamo", false),
+                ("kaito", true),
+                ("kuberay", false)
+            ]
         );
         let text = table(&entries);
         assert!(
-            text.contains("kaito     true             0.1.0     12s ago     kaito.sh/v1beta1   vllm,llamacpp on gpu/cpu (aggregated)"),
+            text.contains("kaito        true             0.1.0     12s ago     kaito.sh/v1beta1   vllm,llamacpp on gpu/cpu (aggregated)"),
             "{text}"
         );
         assert!(
@@ -286,9 +291,18 @@ mod tests {
             "{text}"
         );
         assert!(!text.contains("kaito is"), "{text}");
-        let kuberay = builtins.kuberay.config().installation.unwrap();
-        for line in install_lines(&kuberay) {
-            assert!(text.contains(&line), "{line} in {text}");
+        for p in [
+            &builtins.kuberay as &dyn kubeairunway_sdk::Provider,
+            &builtins.deployment,
+        ] {
+            for line in install_lines(&p.config().installation.unwrap()) {
+                assert!(text.contains(&line), "{line} in {text}");
+            }
         }
+        // The Deployment provider needs no operator: its own chart is the installation.
+        assert!(
+            text.contains("helm install deployment-provider oci://ghcr.io/kubeairunway/charts/deployment-provider -n kubeairunway-system --version "),
+            "{text}"
+        );
     }
 }

@@ -117,14 +117,33 @@ pub fn preview(
     let wanted = provider.upstream();
     let crd = crds
         .get(&wanted.crd_name())
-        .map_err(|e| fail(format!("{e:#}")))?
-        .ok_or_else(|| {
-            fail(format!(
+        .map_err(|e| fail(format!("{e:#}")))?;
+    let mut notes = Vec::new();
+    let api = match crd {
+        Some(crd) => UpstreamApi::detect(&crd, &wanted).map_err(|e| fail(e.to_string()))?,
+        None if !wanted.group.contains('.') => {
+            // A CRD's group has a dot (apiextensions validation), so this is one of
+            // Kubernetes' own kinds (`apps/v1` Deployment): its schema is the cluster's
+            // OpenAPI document, which a preview has not got.
+            notes.push(format!(
+                "Preview: {} is a built-in kind; its fields are checked against the cluster's \
+                 OpenAPI schema when applied, not here",
+                wanted.kind
+            ));
+            let version = wanted.versions.first().cloned().unwrap_or_default();
+            UpstreamApi::new(
+                &wanted,
+                &version,
+                serde_json::json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+            )
+        }
+        None => {
+            return Err(fail(format!(
                 "no {} CRD to render against: pass --upstream-crd FILE",
                 wanted.crd_name()
-            ))
-        })?;
-    let api = UpstreamApi::detect(&crd, &wanted).map_err(|e| fail(e.to_string()))?;
+            )));
+        }
+    };
     let rendered = provider.render(md, &api).map_err(|e| fail(e.0))?;
     if rendered.objects.is_empty() {
         return Err(fail("the provider rendered no objects".into()));
@@ -139,6 +158,7 @@ pub fn preview(
             .warnings
             .iter()
             .map(|w| format!("{}: {}", w.reason, w.message))
+            .chain(notes)
             .collect(),
     })
 }
@@ -327,6 +347,40 @@ mod tests {
         );
         let err = preview(&third_party, None, &builtins, &crds, now()).unwrap_err();
         assert!(err.starts_with("provider 'mine' is not built in"), "{err}");
+    }
+
+    /// The Deployment provider's upstream is a built-in kind: rendered without a CRD, with
+    /// a note that the cluster checks its fields; never chosen over an operator unnamed.
+    #[test]
+    fn the_deployment_provider_renders_without_a_crd() {
+        let crds = UpstreamCrds::default();
+        let builtins = BuiltIns::for_crds(&ProviderFlags::default(), &crds).unwrap();
+        let gpu = sample("gpu-vllm");
+        assert_eq!(
+            preview(&gpu, None, &builtins, &crds, now())
+                .unwrap()
+                .provider,
+            "dynamo"
+        );
+        let p = preview(&gpu, Some("deployment"), &builtins, &crds, now()).unwrap();
+        let kinds: Vec<&str> = p
+            .objects
+            .iter()
+            .filter_map(|o| o.types.as_ref())
+            .map(|t| t.kind.as_str())
+            .collect();
+        assert_eq!(kinds, ["Deployment", "Service"]);
+        assert_eq!(
+            p.objects[0].data["spec"]["template"]["metadata"]["labels"][labels::MODEL_DEPLOYMENT],
+            gpu.metadata.name.clone().unwrap()
+        );
+        assert!(
+            p.warnings
+                .iter()
+                .any(|w| w.starts_with("Preview: Deployment is a built-in kind")),
+            "{:?}",
+            p.warnings
+        );
     }
 
     #[test]

@@ -3,8 +3,9 @@
 //! 1. a cluster: the local test API server (started, built first if needed, or reused),
 //!    or `--kubeconfig`;
 //! 2. CRDs: ours and the kernel cache's; on the local server also the bundled upstream
-//!    CRDs; on a real cluster a provider whose upstream CRD is absent is skipped, with how
-//!    to install it;
+//!    CRDs; on a real cluster a provider whose upstream kind is not served (its CRD is
+//!    absent) is skipped, with how to install it; the Deployment provider's upstream is
+//!    the built-in Deployment kind, served everywhere;
 //! 3. core, every provider and the kernel-cache controller, in this process
 //!    ([`crate::controllers`]), logging to `<state-dir>/up.log`;
 //! 4. the samples of `config/samples`;
@@ -274,8 +275,9 @@ async fn install_crds(
         let Some(p) = builtins.get(name) else {
             continue;
         };
-        let crd = p.upstream().crd_name();
-        if crd_api.get_opt(&crd).await?.is_some() {
+        let upstream = p.upstream();
+        let crd = upstream.crd_name();
+        if crd_api.get_opt(&crd).await?.is_some() || served(client, &upstream).await? {
             providers.push(name);
             continue;
         }
@@ -293,6 +295,24 @@ async fn install_crds(
         }
     }
     Ok((builtins, providers))
+}
+
+/// Whether the API server serves the kind of `upstream` (a built-in kind such as `apps/v1`
+/// Deployment, which no CRD defines), by API discovery.
+async fn served(client: &Client, upstream: &kubeairunway_sdk::UpstreamRef) -> anyhow::Result<bool> {
+    let group = match kube::discovery::group(client, &upstream.group).await {
+        Ok(group) => group,
+        Err(kube::Error::Discovery(kube::error::DiscoveryError::MissingApiGroup(_))) => {
+            return Ok(false);
+        }
+        Err(e) => return Err(e.into()),
+    };
+    Ok(upstream.versions.iter().any(|v| {
+        group
+            .versioned_resources(v)
+            .iter()
+            .any(|(r, _)| r.plural == upstream.plural && r.kind == upstream.kind)
+    }))
 }
 
 /// Wait until each provider of `names` is registered and ready.

@@ -366,6 +366,28 @@ pub struct KubeRay {
     pub ray: Ray,
 }
 
+/// The serving image of each engine, unless a ModelDeployment sets spec.image.
+#[derive(Debug, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EngineImages {
+    /// The vLLM image (--vllm-image); empty: spec.image is required for vLLM.
+    pub vllm: String,
+    /// The SGLang image (--sglang-image); empty: spec.image is required for SGLang.
+    pub sglang: String,
+    /// The llama.cpp server image of replicas without GPUs (--llamacpp-image).
+    pub llamacpp: String,
+    /// The llama.cpp server image of replicas with GPUs, a CUDA build (--llamacpp-gpu-image).
+    pub llamacpp_gpu: String,
+}
+
+/// The Deployment provider's own values.
+#[derive(Debug, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Deployment {
+    /// The serving images.
+    pub engine_images: EngineImages,
+}
+
 // ---- kernel cache -------------------------------------------------------------------
 
 /// The kernel-cache controller.
@@ -554,6 +576,10 @@ pub fn schemas() -> Vec<(&'static str, Value)> {
         ("kaito-provider", schema_of::<ProviderValues<Kaito>>()),
         ("dynamo-provider", schema_of::<ProviderValues<Dynamo>>()),
         ("kuberay-provider", schema_of::<ProviderValues<KubeRay>>()),
+        (
+            "deployment-provider",
+            schema_of::<ProviderValues<Deployment>>(),
+        ),
         ("kernelcache-provider", schema_of::<KernelCacheValues>()),
     ]
 }

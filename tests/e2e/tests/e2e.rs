@@ -25,9 +25,6 @@ mod core_selection;
 mod core_webhook;
 #[path = "e2e/crds.rs"]
 mod crds;
-/// The example provider of the SDK that needs no operator, driven by `sdk_builtin`.
-#[path = "../../../sdk/examples/deployment/provider.rs"]
-mod deployment;
 #[path = "e2e/dynamo.rs"]
 mod dynamo;
 #[path = "e2e/dynamo_operator.rs"]

@@ -17,11 +17,12 @@ use kubeairunway_e2e::helm;
 use serde_json::Value;
 
 /// The charts that install something (the library chart renders nothing by itself).
-const CHARTS: [&str; 5] = [
+const CHARTS: [&str; 6] = [
     "kubeairunway",
     "kaito-provider",
     "dynamo-provider",
     "kuberay-provider",
+    "deployment-provider",
     "kernelcache-provider",
 ];
 
@@ -109,6 +110,9 @@ fn parse(binary: &str, container: &Value) -> Result<(), String> {
         }
         "kuberay-provider" => {
             kubeairunway_kuberay_provider::cli::Cli::try_parse_from(&args).map(drop)
+        }
+        "deployment-provider" => {
+            kubeairunway_deployment_provider::cli::Cli::try_parse_from(&args).map(drop)
         }
         "kernelcache-controller" => {
             kubeairunway_kernelcache::controller::app::Cli::try_parse_from(&args).map(drop)
@@ -322,6 +326,11 @@ fn schemas_refuse_wrong_types_unknown_keys_and_replicas_without_leader_election(
             "replicaCount",
         ),
         ("kuberay-provider", &[("resources.limit.cpu", "1")], "limit"),
+        (
+            "deployment-provider",
+            &[("engineImages.llama", "my/llama:1")],
+            "llama",
+        ),
         (
             "kaito-provider",
             &[("nodeProvisioning.mode", "manual")],

@@ -15,6 +15,7 @@ const CHARTS: &[&str] = &[
     "kaito-provider",
     "dynamo-provider",
     "kuberay-provider",
+    "deployment-provider",
     "kernelcache-provider",
 ];
 

@@ -106,7 +106,9 @@ async fn up_once_then_explain_providers_and_down() {
         "{err}"
     );
     assert!(
-        err.contains("running core, dynamo, kaito, kuberay, kernelcache in this process"),
+        err.contains(
+            "running core, deployment, dynamo, kaito, kuberay, kernelcache in this process"
+        ),
         "{err}"
     );
     assert!(
@@ -244,8 +246,16 @@ async fn up_once_then_explain_providers_and_down() {
         ])
     );
     let selection = e["selection"].as_array().unwrap();
-    assert_eq!(selection.len(), 3, "{json}");
-    assert_eq!(selection[0]["score"], 50);
+    assert_eq!(selection.len(), 4, "{json}");
+    // In name order: the provider that needs no operator lost with its priority 1.
+    assert_eq!(
+        (&selection[0]["name"], &selection[0]["score"]),
+        (&json!("deployment"), &json!(1))
+    );
+    assert_eq!(
+        (&selection[1]["name"], &selection[1]["score"]),
+        (&json!("dynamo"), &json!(50))
+    );
     let (code, _, err) = kubeairunway(&["explain", "md", "nope", "--kubeconfig", kc]).await;
     assert_eq!(code, 1);
     assert!(
@@ -275,6 +285,7 @@ async fn up_once_then_explain_providers_and_down() {
     assert_eq!(
         upstreams,
         [
+            ("deployment", "true", "apps/v1"),
             ("dynamo", "true", "nvidia.com/v1beta1"),
             ("kaito", "true", "kaito.sh/v1beta1"),
             ("kernelcache", "true", "-"),
@@ -369,7 +380,7 @@ async fn up_on_a_cluster_without_some_upstream_crds_skips_their_providers() {
         "{err}"
     );
     assert!(
-        err.contains("running core, kaito, kernelcache in this process"),
+        err.contains("running core, deployment, kaito, kernelcache in this process"),
         "{err}"
     );
     let rows = last_table(&out);
@@ -379,9 +390,13 @@ async fn up_on_a_cluster_without_some_upstream_crds_skips_their_providers() {
         err.contains("default/llama-70b-pd has no upstream object: Provider 'dynamo' CRD not installed in cluster"),
         "{err}"
     );
-    assert!(
-        err.contains("default/llama-8b has no upstream object: No provider fits (engine=vllm, gpu=true, mode=aggregated): kaito: no selection rule matched"),
-        "{err}"
+    // Without Dynamo, the vLLM sample on a GPU falls to the provider that needs no
+    // operator: its rule is true at the lowest priority, and KAITO's is false.
+    let llama = rows.iter().find(|r| r[0] == "llama-8b").unwrap();
+    assert_eq!(
+        (llama[2].as_str(), llama[6].as_str()),
+        ("deployment", "Deployment/llama-8b"),
+        "{out}"
     );
 
     let (code, table, _) = kubeairunway(&["providers", "--kubeconfig", &kc]).await;
@@ -552,6 +567,7 @@ async fn render_prints_exactly_what_the_running_providers_apply() {
     }
     for ns in [
         "cli-render-auto",
+        "cli-render-deployment",
         "cli-render-dynamo",
         "cli-render-kaito",
         "cli-render-kuberay",
@@ -647,7 +663,7 @@ async fn render_prints_exactly_what_the_running_providers_apply() {
         rendered += 1;
     }
     controllers.stop().await;
-    // 3 samples as written, and 3 x 3 named: KAITO cannot serve disaggregated serving,
-    // Dynamo and KubeRay cannot serve llama.cpp.
-    assert_eq!((rendered, refused), (9, 3));
+    // 3 samples as written, and 3 x 4 named: KAITO and the Deployment provider cannot
+    // serve disaggregated serving, Dynamo and KubeRay cannot serve llama.cpp.
+    assert_eq!((rendered, refused), (11, 4));
 }

@@ -1,6 +1,7 @@
 //! A provider whose upstream is a built-in kind, end to end on the real API server: the
-//! SDK's example provider that needs no operator (`sdk/examples/deployment`) serves a
-//! ModelDeployment with an `apps/v1` Deployment and a `v1` Service. The test plays the
+//! shipped provider that needs no operator (`providers/deployment`, the
+//! `deployment-provider` binary) serves a ModelDeployment with an `apps/v1` Deployment and
+//! a `v1` Service, from ModelDeployment to Running. The test plays the
 //! Deployment controller by writing the Deployment's status, as
 //! `pkg/controller/deployment/sync.go@v1.36.0` (`syncDeploymentStatus`) does, and the
 //! status reaches the ModelDeployment. A provider naming a kind nobody serves fails
@@ -23,7 +24,7 @@ use kubeairunway_sdk::{
 };
 use serde_json::{Value, json};
 
-use crate::deployment::DeploymentProvider;
+use kubeairunway_deployment_provider::DeploymentProvider;
 
 const WAIT: Duration = Duration::from_secs(60);
 
@@ -58,9 +59,7 @@ async fn a_plain_deployment_serves_a_model_deployment_to_running() {
     let (cluster, client) = testing::cluster().await.unwrap();
     let ns = cluster.namespace(provider);
     let running = testing::spawn(
-        DeploymentProvider {
-            name: provider.to_string(),
-        },
+        DeploymentProvider::named(provider),
         client.clone(),
         test_options(),
     );
@@ -262,7 +261,7 @@ async fn a_plain_deployment_serves_a_model_deployment_to_running() {
     running.stop().await.unwrap();
 }
 
-/// The example provider, pointed at a kind no API server serves.
+/// The Deployment provider, pointed at a kind no API server serves.
 struct NotServed(DeploymentProvider);
 
 impl Provider for NotServed {
@@ -297,9 +296,7 @@ async fn a_kind_the_api_server_does_not_serve_fails_loudly() {
     let (cluster, client) = testing::cluster().await.unwrap();
     let ns = cluster.namespace(provider);
     let _running = testing::spawn(
-        NotServed(DeploymentProvider {
-            name: provider.to_string(),
-        }),
+        NotServed(DeploymentProvider::named(provider)),
         client.clone(),
         test_options(),
     );
@@ -351,63 +348,6 @@ async fn a_kind_the_api_server_does_not_serve_fails_loudly() {
     assert_eq!(phase(&md), Some(Phase::Pending));
 }
 
-/// The operator-free provider is the fallback: scored as core scores, it wins only where
-/// no operator-backed provider's rule holds, or when named.
-#[test]
-fn the_deployment_provider_never_outranks_an_operator_unless_asked() {
-    use kubeairunway_dynamo_provider::Dynamo;
-    use kubeairunway_kaito_provider::KaitoProvider;
-    use kubeairunway_kuberay_provider::KubeRayProvider;
-    use kubeairunway_sdk::selection::Outcome;
-
-    let example = DeploymentProvider {
-        name: "deployment".into(),
-    };
-    let all = [
-        ("deployment", example.config()),
-        ("dynamo", Dynamo::default().config()),
-        ("kaito", KaitoProvider::default().config()),
-        ("kuberay", KubeRayProvider::default().config()),
-    ];
-    let winner = |md: &ModelDeployment, among: &[(&str, _)]| match testing::score(md, among).outcome
-    {
-        Outcome::Selected { provider, .. } => provider,
-        other => panic!("nothing selected: {other:?}"),
-    };
-    let on = |engine, gpus| {
-        ModelDeploymentBuilder::new("m")
-            .namespace("ns")
-            .model("Qwen/Qwen3-0.6B")
-            .engine(engine)
-            .gpus(gpus)
-            .build()
-    };
-    // Each case an operator-backed provider serves, it keeps.
-    assert_eq!(winner(&on(EngineType::Vllm, 1), &all), "dynamo");
-    assert_eq!(winner(&on(EngineType::Sglang, 1), &all), "dynamo");
-    assert_eq!(winner(&on(EngineType::Vllm, 0), &all), "kaito");
-    assert_eq!(winner(&on(EngineType::Llamacpp, 1), &all), "kaito");
-    // Alone (no operator installed), it serves them all.
-    for (engine, gpus) in [
-        (EngineType::Vllm, 1),
-        (EngineType::Sglang, 1),
-        (EngineType::Llamacpp, 0),
-    ] {
-        assert_eq!(
-            winner(&on(engine, gpus), &all[..1]),
-            "deployment",
-            "{engine}"
-        );
-    }
-    // Its rule holds, at the lowest priority.
-    let selection = testing::score(&on(EngineType::Vllm, 1), &all[..1]);
-    assert!(matches!(
-        selection.outcome,
-        Outcome::Selected { priority: 1, .. }
-    ));
-    assert!(selection.rule_errors.is_empty());
-}
-
 /// With `provider.overrides.autoscaled`, the replica count is the autoscaler's: a later
 /// apply (after a spec change) leaves it alone, and the status follows it. The test plays
 /// the autoscaler, whose writes through the Deployment's scale subresource set
@@ -418,9 +358,7 @@ async fn an_autoscaled_deployment_keeps_the_replicas_its_autoscaler_sets() {
     let (cluster, client) = testing::cluster().await.unwrap();
     let ns = cluster.namespace(provider);
     let _running = testing::spawn(
-        DeploymentProvider {
-            name: provider.to_string(),
-        },
+        DeploymentProvider::named(provider),
         client.clone(),
         test_options(),
     );
@@ -504,51 +442,7 @@ async fn an_autoscaled_deployment_keeps_the_replicas_its_autoscaler_sets() {
     assert_eq!(deployment.data["spec"]["replicas"], 3);
 }
 
-/// Any overrides a user may write, into the example: never a panic, wrong types refused
-/// naming the key, unknown keys warned about, and what is accepted rendered as documented.
-#[test]
-fn any_overrides_into_the_deployment_provider() {
-    let provider = DeploymentProvider {
-        name: "deployment".into(),
-    };
-    let api = UpstreamApi::new(
-        &provider.upstream(),
-        "v1",
-        json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
-    );
-    let base = qwen("ov", "ns", "deployment").build();
-    testing::overrides::check_overrides(
-        &base,
-        &[
-            ("progressDeadlineSeconds", vec![json!(3600)]),
-            ("autoscaled", vec![json!(true), json!(false)]),
-        ],
-        |m| provider.render(m, &api),
-        |m, r| {
-            let o = m
-                .spec
-                .provider
-                .as_ref()
-                .and_then(|p| p.overrides.clone())
-                .unwrap_or_default();
-            let spec = &r.objects[0].data["spec"];
-            let autoscaled = o.get("autoscaled") == Some(&json!(true));
-            if spec.get("replicas").is_some() == autoscaled {
-                return Err(format!(
-                    "replicas rendered: {}, autoscaled: {autoscaled}",
-                    !autoscaled
-                ));
-            }
-            let deadline = o.get("progressDeadlineSeconds").filter(|v| !v.is_null());
-            if deadline != spec.get("progressDeadlineSeconds") {
-                return Err("progressDeadlineSeconds not rendered as given".into());
-            }
-            Ok(())
-        },
-    );
-}
-
-/// The example with one field the real `apps/v1` schema lacks, deep in the pod template.
+/// The Deployment provider with one field the real `apps/v1` schema lacks, deep in the pod template.
 struct WithBogusField(DeploymentProvider);
 
 impl Provider for WithBogusField {
@@ -583,9 +477,7 @@ async fn a_field_the_built_in_schema_lacks_is_refused() {
     let (cluster, client) = testing::cluster().await.unwrap();
     let ns = cluster.namespace(provider);
     let _running = testing::spawn(
-        WithBogusField(DeploymentProvider {
-            name: provider.to_string(),
-        }),
+        WithBogusField(DeploymentProvider::named(provider)),
         client.clone(),
         test_options(),
     );

@@ -1,0 +1,17 @@
+//! `deployment-provider`: serves ModelDeployments whose provider is `deployment` with a
+//! plain Deployment and Service.
+
+use clap::Parser;
+use kubeairunway_deployment_provider::cli::Cli;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let rt = kubeairunway_sdk::process::Runtime::start(
+        "deployment-provider",
+        cli.options.process.clone(),
+    )
+    .await?;
+    let provider = cli.provider();
+    kubeairunway_sdk::runtime::run(provider, rt, cli.options).await
+}

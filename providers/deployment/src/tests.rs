@@ -1,0 +1,259 @@
+//! The Deployment provider without a cluster: its selection rules scored as core scores
+//! them against the operator-backed providers' registrations, what it refuses, what it
+//! renders (a snapshot of the full spec), any overrides, and its status. The e2e test
+//! (`tests/e2e/tests/e2e/sdk_builtin.rs`) runs it on the real API server.
+
+use kubeairunway_sdk::api::{EngineType, ModelDeployment, Phase, ServingMode};
+use kubeairunway_sdk::provider::object;
+use kubeairunway_sdk::selection::Outcome;
+use kubeairunway_sdk::testing::{self, ModelDeploymentBuilder};
+use kubeairunway_sdk::{Live, Provider, Rendered, UpstreamApi};
+use serde_json::json;
+
+use crate::{DEFAULT_LLAMACPP_GPU_IMAGE, DEFAULT_LLAMACPP_IMAGE, DeploymentProvider, NAME};
+
+fn md(engine: EngineType, gpus: i32) -> ModelDeploymentBuilder {
+    ModelDeploymentBuilder::new("qwen")
+        .namespace("ns")
+        .model("Qwen/Qwen3-0.6B")
+        .engine(engine)
+        .gpus(gpus)
+}
+
+/// The upstream API with a schema that takes every field (the e2e test checks the
+/// rendered fields against the real `apps/v1` schema of the API server).
+fn api(provider: &DeploymentProvider) -> UpstreamApi {
+    UpstreamApi::new(
+        &provider.upstream(),
+        "v1",
+        json!({"type": "object", "x-kubernetes-preserve-unknown-fields": true}),
+    )
+}
+
+fn render(md: &ModelDeployment) -> Rendered {
+    let provider = DeploymentProvider::default();
+    provider.render(md, &api(&provider)).unwrap()
+}
+
+/// Scored as core scores (`selection::select`), the Deployment provider never outranks an
+/// operator-backed provider whose rule holds, and serves everything it can when it is
+/// the only one registered.
+#[test]
+fn it_never_outranks_an_operator_and_wins_alone() {
+    use kubeairunway_dynamo_provider::Dynamo;
+    use kubeairunway_kaito_provider::KaitoProvider;
+    use kubeairunway_kuberay_provider::KubeRayProvider;
+
+    let all = [
+        (NAME, DeploymentProvider::default().config()),
+        ("dynamo", Dynamo::default().config()),
+        ("kaito", KaitoProvider::default().config()),
+        ("kuberay", KubeRayProvider::default().config()),
+    ];
+    let winner = |md: &ModelDeployment, among: &[(&str, _)]| match testing::score(md, among).outcome
+    {
+        Outcome::Selected { provider, .. } => provider,
+        other => panic!("nothing selected: {other:?}"),
+    };
+    // A vLLM spec on a GPU, with KAITO, Dynamo and KubeRay registered: an operator.
+    let vllm = md(EngineType::Vllm, 1).build();
+    assert_eq!(winner(&vllm, &all), "dynamo");
+    // Each case an operator-backed provider serves, it keeps.
+    assert_eq!(winner(&md(EngineType::Sglang, 1).build(), &all), "dynamo");
+    assert_eq!(winner(&md(EngineType::Vllm, 0).build(), &all), "kaito");
+    assert_eq!(winner(&md(EngineType::Llamacpp, 1).build(), &all), "kaito");
+    // Alone, it serves each engine it knows, by its one rule at the lowest priority.
+    for (engine, gpus) in [
+        (EngineType::Vllm, 1),
+        (EngineType::Sglang, 1),
+        (EngineType::Llamacpp, 0),
+    ] {
+        let selection = testing::score(&md(engine, gpus).build(), &all[..1]);
+        assert!(
+            matches!(&selection.outcome, Outcome::Selected { provider, priority: 1, .. } if provider == NAME),
+            "{engine}: {:?}",
+            selection.outcome
+        );
+        assert!(selection.rule_errors.is_empty());
+    }
+    // KubeRay is chosen only by name (no rules), so beside it alone this one serves vLLM.
+    assert_eq!(winner(&vllm, &[all[0].clone(), all[3].clone()]), NAME);
+    // Disaggregated serving is not its to take: nothing is selected without an operator.
+    let disaggregated = md(EngineType::Vllm, 1)
+        .mode(ServingMode::Disaggregated)
+        .build();
+    assert!(!matches!(
+        testing::score(&disaggregated, &all[..1]).outcome,
+        Outcome::Selected { .. }
+    ));
+}
+
+#[test]
+fn it_refuses_what_a_deployment_cannot_serve() {
+    let provider = DeploymentProvider::default();
+    let refused = |md: &ModelDeployment| provider.check(md).unwrap_err().0;
+    assert!(
+        refused(
+            &md(EngineType::Vllm, 1)
+                .mode(ServingMode::Disaggregated)
+                .build()
+        )
+        .contains("aggregated mode only")
+    );
+    assert_eq!(
+        refused(&md(EngineType::Trtllm, 1).build()),
+        "the Deployment provider does not serve the trtllm engine"
+    );
+    // SGLang has no default image unless the flag gives one.
+    assert_eq!(
+        refused(&md(EngineType::Sglang, 1).build()),
+        "spec.image is required for the sglang engine: the Deployment provider has no \
+         default image for it"
+    );
+    let sglang = md(EngineType::Sglang, 1)
+        .image("lmsysorg/sglang:v0.5.5")
+        .build();
+    assert_eq!(provider.check(&sglang), Ok(()));
+}
+
+/// The objects for a ModelDeployment that sets every field this provider reads: the
+/// snapshot is the spec of what it applies.
+#[test]
+fn full_spec_renders_a_deployment_and_a_service() {
+    let md = md(EngineType::Vllm, 2)
+        .replicas(3)
+        .label("kubeairunway.ai/team", "ml")
+        .overrides(json!({"progressDeadlineSeconds": 3600}))
+        .spec(|s| {
+            s.engine.args = Some([("enforce-eager".into(), "true".into())].into());
+            s.node_selector = Some([("pool".into(), "gpu".into())].into());
+            s.tolerations = Some(vec![
+                serde_json::from_value(
+                    json!({"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}),
+                )
+                .unwrap(),
+            ]);
+        })
+        .build();
+    let rendered = render(&md);
+    assert!(rendered.warnings.is_empty(), "{:?}", rendered.warnings);
+    let objects: Vec<_> = rendered
+        .objects
+        .iter()
+        .map(|o| serde_json::to_value(o).unwrap())
+        .collect();
+    insta::assert_yaml_snapshot!(objects);
+    // The Service selects exactly the Deployment's pods.
+    assert_eq!(
+        objects[1]["spec"]["selector"],
+        objects[0]["spec"]["selector"]["matchLabels"]
+    );
+}
+
+#[test]
+fn llama_cpp_gets_the_cuda_image_only_with_gpus() {
+    let image = |gpus| {
+        render(&md(EngineType::Llamacpp, gpus).build()).objects[0].data["spec"]["template"]["spec"]
+            ["containers"][0]["image"]
+            .clone()
+    };
+    assert_eq!(image(0), DEFAULT_LLAMACPP_IMAGE);
+    assert_eq!(image(1), DEFAULT_LLAMACPP_GPU_IMAGE);
+    // spec.image wins.
+    let own = render(&md(EngineType::Llamacpp, 1).image("my/llama:1").build());
+    assert_eq!(
+        own.objects[0].data["spec"]["template"]["spec"]["containers"][0]["image"],
+        "my/llama:1"
+    );
+}
+
+#[test]
+fn a_gateway_is_named_as_unsupported() {
+    let md = md(EngineType::Vllm, 1)
+        .spec(|s| s.gateway = Some(serde_json::from_value(json!({"enabled": true})).unwrap()))
+        .build();
+    let warnings = render(&md).warnings;
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(warnings[0].message.contains("spec.gateway"), "{warnings:?}");
+}
+
+/// Any overrides a user may write: never a panic, wrong types refused naming the key,
+/// unknown keys warned about, and what is accepted rendered as documented.
+#[test]
+fn any_overrides() {
+    let provider = DeploymentProvider::default();
+    let api = api(&provider);
+    let base = md(EngineType::Vllm, 1).replicas(2).build();
+    testing::overrides::check_overrides(
+        &base,
+        &[
+            ("progressDeadlineSeconds", vec![json!(3600)]),
+            ("autoscaled", vec![json!(true), json!(false)]),
+        ],
+        |m| provider.render(m, &api),
+        |m, r| {
+            let o = m
+                .spec
+                .provider
+                .as_ref()
+                .and_then(|p| p.overrides.clone())
+                .unwrap_or_default();
+            let spec = &r.objects[0].data["spec"];
+            let autoscaled = o.get("autoscaled") == Some(&json!(true));
+            if spec.get("replicas").is_some() == autoscaled {
+                return Err(format!(
+                    "replicas rendered: {}, autoscaled: {autoscaled}",
+                    !autoscaled
+                ));
+            }
+            // Two replicas asked for while the autoscaler owns the count: named.
+            let named = r
+                .warnings
+                .iter()
+                .any(|w| w.message.contains("spec.scaling.replicas"));
+            if named != autoscaled {
+                return Err(format!("scaling.replicas named: {named}"));
+            }
+            let deadline = o.get("progressDeadlineSeconds").filter(|v| !v.is_null());
+            if deadline != spec.get("progressDeadlineSeconds") {
+                return Err("progressDeadlineSeconds not rendered as given".into());
+            }
+            Ok(())
+        },
+    );
+}
+
+/// The status is the Deployment's; the endpoint is the Service, once it exists.
+#[test]
+fn status_is_the_deployments_with_the_service_as_endpoint() {
+    let provider = DeploymentProvider::default();
+    let md = md(EngineType::Vllm, 1).build();
+    assert_eq!(
+        provider.observe(&md, &Live::empty()).phase,
+        Phase::Deploying
+    );
+    let deployment = object(json!({
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "qwen", "generation": 1},
+        "spec": {"replicas": 1},
+        "status": {"observedGeneration": 1, "replicas": 1, "updatedReplicas": 1,
+                   "readyReplicas": 1, "availableReplicas": 1,
+                   "conditions": [{"type": "Available", "status": "True"},
+                                  {"type": "Progressing", "status": "True",
+                                   "reason": "NewReplicaSetAvailable"}]},
+    }))
+    .unwrap();
+    let service = object(json!({
+        "apiVersion": "v1", "kind": "Service", "metadata": {"name": "qwen"},
+    }))
+    .unwrap();
+    let without = provider.observe(&md, &Live::new(Some(deployment.clone())));
+    assert_eq!(without.phase, Phase::Running);
+    assert_eq!(without.endpoint, None);
+    let with = provider.observe(&md, &Live::new(Some(deployment)).with(service));
+    let endpoint = with.endpoint.unwrap();
+    assert_eq!(
+        (endpoint.service.as_deref(), endpoint.port),
+        (Some("qwen"), Some(80))
+    );
+}
