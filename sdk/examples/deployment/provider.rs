@@ -13,8 +13,8 @@ use kubeairunway_sdk::api::{
 use kubeairunway_sdk::provider::object;
 use kubeairunway_sdk::render::{pod_annotations, pod_labels};
 use kubeairunway_sdk::{
-    Incompatible, Live, Observed, Provider, RenderError, Rendered, UpstreamApi, UpstreamRef,
-    Warning, engine, labels, overrides, storage, workload,
+    Live, Observed, Provider, RenderError, Rendered, UpstreamApi, UpstreamRef, Warning, engine,
+    labels, overrides, storage, workload,
 };
 use serde::Deserialize;
 use serde_json::json;
@@ -81,23 +81,6 @@ impl Provider for DeploymentProvider {
 
     fn upstream(&self) -> UpstreamRef {
         UpstreamRef::new("apps", "Deployment", "deployments", &["v1"])
-    }
-
-    fn check(&self, md: &ModelDeployment) -> Result<(), Incompatible> {
-        if md.spec.serving.mode != ServingMode::Aggregated {
-            return Err(Incompatible(
-                "a Deployment serves aggregated mode only; disaggregated serving needs an \
-                 operator (Dynamo)"
-                    .into(),
-            ));
-        }
-        match md.spec.engine.type_ {
-            Some(EngineType::Vllm | EngineType::Sglang | EngineType::Llamacpp) => Ok(()),
-            other => Err(Incompatible(format!(
-                "the Deployment provider does not serve the {} engine",
-                other.map_or("unset", EngineType::as_str)
-            ))),
-        }
     }
 
     fn render(
