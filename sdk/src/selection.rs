@@ -439,6 +439,10 @@ pub struct Selection {
     pub clean_providers: Vec<(String, Option<i64>)>,
 }
 
+/// `status.provider.selectedReason`, and the `ProviderSelected` message, of a provider
+/// named in `spec.provider.name` (core writes it; `testing::select` as core does).
+pub const EXPLICIT_REASON: &str = "explicit provider selection";
+
 /// The message of [`Outcome::NoHealthyProviders`].
 pub const NO_HEALTHY_PROVIDERS: &str = "No healthy providers available";
 

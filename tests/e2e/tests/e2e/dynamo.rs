@@ -414,8 +414,10 @@ async fn walk(tag: &str, crd: CustomResourceDefinition, version: &'static str) {
     );
 
     // What Dynamo's capabilities exclude is refused by the runtime, naming the field.
+    // Named in the spec: core would never choose Dynamo for llama.cpp by its rules.
     let llama = ModelDeploymentBuilder::new("llama")
         .namespace(&format!("{tag}-llama"))
+        .provider("dynamo")
         .engine(EngineType::Llamacpp)
         .gpus(0)
         .build();
