@@ -113,7 +113,8 @@ pub fn preview(
         )
     })?;
     let fail = |message: String| format!("{name}: {message}");
-    provider.check(md).map_err(|e| fail(e.0))?;
+    // As the provider's runtime decides: its capabilities, then its own check.
+    kubeairunway_sdk::runtime::fit::check(provider, md).map_err(|e| fail(e.0))?;
     let wanted = provider.upstream();
     let crd = crds
         .get(&wanted.crd_name())
@@ -257,7 +258,7 @@ fn print(objects: &[DynamicObject], table: &Table, format: Format) -> anyhow::Re
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kubeairunway_sdk::{Provider as _, labels};
+    use kubeairunway_sdk::labels;
 
     fn md(yaml: &str) -> ModelDeployment {
         let mut docs = manifest::read(yaml, "t", "default").unwrap();
@@ -335,12 +336,10 @@ mod tests {
             now(),
         )
         .unwrap_err();
-        let own = builtins
-            .kuberay
-            .check(&sample("cpu-llamacpp"))
-            .unwrap_err()
-            .0;
-        assert_eq!(err, format!("kuberay: {own}"));
+        assert_eq!(
+            err,
+            "kuberay: spec.engine.type is llamacpp, which provider kuberay does not support: it serves the engines vllm"
+        );
 
         let third_party = md(
             "apiVersion: kubeairunway.ai/v1alpha1\nkind: ModelDeployment\nmetadata: {name: m}\nspec: {model: {id: a/b}, engine: {type: llamacpp}, provider: {name: mine}}\n",

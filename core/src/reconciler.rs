@@ -31,8 +31,9 @@ use crate::metrics::Metrics;
 use crate::selection::{self, Outcome, RuleCache, RuleError};
 use crate::validation::{self, validate};
 
-/// `selectedReason` of a provider named in `spec.provider.name`.
-pub const EXPLICIT_REASON: &str = "explicit provider selection";
+/// `selectedReason` of a provider named in `spec.provider.name`: the SDK's, so that
+/// `kubeairunway_sdk::testing::select` writes what core writes.
+pub use kubeairunway_sdk::selection::EXPLICIT_REASON;
 /// Condition core sets on an InferenceProviderConfig about its selection rules.
 pub const SELECTION_RULES_VALID: &str = "SelectionRulesValid";
 /// Message while the built-in selector is off and nobody has selected yet.

@@ -1,58 +1,90 @@
-//! Defaults of a ModelDeployment spec, applied by the mutating webhook and before CEL
-//! selection rules are evaluated. They are the defaults of the API types (and of the
-//! reference CRD), written out explicitly on the JSON form so that unknown fields and the
-//! user's formatting of other fields stay untouched.
+//! Defaults of a ModelDeployment spec, from one source: the `default`s of the
+//! ModelDeployment CRD's schema, which are generated from the API types (their serde
+//! defaults, through schemars: `model.source` huggingface, `engine.trustRemoteCode`
+//! false, `serving.mode` aggregated, `scaling.replicas` and each role's `replicas` 1, a
+//! GPU request's `count` 0 and `type` [`crate::api::DEFAULT_GPU_TYPE`], a storage volume's
+//! `purpose` custom and `readOnly` false, ...). The API server applies them to every
+//! ModelDeployment; core's mutating webhook and selection (the `spec` CEL rules see)
+//! apply the same ones with [`apply`], by the API server's own algorithm, so no default is
+//! written twice.
 
-use serde_json::{Map, Value};
+use std::sync::LazyLock;
 
-use crate::api::DEFAULT_GPU_TYPE;
+use serde_json::Value;
 
-fn object<'a>(parent: &'a mut Map<String, Value>, key: &str) -> Option<&'a mut Map<String, Value>> {
-    let v = parent
-        .entry(key.to_string())
-        .or_insert_with(|| Value::Object(Map::new()));
-    v.as_object_mut()
+/// The schema of `spec` in the ModelDeployment CRD as it is installed
+/// ([`crate::api::crds::all`]).
+static SPEC_SCHEMA: LazyLock<Value> = LazyLock::new(|| {
+    let crd = crate::api::crds::all()
+        .into_iter()
+        .find(|c| c.spec.names.kind == "ModelDeployment")
+        .and_then(|c| serde_json::to_value(c).ok())
+        .unwrap_or_default();
+    crd.pointer("/spec/versions/0/schema/openAPIV3Schema/properties/spec")
+        .cloned()
+        .unwrap_or_default()
+});
+
+/// The schema of a ModelDeployment's `spec` that holds its defaults.
+pub fn spec_schema() -> &'static Value {
+    &SPEC_SCHEMA
 }
 
-fn default(map: &mut Map<String, Value>, key: &str, value: Value) {
-    if !map.contains_key(key) || map.get(key).is_some_and(Value::is_null) {
-        map.insert(key.to_string(), value);
-    }
-}
-
-fn gpu_type(parent: &mut Map<String, Value>) {
-    if let Some(gpu) = parent.get_mut("gpu").and_then(Value::as_object_mut) {
-        default(gpu, "type", Value::String(DEFAULT_GPU_TYPE.to_string()));
-    }
-}
-
-/// Fill in the defaults of a spec (the `spec` object of a ModelDeployment) in place.
-/// Anything that is not an object where an object belongs is left alone (validation
-/// reports it).
+/// Fill in the defaults of a spec (the `spec` object of a ModelDeployment) in place, as
+/// the API server does. Anything that is not an object where an object belongs is left
+/// alone (validation reports it).
 pub fn apply(spec: &mut Value) {
-    let Some(spec) = spec.as_object_mut() else {
-        return;
-    };
-    if let Some(model) = object(spec, "model") {
-        default(model, "source", Value::String("huggingface".into()));
-    }
-    if let Some(engine) = object(spec, "engine") {
-        default(engine, "trustRemoteCode", Value::Bool(false));
-    }
-    if let Some(serving) = object(spec, "serving") {
-        default(serving, "mode", Value::String("aggregated".into()));
-    }
-    if let Some(scaling) = object(spec, "scaling") {
-        default(scaling, "replicas", Value::from(1));
-        for role in ["prefill", "decode"] {
-            if let Some(r) = scaling.get_mut(role).and_then(Value::as_object_mut) {
-                default(r, "replicas", Value::from(1));
-                gpu_type(r);
+    default(spec, &SPEC_SCHEMA);
+}
+
+/// Structural defaulting: a property with a `default` that is absent (or null: our
+/// schema has no nullable fields) gets it, then every value present, defaulted ones
+/// included, is defaulted by its own schema; array items by `items`. As
+/// `k8s.io/apiextensions-apiserver` does it, `pkg/apiserver/schema/defaulting/algorithm.go:34-69@v0.36.4`
+/// (the version the test API server is built from).
+fn default(x: &mut Value, schema: &Value) {
+    match x {
+        Value::Object(map) => {
+            let properties = schema.get("properties").and_then(Value::as_object);
+            for (key, property) in properties.into_iter().flatten() {
+                let Some(value) = property.get("default") else {
+                    continue;
+                };
+                if map.get(key).is_none_or(Value::is_null) {
+                    map.insert(key.clone(), value.clone());
+                }
+            }
+            let additional = schema.get("additionalProperties").filter(|a| a.is_object());
+            for (key, value) in map.iter_mut() {
+                match properties.and_then(|p| p.get(key)) {
+                    Some(property) => default(value, property),
+                    None => {
+                        if let Some(additional) = additional {
+                            if value.is_null()
+                                && let Some(d) = additional.get("default")
+                            {
+                                *value = d.clone();
+                            }
+                            default(value, additional);
+                        }
+                    }
+                }
             }
         }
-    }
-    if let Some(resources) = spec.get_mut("resources").and_then(Value::as_object_mut) {
-        gpu_type(resources);
+        Value::Array(items) => {
+            let Some(item_schema) = schema.get("items") else {
+                return;
+            };
+            for item in items {
+                if item.is_null()
+                    && let Some(d) = item_schema.get("default")
+                {
+                    *item = d.clone();
+                }
+                default(item, item_schema);
+            }
+        }
+        _ => {}
     }
 }
 
@@ -91,6 +123,24 @@ mod tests {
         assert_eq!(spec["model"]["source"], "custom");
         assert_eq!(spec["serving"]["mode"], "disaggregated");
         assert_eq!(spec["scaling"]["replicas"], 0);
+    }
+
+    /// The defaults the webhook and selection fill in are those of the API types: a spec
+    /// with every defaulted field left out, once defaulted, is what the typed API reads
+    /// and writes back. A `#[serde(default)]` whose schema `default` says otherwise (or
+    /// is missing) fails here.
+    #[test]
+    fn the_schema_s_defaults_are_the_api_types_defaults() {
+        let sparse = json!({
+            "model": {"id": "a/b", "storage": {"volumes": [{"name": "w", "mountPath": "/w"}]}},
+            "engine": {"type": "vllm"},
+            "resources": {"gpu": {}},
+            "scaling": {"prefill": {"gpu": {}}, "decode": {}},
+        });
+        let mut defaulted = sparse.clone();
+        apply(&mut defaulted);
+        let typed: crate::ModelDeploymentSpec = serde_json::from_value(sparse).unwrap();
+        assert_eq!(defaulted, serde_json::to_value(&typed).unwrap());
     }
 
     #[test]

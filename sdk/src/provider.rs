@@ -35,10 +35,16 @@ pub trait Provider: Send + Sync + 'static {
     /// has adapters for: a CRD's kind or a built-in one; see [`UpstreamRef`].
     fn upstream(&self) -> UpstreamRef;
 
-    /// Whether this provider can serve `md` at all (an engine, serving mode or size it
-    /// does not support). The message becomes the `ProviderCompatible=False` condition
-    /// and the phase is `Failed`.
-    fn check(&self, md: &ModelDeployment) -> Result<(), Incompatible>;
+    /// Whether this provider can serve `md`, beyond what its capabilities say (a name
+    /// its upstream refuses, a replica count or a setting it cannot serve). The runtime
+    /// calls it only for a spec that fits the capabilities of [`Provider::config`]
+    /// (engine, GPU or CPU, serving mode: [`crate::runtime::fit`]), so it never repeats
+    /// those. The message becomes the `ProviderCompatible=False` condition and the phase
+    /// is `Failed`. Default: no further refusal.
+    fn check(&self, md: &ModelDeployment) -> Result<(), Incompatible> {
+        let _ = md;
+        Ok(())
+    }
 
     /// The objects to apply for `md`, for the detected upstream API. The first object is
     /// the primary one (observed for status, recreated on identity changes); the others

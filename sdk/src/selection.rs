@@ -16,7 +16,7 @@ use std::fmt::Write as _;
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
-use crate::api::{Capabilities, ServingMode};
+use crate::api::{Capabilities, EngineType, ServingMode};
 use crate::{InferenceProviderConfig, ModelDeployment, ModelDeploymentSpec};
 use cel::objects::{Key, Map as CelMap};
 use cel::{Context, Env, Program, Value as CelValue};
@@ -439,6 +439,10 @@ pub struct Selection {
     pub clean_providers: Vec<(String, Option<i64>)>,
 }
 
+/// `status.provider.selectedReason`, and the `ProviderSelected` message, of a provider
+/// named in `spec.provider.name` (core writes it; `testing::select` as core does).
+pub const EXPLICIT_REASON: &str = "explicit provider selection";
+
 /// The message of [`Outcome::NoHealthyProviders`].
 pub const NO_HEALTHY_PROVIDERS: &str = "No healthy providers available";
 
@@ -469,19 +473,150 @@ pub fn unhealthy_reason(
     None
 }
 
-/// Whether capabilities fit a spec; `Err` says why not.
-pub fn fits(caps: &Capabilities, spec: &ModelDeploymentSpec) -> Result<(), String> {
-    if let Some(engine) = spec.engine.type_
-        && !caps.engines.contains(&engine)
-    {
-        return Err(format!("engine {engine} not supported"));
+/// Why a provider's capabilities do not fit a spec: the one rule of capability fit, used
+/// by selection (a provider that does not fit is no candidate) and by the provider
+/// runtime (a ModelDeployment selected for a provider it does not fit is refused before
+/// [`crate::Provider::check`] runs).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Misfit {
+    /// `spec.engine.type` is not set (the API requires it).
+    EngineUnset {
+        /// The engines the provider serves.
+        serves: Vec<EngineType>,
+    },
+    /// `spec.engine.type` is not among the provider's engines.
+    Engine {
+        /// The spec's engine.
+        engine: EngineType,
+        /// The engines the provider serves.
+        serves: Vec<EngineType>,
+    },
+    /// The spec asks for GPUs; the provider serves CPU-only deployments alone.
+    Gpu {
+        /// Where the spec asks for them, with the value (`spec.resources.gpu.count is 2`).
+        asked: String,
+    },
+    /// The spec asks for no GPU; the provider serves on GPUs only.
+    CpuOnly {
+        /// The field that says so, with the value (`spec.resources.gpu.count is 0`).
+        asked: String,
+        /// How to ask for GPUs in this serving mode.
+        fix: &'static str,
+    },
+    /// `spec.serving.mode` is not among the provider's serving modes.
+    Mode {
+        /// The spec's serving mode.
+        mode: ServingMode,
+        /// The serving modes the provider serves.
+        serves: Vec<ServingMode>,
+    },
+}
+
+/// The short form, as selection explains why a provider is not a candidate.
+impl std::fmt::Display for Misfit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Misfit::EngineUnset { .. } => f.write_str("engine not set"),
+            Misfit::Engine { engine, .. } => write!(f, "engine {engine} not supported"),
+            Misfit::Gpu { .. } => f.write_str("GPU not supported"),
+            Misfit::CpuOnly { .. } => f.write_str("CPU-only not supported"),
+            Misfit::Mode { mode, .. } => write!(f, "serving mode {mode} not supported"),
+        }
+    }
+}
+
+/// "serves the engines vllm, llamacpp", or "serves no engine".
+fn serving<T: std::fmt::Display>(what: &str, items: &[T]) -> String {
+    if items.is_empty() {
+        return format!("serves no {what}");
+    }
+    let items: Vec<String> = items.iter().map(ToString::to_string).collect();
+    format!("serves the {what}s {}", items.join(", "))
+}
+
+impl Misfit {
+    /// The message for the user of a ModelDeployment selected for `provider`: which
+    /// field, its value, and what the provider serves instead.
+    pub fn explain(&self, provider: &str) -> String {
+        match self {
+            Misfit::EngineUnset { serves } => format!(
+                "spec.engine.type is not set: provider {provider} {}",
+                serving("engine", serves)
+            ),
+            Misfit::Engine { engine, serves } => format!(
+                "spec.engine.type is {engine}, which provider {provider} does not support: \
+                 it {}",
+                serving("engine", serves)
+            ),
+            Misfit::Gpu { asked } => format!(
+                "{asked}, but provider {provider} does not support GPUs: it serves CPU-only \
+                 deployments (remove the GPU request)"
+            ),
+            Misfit::CpuOnly { asked, fix } => {
+                format!("{asked} (CPU only), but provider {provider} requires GPU ({fix})")
+            }
+            Misfit::Mode { mode, serves } => format!(
+                "spec.serving.mode is {mode}, which provider {provider} does not support: \
+                 it {}",
+                serving("serving mode", serves)
+            ),
+        }
+    }
+}
+
+/// Where a spec asks for GPUs (or asks for none), with the value.
+fn gpu_request(spec: &ModelDeploymentSpec) -> String {
+    let count = |g: Option<&crate::api::GpuSpec>| g.map_or(0, |g| g.count);
+    match spec.serving.mode {
+        ServingMode::Aggregated => match spec.resources.as_ref().and_then(|r| r.gpu.as_ref()) {
+            Some(gpu) => format!("spec.resources.gpu.count is {}", gpu.count),
+            None => "spec.resources.gpu is not set".into(),
+        },
+        ServingMode::Disaggregated => {
+            let role =
+                |c: Option<&crate::api::ComponentScaling>| count(c.and_then(|c| c.gpu.as_ref()));
+            format!(
+                "spec.scaling.prefill.gpu.count is {} and spec.scaling.decode.gpu.count is {}",
+                role(spec.scaling.prefill.as_ref()),
+                role(spec.scaling.decode.as_ref())
+            )
+        }
+    }
+}
+
+/// Whether capabilities fit a spec: its engine, whether it asks for GPUs, and its serving
+/// mode, in that order; `Err` says what does not fit.
+pub fn fits(caps: &Capabilities, spec: &ModelDeploymentSpec) -> Result<(), Misfit> {
+    match spec.engine.type_ {
+        None => {
+            return Err(Misfit::EngineUnset {
+                serves: caps.engines.clone(),
+            });
+        }
+        Some(engine) if !caps.engines.contains(&engine) => {
+            return Err(Misfit::Engine {
+                engine,
+                serves: caps.engines.clone(),
+            });
+        }
+        Some(_) => {}
     }
     let gpu = spec.uses_gpu();
     if gpu && !caps.gpu_support {
-        return Err("GPU not supported".into());
+        return Err(Misfit::Gpu {
+            asked: gpu_request(spec),
+        });
     }
     if !gpu && !caps.cpu_support {
-        return Err("CPU-only not supported".into());
+        return Err(Misfit::CpuOnly {
+            asked: gpu_request(spec),
+            fix: match spec.serving.mode {
+                ServingMode::Aggregated => "set resources.gpu.count > 0",
+                ServingMode::Disaggregated => {
+                    "set scaling.prefill.gpu.count and scaling.decode.gpu.count > 0"
+                }
+            },
+        });
     }
     let mode = spec.serving.mode;
     let modes_ok = if caps.serving_modes.is_empty() {
@@ -490,7 +625,12 @@ pub fn fits(caps: &Capabilities, spec: &ModelDeploymentSpec) -> Result<(), Strin
         caps.serving_modes.contains(&mode)
     };
     if !modes_ok {
-        return Err(format!("serving mode {mode} not supported"));
+        let serves = if caps.serving_modes.is_empty() {
+            vec![ServingMode::Aggregated]
+        } else {
+            caps.serving_modes.clone()
+        };
+        return Err(Misfit::Mode { mode, serves });
     }
     Ok(())
 }
@@ -594,8 +734,8 @@ pub fn evaluate(
                 return verdict;
             }
             let caps = config.spec.capabilities.clone().unwrap_or_default();
-            if let Err(r) = fits(&caps, &md.spec) {
-                verdict.standing = Standing::DoesNotFit(r);
+            if let Err(misfit) = fits(&caps, &md.spec) {
+                verdict.standing = Standing::DoesNotFit(misfit.to_string());
                 return verdict;
             }
             let rules = cache.rules(config);
@@ -908,6 +1048,19 @@ mod tests {
         assert_eq!(
             message,
             "No provider fits (engine=vllm, gpu=true, mode=disaggregated): agg: serving mode disaggregated not supported; cpu-only: GPU not supported; sg: engine vllm not supported"
+        );
+    }
+
+    #[test]
+    fn a_spec_without_an_engine_fits_no_provider() {
+        let configs = [provider("p", V, true, true, AGG, &[("true", 1)])];
+        let s = run(&md(json!({"model": {"id": "a/b"}})), &configs);
+        let Outcome::NoneFits { message } = s.outcome else {
+            panic!("{s:?}")
+        };
+        assert_eq!(
+            message,
+            "No provider fits (engine=unset, gpu=false, mode=aggregated): p: engine not set"
         );
     }
 

@@ -4,8 +4,9 @@
 //! - [`cluster`]: a real Kubernetes API server (etcd + the upstream apiserver code: CRDs,
 //!   the built-in kinds the platform uses, webhook admission) with the platform's CRDs
 //!   installed, and [`spawn`] to run a provider against it in-process.
-//! - [`select`]: set `status.provider.name` the way core does for a ModelDeployment that
-//!   names its provider (reason `ExplicitSelection`), or a custom selector does.
+//! - [`select`]: set `status.provider.name` and the reason the way core does: explicit
+//!   when the ModelDeployment names the provider, otherwise scored by its rules
+//!   ([`core_selection`] is the same decision as a pure function).
 //! - [`score`]: which provider core would choose for a ModelDeployment that names none,
 //!   among registrations you give it: core's own pure selection, without a cluster, to
 //!   test your CEL selection rules against ours.
@@ -388,26 +389,105 @@ pub fn condition<'a>(
         .and_then(|s| conditions::find(&s.conditions, type_))
 }
 
-/// Select `provider` for the ModelDeployment as core does: apply `status.provider.name`,
-/// `selectedReason` and `ProviderSelected=True` under core's field manager.
+/// What core writes when it selects a provider for a ModelDeployment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CoreSelection {
+    /// `status.provider.name`.
+    pub provider: String,
+    /// The `ProviderSelected=True` condition's reason: `ExplicitSelection` for a provider
+    /// named in `spec.provider.name`, `AutoSelected` for one chosen by its rules.
+    pub reason: &'static str,
+    /// `status.provider.selectedReason`, also the condition's message: core's own text
+    /// ([`crate::selection::EXPLICIT_REASON`], or the capabilities and the winning rule).
+    pub selected_reason: String,
+}
+
+/// What core writes when it selects `provider`, registered with `config`, for `md`: a
+/// pure function, as core decides.
+///
+/// - `md` names `provider` in `spec.provider.name`: explicit selection (core requires
+///   only that the provider is registered and serves a model);
+/// - `md` names no provider: `provider` is scored as core scores it
+///   ([`crate::selection::evaluate`] and [`crate::selection::decide`]), taken as ready
+///   with a fresh heartbeat, and the reason is the one core writes when it wins (which
+///   it does among the registered providers when no other scores higher: test that with
+///   [`score`]).
+///
+/// `Err` says why core would not select it: `md` names another provider, the provider
+/// serves no model, its capabilities do not fit, or none of its rules is true.
+pub fn core_selection(
+    md: &ModelDeployment,
+    provider: &str,
+    config: &crate::InferenceProviderConfigSpec,
+) -> Result<CoreSelection, String> {
+    if !config.serves() {
+        return Err(format!(
+            "provider {provider} registers no engines: it serves no model"
+        ));
+    }
+    if let Some(named) = md.spec.provider_name() {
+        if named != provider {
+            return Err(format!(
+                "spec.provider.name is {named}: core selects {named}, not {provider}"
+            ));
+        }
+        return Ok(CoreSelection {
+            provider: provider.to_string(),
+            reason: reasons::EXPLICIT,
+            selected_reason: crate::selection::EXPLICIT_REASON.to_string(),
+        });
+    }
+    match score(md, &[(provider, config.clone())]).outcome {
+        crate::selection::Outcome::Selected {
+            provider, reason, ..
+        } => Ok(CoreSelection {
+            provider,
+            reason: reasons::AUTO_SELECTED,
+            selected_reason: reason,
+        }),
+        crate::selection::Outcome::NoneFits { message } => Err(message),
+        crate::selection::Outcome::NoHealthyProviders { detail } => Err(detail),
+    }
+}
+
+/// Select `provider` for the ModelDeployment as core does, once the provider has
+/// registered (its InferenceProviderConfig exists; waited for up to [`WAIT`]): apply
+/// `status.provider.name`, `selectedReason` and `ProviderSelected=True` under core's
+/// field manager, with the reason core writes ([`core_selection`]: `ExplicitSelection`
+/// when `spec.provider.name` names it, otherwise `AutoSelected` with the rule that
+/// matched). Fails, writing nothing, when core would not select it (then name it in
+/// `spec.provider.name`, as a user would).
 pub async fn select(
     client: &Client,
     md: &ModelDeployment,
     provider: &str,
 ) -> kube::Result<ModelDeployment> {
+    let refused = |why: String| kube::Error::Service(why.into());
     let ns = md
         .metadata
         .namespace
         .clone()
         .unwrap_or_else(|| "default".to_string());
     let name = md.metadata.name.clone().unwrap_or_default();
+    let configs: Api<crate::InferenceProviderConfig> = Api::all(client.clone());
+    let config = wait_for(
+        WAIT,
+        &format!("provider {provider} to register"),
+        || configs.get_opt(provider),
+        Option::is_some,
+    )
+    .await
+    .map_err(|e| refused(e.to_string()))?
+    .ok_or_else(|| refused(format!("provider {provider} is not registered")))?;
+    let chosen = core_selection(md, provider, &config.spec)
+        .map_err(|why| refused(format!("core would not select {provider}: {why}")))?;
     let api: Api<ModelDeployment> = Api::namespaced(client.clone(), &ns);
     let condition = conditions::new(
         None,
         PROVIDER_SELECTED,
         true,
-        reasons::EXPLICIT,
-        format!("Provider {provider} selected"),
+        chosen.reason,
+        chosen.selected_reason.clone(),
         md.metadata.generation,
         Timestamp::now(),
     );
@@ -415,7 +495,7 @@ pub async fn select(
         "apiVersion": ModelDeployment::api_version(&()),
         "kind": "ModelDeployment",
         "status": {
-            "provider": {"name": provider, "selectedReason": "explicit provider selection"},
+            "provider": {"name": chosen.provider, "selectedReason": chosen.selected_reason},
             "conditions": [condition],
         },
     });
@@ -560,5 +640,83 @@ pub mod mock {
             send.send_response(response);
             Ok(())
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{Capabilities, InferenceProviderConfigSpec, SelectionRule};
+
+    fn registration(rules: &[(&str, i32)]) -> InferenceProviderConfigSpec {
+        InferenceProviderConfigSpec {
+            capabilities: Some(Capabilities {
+                engines: vec![EngineType::Vllm],
+                serving_modes: vec![ServingMode::Aggregated],
+                gpu_support: true,
+                ..Capabilities::default()
+            }),
+            selection_rules: rules
+                .iter()
+                .map(|(condition, priority)| SelectionRule {
+                    condition: (*condition).to_string(),
+                    priority: *priority,
+                })
+                .collect(),
+            ..InferenceProviderConfigSpec::default()
+        }
+    }
+
+    #[test]
+    fn a_named_provider_is_an_explicit_selection() {
+        let md = ModelDeploymentBuilder::new("m").provider("mine").build();
+        assert_eq!(
+            core_selection(&md, "mine", &registration(&[])),
+            Ok(CoreSelection {
+                provider: "mine".into(),
+                reason: reasons::EXPLICIT,
+                selected_reason: crate::selection::EXPLICIT_REASON.into(),
+            })
+        );
+        let err = core_selection(&md, "other", &registration(&[])).unwrap_err();
+        assert_eq!(
+            err,
+            "spec.provider.name is mine: core selects mine, not other"
+        );
+    }
+
+    #[test]
+    fn an_unnamed_provider_is_scored_with_core_s_reason() {
+        let md = ModelDeploymentBuilder::new("m").build();
+        let chosen = core_selection(
+            &md,
+            "mine",
+            &registration(&[("false", 90), ("spec.engine.type == 'vllm'", 20)]),
+        )
+        .unwrap();
+        assert_eq!(chosen.reason, reasons::AUTO_SELECTED);
+        assert_eq!(
+            chosen.selected_reason,
+            "matched capabilities: engine=vllm, gpu=true, mode=aggregated; rule `spec.engine.type == 'vllm'` priority 20"
+        );
+        let err = core_selection(&md, "mine", &registration(&[])).unwrap_err();
+        assert!(
+            err.ends_with("mine: no selection rules (explicit selection only)"),
+            "{err}"
+        );
+        let cpu = ModelDeploymentBuilder::new("m").gpus(0).build();
+        let err = core_selection(&cpu, "mine", &registration(&[("true", 1)])).unwrap_err();
+        assert!(err.ends_with("mine: CPU-only not supported"), "{err}");
+    }
+
+    #[test]
+    fn a_provider_that_serves_no_model_is_never_selected() {
+        let md = ModelDeploymentBuilder::new("m").provider("cache").build();
+        let err =
+            core_selection(&md, "cache", &InferenceProviderConfigSpec::default()).unwrap_err();
+        assert_eq!(
+            err,
+            "provider cache registers no engines: it serves no model"
+        );
     }
 }

@@ -212,23 +212,9 @@ impl Provider for DeploymentProvider {
         UpstreamRef::new("apps", "Deployment", "deployments", &["v1"])
     }
 
+    /// Engines and the serving mode are the runtime's capability fit (the config above);
+    /// what is left is whether the engine has an image.
     fn check(&self, md: &ModelDeployment) -> Result<(), Incompatible> {
-        if md.spec.serving.mode != ServingMode::Aggregated {
-            return Err(Incompatible(
-                "a Deployment serves aggregated mode only; disaggregated serving needs an \
-                 operator (Dynamo)"
-                    .into(),
-            ));
-        }
-        match md.spec.engine.type_ {
-            Some(EngineType::Vllm | EngineType::Sglang | EngineType::Llamacpp) => {}
-            other => {
-                return Err(Incompatible(format!(
-                    "the Deployment provider does not serve the {} engine",
-                    other.map_or("unset", EngineType::as_str)
-                )));
-            }
-        }
         self.images.for_spec(md).map(drop).map_err(Incompatible)
     }
 

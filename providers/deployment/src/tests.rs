@@ -5,6 +5,7 @@
 
 use kubeairunway_sdk::api::{EngineType, ModelDeployment, Phase, ServingMode};
 use kubeairunway_sdk::provider::object;
+use kubeairunway_sdk::runtime::fit;
 use kubeairunway_sdk::selection::Outcome;
 use kubeairunway_sdk::testing::{self, ModelDeploymentBuilder};
 use kubeairunway_sdk::{Live, Provider, Rendered, UpstreamApi};
@@ -91,18 +92,20 @@ fn it_never_outranks_an_operator_and_wins_alone() {
 #[test]
 fn it_refuses_what_a_deployment_cannot_serve() {
     let provider = DeploymentProvider::default();
-    let refused = |md: &ModelDeployment| provider.check(md).unwrap_err().0;
-    assert!(
+    // As the runtime asks: capability fit first, then the provider's own check.
+    let refused = |md: &ModelDeployment| fit::check(&provider, md).unwrap_err().0;
+    assert_eq!(
         refused(
             &md(EngineType::Vllm, 1)
                 .mode(ServingMode::Disaggregated)
                 .build()
-        )
-        .contains("aggregated mode only")
+        ),
+        "spec.serving.mode is disaggregated, which provider deployment does not support: it \
+         serves the serving modes aggregated"
     );
-    assert_eq!(
-        refused(&md(EngineType::Trtllm, 1).build()),
-        "the Deployment provider does not serve the trtllm engine"
+    assert!(
+        refused(&md(EngineType::Trtllm, 1).build())
+            .starts_with("spec.engine.type is trtllm, which provider deployment does not support")
     );
     // SGLang has no default image unless the flag gives one.
     assert_eq!(
@@ -113,7 +116,7 @@ fn it_refuses_what_a_deployment_cannot_serve() {
     let sglang = md(EngineType::Sglang, 1)
         .image("lmsysorg/sglang:v0.5.5")
         .build();
-    assert_eq!(provider.check(&sglang), Ok(()));
+    assert_eq!(fit::check(&provider, &sglang), Ok(()));
 }
 
 /// The objects for a ModelDeployment that sets every field this provider reads: the

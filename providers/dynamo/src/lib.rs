@@ -29,8 +29,7 @@ use kubeairunway_sdk::api::{
 };
 use kubeairunway_sdk::provider::object;
 use kubeairunway_sdk::{
-    Incompatible, Live, ModelDeployment, Observed, Provider, RenderError, Rendered, UpstreamApi,
-    UpstreamRef,
+    Live, ModelDeployment, Observed, Provider, RenderError, Rendered, UpstreamApi, UpstreamRef,
 };
 use serde_json::json;
 
@@ -90,14 +89,6 @@ impl Dynamo {
     }
 }
 
-fn has_gpus(md: &ModelDeployment) -> bool {
-    md.spec
-        .resources
-        .as_ref()
-        .and_then(|r| r.gpu.as_ref())
-        .is_some_and(|g| g.count > 0)
-}
-
 impl Provider for Dynamo {
     fn name(&self) -> &str {
         NAME
@@ -141,24 +132,6 @@ impl Provider for Dynamo {
             "dynamographdeployments",
             &["v1beta1", "v1alpha1"],
         )
-    }
-
-    fn check(&self, md: &ModelDeployment) -> Result<(), Incompatible> {
-        match md.spec.engine.type_ {
-            Some(EngineType::Llamacpp) => {
-                return Err(Incompatible(
-                    "Dynamo does not support llamacpp engine".into(),
-                ));
-            }
-            None => return Err(Incompatible("engine.type is required".into())),
-            Some(_) => {}
-        }
-        if md.spec.serving.mode == ServingMode::Aggregated && !has_gpus(md) {
-            return Err(Incompatible(
-                "Dynamo requires GPU (set resources.gpu.count > 0)".into(),
-            ));
-        }
-        Ok(())
     }
 
     fn render(

@@ -13,6 +13,7 @@ use std::time::Duration;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::jiff::Timestamp;
 use kubeairunway_sdk::api::{EngineType, Phase, ServingMode};
+use kubeairunway_sdk::runtime::fit;
 use kubeairunway_sdk::testing::ModelDeploymentBuilder;
 use kubeairunway_sdk::{ModelDeployment, Provider, UpstreamApi, UpstreamRef};
 use serde_json::{Value, json};
@@ -475,34 +476,29 @@ fn the_adapter_follows_the_installed_crd() {
     assert!(new["spec"]["components"].is_array());
 }
 
+/// What Dynamo cannot serve is refused by the runtime from its registered capabilities
+/// (no llama.cpp, no CPU-only), with the field, its value and what Dynamo serves.
 #[test]
-fn compatibility_messages_are_those_of_004_section_8() {
+fn what_the_capabilities_exclude_is_refused_by_the_runtime() {
     let p = Dynamo::default();
+    let refused = |md: &ModelDeployment| fit::check(&p, md).unwrap_err().0;
     let llama = ModelDeploymentBuilder::new("l")
         .engine(EngineType::Llamacpp)
         .build();
     assert_eq!(
-        p.check(&llama).unwrap_err().0,
-        "Dynamo does not support llamacpp engine"
+        refused(&llama),
+        "spec.engine.type is llamacpp, which provider dynamo does not support: it serves the engines vllm, sglang, trtllm"
     );
     let cpu = ModelDeploymentBuilder::new("c").gpus(0).build();
     assert_eq!(
-        p.check(&cpu).unwrap_err().0,
-        "Dynamo requires GPU (set resources.gpu.count > 0)"
+        refused(&cpu),
+        "spec.resources.gpu.count is 0 (CPU only), but provider dynamo requires GPU (set resources.gpu.count > 0)"
     );
     let mut no_resources = ModelDeploymentBuilder::new("n").build();
     no_resources.spec.resources = None;
-    assert!(p.check(&no_resources).is_err());
-    assert!(p.check(&example1()).is_ok());
-    assert!(p.check(&example3()).is_ok());
-    let disagg = ModelDeploymentBuilder::new("d")
-        .gpus(0)
-        .mode(ServingMode::Disaggregated)
-        .build();
-    assert!(
-        p.check(&disagg).is_ok(),
-        "GPUs come from scaling.prefill/decode"
-    );
+    assert!(refused(&no_resources).starts_with("spec.resources.gpu is not set (CPU only)"));
+    assert_eq!(fit::check(&p, &example1()), Ok(()));
+    assert_eq!(fit::check(&p, &example3()), Ok(()));
 }
 
 #[test]

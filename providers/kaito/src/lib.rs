@@ -112,23 +112,11 @@ impl Provider for KaitoProvider {
         UpstreamRef::new(GROUP, "Workspace", "workspaces", &["v1beta1"])
     }
 
+    /// What KAITO refuses beyond its capabilities (engines vLLM and llama.cpp, aggregated
+    /// mode, CPU or GPU: the runtime checks those): a name that is not a DNS-1123 label,
+    /// more than one replica without InferenceSet, and GPU nodes it cannot provision.
     fn check(&self, md: &ModelDeployment) -> Result<(), Incompatible> {
         check_name(md)?;
-        if md.spec.serving.mode == ServingMode::Disaggregated {
-            return Err(Incompatible(
-                "KAITO does not support disaggregated mode".into(),
-            ));
-        }
-        match md.spec.engine.type_ {
-            Some(EngineType::Vllm | EngineType::Llamacpp) => {}
-            Some(other) => {
-                return Err(Incompatible(format!(
-                    "KAITO does not support {} engine",
-                    other.as_str()
-                )));
-            }
-            None => return Err(Incompatible("engine.type is required".into())),
-        }
         let replicas = md.spec.scaling.replicas;
         if replicas != 1 && !self.inference_set {
             return Err(Incompatible(format!(

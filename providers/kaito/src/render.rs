@@ -958,28 +958,31 @@ mod tests {
         assert!(byo().check(&m).is_ok());
     }
 
+    /// What KAITO's capabilities exclude is refused by the runtime, before `check`, with
+    /// the field, its value and what KAITO serves.
     #[test]
-    fn compatibility_messages_are_exact() {
+    fn what_the_capabilities_exclude_is_refused_by_the_runtime() {
         let p = byo();
         let with = |spec: Value| {
             let mut v = serde_json::to_value(cpu_llamacpp()).unwrap();
             for (k, val) in spec.as_object().unwrap() {
                 v["spec"][k] = val.clone();
             }
-            p.check(&md(v)).map_err(|e| e.0)
+            kubeairunway_sdk::runtime::fit::check(&p, &md(v)).map_err(|e| e.0)
         };
         assert_eq!(
             with(json!({"engine": {"type": "sglang"}})).unwrap_err(),
-            "KAITO does not support sglang engine"
+            "spec.engine.type is sglang, which provider kaito does not support: it serves the engines vllm, llamacpp"
         );
         assert_eq!(
             with(json!({"engine": {"type": "trtllm"}})).unwrap_err(),
-            "KAITO does not support trtllm engine"
+            "spec.engine.type is trtllm, which provider kaito does not support: it serves the engines vllm, llamacpp"
         );
         assert_eq!(
             with(json!({"serving": {"mode": "disaggregated"}})).unwrap_err(),
-            "KAITO does not support disaggregated mode"
+            "spec.serving.mode is disaggregated, which provider kaito does not support: it serves the serving modes aggregated"
         );
+        assert_eq!(with(json!({})), Ok(()));
     }
 
     #[test]

@@ -1,12 +1,13 @@
-//! What KubeRay can serve (004 §8): vLLM on GPUs, aggregated or disaggregated, under a
-//! name KubeRay accepts, with nothing in the spec that KubeRay's validation or Ray Serve
-//! LLM would refuse later (where KubeRay 1.3 would only log it and never start).
+//! What KubeRay refuses beyond its registered capabilities (vLLM on GPUs, aggregated or
+//! disaggregated: the runtime checks those before [`check`] runs): a name KubeRay does
+//! not accept, and anything in the spec that KubeRay's validation or Ray Serve LLM would
+//! refuse later (where KubeRay 1.3 would only log it and never start).
 
 use std::collections::BTreeMap;
 
 use kube::ResourceExt;
 use kubeairunway_sdk::Incompatible;
-use kubeairunway_sdk::api::{EngineType, ModelDeployment, ServingMode};
+use kubeairunway_sdk::api::ModelDeployment;
 
 use crate::serve_config::{kwarg_key, roles};
 
@@ -16,9 +17,6 @@ use crate::serve_config::{kwarg_key, roles};
 /// checked by `ValidateRayServiceMetadata`, `utils/validation.go:632-646@v1.7.0`, in the
 /// controller and the optional webhook).
 pub const MAX_NAME_LENGTH: usize = 47;
-
-/// 004 §8's message for a deployment without GPUs.
-pub const REQUIRES_GPU: &str = "KubeRay requires GPU (set resources.gpu.count > 0)";
 
 /// Environment variables KubeRay refuses in the head container (and we render `spec.env`
 /// there): `RAY_REDIS_ADDRESS` without GCS fault tolerance, `REDIS_USERNAME` always
@@ -31,46 +29,13 @@ pub const REFUSED_ENV: [&str; 2] = ["RAY_REDIS_ADDRESS", "REDIS_USERNAME"];
 /// served name from `model_loading_config` (`python/ray/llm/_internal/serve/engines/vllm/vllm_models.py:120-123@ray-2.52.0`).
 pub const REFUSED_ENGINE_ARGS: [&str; 2] = ["model", "served_model_name"];
 
-/// Refuse what KubeRay cannot serve, with the user-facing message.
+/// Refuse what KubeRay cannot serve among the specs its capabilities cover, with the
+/// user-facing message.
 pub fn check(md: &ModelDeployment) -> Result<(), Incompatible> {
-    engine(md)?;
-    gpus(md)?;
     name(md)?;
     environment(md)?;
     engine_args(md)?;
     crate::storage::check(md).map_err(Incompatible)
-}
-
-fn engine(md: &ModelDeployment) -> Result<(), Incompatible> {
-    match md.spec.engine.type_ {
-        Some(EngineType::Vllm) => Ok(()),
-        Some(other) => Err(Incompatible(format!(
-            "KubeRay does not support {} engine",
-            other.as_str()
-        ))),
-        None => Err(Incompatible(
-            "KubeRay supports only the vllm engine; spec.engine.type is not set".into(),
-        )),
-    }
-}
-
-fn gpus(md: &ModelDeployment) -> Result<(), Incompatible> {
-    let spec = &md.spec;
-    let gpus_ok = match spec.serving.mode {
-        ServingMode::Aggregated => spec.gpu_count() > 0,
-        ServingMode::Disaggregated => [&spec.scaling.prefill, &spec.scaling.decode]
-            .into_iter()
-            .all(|c| {
-                c.as_ref()
-                    .and_then(|c| c.gpu.as_ref())
-                    .is_some_and(|g| g.count > 0)
-            }),
-    };
-    if gpus_ok {
-        Ok(())
-    } else {
-        Err(Incompatible(REQUIRES_GPU.into()))
-    }
 }
 
 fn name(md: &ModelDeployment) -> Result<(), Incompatible> {
@@ -178,7 +143,6 @@ pub fn is_dns1035_label(s: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kubeairunway_sdk::api::{ComponentScaling, GpuSpec};
     use kubeairunway_sdk::testing::ModelDeploymentBuilder;
 
     fn refused(md: &ModelDeployment) -> String {
@@ -190,62 +154,34 @@ mod tests {
         assert_eq!(check(&ModelDeploymentBuilder::new("m").build()), Ok(()));
     }
 
+    /// Engines other than vLLM and CPU-only specs are refused by the runtime from
+    /// KubeRay's registered capabilities, before [`check`] runs.
     #[test]
-    fn other_engines_are_refused_with_the_messages_of_004() {
-        for (engine, message) in [
-            (
-                EngineType::Llamacpp,
-                "KubeRay does not support llamacpp engine",
-            ),
-            (EngineType::Sglang, "KubeRay does not support sglang engine"),
-            (EngineType::Trtllm, "KubeRay does not support trtllm engine"),
-        ] {
-            assert_eq!(
-                refused(&ModelDeploymentBuilder::new("m").engine(engine).build()),
-                message
-            );
-        }
-        let unset = ModelDeploymentBuilder::new("m")
-            .spec(|s| s.engine.type_ = None)
+    fn what_the_capabilities_exclude_is_refused_by_the_runtime() {
+        let provider = crate::KubeRayProvider::default();
+        let refused = |md: &ModelDeployment| {
+            kubeairunway_sdk::runtime::fit::check(&provider, md)
+                .unwrap_err()
+                .0
+        };
+        let sglang = ModelDeploymentBuilder::new("m")
+            .engine(kubeairunway_sdk::api::EngineType::Sglang)
             .build();
-        assert!(refused(&unset).contains("only the vllm engine"));
-    }
-
-    #[test]
-    fn cpu_only_is_refused() {
+        assert_eq!(
+            refused(&sglang),
+            "spec.engine.type is sglang, which provider kuberay does not support: it serves the engines vllm"
+        );
         assert_eq!(
             refused(&ModelDeploymentBuilder::new("m").gpus(0).build()),
-            REQUIRES_GPU
+            "spec.resources.gpu.count is 0 (CPU only), but provider kuberay requires GPU (set resources.gpu.count > 0)"
         );
-        let no_resources = ModelDeploymentBuilder::new("m")
-            .spec(|s| s.resources = None)
-            .build();
-        assert_eq!(refused(&no_resources), REQUIRES_GPU);
-    }
-
-    #[test]
-    fn disaggregated_needs_gpus_on_both_roles() {
-        let role = |count| ComponentScaling {
-            replicas: 1,
-            gpu: Some(GpuSpec {
-                count,
-                ..GpuSpec::default()
-            }),
-            memory: None,
-        };
-        let md = |p, d| {
-            ModelDeploymentBuilder::new("m")
-                .mode(ServingMode::Disaggregated)
-                .spec(move |s| {
-                    s.resources = None;
-                    s.scaling.prefill = Some(role(p));
-                    s.scaling.decode = Some(role(d));
-                })
-                .build()
-        };
-        assert_eq!(check(&md(1, 2)), Ok(()));
-        assert_eq!(refused(&md(1, 0)), REQUIRES_GPU);
-        assert_eq!(refused(&md(0, 1)), REQUIRES_GPU);
+        assert_eq!(
+            kubeairunway_sdk::runtime::fit::check(
+                &provider,
+                &ModelDeploymentBuilder::new("m").build()
+            ),
+            Ok(())
+        );
     }
 
     #[test]

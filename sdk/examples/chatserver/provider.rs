@@ -12,8 +12,7 @@ use kubeairunway_sdk::api::{
 use kubeairunway_sdk::provider::{engine_flags, object};
 use kubeairunway_sdk::render::{pod_annotations, pod_labels};
 use kubeairunway_sdk::{
-    Incompatible, Live, Observed, Provider, RenderError, Rendered, UpstreamApi, UpstreamRef,
-    Warning, overrides,
+    Live, Observed, Provider, RenderError, Rendered, UpstreamApi, UpstreamRef, Warning, overrides,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -94,19 +93,6 @@ impl Provider for ChatServerProvider {
             "chatservers",
             &["v1"],
         )
-    }
-
-    fn check(&self, md: &ModelDeployment) -> Result<(), Incompatible> {
-        match md.spec.engine.type_ {
-            Some(EngineType::Llamacpp) if md.spec.serving.mode == ServingMode::Aggregated => Ok(()),
-            Some(EngineType::Llamacpp) => Err(Incompatible(
-                "ChatServer does not support disaggregated mode".into(),
-            )),
-            other => Err(Incompatible(format!(
-                "ChatServer does not support {} engine",
-                other.map_or("unset", EngineType::as_str)
-            ))),
-        }
     }
 
     fn render(

@@ -10,7 +10,9 @@
 //!    finalizer `kubeairunway.ai/<name>-provider` (after `--finalizer-timeout` at the
 //!    latest, with a `FinalizerTimeout` warning event);
 //! 3. add the finalizer;
-//! 4. `ProviderCompatible` from [`Provider::check`] and from the served upstream API;
+//! 4. `ProviderCompatible` from the capability fit ([`fit`]: the spec against the
+//!    provider's registered capabilities), then [`Provider::check`], and from the served
+//!    upstream API;
 //! 5. render, check every rendered field path against the installed schema, recreate
 //!    the primary object when an identity field changed, report drift, and
 //!    server-side-apply everything (field manager `<name>-provider`, forced);
@@ -32,6 +34,7 @@
 //! ModelDeployment.)
 
 mod cache;
+pub mod fit;
 mod metrics;
 mod reconcile;
 mod registration;

@@ -191,7 +191,7 @@ async fn prepare<P: Provider>(
         status::apply(ctx, md, &terminal(phase, reason, &message)).await?;
         Ok::<_, Error>(Err(Action::await_change()))
     };
-    if let Err(incompatible) = ctx.provider.check(md) {
+    if let Err(incompatible) = super::fit::check(ctx.provider.as_ref(), md) {
         return terminal_status(Phase::Failed, reasons::INCOMPATIBLE, incompatible.0).await;
     }
     let upstream = ctx.upstream.borrow().clone();

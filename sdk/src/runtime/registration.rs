@@ -211,6 +211,9 @@ pub(super) async fn heartbeat<P: Provider>(
     let name = provider.name().to_string();
     let pp = PatchParams::apply(&field_manager(&name)).force();
     let mut registered = false;
+    // The status as last written (or read back at registration): the previous condition's
+    // transition time comes from it, with no read per heartbeat.
+    let mut previous = InferenceProviderConfigStatus::default();
     loop {
         if !registered {
             let config = json!({
@@ -220,8 +223,9 @@ pub(super) async fn heartbeat<P: Provider>(
                 "spec": provider.config(),
             });
             match api.patch(&name, &pp, &Patch::Apply(&config)).await {
-                Ok(_) => {
+                Ok(config) => {
                     registered = true;
+                    previous = config.status.unwrap_or_default();
                     tracing::info!(provider = %name, "registered InferenceProviderConfig");
                 }
                 Err(e) => tracing::warn!(error = %e, "registering the InferenceProviderConfig"),
@@ -229,21 +233,18 @@ pub(super) async fn heartbeat<P: Provider>(
         }
         if registered {
             let state = upstream.borrow_and_update().clone();
-            let previous = api
-                .get_status(&name)
-                .await
-                .ok()
-                .and_then(|c| c.status)
-                .unwrap_or_default();
             let status = provider_status(provider.as_ref(), &state, &previous, Timestamp::now());
             let patch = json!({
                 "apiVersion": InferenceProviderConfig::api_version(&()),
                 "kind": InferenceProviderConfig::kind(&()),
                 "status": status,
             });
-            if let Err(e) = api.patch_status(&name, &pp, &Patch::Apply(&patch)).await {
-                tracing::warn!(error = %e, "refreshing the InferenceProviderConfig status");
-                registered = false; // it may have been deleted: register again
+            match api.patch_status(&name, &pp, &Patch::Apply(&patch)).await {
+                Ok(config) => previous = config.status.unwrap_or_default(),
+                Err(e) => {
+                    tracing::warn!(error = %e, "refreshing the InferenceProviderConfig status");
+                    registered = false; // it may have been deleted: register again
+                }
             }
         }
         tokio::select! {

@@ -54,6 +54,34 @@ async fn minimal_model_deployment_gets_the_reference_defaults() {
     assert_eq!(stored["resources"]["gpu"]["type"], "nvidia.com/gpu");
 }
 
+/// The defaults core's mutating webhook and selection fill in (`defaults::apply`) are
+/// exactly those the API server fills in from the installed CRD: a sparse spec stored
+/// (without any webhook) and read back raw equals the same spec defaulted by
+/// `defaults::apply`. A default added on one side only fails here.
+#[tokio::test]
+async fn the_webhook_s_defaults_are_the_crd_s() {
+    let (cluster, client) = core_cluster().await.unwrap();
+    let ns = cluster.namespace("crd-defaults");
+    let sparse = json!({
+        "model": {"id": "a/b", "storage": {"volumes": [{"name": "w", "mountPath": "/w"}]}},
+        "engine": {"type": "vllm"},
+        "resources": {"gpu": {"count": 1}},
+        "scaling": {"prefill": {"gpu": {"count": 1}}, "decode": {}},
+        "env": [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"key": "k"}}}],
+    });
+    let manifest = json!({
+        "apiVersion": "kubeairunway.ai/v1alpha1",
+        "kind": "ModelDeployment",
+        "metadata": {"name": "sparse"},
+        "spec": sparse,
+    });
+    let stored = apply_md(&client, &ns, "tests", &manifest).await.unwrap();
+    let mut defaulted = sparse.clone();
+    kubeairunway_sdk::defaults::apply(&mut defaulted);
+    assert_eq!(stored.data["spec"], defaulted);
+    assert_ne!(defaulted, sparse, "the sparse spec has defaults to fill");
+}
+
 #[tokio::test]
 async fn provider_config_is_cluster_scoped_and_round_trips() {
     let (_, client) = core_cluster().await.unwrap();

@@ -413,9 +413,11 @@ async fn walk(tag: &str, crd: CustomResourceDefinition, version: &'static str) {
         Some("failed_to_reconcile_the_resources")
     );
 
-    // What Dynamo cannot serve is refused with 004 §8's message.
+    // What Dynamo's capabilities exclude is refused by the runtime, naming the field.
+    // Named in the spec: core would never choose Dynamo for llama.cpp by its rules.
     let llama = ModelDeploymentBuilder::new("llama")
         .namespace(&format!("{tag}-llama"))
+        .provider("dynamo")
         .engine(EngineType::Llamacpp)
         .gpus(0)
         .build();
@@ -427,7 +429,10 @@ async fn walk(tag: &str, crd: CustomResourceDefinition, version: &'static str) {
     let c = condition(&md, PROVIDER_COMPATIBLE).unwrap();
     assert_eq!(
         (c.status.as_str(), c.message.as_str()),
-        ("False", "Dynamo does not support llamacpp engine")
+        (
+            "False",
+            "spec.engine.type is llamacpp, which provider dynamo does not support: it serves the engines vllm, sglang, trtllm"
+        )
     );
     assert!(
         dgds(&format!("{tag}-llama"))

@@ -352,7 +352,7 @@ async fn walk(tag: &str, crd_file: &str) {
         (
             "sglang",
             gpu_vllm("sglang", "refused").engine(EngineType::Sglang),
-            "KAITO does not support sglang engine".to_string(),
+            "spec.engine.type is sglang, which provider kaito does not support: it serves the engines vllm, llamacpp".to_string(),
         ),
         (
             "three",

@@ -983,7 +983,10 @@ async fn refusals(client: &Client) {
     let c = condition(&sg, PROVIDER_COMPATIBLE).unwrap();
     assert_eq!(
         (c.status.as_str(), c.message.as_str()),
-        ("False", "KubeRay does not support sglang engine")
+        (
+            "False",
+            "spec.engine.type is sglang, which provider kuberay does not support: it serves the engines vllm"
+        )
     );
     let long = md_where(client, ns, too_long, "long name refused", |m| {
         phase(m) == Some(Phase::Failed)

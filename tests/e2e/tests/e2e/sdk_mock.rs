@@ -53,7 +53,7 @@ async fn incompatible_spec_is_one_status_write() {
                 assert_eq!(body["status"]["phase"], "Failed");
                 assert_eq!(
                     body["status"]["message"],
-                    "ChatServer does not support sglang engine"
+                    "spec.engine.type is sglang, which provider chat-mock does not support: it serves the engines llamacpp"
                 );
                 let conditions = body["status"]["conditions"].as_array().unwrap();
                 assert_eq!(conditions[0]["type"], "ProviderCompatible");

@@ -609,15 +609,15 @@ async fn incompatible_specs_fail_with_the_providers_message() {
         phase(m) == Some(Phase::Failed)
     })
     .await;
+    // Refused by the runtime from ChatServer's registered capabilities (llama.cpp only),
+    // naming the field, its value and what the provider serves.
+    let refusal = "spec.engine.type is vllm, which provider chat-incompatible does not support: it serves the engines llamacpp";
     let c = condition(&md, PROVIDER_COMPATIBLE).unwrap();
     assert_eq!(
-        (c.status.as_str(), c.message.as_str()),
-        ("False", "ChatServer does not support vllm engine")
+        (c.status.as_str(), c.reason.as_str(), c.message.as_str()),
+        ("False", "IncompatibleConfiguration", refusal)
     );
-    assert_eq!(
-        md.status.unwrap().message.as_deref(),
-        Some("ChatServer does not support vllm engine")
-    );
+    assert_eq!(md.status.unwrap().message.as_deref(), Some(refusal));
     let servers: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &chatservers());
     assert!(servers.get_opt("gpu").await.unwrap().is_none());
 }
