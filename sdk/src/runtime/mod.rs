@@ -37,6 +37,7 @@ mod reconcile;
 mod registration;
 mod release;
 mod status;
+mod warmup;
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -118,6 +119,8 @@ pub struct Context<P: Provider> {
     pub(crate) metrics: Arc<Metrics>,
     /// The objects this provider owns, from watch caches.
     pub(crate) owned: cache::OwnedCache,
+    /// The Warmups ModelDeployments name in `spec.warmup`, from a watch cache.
+    pub(crate) warmups: warmup::Warmups,
     /// Spec generation whose render warnings were already published, per object.
     pub(crate) warned: Mutex<HashMap<ObjectRef<ModelDeployment>, i64>>,
     /// Upstream status fingerprint and when it last changed, per object.
@@ -145,12 +148,13 @@ impl<P: Provider> Context<P> {
         upstream: watch::Receiver<UpstreamState>,
     ) -> Self {
         let owned = cache::OwnedCache::new(client.clone(), provider.name(), None);
+        let warmups = warmup::Warmups::new(client.clone(), None);
         Self::with_cache(
             provider,
             client,
             options,
             upstream,
-            owned,
+            (owned, warmups),
             Arc::new(Metrics::new(
                 &mut prometheus_client::registry::Registry::default(),
                 "",
@@ -194,12 +198,20 @@ impl<P: Provider> Context<P> {
         self
     }
 
+    /// This context with `warmups` (`cache.kubeairunway.ai/v1alpha1` Warmups) as the
+    /// Warmups `spec.warmup` can name, for single [`reconcile_once`] steps in unit tests.
+    #[must_use]
+    pub fn with_warmups(self, warmups: Vec<kube::api::DynamicObject>) -> Self {
+        self.warmups.fixed(warmups);
+        self
+    }
+
     fn with_cache(
         provider: Arc<P>,
         client: Client,
         options: Options,
         upstream: watch::Receiver<UpstreamState>,
-        owned: cache::OwnedCache,
+        (owned, warmups): (cache::OwnedCache, warmup::Warmups),
         metrics: Arc<Metrics>,
     ) -> Self {
         let reporter = Reporter {
@@ -214,6 +226,7 @@ impl<P: Provider> Context<P> {
             options,
             upstream,
             owned,
+            warmups,
             warned: Mutex::default(),
             upstream_seen: Mutex::default(),
             failures: Mutex::default(),
@@ -369,13 +382,14 @@ async fn lead<P: Provider>(
         let _ = detected.changed().await;
     }
     let (owned_tx, owned_rx) = mpsc::unbounded_channel::<ObjectRef<ModelDeployment>>();
+    let warmups = warmup::Warmups::new(client.clone(), Some(owned_tx.clone()));
     let owned = cache::OwnedCache::new(client.clone(), &name, Some(owned_tx));
     let ctx = Arc::new(Context::with_cache(
         provider.clone(),
         client.clone(),
         options.clone(),
         upstream.clone(),
-        owned,
+        (owned, warmups),
         metrics,
     ));
     let mut tasks = tokio::task::JoinSet::new();
