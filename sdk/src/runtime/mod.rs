@@ -11,9 +11,11 @@
 //!    latest, with a `FinalizerTimeout` warning event);
 //! 3. add the finalizer;
 //! 4. `ProviderCompatible` from [`Provider::check`] and from the served upstream API;
-//! 5. render, check every rendered field path against the installed schema, recreate
-//!    the primary object when an identity field changed, report drift, and
-//!    server-side-apply everything (field manager `<name>-provider`, forced);
+//! 5. render, check every rendered field path against the installed schema; with
+//!    `spec.warmup`, stop here (reporting why) until the named Warmup is `Completed`
+//!    (the warmup gate, `runtime/warmup.rs`); recreate the primary object when an
+//!    identity field changed, report drift, and server-side-apply everything (field
+//!    manager `<name>-provider`, forced);
 //! 6. observe the live objects ([`crate::Live`]: every rendered object, by kind and
 //!    name) and server-side-apply our status.
 //!
