@@ -445,6 +445,7 @@ pub(crate) fn keep_open(mut view: ProviderView, md: &ModelDeployment) -> Provide
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::needless_pass_by_value)] // JSON literals built in place
     use super::*;
     use serde_json::json;
 
