@@ -3,7 +3,8 @@
 //! Each condition type has exactly one writer (the table "Who writes which status
 //! fields" in the repository's README): core writes [`VALIDATED`] and
 //! [`PROVIDER_SELECTED`]; the serving provider writes [`PROVIDER_COMPATIBLE`],
-//! [`RESOURCE_CREATED`], [`READY`] and [`STALE_STATUS`]; the kernel-cache provider writes
+//! [`RESOURCE_CREATED`], [`READY`], [`STALE_STATUS`] and (with `spec.warmup`)
+//! [`WARMED_UP`]; the kernel-cache provider writes
 //! [`KERNEL_CACHE_READY`]. `status.conditions` is a list-map keyed by `type`, so each
 //! writer server-side-applies only its own entries.
 
@@ -27,6 +28,9 @@ pub const STALE_STATUS: &str = "StaleStatus";
 pub const UPSTREAM_READY: &str = "UpstreamReady";
 /// Kernel-cache provider: the requested kernel cache is staged and injectable.
 pub const KERNEL_CACHE_READY: &str = "KernelCacheReady";
+/// Provider, only with `spec.warmup`: the named Warmup completed and the upstream objects
+/// may be created (`True`), or what creating them waits for (`False`).
+pub const WARMED_UP: &str = "WarmedUp";
 
 /// Condition reasons used by the platform's own controllers.
 pub mod reasons {
@@ -83,6 +87,22 @@ pub mod reasons {
     pub const DEPLOYMENT_FAILED: &str = "DeploymentFailed";
     /// `StaleStatus=True`.
     pub const STATUS_NOT_UPDATED: &str = "UpstreamStatusNotUpdated";
+    /// `WarmedUp=True`: the Warmup of `spec.warmup` completed.
+    pub const WARMUP_COMPLETED: &str = "WarmupCompleted";
+    /// `WarmedUp=True`: the upstream objects were created already (before `spec.warmup`
+    /// was set, or while the Warmup had completed); a warmup holds only their creation.
+    pub const ALREADY_CREATED: &str = "AlreadyCreated";
+    /// `WarmedUp=False` (and `ResourceCreated`, `Ready`): the Warmup is pending or in
+    /// progress; nothing is created yet.
+    pub const AWAITING_WARMUP: &str = "AwaitingWarmup";
+    /// `WarmedUp=False`: the named Warmup does not exist.
+    pub const WARMUP_NOT_FOUND: &str = "WarmupNotFound";
+    /// `WarmedUp=False`: the Warmup failed; nothing is created until it is replaced by
+    /// one that completes, or `spec.warmup` is removed.
+    pub const WARMUP_FAILED: &str = "WarmupFailed";
+    /// `WarmedUp=False`: Warmups cannot be read (the kind is not served: is the
+    /// kernel-cache provider's warmup installed?).
+    pub const WARMUP_UNAVAILABLE: &str = "WarmupUnavailable";
 }
 
 /// The three values of a condition's `status`.

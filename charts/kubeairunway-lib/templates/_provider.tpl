@@ -79,7 +79,9 @@ spec:
 {{/* The rules every provider needs (sdk/README.md, the provider contract): the
 ModelDeployments it serves (field-selected by status.provider.name) with its finalizer,
 its own status fields by server-side apply, its InferenceProviderConfig and heartbeat,
-the installed upstream CRD and its schema; events come after the provider's own rules. */}}
+the installed upstream CRD and its schema, the Warmups a ModelDeployment's spec.warmup
+names (read from a watch cache: the warmup gate); events come after the provider's own
+rules. */}}
 {{- define "kubeairunway-lib.providerRules" -}}
 - apiGroups: ["kubeairunway.ai"]
   resources: ["modeldeployments"]
@@ -93,6 +95,9 @@ the installed upstream CRD and its schema; events come after the provider's own 
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
   verbs: ["get", "list", "watch"]
+- apiGroups: ["cache.kubeairunway.ai"]
+  resources: ["warmups"]
+  verbs: ["list", "watch"]
 {{- end -}}
 
 {{/* Events about ModelDeployments (after the provider's own rules). */}}

@@ -157,6 +157,14 @@ pub struct ModelDeploymentSpec {
     /// ready, the engine compiles its kernels as usual.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_cache: Option<KernelCacheRef>,
+
+    /// Warm the nodes first: the provider creates nothing for this ModelDeployment (its
+    /// upstream objects are not applied) until this `Warmup` (the kernel-cache
+    /// provider's, `cache.kubeairunway.ai`, in this namespace) is `Completed`; the
+    /// condition `WarmedUp` says what it waits for. Once created, the deployment is never
+    /// held again: a Warmup that fails, is deleted or runs again later takes nothing back.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub warmup: Option<WarmupRef>,
 }
 
 /// A reference to a `KernelCache` (group `cache.kubeairunway.ai`) in the
@@ -167,6 +175,27 @@ pub struct KernelCacheRef {
     /// The KernelCache's name.
     #[schemars(length(min = 1, max = 253))]
     pub name: String,
+}
+
+/// A reference to a `Warmup` (group `cache.kubeairunway.ai`) in the ModelDeployment's
+/// namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WarmupRef {
+    /// The Warmup's name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+impl WarmupRef {
+    /// The API group of the `Warmup` kind (the kernel-cache provider serves it).
+    pub const GROUP: &'static str = "cache.kubeairunway.ai";
+    /// The version of the `Warmup` kind the provider runtime reads.
+    pub const VERSION: &'static str = "v1alpha1";
+    /// The kind.
+    pub const KIND: &'static str = "Warmup";
+    /// The kind's plural (its resource).
+    pub const PLURAL: &'static str = "warmups";
 }
 
 /// The model to serve.
@@ -617,6 +646,12 @@ pub struct ProviderStatus {
     /// Why this provider was selected (core or a custom selector).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selected_reason: Option<String>,
+    /// The container images of the objects the provider renders for the spec at
+    /// `status.observedGeneration`, sorted, each once (the provider; written also while
+    /// a warmup holds the objects back, so the warmup can preload them). Empty: the
+    /// rendered objects name no image (the upstream operator picks it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub images: Option<Vec<String>>,
 }
 
 /// The resolved engine.

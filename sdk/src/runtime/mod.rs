@@ -13,9 +13,11 @@
 //! 4. `ProviderCompatible` from the capability fit ([`fit`]: the spec against the
 //!    provider's registered capabilities), then [`Provider::check`], and from the served
 //!    upstream API;
-//! 5. render, check every rendered field path against the installed schema, recreate
-//!    the primary object when an identity field changed, report drift, and
-//!    server-side-apply everything (field manager `<name>-provider`, forced);
+//! 5. render, check every rendered field path against the installed schema; with
+//!    `spec.warmup`, stop here (reporting why) until the named Warmup is `Completed`
+//!    (the warmup gate, `runtime/warmup.rs`); recreate the primary object when an
+//!    identity field changed, report drift, and server-side-apply everything (field
+//!    manager `<name>-provider`, forced);
 //! 6. observe the live objects ([`crate::Live`]: every rendered object, by kind and
 //!    name) and server-side-apply our status.
 //!
@@ -40,6 +42,7 @@ mod reconcile;
 mod registration;
 mod release;
 mod status;
+mod warmup;
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -121,6 +124,8 @@ pub struct Context<P: Provider> {
     pub(crate) metrics: Arc<Metrics>,
     /// The objects this provider owns, from watch caches.
     pub(crate) owned: cache::OwnedCache,
+    /// The Warmups ModelDeployments name in `spec.warmup`, from a watch cache.
+    pub(crate) warmups: warmup::Warmups,
     /// Spec generation whose render warnings were already published, per object.
     pub(crate) warned: Mutex<HashMap<ObjectRef<ModelDeployment>, i64>>,
     /// Upstream status fingerprint and when it last changed, per object.
@@ -148,12 +153,13 @@ impl<P: Provider> Context<P> {
         upstream: watch::Receiver<UpstreamState>,
     ) -> Self {
         let owned = cache::OwnedCache::new(client.clone(), provider.name(), None);
+        let warmups = warmup::Warmups::new(client.clone(), None);
         Self::with_cache(
             provider,
             client,
             options,
             upstream,
-            owned,
+            (owned, warmups),
             Arc::new(Metrics::new(
                 &mut prometheus_client::registry::Registry::default(),
                 "",
@@ -197,12 +203,20 @@ impl<P: Provider> Context<P> {
         self
     }
 
+    /// This context with `warmups` (`cache.kubeairunway.ai/v1alpha1` Warmups) as the
+    /// Warmups `spec.warmup` can name, for single [`reconcile_once`] steps in unit tests.
+    #[must_use]
+    pub fn with_warmups(self, warmups: Vec<kube::api::DynamicObject>) -> Self {
+        self.warmups.fixed(warmups);
+        self
+    }
+
     fn with_cache(
         provider: Arc<P>,
         client: Client,
         options: Options,
         upstream: watch::Receiver<UpstreamState>,
-        owned: cache::OwnedCache,
+        (owned, warmups): (cache::OwnedCache, warmup::Warmups),
         metrics: Arc<Metrics>,
     ) -> Self {
         let reporter = Reporter {
@@ -217,6 +231,7 @@ impl<P: Provider> Context<P> {
             options,
             upstream,
             owned,
+            warmups,
             warned: Mutex::default(),
             upstream_seen: Mutex::default(),
             failures: Mutex::default(),
@@ -378,13 +393,14 @@ async fn lead<P: Provider>(
         let _ = detected.changed().await;
     }
     let (owned_tx, owned_rx) = mpsc::unbounded_channel::<ObjectRef<ModelDeployment>>();
+    let warmups = warmup::Warmups::new(client.clone(), Some(owned_tx.clone()));
     let owned = cache::OwnedCache::new(client.clone(), &name, Some(owned_tx));
     let ctx = Arc::new(Context::with_cache(
         provider.clone(),
         client.clone(),
         options.clone(),
         upstream.clone(),
-        owned,
+        (owned, warmups),
         metrics,
     ));
     let mut tasks = tokio::task::JoinSet::new();

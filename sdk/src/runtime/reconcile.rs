@@ -107,6 +107,12 @@ pub async fn reconcile_once<P: Provider>(
         Err(action) => return Ok(action),
     };
     let live = prepared.live(ctx).await;
+    let (api, warnings, objects) = (&prepared.api, &prepared.warnings, &prepared.objects);
+    if let Some(action) =
+        super::warmup::hold(md, ctx, api, warnings, objects, live[0].is_some()).await?
+    {
+        return Ok(action);
+    }
     if let Some(action) = replace_primary(md, ctx, &prepared, live[0].as_deref()).await? {
         return Ok(action);
     }
@@ -427,6 +433,7 @@ async fn report<P: Provider>(
     view.resource = Some((name, kind.clone()));
     view.endpoint = observed.endpoint.clone();
     view.replicas = observed.replicas.clone();
+    let mut view = super::warmup::report(view, md, ctx, &prepared.objects);
     let stale_after = ctx.options.stale_status_after;
     if let Some(still) = stale
         && still >= stale_after
@@ -473,7 +480,7 @@ fn compatible_message<P: Provider>(ctx: &Context<P>, api: &UpstreamApi) -> Strin
 
 /// Reason and message of `ProviderCompatible=True`: the spec fields this provider ignores
 /// are named there for as long as they are set, not only in an event that expires.
-fn compatibility<P: Provider>(
+pub(super) fn compatibility<P: Provider>(
     ctx: &Context<P>,
     api: &UpstreamApi,
     warnings: &[Warning],

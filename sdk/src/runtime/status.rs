@@ -9,12 +9,19 @@ use super::Context;
 use crate::api::{
     EndpointStatus, ModelDeployment, ModelDeploymentStatus, Phase, ProviderStatus, ReplicaStatus,
 };
-use crate::conditions::{self, PROVIDER_COMPATIBLE, READY, RESOURCE_CREATED, STALE_STATUS, Status};
+use crate::conditions::{
+    self, PROVIDER_COMPATIBLE, READY, RESOURCE_CREATED, STALE_STATUS, Status, WARMED_UP,
+};
 use crate::provider::Provider;
 
 /// Condition types a provider owns.
-pub(crate) const OWNED_CONDITIONS: [&str; 4] =
-    [PROVIDER_COMPATIBLE, RESOURCE_CREATED, READY, STALE_STATUS];
+pub(crate) const OWNED_CONDITIONS: [&str; 5] = [
+    PROVIDER_COMPATIBLE,
+    RESOURCE_CREATED,
+    READY,
+    STALE_STATUS,
+    WARMED_UP,
+];
 
 /// The provider's fields of a ModelDeployment status. Conditions not listed are removed
 /// (the provider stops owning them).
@@ -25,6 +32,8 @@ pub(crate) struct ProviderView {
     pub resource: Option<(String, String)>,
     pub endpoint: Option<EndpointStatus>,
     pub replicas: Option<ReplicaStatus>,
+    /// `status.provider.images`: the images of what is rendered.
+    pub images: Option<Vec<String>>,
     pub conditions: Vec<(&'static str, Status, String, String)>,
     /// `status.url`, from the endpoint ([`ProviderView::addressed`]).
     pub url: Option<String>,
@@ -61,6 +70,7 @@ impl ProviderView {
             resource: None,
             endpoint: None,
             replicas: None,
+            images: None,
             conditions: Vec::new(),
             url: None,
             selector: None,
@@ -101,9 +111,10 @@ impl ProviderView {
         ModelDeploymentStatus {
             phase: Some(self.phase),
             message: Some(self.message.clone()),
-            provider: self.resource.as_ref().map(|(name, kind)| ProviderStatus {
-                resource_name: Some(name.clone()),
-                resource_kind: Some(kind.clone()),
+            provider: (self.resource.is_some() || self.images.is_some()).then(|| ProviderStatus {
+                resource_name: self.resource.as_ref().map(|(name, _)| name.clone()),
+                resource_kind: self.resource.as_ref().map(|(_, kind)| kind.clone()),
+                images: self.images.clone(),
                 ..ProviderStatus::default()
             }),
             endpoint: self.endpoint.clone(),
@@ -138,6 +149,7 @@ impl ProviderView {
         let provider = s.provider.as_ref();
         let resource =
             provider.and_then(|p| Some((p.resource_name.clone()?, p.resource_kind.clone()?)));
+        let images = provider.and_then(|p| p.images.as_ref());
         let ours: Vec<_> = s
             .conditions
             .iter()
@@ -146,6 +158,7 @@ impl ProviderView {
         s.phase == Some(self.phase)
             && s.message.as_deref() == Some(self.message.as_str())
             && resource == self.resource
+            && images == self.images.as_ref()
             && s.endpoint == self.endpoint
             && s.url == self.url
             && s.selector == self.selector
@@ -173,7 +186,8 @@ pub(crate) async fn apply<P: Provider>(
     md: &ModelDeployment,
     view: &ProviderView,
 ) -> Result<Option<ModelDeployment>, kube::Error> {
-    let view = &view.clone().addressed(md, &ctx.options.cluster_domain);
+    let view =
+        &super::warmup::keep_open(view.clone(), md).addressed(md, &ctx.options.cluster_domain);
     if view.is_current(md) {
         return Ok(None);
     }

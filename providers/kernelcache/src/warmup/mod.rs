@@ -47,6 +47,9 @@ pub mod reasons {
     /// Waiting: the target ModelDeployment does not exist (failed, if it went away while
     /// the warmup ran).
     pub const TARGET_NOT_FOUND: &str = "TargetNotFound";
+    /// Waiting: the provider of a targetModelDeployment (without imagesPreload) has not
+    /// reported the images it renders for the current generation.
+    pub const IMAGES_NOT_REPORTED: &str = "ImagesNotReported";
     /// Waiting: a targetModelDeployment gives nothing to do (no imagesPreload,
     /// kernelCaches or customAction, and the ModelDeployment names no image or kernel
     /// cache).

@@ -1,12 +1,11 @@
 //! What a Warmup does on each node, from its spec and its target: pure.
 //!
 //! Images come from `imagesPreload`; for a `targetModelDeployment`, its `spec.image` is
-//! added and its `spec.kernelCache` staged too. They are fixed in `status.images` when the
+//! added and its `spec.kernelCache` staged too. A `targetModelDeployment` without
+//! `imagesPreload` preloads the images its provider renders for it, as the provider
+//! runtime reports them (`status.provider.images` for the current generation); the
+//! warmup waits until they are reported. Images are fixed in `status.images` when the
 //! warmup starts, so every node gets the same. The custom pod template is parsed strictly.
-//!
-//! Not yet: the images a ModelDeployment's provider renders when it names no image (the
-//! engine's default image, a preset's image). Providers do not report them; until they do,
-//! such a target needs `imagesPreload`.
 
 use kubeairunway_sdk::ModelDeployment;
 
@@ -51,14 +50,21 @@ pub fn resolve(warmup: &Warmup, md: Option<&ModelDeployment>) -> Resolved {
         tolerations.extend(md.spec.tolerations.clone().unwrap_or_default());
         if started {
             status.images.clone()
-        } else {
-            let mut images = spec
-                .images_preload
-                .as_ref()
-                .map(|p| p.items.clone())
-                .unwrap_or_default();
+        } else if let Some(preload) = &spec.images_preload {
+            let mut images = preload.items.clone();
             images.extend(md.spec.image.clone());
             images
+        } else if let Some(images) = reported_images(md) {
+            images
+        } else {
+            return Resolved::Waiting(
+                reasons::IMAGES_NOT_REPORTED,
+                format!(
+                    "waiting for the provider of ModelDeployment '{}' to report the images it renders for generation {} (status.provider.images), to preload them; set imagesPreload to name them instead",
+                    target.name,
+                    md.metadata.generation.unwrap_or_default()
+                ),
+            );
         }
     } else {
         spec.images_preload
@@ -87,7 +93,7 @@ pub fn resolve(warmup: &Warmup, md: Option<&ModelDeployment>) -> Resolved {
         return Resolved::Waiting(
             reasons::NOTHING_TO_WARM,
             format!(
-                "nothing to warm: ModelDeployment '{name}' names no image (spec.image) and no kernel cache (spec.kernelCache), and the Warmup sets no imagesPreload, kernelCaches or customAction (the images a provider renders by default are not reported by providers yet)"
+                "nothing to warm: the provider of ModelDeployment '{name}' renders no image (its upstream operator picks it), the ModelDeployment names no kernel cache (spec.kernelCache), and the Warmup sets no imagesPreload, kernelCaches or customAction"
             ),
         );
     }
@@ -102,6 +108,16 @@ pub fn resolve(warmup: &Warmup, md: Option<&ModelDeployment>) -> Resolved {
         custom,
         tolerations,
     }))
+}
+
+/// The images `md`'s provider reports for its current generation (`None`: not reported
+/// for it yet).
+fn reported_images(md: &ModelDeployment) -> Option<Vec<String>> {
+    let status = md.status.as_ref()?;
+    if status.observed_generation != md.metadata.generation {
+        return None;
+    }
+    status.provider.as_ref()?.images.clone()
 }
 
 #[cfg(test)]
@@ -139,6 +155,18 @@ mod tests {
         serde_json::from_value(v).unwrap()
     }
 
+    /// `md` as its provider reports the `images` it renders for `generation`.
+    fn reported(mut md: ModelDeployment, generation: i64, images: &[&str]) -> ModelDeployment {
+        md.status = Some(
+            serde_json::from_value(json!({
+                "observedGeneration": generation,
+                "provider": {"name": "p", "images": images},
+            }))
+            .unwrap(),
+        );
+        md
+    }
+
     #[test]
     fn node_targets_preload_what_they_name() {
         let w = warmup(
@@ -163,13 +191,32 @@ mod tests {
             matches!(resolve(&w, None), Resolved::Waiting(r, _) if r == reasons::TARGET_NOT_FOUND)
         );
         assert!(
-            matches!(resolve(&w, Some(&md(None, None))), Resolved::Waiting(r, m) if r == reasons::NOTHING_TO_WARM && m.contains("spec.image")),
-            "a model naming no image or cache, with no action, gives nothing to do"
+            matches!(resolve(&w, Some(&md(Some("llama.cpp:b1"), None))), Resolved::Waiting(r, m) if r == reasons::IMAGES_NOT_REPORTED && m.contains("generation 2")),
+            "without imagesPreload, the images the provider renders are waited for"
         );
-        let Resolved::Ready(a) = resolve(&w, Some(&md(Some("llama.cpp:b1"), Some("vadd")))) else {
+        let stale = reported(md(Some("llama.cpp:b1"), None), 1, &["old:1"]);
+        assert!(
+            matches!(resolve(&w, Some(&stale)), Resolved::Waiting(r, _) if r == reasons::IMAGES_NOT_REPORTED),
+            "images reported for an older generation are not the model's"
+        );
+        let nothing = reported(md(None, None), 2, &[]);
+        assert!(
+            matches!(resolve(&w, Some(&nothing)), Resolved::Waiting(r, m) if r == reasons::NOTHING_TO_WARM && m.contains("renders no image")),
+            "a provider rendering no image, no cache, no action: nothing to do"
+        );
+        let rendered = reported(
+            md(Some("llama.cpp:b1"), Some("vadd")),
+            2,
+            &["busybox:1", "llama.cpp:b1"],
+        );
+        let Resolved::Ready(a) = resolve(&w, Some(&rendered)) else {
             panic!()
         };
-        assert_eq!(a.images, ["llama.cpp:b1"]);
+        assert_eq!(
+            a.images,
+            ["busybox:1", "llama.cpp:b1"],
+            "what the provider renders"
+        );
         assert_eq!(a.kernel_caches, ["vadd"]);
         assert_eq!(a.tolerations.len(), 1, "the model's tolerations");
         let with_own = warmup(
@@ -190,6 +237,16 @@ mod tests {
             panic!()
         };
         assert_eq!(a.images, ["frozen:1"], "a running warmup keeps its images");
+    }
+
+    #[test]
+    fn the_provider_runtime_reads_this_kind_for_spec_warmup() {
+        use kube::Resource;
+        use kubeairunway_sdk::api::WarmupRef;
+        assert_eq!(Warmup::group(&()), WarmupRef::GROUP);
+        assert_eq!(Warmup::version(&()), WarmupRef::VERSION);
+        assert_eq!(Warmup::kind(&()), WarmupRef::KIND);
+        assert_eq!(Warmup::plural(&()), WarmupRef::PLURAL);
     }
 
     #[test]

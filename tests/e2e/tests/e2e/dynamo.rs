@@ -591,6 +591,7 @@ fn chart_lints_and_renders_least_privilege_rbac() {
                 &["customresourcedefinitions"],
                 &["get", "list", "watch"]
             ),
+            rule(&["cache.kubeairunway.ai"], &["warmups"], &["list", "watch"]),
             rule(
                 &["nvidia.com"],
                 &["dynamographdeployments"],

@@ -907,6 +907,7 @@ fn kaito_chart_lints_and_renders_least_privilege_rbac() {
         {"apiGroups": ["kubeairunway.ai"], "resources": ["modeldeployments/status"], "verbs": ["get", "patch", "update"]},
         {"apiGroups": ["kubeairunway.ai"], "resources": ["inferenceproviderconfigs", "inferenceproviderconfigs/status"], "verbs": ["get", "create", "patch", "update"]},
         {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": ["cache.kubeairunway.ai"], "resources": ["warmups"], "verbs": ["list", "watch"]},
         {"apiGroups": ["kaito.sh"], "resources": ["workspaces", "inferencesets"], "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]},
         {"apiGroups": [""], "resources": ["configmaps", "services"], "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]},
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},

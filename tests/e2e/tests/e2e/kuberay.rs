@@ -1058,6 +1058,7 @@ fn chart_lints_and_renders_least_privilege_rbac() {
              "verbs": ["get", "create", "patch", "update"]},
             {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
              "verbs": ["get", "list", "watch"]},
+            {"apiGroups": ["cache.kubeairunway.ai"], "resources": ["warmups"], "verbs": ["list", "watch"]},
             {"apiGroups": ["ray.io"], "resources": ["rayservices"],
              "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]},
             {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},

@@ -655,6 +655,27 @@ async fn agent_report(
     .unwrap();
 }
 
+/// Write `status.provider.images` of `md` for its generation, as its provider's runtime
+/// does (under a provider's field manager).
+async fn provider_reports_images(
+    client: &Client,
+    md: &kubeairunway_sdk::ModelDeployment,
+    images: &[&str],
+) {
+    let mds: Api<kubeairunway_sdk::ModelDeployment> =
+        Api::namespaced(client.clone(), &md.namespace().unwrap());
+    let status = json!({"apiVersion": "kubeairunway.ai/v1alpha1", "kind": "ModelDeployment",
+        "metadata": {"name": md.name_any()},
+        "status": {"observedGeneration": md.metadata.generation, "provider": {"images": images}}});
+    mds.patch_status(
+        &md.name_any(),
+        &PatchParams::apply("test-provider").force(),
+        &Patch::Apply(&status),
+    )
+    .await
+    .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_model_deployments_nodes_get_its_image_and_its_kernel_cache() {
     let (cluster, client, _stop) = start("warmup-model").await;
@@ -691,13 +712,18 @@ async fn a_model_deployments_nodes_get_its_image_and_its_kernel_cache() {
                  "nodeSelector": {"pool": "h100"},
                  "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "llm", "effect": "NoSchedule"}],
                  "kernelCache": {"name": "llama-kernels"}}});
-    mds.patch(
-        "llama",
-        &PatchParams::apply("test").force(),
-        &Patch::Apply(&md),
-    )
-    .await
-    .unwrap();
+    let md = mds
+        .patch(
+            "llama",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&md),
+        )
+        .await
+        .unwrap();
+    // The images its provider renders, as the provider runtime reports them (the warmup
+    // without imagesPreload preloads those; `a_gated_model_deployment_...` runs a real
+    // provider for it).
+    provider_reports_images(&client, &md, &["vllm/vllm-openai:v0.11.0"]).await;
     // The KernelCache as the cache controller leaves it once it pinned and verified it
     // (kernelcache_controller.rs runs the real controller for that); written here under
     // its field manager, since this test is about the warmup.
@@ -808,4 +834,226 @@ async fn a_model_deployments_nodes_get_its_image_and_its_kernel_cache() {
     let failed = s.conditions.iter().find(|c| c.type_ == "Failed").unwrap();
     assert_eq!(failed.reason, "GlobalTimeoutExceeded", "{s:?}");
     assert_eq!((s.desired_nodes, s.succeeded_nodes), (1, 0), "{s:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn node_names_without_a_node_fail_at_once_and_count_against_max_failed_nodes() {
+    let (cluster, client, _stop) = start("warmup-names").await;
+    let ns = cluster.namespace("warmup-names");
+    node(&client, "real-1", json!({})).await;
+    let _kubelet = Kubelet::start(client.clone(), &ns, |_, _| Run::Succeed);
+
+    // No global timeout: a warmup that waited for the missing node would never end.
+    create_warmup(
+        &client,
+        &ns,
+        "tolerated",
+        json!({"targetNodes": {"nodeNames": ["real-1", "no-such-node"]},
+               "imagesPreload": {"items": ["busybox:1.36"]},
+               "policies": {"backoffLimitPerNode": 0, "maxFailedNodes": 1}}),
+    )
+    .await
+    .unwrap();
+    let s = status_where(&client, &ns, "tolerated", "Completed", |s| {
+        s.phase == Some(WarmupPhase::Completed)
+    })
+    .await;
+    assert_eq!(
+        (s.desired_nodes, s.succeeded_nodes, s.failed_nodes),
+        (2, 1, 1),
+        "{s:?}"
+    );
+    let f = &s.failures[0];
+    assert_eq!(
+        (f.node_name.as_str(), f.reason.as_str(), f.permanent),
+        ("no-such-node", "NodeNotFound", true),
+        "{s:?}"
+    );
+    assert!(f.message.contains("no Node 'no-such-node'"), "{f:?}");
+
+    // Two missing nodes where one is tolerated: failed at once, no pod made.
+    create_warmup(
+        &client,
+        &ns,
+        "exceeded",
+        json!({"targetNodes": {"nodeNames": ["real-1", "gone-1", "gone-2"]},
+               "imagesPreload": {"items": ["busybox:1.36"]},
+               "policies": {"backoffLimitPerNode": 0, "maxFailedNodes": 1}}),
+    )
+    .await
+    .unwrap();
+    let s = status_where(&client, &ns, "exceeded", "Failed", |s| {
+        s.phase == Some(WarmupPhase::Failed)
+    })
+    .await;
+    let failed = s.conditions.iter().find(|c| c.type_ == "Failed").unwrap();
+    assert_eq!(failed.reason, "MaxFailedNodesExceeded", "{s:?}");
+    assert_eq!((s.failed_nodes, s.succeeded_nodes), (2, 0), "{s:?}");
+    let api: Api<Warmup> = Api::namespaced(client.clone(), &ns);
+    let uid = api.get("exceeded").await.unwrap().uid().unwrap();
+    assert!(
+        warmup_pods(&client, &ns)
+            .await
+            .iter()
+            .all(|p| p.labels()[warmup::pod::WARMUP_UID_LABEL] != uid),
+        "no pod for a warmup that failed on its first look"
+    );
+    let ev = events(&client, &ns, "exceeded").await;
+    assert!(
+        ev.iter()
+            .any(|(r, n)| r == "NodeFailed" && n.contains("gone-1") && n.contains("NodeNotFound")),
+        "{ev:?}"
+    );
+}
+
+/// A ModelDeployment with `spec.warmup`, served by the SDK's example Deployment provider
+/// (in-process, on the same API server as the warmup controller): nothing is created
+/// while its Warmup is missing or in progress, the condition `WarmedUp` says why, the
+/// Warmup preloads the images the provider reports, and once the test (playing the
+/// kubelet) lets the warmup pods finish, the Deployment is created at full scale.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gated_model_deployment_waits_for_its_warmup_then_scales_up() {
+    use kubeairunway_sdk::api::{EngineType, Phase, WarmupRef};
+    use kubeairunway_sdk::conditions::{RESOURCE_CREATED, WARMED_UP, reasons};
+    use kubeairunway_sdk::testing::{self, ModelDeploymentBuilder, condition, md_where};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let (cluster, client, _stop) = start("warmup-gate").await;
+    let ns = cluster.namespace("warmup-gate");
+    gpu_node(&client, "h100-1", json!({"pool": "h100"}), 8, json!([])).await;
+    let release = Arc::new(AtomicBool::new(false));
+    let _kubelet = Kubelet::start(client.clone(), &ns, {
+        let release = release.clone();
+        move |_, _| {
+            if release.load(Ordering::SeqCst) {
+                Run::Succeed
+            } else {
+                Run::Hang
+            }
+        }
+    });
+    let provider = "gate-e2e";
+    let _running = testing::spawn(
+        crate::deployment::DeploymentProvider {
+            name: provider.to_string(),
+        },
+        client.clone(),
+        testing::test_options(),
+    );
+    let md = ModelDeploymentBuilder::new("qwen")
+        .namespace(&ns)
+        .model("Qwen/Qwen3-0.6B")
+        .engine(EngineType::Vllm)
+        .gpus(1)
+        .replicas(2)
+        .provider(provider)
+        .spec(|s| {
+            s.warmup = Some(WarmupRef {
+                name: "qwen-warm".into(),
+            });
+        })
+        .build();
+    testing::deploy(&client, &md, provider).await.unwrap();
+    let deployments: Api<k8s_openapi::api::apps::v1::Deployment> =
+        Api::namespaced(client.clone(), &ns);
+
+    // No Warmup of that name: held, and said so; the images are reported all the same.
+    let held = md_where(
+        &client,
+        &ns,
+        "qwen",
+        "WarmedUp=False, WarmupNotFound",
+        |m| condition(m, WARMED_UP).is_some_and(|c| c.reason == reasons::WARMUP_NOT_FOUND),
+    )
+    .await;
+    let status = held.status.clone().unwrap();
+    assert_eq!(status.phase, Some(Phase::Pending), "{status:?}");
+    let created = condition(&held, RESOURCE_CREATED).unwrap();
+    assert_eq!(
+        (created.status.as_str(), created.reason.as_str()),
+        ("False", reasons::WARMUP_NOT_FOUND)
+    );
+    let images = status.provider.unwrap().images.unwrap();
+    assert!(
+        images.iter().any(|i| i.starts_with("vllm/vllm-openai")),
+        "the provider's default vLLM image: {images:?}"
+    );
+    assert!(deployments.get_opt("qwen").await.unwrap().is_none());
+
+    // The Warmup names no images: it preloads those the provider reports.
+    create_warmup(
+        &client,
+        &ns,
+        "qwen-warm",
+        json!({"targetModelDeployment": {"name": "qwen"}}),
+    )
+    .await
+    .unwrap();
+    let s = status_where(&client, &ns, "qwen-warm", "InProgress", |s| {
+        s.phase == Some(WarmupPhase::InProgress) && s.active_nodes == 1
+    })
+    .await;
+    assert_eq!(s.images, images, "the images the provider renders");
+    let pods = warmup_pods(&client, &ns).await;
+    let preloaded: Vec<String> = pods[0]
+        .spec
+        .as_ref()
+        .unwrap()
+        .init_containers
+        .iter()
+        .flatten()
+        .filter_map(|c| c.image.clone())
+        .collect();
+    assert!(
+        images.iter().all(|i| preloaded.contains(i)),
+        "{preloaded:?}"
+    );
+    let held = md_where(
+        &client,
+        &ns,
+        "qwen",
+        "WarmedUp=False, AwaitingWarmup",
+        |m| condition(m, WARMED_UP).is_some_and(|c| c.reason == reasons::AWAITING_WARMUP),
+    )
+    .await;
+    let why = &condition(&held, WARMED_UP).unwrap().message;
+    assert!(
+        why.contains("qwen-warm") && why.contains("InProgress"),
+        "{why}"
+    );
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert!(
+        deployments.get_opt("qwen").await.unwrap().is_none(),
+        "nothing is created while the warmup runs"
+    );
+
+    // The kubelet lets the warmup pod finish: the Warmup completes, the gate opens.
+    release.store(true, Ordering::SeqCst);
+    status_where(&client, &ns, "qwen-warm", "Completed", |s| {
+        s.phase == Some(WarmupPhase::Completed)
+    })
+    .await;
+    let open = md_where(&client, &ns, "qwen", "WarmedUp=True", |m| {
+        condition(m, WARMED_UP).is_some_and(|c| c.status == "True")
+            && condition(m, RESOURCE_CREATED).is_some_and(|c| c.status == "True")
+    })
+    .await;
+    assert_eq!(
+        condition(&open, WARMED_UP).unwrap().reason,
+        reasons::WARMUP_COMPLETED
+    );
+    let deployment = deployments.get("qwen").await.unwrap();
+    assert_eq!(deployment.spec.replicas, Some(2), "at full scale");
+
+    // Deleting the Warmup takes nothing back.
+    let api: Api<Warmup> = Api::namespaced(client.clone(), &ns);
+    api.delete("qwen-warm", &DeleteParams::default())
+        .await
+        .unwrap();
+    let after = md_where(&client, &ns, "qwen", "still open", |m| {
+        condition(m, WARMED_UP).is_some_and(|c| c.reason == reasons::ALREADY_CREATED)
+    })
+    .await;
+    assert_eq!(condition(&after, WARMED_UP).unwrap().status, "True");
+    assert!(deployments.get_opt("qwen").await.unwrap().is_some());
 }

@@ -499,3 +499,55 @@ fn a_pod_backing_off_its_image_pull_fails_its_attempt_and_is_deleted() {
     let failure = &p.status.failures[0];
     assert_eq!((failure.attempts, failure.permanent), (1, false));
 }
+
+#[test]
+fn missing_nodes_fail_at_once_and_count_against_max_failed_nodes() {
+    let missing = |c: &mut Case| {
+        for t in c.targets.iter_mut().filter(|t| t.node.starts_with("gone")) {
+            t.blocked = Some((
+                reasons::NODE_NOT_FOUND,
+                format!("there is no Node '{}'", t.node),
+            ));
+        }
+    };
+    // Within the tolerance: the other nodes go on; the warmup completes once they are
+    // done, with no deadline involved.
+    let mut c = Case::new(&["a", "gone-1"]);
+    c.policies.max_failed_nodes = Some(1);
+    c.policies.backoff_limit_per_node = Some(0);
+    missing(&mut c);
+    let p = c.plan();
+    assert_eq!(p.status.phase, Some(WarmupPhase::InProgress));
+    assert_eq!((p.status.failed_nodes, p.status.active_nodes), (1, 1));
+    assert_eq!(p.requeue_after, None, "no deadline waited for");
+    c.step(&p);
+    c.attempts[0].outcome = Succeeded;
+    c.attempts[0].running = false;
+    let p = c.plan();
+    assert_eq!(p.status.phase, Some(WarmupPhase::Completed));
+    assert_eq!((p.status.succeeded_nodes, p.status.failed_nodes), (1, 1));
+
+    // One more than tolerated: failed on the first look, nothing started.
+    let mut c = Case::new(&["a", "gone-1", "gone-2"]);
+    c.policies.max_failed_nodes = Some(1);
+    c.policies.backoff_limit_per_node = Some(0);
+    missing(&mut c);
+    let p = c.plan();
+    assert_eq!(p.status.phase, Some(WarmupPhase::Failed));
+    assert!(p.create.is_empty(), "{p:?}");
+    let failed = p
+        .status
+        .conditions
+        .iter()
+        .find(|c| c.type_ == condition_types::FAILED)
+        .unwrap();
+    assert_eq!(failed.reason, reasons::MAX_FAILED_NODES_EXCEEDED);
+    assert!(
+        p.status
+            .failures
+            .iter()
+            .all(|f| f.reason == reasons::NODE_NOT_FOUND && f.permanent),
+        "{:?}",
+        p.status.failures
+    );
+}
