@@ -4,7 +4,7 @@
 //! `io.triton.manifest/manifest.json` (`io.vllm.manifest/...`), an image config with the
 //! labels `cache.<type>.image/{entry-count,cache-size-bytes,summary}` computed from the
 //! cache's own metadata; pushed with the credentials Docker or Podman keep
-//! ([`docker_auth`]); optionally signed with a cosign key through the sigstore crate.
+//! ([`docker_auth`]); optionally signed with a cosign key ([`crate::sign`]).
 //!
 //! Triton: every `<hash>/<kernel>.json` with a `target` (`backend`, `arch`, `warp_size`)
 //! is a cache entry; the manifest lists them as MCV does (`hash`, `num_stages`,
@@ -307,53 +307,6 @@ pub async fn push(
         .map(str::to_string)
         .ok_or_else(|| BuildError::Registry(format!("the registry named no digest for {image}")))?;
     crate::oci::pin(image, &digest).map_err(|e| BuildError::Registry(e.to_string()))
-}
-
-/// Sign `pinned` with a cosign private key (PEM, encrypted with `password` as `cosign
-/// generate-key-pair` writes it, or not), in cosign's legacy simple-signing format.
-pub async fn sign(
-    pinned: &str,
-    key_pem: &[u8],
-    password: &[u8],
-    auth: &RegistryAuth,
-    plain_http: Vec<String>,
-) -> Result<(), BuildError> {
-    use sigstore::cosign::constraint::PrivateKeySigner;
-    use sigstore::cosign::{
-        ClientBuilder, Constraint as _, CosignCapabilities as _, SignatureLayer,
-    };
-    use sigstore::crypto::SigningScheme;
-    use sigstore::crypto::signing_key::SigStoreKeyPair;
-    use sigstore::registry::{Auth, OciReference};
-    let err = |e: &dyn std::fmt::Display| BuildError::Registry(format!("signing {pinned}: {e}"));
-    let pair = SigStoreKeyPair::from_encrypted_pem(key_pem, password)
-        .or_else(|_| SigStoreKeyPair::from_pem(key_pem))
-        .map_err(|e| err(&e))?;
-    let signer = pair
-        .to_sigstore_signer(&SigningScheme::ECDSA_P256_SHA256_ASN1)
-        .map_err(|e| err(&e))?;
-    let mut client = ClientBuilder::default()
-        .with_oci_client_config(sigstore::registry::ClientConfig {
-            protocol: sigstore::registry::ClientProtocol::HttpsExcept(plain_http),
-            ..Default::default()
-        })
-        .build()
-        .map_err(|e| err(&e))?;
-    let image: OciReference = pinned.parse().map_err(|e| err(&e))?;
-    let auth = Auth::from(auth);
-    let (cosign_image, digest) = client
-        .triangulate(&image, &auth)
-        .await
-        .map_err(|e| err(&e))?;
-    let mut layer = SignatureLayer::new_unsigned(&image, &digest).map_err(|e| err(&e))?;
-    PrivateKeySigner::new_with_signer(signer)
-        .add_constraint(&mut layer)
-        .map_err(|e| err(&e))?;
-    client
-        .push_signature(None, &auth, &cosign_image, vec![layer])
-        .await
-        .map_err(|e| err(&e))?;
-    Ok(())
 }
 
 /// The credentials Docker or Podman keep for `registry`: `$REGISTRY_AUTH_FILE`,
