@@ -391,7 +391,12 @@ mod tests {
             Ok(both.to_vec())
         );
         assert_eq!(
-            targets_of(CacheType::Triton, &[cuda.clone()], &found, false),
+            targets_of(
+                CacheType::Triton,
+                std::slice::from_ref(&cuda),
+                &found,
+                false
+            ),
             Err("the cache holds kernels for hip:gfx90a, not among the targets given".into())
         );
         assert!(
@@ -400,12 +405,12 @@ mod tests {
                 .contains("does not record its GPU")
         );
         assert!(
-            targets_of(CacheType::Vllm, &[cuda.clone()], &[], false)
+            targets_of(CacheType::Vllm, std::slice::from_ref(&cuda), &[], false)
                 .unwrap_err()
                 .contains("no torch_compile_cache/")
         );
         assert_eq!(
-            targets_of(CacheType::Vllm, &[cuda.clone()], &[], true),
+            targets_of(CacheType::Vllm, std::slice::from_ref(&cuda), &[], true),
             Ok(vec![cuda])
         );
     }

@@ -170,7 +170,7 @@ async fn cache_build_pushes_and_signs_and_verify_gives_the_controllers_verdict()
     let manifests = kubeairunway_kernelcache::registry::Client::new(
         RegistryAuth::Anonymous,
         vec![addr.clone()],
-        Default::default(),
+        kubeairunway_kernelcache::registry::Timeouts::default(),
     );
     let tag_of = |pinned: &str, suffix: &str| -> oci_client::Reference {
         let (repo, digest) = pinned.split_once('@').unwrap();

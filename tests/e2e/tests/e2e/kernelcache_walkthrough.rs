@@ -8,6 +8,7 @@
 //! them (`e2e-tools` linked as `kubeairunway`, `kernelcache-controller`,
 //! `kernelcache-agent`), the fetched cosign CLI and `kubectl`.
 
+use std::fmt::Write as _;
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -76,7 +77,7 @@ fn script(blocks: &[Block]) -> String {
     let mut script = String::from("set -euo pipefail\n");
     for (n, block) in blocks.iter().enumerate() {
         if let Block::Run(body) = block {
-            script.push_str(&format!("echo '{}'\n{body}", marker(n)));
+            let _ = write!(script, "echo '{}'\n{body}", marker(n));
         }
     }
     script
@@ -209,13 +210,11 @@ async fn the_readme_walkthrough_runs_as_written() {
     let _ = child.wait();
     let out = std::fs::read_to_string(&out_file).unwrap();
     let err = std::fs::read_to_string(&err_file).unwrap();
-    let logs = ["controller.log", "agent.log"]
-        .iter()
-        .map(|f| {
-            let text = std::fs::read_to_string(work.path().join(f)).unwrap_or_default();
-            format!("--- {f}\n{text}")
-        })
-        .collect::<String>();
+    let mut logs = String::new();
+    for f in ["controller.log", "agent.log"] {
+        let text = std::fs::read_to_string(work.path().join(f)).unwrap_or_default();
+        let _ = write!(logs, "--- {f}\n{text}");
+    }
     let context = format!("stdout:\n{out}\nstderr:\n{err}\n{logs}");
     let status = status.unwrap_or_else(|| panic!("the walk-through hung\n{context}"));
     assert!(status.success(), "the walk-through failed\n{context}");
