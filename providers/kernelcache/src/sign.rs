@@ -200,17 +200,39 @@ async fn sign_bundle(
         )
         .await
         .map_err(|e| format!("pushing the bundle's manifest: {e}"))?;
-    // A registry with the referrers API lists the artifact by its subject; else the
-    // fallback tag's index must name it.
+    let descriptor = json!({
+        "mediaType": OCI_MANIFEST,
+        "size": manifest.len(),
+        "digest": manifest_digest,
+        "artifactType": BUNDLE_MEDIA_TYPE,
+        "annotations": {
+            "dev.sigstore.bundle.content": "dsse-envelope",
+            "dev.sigstore.bundle.predicateType": COSIGN_SIGN_PREDICATE,
+            "org.opencontainers.image.created": created,
+        },
+    });
+    list_referrer(&reader, &writer, &image, &digest, descriptor).await
+}
+
+/// Make the artifact `descriptor` findable as a referrer of `digest`: a registry with
+/// the referrers API lists it by its subject already; else it is added to the image index
+/// under the fallback tag `sha256-<hex>` (other signatures there stay).
+async fn list_referrer(
+    reader: &registry::Client,
+    writer: &oci_client::Client,
+    image: &Reference,
+    digest: &str,
+    descriptor: Value,
+) -> Result<(), String> {
     let listed = reader
-        .referrers(&image, &digest)
+        .referrers(image, digest)
         .await
         .map_err(|e| e.message)?
         .and_then(|index| serde_json::from_slice::<Value>(&index.bytes).ok())
         .is_some_and(|index| {
             index["manifests"]
                 .as_array()
-                .is_some_and(|m| m.iter().any(|m| m["digest"] == manifest_digest.as_str()))
+                .is_some_and(|m| m.iter().any(|m| m["digest"] == descriptor["digest"]))
         });
     if listed {
         return Ok(());
@@ -225,17 +247,6 @@ async fn sign_bundle(
         Err(e) if e.not_found => None,
         Err(e) => return Err(e.message),
     };
-    let descriptor = json!({
-        "mediaType": OCI_MANIFEST,
-        "size": manifest.len(),
-        "digest": manifest_digest,
-        "artifactType": BUNDLE_MEDIA_TYPE,
-        "annotations": {
-            "dev.sigstore.bundle.content": "dsse-envelope",
-            "dev.sigstore.bundle.predicateType": COSIGN_SIGN_PREDICATE,
-            "org.opencontainers.image.created": created,
-        },
-    });
     let index = serde_json::to_vec(&with_referrer(previous.as_ref(), descriptor))
         .map_err(|e| e.to_string())?;
     writer
