@@ -737,7 +737,6 @@ async fn verification_phase(
     }
     let (mut verification, cache_type, size) =
         verify_now(ctx, status, policy, registry, pinned).await;
-    let passed = decide::passed(&verification) && cache_type.is_some();
     // A verdict kept through an outage keeps the policy it was reached under.
     if previous != Some(&verification) {
         verification.policy_version = Some(policy_version.clone());
@@ -745,17 +744,17 @@ async fn verification_phase(
     verification.reverify_request = request;
     ctx.metrics
         .verification(policy.spec.mode, verification.verified);
-    let passed_now =
-        passed && verification.policy_version.as_deref() == Some(policy_version.as_str());
-    let next = decide::next_retry(
+    let passed_now = decide::passed(&verification)
+        && cache_type.is_some()
+        && verification.policy_version.as_deref() == Some(policy_version.as_str());
+    let retry_in = schedule_retry(
+        ctx,
+        key,
         passed_now,
         retry.as_ref(),
-        &digest,
-        &policy_version,
-        ctx.settings.resync,
+        (&digest, &policy_version),
         now,
     );
-    let retry_in = schedule_retry(ctx, key, next, now);
     announce(
         ctx,
         cache,
@@ -773,13 +772,24 @@ async fn verification_phase(
     }
 }
 
-/// Keep the retry pending for `key` (none: forget it); how long until it is due.
+/// Keep the retry of `key` that [`decide::next_retry`] gives after a verification of
+/// `digest` under `policy_version` (none: forget it); how long until it is due.
 fn schedule_retry(
     ctx: &Ctx,
     key: (String, String),
-    next: Option<decide::Retry>,
+    passed: bool,
+    pending: Option<&decide::Retry>,
+    (digest, policy_version): (&str, &str),
     now: std::time::Instant,
 ) -> Option<Duration> {
+    let next = decide::next_retry(
+        passed,
+        pending,
+        digest,
+        policy_version,
+        ctx.settings.resync,
+        now,
+    );
     let retry_in = next.as_ref().map(|r| r.at - now);
     if let Ok(mut retries) = ctx.retries.lock() {
         match next {
