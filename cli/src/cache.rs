@@ -2,7 +2,8 @@
 //! library. `build` packages a Triton cache directory or a vLLM cache root in the GKM/MCV
 //! compat format (`build::package`), pushes it with the credentials Docker or Podman keep
 //! (`build::push`, `build::docker_auth`) and optionally signs it with a cosign key
-//! (`build::sign`); `verify` says what the kernel-cache controller would decide about an
+//! (`sign::sign`: a Sigstore bundle as cosign 3 writes by default, or cosign's legacy
+//! simple-signing object); `verify` says what the kernel-cache controller would decide about an
 //! image under the cluster's KernelCachePolicy (`verify::explain`, then the controller's
 //! own `decide::verdict`).
 
@@ -16,6 +17,7 @@ use kubeairunway_kernelcache::api::{KernelCachePolicy, KernelCachePolicySpec, Ve
 use kubeairunway_kernelcache::build;
 use kubeairunway_kernelcache::controller::decide::{self, Verdict, reasons};
 use kubeairunway_kernelcache::image::{CacheType, Target, normalize_arch};
+use kubeairunway_kernelcache::sign;
 use kubeairunway_kernelcache::verify;
 use oci_client::secrets::RegistryAuth;
 use serde::Serialize;
@@ -61,6 +63,24 @@ impl From<Kind> for CacheType {
     }
 }
 
+/// `--signature-format`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum SignatureFormat {
+    /// A Sigstore bundle (cosign 3's default).
+    Bundle,
+    /// cosign's legacy simple-signing format.
+    Legacy,
+}
+
+impl From<SignatureFormat> for sign::Format {
+    fn from(format: SignatureFormat) -> Self {
+        match format {
+            SignatureFormat::Bundle => sign::Format::Bundle,
+            SignatureFormat::Legacy => sign::Format::Legacy,
+        }
+    }
+}
+
 /// A registry spoken to over plain HTTP, as the controller's and agent's flag of the same
 /// name.
 #[derive(Debug, Clone, clap::Args)]
@@ -94,10 +114,17 @@ pub struct BuildArgs {
     #[arg(long = "target", value_name = "BACKEND:ARCH[:WARP]", value_parser = parse_target)]
     pub targets: Vec<Target>,
     /// Sign the pushed image with this cosign private key (`cosign generate-key-pair`'s
-    /// `cosign.key`; its password from `COSIGN_PASSWORD`, as cosign reads it), in cosign's
-    /// simple-signing format. The KernelCachePolicy then lists the public key (`cosign.pub`).
+    /// `cosign.key`; its password from `COSIGN_PASSWORD`, as cosign reads it). The
+    /// KernelCachePolicy then lists the public key (`cosign.pub`).
     #[arg(long, value_name = "FILE")]
     pub key: Option<PathBuf>,
+    /// The signature format with `--key`: `bundle`, the Sigstore bundle cosign 3 writes by
+    /// default (an OCI referrer of the image, under the `sha256-<hex>` tag where the
+    /// registry has no referrers API), or `legacy`, cosign's simple-signing object
+    /// (`sha256-<hex>.sig`, as `cosign sign --new-bundle-format=false`) for verifiers
+    /// that read only that format.
+    #[arg(long, value_enum, default_value = "bundle", requires = "key")]
+    pub signature_format: SignatureFormat,
     /// The registries spoken to over plain HTTP.
     #[command(flatten)]
     pub registry: RegistryArgs,
@@ -236,7 +263,16 @@ pub async fn run_build(args: &BuildArgs, term: &mut Terminal) -> anyhow::Result<
     let mut signer = None;
     if let Some((pem, password, name)) = key {
         term.err(&format!("signing {pinned}\n"));
-        build::sign(&pinned, &pem, password.as_bytes(), &auth, plain_http).await?;
+        let format = sign::Format::from(args.signature_format);
+        sign::sign(
+            &pinned,
+            &pem,
+            password.as_bytes(),
+            &auth,
+            plain_http,
+            format,
+        )
+        .await?;
         signer = Some(name);
     }
     let result = Built {

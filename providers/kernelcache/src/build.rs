@@ -4,7 +4,7 @@
 //! `io.triton.manifest/manifest.json` (`io.vllm.manifest/...`), an image config with the
 //! labels `cache.<type>.image/{entry-count,cache-size-bytes,summary}` computed from the
 //! cache's own metadata; pushed with the credentials Docker or Podman keep
-//! ([`docker_auth`]); optionally signed with a cosign key through the sigstore crate.
+//! ([`docker_auth`]); optionally signed with a cosign key ([`crate::sign`]).
 //!
 //! Triton: every `<hash>/<kernel>.json` with a `target` (`backend`, `arch`, `warp_size`)
 //! is a cache entry; the manifest lists them as MCV does (`hash`, `num_stages`,
@@ -67,7 +67,7 @@ pub struct Built {
 
 /// Package `dir`: a Triton cache directory (`TRITON_CACHE_DIR`) or a vLLM cache root
 /// (`VLLM_CACHE_ROOT`, holding `torch_compile_cache/`). `targets` are required for vLLM
-/// and, when given for Triton, must agree with the kernels' own.
+/// and, when given for Triton, must agree with the kernels' own ([`targets_of`]).
 pub fn package(dir: &Path, cache_type: CacheType, targets: &[Target]) -> Result<Built, BuildError> {
     let files = walk(dir)?;
     if files.is_empty() {
@@ -76,59 +76,15 @@ pub fn package(dir: &Path, cache_type: CacheType, targets: &[Target]) -> Result<
             dir.display()
         )));
     }
-    let mut entries = Vec::new();
-    let mut found: Vec<Target> = Vec::new();
-    let mut size = 0u64;
-    for (rel, bytes) in &files {
-        size += *bytes;
-        if rel.extension().is_some_and(|e| e == "json")
-            && !rel
-                .file_name()
-                .is_some_and(|n| n.to_string_lossy().starts_with("__grp__"))
-            && let Some(entry) = kernel_entry(&dir.join(rel))?
-        {
-            let t = Target {
-                backend: entry["backend"].as_str().unwrap_or_default().to_string(),
-                arch: entry["arch"].as_str().unwrap_or_default().to_string(),
-                warp_size: entry["warp_size"]
-                    .as_u64()
-                    .and_then(|w| u32::try_from(w).ok()),
-            };
-            if !found.contains(&t) {
-                found.push(t);
-            }
-            entries.push(entry);
-        }
-    }
-    let targets = match (cache_type, targets.is_empty()) {
-        (CacheType::Triton, true) if found.is_empty() => {
-            return Err(BuildError::NotACache(format!(
-                "{} holds no Triton kernel metadata (<hash>/<kernel>.json with a target)",
-                dir.display()
-            )));
-        }
-        (CacheType::Triton, true) => found.clone(),
-        (CacheType::Vllm, true) => {
-            return Err(BuildError::NotACache(
-                "a vLLM cache does not record its GPU: give the targets (e.g. cuda:90)".into(),
-            ));
-        }
-        (CacheType::Vllm, false) if !dir.join("torch_compile_cache").is_dir() => {
-            return Err(BuildError::NotACache(format!(
-                "{} has no torch_compile_cache/: give a VLLM_CACHE_ROOT",
-                dir.display()
-            )));
-        }
-        (_, false) => {
-            if let Some(t) = found.iter().find(|t| !targets.contains(t)) {
-                return Err(BuildError::NotACache(format!(
-                    "the cache holds kernels for {}:{}, not among the targets given",
-                    t.backend, t.arch
-                )));
-            }
-            targets.to_vec()
-        }
-    };
+    let (entries, found) = kernels(dir, &files)?;
+    let size = files.iter().map(|(_, bytes)| *bytes).sum::<u64>();
+    let targets = targets_of(
+        cache_type,
+        targets,
+        &found,
+        dir.join("torch_compile_cache").is_dir(),
+    )
+    .map_err(|why| BuildError::NotACache(format!("{}: {why}", dir.display())))?;
     let summary = json!({"targets": targets.iter().map(|t| {
         let mut v = json!({"backend": t.backend, "arch": t.arch});
         if let Some(w) = t.warp_size {
@@ -167,6 +123,66 @@ pub fn package(dir: &Path, cache_type: CacheType, targets: &[Target]) -> Result<
         labels,
         manifest,
     })
+}
+
+/// The Triton kernels among `files` of `dir` (a part of [`package`]): their MCV manifest
+/// entries, and the distinct targets they were compiled for. Group files (`__grp__*`)
+/// are not kernels.
+fn kernels(dir: &Path, files: &[(PathBuf, u64)]) -> Result<(Vec<Value>, Vec<Target>), BuildError> {
+    let mut entries = Vec::new();
+    let mut found: Vec<Target> = Vec::new();
+    for (rel, _) in files {
+        if rel.extension().is_some_and(|e| e == "json")
+            && !rel
+                .file_name()
+                .is_some_and(|n| n.to_string_lossy().starts_with("__grp__"))
+            && let Some(entry) = kernel_entry(&dir.join(rel))?
+        {
+            let t = Target {
+                backend: entry["backend"].as_str().unwrap_or_default().to_string(),
+                arch: entry["arch"].as_str().unwrap_or_default().to_string(),
+                warp_size: entry["warp_size"]
+                    .as_u64()
+                    .and_then(|w| u32::try_from(w).ok()),
+            };
+            if !found.contains(&t) {
+                found.push(t);
+            }
+            entries.push(entry);
+        }
+    }
+    Ok((entries, found))
+}
+
+/// The targets a cache image declares: the kernels' own (`found`) for a Triton cache
+/// given none; the ones `given`, which must include every kernel's; refused for a vLLM
+/// cache given none (vLLM does not record its GPU) or without `torch_compile_cache/`
+/// (`compile_cache`).
+pub fn targets_of(
+    cache_type: CacheType,
+    given: &[Target],
+    found: &[Target],
+    compile_cache: bool,
+) -> Result<Vec<Target>, String> {
+    match (cache_type, given.is_empty()) {
+        (CacheType::Triton, true) if found.is_empty() => {
+            Err("no Triton kernel metadata (<hash>/<kernel>.json with a target)".into())
+        }
+        (CacheType::Triton, true) => Ok(found.to_vec()),
+        (CacheType::Vllm, true) => {
+            Err("a vLLM cache does not record its GPU: give the targets (e.g. cuda:90)".into())
+        }
+        (CacheType::Vllm, false) if !compile_cache => {
+            Err("no torch_compile_cache/: give a VLLM_CACHE_ROOT".into())
+        }
+        (_, false) => match found.iter().find(|t| !given.contains(t)) {
+            Some(t) => Err(format!(
+                "the cache holds kernels for {}:{}, not among the targets given",
+                t.backend, t.arch
+            )),
+            None => Ok(given.to_vec()),
+        },
+    }
 }
 
 /// A Triton kernel's metadata as an MCV manifest entry, when the file is one.
@@ -309,53 +325,6 @@ pub async fn push(
     crate::oci::pin(image, &digest).map_err(|e| BuildError::Registry(e.to_string()))
 }
 
-/// Sign `pinned` with a cosign private key (PEM, encrypted with `password` as `cosign
-/// generate-key-pair` writes it, or not), in cosign's legacy simple-signing format.
-pub async fn sign(
-    pinned: &str,
-    key_pem: &[u8],
-    password: &[u8],
-    auth: &RegistryAuth,
-    plain_http: Vec<String>,
-) -> Result<(), BuildError> {
-    use sigstore::cosign::constraint::PrivateKeySigner;
-    use sigstore::cosign::{
-        ClientBuilder, Constraint as _, CosignCapabilities as _, SignatureLayer,
-    };
-    use sigstore::crypto::SigningScheme;
-    use sigstore::crypto::signing_key::SigStoreKeyPair;
-    use sigstore::registry::{Auth, OciReference};
-    let err = |e: &dyn std::fmt::Display| BuildError::Registry(format!("signing {pinned}: {e}"));
-    let pair = SigStoreKeyPair::from_encrypted_pem(key_pem, password)
-        .or_else(|_| SigStoreKeyPair::from_pem(key_pem))
-        .map_err(|e| err(&e))?;
-    let signer = pair
-        .to_sigstore_signer(&SigningScheme::ECDSA_P256_SHA256_ASN1)
-        .map_err(|e| err(&e))?;
-    let mut client = ClientBuilder::default()
-        .with_oci_client_config(sigstore::registry::ClientConfig {
-            protocol: sigstore::registry::ClientProtocol::HttpsExcept(plain_http),
-            ..Default::default()
-        })
-        .build()
-        .map_err(|e| err(&e))?;
-    let image: OciReference = pinned.parse().map_err(|e| err(&e))?;
-    let auth = Auth::from(auth);
-    let (cosign_image, digest) = client
-        .triangulate(&image, &auth)
-        .await
-        .map_err(|e| err(&e))?;
-    let mut layer = SignatureLayer::new_unsigned(&image, &digest).map_err(|e| err(&e))?;
-    PrivateKeySigner::new_with_signer(signer)
-        .add_constraint(&mut layer)
-        .map_err(|e| err(&e))?;
-    client
-        .push_signature(None, &auth, &cosign_image, vec![layer])
-        .await
-        .map_err(|e| err(&e))?;
-    Ok(())
-}
-
 /// The credentials Docker or Podman keep for `registry`: `$REGISTRY_AUTH_FILE`,
 /// `$XDG_RUNTIME_DIR/containers/auth.json`, `~/.config/containers/auth.json`,
 /// `$DOCKER_CONFIG/config.json` or `~/.docker/config.json`, the first naming the
@@ -396,6 +365,54 @@ mod tests {
     fn example() -> PathBuf {
         Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/data/triton-rocm-vector-add/io.triton.cache")
+    }
+
+    #[test]
+    fn targets_are_the_kernels_own_or_given_and_covering_them() {
+        let t = |backend: &str, arch: &str| Target {
+            backend: backend.into(),
+            arch: arch.into(),
+            warp_size: None,
+        };
+        let (hip, cuda) = (t("hip", "gfx90a"), t("cuda", "90"));
+        let found = [hip.clone()];
+        assert_eq!(
+            targets_of(CacheType::Triton, &[], &found, false),
+            Ok(vec![hip.clone()])
+        );
+        assert!(
+            targets_of(CacheType::Triton, &[], &[], false)
+                .unwrap_err()
+                .contains("no Triton kernel metadata")
+        );
+        let both = [hip.clone(), cuda.clone()];
+        assert_eq!(
+            targets_of(CacheType::Triton, &both, &found, false),
+            Ok(both.to_vec())
+        );
+        assert_eq!(
+            targets_of(
+                CacheType::Triton,
+                std::slice::from_ref(&cuda),
+                &found,
+                false
+            ),
+            Err("the cache holds kernels for hip:gfx90a, not among the targets given".into())
+        );
+        assert!(
+            targets_of(CacheType::Vllm, &[], &[], true)
+                .unwrap_err()
+                .contains("does not record its GPU")
+        );
+        assert!(
+            targets_of(CacheType::Vllm, std::slice::from_ref(&cuda), &[], false)
+                .unwrap_err()
+                .contains("no torch_compile_cache/")
+        );
+        assert_eq!(
+            targets_of(CacheType::Vllm, std::slice::from_ref(&cuda), &[], true),
+            Ok(vec![cuda])
+        );
     }
 
     #[test]

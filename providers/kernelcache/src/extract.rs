@@ -18,7 +18,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
 
 use flate2::read::GzDecoder;
-use tar::{Archive, EntryType};
+use tar::{Archive, Entry, EntryType};
 
 /// Caps on one layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -261,107 +261,146 @@ fn unpack(layer: impl Read, dir: &Path, limits: Limits) -> Result<Extracted, Ext
         }
         refuse_links_above(dir, &rel, &shown)?;
         let dest = dir.join(&rel);
-        let kind = entry.header().entry_type();
-        match kind {
-            EntryType::Directory => {
-                if dest.symlink_metadata().is_ok_and(|m| !m.is_dir()) {
-                    return Err(ExtractError::Conflict(shown));
-                }
-                fs::create_dir_all(&dest).map_err(io_err(format!("creating {shown}")))?;
-            }
-            EntryType::Regular | EntryType::Continuous => {
-                let declared = entry
-                    .header()
-                    .size()
-                    .map_err(io_err(format!("reading the size of {shown}")))?;
-                if stats.bytes.saturating_add(declared) > limits.max_bytes {
-                    return Err(ExtractError::TooLarge {
-                        limit: limits.max_bytes,
-                    });
-                }
-                make_parent(&dest, &shown)?;
-                let mode = if entry.header().mode().unwrap_or(0o644) & 0o111 != 0 {
-                    0o755
-                } else {
-                    0o644
-                };
-                let mut file = OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(mode)
-                    .open(&dest)
-                    .map_err(|e| {
-                        if e.kind() == io::ErrorKind::AlreadyExists {
-                            ExtractError::Conflict(shown.clone())
-                        } else {
-                            io_err(format!("creating {shown}"))(e)
-                        }
-                    })?;
-                let budget = limits.max_bytes - stats.bytes;
-                let written = io::copy(&mut (&mut entry).take(budget + 1), &mut file)
-                    .map_err(io_err(format!("writing {shown}")))?;
-                if written > budget {
-                    return Err(ExtractError::TooLarge {
-                        limit: limits.max_bytes,
-                    });
-                }
-                stats.bytes += written;
-                stats.files += 1;
-            }
-            EntryType::Symlink => {
-                let target = entry
-                    .link_name()
-                    .map_err(io_err(format!("reading the target of {shown}")))?
-                    .unwrap_or_default()
-                    .display()
-                    .to_string();
+        match entry_kind(entry.header().entry_type()) {
+            EntryKind::Directory => make_dir(&dest, &shown)?,
+            EntryKind::File => write_file(&mut entry, &dest, &shown, limits, &mut stats)?,
+            EntryKind::Symlink => {
                 return Err(ExtractError::Link {
+                    target: link_target(&entry, &shown)?.display().to_string(),
                     path: shown,
-                    target,
                 });
             }
-            EntryType::Link => {
-                let target = entry
-                    .link_name()
-                    .map_err(io_err(format!("reading the target of {shown}")))?
-                    .unwrap_or_default()
-                    .into_owned();
-                let escape = || ExtractError::LinkEscapes {
-                    path: shown.clone(),
-                    target: target.display().to_string(),
-                };
-                let target_rel = relative(&target, &shown).map_err(|_| escape())?;
-                refuse_links_above(dir, &target_rel, &shown).map_err(|_| escape())?;
-                let source = dir.join(&target_rel);
-                if !source.symlink_metadata().is_ok_and(|m| m.is_file()) {
-                    return Err(escape());
-                }
-                make_parent(&dest, &shown)?;
-                fs::hard_link(&source, &dest).map_err(io_err(format!("linking {shown}")))?;
+            EntryKind::HardLink => {
+                let target = link_target(&entry, &shown)?;
+                hard_link(dir, &target, &dest, &shown)?;
                 stats.files += 1;
             }
-            EntryType::XHeader
-            | EntryType::XGlobalHeader
-            | EntryType::GNULongName
-            | EntryType::GNULongLink => {}
-            other => {
-                return Err(ExtractError::SpecialFile {
-                    path: shown,
-                    kind: special_name(other),
-                });
+            EntryKind::Metadata => {}
+            EntryKind::Special(kind) => {
+                return Err(ExtractError::SpecialFile { path: shown, kind });
             }
         }
     }
     Ok(stats)
 }
 
-fn special_name(kind: EntryType) -> String {
+/// What a tar entry becomes in a staged cache.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum EntryKind {
+    /// A directory, created.
+    Directory,
+    /// A regular file, written within the size limit.
+    File,
+    /// A symbolic link: refused (no Triton or vLLM cache has one).
+    Symlink,
+    /// A hard link to a file extracted before it, inside the cache.
+    HardLink,
+    /// An extended or long-name header: the tar reader applies it to the next entry.
+    Metadata,
+    /// A device, FIFO or anything else: refused, named.
+    Special(String),
+}
+
+/// What the tar entry type `kind` becomes (the one place deciding which entries a cache
+/// may hold).
+fn entry_kind(kind: EntryType) -> EntryKind {
     match kind {
-        EntryType::Char => "character device".into(),
-        EntryType::Block => "block device".into(),
-        EntryType::Fifo => "FIFO".into(),
-        other => format!("special entry ({other:?})"),
+        EntryType::Directory => EntryKind::Directory,
+        EntryType::Regular | EntryType::Continuous => EntryKind::File,
+        EntryType::Symlink => EntryKind::Symlink,
+        EntryType::Link => EntryKind::HardLink,
+        EntryType::XHeader
+        | EntryType::XGlobalHeader
+        | EntryType::GNULongName
+        | EntryType::GNULongLink => EntryKind::Metadata,
+        EntryType::Char => EntryKind::Special("character device".into()),
+        EntryType::Block => EntryKind::Special("block device".into()),
+        EntryType::Fifo => EntryKind::Special("FIFO".into()),
+        other => EntryKind::Special(format!("special entry ({other:?})")),
     }
+}
+
+/// A directory entry: created, unless something else is in its place.
+fn make_dir(dest: &Path, shown: &str) -> Result<(), ExtractError> {
+    if dest.symlink_metadata().is_ok_and(|m| !m.is_dir()) {
+        return Err(ExtractError::Conflict(shown.to_string()));
+    }
+    fs::create_dir_all(dest).map_err(io_err(format!("creating {shown}")))
+}
+
+/// A regular file entry: written to a new file at `dest` (never over anything), its bytes
+/// counted against `limits.max_bytes` as declared and again as read.
+fn write_file<R: Read>(
+    entry: &mut Entry<'_, R>,
+    dest: &Path,
+    shown: &str,
+    limits: Limits,
+    stats: &mut Extracted,
+) -> Result<(), ExtractError> {
+    let declared = entry
+        .header()
+        .size()
+        .map_err(io_err(format!("reading the size of {shown}")))?;
+    if stats.bytes.saturating_add(declared) > limits.max_bytes {
+        return Err(ExtractError::TooLarge {
+            limit: limits.max_bytes,
+        });
+    }
+    make_parent(dest, shown)?;
+    let mode = if entry.header().mode().unwrap_or(0o644) & 0o111 != 0 {
+        0o755
+    } else {
+        0o644
+    };
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode)
+        .open(dest)
+        .map_err(|e| {
+            if e.kind() == io::ErrorKind::AlreadyExists {
+                ExtractError::Conflict(shown.to_string())
+            } else {
+                io_err(format!("creating {shown}"))(e)
+            }
+        })?;
+    let budget = limits.max_bytes - stats.bytes;
+    let written = io::copy(&mut entry.by_ref().take(budget + 1), &mut file)
+        .map_err(io_err(format!("writing {shown}")))?;
+    if written > budget {
+        return Err(ExtractError::TooLarge {
+            limit: limits.max_bytes,
+        });
+    }
+    stats.bytes += written;
+    stats.files += 1;
+    Ok(())
+}
+
+/// The target a link entry names.
+fn link_target<R: Read>(entry: &Entry<'_, R>, shown: &str) -> Result<PathBuf, ExtractError> {
+    Ok(entry
+        .link_name()
+        .map_err(io_err(format!("reading the target of {shown}")))?
+        .unwrap_or_default()
+        .into_owned())
+}
+
+/// A hard-link entry: `dest` becomes a link to `target`, a regular file extracted before
+/// it inside `dir`; anything else (outside, missing, not a file) is refused.
+fn hard_link(dir: &Path, target: &Path, dest: &Path, shown: &str) -> Result<(), ExtractError> {
+    let escape = || ExtractError::LinkEscapes {
+        path: shown.to_string(),
+        target: target.display().to_string(),
+    };
+    let target_rel = relative(target, shown).map_err(|_| escape())?;
+    refuse_links_above(dir, &target_rel, shown).map_err(|_| escape())?;
+    let source = dir.join(&target_rel);
+    if !source.symlink_metadata().is_ok_and(|m| m.is_file()) {
+        return Err(escape());
+    }
+    make_parent(dest, shown)?;
+    fs::hard_link(&source, dest).map_err(io_err(format!("linking {shown}")))
 }
 
 /// The path as a clean relative path, or why it is not one.
@@ -430,6 +469,39 @@ mod tests {
             data,
             link: None,
         }
+    }
+
+    #[test]
+    fn entry_kinds_only_directories_files_and_inner_hard_links_are_extracted() {
+        assert_eq!(entry_kind(EntryType::Directory), EntryKind::Directory);
+        assert_eq!(entry_kind(EntryType::Regular), EntryKind::File);
+        assert_eq!(entry_kind(EntryType::Continuous), EntryKind::File);
+        assert_eq!(entry_kind(EntryType::Symlink), EntryKind::Symlink);
+        assert_eq!(entry_kind(EntryType::Link), EntryKind::HardLink);
+        for header in [
+            EntryType::XHeader,
+            EntryType::XGlobalHeader,
+            EntryType::GNULongName,
+            EntryType::GNULongLink,
+        ] {
+            assert_eq!(entry_kind(header), EntryKind::Metadata);
+        }
+        assert_eq!(
+            entry_kind(EntryType::Char),
+            EntryKind::Special("character device".into())
+        );
+        assert_eq!(
+            entry_kind(EntryType::Block),
+            EntryKind::Special("block device".into())
+        );
+        assert_eq!(
+            entry_kind(EntryType::Fifo),
+            EntryKind::Special("FIFO".into())
+        );
+        assert!(matches!(
+            entry_kind(EntryType::GNUSparse),
+            EntryKind::Special(k) if k.starts_with("special entry")
+        ));
     }
 
     fn layer(entries: &[Raw<'_>]) -> Vec<u8> {

@@ -186,11 +186,12 @@ pub fn conflicts(pod: &Value, mount: &Mount) -> Option<String> {
 }
 
 /// The JSON patch giving `pod` the cache; empty when the pod has no containers or a
-/// name or mount path of ours is taken ([`conflicts`]).
+/// name or mount path of ours is taken ([`conflicts`]): the two volumes, the seed init
+/// container ([`seed_container`]) and each container's mount and environment
+/// ([`container_ops`]).
 pub fn patch(pod: &Value, mount: &Mount) -> Vec<Value> {
     let spec = &pod["spec"];
     let copy = mount.volume_name();
-    let volumes = spec.get("volumes").and_then(Value::as_array);
     if conflicts(pod, mount).is_some() {
         return Vec::new();
     }
@@ -210,25 +211,47 @@ pub fn patch(pod: &Value, mount: &Mount) -> Vec<Value> {
             json!({"name": mount.source_volume_name(), "image": {"reference": reference, "pullPolicy": "IfNotPresent"}})
         }
     };
-    let new_volumes = [
+    let volumes = vec![
         source,
         json!({"name": copy, "emptyDir": {"sizeLimit": mount.copy_size_limit().to_string()}}),
     ];
-    if volumes.is_some() {
-        for v in new_volumes {
-            ops.push(json!({"op": "add", "path": "/spec/volumes/-", "value": v}));
+    append(&mut ops, spec, "volumes", "/spec", volumes);
+    append(
+        &mut ops,
+        spec,
+        "initContainers",
+        "/spec",
+        vec![seed_container(mount)],
+    );
+    for (i, container) in containers.iter().enumerate() {
+        container_ops(&mut ops, i, container, mount);
+    }
+    ops
+}
+
+/// Add `values` to the list `field` of `object` (at `path`): appended when the list
+/// exists, else the list created.
+fn append(ops: &mut Vec<Value>, object: &Value, field: &str, path: &str, values: Vec<Value>) {
+    if object.get(field).and_then(Value::as_array).is_some() {
+        for v in values {
+            ops.push(json!({"op": "add", "path": format!("{path}/{field}/-"), "value": v}));
         }
     } else {
-        ops.push(json!({"op": "add", "path": "/spec/volumes", "value": new_volumes}));
+        ops.push(json!({"op": "add", "path": format!("{path}/{field}"), "value": values}));
     }
-    let seed = json!({
+}
+
+/// The init container that fills the writable copy from the read-only source, within
+/// Pod Security `restricted`.
+fn seed_container(mount: &Mount) -> Value {
+    json!({
         "name": SEED_CONTAINER,
         "image": mount.seed_image,
         "imagePullPolicy": "IfNotPresent",
         "command": [SEED_COMMAND, "--from", mount.seed_from(), "--to", COPY_MOUNT],
         "volumeMounts": [
             {"name": mount.source_volume_name(), "mountPath": SOURCE_MOUNT, "readOnly": true},
-            {"name": copy, "mountPath": COPY_MOUNT},
+            {"name": mount.volume_name(), "mountPath": COPY_MOUNT},
         ],
         "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}, "limits": {"memory": "128Mi"}},
         "securityContext": {
@@ -239,41 +262,30 @@ pub fn patch(pod: &Value, mount: &Mount) -> Vec<Value> {
             "runAsUser": SEED_USER,
             "seccompProfile": {"type": "RuntimeDefault"},
         },
-    });
-    if spec
-        .get("initContainers")
+    })
+}
+
+/// Container `i` mounts the copy where its framework reads it ([`Mount::target`]), with
+/// the environment variable that points there set (replaced when it is already set).
+fn container_ops(ops: &mut Vec<Value>, i: usize, container: &Value, mount: &Mount) {
+    let path = format!("/spec/containers/{i}");
+    let (mount_path, set_env) = mount.target(container);
+    let volume_mount = json!({"name": mount.volume_name(), "mountPath": mount_path});
+    append(ops, container, "volumeMounts", &path, vec![volume_mount]);
+    let Some((name, value)) = set_env else {
+        return;
+    };
+    let var = json!({"name": name, "value": value});
+    let at = container
+        .get("env")
         .and_then(Value::as_array)
-        .is_some()
-    {
-        ops.push(json!({"op": "add", "path": "/spec/initContainers/-", "value": seed}));
-    } else {
-        ops.push(json!({"op": "add", "path": "/spec/initContainers", "value": [seed]}));
-    }
-    for (i, container) in containers.iter().enumerate() {
-        let env = container.get("env").and_then(Value::as_array);
-        let (mount_path, set_env) = mount.target(container);
-        let volume_mount = json!({"name": copy, "mountPath": mount_path});
-        if container
-            .get("volumeMounts")
-            .and_then(Value::as_array)
-            .is_some()
-        {
-            ops.push(json!({"op": "add", "path": format!("/spec/containers/{i}/volumeMounts/-"), "value": volume_mount}));
-        } else {
-            ops.push(json!({"op": "add", "path": format!("/spec/containers/{i}/volumeMounts"), "value": [volume_mount]}));
+        .and_then(|list| list.iter().position(|v| v["name"] == name));
+    match at {
+        Some(at) => {
+            ops.push(json!({"op": "replace", "path": format!("{path}/env/{at}"), "value": var}));
         }
-        if let Some((name, value)) = set_env {
-            let var = json!({"name": name, "value": value});
-            match env {
-                Some(list) => match list.iter().position(|v| v["name"] == name) {
-                    Some(at) => ops.push(json!({"op": "replace", "path": format!("/spec/containers/{i}/env/{at}"), "value": var})),
-                    None => ops.push(json!({"op": "add", "path": format!("/spec/containers/{i}/env/-"), "value": var})),
-                },
-                None => ops.push(json!({"op": "add", "path": format!("/spec/containers/{i}/env"), "value": [var]})),
-            }
-        }
+        None => append(ops, container, "env", &path, vec![var]),
     }
-    ops
 }
 
 /// A preferred node affinity (weight 100) to nodes labelled `label=true`, so pods land

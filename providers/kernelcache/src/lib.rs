@@ -22,6 +22,7 @@ pub mod inject;
 pub mod oci;
 pub mod registry;
 pub mod seed;
+pub mod sign;
 pub mod triton;
 pub mod verify;
 pub mod warmup;

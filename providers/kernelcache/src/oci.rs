@@ -204,23 +204,30 @@ impl Puller {
         }
         // Another cache of the same digest is on disk: link its files instead of
         // downloading them again (N KernelCaches of one image take its space once).
-        if let Some(source) = same_digest(root, &digest, &dir) {
-            let (root, target) = (root.to_path_buf(), dir.clone());
-            let cache_type = cache.cache_type;
-            let mount = triton_mount.map(str::to_string);
-            let extracted = tokio::task::spawn_blocking(move || {
-                extract::link_checked(&source, &root, &target, |staging| {
-                    finish(staging, cache_type, mount.as_deref())
-                })
-            })
-            .await
-            .map_err(|e| PullError::Io(format!("linking task: {e}")))??;
-            return Ok(Staged {
-                image: cache,
-                dir,
-                extracted,
-            });
-        }
+        let extracted = if let Some(source) = same_digest(root, &digest, &dir) {
+            link(&source, root, &dir, cache.cache_type, triton_mount).await?
+        } else {
+            let layer = (reference, layer.digest.as_str(), layer_size);
+            self.download(layer, root, &dir, (cache.cache_type, triton_mount), limits)
+                .await?
+        };
+        Ok(Staged {
+            image: cache,
+            dir,
+            extracted,
+        })
+    }
+
+    /// Download the layer (`reference`, its digest and size) and extract it safely into
+    /// `dir` (a part of [`Puller::stage`]).
+    async fn download(
+        &self,
+        (reference, layer_digest, layer_size): (Reference, &str, u64),
+        root: &Path,
+        dir: &Path,
+        (cache_type, triton_mount): (CacheType, Option<&str>),
+        limits: Limits,
+    ) -> Result<Extracted, PullError> {
         let downloads = root.join(".downloads");
         std::fs::create_dir_all(&downloads)
             .map_err(|e| PullError::Io(format!("creating {}: {e}", downloads.display())))?;
@@ -231,13 +238,12 @@ impl Puller {
         // At most the declared size is written (checked against the limit above), hashed
         // as it streams and checked against the layer digest.
         self.client
-            .blob_to(&reference, &layer.digest, layer_size, &mut file)
+            .blob_to(&reference, layer_digest, layer_size, &mut file)
             .await?;
 
-        let (root, target) = (root.to_path_buf(), dir.clone());
-        let cache_type = cache.cache_type;
+        let (root, target) = (root.to_path_buf(), dir.to_path_buf());
         let mount = triton_mount.map(str::to_string);
-        let extracted = tokio::task::spawn_blocking(move || -> Result<Extracted, PullError> {
+        tokio::task::spawn_blocking(move || -> Result<Extracted, PullError> {
             let reader =
                 std::io::BufReader::new(blob.reopen().map_err(|e| PullError::Io(e.to_string()))?);
             // The manifest check and the Triton rewrite run in the staging directory, so
@@ -247,13 +253,29 @@ impl Puller {
             })
         })
         .await
-        .map_err(|e| PullError::Io(format!("extraction task: {e}")))??;
-        Ok(Staged {
-            image: cache,
-            dir,
-            extracted,
-        })
+        .map_err(|e| PullError::Io(format!("extraction task: {e}")))?
     }
+}
+
+/// Stage `dir` as hard links to `source`, the complete directory of another cache of the
+/// same digest (a part of [`Puller::stage`]): N KernelCaches of one image take its space
+/// once, and it is not downloaded again.
+async fn link(
+    source: &Path,
+    root: &Path,
+    dir: &Path,
+    cache_type: CacheType,
+    triton_mount: Option<&str>,
+) -> Result<Extracted, PullError> {
+    let (source, root, target) = (source.to_path_buf(), root.to_path_buf(), dir.to_path_buf());
+    let mount = triton_mount.map(str::to_string);
+    tokio::task::spawn_blocking(move || {
+        extract::link_checked(&source, &root, &target, |staging| {
+            finish(staging, cache_type, mount.as_deref())
+        })
+    })
+    .await
+    .map_err(|e| PullError::Io(format!("linking task: {e}")))?
 }
 
 /// After extraction: the layer must hold the cache directory and a manifest that parses;

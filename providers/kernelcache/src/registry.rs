@@ -490,7 +490,9 @@ impl Client {
         }
     }
 
-    /// The `Authorization` value answering a challenge.
+    /// The `Authorization` value answering a challenge: the configured credentials for
+    /// `Basic`, a pull token from the realm ([`token_realm`], [`Client::token`]) for
+    /// `Bearer`.
     async fn authorize(
         &self,
         reference: &Reference,
@@ -519,26 +521,36 @@ impl Client {
                 "fetching {what}: unsupported authentication challenge {challenge:?}"
             )));
         }
-        let realm = params.get("realm").ok_or_else(|| {
-            RegistryError::permanent(format!("fetching {what}: a Bearer challenge without realm"))
-        })?;
-        let realm_url = reqwest::Url::parse(realm).map_err(|e| {
-            RegistryError::permanent(format!("fetching {what}: token realm {realm:?}: {e}"))
-        })?;
         let registry_plain = self.scheme(reference.resolve_registry()) == "http";
-        if realm_url.scheme() != "https" && !(registry_plain && realm_url.scheme() == "http") {
-            return Err(RegistryError::permanent(format!(
-                "fetching {what}: refusing token realm {realm}: not https"
-            )));
-        }
-        let mut request = self.http.get(realm_url.clone()).query(&[(
+        let (realm, realm_url) = token_realm(&params, registry_plain, what)?;
+        self.token(
+            reference,
+            (realm, realm_url),
+            params.get("service"),
+            basic.as_deref(),
+            deadline,
+        )
+        .await
+    }
+
+    /// A pull token for `reference` from the token service at `realm` (a part of
+    /// [`Client::authorize`]), its answer bounded in size and time.
+    async fn token(
+        &self,
+        reference: &Reference,
+        (realm, realm_url): (&str, reqwest::Url),
+        service: Option<&String>,
+        basic: Option<&str>,
+        deadline: Instant,
+    ) -> Result<String, RegistryError> {
+        let mut request = self.http.get(realm_url).query(&[(
             "scope",
             format!("repository:{}:pull", reference.repository()),
         )]);
-        if let Some(service) = params.get("service") {
+        if let Some(service) = service {
             request = request.query(&[("service", service)]);
         }
-        if let Some(basic) = &basic {
+        if let Some(basic) = basic {
             request = request.header(reqwest::header::AUTHORIZATION, basic);
         }
         let token_what = format!("a token from {realm}");
@@ -564,27 +576,7 @@ impl Client {
                 },
             )
             .await?;
-        if !status.is_success() {
-            return Err(RegistryError {
-                transient: status.is_server_error(),
-                not_found: false,
-                message: format!(
-                    "fetching {token_what}: {status} {}",
-                    String::from_utf8_lossy(&body[..body.len().min(512)]).trim()
-                ),
-            });
-        }
-        let answer: serde_json::Value = serde_json::from_slice(&body).map_err(|e| {
-            RegistryError::permanent(format!("fetching {token_what}: not JSON: {e}"))
-        })?;
-        let token = answer
-            .get("token")
-            .or_else(|| answer.get("access_token"))
-            .and_then(serde_json::Value::as_str)
-            .ok_or_else(|| {
-                RegistryError::permanent(format!("fetching {token_what}: no token in the answer"))
-            })?;
-        Ok(format!("Bearer {token}"))
+        token_answer(status, &body, &token_what)
     }
 
     /// A whole body under `limit`.
@@ -651,6 +643,56 @@ fn declared_length(
         ))),
         _ => Ok(()),
     }
+}
+
+/// The token realm of a `Bearer` challenge's `params`, as given and parsed: refused
+/// unless https, or http from a registry that is itself plain HTTP (`registry_plain`).
+fn token_realm<'a>(
+    params: &'a BTreeMap<String, String>,
+    registry_plain: bool,
+    what: &str,
+) -> Result<(&'a str, reqwest::Url), RegistryError> {
+    let realm = params.get("realm").ok_or_else(|| {
+        RegistryError::permanent(format!("fetching {what}: a Bearer challenge without realm"))
+    })?;
+    let realm_url = reqwest::Url::parse(realm).map_err(|e| {
+        RegistryError::permanent(format!("fetching {what}: token realm {realm:?}: {e}"))
+    })?;
+    if realm_url.scheme() != "https" && !(registry_plain && realm_url.scheme() == "http") {
+        return Err(RegistryError::permanent(format!(
+            "fetching {what}: refusing token realm {realm}: not https"
+        )));
+    }
+    Ok((realm, realm_url))
+}
+
+/// The token in a token service's answer (`token`, else `access_token`); a failed answer
+/// is transient when the service failed (`5xx`).
+fn token_answer(
+    status: reqwest::StatusCode,
+    body: &[u8],
+    token_what: &str,
+) -> Result<String, RegistryError> {
+    if !status.is_success() {
+        return Err(RegistryError {
+            transient: status.is_server_error(),
+            not_found: false,
+            message: format!(
+                "fetching {token_what}: {status} {}",
+                String::from_utf8_lossy(&body[..body.len().min(512)]).trim()
+            ),
+        });
+    }
+    let answer: serde_json::Value = serde_json::from_slice(body)
+        .map_err(|e| RegistryError::permanent(format!("fetching {token_what}: not JSON: {e}")))?;
+    let token = answer
+        .get("token")
+        .or_else(|| answer.get("access_token"))
+        .and_then(serde_json::Value::as_str)
+        .ok_or_else(|| {
+            RegistryError::permanent(format!("fetching {token_what}: no token in the answer"))
+        })?;
+    Ok(format!("Bearer {token}"))
 }
 
 /// `Bearer realm="...",service="..."` into the scheme and its parameters.
@@ -758,6 +800,47 @@ mod tests {
             ("Basic", "Registry Realm")
         );
         assert_eq!(parse_challenge("").0, "");
+    }
+
+    #[test]
+    fn token_realms_are_https_unless_the_registry_is_plain_http() {
+        let params = |realm: &str| BTreeMap::from([("realm".to_string(), realm.to_string())]);
+        let https = params("https://auth.example/token");
+        assert_eq!(
+            token_realm(&https, false, "x").unwrap().0,
+            "https://auth.example/token"
+        );
+        let http = params("http://auth.example/token");
+        assert!(token_realm(&http, true, "x").is_ok());
+        let refused = token_realm(&http, false, "x").unwrap_err();
+        assert!(
+            refused.message.ends_with("not https"),
+            "{}",
+            refused.message
+        );
+        assert!(!refused.transient);
+        assert!(token_realm(&params("not a url"), true, "x").is_err());
+        assert!(token_realm(&BTreeMap::new(), true, "x").is_err());
+    }
+
+    #[test]
+    fn token_answers_give_the_token_or_say_why_not() {
+        let ok = reqwest::StatusCode::OK;
+        assert_eq!(
+            token_answer(ok, br#"{"token":"t"}"#, "a token").unwrap(),
+            "Bearer t"
+        );
+        assert_eq!(
+            token_answer(ok, br#"{"access_token":"a"}"#, "a token").unwrap(),
+            "Bearer a"
+        );
+        assert!(token_answer(ok, b"{}", "a token").is_err());
+        assert!(token_answer(ok, b"<html>", "a token").is_err());
+        let down = token_answer(reqwest::StatusCode::BAD_GATEWAY, b"down", "a token").unwrap_err();
+        assert!(down.transient);
+        assert_eq!(down.message, "fetching a token: 502 Bad Gateway down");
+        let denied = token_answer(reqwest::StatusCode::UNAUTHORIZED, b"", "a token").unwrap_err();
+        assert!(!denied.transient);
     }
 
     #[test]

@@ -43,6 +43,8 @@ mod kernelcache_agent;
 mod kernelcache_controller;
 #[path = "e2e/kernelcache_verify.rs"]
 mod kernelcache_verify;
+#[path = "e2e/kernelcache_walkthrough.rs"]
+mod kernelcache_walkthrough;
 #[path = "e2e/kernelcache_webhook.rs"]
 mod kernelcache_webhook;
 #[path = "e2e/kuberay.rs"]

@@ -24,7 +24,7 @@ pub mod stage;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -180,53 +180,7 @@ pub async fn run(
     .default_backoff()
     .reflect(writer)
     .boxed();
-    let nodes: Api<KernelCacheNode> = Api::all(client.clone());
-    let reported = match nodes.get_opt(&settings.node_name).await {
-        Ok(found) => found
-            .and_then(|n| n.status)
-            .map(|s| report::by_key(&s))
-            .unwrap_or_default(),
-        Err(e) => {
-            warn!(error = %e, "reading the previous KernelCacheNode");
-            BTreeMap::new()
-        }
-    };
-    let mut agent = Agent {
-        recorder: Recorder::new(
-            client,
-            Reporter {
-                controller: report::FIELD_MANAGER.into(),
-                instance: Some(settings.node_name.clone()),
-            },
-        ),
-        stager: Stager {
-            root: settings.cache_root.clone(),
-            limits: settings.limits,
-            plain_http: settings.plain_http.clone(),
-            secrets: Arc::clone(&seams.secrets),
-            credentials_namespace: settings.credentials_namespace.clone(),
-        },
-        detected: Detected::default(),
-        node_uid: None,
-        node_error: None,
-        node_applied: false,
-        images: BTreeMap::new(),
-        sizes: BTreeMap::new(),
-        staging_sizes: BTreeMap::new(),
-        disk: BTreeMap::new(),
-        busy: BTreeMap::new(),
-        failures: BTreeMap::new(),
-        reported,
-        written: None,
-        checked: BTreeSet::new(),
-        rewritten: BTreeMap::new(),
-        tasks: JoinSet::new(),
-        settings,
-        seams,
-        metrics,
-        nodes,
-        store,
-    };
+    let mut agent = Agent::new(client, settings, seams, metrics, store).await;
     agent.detect_gpus().await;
 
     tokio::pin!(shutdown);
@@ -282,6 +236,64 @@ pub async fn run(
 }
 
 impl Agent {
+    /// An agent that knows what its KernelCacheNode reported before a restart (so that
+    /// events are only published for changes).
+    async fn new(
+        client: Client,
+        settings: Settings,
+        seams: Seams,
+        metrics: Arc<Metrics>,
+        store: Store<KernelCache>,
+    ) -> Self {
+        let nodes: Api<KernelCacheNode> = Api::all(client.clone());
+        let reported = match nodes.get_opt(&settings.node_name).await {
+            Ok(found) => found
+                .and_then(|n| n.status)
+                .map(|s| report::by_key(&s))
+                .unwrap_or_default(),
+            Err(e) => {
+                warn!(error = %e, "reading the previous KernelCacheNode");
+                BTreeMap::new()
+            }
+        };
+        Agent {
+            recorder: Recorder::new(
+                client,
+                Reporter {
+                    controller: report::FIELD_MANAGER.into(),
+                    instance: Some(settings.node_name.clone()),
+                },
+            ),
+            stager: Stager {
+                root: settings.cache_root.clone(),
+                limits: settings.limits,
+                plain_http: settings.plain_http.clone(),
+                secrets: Arc::clone(&seams.secrets),
+                credentials_namespace: settings.credentials_namespace.clone(),
+            },
+            detected: Detected::default(),
+            node_uid: None,
+            node_error: None,
+            node_applied: false,
+            images: BTreeMap::new(),
+            sizes: BTreeMap::new(),
+            staging_sizes: BTreeMap::new(),
+            disk: BTreeMap::new(),
+            busy: BTreeMap::new(),
+            failures: BTreeMap::new(),
+            reported,
+            written: None,
+            checked: BTreeSet::new(),
+            rewritten: BTreeMap::new(),
+            tasks: JoinSet::new(),
+            settings,
+            seams,
+            metrics,
+            nodes,
+            store,
+        }
+    }
+
     async fn detect_gpus(&mut self) {
         let source = Arc::clone(&self.seams.gpus);
         let detected = tokio::task::spawn_blocking(move || source.detect())
@@ -370,34 +382,86 @@ impl Agent {
         }
     }
 
+    /// One pass, in phases: read the Node ([`Agent::read_node`]) and the disk
+    /// ([`Agent::read_disk`]), forget what is no longer wanted, [`plan::plan`], start the
+    /// registry work ([`Agent::start_work`]), point Triton group files at their mount
+    /// paths ([`Agent::rewrite_ready`]), remove directories, and report.
     async fn reconcile(&mut self) -> anyhow::Result<()> {
-        // Without its Node the agent still reports; caches with a nodeSelector wait.
-        let node = match self.seams.node.get().await {
-            Ok(node) => Ok(node),
-            Err(e) => {
-                if self.node_error.as_ref() != Some(&e) {
-                    warn!(error = %e, "this node's labels are unknown; caches with a nodeSelector wait");
-                }
-                Err(e)
-            }
-        };
-        self.node_error = node.as_ref().err().cloned();
-        let uid = node.as_ref().ok().and_then(|n| n.uid.clone());
-        if uid.is_some() && uid != self.node_uid {
-            self.node_uid = uid;
-            self.node_applied = false;
-        }
+        let node = self.read_node().await;
         let caches = self.store.state();
         let wanted = plan::wanted(
             caches.iter().map(AsRef::as_ref),
             node.as_ref().map(|n| &n.labels),
         );
         let root = self.settings.cache_root.clone();
+        let (on_disk, damaged) = self.read_disk(&root)?;
+        let failed = self.forget_unwanted(&wanted);
+        let plan::Plan {
+            inspect,
+            stage,
+            remove,
+            mut entries,
+        } = plan::plan(
+            &wanted,
+            plan::Inputs {
+                gpus: &self.detected.gpus,
+                gpu_detection: self.detected.message.as_deref(),
+                images: &self.images,
+                on_disk: &on_disk,
+                busy: &self.busy,
+                failed: &failed,
+            },
+        );
+        self.start_work(inspect, stage, &mut entries);
+        self.rewrite_ready(&wanted, &entries, &root);
+        self.count_checks(&entries);
+        self.metrics.cache_sizes(
+            &entries
+                .iter()
+                .filter_map(|e| {
+                    e.size_bytes
+                        .map(|b| (e.key.namespace.clone(), e.key.name.clone(), b))
+                })
+                .collect::<Vec<_>>(),
+        );
+        for key in remove.iter().chain(&damaged) {
+            info!(cache = %key, "removing kernel cache directory");
+            match disk::remove(&root, key) {
+                Ok(()) => {
+                    self.disk.remove(key);
+                    self.rewritten.remove(key);
+                }
+                Err(e) => warn!(cache = %key, error = %e, "removing kernel cache directory"),
+            }
+        }
+        self.write_status(&entries).await
+    }
 
-        let keys = disk::scan(&root)?;
-        disk::read_new(&root, &keys, &mut self.disk);
+    /// This node's uid and labels (a phase of [`Agent::reconcile`]). Without its Node the
+    /// agent still reports; caches with a nodeSelector wait.
+    async fn read_node(&mut self) -> Result<node::NodeInfo, String> {
+        let node = self.seams.node.get().await;
+        if let Err(e) = &node
+            && self.node_error.as_ref() != Some(e)
+        {
+            warn!(error = %e, "this node's labels are unknown; caches with a nodeSelector wait");
+        }
+        self.node_error = node.as_ref().err().cloned();
+        let uid = node.as_ref().ok().and_then(|n| n.uid.clone());
+        if uid.is_some() && uid != self.node_uid {
+            self.node_uid = uid;
+            self.node_applied = false;
+        }
+        node
+    }
+
+    /// The complete cache directories on disk, and the damaged ones to remove (a phase of
+    /// [`Agent::reconcile`]).
+    fn read_disk(&mut self, root: &Path) -> anyhow::Result<(BTreeMap<Key, OnDisk>, Vec<Key>)> {
+        let keys = disk::scan(root)?;
+        disk::read_new(root, &keys, &mut self.disk);
         let mut damaged = Vec::new();
-        let on_disk: BTreeMap<Key, OnDisk> = self
+        let on_disk = self
             .disk
             .iter()
             .filter_map(|(k, d)| match d {
@@ -409,7 +473,12 @@ impl Agent {
                 }
             })
             .collect();
+        Ok((on_disk, damaged))
+    }
 
+    /// Forget failures and image labels of caches no longer wanted (a phase of
+    /// [`Agent::reconcile`]); the failures still waiting for their retry.
+    fn forget_unwanted(&mut self, wanted: &[Wanted]) -> BTreeMap<Key, String> {
         let wanted_keys: BTreeSet<&Key> = wanted.iter().map(|w| &w.key).collect();
         let wanted_images: BTreeSet<&str> = wanted.iter().map(|w| w.pinned.as_str()).collect();
         self.failures.retain(|k, _| wanted_keys.contains(k));
@@ -417,27 +486,22 @@ impl Agent {
             .retain(|p, _| wanted_images.contains(p.as_str()));
         self.sizes.retain(|p, _| wanted_images.contains(p.as_str()));
         let now = Instant::now();
-        let failed: BTreeMap<Key, String> = self
-            .failures
+        self.failures
             .iter()
             .filter(|(_, f)| f.retry_at > now)
             .map(|(k, f)| (k.clone(), f.message.clone()))
-            .collect();
+            .collect()
+    }
 
-        let mut decided = plan::plan(
-            &wanted,
-            plan::Inputs {
-                gpus: &self.detected.gpus,
-                gpu_detection: self.detected.message.as_deref(),
-                images: &self.images,
-                on_disk: &on_disk,
-                busy: &self.busy,
-                failed: &failed,
-            },
-        );
-
-        // Registry work, within the parallelism.
-        for w in decided.inspect {
+    /// Registry work in tasks (a phase of [`Agent::reconcile`]): every inspection, and the
+    /// stages [`plan::stage_wait`] lets start; the others are reported `Pending` with why.
+    fn start_work(
+        &mut self,
+        inspect: Vec<Wanted>,
+        stage: Vec<Wanted>,
+        entries: &mut [plan::Entry],
+    ) {
+        for w in inspect {
             self.busy.insert(w.key.clone(), Busy::Inspecting);
             let stager = self.stager.clone();
             self.tasks.spawn(async move {
@@ -445,27 +509,11 @@ impl Agent {
                 (w, outcome)
             });
         }
-        for w in decided.stage {
-            // One download per digest: a second cache of it waits and then links.
-            let same = self
-                .busy
-                .iter()
-                .find(|(k, b)| **b == Busy::Staging && k.digest == w.key.digest)
-                .map(|(k, _)| k.to_string());
-            if let Some(other) = same {
-                if let Some(e) = decided.entries.iter_mut().find(|e| e.key == w.key) {
+        for w in stage {
+            if let Some(why) = plan::stage_wait(&self.busy, &w.key, self.settings.parallel_stages) {
+                if let Some(e) = entries.iter_mut().find(|e| e.key == w.key) {
                     e.state = CacheState::Pending;
-                    e.message = Some(format!(
-                        "waiting for {other}, the same digest, to be staged"
-                    ));
-                }
-                continue;
-            }
-            let staging = self.busy.values().filter(|b| **b == Busy::Staging).count();
-            if staging >= self.settings.parallel_stages.max(1) {
-                if let Some(e) = decided.entries.iter_mut().find(|e| e.key == w.key) {
-                    e.state = CacheState::Pending;
-                    e.message = Some("waiting for other caches to finish staging".into());
+                    e.message = Some(why);
                 }
                 continue;
             }
@@ -481,56 +529,31 @@ impl Agent {
                 (w, outcome)
             });
         }
+    }
 
-        // Triton group files of caches found on disk point at the current mount path.
+    /// Triton group files of the caches found ready on disk point at the current mount
+    /// path (a phase of [`Agent::reconcile`]).
+    fn rewrite_ready(&mut self, wanted: &[Wanted], entries: &[plan::Entry], root: &Path) {
         let by_key: BTreeMap<&Key, &Wanted> = wanted.iter().map(|w| (&w.key, w)).collect();
-        for e in decided
-            .entries
-            .iter()
-            .filter(|e| e.state == CacheState::Ready)
-        {
+        for e in entries.iter().filter(|e| e.state == CacheState::Ready) {
             let Some(w) = by_key.get(&e.key) else {
                 continue;
             };
-            if self.rewritten.get(&e.key) != Some(&w.triton_mount) {
-                let cache_dir = e
-                    .key
-                    .dir(&root)
-                    .join(crate::image::CacheType::Triton.cache_dir());
-                if cache_dir.is_dir()
-                    && let Err(err) = triton::rewrite_group_files(&cache_dir, &w.triton_mount)
-                {
-                    warn!(cache = %e.key, error = %err, "rewriting Triton group files");
-                    continue;
-                }
-                self.rewritten.insert(e.key.clone(), w.triton_mount.clone());
+            if self.rewritten.get(&e.key) == Some(&w.triton_mount) {
+                continue;
             }
-        }
-
-        self.count_checks(&decided.entries);
-        self.metrics.cache_sizes(
-            &decided
-                .entries
-                .iter()
-                .filter_map(|e| {
-                    e.size_bytes
-                        .map(|b| (e.key.namespace.clone(), e.key.name.clone(), b))
-                })
-                .collect::<Vec<_>>(),
-        );
-
-        for key in decided.remove.iter().chain(&damaged) {
-            info!(cache = %key, "removing kernel cache directory");
-            match disk::remove(&root, key) {
-                Ok(()) => {
-                    self.disk.remove(key);
-                    self.rewritten.remove(key);
-                }
-                Err(e) => warn!(cache = %key, error = %e, "removing kernel cache directory"),
+            let cache_dir = e
+                .key
+                .dir(root)
+                .join(crate::image::CacheType::Triton.cache_dir());
+            if cache_dir.is_dir()
+                && let Err(err) = triton::rewrite_group_files(&cache_dir, &w.triton_mount)
+            {
+                warn!(cache = %e.key, error = %err, "rewriting Triton group files");
+                continue;
             }
+            self.rewritten.insert(e.key.clone(), w.triton_mount.clone());
         }
-
-        self.write_status(&decided.entries).await
     }
 
     fn count_checks(&mut self, entries: &[plan::Entry]) {

@@ -156,6 +156,23 @@ pub enum Busy {
     Staging,
 }
 
+/// Why the stage of `key` waits, if it does, given the work under way (`busy`): one
+/// download per digest (a second cache of it waits, then links to the first), and at most
+/// `parallel_stages` stages at once.
+pub fn stage_wait(busy: &BTreeMap<Key, Busy>, key: &Key, parallel_stages: usize) -> Option<String> {
+    if let Some((other, _)) = busy
+        .iter()
+        .find(|(k, b)| **b == Busy::Staging && k.digest == key.digest)
+    {
+        return Some(format!(
+            "waiting for {other}, the same digest, to be staged"
+        ));
+    }
+    let staging = busy.values().filter(|b| **b == Busy::Staging).count();
+    (staging >= parallel_stages.max(1))
+        .then(|| "waiting for other caches to finish staging".to_string())
+}
+
 /// What the node knows besides the caches.
 #[derive(Clone, Copy, Debug)]
 pub struct Inputs<'a> {
@@ -386,6 +403,28 @@ mod tests {
             name: name.into(),
             digest: digest.into(),
         }
+    }
+
+    #[test]
+    fn stages_wait_for_their_digest_and_for_room_to_stage() {
+        let mut busy = BTreeMap::new();
+        assert_eq!(stage_wait(&busy, &key("a", "sha256:1"), 2), None);
+        // Reading labels takes no stage.
+        busy.insert(key("b", "sha256:2"), Busy::Inspecting);
+        assert_eq!(stage_wait(&busy, &key("a", "sha256:1"), 1), None);
+        busy.insert(key("c", "sha256:1"), Busy::Staging);
+        assert_eq!(
+            stage_wait(&busy, &key("a", "sha256:1"), 2).as_deref(),
+            Some("waiting for ml/c@sha256:1, the same digest, to be staged")
+        );
+        assert_eq!(stage_wait(&busy, &key("a", "sha256:3"), 2), None);
+        assert_eq!(
+            stage_wait(&busy, &key("a", "sha256:3"), 1).as_deref(),
+            Some("waiting for other caches to finish staging")
+        );
+        // A parallelism of 0 still stages one at a time.
+        assert!(stage_wait(&BTreeMap::new(), &key("a", "sha256:3"), 0).is_none());
+        assert!(stage_wait(&busy, &key("a", "sha256:3"), 0).is_some());
     }
 
     struct World {

@@ -5,7 +5,11 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
-use crate::api::{CacheState, KernelCache, KernelCacheNode, Verification, VerificationMode};
+use crate::api::{
+    CacheState, KernelCache, KernelCacheNode, KernelCachePolicy, Verification, VerificationMode,
+};
+use crate::image::CacheImage;
+use crate::oci::PullError;
 use crate::verify::{self, VerifyError};
 
 /// Setting this annotation of a KernelCache to a new value makes the controller verify
@@ -95,6 +99,128 @@ pub fn after_failure(
     match previous {
         Some(p) if error.is_transient() && passed(p) => p.clone(),
         _ => verify::refused(mode, error),
+    }
+}
+
+/// The verdict when the policy named `policy` does not exist: nothing is usable.
+pub fn no_policy(policy: &str) -> Verification {
+    Verification {
+        mode: VerificationMode::Key,
+        message: Some(format!("no KernelCachePolicy '{policy}'")),
+        ..Verification::default()
+    }
+}
+
+/// What a verdict records of the policy it was reached under: `<uid>/<generation>`, so
+/// that any change of the policy (or a policy deleted and created again) verifies anew.
+pub fn policy_version(policy: &KernelCachePolicy) -> String {
+    format!(
+        "{}/{}",
+        policy.metadata.uid.as_deref().unwrap_or_default(),
+        policy.metadata.generation.unwrap_or_default()
+    )
+}
+
+/// The verdict from a signature check (`signature`) and the image's labels (`image`):
+/// the cache type is known only for a cache image; a failed check keeps a passed verdict
+/// through an outage ([`after_failure`]), with the cache type it had (`kept_type`); an
+/// unreachable registry while reading labels is an outage too; an image that is not a
+/// cache is refused even when signed.
+pub fn judge(
+    previous: Option<&Verification>,
+    mode: VerificationMode,
+    kept_type: Option<&String>,
+    signature: Result<Verification, VerifyError>,
+    image: Result<CacheImage, PullError>,
+) -> (Verification, Option<String>) {
+    match (signature, image) {
+        (Ok(v), Ok(image)) => (v, Some(image.cache_type.as_str().to_string())),
+        (Err(e), image) => {
+            let kept = after_failure(previous, mode, &e);
+            let cache_type = if passed(&kept) {
+                kept_type.cloned()
+            } else {
+                // The reason shown: not a cache image before an unverified one.
+                image
+                    .ok()
+                    .map(|image| image.cache_type.as_str().to_string())
+            };
+            (kept, cache_type)
+        }
+        (Ok(_), Err(e)) if e.is_transient() => {
+            let e = VerifyError::Unavailable(e.to_string());
+            let kept = after_failure(previous, mode, &e);
+            let cache_type = passed(&kept).then(|| kept_type.cloned()).flatten();
+            (kept, cache_type)
+        }
+        (Ok(v), Err(not_a_cache)) => (
+            Verification {
+                verified: false,
+                message: Some(format!("not usable: {not_a_cache}")),
+                ..v
+            },
+            None,
+        ),
+    }
+}
+
+/// The retry pending after a verification of `digest` under `policy_version`: none when
+/// it passed (`passed`), else one more attempt than `pending` counted for the same digest
+/// and policy, due after [`retry_after`].
+pub fn next_retry(
+    passed: bool,
+    pending: Option<&Retry>,
+    digest: &str,
+    policy_version: &str,
+    resync: Duration,
+    now: Instant,
+) -> Option<Retry> {
+    if passed {
+        return None;
+    }
+    let attempts = pending
+        .filter(|r| r.digest == digest && r.policy_version == policy_version)
+        .map_or(0, |r| r.attempts)
+        + 1;
+    Some(Retry {
+        digest: digest.to_string(),
+        policy_version: policy_version.to_string(),
+        attempts,
+        at: now + retry_after(attempts, resync),
+    })
+}
+
+/// The event announcing a new verdict on `pinned`: (warning, reason, note).
+pub fn verification_event(
+    pinned: &str,
+    verification: &Verification,
+    is_cache: bool,
+) -> (bool, &'static str, String) {
+    match (verification.verified, verification.mode) {
+        (true, _) => (
+            false,
+            reasons::VERIFIED,
+            format!(
+                "{pinned} verified; signer {}",
+                verification.signer.clone().unwrap_or_default()
+            ),
+        ),
+        (false, VerificationMode::Disabled) if is_cache => (
+            true,
+            reasons::VERIFICATION_DISABLED,
+            format!(
+                "{pinned} used without signature verification: {}",
+                verify::DISABLED_MESSAGE
+            ),
+        ),
+        (false, _) => (
+            true,
+            reasons::VERIFICATION_FAILED,
+            format!(
+                "{pinned} refused: {}",
+                verification.message.clone().unwrap_or_default()
+            ),
+        ),
     }
 }
 
@@ -566,6 +692,150 @@ mod tests {
         assert_eq!(
             ready_condition(true, &agg(2)),
             (true, reasons::STAGED, "2 Ready".to_string())
+        );
+    }
+    fn triton() -> CacheImage {
+        CacheImage {
+            cache_type: crate::image::CacheType::Triton,
+            entry_count: Some(1),
+            size_bytes: Some(10),
+            targets: Vec::new(),
+        }
+    }
+
+    fn registry_down() -> PullError {
+        PullError::Registry(crate::registry::RegistryError {
+            transient: true,
+            not_found: false,
+            message: "503".into(),
+        })
+    }
+
+    #[test]
+    fn judged_verdicts_need_a_signature_and_a_cache_image() {
+        let ok = verdict(true, "u/1", None);
+        let kept = Some(&"triton".to_string());
+        // Signed cache image.
+        let (v, t) = judge(
+            None,
+            VerificationMode::Key,
+            None,
+            Ok(ok.clone()),
+            Ok(triton()),
+        );
+        assert_eq!((v.verified, t.as_deref()), (true, Some("triton")));
+        // Signed, but not a cache image: refused with the reason.
+        let (v, t) = judge(
+            None,
+            VerificationMode::Key,
+            None,
+            Ok(ok.clone()),
+            Err(PullError::Image(crate::image::ImageError::NotACache)),
+        );
+        assert!(!v.verified && t.is_none());
+        assert!(
+            v.message
+                .unwrap()
+                .starts_with("not usable: not a kernel cache image")
+        );
+        // Unsigned cache image: refused, the type still shown.
+        let (v, t) = judge(
+            None,
+            VerificationMode::Key,
+            None,
+            Err(VerifyError::NoSignature("r@sha256:00".into())),
+            Ok(triton()),
+        );
+        assert!(!v.verified);
+        assert_eq!(t.as_deref(), Some("triton"));
+        // An outage while checking keeps a passed verdict and its type, either way.
+        let (v, t) = judge(
+            Some(&ok),
+            VerificationMode::Key,
+            kept,
+            Err(VerifyError::Unavailable("timeout".into())),
+            Err(registry_down()),
+        );
+        assert_eq!((v, t.as_deref()), (ok.clone(), Some("triton")));
+        let (v, t) = judge(
+            Some(&ok),
+            VerificationMode::Key,
+            kept,
+            Ok(ok.clone()),
+            Err(registry_down()),
+        );
+        assert_eq!((v, t.as_deref()), (ok, Some("triton")));
+        // ... but is no verdict for a digest that never passed.
+        let (v, t) = judge(
+            None,
+            VerificationMode::Key,
+            None,
+            Ok(verdict(true, "u/1", None)),
+            Err(registry_down()),
+        );
+        assert!(!v.verified && t.is_none());
+        assert!(v.message.unwrap().starts_with("registry unavailable"));
+    }
+
+    #[test]
+    fn retries_count_per_digest_and_policy_and_end_when_passed() {
+        let now = Instant::now();
+        let resync = Duration::from_secs(300);
+        let first = next_retry(false, None, "d", "u/1", resync, now).unwrap();
+        assert_eq!((first.attempts, first.at - now), (1, FIRST_RETRY));
+        let second = next_retry(false, Some(&first), "d", "u/1", resync, now).unwrap();
+        assert_eq!((second.attempts, second.at - now), (2, FIRST_RETRY * 2));
+        // Another digest or policy starts counting again.
+        let other = next_retry(false, Some(&second), "e", "u/1", resync, now).unwrap();
+        assert_eq!(other.attempts, 1);
+        let other = next_retry(false, Some(&second), "d", "u/2", resync, now).unwrap();
+        assert_eq!(other.attempts, 1);
+        assert_eq!(
+            next_retry(true, Some(&second), "d", "u/1", resync, now),
+            None
+        );
+    }
+
+    #[test]
+    fn verdict_events_warn_unless_verified() {
+        let ok = Verification {
+            signer: Some("sha256:0123".into()),
+            ..verdict(true, "u/1", None)
+        };
+        assert_eq!(
+            verification_event("r@sha256:00", &ok, true),
+            (
+                false,
+                reasons::VERIFIED,
+                "r@sha256:00 verified; signer sha256:0123".to_string()
+            )
+        );
+        let failed = verdict(false, "u/1", None);
+        assert_eq!(
+            verification_event("r@sha256:00", &failed, true),
+            (
+                true,
+                reasons::VERIFICATION_FAILED,
+                "r@sha256:00 refused: no signature found".to_string()
+            )
+        );
+        let disabled = Verification {
+            mode: VerificationMode::Disabled,
+            message: Some(verify::DISABLED_MESSAGE.into()),
+            ..Verification::default()
+        };
+        assert_eq!(
+            verification_event("r@sha256:00", &disabled, true).1,
+            reasons::VERIFICATION_DISABLED
+        );
+        // Disabled, but not a cache: refused.
+        assert_eq!(
+            verification_event("r@sha256:00", &disabled, false).1,
+            reasons::VERIFICATION_FAILED
+        );
+        assert_eq!(
+            no_policy("default").message.as_deref(),
+            Some("no KernelCachePolicy 'default'")
         );
     }
 }

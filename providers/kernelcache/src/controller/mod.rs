@@ -177,9 +177,54 @@ pub async fn run(
             }
         }
     });
+    let ctx = new_ctx(
+        &client, settings, secrets, metrics, &nodes, &caches, policies,
+    );
+    // Handed-over credentials of caches deleted while no controller ran.
+    let sweeper = {
+        let ctx = Arc::clone(&ctx);
+        tokio::spawn(async move {
+            if ctx.caches.synced().await
+                && let Some(h) = &ctx.handover
+            {
+                h.prune(|ns, name| ctx.exists(ns, name), true).await;
+            }
+        })
+    };
+    let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
+    let registration = tokio::spawn(register(client.clone(), ctx.settings.resync));
+    let caches_ctl = cache_controller(
+        Arc::clone(&ctx),
+        cache_stream,
+        node_stream,
+        policy_stream,
+        shutdown.clone(),
+    );
+    let mds_ctl = md_controller(&client, &mds, md_stream, caches, shutdown.clone());
+    let labels_ctl = label_controller(&client, &node_meta, node_meta_stream, nodes, shutdown);
+    info!("kernel-cache controller running");
+    tokio::join!(caches_ctl, mds_ctl, labels_ctl);
+    registration.abort();
+    sweeper.abort();
+    readiness.abort();
+    Ok(())
+}
 
-    let settings_credentials = settings.credentials_namespace.clone();
-    let ctx = Arc::new(Ctx {
+/// The shared state of the KernelCache controller (a part of [`run`]).
+fn new_ctx(
+    client: &Client,
+    settings: Settings,
+    secrets: Arc<dyn SecretApi>,
+    metrics: Arc<app::Metrics>,
+    nodes: &Cache<KernelCacheNode>,
+    caches: &Cache<KernelCache>,
+    policies: Cache<KernelCachePolicy>,
+) -> Arc<Ctx> {
+    let handover = settings
+        .credentials_namespace
+        .as_deref()
+        .map(|ns| handover::Handover::new(client.clone(), ns));
+    Arc::new(Ctx {
         recorder: Recorder::new(
             client.clone(),
             Reporter {
@@ -196,29 +241,20 @@ pub async fn run(
         metrics,
         retries: Mutex::default(),
         pin_checked: Mutex::default(),
-        handover: settings_credentials
-            .as_deref()
-            .map(|ns| handover::Handover::new(client.clone(), ns)),
-    });
-    // Handed-over credentials of caches deleted while no controller ran.
-    let sweeper = {
-        let ctx = Arc::clone(&ctx);
-        tokio::spawn(async move {
-            if ctx.caches.synced().await
-                && let Some(h) = &ctx.handover
-            {
-                h.prune(|ns, name| ctx.exists(ns, name), true).await;
-            }
-        })
-    };
-    let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
-    let shutdown_labels = shutdown.clone();
+        handover,
+    })
+}
 
-    let policies = policy_stream.map(|_| ());
-    let registration = tokio::spawn(register(client.clone(), ctx.settings.resync));
-
-    // Node reports wake the caches they mention.
-    let node_caches = node_stream.filter_map(|n| async move {
+/// The controller over KernelCaches (a part of [`run`]): woken by its own watch, by the
+/// node reports that mention a cache, and by any policy change (every cache).
+fn cache_controller(
+    ctx: Arc<Ctx>,
+    caches: impl futures::Stream<Item = Result<KernelCache, watcher::Error>> + Send + 'static,
+    nodes: impl futures::Stream<Item = Result<KernelCacheNode, watcher::Error>> + Send + 'static,
+    policies: impl futures::Stream<Item = Result<KernelCachePolicy, watcher::Error>> + Send + 'static,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> impl std::future::Future<Output = ()> {
+    let node_caches = nodes.filter_map(|n| async move {
         let node = n.ok()?;
         let refs: Vec<ObjectRef<KernelCache>> = node
             .status
@@ -228,14 +264,23 @@ pub async fn run(
             .collect();
         Some(futures::stream::iter(refs))
     });
-    let caches_ctl = Controller::for_stream(cache_stream, caches.store.clone())
+    Controller::for_stream(caches, ctx.caches.store.clone())
         .reconcile_on(node_caches.flatten())
-        .reconcile_all_on(policies)
-        .graceful_shutdown_on(shutdown.clone())
-        .run(reconcile_cache, cache_error, Arc::clone(&ctx))
-        .for_each(|_| async {});
+        .reconcile_all_on(policies.map(|_| ()))
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile_cache, cache_error, ctx)
+        .for_each(|_| async {})
+}
 
-    // Cache changes wake the ModelDeployments in their namespace that name them.
+/// The controller of `KernelCacheReady` on ModelDeployments (a part of [`run`]): cache
+/// changes wake the ModelDeployments in their namespace that name them.
+fn md_controller(
+    client: &Client,
+    mds: &Cache<ModelDeployment>,
+    md_stream: impl futures::Stream<Item = Result<ModelDeployment, watcher::Error>> + Send + 'static,
+    caches: Cache<KernelCache>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> impl std::future::Future<Output = ()> {
     let md_store = mds.store.clone();
     let cache_mds = move |cache: KernelCache| {
         let (ns, name) = (cache.namespace().unwrap_or_default(), cache.name_any());
@@ -251,17 +296,28 @@ pub async fn run(
         client: client.clone(),
         caches,
     });
-    let mds_ctl = Controller::for_stream(md_stream, mds.store.clone())
+    Controller::for_stream(md_stream, mds.store.clone())
         .watches(
             Api::<KernelCache>::all(client.clone()),
             watcher::Config::default(),
             cache_mds,
         )
-        .graceful_shutdown_on(shutdown.clone())
+        .graceful_shutdown_on(shutdown)
         .run(reconcile_md, md_error, md_ctx)
-        .for_each(|_| async {});
+        .for_each(|_| async {})
+}
 
-    // Node ready labels from the agents' reports (the agents never write Nodes).
+/// The controller of Nodes' ready labels from the agents' reports (a part of [`run`];
+/// the agents never write Nodes).
+fn label_controller(
+    client: &Client,
+    node_meta: &Cache<PartialObjectMeta<Node>>,
+    node_meta_stream: impl futures::Stream<Item = Result<PartialObjectMeta<Node>, watcher::Error>>
+    + Send
+    + 'static,
+    reports: Cache<KernelCacheNode>,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> impl std::future::Future<Output = ()> {
     let report_nodes = watcher(
         Api::<KernelCacheNode>::all(client.clone()),
         watcher::Config::default(),
@@ -271,20 +327,13 @@ pub async fn run(
     .filter_map(|r| async move { r.ok().map(|n| ObjectRef::new(&n.name_any())) });
     let label_ctx = Arc::new(LabelCtx {
         client: client.clone(),
-        reports: nodes.clone(),
+        reports,
     });
-    let labels_ctl = Controller::for_stream(node_meta_stream, node_meta.store.clone())
+    Controller::for_stream(node_meta_stream, node_meta.store.clone())
         .reconcile_on(report_nodes)
-        .graceful_shutdown_on(shutdown_labels)
+        .graceful_shutdown_on(shutdown)
         .run(reconcile_node_labels, label_error, label_ctx)
-        .for_each(|_| async {});
-
-    info!("kernel-cache controller running");
-    tokio::join!(caches_ctl, mds_ctl, labels_ctl);
-    registration.abort();
-    sweeper.abort();
-    readiness.abort();
-    Ok(())
+        .for_each(|_| async {})
 }
 
 /// A watch cache of every `K` (without managed fields) and the stream that keeps it
@@ -337,8 +386,9 @@ async fn publish(ctx: &Ctx, cache: &KernelCache, type_: EventType, reason: &str,
     }
 }
 
-/// Pin, verify, aggregate and write one KernelCache's status, in three phases:
-/// [`pin_phase`], [`verification_phase`] and the nodes' reports.
+/// Pin, verify, aggregate and write one KernelCache's status, in phases:
+/// [`registry_phase`], [`pin_phase`], [`verification_phase`] (recorded by
+/// [`record_verdict`]) and the nodes' reports ([`nodes_phase`]).
 async fn reconcile_cache(cache: Arc<KernelCache>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     // Never decide on a partial view: an empty policy store would refuse every cache
     // (and the agents would drop them), an empty node store would report nothing ready.
@@ -346,23 +396,13 @@ async fn reconcile_cache(cache: Arc<KernelCache>, ctx: Arc<Ctx>) -> Result<Actio
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
     ctx.prune().await;
-    let ns = cache.namespace().unwrap_or_default();
-    let name = cache.name_any();
     let generation = cache.metadata.generation;
     let previous = cache.status.clone().unwrap_or_default();
     let mut status = previous.clone();
     status.observed_generation = generation;
-    let image = cache.spec.image.clone();
 
-    let auth = match auth_for(
-        ctx.secrets.as_ref(),
-        &ns,
-        &cache.spec.image_pull_secrets,
-        &image,
-    )
-    .await
-    {
-        Ok(auth) => auth,
+    let (puller, auth) = match registry_phase(&ctx, &cache).await {
+        Ok(registry) => registry,
         Err(e) => {
             set(
                 &mut status,
@@ -375,13 +415,6 @@ async fn reconcile_cache(cache: Arc<KernelCache>, ctx: Arc<Ctx>) -> Result<Actio
             return write(&ctx, &cache, &previous, status).await;
         }
     };
-    if let Some(h) = &ctx.handover
-        && let Err(e) = h.sync(&ns, &name, &image, &auth).await
-    {
-        warn!(cache = %name, error = %e, "handing registry credentials over to the agents");
-    }
-    let puller = Puller::new(auth.clone(), ctx.settings.plain_http.clone());
-
     let pinned = match pin_phase(&ctx, &cache, &previous, &mut status, &puller).await {
         Pinned::Yes(pinned) => pinned,
         Pinned::Failed => {
@@ -389,15 +422,13 @@ async fn reconcile_cache(cache: Arc<KernelCache>, ctx: Arc<Ctx>) -> Result<Actio
             return Ok(Action::requeue(Duration::from_secs(30)));
         }
     };
-    let digest = status.resolved_digest.clone().unwrap_or_default();
-
     // Verify: a passed verdict stands until the policy changes or a reverify is asked;
     // a failed one is retried with backoff; an unreachable registry takes nothing away.
     let policy = ctx
         .policies
         .store
         .get(&ObjectRef::new(&ctx.settings.policy));
-    let (verification, cache_type, retry_in, size_bytes) = verification_phase(
+    let checked = verification_phase(
         &ctx,
         &cache,
         &status,
@@ -406,14 +437,61 @@ async fn reconcile_cache(cache: Arc<KernelCache>, ctx: Arc<Ctx>) -> Result<Actio
         &pinned,
     )
     .await;
+    let retry_in = checked.retry_in;
+    record_verdict(&mut status, policy.is_some(), checked, &pinned, generation);
+    nodes_phase(&ctx, &cache, &mut status);
+    write(&ctx, &cache, &previous, status).await?;
+    Ok(Action::requeue(retry_in.map_or(ctx.settings.resync, |r| {
+        r.min(ctx.settings.resync)
+    })))
+}
+
+/// The cache's registry credentials, handed over to the agents, and a client using them
+/// (a phase of [`reconcile_cache`]); why not, when its pull Secrets cannot be read.
+async fn registry_phase(
+    ctx: &Ctx,
+    cache: &KernelCache,
+) -> Result<(Puller, oci_client::secrets::RegistryAuth), String> {
+    let ns = cache.namespace().unwrap_or_default();
+    let image = &cache.spec.image;
+    let auth = auth_for(
+        ctx.secrets.as_ref(),
+        &ns,
+        &cache.spec.image_pull_secrets,
+        image,
+    )
+    .await?;
+    if let Some(h) = &ctx.handover
+        && let Err(e) = h.sync(&ns, &cache.name_any(), image, &auth).await
+    {
+        warn!(cache = %cache.name_any(), error = %e, "handing registry credentials over to the agents");
+    }
+    let puller = Puller::new(auth.clone(), ctx.settings.plain_http.clone());
+    Ok((puller, auth))
+}
+
+/// The `Verified` condition and what the status shows of the verdict (a phase of
+/// [`reconcile_cache`]): a refused pin never looks usable.
+fn record_verdict(
+    status: &mut KernelCacheStatus,
+    policy_found: bool,
+    checked: Checked,
+    pinned: &str,
+    generation: Option<i64>,
+) {
+    let Checked {
+        verification,
+        cache_type,
+        size_bytes,
+        ..
+    } = checked;
     let disabled = verification.mode == VerificationMode::Disabled && !verification.verified;
     let decide::Verdict {
         usable: ok,
         reason,
         message,
-    } = decide::verdict(policy.is_some(), cache_type.is_some(), &verification);
-    set(&mut status, "Verified", ok, reason, &message, generation);
-    // A refused pin must never look usable.
+    } = decide::verdict(policy_found, cache_type.is_some(), &verification);
+    set(status, "Verified", ok, reason, &message, generation);
     status.verification = Some(if ok {
         verification
     } else {
@@ -424,11 +502,14 @@ async fn reconcile_cache(cache: Arc<KernelCache>, ctx: Arc<Ctx>) -> Result<Actio
     });
     // Mode `disabled` makes any pin usable; one that is refused anyway (not a cache
     // image) is not published at all.
-    status.pinned_image = (ok || !disabled).then(|| pinned.clone());
+    status.pinned_image = (ok || !disabled).then(|| pinned.to_string());
     status.cache_type = cache_type;
     status.size_bytes = size_bytes.and_then(|b| i64::try_from(b).ok());
+}
 
-    // What the nodes report.
+/// What the nodes report about the pinned digest: `Ready`, `nodes` and `readyNodes` (a
+/// phase of [`reconcile_cache`]).
+fn nodes_phase(ctx: &Ctx, cache: &KernelCache, status: &mut KernelCacheStatus) {
     let nodes: Vec<KernelCacheNode> = ctx
         .nodes
         .store
@@ -436,15 +517,24 @@ async fn reconcile_cache(cache: Arc<KernelCache>, ctx: Arc<Ctx>) -> Result<Actio
         .iter()
         .map(|n| (**n).clone())
         .collect();
-    let agg = decide::aggregate(&ns, &name, &digest, &nodes);
+    let digest = status.resolved_digest.clone().unwrap_or_default();
+    let agg = decide::aggregate(
+        &cache.namespace().unwrap_or_default(),
+        &cache.name_any(),
+        &digest,
+        &nodes,
+    );
     let (ready, reason, message) = decide::ready_condition(status.usable_image().is_some(), &agg);
-    set(&mut status, "Ready", ready, reason, &message, generation);
+    set(
+        status,
+        "Ready",
+        ready,
+        reason,
+        &message,
+        cache.metadata.generation,
+    );
     status.nodes = agg.nodes;
     status.ready_nodes = Some(agg.ready);
-    write(&ctx, &cache, &previous, status).await?;
-    Ok(Action::requeue(retry_in.map_or(ctx.settings.resync, |r| {
-        r.min(ctx.settings.resync)
-    })))
 }
 
 /// What [`pin_phase`] left.
@@ -584,47 +674,55 @@ async fn resolve_pin(
     }
 }
 
+/// What [`verification_phase`] reached about the pinned digest.
+struct Checked {
+    /// The verdict.
+    verification: Verification,
+    /// The cache type (none when the image is not a cache).
+    cache_type: Option<String>,
+    /// When to look again, if a retry is pending.
+    retry_in: Option<Duration>,
+    /// The cache's size from its labels.
+    size_bytes: Option<u64>,
+}
+
 /// The verdict on the pinned digest (a phase of [`reconcile_cache`]): the one in the
-/// status when it stands, else reached now (signature, then the image's labels), with
-/// failures retried with backoff and an unreachable registry taking nothing away.
-/// Returns the verdict, the cache type (none when the image is not a cache) and when to
-/// look again if a retry is pending.
+/// status when it stands ([`decide::verify_when`]), else reached now
+/// ([`verify_now`]), with failures retried with backoff and an unreachable registry
+/// taking nothing away.
 async fn verification_phase(
     ctx: &Ctx,
     cache: &KernelCache,
     status: &KernelCacheStatus,
     policy: Option<&KernelCachePolicy>,
-    (puller, auth): (&Puller, &oci_client::secrets::RegistryAuth),
+    registry: (&Puller, &oci_client::secrets::RegistryAuth),
     pinned: &str,
-) -> (Verification, Option<String>, Option<Duration>, Option<u64>) {
+) -> Checked {
     let key = (cache.namespace().unwrap_or_default(), cache.name_any());
     let known_size = status.size_bytes.and_then(|b| u64::try_from(b).ok());
     let Some(policy) = policy else {
-        let message = format!("no KernelCachePolicy '{}'", ctx.settings.policy);
-        return (
-            Verification {
-                mode: VerificationMode::Key,
-                message: Some(message),
-                ..Verification::default()
-            },
-            None,
-            None,
-            None,
-        );
+        return Checked {
+            verification: decide::no_policy(&ctx.settings.policy),
+            cache_type: None,
+            retry_in: None,
+            size_bytes: None,
+        };
     };
     let digest = status.resolved_digest.clone().unwrap_or_default();
     let previous = status.verification.as_ref();
-    let policy_version = format!(
-        "{}/{}",
-        policy.uid().unwrap_or_default(),
-        policy.metadata.generation.unwrap_or_default()
-    );
+    let policy_version = decide::policy_version(policy);
     let request = cache
         .annotations()
         .get(decide::REVERIFY_ANNOTATION)
         .cloned();
     let retry = ctx.retries.lock().ok().and_then(|r| r.get(&key).cloned());
     let now = std::time::Instant::now();
+    let kept = |retry_in| Checked {
+        verification: previous.cloned().unwrap_or_default(),
+        cache_type: status.cache_type.clone(),
+        retry_in,
+        size_bytes: known_size,
+    };
     match decide::verify_when(
         previous,
         &digest,
@@ -633,126 +731,124 @@ async fn verification_phase(
         retry.as_ref(),
         now,
     ) {
-        decide::VerifyWhen::Reuse => {
-            return (
-                previous.cloned().unwrap_or_default(),
-                status.cache_type.clone(),
-                None,
-                known_size,
-            );
-        }
-        decide::VerifyWhen::Later(wait) => {
-            return (
-                previous.cloned().unwrap_or_default(),
-                status.cache_type.clone(),
-                Some(wait),
-                known_size,
-            );
-        }
+        decide::VerifyWhen::Reuse => return kept(None),
+        decide::VerifyWhen::Later(wait) => return kept(Some(wait)),
         decide::VerifyWhen::Now => {}
     }
-    let mode = policy.spec.mode;
-    let result = verify::verify(&policy.spec, pinned, auth, ctx.settings.plain_http.clone()).await;
-    let inspected = puller.inspect(pinned).await;
-    let size = inspected
-        .as_ref()
-        .ok()
-        .and_then(|(_, image)| image.size_bytes)
-        .or(known_size);
-    let (mut verification, cache_type) = match (result, inspected) {
-        (Ok(v), Ok((_, image))) => (v, Some(image.cache_type.as_str().to_string())),
-        (Err(e), inspected) => {
-            let kept = decide::after_failure(previous, mode, &e);
-            let cache_type = if decide::passed(&kept) {
-                status.cache_type.clone()
-            } else {
-                // The reason shown: not a cache image before an unverified one.
-                inspected
-                    .ok()
-                    .map(|(_, image)| image.cache_type.as_str().to_string())
-            };
-            (kept, cache_type)
-        }
-        (Ok(_), Err(e)) if e.is_transient() => {
-            let e = verify::VerifyError::Unavailable(e.to_string());
-            let kept = decide::after_failure(previous, mode, &e);
-            let cache_type = decide::passed(&kept)
-                .then(|| status.cache_type.clone())
-                .flatten();
-            (kept, cache_type)
-        }
-        (Ok(v), Err(not_a_cache)) => (
-            Verification {
-                verified: false,
-                message: Some(format!("not usable: {not_a_cache}")),
-                ..v
-            },
-            None,
-        ),
-    };
-    let passed = decide::passed(&verification) && cache_type.is_some();
+    let (mut verification, cache_type, size) =
+        verify_now(ctx, status, policy, registry, pinned).await;
     // A verdict kept through an outage keeps the policy it was reached under.
     if previous != Some(&verification) {
         verification.policy_version = Some(policy_version.clone());
     }
     verification.reverify_request = request;
-    ctx.metrics.verification(mode, verification.verified);
-    let retry_in = if let Ok(mut retries) = ctx.retries.lock() {
-        if passed && verification.policy_version.as_deref() == Some(policy_version.as_str()) {
-            retries.remove(&key);
-            None
-        } else {
-            let attempts = retry
-                .filter(|r| r.digest == digest && r.policy_version == policy_version)
-                .map_or(0, |r| r.attempts)
-                + 1;
-            let wait = decide::retry_after(attempts, ctx.settings.resync);
-            retries.insert(
-                key,
-                decide::Retry {
-                    digest,
-                    policy_version,
-                    attempts,
-                    at: now + wait,
-                },
-            );
-            Some(wait)
-        }
-    } else {
-        None
-    };
-    let changed = previous
-        .is_none_or(|p| p.verified != verification.verified || p.message != verification.message);
-    if changed {
-        let (type_, reason, note) = match (verification.verified, verification.mode) {
-            (true, _) => (
-                EventType::Normal,
-                "Verified",
-                format!(
-                    "{pinned} verified; signer {}",
-                    verification.signer.clone().unwrap_or_default()
-                ),
-            ),
-            (false, VerificationMode::Disabled) if cache_type.is_some() => (
-                EventType::Warning,
-                reasons::VERIFICATION_DISABLED,
-                format!(
-                    "{pinned} used without signature verification: {}",
-                    verify::DISABLED_MESSAGE
-                ),
-            ),
-            (false, _) => (
-                EventType::Warning,
-                reasons::VERIFICATION_FAILED,
-                format!(
-                    "{pinned} refused: {}",
-                    verification.message.clone().unwrap_or_default()
-                ),
-            ),
-        };
-        publish(ctx, cache, type_, reason, note).await;
+    ctx.metrics
+        .verification(policy.spec.mode, verification.verified);
+    let passed_now = decide::passed(&verification)
+        && cache_type.is_some()
+        && verification.policy_version.as_deref() == Some(policy_version.as_str());
+    let retry_in = schedule_retry(
+        ctx,
+        key,
+        passed_now,
+        retry.as_ref(),
+        (&digest, &policy_version),
+        now,
+    );
+    announce(
+        ctx,
+        cache,
+        pinned,
+        previous,
+        &verification,
+        cache_type.is_some(),
+    )
+    .await;
+    Checked {
+        verification,
+        cache_type,
+        retry_in,
+        size_bytes: size,
     }
-    (verification, cache_type, retry_in, size)
+}
+
+/// Keep the retry of `key` that [`decide::next_retry`] gives after a verification of
+/// `digest` under `policy_version` (none: forget it); how long until it is due.
+fn schedule_retry(
+    ctx: &Ctx,
+    key: (String, String),
+    passed: bool,
+    pending: Option<&decide::Retry>,
+    (digest, policy_version): (&str, &str),
+    now: std::time::Instant,
+) -> Option<Duration> {
+    let next = decide::next_retry(
+        passed,
+        pending,
+        digest,
+        policy_version,
+        ctx.settings.resync,
+        now,
+    );
+    let retry_in = next.as_ref().map(|r| r.at - now);
+    if let Ok(mut retries) = ctx.retries.lock() {
+        match next {
+            Some(r) => retries.insert(key, r),
+            None => retries.remove(&key),
+        };
+    }
+    retry_in
+}
+
+/// An event when the verdict changed from `previous` ([`decide::verification_event`]).
+async fn announce(
+    ctx: &Ctx,
+    cache: &KernelCache,
+    pinned: &str,
+    previous: Option<&Verification>,
+    verification: &Verification,
+    is_cache: bool,
+) {
+    if previous
+        .is_some_and(|p| p.verified == verification.verified && p.message == verification.message)
+    {
+        return;
+    }
+    let (warning, reason, note) = decide::verification_event(pinned, verification, is_cache);
+    let type_ = if warning {
+        EventType::Warning
+    } else {
+        EventType::Normal
+    };
+    publish(ctx, cache, type_, reason, note).await;
+}
+
+/// Verify the signature of the pinned digest and read its labels (part of
+/// [`verification_phase`]): the verdict ([`decide::judge`]), the cache type and the
+/// cache's size.
+async fn verify_now(
+    ctx: &Ctx,
+    status: &KernelCacheStatus,
+    policy: &KernelCachePolicy,
+    (puller, auth): (&Puller, &oci_client::secrets::RegistryAuth),
+    pinned: &str,
+) -> (Verification, Option<String>, Option<u64>) {
+    let known_size = status.size_bytes.and_then(|b| u64::try_from(b).ok());
+    let result = verify::verify(&policy.spec, pinned, auth, ctx.settings.plain_http.clone()).await;
+    let inspected = puller.inspect(pinned).await.map(|(_, image)| image);
+    let size = inspected
+        .as_ref()
+        .ok()
+        .and_then(|image| image.size_bytes)
+        .or(known_size);
+    let (verification, cache_type) = decide::judge(
+        status.verification.as_ref(),
+        policy.spec.mode,
+        status.cache_type.as_ref(),
+        result,
+        inspected,
+    );
+    (verification, cache_type, size)
 }
 
 /// Whether the tag of `namespace/name` is due for comparison with its pin: at most once

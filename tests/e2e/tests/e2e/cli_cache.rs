@@ -1,7 +1,8 @@
 //! `kubeairunway cache build|verify` against a real OCI registry on loopback (Debian's
 //! `docker-registry`), a key pair and signatures made by the real cosign CLI (cosign 3's
-//! default Sigstore bundle beside the CLI's own legacy simple-signing signature), and the
-//! KernelCachePolicy of a real API server.
+//! default Sigstore bundle) and by `cache build` in both formats (its default Sigstore
+//! bundle and the legacy simple-signing object, each accepted by `cosign verify --key`),
+//! and the KernelCachePolicy of a real API server.
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -163,6 +164,68 @@ async fn cache_build_pushes_and_signs_and_verify_gives_the_controllers_verdict()
         &pinned,
     ]);
 
+    // By default `cache build` signs as cosign 3 does: a Sigstore bundle in an OCI
+    // artifact listed under the `sha256-<hex>` tag (this registry has no referrers API),
+    // and no legacy `.sig`.
+    let manifests = kubeairunway_kernelcache::registry::Client::new(
+        RegistryAuth::Anonymous,
+        vec![addr.clone()],
+        kubeairunway_kernelcache::registry::Timeouts::default(),
+    );
+    let tag_of = |pinned: &str, suffix: &str| -> oci_client::Reference {
+        let (repo, digest) = pinned.split_once('@').unwrap();
+        format!("{repo}:{}{suffix}", digest.replace(':', "-"))
+            .parse()
+            .unwrap()
+    };
+    let index = manifests.manifest(&tag_of(&pinned, "")).await.unwrap();
+    let index: Value = serde_json::from_slice(&index.bytes).unwrap();
+    assert_eq!(
+        index["manifests"][0]["artifactType"], "application/vnd.dev.sigstore.bundle.v0.3+json",
+        "{index}"
+    );
+    let legacy_tag = manifests.manifest(&tag_of(&pinned, ".sig")).await;
+    assert!(legacy_tag.is_err_and(|e| e.not_found));
+
+    // With `--signature-format legacy`: cosign's simple-signing object, which the
+    // controller's verifier and the cosign CLI accept too.
+    let legacy_image = format!("{addr}/caches/cli-triton-legacy:v1");
+    let (code, out, err) = kubeairunway(&[
+        "cache",
+        "build",
+        input.to_str().unwrap(),
+        &legacy_image,
+        "--key",
+        key.to_str().unwrap(),
+        "--signature-format",
+        "legacy",
+        &plain,
+        "-o",
+        "json",
+    ])
+    .await;
+    assert_eq!(code, 0, "{out}{err}");
+    let legacy: Value = serde_json::from_str(&out).unwrap();
+    let legacy_pinned = legacy["pinned"].as_str().unwrap().to_string();
+    assert_eq!(legacy["signer"], fingerprint.as_str());
+    assert!(
+        manifests
+            .manifest(&tag_of(&legacy_pinned, ".sig"))
+            .await
+            .is_ok()
+    );
+    let no_bundle = manifests.manifest(&tag_of(&legacy_pinned, "")).await;
+    assert!(no_bundle.is_err_and(|e| e.not_found));
+    cosign.run(&[
+        "verify",
+        "--key",
+        "cosign.pub",
+        "--insecure-ignore-tlog=true",
+        "--allow-insecure-registry",
+        "--allow-http-registry",
+        &legacy_pinned,
+    ]);
+
     // `cache verify` under a policy file, from the tag.
     let policy_file = work.path().join("policy.yaml");
     let policy = |keys: Vec<String>| {
@@ -201,6 +264,14 @@ async fn cache_build_pushes_and_signs_and_verify_gives_the_controllers_verdict()
     assert_eq!(code, 0, "{out}{err}");
     assert!(out.contains(&format!("Pinned:   {pinned}\n")), "{out}");
     assert!(out.contains("(mode key)"), "{out}");
+    assert!(
+        out.contains(&format!(
+            "Verified: True Verified: signed by {fingerprint}\n"
+        )),
+        "{out}"
+    );
+    let (code, out, err) = verify(legacy_image.clone(), with_file()).await;
+    assert_eq!(code, 0, "{out}{err}");
     assert!(
         out.contains(&format!(
             "Verified: True Verified: signed by {fingerprint}\n"

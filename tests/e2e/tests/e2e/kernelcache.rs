@@ -359,10 +359,11 @@ mod build {
 
     use kubeairunway_e2e::cache_images::{data_dir, new_signer, start_registry};
     use kubeairunway_kernelcache::api::{KernelCachePolicySpec, VerificationMode};
-    use kubeairunway_kernelcache::build::{package, push, sign};
+    use kubeairunway_kernelcache::build::{package, push};
     use kubeairunway_kernelcache::extract::Limits;
     use kubeairunway_kernelcache::image::CacheType;
     use kubeairunway_kernelcache::oci::Puller;
+    use kubeairunway_kernelcache::sign::{Format, sign};
     use kubeairunway_kernelcache::verify::verify;
     use oci_client::secrets::RegistryAuth;
 
@@ -406,6 +407,7 @@ mod build {
             b"",
             &RegistryAuth::Anonymous,
             plain.clone(),
+            Format::Bundle,
         )
         .await
         .unwrap();
@@ -415,6 +417,31 @@ mod build {
             ..Default::default()
         };
         let v = verify(&policy, &pinned, &RegistryAuth::Anonymous, plain.clone())
+            .await
+            .unwrap();
+        assert!(v.verified, "{v:?}");
+        // The legacy format verifies too (the same image in another repository).
+        let legacy = push(
+            &built,
+            &format!("{}/caches/built-legacy:v1", registry.addr()),
+            &RegistryAuth::Anonymous,
+            plain.clone(),
+        )
+        .await
+        .unwrap();
+        let unsigned = verify(&policy, &legacy, &RegistryAuth::Anonymous, plain.clone()).await;
+        assert!(unsigned.is_err(), "{unsigned:?}");
+        sign(
+            &legacy,
+            key.as_bytes(),
+            b"",
+            &RegistryAuth::Anonymous,
+            plain.clone(),
+            Format::Legacy,
+        )
+        .await
+        .unwrap();
+        let v = verify(&policy, &legacy, &RegistryAuth::Anonymous, plain.clone())
             .await
             .unwrap();
         assert!(v.verified, "{v:?}");

@@ -1,0 +1,32 @@
+//! The commands the README's kernel-cache walk-through runs, in one binary that behaves
+//! as the one its name (`argv[0]`) says, each exactly as its own binary's `main`:
+//! `kubeairunway` (cli/src/main.rs), `kernelcache-controller` and `kernelcache-agent`
+//! (providers/kernelcache/src/bin/). The walk-through test
+//! (`tests/e2e/tests/e2e/readme_walkthrough.rs`) puts links of those names on `PATH`: it
+//! runs under cargo, so it cannot build the binaries of other packages itself.
+
+use std::process::ExitCode;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let name = std::env::args_os()
+        .next()
+        .map(std::path::PathBuf::from)
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .unwrap_or_default();
+    let result = match name.as_str() {
+        "kubeairunway" => return kubeairunway_cli::main().await,
+        "kernelcache-controller" => kubeairunway_kernelcache::controller::app::main().await,
+        "kernelcache-agent" => kubeairunway_kernelcache::agent::app::main().await,
+        other => Err(anyhow::anyhow!(
+            "e2e-tools runs as kubeairunway, kernelcache-controller or kernelcache-agent, not {other:?}"
+        )),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("Error: {e:?}");
+            ExitCode::FAILURE
+        }
+    }
+}
