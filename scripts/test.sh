@@ -4,7 +4,7 @@
 # end-to-end tests included.
 #
 # Caches (safe to delete): the test API server and etcd under
-# ${XDG_CACHE_HOME:-~/.cache}/kubeairunway/testcluster; helm under
+# ${XDG_CACHE_HOME:-~/.cache}/kubeairunway/testcluster; helm and kubectl under
 # ${XDG_CACHE_HOME:-~/.cache}/kubeairunway/helm; actionlint under .../kubeairunway/actionlint;
 # the image's Debian packages under .../kubeairunway/image-apt; cargo's registry as usual.
 set -euo pipefail
@@ -32,9 +32,10 @@ bash tests/cluster/build.sh >/dev/null
 bash tests/cluster/fetch-registry.sh >/dev/null
 bash tests/cluster/fetch-cosign.sh >/dev/null
 
-step "helm (for the chart checks), cached"
+step "helm (for the chart checks) and kubectl (for the README walk-through), cached"
 HELM="$(bash scripts/install-helm.sh)"
-export HELM
+KUBECTL="$(dirname "$HELM")/kubectl"
+export HELM KUBECTL
 
 step "helm lint (against each chart's values.schema.json) and helm template of every chart"
 for chart in charts/*/; do

@@ -131,7 +131,12 @@ async fn the_readme_walkthrough_runs_as_written() {
         blocks.iter().filter(|b| matches!(b, Block::Run(_))).count() >= 5,
         "the README's walk-through blocks are missing: {blocks:?}"
     );
-    let needed = (crate::kernelcache_verify::cosign(), on_path("kubectl"));
+    // kubectl: `KUBECTL` (scripts/test.sh installs one), else the one on PATH.
+    let kubectl = std::env::var_os("KUBECTL")
+        .map(PathBuf::from)
+        .filter(|p| p.is_file())
+        .or_else(|| on_path("kubectl"));
+    let needed = (crate::kernelcache_verify::cosign(), kubectl);
     let (cosign, kubectl) = match needed {
         (Ok(cosign), Some(kubectl)) => (cosign, kubectl),
         (cosign, kubectl) => {
