@@ -934,9 +934,7 @@ async fn a_gated_model_deployment_waits_for_its_warmup_then_scales_up() {
     });
     let provider = "gate-e2e";
     let _running = testing::spawn(
-        crate::deployment::DeploymentProvider {
-            name: provider.to_string(),
-        },
+        kubeairunway_deployment_provider::DeploymentProvider::named(provider),
         client.clone(),
         testing::test_options(),
     );
