@@ -452,9 +452,12 @@ mod tests {
     #[tokio::test]
     async fn a_held_event_wakes_only_when_it_was_not_our_write() {
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let client =
-            Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap())).unwrap();
-        let cache = OwnedCache::new(client, "p", Some(tx));
+        // No request is made: a mock API that answers nothing.
+        let (service, _api) = tower_test::mock::pair::<
+            http::Request<kube::client::Body>,
+            http::Response<kube::client::Body>,
+        >();
+        let cache = OwnedCache::new(Client::new(service, "ns"), "p", Some(tx));
         let resource = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
         let mut written = obj("a-config", "a");
         written.metadata.resource_version = Some("7".into());
