@@ -49,6 +49,19 @@ pub fn upstream_crds() -> anyhow::Result<Vec<(String, CustomResourceDefinition)>
     Ok(out)
 }
 
+/// A test API server of the calling test's own (not the process's shared one), in
+/// `runs/<pid>-<tag>` of the test cluster cache, stopped when the test process exits:
+/// for tests that need a bare cluster or hand its kubeconfig to other programs.
+pub async fn private_cluster(tag: &str) -> anyhow::Result<TestCluster> {
+    let dir = kubeairunway_testcluster::cache_dir()
+        .join("runs")
+        .join(format!("{}-{tag}", std::process::id()));
+    tokio::task::spawn_blocking(move || {
+        TestCluster::start(&dir, kubeairunway_testcluster::Lifetime::TiedToProcess)
+    })
+    .await?
+}
+
 /// The shared cluster of this test process, with the core CRDs installed, and a fresh
 /// client for the calling test.
 pub async fn core_cluster() -> anyhow::Result<(&'static TestCluster, Client)> {

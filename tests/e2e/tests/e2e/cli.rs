@@ -316,18 +316,9 @@ async fn up_once_then_explain_providers_and_down() {
 #[tokio::test]
 async fn up_on_a_cluster_without_some_upstream_crds_skips_their_providers() {
     // A bare cluster with KAITO's Workspace CRD only: not even ours.
-    let dir = kubeairunway_testcluster::cache_dir()
-        .join("runs")
-        .join(format!("{}-cli-partial", std::process::id()));
-    let cluster = tokio::task::spawn_blocking(move || {
-        kubeairunway_testcluster::TestCluster::start(
-            &dir,
-            kubeairunway_testcluster::Lifetime::TiedToProcess,
-        )
-    })
-    .await
-    .unwrap()
-    .unwrap();
+    let cluster = kubeairunway_e2e::private_cluster("cli-partial")
+        .await
+        .unwrap();
     let workspaces = crds::bundled("workspaces.kaito.sh").unwrap().unwrap();
     crds::install(&cluster.client().await.unwrap(), &[workspaces])
         .await

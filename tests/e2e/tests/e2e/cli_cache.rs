@@ -352,18 +352,9 @@ async fn cache_build_pushes_and_signs_and_verify_gives_the_controllers_verdict()
     );
 
     // Under the cluster's policy: none, then one that trusts another key, then ours.
-    let dir = kubeairunway_testcluster::cache_dir()
-        .join("runs")
-        .join(format!("{}-cli-cache", std::process::id()));
-    let cluster = tokio::task::spawn_blocking(move || {
-        kubeairunway_testcluster::TestCluster::start(
-            &dir,
-            kubeairunway_testcluster::Lifetime::TiedToProcess,
-        )
-    })
-    .await
-    .unwrap()
-    .unwrap();
+    let cluster = kubeairunway_e2e::private_cluster("cli-cache")
+        .await
+        .unwrap();
     let kc = cluster.kubeconfig().display().to_string();
     let on_cluster = || vec!["--kubeconfig".to_string(), kc.clone()];
     let (code, _, err) = verify(image.clone(), on_cluster()).await;

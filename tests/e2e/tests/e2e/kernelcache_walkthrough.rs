@@ -163,18 +163,9 @@ async fn the_readme_walkthrough_runs_as_written() {
     }
     std::os::unix::fs::symlink(&cosign, bin.join("cosign")).unwrap();
     std::os::unix::fs::symlink(&kubectl, bin.join("kubectl")).unwrap();
-    let dir = kubeairunway_testcluster::cache_dir()
-        .join("runs")
-        .join(format!("{}-walkthrough", std::process::id()));
-    let cluster = tokio::task::spawn_blocking(move || {
-        kubeairunway_testcluster::TestCluster::start(
-            &dir,
-            kubeairunway_testcluster::Lifetime::TiedToProcess,
-        )
-    })
-    .await
-    .unwrap()
-    .unwrap();
+    let cluster = kubeairunway_e2e::private_cluster("walkthrough")
+        .await
+        .unwrap();
     let registry = start_registry("walkthrough").unwrap();
     let path = std::env::join_paths(
         std::iter::once(bin).chain(std::env::split_paths(&std::env::var_os("PATH").unwrap())),
