@@ -12,7 +12,7 @@ pub mod validation;
 pub use kubeairunway_sdk::{defaults, selection};
 
 /// The field manager core applies its status fields with.
-pub const FIELD_MANAGER: &str = "kubeairunway-controller";
+pub const FIELD_MANAGER: &str = kubeairunway_sdk::CORE_FIELD_MANAGER;
 pub mod app;
 pub mod metrics;
 pub mod reconciler;

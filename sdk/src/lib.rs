@@ -66,3 +66,6 @@ pub const GROUP: &str = "kubeairunway.ai";
 pub const VERSION: &str = "v1alpha1";
 /// `group/version`, as it appears in `apiVersion`.
 pub const API_VERSION: &str = "kubeairunway.ai/v1alpha1";
+/// The field manager core applies its status fields (the selection) with; providers and
+/// tests that play core name it from here.
+pub const CORE_FIELD_MANAGER: &str = "kubeairunway-controller";

@@ -42,7 +42,7 @@ pub mod overrides;
 pub use kubeairunway_testcluster::{TestCluster, ensure_namespace, install_crds, shared};
 
 /// Field manager of core, as [`select`] uses it.
-pub const CORE_MANAGER: &str = "kubeairunway-controller";
+pub const CORE_MANAGER: &str = crate::CORE_FIELD_MANAGER;
 /// Field manager [`write_upstream_status`] uses.
 pub const UPSTREAM_FIXTURE_MANAGER: &str = "upstream-operator-fixture";
 
