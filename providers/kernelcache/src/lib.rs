@@ -23,6 +23,7 @@ pub mod oci;
 pub mod registry;
 pub mod seed;
 pub mod sign;
+pub mod status;
 pub mod triton;
 pub mod verify;
 pub mod warmup;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{Api, Patch, PatchParams};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::gpu::Detected;
 use super::plan::{Entry, Key};
@@ -147,18 +147,7 @@ pub async fn apply_status(
     node: &str,
     status: &KernelCacheNodeStatus,
 ) -> kube::Result<()> {
-    let body: Value = json!({
-        "apiVersion": "cache.kubeairunway.ai/v1alpha1",
-        "kind": "KernelCacheNode",
-        "metadata": {"name": node},
-        "status": status,
-    });
-    api.patch_status(
-        node,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&body),
-    )
-    .await?;
+    crate::status::apply(api, node, FIELD_MANAGER, status).await?;
     Ok(())
 }
 

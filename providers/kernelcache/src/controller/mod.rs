@@ -895,18 +895,7 @@ async fn write(
     if *previous != status {
         let api: Api<KernelCache> =
             Api::namespaced(ctx.client.clone(), &cache.namespace().unwrap_or_default());
-        let body = json!({
-            "apiVersion": "cache.kubeairunway.ai/v1alpha1",
-            "kind": "KernelCache",
-            "metadata": {"name": cache.name_any()},
-            "status": status,
-        });
-        api.patch_status(
-            &cache.name_any(),
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&body),
-        )
-        .await?;
+        crate::status::apply(&api, &cache.name_any(), FIELD_MANAGER, &status).await?;
     }
     Ok(Action::requeue(ctx.settings.resync))
 }
@@ -990,18 +979,8 @@ async fn reconcile_md(md: Arc<ModelDeployment>, ctx: Arc<MdCtx>) -> Result<Actio
         return Ok(Action::await_change());
     }
     let api: Api<ModelDeployment> = Api::namespaced(ctx.client.clone(), &ns);
-    let body = json!({
-        "apiVersion": "kubeairunway.ai/v1alpha1",
-        "kind": "ModelDeployment",
-        "metadata": {"name": md.name_any()},
-        "status": {"conditions": [condition]},
-    });
-    api.patch_status(
-        &md.name_any(),
-        &PatchParams::apply(PROVIDER_FIELD_MANAGER).force(),
-        &Patch::Apply(&body),
-    )
-    .await?;
+    let status = json!({"conditions": [condition]});
+    crate::status::apply(&api, &md.name_any(), PROVIDER_FIELD_MANAGER, &status).await?;
     Ok(Action::await_change())
 }
 

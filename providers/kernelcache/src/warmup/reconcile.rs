@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, NodeStatus, Pod};
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, PostParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
@@ -29,7 +29,6 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use kubeairunway_sdk::ModelDeployment;
 use kubeairunway_sdk::reflect::{self, Cache};
-use serde_json::json;
 use tokio::sync::mpsc;
 use tracing::{info, warn};
 
@@ -735,18 +734,7 @@ async fn write_status(
         return Ok(());
     }
     let api: Api<Warmup> = Api::namespaced(ctx.client.clone(), &w.namespace().unwrap_or_default());
-    let body = json!({
-        "apiVersion": "cache.kubeairunway.ai/v1alpha1",
-        "kind": "Warmup",
-        "metadata": {"name": w.name_any()},
-        "status": status,
-    });
-    api.patch_status(
-        &w.name_any(),
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&body),
-    )
-    .await?;
+    crate::status::apply(&api, &w.name_any(), FIELD_MANAGER, status).await?;
     if let Ok(mut m) = ctx.written.lock() {
         m.insert(w.uid().unwrap_or_default(), status.clone());
     }
