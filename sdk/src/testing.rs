@@ -288,6 +288,26 @@ pub async fn md_where(
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// Wait until provider `name` is registered and ready (its InferenceProviderConfig says
+/// `status.ready: true`); panics after [`WAIT`]. Core selects among the providers it has
+/// seen registered, so a test that lets core choose waits for every candidate first.
+pub async fn registered(client: &Client, name: &str) -> crate::api::InferenceProviderConfig {
+    let api: Api<crate::api::InferenceProviderConfig> = Api::all(client.clone());
+    wait_for(
+        WAIT,
+        &format!("provider {name} registered and ready"),
+        || api.get_opt(name),
+        |c| {
+            c.as_ref()
+                .and_then(|c| c.status.as_ref())
+                .is_some_and(|s| s.ready == Some(true))
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"))
+    .expect("checked by the wait")
+}
+
 /// Wait until the object (`None` while absent) satisfies `ready`; panics after [`WAIT`].
 pub async fn object_where(
     client: &Client,

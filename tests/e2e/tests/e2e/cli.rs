@@ -540,6 +540,11 @@ async fn render_prints_exactly_what_the_running_providers_apply() {
         &NAMES,
     )
     .unwrap();
+    // Core chooses among the providers registered when it first sees a ModelDeployment, and
+    // the deployment provider matches everything: apply nothing before all have registered.
+    for provider in NAMES {
+        testing::registered(&client, provider).await;
+    }
 
     // Every sample as written (selection decides) and with each provider named.
     let samples: Vec<Value> = kubeairunway_config::samples::all()

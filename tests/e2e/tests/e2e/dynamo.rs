@@ -19,9 +19,7 @@ use kube::{Client, ResourceExt};
 use kubeairunway_dynamo_provider::{Dynamo, Settings};
 use kubeairunway_e2e::operators::{self, dynamo::MANUAL_STATUS_LABEL, dynamo::StandIn};
 use kubeairunway_e2e::{fixtures_dir, helm, read_crd};
-use kubeairunway_sdk::api::{
-    EngineType, InferenceProviderConfig, ModelDeployment, Phase, ServingMode,
-};
+use kubeairunway_sdk::api::{EngineType, ModelDeployment, Phase, ServingMode};
 use kubeairunway_sdk::conditions::{PROVIDER_COMPATIBLE, READY};
 use kubeairunway_sdk::testing::{
     self, ModelDeploymentBuilder, TestCluster, condition, event_where, md_where, message, phase,
@@ -165,20 +163,7 @@ async fn walk(tag: &str, crd: CustomResourceDefinition, version: &'static str) {
     };
 
     // Registration says which upstream version was detected.
-    let configs: Api<InferenceProviderConfig> = Api::all(client.clone());
-    let config = wait_for(
-        WAIT,
-        "dynamo registered and ready",
-        || configs.get_opt("dynamo"),
-        |c| {
-            c.as_ref()
-                .and_then(|c| c.status.as_ref())
-                .is_some_and(|s| s.ready == Some(true))
-        },
-    )
-    .await
-    .unwrap()
-    .unwrap();
+    let config = testing::registered(&client, "dynamo").await;
     assert_eq!(
         config.status.unwrap().upstream_crd_version,
         Some(format!("nvidia.com/{version}")),

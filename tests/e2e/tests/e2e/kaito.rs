@@ -18,7 +18,7 @@ use kubeairunway_e2e::operators::kaito::{
 };
 use kubeairunway_e2e::{fixtures_dir, helm, read_crd};
 use kubeairunway_kaito_provider::{KaitoProvider, NodeProvisioning};
-use kubeairunway_sdk::api::{EngineType, InferenceProviderConfig, ModelDeployment, Phase};
+use kubeairunway_sdk::api::{EngineType, ModelDeployment, Phase};
 use kubeairunway_sdk::conditions::{PROVIDER_COMPATIBLE, READY, RESOURCE_CREATED, reasons};
 use kubeairunway_sdk::render::Role;
 use kubeairunway_sdk::testing::{
@@ -194,15 +194,7 @@ async fn walk(tag: &str, crd_file: &str) {
     let running = testing::spawn(nap_provider(false), client.clone(), test_options());
 
     // Registration.
-    let ipcs: Api<InferenceProviderConfig> = Api::all(client.clone());
-    let ipc = wait_for(
-        WAIT,
-        "registration",
-        || ipcs.get("kaito"),
-        |c: &InferenceProviderConfig| c.status.as_ref().is_some_and(|s| s.ready == Some(true)),
-    )
-    .await
-    .unwrap();
+    let ipc = testing::registered(&client, "kaito").await;
     let status = ipc.status.unwrap();
     assert_eq!(
         status.upstream_crd_version.as_deref(),

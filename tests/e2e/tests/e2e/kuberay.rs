@@ -23,8 +23,7 @@ use kubeairunway_e2e::admission::{self, Registration, ValidatingWebhook};
 use kubeairunway_e2e::operators::kuberay::{self as ray, Action, App, Clusters, KubeRay};
 use kubeairunway_kuberay_provider::KubeRayProvider;
 use kubeairunway_sdk::api::{
-    ComponentScaling, EngineType, GpuSpec, InferenceProviderConfig, ModelDeployment, Phase,
-    ServingMode,
+    ComponentScaling, EngineType, GpuSpec, ModelDeployment, Phase, ServingMode,
 };
 use kubeairunway_sdk::conditions::{PROVIDER_COMPATIBLE, READY, RESOURCE_CREATED};
 use kubeairunway_sdk::render::Role;
@@ -478,15 +477,7 @@ async fn walk(version: KubeRay) {
     let running = testing::spawn(KubeRayProvider::default(), client.clone(), test_options());
 
     // Registration.
-    let ipcs: Api<InferenceProviderConfig> = Api::all(client.clone());
-    let ipc = wait_for(
-        WAIT,
-        "registration",
-        || ipcs.get("kuberay"),
-        |c: &InferenceProviderConfig| c.status.as_ref().is_some_and(|s| s.ready == Some(true)),
-    )
-    .await
-    .unwrap();
+    let ipc = testing::registered(&client, "kuberay").await;
     assert_eq!(
         ipc.status.unwrap().upstream_crd_version.as_deref(),
         Some("ray.io/v1")

@@ -65,15 +65,7 @@ async fn a_plain_deployment_serves_a_model_deployment_to_running() {
     );
 
     // The built-in kind is found by discovery, its schema in the OpenAPI v3 document.
-    let ipcs: Api<InferenceProviderConfig> = Api::all(client.clone());
-    let ipc = wait_for(
-        WAIT,
-        "registration",
-        || ipcs.get(provider),
-        |c: &InferenceProviderConfig| c.status.as_ref().is_some_and(|s| s.ready == Some(true)),
-    )
-    .await
-    .unwrap();
+    let ipc = testing::registered(&client, provider).await;
     let status = ipc.status.unwrap();
     assert_eq!(status.upstream_crd_version.as_deref(), Some("apps/v1"));
     assert_eq!(

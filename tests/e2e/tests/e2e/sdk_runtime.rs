@@ -8,7 +8,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::discovery::ApiResource;
 use kube::{Client, CustomResourceExt, ResourceExt};
-use kubeairunway_sdk::api::{EngineType, InferenceProviderConfig, ModelDeployment, Phase};
+use kubeairunway_sdk::api::{EngineType, ModelDeployment, Phase};
 use kubeairunway_sdk::conditions::{
     PROVIDER_COMPATIBLE, PROVIDER_SELECTED, READY, RESOURCE_CREATED, STALE_STATUS, reasons,
 };
@@ -59,15 +59,7 @@ async fn example_provider_end_to_end() {
     let (client, ns, running) = setup(provider).await;
 
     // Registration: the InferenceProviderConfig with a ready status and the detected API.
-    let ipcs: Api<InferenceProviderConfig> = Api::all(client.clone());
-    let ipc = wait_for(
-        WAIT,
-        "registration",
-        || ipcs.get(provider),
-        |c: &InferenceProviderConfig| c.status.as_ref().is_some_and(|s| s.ready == Some(true)),
-    )
-    .await
-    .unwrap();
+    let ipc = testing::registered(&client, provider).await;
     let status = ipc.status.unwrap();
     assert_eq!(
         status.upstream_crd_version.as_deref(),
