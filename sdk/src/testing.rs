@@ -296,16 +296,11 @@ pub async fn registered(client: &Client, name: &str) -> crate::api::InferencePro
     wait_for(
         WAIT,
         &format!("provider {name} registered and ready"),
-        || api.get_opt(name),
-        |c| {
-            c.as_ref()
-                .and_then(|c| c.status.as_ref())
-                .is_some_and(|s| s.ready == Some(true))
-        },
+        || api.get(name),
+        |c| c.status.as_ref().is_some_and(|s| s.ready == Some(true)),
     )
     .await
     .unwrap_or_else(|e| panic!("{e}"))
-    .expect("checked by the wait")
 }
 
 /// Wait until the object (`None` while absent) satisfies `ready`; panics after [`WAIT`].
