@@ -49,11 +49,31 @@ pub fn to_cel(value: &serde_json::Value) -> CelValue {
 }
 
 /// The CEL variables of a ModelDeployment: `spec` (defaults applied) and `metadata`
-/// (name, namespace, labels, annotations).
+/// (name, namespace, labels, annotations but `kubectl apply`'s last-applied copy of the
+/// object, which core's cache drops: a rule must see what core sees).
 #[derive(Debug, Clone)]
 pub struct RuleInput {
     spec: CelValue,
     metadata: CelValue,
+    /// The most items a comprehension can iterate over in this input (see [`widest`]).
+    widest: u64,
+}
+
+/// The most items one comprehension can iterate over when it ranges over anything in
+/// `value` or computed from it: the longest list or map, or the longest string plus one
+/// (`split` makes at most that many parts).
+fn widest(value: &serde_json::Value) -> u64 {
+    use serde_json::Value as J;
+    let len = |n: usize| u64::try_from(n).unwrap_or(u64::MAX);
+    match value {
+        J::String(s) => len(s.len()).saturating_add(1),
+        J::Array(items) => items.iter().map(widest).fold(len(items.len()), u64::max),
+        J::Object(map) => map
+            .iter()
+            .map(|(k, v)| widest(v).max(len(k.len()).saturating_add(1)))
+            .fold(len(map.len()), u64::max),
+        J::Null | J::Bool(_) | J::Number(_) => 0,
+    }
 }
 
 impl RuleInput {
@@ -61,13 +81,16 @@ impl RuleInput {
     pub fn new(md: &ModelDeployment) -> Self {
         let mut spec = serde_json::to_value(&md.spec).unwrap_or_default();
         crate::defaults::apply(&mut spec);
+        let mut annotations = md.annotations().clone();
+        annotations.remove(crate::reflect::LAST_APPLIED);
         let metadata = serde_json::json!({
             "name": md.name_any(),
             "namespace": md.namespace().unwrap_or_default(),
             "labels": md.labels(),
-            "annotations": md.annotations(),
+            "annotations": annotations,
         });
         Self {
+            widest: widest(&spec).max(widest(&metadata)),
             spec: to_cel(&spec),
             metadata: to_cel(&metadata),
         }
@@ -85,9 +108,17 @@ impl RuleInput {
 /// The budget of one selection rule, as Kubernetes bounds the CEL rules of CRDs: its
 /// length (also enforced by the InferenceProviderConfig schema), the size of its syntax
 /// tree and how deeply comprehensions (`all`, `exists`, `map`, `filter`) nest, checked when
-/// it is compiled; and the time one evaluation may take. A rule over budget is reported
-/// like a failing one (`SelectionRulesValid=False`) and skipped: a provider cannot slow
-/// down selection, or the webhook and Lease threads beside it, with a costly rule.
+/// it is compiled; and the cost of one evaluation, estimated before it runs from the
+/// rule's size and the ModelDeployment's (see [`CompiledRule::cost`]). A rule over budget
+/// is reported like a failing one (`SelectionRulesValid=False`) and skipped: a provider
+/// cannot slow down selection, or the webhook and Lease threads beside it, with a costly
+/// rule.
+///
+/// The budget is a count, never a time: the same rule and ModelDeployment get the same
+/// verdict on every machine and under any load. (A time budget disabled the built-in
+/// providers' one-comparison rules on a CPU-starved controller, and core then chose a
+/// fallback provider.) Kubernetes bounds its CEL by cost units for the same reason
+/// (`apiextensions-apiserver/pkg/apiserver/schema/cel/compilation.go`, `PerCallLimit`).
 pub mod budget {
     use std::time::Duration;
 
@@ -109,8 +140,14 @@ pub mod budget {
     /// Stack of the thread a rule is parsed on: room for [`MAX_NESTING`] in a debug build
     /// with a margin of two.
     pub const PARSE_STACK: usize = 16 * 1024 * 1024;
-    /// One evaluation against one ModelDeployment.
-    pub const MAX_EVALUATION: Duration = Duration::from_millis(25);
+    /// Estimated steps of one evaluation against one ModelDeployment: Kubernetes'
+    /// `PerCallLimit` for CRD validation rules (`k8s.io/apiserver/pkg/apis/cel/config.go`).
+    pub const MAX_COST: u64 = 1_000_000;
+    /// Last resort against a rule the estimate misjudges (lists concatenated inside a
+    /// comprehension grow past it): an evaluation still running after this long marks
+    /// the rule as not to be evaluated again. Legitimate rules take microseconds; this
+    /// is far beyond what CPU throttling or a paused process adds to one.
+    pub const RUNAWAY: Duration = Duration::from_secs(2);
 }
 
 /// Size of a syntax tree, as the budget bounds it.
@@ -198,13 +235,13 @@ fn text_over_budget(condition: &str) -> Option<String> {
     None
 }
 
-/// Why `program` is over its budget, if it is.
-fn over_budget(program: &Program) -> Option<String> {
+/// Why a program of `measure` is over its budget, if it is.
+fn over_budget(measure: Measure) -> Option<String> {
     let Measure {
         nodes,
         comprehensions: depth,
         depth: tree,
-    } = measure(program.expression());
+    } = measure;
     if tree > budget::MAX_DEPTH {
         return Some(format!(
             "is {tree} levels deep, over the budget of {}",
@@ -235,9 +272,11 @@ pub struct CompiledRule {
     pub priority: i32,
     /// The program, or why it does not compile (or is over its budget).
     pub program: Result<Program, String>,
-    /// Set once an evaluation took longer than [`budget::MAX_EVALUATION`]: the rule is not
-    /// evaluated again (until its config changes).
-    slow: std::sync::OnceLock<String>,
+    /// The program's size, as the budget counts it.
+    measure: Measure,
+    /// Set once an evaluation ran past [`budget::RUNAWAY`]: the rule is not evaluated
+    /// again (until its config changes).
+    runaway: std::sync::OnceLock<String>,
 }
 
 /// Parse `condition` (within its text budget) on a thread with a stack sized for it
@@ -267,41 +306,66 @@ fn parse(condition: &str) -> Result<Program, String> {
 
 impl CompiledRule {
     fn compile(condition: &str, priority: i32) -> Self {
+        let mut measure = Measure::default();
         let program = match text_over_budget(condition) {
             Some(why) => Err(format!("over budget: it {why}")),
-            None => parse(condition).and_then(|p| match over_budget(&p) {
-                Some(why) => Err(format!("over budget: it {why}")),
-                None => Ok(p),
+            None => parse(condition).and_then(|p| {
+                measure = self::measure(p.expression());
+                match over_budget(measure) {
+                    Some(why) => Err(format!("over budget: it {why}")),
+                    None => Ok(p),
+                }
             }),
         };
         Self {
             condition: condition.to_string(),
             priority,
             program,
-            slow: std::sync::OnceLock::new(),
+            measure,
+            runaway: std::sync::OnceLock::new(),
         }
     }
 
-    /// Evaluate: `Ok(true)` when the condition holds; an error when it does not compile,
-    /// is over its budget, fails, or is not a boolean.
-    pub fn eval(&self, ctx: &Context<'_, '_>) -> Result<bool, String> {
+    /// The estimated steps of evaluating this rule against `input`: every node of the
+    /// rule once per iteration of each comprehension it is nested in, each comprehension
+    /// iterating at most [`RuleInput::widest`] items (the way Kubernetes estimates a CEL
+    /// rule's cost from the largest lists it may see, here from the actual object).
+    pub fn cost(&self, input: &RuleInput) -> u64 {
+        let nodes = u64::try_from(self.measure.nodes).unwrap_or(u64::MAX);
+        let per_level = input.widest.max(1);
+        (0..self.measure.comprehensions).fold(nodes, |cost, _| cost.saturating_mul(per_level))
+    }
+
+    /// Evaluate against `input` (whose [`RuleInput::context`] is `ctx`): `Ok(true)` when
+    /// the condition holds; an error when it does not compile, is over its budget, fails,
+    /// or is not a boolean.
+    pub fn eval(&self, input: &RuleInput, ctx: &Context<'_, '_>) -> Result<bool, String> {
         let program = self
             .program
             .as_ref()
             .map_err(|e| format!("does not compile: {e}"))?;
-        if let Some(slow) = self.slow.get() {
-            return Err(slow.clone());
+        if let Some(runaway) = self.runaway.get() {
+            return Err(runaway.clone());
+        }
+        let cost = self.cost(input);
+        if cost > budget::MAX_COST {
+            return Err(format!(
+                "over budget for this ModelDeployment: an estimated {cost} steps ({} nodes, {} nested comprehensions over up to {} items), over the budget of {}",
+                self.measure.nodes,
+                self.measure.comprehensions,
+                input.widest,
+                budget::MAX_COST
+            ));
         }
         let started = std::time::Instant::now();
         let result = program.execute(ctx);
         let took = started.elapsed();
-        if took > budget::MAX_EVALUATION {
+        if took > budget::RUNAWAY {
             let why = format!(
-                "over budget: one evaluation took {} ms, over the budget of {} ms; it is no longer evaluated",
+                "runaway: one evaluation took {} ms (its estimated cost was {cost} steps); it is no longer evaluated",
                 took.as_millis(),
-                budget::MAX_EVALUATION.as_millis()
             );
-            let _ = self.slow.set(why.clone());
+            let _ = self.runaway.set(why.clone());
             return Err(why);
         }
         match result {
@@ -741,7 +805,7 @@ pub fn evaluate(
             let rules = cache.rules(config);
             let mut top: Option<(i32, &str)> = None;
             for (index, rule) in rules.iter().enumerate() {
-                let value = rule.eval(&ctx);
+                let value = rule.eval(&input, &ctx);
                 if value == Ok(true) && top.is_none_or(|(p, _)| rule.priority > p) {
                     top = Some((rule.priority, &rule.condition));
                 }
@@ -1087,34 +1151,59 @@ mod tests {
     }
 
     #[test]
-    fn a_rule_over_its_time_budget_is_reported_and_not_evaluated_again() {
-        // Quadratic in the length of spec.env: 250 entries make about 62,500 steps, far
-        // over 25 ms in the interpreter.
-        let mut md = gpu_vllm();
-        md.spec.env = Some(
-            (0..250)
-                .map(|i| k8s_openapi::api::core::v1::EnvVar {
-                    name: format!("E{i}"),
-                    value: Some("v".into()),
-                    ..Default::default()
-                })
-                .collect(),
-        );
+    fn the_cost_budget_is_a_count_from_the_rule_and_the_object_never_a_time() {
+        let with_env = |n: usize| {
+            let mut md = gpu_vllm();
+            md.spec.env = Some(
+                (0..n)
+                    .map(|i| k8s_openapi::api::core::v1::EnvVar {
+                        name: format!("E{i}"),
+                        value: Some("v".into()),
+                        ..Default::default()
+                    })
+                    .collect(),
+            );
+            md
+        };
+        // Quadratic in the length of spec.env: its nodes times 250 times 250 is over the
+        // budget, whatever the machine; with 20 entries it runs.
         let rule = CompiledRule::compile(
             "spec.env.all(a, spec.env.all(b, b.name != a.name + 'x'))",
             5,
         );
-        let input = RuleInput::new(&md);
-        let started = std::time::Instant::now();
-        let first = rule.eval(&input.context()).unwrap_err();
-        let first_took = started.elapsed();
+        let big = RuleInput::new(&with_env(250));
+        assert_eq!(rule.cost(&big), rule.measure.nodes as u64 * 250 * 250);
+        let refused = rule.eval(&big, &big.context()).unwrap_err();
         assert!(
-            first.starts_with("over budget: one evaluation took"),
-            "{first}"
+            refused.starts_with("over budget for this ModelDeployment: an estimated")
+                && refused.contains("2 nested comprehensions over up to 250 items"),
+            "{refused}"
         );
-        let started = std::time::Instant::now();
-        assert_eq!(rule.eval(&input.context()).unwrap_err(), first);
-        assert!(started.elapsed() < first_took / 10, "not evaluated again");
+        assert_eq!(
+            rule.eval(&big, &big.context()).unwrap_err(),
+            refused,
+            "same verdict again"
+        );
+        let small = RuleInput::new(&with_env(20));
+        assert_eq!(
+            rule.eval(&small, &small.context()),
+            Ok(true),
+            "not disabled"
+        );
+
+        // A rule without comprehensions costs its nodes, whatever the object.
+        let simple = CompiledRule::compile("spec.engine.type == 'vllm'", 1);
+        assert_eq!(simple.cost(&big), simple.measure.nodes as u64);
+        assert_eq!(simple.eval(&big, &big.context()), Ok(true));
+
+        // kubectl's last-applied copy of the object is not part of the input (core's cache
+        // drops it), so it neither widens the input nor can be matched.
+        let mut applied = with_env(1);
+        applied.metadata.annotations = Some(BTreeMap::from([(
+            crate::reflect::LAST_APPLIED.to_string(),
+            "x".repeat(10_000),
+        )]));
+        assert!(RuleInput::new(&applied).widest < 100);
     }
 
     #[test]
