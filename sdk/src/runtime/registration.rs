@@ -45,9 +45,8 @@ pub(super) async fn watch_upstream<P: Provider>(
         let crd = crd_rx.borrow_and_update().clone();
         let recheck = match crd {
             Crd::NotListed => None,
-            Crd::Installed(crd) => {
-                let state = Some(UpstreamApi::detect(&crd, &wanted).map_err(|e| e.to_string()));
-                publish(&tx, &wanted, state, &mut first);
+            Crd::Installed(detected) => {
+                publish(&tx, &wanted, Some(*detected), &mut first);
                 missing_for = 0;
                 None
             }
@@ -114,8 +113,17 @@ enum Crd {
     NotListed,
     /// Listed: there is none.
     Absent,
-    /// Installed.
-    Installed(Box<CustomResourceDefinition>),
+    /// Installed: what detection made of it. The CRD itself is not kept: an operator's CRD
+    /// embeds whole pod specs, and Dynamo's, parsed, takes about 8 MB.
+    Installed(Box<Result<UpstreamApi, String>>),
+}
+
+impl Crd {
+    fn installed(crd: &CustomResourceDefinition, wanted: &UpstreamRef) -> Self {
+        Self::Installed(Box::new(
+            UpstreamApi::detect(crd, wanted).map_err(|e| e.to_string()),
+        ))
+    }
 }
 
 /// Follow the CRD that would define `wanted`. The core group has no CRDs.
@@ -134,15 +142,12 @@ async fn watch_crd(client: Client, wanted: UpstreamRef, tx: watch::Sender<Crd>) 
     while let Some(event) = events.next().await {
         match event {
             Ok(watcher::Event::Init) => seen = None,
-            Ok(watcher::Event::InitApply(crd)) => seen = Some(crd),
+            Ok(watcher::Event::InitApply(crd)) => seen = Some(Crd::installed(&crd, &wanted)),
             Ok(watcher::Event::InitDone) => {
-                let _ = tx.send(
-                    seen.take()
-                        .map_or(Crd::Absent, |c| Crd::Installed(Box::new(c))),
-                );
+                let _ = tx.send(seen.take().unwrap_or(Crd::Absent));
             }
             Ok(watcher::Event::Apply(crd)) => {
-                let _ = tx.send(Crd::Installed(Box::new(crd)));
+                let _ = tx.send(Crd::installed(&crd, &wanted));
             }
             Ok(watcher::Event::Delete(_)) => {
                 let _ = tx.send(Crd::Absent);
