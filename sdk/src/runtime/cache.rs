@@ -3,7 +3,8 @@
 //! One reflector per kind the provider renders (the upstream kind and every other kind,
 //! started on first use), cluster-wide, filtered by the server on the label
 //! `kubeairunway.ai/provider=<name>`, with `managedFields` and the last-applied annotation
-//! dropped before anything is stored. Beside each store, an index from a ModelDeployment
+//! dropped before anything is stored, and each object's body kept as JSON text
+//! ([`Compact`]). Beside each store, an index from a ModelDeployment
 //! (namespace and name, from the label `kubeairunway.ai/model-deployment`) to the names of
 //! its objects of that kind, kept from the same event stream (relists swap it whole, as
 //! the store does).
@@ -26,6 +27,7 @@ use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use tokio::sync::mpsc;
 
+use super::compact::Compact;
 use crate::api::ModelDeployment;
 use crate::{labels, reflect};
 
@@ -42,7 +44,7 @@ struct Index {
     pending: Option<HashMap<MdKey, BTreeSet<String>>>,
 }
 
-fn md_key(object: &DynamicObject) -> Option<MdKey> {
+fn md_key(object: &impl kube::Resource) -> Option<MdKey> {
     Some((
         object.namespace()?,
         object.labels().get(labels::MODEL_DEPLOYMENT)?.clone(),
@@ -50,13 +52,13 @@ fn md_key(object: &DynamicObject) -> Option<MdKey> {
 }
 
 impl Index {
-    fn insert(map: &mut HashMap<MdKey, BTreeSet<String>>, object: &DynamicObject) {
+    fn insert(map: &mut HashMap<MdKey, BTreeSet<String>>, object: &impl kube::Resource) {
         if let Some(key) = md_key(object) {
             map.entry(key).or_default().insert(object.name_any());
         }
     }
 
-    fn event(&mut self, event: &watcher::Event<DynamicObject>) {
+    fn event(&mut self, event: &watcher::Event<Compact>) {
         match event {
             watcher::Event::Init => self.pending = Some(HashMap::new()),
             watcher::Event::InitApply(o) => {
@@ -86,7 +88,7 @@ impl Index {
 
 struct KindCache {
     resource: ApiResource,
-    cache: reflect::Cache<DynamicObject>,
+    cache: reflect::Cache<Compact>,
     index: Arc<RwLock<Index>>,
     task: tokio::task::AbortHandle,
 }
@@ -179,7 +181,7 @@ impl OwnedCache {
             return;
         };
         let index = Arc::new(RwLock::new(Index::default()));
-        let api: Api<DynamicObject> = Api::all_with(self.client.clone(), resource);
+        let api: Api<Compact> = Api::all_with(self.client.clone(), resource);
         let (cache, stream) = reflect::cache(
             api,
             watcher::Config::default().labels(&self.selector),
@@ -242,7 +244,10 @@ impl OwnedCache {
                 kind_key(resource),
                 KindCache {
                     resource: resource.clone(),
-                    cache: reflect::Cache::fixed(objects, resource.clone()),
+                    cache: reflect::Cache::fixed(
+                        objects.into_iter().map(Compact::from),
+                        resource.clone(),
+                    ),
                     index: Arc::new(RwLock::new(index)),
                     task,
                 },
@@ -250,7 +255,7 @@ impl OwnedCache {
         }
     }
 
-    fn cache(&self, resource: &ApiResource) -> Option<reflect::Cache<DynamicObject>> {
+    fn cache(&self, resource: &ApiResource) -> Option<reflect::Cache<Compact>> {
         self.kinds
             .lock()
             .ok()?
@@ -277,6 +282,7 @@ impl OwnedCache {
         self.cache(resource)?
             .store
             .get(&ObjectRef::new_with(name, resource.clone()).within(ns))
+            .map(|c| Arc::new(c.object()))
     }
 
     /// Names of the objects of `resource` labelled for the ModelDeployment `ns/md`.
@@ -395,7 +401,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn obj(name: &str, md: &str) -> DynamicObject {
+    fn obj(name: &str, md: &str) -> Compact {
         serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": name, "namespace": "ns", "labels": {labels::MODEL_DEPLOYMENT: md}}}))
         .unwrap()
@@ -459,7 +465,7 @@ mod tests {
         >();
         let cache = OwnedCache::new(Client::new(service, "ns"), "p", Some(tx));
         let resource = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
-        let mut written = obj("a-config", "a");
+        let mut written = obj("a-config", "a").object();
         written.metadata.resource_version = Some("7".into());
         let key = object_key(&resource, "ns", "a-config");
         // The watch event of our write arrived before the write's answer.

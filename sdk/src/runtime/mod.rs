@@ -36,6 +36,7 @@
 //! ModelDeployment.)
 
 mod cache;
+mod compact;
 pub mod fit;
 mod metrics;
 mod reconcile;
