@@ -236,7 +236,8 @@ pub async fn run(
     let stream = stream
         .applied_objects()
         .predicate_filter(relevant, kube::runtime::PredicateConfig::default());
-    let controller = Controller::for_stream(stream, md_store.clone());
+    let controller = Controller::for_stream(stream, md_store.clone())
+        .with_config(kubeairunway_sdk::process::controller_config());
     metrics.set_store(Some(md_store.clone()));
     tokio::spawn(async move {
         if mds.synced().await {

@@ -52,7 +52,7 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::api::Api;
-use kube::runtime::controller::{Config as ControllerConfig, Controller};
+use kube::runtime::controller::Controller;
 use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
@@ -446,7 +446,7 @@ async fn lead<P: Provider>(
     tasks.spawn(mark_synced(ctx.clone(), mds.clone(), synced));
 
     Controller::for_stream(stream, mds.store.clone())
-        .with_config(ControllerConfig::default().concurrency(16))
+        .with_config(crate::process::controller_config())
         .reconcile_on(receiver_stream(owned_rx))
         .reconcile_all_on(upstream_changes(upstream))
         .graceful_shutdown_on({

@@ -265,6 +265,7 @@ fn cache_controller(
         Some(futures::stream::iter(refs))
     });
     Controller::for_stream(caches, ctx.caches.store.clone())
+        .with_config(kubeairunway_sdk::process::controller_config())
         .reconcile_on(node_caches.flatten())
         .reconcile_all_on(policies.map(|_| ()))
         .graceful_shutdown_on(shutdown)
@@ -297,6 +298,7 @@ fn md_controller(
         caches,
     });
     Controller::for_stream(md_stream, mds.store.clone())
+        .with_config(kubeairunway_sdk::process::controller_config())
         .watches(
             Api::<KernelCache>::all(client.clone()),
             watcher::Config::default(),
@@ -330,6 +332,7 @@ fn label_controller(
         reports,
     });
     Controller::for_stream(node_meta_stream, node_meta.store.clone())
+        .with_config(kubeairunway_sdk::process::controller_config())
         .reconcile_on(report_nodes)
         .graceful_shutdown_on(shutdown)
         .run(reconcile_node_labels, label_error, label_ctx)

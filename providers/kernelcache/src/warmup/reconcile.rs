@@ -479,6 +479,7 @@ pub async fn run(
     tasks.spawn(reflect::drive("target model deployments", md_stream));
     info!("warmup controller running");
     Controller::for_stream(wu_stream.applied_objects(), warmups.store.clone())
+        .with_config(kubeairunway_sdk::process::controller_config())
         .reconcile_on(receiver_stream(wu_rx))
         .graceful_shutdown_on(futures::FutureExt::shared(Box::pin(stop)))
         .run(reconcile_warmup, warmup_error, ctx.clone())
