@@ -103,7 +103,7 @@ pub async fn run(cli: Cli, mut rt: Runtime) -> anyhow::Result<()> {
         },
         finalizer_timeout: cli.finalizer_timeout,
         namespace: cli.watch_namespace.clone(),
-        reporter: kube::runtime::events::Reporter {
+        reporter: kubeairunway_sdk::events::Reporter {
             controller: FIELD_MANAGER.into(),
             instance: Some(rt.identity()),
         },

@@ -28,6 +28,7 @@ pub mod api;
 pub mod conditions;
 pub mod defaults;
 pub mod engine;
+pub mod events;
 pub mod labels;
 pub mod leader;
 pub mod overrides;
