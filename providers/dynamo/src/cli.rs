@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use clap::Parser;
 
-use crate::DEFAULT_DYNAMO_VERSION;
+use crate::{DEFAULT_DYNAMO_VERSION, Dynamo, Settings};
 
 /// Serves ModelDeployments whose provider is `dynamo` as DynamoGraphDeployments.
 #[derive(Debug, Parser)]
@@ -20,4 +20,14 @@ pub struct Cli {
     /// How long Dynamo's `failed` state must last before the ModelDeployment is Failed.
     #[arg(long, env = "FAILED_THRESHOLD", default_value = "5m", value_parser = kubeairunway_sdk::process::parse_duration)]
     pub failed_threshold: Duration,
+}
+
+impl Cli {
+    /// The provider these flags configure.
+    pub fn provider(&self) -> Dynamo {
+        Dynamo::new(Settings {
+            dynamo_version: self.dynamo_version.clone(),
+            failed_after: self.failed_threshold,
+        })
+    }
 }

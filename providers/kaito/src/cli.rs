@@ -2,6 +2,9 @@
 //! chart tests parse the chart's arguments with them.
 
 use clap::{Parser, ValueEnum};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+
+use crate::{INFERENCE_SET_CRD, KaitoProvider, NodeProvisioning, inference_set_served};
 
 /// Whether replicas other than 1 are served by KAITO's InferenceSet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -61,4 +64,36 @@ pub struct Cli {
     /// With `auto`: `resource.instanceType` of CPU-only deployments (e.g. Standard_D8s_v3).
     #[arg(long, env = "KAITO_CPU_INSTANCE_TYPE", default_value = "")]
     pub cpu_instance_type: String,
+}
+
+impl Cli {
+    /// The provider these flags configure on `client`'s cluster: with `--inference-set=auto`,
+    /// whether the installed InferenceSet CRD (one read of it) serves the version rendered.
+    pub async fn provider(&self, client: &kube::Client) -> anyhow::Result<KaitoProvider> {
+        let inference_set = match self.inference_set {
+            InferenceSetMode::Enabled => true,
+            InferenceSetMode::Disabled => false,
+            InferenceSetMode::Auto => inference_set_served(
+                kube::Api::<CustomResourceDefinition>::all(client.clone())
+                    .get_opt(INFERENCE_SET_CRD)
+                    .await?
+                    .as_ref(),
+            ),
+        };
+        tracing::info!(
+            inference_set,
+            "KAITO InferenceSet for replicas other than 1"
+        );
+        let nodes = match self.node_provisioning {
+            NodeProvisioningMode::Auto => {
+                NodeProvisioning::auto(&self.gpu_instance_type, &self.cpu_instance_type)
+            }
+            NodeProvisioningMode::Byo => NodeProvisioning::Byo,
+        };
+        tracing::info!(?nodes, "KAITO node provisioning");
+        Ok(KaitoProvider {
+            inference_set,
+            nodes,
+        })
+    }
 }

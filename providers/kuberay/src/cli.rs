@@ -3,7 +3,7 @@
 
 use clap::Parser;
 
-use crate::{DEFAULT_RAY_IMAGE, DEFAULT_RAY_VERSION};
+use crate::{DEFAULT_RAY_IMAGE, DEFAULT_RAY_VERSION, KubeRayProvider};
 
 /// Flags of `kuberay-provider`.
 #[derive(Debug, Parser)]
@@ -19,4 +19,11 @@ pub struct Cli {
     /// Repository of the Ray LLM image, used unless a ModelDeployment sets spec.image.
     #[arg(long, env = "RAY_IMAGE", default_value = DEFAULT_RAY_IMAGE)]
     pub ray_image: String,
+}
+
+impl Cli {
+    /// The provider these flags configure.
+    pub fn provider(&self) -> KubeRayProvider {
+        KubeRayProvider::new(self.ray_image.clone(), self.ray_version.clone())
+    }
 }
