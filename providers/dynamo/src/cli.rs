@@ -1,5 +1,7 @@
-//! The flags of `dynamo-provider` (each also an environment variable), here so that the
-//! chart tests parse the chart's arguments with them.
+//! The flags of `dynamo-provider` (each also an environment variable): [`Flags`], its own,
+//! which the `kubeairunway` CLI flattens into its commands to run the same provider, and
+//! [`Cli`], the binary's (with the SDK runtime's), which the chart tests parse the chart's
+//! arguments with.
 
 use std::time::Duration;
 
@@ -7,13 +9,11 @@ use clap::Parser;
 
 use crate::{DEFAULT_DYNAMO_VERSION, Dynamo, Settings};
 
-/// Serves ModelDeployments whose provider is `dynamo` as DynamoGraphDeployments.
-#[derive(Debug, Parser)]
-#[command(name = "dynamo-provider", version, about)]
-pub struct Cli {
-    /// The SDK runtime's flags.
-    #[command(flatten)]
-    pub options: kubeairunway_sdk::runtime::Options,
+/// The Dynamo provider's own flags.
+#[derive(Clone, Debug, clap::Args)]
+#[group(id = "DynamoProviderFlags")]
+#[command(next_help_heading = "Dynamo provider")]
+pub struct Flags {
     /// Tag of the `nvcr.io/nvidia/ai-dynamo/{vllm,sglang,tensorrtllm}-runtime` images.
     #[arg(long, env = "DYNAMO_VERSION", default_value = DEFAULT_DYNAMO_VERSION)]
     pub dynamo_version: String,
@@ -22,12 +22,55 @@ pub struct Cli {
     pub failed_threshold: Duration,
 }
 
-impl Cli {
+impl Default for Flags {
+    fn default() -> Self {
+        let settings = Settings::default();
+        Self {
+            dynamo_version: settings.dynamo_version,
+            failed_threshold: settings.failed_after,
+        }
+    }
+}
+
+impl Flags {
     /// The provider these flags configure.
     pub fn provider(&self) -> Dynamo {
         Dynamo::new(Settings {
             dynamo_version: self.dynamo_version.clone(),
             failed_after: self.failed_threshold,
         })
+    }
+}
+
+/// Serves ModelDeployments whose provider is `dynamo` as DynamoGraphDeployments.
+#[derive(Debug, Parser)]
+#[command(name = "dynamo-provider", version, about)]
+pub struct Cli {
+    /// The SDK runtime's flags.
+    #[command(flatten)]
+    pub options: kubeairunway_sdk::runtime::Options,
+    /// Its own.
+    #[command(flatten)]
+    pub flags: Flags,
+}
+
+impl Cli {
+    /// The provider these flags configure.
+    pub fn provider(&self) -> Dynamo {
+        self.flags.provider()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_is_the_flags_defaults() {
+        let cli = Cli::try_parse_from(["dynamo-provider"]).unwrap();
+        assert_eq!(
+            format!("{:?}", cli.flags),
+            format!("{:?}", Flags::default())
+        );
     }
 }
