@@ -367,10 +367,8 @@ async fn walk(
     };
 
     // A spec change reaches the upstream object.
-    let mut changed = mds.get(&name).await.unwrap();
+    let mut changed = md.clone();
     (case.update)(&mut changed);
-    changed.metadata.managed_fields = None;
-    changed.metadata.resource_version = None;
     testing::deploy(admin, &changed, case.provider)
         .await
         .unwrap();
@@ -387,7 +385,10 @@ async fn walk(
         primaries
             .patch(
                 &name,
-                &PatchParams::apply("drifter"),
+                &PatchParams {
+                    field_manager: Some("drifter".into()),
+                    ..PatchParams::default()
+                },
                 &Patch::Merge(&case.drift),
             )
             .await
