@@ -142,16 +142,48 @@ impl Context {
     }
 }
 
-/// Keep only what core reads of a cached ModelDeployment's `managedFields`: its own entry
-/// (whether it owns `status.provider.name`, and which status fields it must keep
-/// applying); drop the last-applied annotation.
+/// Keep only what core reads of a cached ModelDeployment's `managedFields`: of its own
+/// entry, the status fields it owns ([`owned_status`]: top-level names, condition keys,
+/// `provider.name` for [`core_owns_selection`]) with nothing below them; drop the
+/// last-applied annotation. A field set as a JSON tree costs kilobytes per ModelDeployment
+/// (a B-tree node per object that has a field), held for every ModelDeployment.
 fn strip(md: &mut ModelDeployment) {
     if let Some(fields) = md.metadata.managed_fields.as_mut() {
         fields.retain(|f| f.manager.as_deref() == Some(FIELD_MANAGER));
+        for entry in fields.iter_mut() {
+            if let Some(f) = entry.fields_v1.as_mut() {
+                f.0 = owned_status_outline(&f.0);
+            }
+        }
     }
     if let Some(a) = md.metadata.annotations.as_mut() {
         a.remove("kubectl.kubernetes.io/last-applied-configuration");
     }
+}
+
+/// The outline of a field set that [`owned_status`] and [`core_owns_selection`] read:
+/// `f:status` with its fields, the keys of `f:conditions` and `f:name` of `f:provider`,
+/// each with nothing below (an empty JSON object allocates nothing).
+fn owned_status_outline(fields: &Value) -> Value {
+    let Some(status) = fields.get("f:status").and_then(Value::as_object) else {
+        return Value::Object(serde_json::Map::new());
+    };
+    let empty = || Value::Object(serde_json::Map::new());
+    let outline: serde_json::Map<String, Value> = status
+        .iter()
+        .map(|(key, below)| {
+            let kept = match key.as_str() {
+                "f:conditions" => below
+                    .as_object()
+                    .map(|items| items.keys().map(|k| (k.clone(), empty())).collect())
+                    .map_or_else(empty, Value::Object),
+                "f:provider" if below.get("f:name").is_some() => json!({"f:name": {}}),
+                _ => empty(),
+            };
+            (key.clone(), kept)
+        })
+        .collect();
+    json!({ "f:status": outline })
 }
 
 /// What, of a ModelDeployment, can change core's decision: the spec (generation), its
@@ -1063,5 +1095,49 @@ mod tests {
             .unwrap()
             .0["f:status"]["f:phase"] = json!({});
         assert!(!is_current(&owns_more, &body));
+    }
+
+    #[test]
+    fn the_cache_keeps_of_core_s_managed_fields_exactly_what_core_reads() {
+        let entry = |manager: &str, fields: Value| {
+            serde_json::from_value(json!({"manager": manager, "operation": "Apply",
+                "subresource": "status", "fieldsType": "FieldsV1", "fieldsV1": fields}))
+            .unwrap()
+        };
+        let full = json!({"f:status": {
+            "f:provider": {"f:name": {}, "f:selectedReason": {}},
+            "f:engine": {"f:type": {}},
+            "f:conditions": {
+                "k:{\"type\":\"Validated\"}": {".": {}, "f:message": {}, "f:status": {}, "f:type": {}},
+                "k:{\"type\":\"ProviderSelected\"}": {".": {}, "f:reason": {}}
+            }
+        }});
+        let mut both = md(json!({"model": {"id": "m"}}), None);
+        both.metadata.managed_fields = Some(vec![
+            entry(FIELD_MANAGER, full),
+            entry("dynamo-provider", json!({"f:status": {"f:phase": {}}})),
+        ]);
+        let before = (owned_status(&both), core_owns_selection(&both));
+        assert!(before.1 && before.0.1.len() == 2, "{before:?}");
+        strip(&mut both);
+        assert_eq!((owned_status(&both), core_owns_selection(&both)), before);
+        let kept = both.metadata.managed_fields.as_ref().unwrap();
+        assert_eq!(kept.len(), 1, "only core's entry");
+        assert_eq!(
+            kept[0].fields_v1.as_ref().unwrap().0,
+            json!({"f:status": {
+                "f:provider": {"f:name": {}},
+                "f:engine": {},
+                "f:conditions": {"k:{\"type\":\"Validated\"}": {}, "k:{\"type\":\"ProviderSelected\"}": {}}
+            }})
+        );
+        // Without provider.name (a custom selector owns it), none is made up.
+        let mut custom = md(json!({"model": {"id": "m"}}), None);
+        custom.metadata.managed_fields = Some(vec![entry(
+            FIELD_MANAGER,
+            json!({"f:status": {"f:provider": {"f:selectedReason": {}}}}),
+        )]);
+        strip(&mut custom);
+        assert!(!core_owns_selection(&custom));
     }
 }
