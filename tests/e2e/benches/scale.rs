@@ -23,6 +23,11 @@
 //! Requests are read from the API server's own `apiserver_request_total`, by verb and
 //! resource, minus the benchmark's own; reconciles from the controllers' metrics; RSS
 //! (current and peak) from `/proc/<pid>/status`.
+//!
+//! Where the memory goes: with `--features heap-profile` (slow: use a small N and
+//! `--profile dev`), each controller writes `dhat-<role>.json` into the working directory
+//! when it stops: its heap at its peak, by allocation site (DHAT's format; open it in
+//! DHAT's viewer, `dh_view.html`).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a benchmark: failing loudly is the point
 #![allow(clippy::cast_precision_loss)] // counts far below 2^52, printed as figures
@@ -85,14 +90,26 @@ fn args() -> Args {
     out
 }
 
+#[cfg(feature = "heap-profile")]
+#[global_allocator]
+static ALLOC: dhat::Alloc = dhat::Alloc;
+
 fn main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
-    match std::env::var(ROLE).as_deref() {
-        Ok("core") => return rt.block_on(run_core()),
-        Ok("dynamo") => return rt.block_on(run_dynamo()),
-        _ => {}
+    if let Ok(role) = std::env::var(ROLE) {
+        // With `--features heap-profile`, each controller writes `dhat-<role>.json` (its
+        // heap at its peak, by allocation site) into the working directory when it stops.
+        #[cfg(feature = "heap-profile")]
+        let _profile = dhat::Profiler::builder()
+            .file_name(format!("dhat-{role}.json"))
+            .build();
+        return match role.as_str() {
+            "core" => rt.block_on(run_core()),
+            "dynamo" => rt.block_on(run_dynamo()),
+            other => anyhow::bail!("unknown {ROLE} {other}"),
+        };
     }
     let args = args();
     let dir = tempfile::tempdir()?;
@@ -134,7 +151,20 @@ struct Controller {
 }
 
 impl Drop for Controller {
+    /// Stop the controller as its pod would be stopped: SIGTERM, then SIGKILL after a grace
+    /// period (a heap profile is written while it stops).
     fn drop(&mut self) {
+        let _ = Command::new("kill")
+            .arg("-TERM")
+            .arg(self.child.id().to_string())
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
