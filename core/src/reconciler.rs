@@ -984,6 +984,29 @@ mod tests {
         }
     }
 
+    /// A spec the API server stored before a rule of the CRD existed (or kept through
+    /// validation ratcheting) is reported with the CRD's own message and not selected for.
+    #[test]
+    fn a_spec_that_breaks_a_rule_of_the_crd_is_reported_and_not_selected_for() {
+        let m = md(
+            json!({"model": {"id": "a/b"}, "engine": {"type": "vllm"}}),
+            None,
+        );
+        let (d, sel) = run(&m, &Settings::default());
+        let validated = condition(&d, VALIDATED);
+        assert_eq!(validated.status, "False");
+        assert_eq!(validated.reason, reasons::VALIDATION_FAILED);
+        assert_eq!(
+            validated.message,
+            "vLLM engine requires GPU (set resources.gpu.count > 0)"
+        );
+        assert_eq!(
+            d.phase_message.as_deref(),
+            Some("Validation failed: vLLM engine requires GPU (set resources.gpu.count > 0)")
+        );
+        assert!(d.provider.is_none() && sel.is_none());
+    }
+
     #[test]
     fn without_the_selector_nothing_is_chosen_and_the_message_says_why() {
         let m = md(
