@@ -303,6 +303,13 @@ pub struct Term {
 }
 
 impl Term {
+    /// A term that ends when `leading` turns false or `shutdown` is set (tests of a
+    /// term's work).
+    #[cfg(test)]
+    pub(crate) fn new(leading: watch::Receiver<bool>, shutdown: Shutdown) -> Self {
+        Self { leading, shutdown }
+    }
+
     /// Completes when the term is over: leadership lost, or the process stopping. Stop
     /// every writer by then.
     pub async fn ended(&self) {
