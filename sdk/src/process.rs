@@ -217,6 +217,10 @@ impl Shutdown {
 /// How long a term's work may take to stop after the term ended before it is cancelled.
 pub const TERM_GRACE: Duration = Duration::from_secs(5);
 
+/// What is logged (a warning) when a term's work is cancelled `TERM_GRACE` after its
+/// term ended: a wait in that work that does not end with the term, to be found and fixed.
+pub const TERM_CANCELLED: &str = "the term's work did not stop after the term ended; cancelled";
+
 /// One readiness check, set by its owner when ready.
 #[derive(Clone, Debug, Default)]
 pub struct Check(Arc<AtomicBool>);
@@ -482,7 +486,7 @@ impl Runtime {
             let outcome = tokio::select! {
                 outcome = lead(term) => outcome,
                 () = ended => {
-                    tracing::warn!(component = %component, grace = ?TERM_GRACE, "the term's work did not stop after the term ended; cancelled");
+                    tracing::warn!(component = %component, grace = ?TERM_GRACE, "{TERM_CANCELLED}");
                     Ok(())
                 }
             };
