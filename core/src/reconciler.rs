@@ -243,6 +243,13 @@ pub async fn run(
         .predicate_filter(relevant, kube::runtime::PredicateConfig::default());
     let controller = Controller::for_stream(stream, md_store.clone());
     metrics.set_store(Some(md_store.clone()));
+    let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
+    // A term that ends before the cache synced ends here (kube's graceful shutdown alone
+    // would wait for the store forever: see `reflect::ended_unsynced`).
+    let unsynced_end = {
+        let (mds, shutdown) = (mds.clone(), shutdown.clone());
+        async move { reflect::ended_unsynced(&mds, shutdown).await }
+    };
     tokio::spawn(async move {
         if mds.synced().await {
             synced.set();
@@ -255,7 +262,7 @@ pub async fn run(
         settings,
         Arc::clone(&metrics),
     ));
-    controller
+    let controller = controller
         // A provider registering or changing may unblock deployments that wait, and a
         // provider that is gone may hold deleted ones.
         .watches(ipcs, watcher::Config::default(), move |_ipc| {
@@ -275,8 +282,13 @@ pub async fn run(
                 Ok((obj, _)) => debug!(name = %obj.name, namespace = ?obj.namespace, "reconciled"),
                 Err(e) => debug!(error = %e, "reconcile failed"),
             }
-        })
-        .await;
+        });
+    tokio::select! {
+        () = controller => {}
+        () = unsynced_end => {
+            tracing::info!("the term ended before the ModelDeployment cache synced; its controller is dropped");
+        }
+    }
     metrics.set_store(None);
 }
 
@@ -1005,6 +1017,35 @@ mod tests {
             assert_eq!(d.requeue.is_some(), name != "kaito", "{name} waits");
             assert!(sel.is_none());
         }
+    }
+
+    /// A term that ends while the API server has been unreachable since it began (the
+    /// ModelDeployment cache never synced) ends `run`. Time is paused: were `run` still
+    /// waiting, the runtime would advance to the timeout.
+    #[tokio::test(start_paused = true)]
+    async fn a_term_that_ends_before_its_cache_synced_ends_the_controller() {
+        let client =
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+                .unwrap();
+        let providers =
+            kubeairunway_sdk::reflect::Cache::<InferenceProviderConfig>::fixed([], ()).store;
+        let metrics = Arc::new(Metrics::new(
+            &mut prometheus_client::registry::Registry::default(),
+        ));
+        let running = tokio::spawn(super::run(
+            client,
+            providers,
+            Settings::default(),
+            metrics,
+            kubeairunway_sdk::process::Check::default(),
+            tokio::time::sleep(Duration::from_secs(1)),
+        ));
+        let returned = tokio::time::timeout(
+            Duration::from_secs(1) + kubeairunway_sdk::process::TERM_GRACE,
+            running,
+        )
+        .await;
+        assert!(matches!(returned, Ok(Ok(()))), "{returned:?}");
     }
 
     #[test]

@@ -470,28 +470,12 @@ async fn lead<P: Provider>(
         });
     tokio::select! {
         () = controller => {}
-        () = ended_unsynced(&term, &mds) => {
+        () = reflect::ended_unsynced(&mds, term.ended()) => {
             tracing::info!(provider = %name, "the term ended before the ModelDeployment cache synced; its controller is dropped");
         }
     }
     tasks.abort_all();
     Ok(())
-}
-
-/// Completes when the term has ended while the ModelDeployment cache has not synced.
-///
-/// kube's Controller never ends a graceful shutdown that comes before its store is ready:
-/// its runner holds every task until the store is ready, and while it does, a finished
-/// queue is reported as pending rather than as the end (`controller/runner.rs:111-124`,
-/// kube-runtime 5.0.0); the shutdown also stops the reflector that would fill the store.
-/// A term that started while the API server was unreachable, then lost its Lease, would
-/// wait there forever. No reconcile can be in flight before the store is ready, so
-/// dropping the controller then cancels nothing.
-async fn ended_unsynced(term: &Term, mds: &reflect::Cache<ModelDeployment>) {
-    term.ended().await;
-    if mds.is_synced() {
-        std::future::pending::<()>().await;
-    }
 }
 
 /// Set `synced` once the ModelDeployment cache and the caches of the upstream kind and

@@ -220,12 +220,16 @@ fn cancelled_terms(dir: &Path) -> Vec<String> {
         .filter_map(Result::ok)
         .map(|e| e.path())
         .filter(|p| p.extension().is_some_and(|x| x == "log"))
-        .filter(|p| {
-            std::fs::read_to_string(p)
-                .unwrap_or_default()
-                .contains(kubeairunway_sdk::process::TERM_CANCELLED)
+        .filter_map(|p| {
+            let log = std::fs::read_to_string(&p).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            let at = lines
+                .iter()
+                .position(|l| l.contains(kubeairunway_sdk::process::TERM_CANCELLED))?;
+            // What the process did up to then names the wait that ignored the term.
+            let before = lines[at.saturating_sub(15)..=at].join("\n");
+            Some(format!("{}:\n{before}", p.display()))
         })
-        .map(|p| p.display().to_string())
         .collect()
 }
 
