@@ -70,6 +70,19 @@ pub fn identity(md: &ModelDeployment) -> String {
     crate::upstream::short_hash(fields.to_string().as_bytes())
 }
 
+/// The replicas of each role of `md`, as recorded in [`labels::SCALE`]:
+/// `replicas=<n>`, then `prefill=<n>` and `decode=<n>` when those roles are set.
+pub fn scale(md: &ModelDeployment) -> String {
+    let s = &md.spec.scaling;
+    let mut out = format!("replicas={}", s.replicas);
+    for (role, scaling) in [("prefill", &s.prefill), ("decode", &s.decode)] {
+        if let Some(c) = scaling {
+            out.push_str(&format!(",{role}={}", c.replicas));
+        }
+    }
+    out
+}
+
 /// Hash of the values `object` has at `paths` (dot paths; an absent value counts as
 /// `null`), or `None` when there are no paths. Stored on the primary object as
 /// [`labels::IMMUTABLE_HASH`]: a change means the upstream would refuse an update.
@@ -109,8 +122,8 @@ pub enum Role<'a> {
     Supporting,
 }
 
-/// Put namespace, owner reference, labels and (on the primary object) the identity and
-/// immutable-fields annotations on a rendered object. Labels the provider set are kept
+/// Put namespace, owner reference, labels and (on the primary object) the identity,
+/// scale and immutable-fields annotations on a rendered object. Labels the provider set are kept
 /// unless they clash with the platform's.
 pub fn finish(object: &mut DynamicObject, md: &ModelDeployment, provider: &str, role: Role<'_>) {
     object.metadata.namespace = md.namespace();
@@ -127,6 +140,7 @@ pub fn finish(object: &mut DynamicObject, md: &ModelDeployment, provider: &str, 
             .annotations
             .get_or_insert_with(BTreeMap::new);
         annotations.insert(labels::IDENTITY.to_string(), identity(md));
+        annotations.insert(labels::SCALE.to_string(), scale(md));
         if let Some(hash) = hash {
             annotations.insert(labels::IMMUTABLE_HASH.to_string(), hash);
         }
@@ -304,7 +318,22 @@ mod tests {
         assert_eq!(owner.uid, "u-1");
         assert_eq!(obj.labels().get("own").map(String::as_str), Some("1"));
         assert!(obj.annotations().contains_key(labels::IDENTITY));
+        assert_eq!(obj.annotations()[labels::SCALE], "replicas=1");
         assert!(!obj.annotations().contains_key(labels::IMMUTABLE_HASH));
+    }
+
+    #[test]
+    fn scale_names_the_replicas_of_each_role_set() {
+        assert_eq!(
+            scale(&md(json!({"scaling": {"replicas": 3}}))),
+            "replicas=3"
+        );
+        assert_eq!(
+            scale(&md(
+                json!({"scaling": {"replicas": 1, "prefill": {"replicas": 2}, "decode": {"replicas": 4}}})
+            )),
+            "replicas=1,prefill=2,decode=4"
+        );
     }
 
     #[test]
