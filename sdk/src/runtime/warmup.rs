@@ -52,7 +52,7 @@ use crate::api::{ModelDeployment, Phase, WarmupRef};
 use crate::conditions::{self, PROVIDER_COMPATIBLE, READY, RESOURCE_CREATED, WARMED_UP, reasons};
 use crate::provider::{Provider, Warning};
 use crate::upstream::UpstreamApi;
-use crate::{labels, reflect};
+use crate::{labels, reflect, render};
 
 /// What the Warmup cache says of the Warmup a ModelDeployment names.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -155,12 +155,19 @@ pub(crate) fn change(
             }
         }
     }
-    let running: Vec<DynamicObject> = live.iter().map(|o| (**o).clone()).collect();
-    let running: BTreeSet<String> = images(&running).into_iter().collect();
+    // What runs: the images each primary was rendered with (an admission webhook may
+    // have rewritten them in the live object, a tag to a digest) and those live.
+    let mut running: BTreeSet<String> = live
+        .iter()
+        .filter_map(|o| o.annotations().get(labels::IMAGES))
+        .flat_map(|i| i.split(',').filter(|i| !i.is_empty()).map(str::to_string))
+        .collect();
+    let live: Vec<DynamicObject> = live.iter().map(|o| (**o).clone()).collect();
+    running.extend(render::images(&live));
     Change {
         create: false,
         scale_up,
-        new_images: images(rendered)
+        new_images: render::images(rendered)
             .into_iter()
             .filter(|i| !running.contains(i))
             .collect(),
@@ -345,39 +352,6 @@ fn read(warmup: &DynamicObject) -> Seen {
         message: text("message"),
         images,
     }
-}
-
-/// Every container image the objects name: each non-empty string under a key `image` in
-/// their specs (pod templates' containers and init containers, an upstream's own image
-/// field), never in a ConfigMap's or Secret's data; sorted, each once.
-pub(crate) fn images(objects: &[DynamicObject]) -> Vec<String> {
-    fn walk(value: &Value, out: &mut BTreeSet<String>) {
-        match value {
-            Value::Object(map) => {
-                for (key, v) in map {
-                    match v {
-                        Value::String(s) if key == "image" && !s.trim().is_empty() => {
-                            out.insert(s.trim().to_string());
-                        }
-                        _ => walk(v, out),
-                    }
-                }
-            }
-            Value::Array(items) => items.iter().for_each(|i| walk(i, out)),
-            _ => {}
-        }
-    }
-    let mut out = BTreeSet::new();
-    for object in objects {
-        if let Value::Object(map) = &object.data {
-            map.iter()
-                .filter(|(key, _)| {
-                    !["data", "stringData", "binaryData", "status"].contains(&key.as_str())
-                })
-                .for_each(|(_, v)| walk(v, &mut out));
-        }
-    }
-    out.into_iter().collect()
 }
 
 /// The API resource of Warmups.
@@ -627,7 +601,7 @@ pub(crate) async fn hold<P: Provider>(
         .condition(RESOURCE_CREATED, false, gate.reason, gate.message.clone())
         .condition(READY, false, gate.reason, gate.message.clone())
         .condition(WARMED_UP, false, gate.reason, gate.message.clone());
-    view.images = Some(images(objects));
+    view.images = Some(render::images(objects));
     status::apply(ctx, md, &view).await?;
     Ok(Some(Action::requeue(ctx.options.resync_period)))
 }
@@ -640,7 +614,7 @@ pub(crate) fn report(
     gate: Option<&Gate>,
     objects: &[DynamicObject],
 ) -> ProviderView {
-    view.images = Some(images(objects));
+    view.images = Some(render::images(objects));
     match gate {
         Some(gate) => view.condition(WARMED_UP, gate.open, gate.reason, gate.message.clone()),
         None => view,
@@ -961,6 +935,18 @@ mod tests {
             object("Helper", "h", None, "sidecar:1"),
         ]);
         assert_eq!(change(&rendered, &upgraded, false).new_images, ["engine:1"]);
+        // An admission webhook rewrote the live tag to a digest: the image recorded as
+        // rendered is what runs.
+        let mut rewritten = object("Server", "m", Some("replicas=3"), "engine@sha256:0");
+        rewritten
+            .metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(labels::IMAGES.into(), "engine:1,sidecar:1".into());
+        assert_eq!(
+            change(&rendered, &live(vec![rewritten]), false),
+            Change::default()
+        );
     }
 
     fn md(warmup: bool, warmed_up: Option<&str>) -> ModelDeployment {
@@ -1097,26 +1083,5 @@ mod tests {
         );
         let said = view().condition(WARMED_UP, false, reasons::AWAITING_WARMUP, "x");
         assert_eq!(keep_open(said, &md(true, Some("True"))).conditions.len(), 1);
-    }
-
-    #[test]
-    fn images_are_every_image_in_the_specs_sorted_once() {
-        let objects: Vec<DynamicObject> = [
-            json!({"apiVersion": "example.com/v1", "kind": "Server", "metadata": {"name": "a"},
-                   "spec": {"image": "llama.cpp:b1", "template": {"spec": {
-                       "initContainers": [{"name": "i", "image": "busybox:1"}],
-                       "containers": [{"name": "c", "image": "llama.cpp:b1"}, {"name": "s", "image": " "}]}}}}),
-            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b"}, "data": {"image": "not-an-image"}}),
-            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "c"},
-                   "spec": {"template": {"spec": {"containers": [{"name": "v", "image": "vllm/vllm-openai:v0.11.0"}]}}},
-                   "status": {"image": "not-rendered"}}),
-        ]
-        .into_iter()
-        .map(|v| serde_json::from_value(v).unwrap())
-        .collect();
-        assert_eq!(
-            images(&objects),
-            ["busybox:1", "llama.cpp:b1", "vllm/vllm-openai:v0.11.0"]
-        );
     }
 }
