@@ -75,13 +75,13 @@ pub fn identity(md: &ModelDeployment) -> String {
 /// `replicas=<n>`, then `prefill=<n>` and `decode=<n>` when those roles are set.
 pub fn scale(md: &ModelDeployment) -> String {
     let s = &md.spec.scaling;
-    let mut out = format!("replicas={}", s.replicas);
+    let mut roles = vec![format!("replicas={}", s.replicas)];
     for (role, scaling) in [("prefill", &s.prefill), ("decode", &s.decode)] {
         if let Some(c) = scaling {
-            out.push_str(&format!(",{role}={}", c.replicas));
+            roles.push(format!("{role}={}", c.replicas));
         }
     }
-    out
+    roles.join(",")
 }
 
 /// Hash of the values `object` has at `paths` (dot paths; an absent value counts as
@@ -166,7 +166,7 @@ pub fn rendered_hash(object: &DynamicObject) -> String {
 /// `status.provider.images` and records in [`labels::IMAGES`]): each non-empty string
 /// under a key `image` in their specs (pod templates' containers and init containers, an upstream's own image
 /// field), never in a ConfigMap's or Secret's data; sorted, each once.
-pub fn images(objects: &[DynamicObject]) -> Vec<String> {
+pub fn images<'a>(objects: impl IntoIterator<Item = &'a DynamicObject>) -> Vec<String> {
     fn walk(value: &Value, out: &mut BTreeSet<String>) {
         match value {
             Value::Object(map) => {

@@ -162,8 +162,7 @@ pub(crate) fn change(
         .filter_map(|o| o.annotations().get(labels::IMAGES))
         .flat_map(|i| i.split(',').filter(|i| !i.is_empty()).map(str::to_string))
         .collect();
-    let live: Vec<DynamicObject> = live.iter().map(|o| (**o).clone()).collect();
-    running.extend(render::images(&live));
+    running.extend(render::images(live.iter().map(AsRef::as_ref)));
     Change {
         create: false,
         scale_up,
