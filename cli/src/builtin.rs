@@ -8,16 +8,13 @@ use std::sync::Arc;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kubeairunway_deployment_provider::{
-    DEFAULT_LLAMACPP_GPU_IMAGE, DEFAULT_LLAMACPP_IMAGE, DEFAULT_VLLM_IMAGE, DeploymentProvider,
-    Images,
-};
-use kubeairunway_dynamo_provider::{DEFAULT_DYNAMO_VERSION, Dynamo};
-use kubeairunway_kaito_provider::{
-    INFERENCE_SET_CRD, KaitoProvider, NodeProvisioning, inference_set_served,
-};
-use kubeairunway_kuberay_provider::{DEFAULT_RAY_IMAGE, DEFAULT_RAY_VERSION, KubeRayProvider};
+use kubeairunway_deployment_provider::DeploymentProvider;
+use kubeairunway_dynamo_provider::Dynamo;
+use kubeairunway_kaito_provider::{INFERENCE_SET_CRD, KaitoProvider};
+use kubeairunway_kuberay_provider::KubeRayProvider;
 use kubeairunway_sdk::{InferenceProviderConfig, InferenceProviderConfigStatus, Provider};
+
+pub use kubeairunway_kaito_provider::cli::{InferenceSetMode, NodeProvisioningMode};
 
 /// Names of the built-in serving providers, in name order.
 pub const NAMES: [&str; 4] = [
@@ -27,83 +24,22 @@ pub const NAMES: [&str; 4] = [
     kubeairunway_kuberay_provider::NAME,
 ];
 
-/// KAITO's `--inference-set`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum InferenceSetMode {
-    /// When the InferenceSet CRD serves the version the provider renders.
-    Auto,
-    /// Always.
-    Enabled,
-    /// Never: replicas other than 1 are refused.
-    Disabled,
-}
-
-/// KAITO's `--node-provisioning`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum NodeProvisioningMode {
-    /// KAITO provisions a node per Workspace: Workspaces name an instance type.
-    Auto,
-    /// Bring-your-own nodes: no instance type.
-    Byo,
-}
-
-/// The built-in providers' settings: the flags of their binaries, with the same names,
-/// defaults and environment variables.
-#[derive(Clone, Debug, clap::Args)]
-#[command(next_help_heading = "Built-in providers (their binaries' flags)")]
+/// The built-in providers' settings: each provider binary's own flags (its crate's
+/// `cli::Flags`, with the same names, defaults and environment variables), flattened.
+#[derive(Clone, Debug, Default, clap::Args)]
 pub struct ProviderFlags {
-    /// KAITO: use its InferenceSet for replicas other than 1.
-    #[arg(long, env = "KAITO_INFERENCE_SET", value_enum, default_value = "auto")]
-    pub inference_set: InferenceSetMode,
-    /// KAITO: how it gets nodes. Default: `byo` for `render` and on the local API server
-    /// (nothing provisions nodes there), `auto` (the kaito-provider's default) on a cluster.
-    #[arg(long, env = "KAITO_NODE_PROVISIONING", value_enum)]
-    pub node_provisioning: Option<NodeProvisioningMode>,
-    /// KAITO with `auto`: `resource.instanceType` of deployments with GPUs.
-    #[arg(long, env = "KAITO_GPU_INSTANCE_TYPE", default_value = "")]
-    pub gpu_instance_type: String,
-    /// KAITO with `auto`: `resource.instanceType` of CPU-only deployments.
-    #[arg(long, env = "KAITO_CPU_INSTANCE_TYPE", default_value = "")]
-    pub cpu_instance_type: String,
-    /// Dynamo: tag of the `nvcr.io/nvidia/ai-dynamo/*-runtime` images.
-    #[arg(long, env = "DYNAMO_VERSION", default_value = DEFAULT_DYNAMO_VERSION)]
-    pub dynamo_version: String,
-    /// KubeRay: Ray version, the tag of the Ray LLM image.
-    #[arg(long, env = "RAY_VERSION", default_value = DEFAULT_RAY_VERSION)]
-    pub ray_version: String,
-    /// KubeRay: repository of the Ray LLM image.
-    #[arg(long, env = "RAY_IMAGE", default_value = DEFAULT_RAY_IMAGE)]
-    pub ray_image: String,
-    /// Deployment provider: the vLLM image unless spec.image is set.
-    #[arg(long, env = "VLLM_IMAGE", default_value = DEFAULT_VLLM_IMAGE)]
-    pub vllm_image: String,
-    /// Deployment provider: the SGLang image unless spec.image is set (empty: required).
-    #[arg(long, env = "SGLANG_IMAGE", default_value = "")]
-    pub sglang_image: String,
-    /// Deployment provider: the llama.cpp image of CPU-only replicas.
-    #[arg(long, env = "LLAMACPP_IMAGE", default_value = DEFAULT_LLAMACPP_IMAGE)]
-    pub llamacpp_image: String,
-    /// Deployment provider: the llama.cpp image of replicas with GPUs.
-    #[arg(long, env = "LLAMACPP_GPU_IMAGE", default_value = DEFAULT_LLAMACPP_GPU_IMAGE)]
-    pub llamacpp_gpu_image: String,
-}
-
-impl Default for ProviderFlags {
-    fn default() -> Self {
-        Self {
-            inference_set: InferenceSetMode::Auto,
-            node_provisioning: None,
-            gpu_instance_type: String::new(),
-            cpu_instance_type: String::new(),
-            dynamo_version: DEFAULT_DYNAMO_VERSION.to_string(),
-            ray_version: DEFAULT_RAY_VERSION.to_string(),
-            ray_image: DEFAULT_RAY_IMAGE.to_string(),
-            vllm_image: DEFAULT_VLLM_IMAGE.to_string(),
-            sglang_image: String::new(),
-            llamacpp_image: DEFAULT_LLAMACPP_IMAGE.to_string(),
-            llamacpp_gpu_image: DEFAULT_LLAMACPP_GPU_IMAGE.to_string(),
-        }
-    }
+    /// KAITO's.
+    #[command(flatten)]
+    pub kaito: kubeairunway_kaito_provider::cli::Flags,
+    /// Dynamo's.
+    #[command(flatten)]
+    pub dynamo: kubeairunway_dynamo_provider::cli::Flags,
+    /// KubeRay's.
+    #[command(flatten)]
+    pub kuberay: kubeairunway_kuberay_provider::cli::Flags,
+    /// The Deployment provider's.
+    #[command(flatten)]
+    pub deployment: kubeairunway_deployment_provider::cli::Flags,
 }
 
 /// The built-in serving providers.
@@ -128,27 +64,11 @@ impl BuiltIns {
         inference_set: Option<&CustomResourceDefinition>,
         nodes: NodeProvisioningMode,
     ) -> Self {
-        let nodes = match flags.node_provisioning.unwrap_or(nodes) {
-            NodeProvisioningMode::Auto => {
-                NodeProvisioning::auto(&flags.gpu_instance_type, &flags.cpu_instance_type)
-            }
-            NodeProvisioningMode::Byo => NodeProvisioning::Byo,
-        };
         Self {
-            kaito: KaitoProvider {
-                inference_set: match flags.inference_set {
-                    InferenceSetMode::Auto => inference_set_served(inference_set),
-                    InferenceSetMode::Enabled => true,
-                    InferenceSetMode::Disabled => false,
-                },
-                nodes,
-            },
-            dynamo: Dynamo::new(kubeairunway_dynamo_provider::Settings {
-                dynamo_version: flags.dynamo_version.clone(),
-                ..kubeairunway_dynamo_provider::Settings::default()
-            }),
-            kuberay: KubeRayProvider::new(flags.ray_image.clone(), flags.ray_version.clone()),
-            deployment: deployment_provider(flags),
+            kaito: flags.kaito.provider(inference_set, nodes),
+            dynamo: flags.dynamo.provider(),
+            kuberay: flags.kuberay.provider(),
+            deployment: flags.deployment.provider(),
         }
     }
 
@@ -201,23 +121,11 @@ impl BuiltIns {
     }
 }
 
-/// The Deployment provider as `deployment-provider` configures itself with the same flags.
-fn deployment_provider(flags: &ProviderFlags) -> DeploymentProvider {
-    DeploymentProvider {
-        images: Images::new(
-            &flags.vllm_image,
-            &flags.sglang_image,
-            &flags.llamacpp_image,
-            &flags.llamacpp_gpu_image,
-        ),
-        ..DeploymentProvider::default()
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use clap::Parser;
+    use kubeairunway_kaito_provider::NodeProvisioning;
 
     #[derive(Parser)]
     struct Cli {
@@ -255,6 +163,23 @@ mod tests {
         );
         assert!(b.kaito.inference_set);
         assert_eq!(b.kuberay.ray_version, "2.49.0");
+        let flags = Cli::try_parse_from(["x", "--failed-threshold=2m"])
+            .unwrap()
+            .flags;
+        assert_eq!(
+            format!(
+                "{:?}",
+                BuiltIns::new(&flags, None, NodeProvisioningMode::Byo).dynamo
+            ),
+            format!(
+                "{:?}",
+                kubeairunway_dynamo_provider::Dynamo::new(kubeairunway_dynamo_provider::Settings {
+                    failed_after: std::time::Duration::from_secs(120),
+                    ..Default::default()
+                })
+            ),
+            "every flag of a provider binary is the CLI's"
+        );
         assert_eq!(
             b.deployment.images.sglang.as_deref(),
             Some("lmsysorg/sglang:v0.5.5")

@@ -6,14 +6,16 @@
 - --llamacpp-gpu-image={{ .Values.engineImages.llamacppGpu }}
 {{- end -}}
 
-{{/* What it renders: a Deployment and a Service per ModelDeployment (its upstream is the
-built-in Deployment kind, found by discovery and the OpenAPI v3 document, which every
-authenticated user may read through system:discovery). */}}
+{{/* What it renders: a Deployment and a Service per ModelDeployment (server-side apply; a
+read of each before it first creates it, to leave alone one it does not own). Its upstream
+is the built-in Deployment kind: no CRD defines it (the runtime's watch of the CRD
+deployments.apps finds none), so it is found by discovery and the OpenAPI v3 document,
+which every authenticated user may read through system:discovery. */}}
 {{- define "deployment-provider.rules" -}}
 - apiGroups: ["apps"]
   resources: ["deployments"]
-  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["services"]
-  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 {{- end -}}

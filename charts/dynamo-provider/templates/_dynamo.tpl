@@ -8,5 +8,5 @@
 {{- define "dynamo-provider.rules" -}}
 - apiGroups: ["nvidia.com"]
   resources: ["dynamographdeployments"]
-  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 {{- end -}}

@@ -14,8 +14,14 @@ kubeairunway.ai/provider=kaito, never in kube-system. */}}
 {{- define "kaito-provider.rules" -}}
 - apiGroups: ["kaito.sh"]
   resources: ["workspaces", "inferencesets"]
-  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 - apiGroups: [""]
   resources: ["configmaps", "services"]
-  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# --inference-set=auto: one read, at start, of whether the InferenceSet CRD serves the
+# version it renders.
+- apiGroups: ["apiextensions.k8s.io"]
+  resources: ["customresourcedefinitions"]
+  resourceNames: ["inferencesets.kaito.sh"]
+  verbs: ["get"]
 {{- end -}}

@@ -5,10 +5,15 @@ provider needs plus its upstream kinds, its Lease's Role, the Deployment running
 provider binary with the runtime's flags, and an optional PodMonitor.
 
   {{- include "kubeairunway-lib.provider" (dict "root" $ "provider" "dynamo"
+        "crd" "dynamographdeployments.nvidia.com"
         "args" "dynamo-provider.args" "rules" "dynamo-provider.rules") }}
 
   provider  the provider's name (its InferenceProviderConfig, field manager
             <provider>-provider, Lease <provider>-provider, binary /<provider>-provider)
+  crd       the name of the CRD that would define its upstream kind (<plural>.<group>):
+            the runtime watches that one CRD by name to detect the served version (for
+            a built-in kind too, which no CRD defines, then asks discovery); omitted
+            only for a kind of the core group, which has no CRDs
   args      (optional) a template rendering the provider's own flags as a YAML list
   rules     (optional) a template rendering the RBAC rules of what it renders (its
             upstream kinds and supporting objects) as a YAML list
@@ -76,31 +81,42 @@ spec:
 {{- end }}
 {{- end -}}
 
-{{/* The rules every provider needs (sdk/README.md, the provider contract): the
-ModelDeployments it serves (field-selected by status.provider.name) with its finalizer,
-its own status fields by server-side apply, its InferenceProviderConfig and heartbeat,
-the installed upstream CRD and its schema, the Warmups a ModelDeployment's spec.warmup
-names (read from a watch cache: the warmup gate); events come after the provider's own
-rules. */}}
+{{/* The rules every provider needs (sdk/README.md, the provider contract), each verb one
+the runtime uses (tests/e2e/tests/e2e/providers_rbac.rs measures it): the ModelDeployments
+it serves (read from a watch field-selected by status.provider.name; its finalizer added
+and removed by patch; one read when one leaves the selection), its own status fields by
+server-side apply, its own InferenceProviderConfig (created and kept by server-side apply,
+which the API server authorizes as a create of that name) and its heartbeat, the one CRD
+of its upstream kind (watched by name), the Warmups a ModelDeployment's spec.warmup names
+(read from a watch cache: the warmup gate); events come after the provider's own rules. */}}
 {{- define "kubeairunway-lib.providerRules" -}}
 - apiGroups: ["kubeairunway.ai"]
   resources: ["modeldeployments"]
-  verbs: ["get", "list", "watch", "patch", "update"]
+  verbs: ["get", "list", "watch", "patch"]
 - apiGroups: ["kubeairunway.ai"]
   resources: ["modeldeployments/status"]
-  verbs: ["get", "patch", "update"]
+  verbs: ["patch"]
 - apiGroups: ["kubeairunway.ai"]
-  resources: ["inferenceproviderconfigs", "inferenceproviderconfigs/status"]
-  verbs: ["get", "create", "patch", "update"]
+  resources: ["inferenceproviderconfigs"]
+  resourceNames: [{{ .provider | quote }}]
+  verbs: ["create", "patch"]
+- apiGroups: ["kubeairunway.ai"]
+  resources: ["inferenceproviderconfigs/status"]
+  resourceNames: [{{ .provider | quote }}]
+  verbs: ["patch"]
+{{- with .crd }}
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
-  verbs: ["get", "list", "watch"]
+  resourceNames: [{{ . | quote }}]
+  verbs: ["list", "watch"]
+{{- end }}
 - apiGroups: ["cache.kubeairunway.ai"]
   resources: ["warmups"]
   verbs: ["list", "watch"]
 {{- end -}}
 
-{{/* Events about ModelDeployments (after the provider's own rules). */}}
+{{/* Events about ModelDeployments (after the provider's own rules): created, and patched
+when the same event repeats (kube's recorder counts a series). */}}
 {{- define "kubeairunway-lib.eventRules" -}}
 - apiGroups: ["events.k8s.io"]
   resources: ["events"]

@@ -8,5 +8,5 @@
 {{- define "kuberay-provider.rules" -}}
 - apiGroups: ["ray.io"]
   resources: ["rayservices"]
-  verbs: ["get", "list", "watch", "create", "patch", "update", "delete"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
 {{- end -}}

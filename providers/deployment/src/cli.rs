@@ -1,5 +1,7 @@
-//! The flags of `deployment-provider` (each also an environment variable), here so that
-//! the chart tests parse the chart's arguments with them.
+//! The flags of `deployment-provider` (each also an environment variable): [`Flags`], its
+//! own, which the `kubeairunway` CLI flattens into its commands to run the same provider,
+//! and [`Cli`], the binary's (with the SDK runtime's), which the chart tests parse the
+//! chart's arguments with.
 
 use clap::Parser;
 
@@ -8,13 +10,11 @@ use crate::{
     Images, NAME,
 };
 
-/// Flags of `deployment-provider`.
-#[derive(Debug, Parser)]
-#[command(name = "deployment-provider", version, about)]
-pub struct Cli {
-    /// The SDK runtime's flags.
-    #[command(flatten)]
-    pub options: kubeairunway_sdk::runtime::Options,
+/// The Deployment provider's own flags.
+#[derive(Clone, Debug, clap::Args)]
+#[group(id = "DeploymentProviderFlags")]
+#[command(next_help_heading = "Deployment provider")]
+pub struct Flags {
     /// The vLLM image unless a ModelDeployment sets spec.image.
     #[arg(long, env = "VLLM_IMAGE", default_value = DEFAULT_VLLM_IMAGE)]
     pub vllm_image: String,
@@ -30,7 +30,18 @@ pub struct Cli {
     pub llamacpp_gpu_image: String,
 }
 
-impl Cli {
+impl Default for Flags {
+    fn default() -> Self {
+        Self {
+            vllm_image: DEFAULT_VLLM_IMAGE.to_string(),
+            sglang_image: String::new(),
+            llamacpp_image: DEFAULT_LLAMACPP_IMAGE.to_string(),
+            llamacpp_gpu_image: DEFAULT_LLAMACPP_GPU_IMAGE.to_string(),
+        }
+    }
+}
+
+impl Flags {
     /// The provider these flags configure.
     pub fn provider(&self) -> DeploymentProvider {
         DeploymentProvider {
@@ -45,6 +56,25 @@ impl Cli {
     }
 }
 
+/// Flags of `deployment-provider`.
+#[derive(Debug, Parser)]
+#[command(name = "deployment-provider", version, about)]
+pub struct Cli {
+    /// The SDK runtime's flags.
+    #[command(flatten)]
+    pub options: kubeairunway_sdk::runtime::Options,
+    /// Its own.
+    #[command(flatten)]
+    pub flags: Flags,
+}
+
+impl Cli {
+    /// The provider these flags configure.
+    pub fn provider(&self) -> DeploymentProvider {
+        self.flags.provider()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -55,6 +85,10 @@ mod tests {
         let p = cli.provider();
         assert_eq!(p.name, NAME);
         assert_eq!(p.images, Images::default());
+        assert_eq!(
+            format!("{:?}", cli.flags),
+            format!("{:?}", Flags::default())
+        );
         let cli = Cli::try_parse_from([
             "deployment-provider",
             "--sglang-image=lmsysorg/sglang:v0.5.5",

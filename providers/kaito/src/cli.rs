@@ -1,7 +1,12 @@
-//! The flags of `kaito-provider` (each also an environment variable), here so that the
-//! chart tests parse the chart's arguments with them.
+//! The flags of `kaito-provider` (each also an environment variable): [`Flags`], its own,
+//! which the `kubeairunway` CLI flattens into its commands to run the same provider, and
+//! [`Cli`], the binary's (with the SDK runtime's), which the chart tests parse the chart's
+//! arguments with.
 
 use clap::{Parser, ValueEnum};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+
+use crate::{INFERENCE_SET_CRD, KaitoProvider, NodeProvisioning, inference_set_served};
 
 /// Whether replicas other than 1 are served by KAITO's InferenceSet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -25,30 +30,21 @@ pub enum NodeProvisioningMode {
     Byo,
 }
 
-/// Flags of `kaito-provider`.
-#[derive(Debug, Parser)]
-#[command(
-    name = "kaito-provider",
-    version,
-    about = "kubeairunway provider for KAITO"
-)]
-pub struct Cli {
-    /// The SDK runtime's flags.
-    #[command(flatten)]
-    pub options: kubeairunway_sdk::runtime::Options,
+/// The KAITO provider's own flags.
+#[derive(Clone, Debug, clap::Args)]
+#[group(id = "KaitoProviderFlags")]
+#[command(next_help_heading = "KAITO provider")]
+pub struct Flags {
     /// InferenceSet use for replicas other than 1.
     #[arg(long, env = "KAITO_INFERENCE_SET", value_enum, default_value = "auto")]
     pub inference_set: InferenceSetMode,
     /// How KAITO gets nodes: `auto` (KAITO's node auto-provisioning, its default) or
     /// `byo` (KAITO runs with --node-provisioner=byo, or before v0.11 with
-    /// --feature-gates=disableNodeAutoProvisioning=true).
-    #[arg(
-        long,
-        env = "KAITO_NODE_PROVISIONING",
-        value_enum,
-        default_value = "auto"
-    )]
-    pub node_provisioning: NodeProvisioningMode,
+    /// --feature-gates=disableNodeAutoProvisioning=true). Unset: `auto`, but for
+    /// `kubeairunway render` and `kubeairunway up` on its local API server, where nothing
+    /// provisions nodes: `byo`.
+    #[arg(long, env = "KAITO_NODE_PROVISIONING", value_enum)]
+    pub node_provisioning: Option<NodeProvisioningMode>,
     /// With `auto`: `resource.instanceType` of deployments with GPUs (a GPU SKU KAITO
     /// supports, e.g. Standard_NC24ads_A100_v4).
     #[arg(
@@ -61,4 +57,105 @@ pub struct Cli {
     /// With `auto`: `resource.instanceType` of CPU-only deployments (e.g. Standard_D8s_v3).
     #[arg(long, env = "KAITO_CPU_INSTANCE_TYPE", default_value = "")]
     pub cpu_instance_type: String,
+}
+
+impl Default for Flags {
+    fn default() -> Self {
+        Self {
+            inference_set: InferenceSetMode::Auto,
+            node_provisioning: None,
+            gpu_instance_type: String::new(),
+            cpu_instance_type: String::new(),
+        }
+    }
+}
+
+impl Flags {
+    /// The provider these flags configure, where the installed InferenceSet CRD is
+    /// `inference_set_crd` (read only with `--inference-set=auto`) and node provisioning is
+    /// `unset` unless `--node-provisioning` says otherwise.
+    pub fn provider(
+        &self,
+        inference_set_crd: Option<&CustomResourceDefinition>,
+        unset: NodeProvisioningMode,
+    ) -> KaitoProvider {
+        let inference_set = match self.inference_set {
+            InferenceSetMode::Enabled => true,
+            InferenceSetMode::Disabled => false,
+            InferenceSetMode::Auto => inference_set_served(inference_set_crd),
+        };
+        let nodes = match self.node_provisioning.unwrap_or(unset) {
+            NodeProvisioningMode::Auto => {
+                NodeProvisioning::auto(&self.gpu_instance_type, &self.cpu_instance_type)
+            }
+            NodeProvisioningMode::Byo => NodeProvisioning::Byo,
+        };
+        KaitoProvider {
+            inference_set,
+            nodes,
+        }
+    }
+}
+
+/// Flags of `kaito-provider`.
+#[derive(Debug, Parser)]
+#[command(
+    name = "kaito-provider",
+    version,
+    about = "kubeairunway provider for KAITO"
+)]
+pub struct Cli {
+    /// The SDK runtime's flags.
+    #[command(flatten)]
+    pub options: kubeairunway_sdk::runtime::Options,
+    /// Its own.
+    #[command(flatten)]
+    pub flags: Flags,
+}
+
+impl Cli {
+    /// The provider these flags configure on `client`'s cluster: with `--inference-set=auto`,
+    /// whether the installed InferenceSet CRD (one read of it) serves the version rendered;
+    /// node provisioning `auto` unless set.
+    pub async fn provider(&self, client: &kube::Client) -> anyhow::Result<KaitoProvider> {
+        let crd = match self.flags.inference_set {
+            InferenceSetMode::Auto => {
+                kube::Api::<CustomResourceDefinition>::all(client.clone())
+                    .get_opt(INFERENCE_SET_CRD)
+                    .await?
+            }
+            InferenceSetMode::Enabled | InferenceSetMode::Disabled => None,
+        };
+        let provider = self
+            .flags
+            .provider(crd.as_ref(), NodeProvisioningMode::Auto);
+        tracing::info!(
+            inference_set = provider.inference_set,
+            "KAITO InferenceSet for replicas other than 1"
+        );
+        tracing::info!(nodes = ?provider.nodes, "KAITO node provisioning");
+        Ok(provider)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unset_node_provisioning_is_auto_for_the_binary_and_default_is_the_flags_defaults() {
+        let cli = Cli::try_parse_from(["kaito-provider", "--gpu-instance-type=Standard_NC6s_v3"])
+            .unwrap();
+        assert_eq!(
+            cli.flags.provider(None, NodeProvisioningMode::Auto).nodes,
+            NodeProvisioning::auto("Standard_NC6s_v3", "")
+        );
+        let cli = Cli::try_parse_from(["kaito-provider", "--node-provisioning=byo"]).unwrap();
+        assert_eq!(
+            cli.flags.provider(None, NodeProvisioningMode::Auto).nodes,
+            NodeProvisioning::Byo
+        );
+        let defaults = Cli::try_parse_from(["kaito-provider"]).unwrap().flags;
+        assert_eq!(format!("{defaults:?}"), format!("{:?}", Flags::default()));
+    }
 }

@@ -2,7 +2,6 @@
 //! RayServices.
 
 use clap::Parser;
-use kubeairunway_kuberay_provider::KubeRayProvider;
 use kubeairunway_kuberay_provider::cli::Cli;
 
 #[tokio::main]
@@ -11,6 +10,5 @@ async fn main() -> anyhow::Result<()> {
     let rt =
         kubeairunway_sdk::process::Runtime::start("kuberay-provider", cli.options.process.clone())
             .await?;
-    let provider = KubeRayProvider::new(cli.ray_image, cli.ray_version);
-    kubeairunway_sdk::runtime::run(provider, rt, cli.options).await
+    kubeairunway_sdk::runtime::run(cli.provider(), rt, cli.options).await
 }

@@ -3,13 +3,15 @@
 //! grants that identity (`helm template` output). The test server authorizes everything
 //! (the RBAC authorizer lives in k8s.io/kubernetes), so this is where a chart's Roles are
 //! checked: every request must be allowed by some rule, and every verb of every rule must
-//! be used by some request (an unused grant is a privilege the component does not need).
+//! be used on every resource of the rule by some request (an unused grant is a privilege
+//! the component does not need).
 //!
 //! The matching follows RBAC's rules (k8s.io/kubernetes plugin/pkg/auth/authorizer/rbac):
 //! a rule allows a request when its apiGroups, resources (`resource/subresource`) and
 //! verbs contain the request's (or `*`), and its resourceNames are empty or contain the
 //! request's name; a `create` carries no name at authorization time; a Role binds only in
-//! its own namespace, a ClusterRole bound by a ClusterRoleBinding everywhere.
+//! its own namespace, a ClusterRole bound by a ClusterRoleBinding everywhere; a server-side
+//! apply that creates its object is also authorized as `create` ([`authorizations`]).
 
 use std::collections::BTreeSet;
 use std::fmt;
@@ -85,6 +87,30 @@ impl Request {
             name,
         })
     }
+}
+
+/// Every authorization an audited request passed: the request itself and, for a patch
+/// that created its object (server-side apply of an object that did not exist, answered
+/// `201 Created`), a `create` of that name too, which the API server authorizes before it
+/// stores the object (`createAuthorizerAttributes` and `withAuthorization` in
+/// k8s.io/apiserver `pkg/endpoints/handlers/patch.go`@v0.36.4).
+pub fn authorizations(event: &AuditEvent) -> Vec<Request> {
+    let Some(request) = Request::from_audit(event) else {
+        return Vec::new();
+    };
+    let created = event.verb == "patch"
+        && event
+            .response_status
+            .as_ref()
+            .is_some_and(|s| s.code == 201);
+    let mut out = vec![request.clone()];
+    if created {
+        out.push(Request {
+            verb: "create".into(),
+            ..request
+        });
+    }
+    out
 }
 
 fn strings(v: &Value) -> Vec<String> {
@@ -178,8 +204,8 @@ pub fn granted_rules(objects: &[Value], namespace: &str, name: &str) -> Vec<Rule
 pub struct Measured {
     /// Requests no rule allows.
     pub denied: BTreeSet<Request>,
-    /// `(rule source, apiGroups, resources, verb, resourceNames)` of every rule verb no
-    /// request used.
+    /// `(rule source, apiGroups, resource, verb, resourceNames)` of every verb on every
+    /// resource of a rule that no request used.
     pub unused: BTreeSet<String>,
 }
 
@@ -195,7 +221,7 @@ pub fn measure(rules: &[Rule], events: &[AuditEvent], user: &str) -> Measured {
     let requests: BTreeSet<Request> = events
         .iter()
         .filter(|e| e.user.username == user)
-        .filter_map(Request::from_audit)
+        .flat_map(authorizations)
         .collect();
     let mut out = Measured::default();
     for req in &requests {
@@ -204,16 +230,19 @@ pub fn measure(rules: &[Rule], events: &[AuditEvent], user: &str) -> Measured {
         }
     }
     for rule in rules {
-        for verb in &rule.verbs {
-            let narrowed = Rule {
-                verbs: vec![verb.clone()],
-                ..rule.clone()
-            };
-            if !requests.iter().any(|req| narrowed.allows(req)) {
-                out.unused.insert(format!(
-                    "{}: {verb} {:?}/{:?} names {:?}",
-                    rule.source, rule.api_groups, rule.resources, rule.resource_names
-                ));
+        for resource in &rule.resources {
+            for verb in &rule.verbs {
+                let narrowed = Rule {
+                    verbs: vec![verb.clone()],
+                    resources: vec![resource.clone()],
+                    ..rule.clone()
+                };
+                if !requests.iter().any(|req| narrowed.allows(req)) {
+                    out.unused.insert(format!(
+                        "{}: {verb} {:?}/{:?} names {:?}",
+                        rule.source, rule.api_groups, narrowed.resources, rule.resource_names
+                    ));
+                }
             }
         }
     }

@@ -1037,4 +1037,37 @@ fn rbac_measurement_matches_requests_to_rules() {
     assert_eq!(m.unused.len(), 1, "{:?}", m.unused);
     assert!(m.unused.iter().next().unwrap().contains("update"));
     assert!(!m.is_least_privilege());
+
+    // A server-side apply that created its object (201) is authorized as a create of
+    // that name as well; one that changed an existing object (200) is not.
+    let applied = |code: u16| {
+        let mut e = audit_event("patch", "", "secrets", None, "sys", "tls");
+        e.response_status = Some(kubeairunway_testcluster::audit::AuditResponse { code });
+        e
+    };
+    let as_create = |code: u16| {
+        rbac::authorizations(&applied(code))
+            .iter()
+            .map(ToString::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        as_create(201),
+        [
+            "patch core/secrets in sys named tls",
+            "create core/secrets in sys named tls"
+        ]
+    );
+    assert_eq!(as_create(200), ["patch core/secrets in sys named tls"]);
+    let named_create = vec![
+        json!({"kind": "Role", "metadata": {"name": "r", "namespace": "sys"}, "rules": [
+            {"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["tls"], "verbs": ["create", "patch"]},
+        ]}),
+        json!({"kind": "RoleBinding", "metadata": {"name": "r", "namespace": "sys"},
+            "roleRef": {"kind": "Role", "name": "r"},
+            "subjects": [{"kind": "ServiceAccount", "name": "core", "namespace": "sys"}]}),
+    ];
+    let rules = rbac::granted_rules(&named_create, "sys", "core");
+    assert!(rbac::measure(&rules, &[applied(201)], "sa").is_least_privilege());
+    assert!(!rbac::measure(&rules, &[applied(200)], "sa").is_least_privilege());
 }

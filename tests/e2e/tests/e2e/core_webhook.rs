@@ -693,10 +693,17 @@ async fn core_chart_webhooks_are_called_by_the_api_server_through_rotation() {
     // an event only on a transition (selection, a validation failure the API server
     // itself refuses to store).
     // It is used when a retried reconcile publishes the same event again (under load).
+    // And core patches a provider's InferenceProviderConfig status only to report a
+    // selection rule that fails to compile or evaluate (`SelectionRulesValid=False`, in
+    // core/src/reconciler.rs; core_selection tests it), which no provider here has.
+    let reached_elsewhere = [
+        ": patch [\"events.k8s.io\"]/[\"events\"] names []",
+        ": patch [\"kubeairunway.ai\"]/[\"inferenceproviderconfigs/status\"] names []",
+    ];
     let unused: Vec<_> = measured
         .unused
         .iter()
-        .filter(|r| !r.ends_with(": patch [\"events.k8s.io\"]/[\"events\"] names []"))
+        .filter(|r| !reached_elsewhere.iter().any(|e| r.ends_with(e)))
         .collect();
     assert!(unused.is_empty(), "rules no request used: {unused:#?}");
 }

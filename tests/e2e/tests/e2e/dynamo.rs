@@ -549,44 +549,8 @@ fn chart_lints_and_renders_least_privilege_rbac() {
 
     let roles = helm::of_kind(&objects, "ClusterRole");
     assert_eq!(roles.len(), 1);
-    let rule = |groups: &[&str], resources: &[&str], verbs: &[&str]| json!({"apiGroups": groups, "resources": resources, "verbs": verbs});
-    assert_eq!(
-        roles[0]["rules"],
-        json!([
-            rule(
-                &["kubeairunway.ai"],
-                &["modeldeployments"],
-                &["get", "list", "watch", "patch", "update"]
-            ),
-            rule(
-                &["kubeairunway.ai"],
-                &["modeldeployments/status"],
-                &["get", "patch", "update"]
-            ),
-            rule(
-                &["kubeairunway.ai"],
-                &[
-                    "inferenceproviderconfigs",
-                    "inferenceproviderconfigs/status"
-                ],
-                &["get", "create", "patch", "update"]
-            ),
-            rule(
-                &["apiextensions.k8s.io"],
-                &["customresourcedefinitions"],
-                &["get", "list", "watch"]
-            ),
-            rule(&["cache.kubeairunway.ai"], &["warmups"], &["list", "watch"]),
-            rule(
-                &["nvidia.com"],
-                &["dynamographdeployments"],
-                &[
-                    "get", "list", "watch", "create", "patch", "update", "delete"
-                ]
-            ),
-            rule(&["events.k8s.io"], &["events"], &["create", "patch"]),
-        ])
-    );
+    // What it grants is measured against what the provider uses in providers_rbac.rs;
+    // here: no wildcard.
     assert!(
         !serde_json::to_string(&roles[0]).unwrap().contains('*'),
         "no wildcards"

@@ -892,19 +892,10 @@ fn kaito_chart_lints_and_renders_least_privilege_rbac() {
     assert_eq!(container["livenessProbe"]["httpGet"]["port"], "metrics");
     assert_eq!(container["ports"][0]["containerPort"], 8080);
 
+    // What the ClusterRole grants is measured against what the provider uses in
+    // providers_rbac.rs; here: no wildcard.
     let role = helm::of_kind(&objects, "ClusterRole")[0];
     let rules = role["rules"].as_array().unwrap();
-    let expected = json!([
-        {"apiGroups": ["kubeairunway.ai"], "resources": ["modeldeployments"], "verbs": ["get", "list", "watch", "patch", "update"]},
-        {"apiGroups": ["kubeairunway.ai"], "resources": ["modeldeployments/status"], "verbs": ["get", "patch", "update"]},
-        {"apiGroups": ["kubeairunway.ai"], "resources": ["inferenceproviderconfigs", "inferenceproviderconfigs/status"], "verbs": ["get", "create", "patch", "update"]},
-        {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"], "verbs": ["get", "list", "watch"]},
-        {"apiGroups": ["cache.kubeairunway.ai"], "resources": ["warmups"], "verbs": ["list", "watch"]},
-        {"apiGroups": ["kaito.sh"], "resources": ["workspaces", "inferencesets"], "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]},
-        {"apiGroups": [""], "resources": ["configmaps", "services"], "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]},
-        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
-    ]);
-    assert_eq!(&Value::Array(rules.clone()), &expected);
     assert!(!serde_json::to_string(rules).unwrap().contains('*'));
     let binding = helm::of_kind(&objects, "ClusterRoleBinding")[0];
     let sa = helm::of_kind(&objects, "ServiceAccount")[0];

@@ -1037,23 +1037,12 @@ fn chart_lints_and_renders_least_privilege_rbac() {
 
     let roles = helm::of_kind(&objects, "ClusterRole");
     assert_eq!(roles.len(), 1);
-    assert_eq!(
-        roles[0]["rules"],
-        json!([
-            {"apiGroups": ["kubeairunway.ai"], "resources": ["modeldeployments"],
-             "verbs": ["get", "list", "watch", "patch", "update"]},
-            {"apiGroups": ["kubeairunway.ai"], "resources": ["modeldeployments/status"],
-             "verbs": ["get", "patch", "update"]},
-            {"apiGroups": ["kubeairunway.ai"],
-             "resources": ["inferenceproviderconfigs", "inferenceproviderconfigs/status"],
-             "verbs": ["get", "create", "patch", "update"]},
-            {"apiGroups": ["apiextensions.k8s.io"], "resources": ["customresourcedefinitions"],
-             "verbs": ["get", "list", "watch"]},
-            {"apiGroups": ["cache.kubeairunway.ai"], "resources": ["warmups"], "verbs": ["list", "watch"]},
-            {"apiGroups": ["ray.io"], "resources": ["rayservices"],
-             "verbs": ["get", "list", "watch", "create", "patch", "update", "delete"]},
-            {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
-        ])
+    // What it grants is measured against what the provider uses in providers_rbac.rs;
+    // here: no wildcard.
+    assert!(
+        !serde_json::to_string(&roles[0]["rules"])
+            .unwrap()
+            .contains('*')
     );
     let bindings = helm::of_kind(&objects, "ClusterRoleBinding");
     assert_eq!(bindings.len(), 1);
