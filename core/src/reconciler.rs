@@ -36,6 +36,11 @@ use crate::validation::{self, validate};
 pub use kubeairunway_sdk::selection::EXPLICIT_REASON;
 /// Condition core sets on an InferenceProviderConfig about its selection rules.
 pub const SELECTION_RULES_VALID: &str = "SelectionRulesValid";
+/// `SelectionRulesValid=False` reason: a rule does not compile, or is over the budget
+/// checked when it is compiled.
+pub const INVALID_SELECTION_RULE: &str = "InvalidSelectionRule";
+/// `SelectionRulesValid=False` reason: a rule compiles but fails when evaluated.
+pub const SELECTION_RULE_FAILED: &str = "SelectionRuleFailed";
 /// Message while the built-in selector is off and nobody has selected yet.
 pub const AWAITING_SELECTOR_MESSAGE: &str = "No provider specified and provider-selector not installed: a custom selector must set status.provider.name";
 
@@ -271,6 +276,13 @@ pub async fn run(
     let controller = Controller::for_stream(stream, md_store.clone())
         .with_config(kubeairunway_sdk::process::controller_config());
     metrics.set_store(Some(md_store.clone()));
+    let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
+    // A term that ends before the cache synced ends here (kube's graceful shutdown alone
+    // would wait for the store forever: see `reflect::ended_unsynced`).
+    let unsynced_end = {
+        let (mds, shutdown) = (mds.clone(), shutdown.clone());
+        async move { reflect::ended_unsynced(&mds, shutdown).await }
+    };
     tokio::spawn(async move {
         if mds.synced().await {
             synced.set();
@@ -283,7 +295,7 @@ pub async fn run(
         settings,
         Arc::clone(&metrics),
     ));
-    controller
+    let controller = controller
         // A provider registering or changing may unblock deployments that wait, and a
         // provider that is gone may hold deleted ones.
         .watches(ipcs, watcher::Config::default(), move |_ipc| {
@@ -303,8 +315,13 @@ pub async fn run(
                 Ok((obj, _)) => debug!(name = %obj.name, namespace = ?obj.namespace, "reconciled"),
                 Err(e) => debug!(error = %e, "reconcile failed"),
             }
-        })
-        .await;
+        });
+    tokio::select! {
+        () = controller => {}
+        () = unsynced_end => {
+            tracing::info!("the term ended before the ModelDeployment cache synced; its controller is dropped");
+        }
+    }
     metrics.set_store(None);
 }
 
@@ -837,6 +854,62 @@ async fn publish_events(md: &ModelDeployment, ctx: &Context, d: &Desired) {
     }
 }
 
+/// One `SelectionRulesValid` report core wants on a provider's InferenceProviderConfig.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct RuleReport {
+    provider: String,
+    ok: bool,
+    reason: &'static str,
+    message: String,
+}
+
+/// The reports of one selection: a failure per provider with failing rules (naming each
+/// rule, its text and why), "valid" for each provider whose rules all held.
+fn rule_reports(errors: &[RuleError], clean: &[(String, Option<i64>)]) -> Vec<RuleReport> {
+    let mut by_provider: BTreeMap<&str, Vec<&RuleError>> = BTreeMap::new();
+    for e in errors {
+        by_provider.entry(e.provider.as_str()).or_default().push(e);
+    }
+    let failing = by_provider.into_iter().map(|(provider, errs)| RuleReport {
+        provider: provider.to_string(),
+        ok: false,
+        reason: if errs.iter().any(|e| e.compile) {
+            INVALID_SELECTION_RULE
+        } else {
+            SELECTION_RULE_FAILED
+        },
+        message: errs
+            .iter()
+            .map(|e| format!("rule {} `{}`: {}", e.index, e.condition, e.error))
+            .collect::<Vec<_>>()
+            .join("; "),
+    });
+    let valid = clean.iter().map(|(provider, _)| RuleReport {
+        provider: provider.clone(),
+        ok: true,
+        reason: SELECTION_RULES_VALID,
+        message: "Every selection rule compiles and evaluates to a bool".into(),
+    });
+    failing.chain(valid).collect()
+}
+
+/// Whether `next` need not be written over `previous`. Reported at most once per
+/// generation each way, so ModelDeployments that evaluate a rule differently cannot flip
+/// the condition back and forth (each write of the config wakes every waiting
+/// ModelDeployment): a failure is written unless one is already recorded for this
+/// generation; "valid" is written only over a report of an older generation.
+fn already_reported(previous: Option<&Condition>, next: &Condition, ok: bool) -> bool {
+    let same_generation =
+        previous.is_some_and(|p| p.observed_generation == next.observed_generation);
+    match previous {
+        None => ok,
+        Some(p) if ok => same_generation || p.status == "True",
+        Some(p) => same_generation && p.status == "False",
+    }
+}
+
+/// Write the selection's rule reports to the providers' InferenceProviderConfigs, each
+/// unless already reported.
 async fn report_rule_errors(
     ctx: &Context,
     configs: &[Arc<InferenceProviderConfig>],
@@ -844,36 +917,9 @@ async fn report_rule_errors(
     clean: &[(String, Option<i64>)],
     now: Timestamp,
 ) {
-    let mut by_provider: BTreeMap<&str, Vec<&RuleError>> = BTreeMap::new();
-    for e in errors {
-        by_provider.entry(e.provider.as_str()).or_default().push(e);
-    }
-    let mut wanted: Vec<(String, bool, &str, String)> = Vec::new();
-    for (provider, errs) in by_provider {
-        let compile = errs.iter().any(|e| e.compile);
-        let message = errs
-            .iter()
-            .map(|e| format!("rule {} `{}`: {}", e.index, e.condition, e.error))
-            .collect::<Vec<_>>()
-            .join("; ");
-        let reason = if compile {
-            "InvalidSelectionRule"
-        } else {
-            "SelectionRuleFailed"
-        };
-        wanted.push((provider.to_string(), false, reason, message));
-    }
-    for (provider, _) in clean {
-        wanted.push((
-            provider.clone(),
-            true,
-            "SelectionRulesValid",
-            "Every selection rule compiles and evaluates to a bool".into(),
-        ));
-    }
     let api: Api<InferenceProviderConfig> = Api::all(ctx.client.clone());
-    for (provider, ok, reason, message) in wanted {
-        let Some(config) = configs.iter().find(|c| c.name_any() == provider) else {
+    for report in rule_reports(errors, clean) {
+        let Some(config) = configs.iter().find(|c| c.name_any() == report.provider) else {
             continue;
         };
         let previous = config
@@ -883,28 +929,17 @@ async fn report_rule_errors(
         let c = conditions::new(
             previous,
             SELECTION_RULES_VALID,
-            ok,
-            reason,
-            message,
+            report.ok,
+            report.reason,
+            report.message,
             config.metadata.generation,
             now,
         );
-        // Report at most once per generation each way, so ModelDeployments that
-        // evaluate a rule differently cannot flip the condition back and forth (each
-        // write of the config wakes every waiting ModelDeployment):
-        // - a failure is written unless one is already recorded for this generation;
-        // - "valid" is written only over a report of an older generation.
-        let same_generation =
-            previous.is_some_and(|p| p.observed_generation == c.observed_generation);
-        let skip = match previous {
-            None => ok,
-            Some(p) if ok => same_generation || p.status == "True",
-            Some(p) => same_generation && p.status == "False",
-        };
-        if skip {
+        if already_reported(previous, &c, report.ok) {
             continue;
         }
-        if !ok {
+        let provider = report.provider;
+        if !report.ok {
             warn!(provider = %provider, message = %c.message, "selection rule failed");
         }
         let body = json!({
@@ -1015,6 +1050,128 @@ mod tests {
             assert_eq!(d.requeue.is_some(), name != "kaito", "{name} waits");
             assert!(sel.is_none());
         }
+    }
+
+    /// A term that ends while the API server has been unreachable since it began (the
+    /// ModelDeployment cache never synced) ends `run`. Time is paused: were `run` still
+    /// waiting, the runtime would advance to the timeout.
+    #[tokio::test(start_paused = true)]
+    async fn a_term_that_ends_before_its_cache_synced_ends_the_controller() {
+        let client =
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+                .unwrap();
+        let providers =
+            kubeairunway_sdk::reflect::Cache::<InferenceProviderConfig>::fixed([], ()).store;
+        let metrics = Arc::new(Metrics::new(
+            &mut prometheus_client::registry::Registry::default(),
+        ));
+        let running = tokio::spawn(super::run(
+            client,
+            providers,
+            Settings::default(),
+            metrics,
+            kubeairunway_sdk::process::Check::default(),
+            tokio::time::sleep(Duration::from_secs(1)),
+        ));
+        let returned = tokio::time::timeout(
+            Duration::from_secs(1) + kubeairunway_sdk::process::TERM_GRACE,
+            running,
+        )
+        .await;
+        assert!(matches!(returned, Ok(Ok(()))), "{returned:?}");
+    }
+
+    #[test]
+    fn rule_reports_name_each_failing_rule_and_each_clean_provider() {
+        let error = |provider: &str, index, compile| RuleError {
+            provider: provider.into(),
+            generation: Some(1),
+            index,
+            condition: format!("c{index}"),
+            error: "e".into(),
+            compile,
+        };
+        let reports = rule_reports(
+            &[
+                error("a", 0, false),
+                error("a", 2, true),
+                error("b", 1, false),
+            ],
+            &[("c".into(), Some(1))],
+        );
+        let summary: Vec<_> = reports
+            .iter()
+            .map(|r| (r.provider.as_str(), r.ok, r.reason, r.message.as_str()))
+            .collect();
+        assert_eq!(
+            summary,
+            [
+                (
+                    "a",
+                    false,
+                    INVALID_SELECTION_RULE,
+                    "rule 0 `c0`: e; rule 2 `c2`: e"
+                ),
+                ("b", false, SELECTION_RULE_FAILED, "rule 1 `c1`: e"),
+                (
+                    "c",
+                    true,
+                    SELECTION_RULES_VALID,
+                    "Every selection rule compiles and evaluates to a bool"
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_rule_report_is_written_once_per_generation_each_way() {
+        let now = Timestamp::now();
+        let at = |generation, ok| {
+            conditions::new(
+                None,
+                SELECTION_RULES_VALID,
+                ok,
+                "r",
+                "m",
+                Some(generation),
+                now,
+            )
+        };
+        // Nothing recorded: only a failure is worth writing.
+        assert!(already_reported(None, &at(1, true), true));
+        assert!(!already_reported(None, &at(1, false), false));
+        // A failure of this generation is not written again, nor replaced by "valid".
+        assert!(already_reported(Some(&at(1, false)), &at(1, false), false));
+        assert!(already_reported(Some(&at(1, false)), &at(1, true), true));
+        // A failure of an older generation is replaced either way.
+        assert!(!already_reported(Some(&at(1, false)), &at(2, false), false));
+        assert!(!already_reported(Some(&at(1, false)), &at(2, true), true));
+        // "Valid" is not written again; a failure replaces it.
+        assert!(already_reported(Some(&at(1, true)), &at(2, true), true));
+        assert!(!already_reported(Some(&at(1, true)), &at(1, false), false));
+    }
+
+    /// A spec the API server stored before a rule of the CRD existed (or kept through
+    /// validation ratcheting) is reported with the CRD's own message and not selected for.
+    #[test]
+    fn a_spec_that_breaks_a_rule_of_the_crd_is_reported_and_not_selected_for() {
+        let m = md(
+            json!({"model": {"id": "a/b"}, "engine": {"type": "vllm"}}),
+            None,
+        );
+        let (d, sel) = run(&m, &Settings::default());
+        let validated = condition(&d, VALIDATED);
+        assert_eq!(validated.status, "False");
+        assert_eq!(validated.reason, reasons::VALIDATION_FAILED);
+        assert_eq!(
+            validated.message,
+            "vLLM engine requires GPU (set resources.gpu.count > 0)"
+        );
+        assert_eq!(
+            d.phase_message.as_deref(),
+            Some("Validation failed: vLLM engine requires GPU (set resources.gpu.count > 0)")
+        );
+        assert!(d.provider.is_none() && sel.is_none());
     }
 
     #[test]

@@ -1,16 +1,22 @@
-//! Spec validation (004 §8): the rules that need no cluster knowledge, with the exact
-//! messages of §8. The admission webhook and the reconciler run the same code, so a
-//! spec that slipped past a webhook that was down is still reported.
+//! Spec validation for core's reconciler and `kubeairunway render`: the CRD's own rules
+//! (one home, the CEL rules on the API type, evaluated here by
+//! [`kubeairunway_sdk::validation::check`]), the warning for a field that is ignored, and
+//! the messages for an explicitly named provider that cannot serve.
+//!
+//! The admission webhook does not evaluate the CRD's rules: the API server runs them
+//! before it calls any validating webhook, so a copy there would never refuse anything.
+//! The reconciler still reports them (`Validated`), for objects the API server stored
+//! before a rule existed or kept through validation ratcheting.
 
 use kubeairunway_sdk::ModelDeploymentSpec;
-use kubeairunway_sdk::api::{EngineType, ModelSource, ServingMode};
+use kubeairunway_sdk::api::ModelSource;
 
 /// One refused field.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FieldError {
     /// JSON path of the field, e.g. `spec.engine.type`.
-    pub field: &'static str,
-    /// The message of 004 §8.
+    pub field: String,
+    /// The message of the CRD's rule.
     pub message: String,
 }
 
@@ -53,85 +59,41 @@ pub fn provider_does_not_serve(name: &str) -> String {
     format!("Provider '{name}' serves no models (it registers no engines)")
 }
 
-/// Validate a spec against the core rules of 004 §8.
-pub fn validate(spec: &ModelDeploymentSpec) -> Validation {
-    let mut v = Validation::default();
-    let mut error = |field: &'static str, message: &str| {
-        v.errors.push(FieldError {
-            field,
-            message: message.to_string(),
-        });
-    };
-
-    if spec.engine.type_.is_none() {
-        error("spec.engine.type", "engine.type is required");
-    }
-    if spec.model.source == ModelSource::Huggingface
-        && spec.model.id.as_deref().is_none_or(str::is_empty)
-    {
-        error(
-            "spec.model.id",
-            "model.id is required when source is huggingface",
-        );
-    }
-    match spec.serving.mode {
-        ServingMode::Aggregated => {
-            if spec.gpu_count() <= 0 {
-                let needs_gpu = match spec.engine.type_ {
-                    Some(EngineType::Vllm) => Some("vLLM"),
-                    Some(EngineType::Sglang) => Some("SGLang"),
-                    Some(EngineType::Trtllm) => Some("TensorRT-LLM"),
-                    Some(EngineType::Llamacpp) | None => None,
-                };
-                if let Some(engine) = needs_gpu {
-                    error(
-                        "spec.resources.gpu.count",
-                        &format!("{engine} engine requires GPU (set resources.gpu.count > 0)"),
-                    );
-                }
-            }
-        }
-        ServingMode::Disaggregated => {
-            if spec.resources.as_ref().is_some_and(|r| r.gpu.is_some()) {
-                error(
-                    "spec.resources.gpu",
-                    "Cannot specify both resources.gpu and scaling.prefill/decode",
-                );
-            }
-            let (prefill, decode) = (&spec.scaling.prefill, &spec.scaling.decode);
-            if prefill.is_none() || decode.is_none() {
-                error(
-                    "spec.scaling",
-                    "Disaggregated mode requires scaling.prefill and scaling.decode",
-                );
-            }
-            let no_gpus = |c: &kubeairunway_sdk::api::ComponentScaling| {
-                c.gpu.as_ref().is_none_or(|g| g.count <= 0)
-            };
-            if prefill.as_ref().is_some_and(no_gpus) {
-                error(
-                    "spec.scaling.prefill.gpu.count",
-                    "Disaggregated mode requires scaling.prefill.gpu.count",
-                );
-            }
-            if decode.as_ref().is_some_and(no_gpus) {
-                error(
-                    "spec.scaling.decode.gpu.count",
-                    "Disaggregated mode requires scaling.decode.gpu.count",
-                );
-            }
-        }
-    }
-    if spec.model.source == ModelSource::Custom
+/// The warnings for a spec the API server accepts but partly ignores. A CRD cannot warn,
+/// so these have their home here (the admission webhook gives them).
+pub fn warnings(spec: &ModelDeploymentSpec) -> Vec<String> {
+    let custom_with_served_name = spec.model.source == ModelSource::Custom
         && spec
             .model
             .served_name
             .as_deref()
-            .is_some_and(|s| !s.is_empty())
-    {
-        v.warnings.push(SERVED_NAME_IGNORED.to_string());
+            .is_some_and(|s| !s.is_empty());
+    if custom_with_served_name {
+        vec![SERVED_NAME_IGNORED.to_string()]
+    } else {
+        Vec::new()
     }
-    v
+}
+
+/// Validate a spec: the rules of the ModelDeployment CRD it breaks, and its warnings.
+pub fn validate(spec: &ModelDeploymentSpec) -> Validation {
+    let errors = match serde_json::to_value(spec) {
+        Ok(value) => kubeairunway_sdk::validation::check(&value)
+            .into_iter()
+            .map(|v| FieldError {
+                field: v.field,
+                message: v.message,
+            })
+            .collect(),
+        Err(e) => vec![FieldError {
+            field: "spec".to_string(),
+            message: format!("the spec cannot be read: {e}"),
+        }],
+    };
+    Validation {
+        errors,
+        warnings: warnings(spec),
+    }
 }
 
 #[cfg(test)]

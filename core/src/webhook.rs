@@ -1,7 +1,8 @@
 //! Admission webhooks for ModelDeployment, speaking `admission.k8s.io/v1`
-//! AdmissionReview: validating (`/validate-modeldeployment`, the rules of 004 §8 plus the
-//! check that an explicitly named provider is registered) and mutating
-//! (`/mutate-modeldeployment`, defaults as a JSON patch).
+//! AdmissionReview: validating (`/validate-modeldeployment`: the check that an explicitly
+//! named provider is registered and serves, a field that does not decode, and warnings;
+//! the rules a CRD can state are the CRD's, enforced by the API server before this webhook
+//! is called) and mutating (`/mutate-modeldeployment`, defaults as a JSON patch).
 //!
 //! Every request gets an AdmissionReview back, malformed ones included (`allowed: false`
 //! with the reason); nothing a client sends makes the handler panic.
@@ -21,7 +22,7 @@ use kubeairunway_sdk::{InferenceProviderConfig, ModelDeployment};
 use serde_json::Value;
 use tracing::{debug, warn};
 
-use crate::validation::{provider_does_not_serve, provider_not_installed, validate};
+use crate::validation::{provider_does_not_serve, provider_not_installed, warnings};
 
 /// Path of the validating webhook.
 pub const VALIDATE_PATH: &str = "/validate-modeldeployment";
@@ -182,13 +183,14 @@ pub fn review_validate(
         Ok(md) => md,
         Err(e) => return resp.deny(e),
     };
-    let v = validate(&md.spec);
+    // The CRD's own rules (engine.type required, GPUs, disaggregated roles, ...) are not
+    // repeated here: the API server evaluates them before it calls this webhook and
+    // refuses a spec that breaks one, so a copy here would never refuse anything. What is
+    // left is what a CRD cannot say: warnings, and whether a named provider is registered.
     let mut resp = resp;
-    if !v.warnings.is_empty() {
-        resp.warnings = Some(v.warnings.clone());
-    }
-    if !v.is_valid() {
-        return resp.deny(v.message());
+    let warnings = warnings(&md.spec);
+    if !warnings.is_empty() {
+        resp.warnings = Some(warnings);
     }
     if let Some(name) = md.spec.provider_name() {
         let old_name = req

@@ -89,12 +89,18 @@ pub mod reasons {
     pub const STATUS_NOT_UPDATED: &str = "UpstreamStatusNotUpdated";
     /// `WarmedUp=True`: the Warmup of `spec.warmup` completed.
     pub const WARMUP_COMPLETED: &str = "WarmupCompleted";
-    /// `WarmedUp=True`: the upstream objects were created already (before `spec.warmup`
-    /// was set, or while the Warmup had completed); a warmup holds only their creation.
+    /// `WarmedUp=True`: the upstream objects exist and the spec brings nothing new onto
+    /// a node (no more replicas, no new image), so the Warmup, whatever its state, holds
+    /// nothing back.
     pub const ALREADY_CREATED: &str = "AlreadyCreated";
-    /// `WarmedUp=False` (and `ResourceCreated`, `Ready`): the Warmup is pending or in
-    /// progress; nothing is created yet.
+    /// `WarmedUp=False` (and, while nothing is created yet, `ResourceCreated` and
+    /// `Ready`): the Warmup is pending or in progress; the creation, scale-up or upgrade
+    /// waits for it.
     pub const AWAITING_WARMUP: &str = "AwaitingWarmup";
+    /// `WarmedUp=False`: the Warmup completed, but did not preload the images an upgrade
+    /// adds (a Warmup runs once); the upgrade waits until a Warmup of that name preloads
+    /// them.
+    pub const WARMUP_OUTDATED: &str = "WarmupOutdated";
     /// `WarmedUp=False`: the named Warmup does not exist.
     pub const WARMUP_NOT_FOUND: &str = "WarmupNotFound";
     /// `WarmedUp=False`: the Warmup failed; nothing is created until it is replaced by

@@ -27,6 +27,18 @@ pub const IDENTITY: &str = "kubeairunway.ai/identity";
 /// refused.
 pub const IMMUTABLE_HASH: &str = "kubeairunway.ai/immutable-hash";
 
+/// Annotation on the primary upstream object: the replicas of each role of the
+/// ModelDeployment it was rendered for ([`crate::render::scale`]: `replicas=2`, plus
+/// `prefill=` and `decode=` when set). The warmup gate compares it with the spec to tell
+/// a scale-up, whichever field the upstream keeps its replicas in.
+pub const SCALE: &str = "kubeairunway.ai/scale";
+
+/// Annotation on the primary upstream object: the container images of every object
+/// rendered with it ([`crate::render::images`], comma-separated), as rendered, before an
+/// admission webhook may rewrite them. The warmup gate compares them with a new rendering
+/// to tell an upgrade.
+pub const IMAGES: &str = "kubeairunway.ai/images";
+
 /// Annotation on every applied object: a hash of the object as rendered. The runtime
 /// applies an object again only when this changes or the live object drifted from it.
 pub const RENDERED_HASH: &str = "kubeairunway.ai/rendered-hash";

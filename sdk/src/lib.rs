@@ -12,7 +12,8 @@
 //!   an engine ([`engine`]), its storage volumes ([`storage`]) and a Deployment's status
 //!   read as ours ([`workload`]);
 //! - provider selection as pure functions ([`selection`], over the spec with its
-//!   [`defaults`] applied), as core runs it;
+//!   [`defaults`] applied), as core runs it; the CRD's own validation rules evaluated
+//!   offline ([`validation`]);
 //! - the runtime that does all the I/O ([`runtime::run`]; a provider's `main` is
 //!   [`runtime::main`]);
 //! - for components that serve admission webhooks or run several replicas: self-managed
@@ -43,6 +44,7 @@ pub mod storage;
 pub mod testing;
 pub mod tls;
 pub mod upstream;
+pub mod validation;
 pub mod workload;
 
 pub use provider::{

@@ -229,6 +229,10 @@ pub fn controller_config() -> kube::runtime::controller::Config {
     kube::runtime::controller::Config::default().concurrency(RECONCILE_CONCURRENCY)
 }
 
+/// What is logged (a warning) when a term's work is cancelled `TERM_GRACE` after its
+/// term ended: a wait in that work that does not end with the term, to be found and fixed.
+pub const TERM_CANCELLED: &str = "the term's work did not stop after the term ended; cancelled";
+
 /// One readiness check, set by its owner when ready.
 #[derive(Clone, Debug, Default)]
 pub struct Check(Arc<AtomicBool>);
@@ -315,6 +319,13 @@ pub struct Term {
 }
 
 impl Term {
+    /// A term that ends when `leading` turns false or `shutdown` is set (tests of a
+    /// term's work).
+    #[cfg(test)]
+    pub(crate) fn new(leading: watch::Receiver<bool>, shutdown: Shutdown) -> Self {
+        Self { leading, shutdown }
+    }
+
     /// Completes when the term is over: leadership lost, or the process stopping. Stop
     /// every writer by then.
     pub async fn ended(&self) {
@@ -487,7 +498,7 @@ impl Runtime {
             let outcome = tokio::select! {
                 outcome = lead(term) => outcome,
                 () = ended => {
-                    tracing::warn!(component = %component, grace = ?TERM_GRACE, "the term's work did not stop after the term ended; cancelled");
+                    tracing::warn!(component = %component, grace = ?TERM_GRACE, "{TERM_CANCELLED}");
                     Ok(())
                 }
             };

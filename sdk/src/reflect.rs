@@ -156,3 +156,25 @@ pub async fn drive<K>(
         }
     }
 }
+
+/// Completes once `ended` has completed while `cache` has never synced; never when it had.
+///
+/// Race a kube Controller whose graceful shutdown is `ended` (and whose store is this
+/// cache's) against this, and drop it when this wins: kube's Controller never ends a
+/// graceful shutdown that comes before its store is ready. Its runner holds every task
+/// until the store is ready, and while it does, a finished queue is reported as pending
+/// rather than as the end (`controller/runner.rs:111-124`, kube-runtime 5.0.0); the
+/// shutdown also stops the reflector that would fill the store. A leader term that began
+/// while the API server was unreachable, then lost its Lease, would wait there forever. No
+/// reconcile can be in flight before the store is ready, so dropping the controller then
+/// cancels nothing.
+pub async fn ended_unsynced<K>(cache: &Cache<K>, ended: impl std::future::Future<Output = ()>)
+where
+    K: Resource + Clone + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    ended.await;
+    if cache.is_synced() {
+        std::future::pending::<()>().await;
+    }
+}

@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use kube::api::DynamicObject;
 use kube::{Resource, ResourceExt};
+use serde_json::Value;
 
 use crate::api::ModelDeployment;
 use crate::labels;
@@ -70,6 +71,19 @@ pub fn identity(md: &ModelDeployment) -> String {
     crate::upstream::short_hash(fields.to_string().as_bytes())
 }
 
+/// The replicas of each role of `md`, as recorded in [`labels::SCALE`]:
+/// `replicas=<n>`, then `prefill=<n>` and `decode=<n>` when those roles are set.
+pub fn scale(md: &ModelDeployment) -> String {
+    let s = &md.spec.scaling;
+    let mut roles = vec![format!("replicas={}", s.replicas)];
+    for (role, scaling) in [("prefill", &s.prefill), ("decode", &s.decode)] {
+        if let Some(c) = scaling {
+            roles.push(format!("{role}={}", c.replicas));
+        }
+    }
+    roles.join(",")
+}
+
 /// Hash of the values `object` has at `paths` (dot paths; an absent value counts as
 /// `null`), or `None` when there are no paths. Stored on the primary object as
 /// [`labels::IMMUTABLE_HASH`]: a change means the upstream would refuse an update.
@@ -109,8 +123,8 @@ pub enum Role<'a> {
     Supporting,
 }
 
-/// Put namespace, owner reference, labels and (on the primary object) the identity and
-/// immutable-fields annotations on a rendered object. Labels the provider set are kept
+/// Put namespace, owner reference, labels and (on the primary object) the identity,
+/// scale and immutable-fields annotations on a rendered object. Labels the provider set are kept
 /// unless they clash with the platform's.
 pub fn finish(object: &mut DynamicObject, md: &ModelDeployment, provider: &str, role: Role<'_>) {
     object.metadata.namespace = md.namespace();
@@ -127,6 +141,7 @@ pub fn finish(object: &mut DynamicObject, md: &ModelDeployment, provider: &str, 
             .annotations
             .get_or_insert_with(BTreeMap::new);
         annotations.insert(labels::IDENTITY.to_string(), identity(md));
+        annotations.insert(labels::SCALE.to_string(), scale(md));
         if let Some(hash) = hash {
             annotations.insert(labels::IMMUTABLE_HASH.to_string(), hash);
         }
@@ -145,6 +160,40 @@ pub fn rendered_hash(object: &DynamicObject) -> String {
         a.remove(labels::RENDERED_HASH);
     }
     crate::upstream::short_hash(value.to_string().as_bytes())
+}
+
+/// Every container image the objects name (what the runtime reports in
+/// `status.provider.images` and records in [`labels::IMAGES`]): each non-empty string
+/// under a key `image` in their specs (pod templates' containers and init containers, an upstream's own image
+/// field), never in a ConfigMap's or Secret's data; sorted, each once.
+pub fn images<'a>(objects: impl IntoIterator<Item = &'a DynamicObject>) -> Vec<String> {
+    fn walk(value: &Value, out: &mut BTreeSet<String>) {
+        match value {
+            Value::Object(map) => {
+                for (key, v) in map {
+                    match v {
+                        Value::String(s) if key == "image" && !s.trim().is_empty() => {
+                            out.insert(s.trim().to_string());
+                        }
+                        _ => walk(v, out),
+                    }
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|i| walk(i, out)),
+            _ => {}
+        }
+    }
+    let mut out = BTreeSet::new();
+    for object in objects {
+        if let Value::Object(map) = &object.data {
+            map.iter()
+                .filter(|(key, _)| {
+                    !["data", "stringData", "binaryData", "status"].contains(&key.as_str())
+                })
+                .for_each(|(_, v)| walk(v, &mut out));
+        }
+    }
+    out.into_iter().collect()
 }
 
 /// Why rendered objects cannot be applied: fields the installed upstream schema lacks.
@@ -189,6 +238,16 @@ pub fn finalize<P: Provider + ?Sized>(
             Role::Supporting
         };
         finish(object, md, provider.name(), role);
+    }
+    let rendered_images = images(&objects).join(",");
+    if let Some(primary) = objects.first_mut() {
+        primary
+            .metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(labels::IMAGES.to_string(), rendered_images);
+    }
+    for object in &mut objects {
         let hash = rendered_hash(object);
         object
             .metadata
@@ -304,7 +363,22 @@ mod tests {
         assert_eq!(owner.uid, "u-1");
         assert_eq!(obj.labels().get("own").map(String::as_str), Some("1"));
         assert!(obj.annotations().contains_key(labels::IDENTITY));
+        assert_eq!(obj.annotations()[labels::SCALE], "replicas=1");
         assert!(!obj.annotations().contains_key(labels::IMMUTABLE_HASH));
+    }
+
+    #[test]
+    fn scale_names_the_replicas_of_each_role_set() {
+        assert_eq!(
+            scale(&md(json!({"scaling": {"replicas": 3}}))),
+            "replicas=3"
+        );
+        assert_eq!(
+            scale(&md(
+                json!({"scaling": {"replicas": 1, "prefill": {"replicas": 2}, "decode": {"replicas": 4}}})
+            )),
+            "replicas=1,prefill=2,decode=4"
+        );
     }
 
     #[test]
@@ -386,7 +460,19 @@ mod tests {
         let (primary, supporting) = (&done[0], &done[1]);
         assert!(primary.annotations().contains_key(labels::IDENTITY));
         assert!(primary.annotations().contains_key(labels::IMMUTABLE_HASH));
+        assert_eq!(primary.annotations()[labels::SCALE], "replicas=1");
+        assert_eq!(
+            primary.annotations()[labels::IMAGES],
+            "",
+            "widgets name no image"
+        );
+        assert_eq!(
+            primary.annotations()[labels::RENDERED_HASH],
+            rendered_hash(primary),
+            "the hash covers the records"
+        );
         assert!(!supporting.annotations().contains_key(labels::IDENTITY));
+        assert!(!supporting.annotations().contains_key(labels::IMAGES));
         for o in &done {
             assert_eq!(o.metadata.namespace.as_deref(), Some("ns"));
             assert_eq!(
@@ -409,6 +495,27 @@ mod tests {
                 "installed widgets.example.com v1 (schema {}) has no field spec.colour; nothing was applied",
                 widget_api().schema_hash
             )
+        );
+    }
+
+    #[test]
+    fn images_are_every_image_in_the_specs_sorted_once() {
+        let objects: Vec<DynamicObject> = [
+            json!({"apiVersion": "example.com/v1", "kind": "Server", "metadata": {"name": "a"},
+                   "spec": {"image": "llama.cpp:b1", "template": {"spec": {
+                       "initContainers": [{"name": "i", "image": "busybox:1"}],
+                       "containers": [{"name": "c", "image": "llama.cpp:b1"}, {"name": "s", "image": " "}]}}}}),
+            json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b"}, "data": {"image": "not-an-image"}}),
+            json!({"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "c"},
+                   "spec": {"template": {"spec": {"containers": [{"name": "v", "image": "vllm/vllm-openai:v0.11.0"}]}}},
+                   "status": {"image": "not-rendered"}}),
+        ]
+        .into_iter()
+        .map(|v| serde_json::from_value(v).unwrap())
+        .collect();
+        assert_eq!(
+            images(&objects),
+            ["busybox:1", "llama.cpp:b1", "vllm/vllm-openai:v0.11.0"]
         );
     }
 }

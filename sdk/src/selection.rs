@@ -23,7 +23,8 @@ use cel::{Context, Env, Program, Value as CelValue};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| Arc::new(Env::stdlib()));
+/// The CEL environment of selection rules and of the CRD's own rules ([`crate::validation`]).
+pub(crate) static ENV: LazyLock<Arc<Env>> = LazyLock::new(|| Arc::new(Env::stdlib()));
 
 /// Convert JSON to a CEL value the way Kubernetes CEL sees it: integers are signed `int`
 /// (never `uint`), other numbers `double`, objects maps with string keys.

@@ -794,6 +794,31 @@ fn check_keyless_signature(
             "no Fulcio certificate with the signature ({CERTIFICATE_ANNOTATION})"
         ))
     })?;
+    let integrated = rekor_bundle_time(sig, leaf_pem, root)?;
+    let leaf = fulcio_leaf_at(leaf_pem, root, integrated)?;
+    check_rekor_entry(sig)?;
+    keyless_identity(&leaf, issuer, subject)?;
+    certificate_key(&leaf)?
+        .verify_signature(
+            Signature::Base64Encoded(sig.signature()?.as_bytes()),
+            &sig.payload,
+        )
+        .map_err(|e| {
+            VerifyError::Unsatisfied(format!(
+                "the signature does not verify with the certificate's key: {e}"
+            ))
+        })?;
+    Ok(subject.to_string())
+}
+
+/// The integration time of the signature's Rekor bundle (its annotation), once the
+/// bundle's SET is verified with a trust-root Rekor key for this signature and
+/// certificate.
+fn rekor_bundle_time(
+    sig: &RawSignature,
+    leaf_pem: &str,
+    root: &KeylessRoot,
+) -> Result<u64, VerifyError> {
     let bundle_json = sig.annotations.get(BUNDLE_ANNOTATION).ok_or_else(|| {
         VerifyError::Untrusted(format!(
             "no Rekor bundle with the signature ({BUNDLE_ANNOTATION})"
@@ -816,8 +841,18 @@ fn check_keyless_signature(
             "Rekor bundle not signed by a trustRoot Rekor key: {e}"
         ))
     })?;
-    let integrated = u64::try_from(verified.rekor_bundle.payload.integrated_time)
-        .map_err(|_| VerifyError::Untrusted("Rekor bundle: negative integration time".into()))?;
+    u64::try_from(verified.rekor_bundle.payload.integrated_time)
+        .map_err(|_| VerifyError::Untrusted("Rekor bundle: negative integration time".into()))
+}
+
+/// The certificate of a keyless signature (DER), once it chains to a trust-root Fulcio
+/// certificate at `integrated` (seconds since the epoch: a Fulcio certificate lives
+/// minutes, so it is judged at the time Rekor logged the signature).
+fn fulcio_leaf_at(
+    leaf_pem: &str,
+    root: &KeylessRoot,
+    integrated: u64,
+) -> Result<Vec<u8>, VerifyError> {
     let leaf = pem_certificates(leaf_pem)
         .map_err(|e| VerifyError::Untrusted(format!("certificate annotation: {e}")))?
         .into_iter()
@@ -837,8 +872,13 @@ fn check_keyless_signature(
         }
         other => other,
     })?;
-    check_rekor_entry(sig)?;
-    let subjects = san_subjects(&leaf)?;
+    Ok(leaf)
+}
+
+/// The identity of a keyless signature's certificate: `subject` among its email or URI
+/// SANs, and `issuer` as its OIDC issuer.
+fn keyless_identity(leaf: &[u8], issuer: &str, subject: &str) -> Result<(), VerifyError> {
+    let subjects = san_subjects(leaf)?;
     if !subjects.iter().any(|s| s == subject) {
         return Err(VerifyError::SubjectMismatch {
             found: if subjects.is_empty() {
@@ -849,26 +889,13 @@ fn check_keyless_signature(
             wanted: subject.to_string(),
         });
     }
-    match oidc_issuer(&leaf)? {
-        Some(found) if found == issuer => {}
-        found => {
-            return Err(VerifyError::IssuerMismatch {
-                found: found.unwrap_or_else(|| "none".into()),
-                wanted: issuer.to_string(),
-            });
-        }
+    match oidc_issuer(leaf)? {
+        Some(found) if found == issuer => Ok(()),
+        found => Err(VerifyError::IssuerMismatch {
+            found: found.unwrap_or_else(|| "none".into()),
+            wanted: issuer.to_string(),
+        }),
     }
-    certificate_key(&leaf)?
-        .verify_signature(
-            Signature::Base64Encoded(sig.signature()?.as_bytes()),
-            &sig.payload,
-        )
-        .map_err(|e| {
-            VerifyError::Unsatisfied(format!(
-                "the signature does not verify with the certificate's key: {e}"
-            ))
-        })?;
-    Ok(subject.to_string())
 }
 
 /// A Sigstore bundle in mode `keyless`: a log entry with a SET by a trust-root Rekor key
@@ -892,22 +919,7 @@ fn check_keyless_bundle(
         &root.fulcio,
         UnixTime::since_unix_epoch(std::time::Duration::from_secs(integrated)),
     )?;
-    let subjects = san_subjects(leaf)?;
-    if !subjects.iter().any(|s| s == subject) {
-        return Err(VerifyError::SubjectMismatch {
-            found: subjects.join(", "),
-            wanted: subject.to_string(),
-        });
-    }
-    match oidc_issuer(leaf)? {
-        Some(found) if found == issuer => {}
-        found => {
-            return Err(VerifyError::IssuerMismatch {
-                found: found.unwrap_or_else(|| "none".into()),
-                wanted: issuer.to_string(),
-            });
-        }
-    }
+    keyless_identity(leaf, issuer, subject)?;
     if !signed.verifies_with(&certificate_key(leaf)?) {
         return Err(VerifyError::Unsatisfied(
             "Sigstore bundle: the signature does not verify with the certificate's key".into(),

@@ -158,11 +158,12 @@ pub struct ModelDeploymentSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kernel_cache: Option<KernelCacheRef>,
 
-    /// Warm the nodes first: the provider creates nothing for this ModelDeployment (its
-    /// upstream objects are not applied) until this `Warmup` (the kernel-cache
-    /// provider's, `cache.kubeairunway.ai`, in this namespace) is `Completed`; the
-    /// condition `WarmedUp` says what it waits for. Once created, the deployment is never
-    /// held again: a Warmup that fails, is deleted or runs again later takes nothing back.
+    /// Warm the nodes first: the provider applies nothing that brings something new onto
+    /// a node (the creation, a scale-up, an upgrade to a new image) until this `Warmup`
+    /// (the kernel-cache provider's, `cache.kubeairunway.ai`, in this namespace) is
+    /// `Completed`, and for an upgrade has preloaded the new images; meanwhile what runs
+    /// is kept as it is. The condition `WarmedUp` says what waits and why. Other changes
+    /// (fewer replicas, other fields) are applied at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub warmup: Option<WarmupRef>,
 }

@@ -389,9 +389,15 @@ async fn lead<P: Provider>(
     let synced = readiness.term_check("caches");
     // Reconcile nothing before the upstream API has been looked for once: until then
     // "not served" would be a guess.
+    // Every wait of a term ends with the term: cut off from the API server, the first
+    // detection may never come, and a term stuck here outlived its Lease (until the
+    // process runtime's `TERM_GRACE` watchdog cancelled it).
     let mut detected = upstream.clone();
     if !detected.has_changed().unwrap_or(true) {
-        let _ = detected.changed().await;
+        tokio::select! {
+            _ = detected.changed() => {}
+            () = term.ended() => return Ok(()),
+        }
     }
     let (owned_tx, owned_rx) = mpsc::unbounded_channel::<ObjectRef<ModelDeployment>>();
     let warmups = warmup::Warmups::new(client.clone(), Some(owned_tx.clone()));
@@ -445,7 +451,7 @@ async fn lead<P: Provider>(
     tasks.spawn(release::run(ctx.clone(), mds.clone(), release_rx));
     tasks.spawn(mark_synced(ctx.clone(), mds.clone(), synced));
 
-    Controller::for_stream(stream, mds.store.clone())
+    let controller = Controller::for_stream(stream, mds.store.clone())
         .with_config(crate::process::controller_config())
         .reconcile_on(receiver_stream(owned_rx))
         .reconcile_all_on(upstream_changes(upstream))
@@ -462,8 +468,13 @@ async fn lead<P: Provider>(
             if let Err(e) = res {
                 tracing::debug!(error = %e, "reconcile loop");
             }
-        })
-        .await;
+        });
+    tokio::select! {
+        () = controller => {}
+        () = reflect::ended_unsynced(&mds, term.ended()) => {
+            tracing::info!(provider = %name, "the term ended before the ModelDeployment cache synced; its controller is dropped");
+        }
+    }
     tasks.abort_all();
     Ok(())
 }
@@ -543,6 +554,83 @@ mod tests {
         let cli = Cli::try_parse_from(["some-provider", "--cluster-domain=corp.example"]).unwrap();
         assert_eq!(cli.options.cluster_domain, "corp.example");
         assert_eq!(cli.own, "x");
+    }
+
+    struct Nothing;
+
+    impl crate::Provider for Nothing {
+        fn name(&self) -> &'static str {
+            "nothing"
+        }
+        fn config(&self) -> crate::InferenceProviderConfigSpec {
+            crate::InferenceProviderConfigSpec::default()
+        }
+        fn upstream(&self) -> crate::provider::UpstreamRef {
+            crate::provider::UpstreamRef::new("example.com", "Widget", "widgets", &["v1"])
+        }
+        fn render(
+            &self,
+            _: &crate::ModelDeployment,
+            _: &crate::UpstreamApi,
+        ) -> Result<crate::Rendered, crate::RenderError> {
+            Ok(crate::Rendered::default())
+        }
+        fn observe(&self, _: &crate::ModelDeployment, _: &crate::Live) -> crate::Observed {
+            crate::Observed::deploying("")
+        }
+    }
+
+    /// Run one term of `lead` against an API server that cannot be reached (nothing
+    /// listens on port 9), with `upstream` as the detected upstream API; end the term
+    /// after `before_end`; whether `lead` returned within `TERM_GRACE` of the end. Time is
+    /// paused: were `lead` still waiting, the runtime would advance to the timeout.
+    async fn term_returns(
+        upstream: Option<super::UpstreamState>,
+        before_end: std::time::Duration,
+    ) -> bool {
+        let client =
+            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
+                .unwrap();
+        let (detect, detected) = tokio::sync::watch::channel(None);
+        if let Some(state) = upstream {
+            detect.send_replace(state);
+        }
+        let (leading, lost) = tokio::sync::watch::channel(true);
+        let term = crate::process::Term::new(lost, super::Shutdown::on(std::future::pending()));
+        let metrics = std::sync::Arc::new(super::Metrics::new(
+            &mut prometheus_client::registry::Registry::default(),
+            "nothing",
+        ));
+        let running = tokio::spawn(super::lead(
+            std::sync::Arc::new(Nothing),
+            client,
+            super::Options::default(),
+            detected,
+            metrics,
+            super::Readiness::default(),
+            term,
+        ));
+        tokio::time::sleep(before_end).await;
+        leading.send(false).unwrap();
+        let returned = tokio::time::timeout(crate::process::TERM_GRACE, running).await;
+        drop(detect);
+        matches!(returned, Ok(Ok(Ok(()))))
+    }
+
+    /// The API server unreachable since the start: the upstream API is never detected,
+    /// and the term's end still ends `lead`.
+    #[tokio::test(start_paused = true)]
+    async fn a_term_that_ends_before_the_first_detection_returns() {
+        assert!(term_returns(None, std::time::Duration::from_secs(1)).await);
+    }
+
+    /// The API server unreachable after the detection: the ModelDeployment cache never
+    /// syncs, and the term's end still ends `lead` (kube's graceful shutdown alone would
+    /// wait for the store forever).
+    #[tokio::test(start_paused = true)]
+    async fn a_term_that_ends_before_its_cache_synced_returns() {
+        let not_served = Some(Err("not served".to_string()));
+        assert!(term_returns(Some(not_served), std::time::Duration::from_secs(1)).await);
     }
 
     #[test]

@@ -92,6 +92,7 @@ pub async fn reconcile_once<P: Provider>(
     ctx: &Context<P>,
 ) -> Result<Action, Error> {
     if md.selected_provider() != Some(ctx.name()) {
+        ctx.warmups.forget(md);
         return Ok(Action::await_change());
     }
     if labels::is_paused(md.metadata.annotations.as_ref()) {
@@ -99,6 +100,7 @@ pub async fn reconcile_once<P: Provider>(
         return Ok(Action::await_change());
     }
     if md.metadata.deletion_timestamp.is_some() {
+        ctx.warmups.forget(md);
         return cleanup(md, ctx).await;
     }
     ensure_finalizer(md, ctx).await?;
@@ -108,10 +110,21 @@ pub async fn reconcile_once<P: Provider>(
     };
     let live = prepared.live(ctx).await;
     let (api, warnings, objects) = (&prepared.api, &prepared.warnings, &prepared.objects);
+    let owned = if md.spec.warmup.is_some() {
+        owned_live(md, ctx)
+    } else {
+        Vec::new()
+    };
+    let gate = ctx.warmups.gate(md, objects, &owned);
     if let Some(action) =
-        super::warmup::hold(md, ctx, api, warnings, objects, live[0].is_some()).await?
+        super::warmup::hold(md, ctx, api, warnings, objects, gate.as_ref()).await?
     {
         return Ok(action);
+    }
+    if gate.as_ref().is_some_and(|g| !g.open) {
+        // A scale-up or an upgrade waits for its warmup: every live object stays as it is.
+        let live = prepared.live_view(&live);
+        return report(md, ctx, &prepared, &live, gate.as_ref()).await;
     }
     if let Some(action) = replace_primary(md, ctx, &prepared, live[0].as_deref()).await? {
         return Ok(action);
@@ -143,7 +156,14 @@ pub async fn reconcile_once<P: Provider>(
         )
         .await;
     }
-    report(md, ctx, &prepared, &prepared.live_view(&live)).await
+    report(
+        md,
+        ctx,
+        &prepared,
+        &prepared.live_view(&live),
+        gate.as_ref(),
+    )
+    .await
 }
 
 /// Everything a reconcile applies, ready to compare with what is live.
@@ -408,6 +428,7 @@ async fn report<P: Provider>(
     ctx: &Context<P>,
     prepared: &Prepared,
     live: &Live,
+    gate: Option<&super::warmup::Gate>,
 ) -> Result<Action, Error> {
     let observed = ctx.provider.observe(md, live);
     let stale = stale_for(md, ctx, live, observed.phase);
@@ -433,7 +454,7 @@ async fn report<P: Provider>(
     view.resource = Some((name, kind.clone()));
     view.endpoint = observed.endpoint.clone();
     view.replicas = observed.replicas.clone();
-    let mut view = super::warmup::report(view, md, ctx, &prepared.objects);
+    let mut view = super::warmup::report(view, gate, &prepared.objects);
     let stale_after = ctx.options.stale_status_after;
     if let Some(still) = stale
         && still >= stale_after
@@ -873,6 +894,34 @@ pub(crate) async fn release_finalizer<P: Provider>(
 
 /// Every object of `md` this provider may own: by kind, the names it renders now and the
 /// names the caches hold labelled for `md`.
+/// Every object `md` owns that the caches hold, of every kind the provider renders or
+/// owns (being deleted or not): what runs for it, for the warmup gate.
+fn owned_live<P: Provider>(md: &ModelDeployment, ctx: &Context<P>) -> Vec<Arc<DynamicObject>> {
+    let (ns, name) = (md.namespace().unwrap_or_default(), md.name_any());
+    let uid = md.uid();
+    let upstream = ctx.upstream.borrow().clone();
+    let mut kinds = super::owned_kinds(ctx, upstream.as_ref());
+    kinds.extend(ctx.owned.kinds());
+    let mut seen = BTreeSet::new();
+    let mut out = Vec::new();
+    for kind in kinds {
+        if !seen.insert((kind.api_version.clone(), kind.kind.clone())) {
+            continue;
+        }
+        for object in ctx.owned.names_for(&kind, &ns, &name) {
+            if let Some(live) = ctx.owned.get(&kind, &ns, &object)
+                && live
+                    .owner_references()
+                    .iter()
+                    .any(|o| Some(&o.uid) == uid.as_ref())
+            {
+                out.push(live);
+            }
+        }
+    }
+    out
+}
+
 fn owned_candidates<P: Provider>(
     md: &ModelDeployment,
     ctx: &Context<P>,

@@ -140,13 +140,29 @@ impl Outcome {
     }
 }
 
-/// The patch for a pod (as JSON) in `namespace`, or why there is none.
+/// The patch for a pod (as JSON) in `namespace`, or why there is none: which cache the
+/// pod's ModelDeployment names, how that cache can be mounted here, then the patch.
 pub fn decide(
     pod: &Value,
     namespace: &str,
     lookup: &dyn Lookup,
     settings: &Settings,
 ) -> Result<Vec<Value>, Outcome> {
+    let (cache_name, cache) = named_cache(pod, namespace, lookup)?;
+    let level = lookup
+        .namespace_labels(namespace)
+        .and_then(|l| l.get(POD_SECURITY_ENFORCE).cloned());
+    let planned = plan_mount(&cache, &cache_name, namespace, level.as_deref(), settings)?;
+    pod_patch(pod, namespace, &planned)
+}
+
+/// The KernelCache the pod's ModelDeployment names (its name and the cache), unless the
+/// pod is not a serving pod of ours, has a cache already, or the objects are not there.
+fn named_cache(
+    pod: &Value,
+    namespace: &str,
+    lookup: &dyn Lookup,
+) -> Result<(String, Arc<KernelCache>), Outcome> {
     let md_name = pod["metadata"]["labels"][MODEL_DEPLOYMENT]
         .as_str()
         .ok_or(Outcome::NoLabel)?;
@@ -165,6 +181,26 @@ pub fn decide(
     let cache = lookup
         .kernel_cache(namespace, &cache_name)
         .ok_or(Outcome::CacheNotFound)?;
+    Ok((cache_name, cache))
+}
+
+/// A cache mount planned for a pod: what to mount, whether the pod must land on a node
+/// with the cache ready, and the digest pinned.
+struct PlannedMount {
+    mount: Mount,
+    require_ready_node: bool,
+    digest: String,
+}
+
+/// How `cache` is mounted in a namespace enforcing Pod Security `level`: refused when its
+/// pin is not usable or the level forbids every source the cache can come from.
+fn plan_mount(
+    cache: &KernelCache,
+    cache_name: &str,
+    namespace: &str,
+    level: Option<&str>,
+    settings: &Settings,
+) -> Result<PlannedMount, Outcome> {
     let status = cache.status.clone().unwrap_or_default();
     let image = status.usable_image().ok_or(Outcome::CacheNotUsable)?;
     let cache_type = match status.cache_type.as_deref() {
@@ -174,10 +210,7 @@ pub fn decide(
     };
     let digest = status.resolved_digest.clone().unwrap_or_default();
     let mount_spec = cache.spec.mount.clone().unwrap_or_default();
-    let level = lookup
-        .namespace_labels(namespace)
-        .and_then(|l| l.get(POD_SECURITY_ENFORCE).cloned());
-    let source = match (mount_spec.source.unwrap_or_default(), level.as_deref()) {
+    let source = match (mount_spec.source.unwrap_or_default(), level) {
         (_, Some("restricted")) => return Err(Outcome::PodSecurity),
         (MountSource::HostPath, Some("baseline")) if !settings.image_volumes => {
             return Err(Outcome::PodSecurity);
@@ -194,29 +227,40 @@ pub fn decide(
         },
     };
     let mount = Mount {
-        name: cache_name.clone(),
+        name: cache_name.to_string(),
         cache_type,
         source,
         path: mount_spec.path,
         seed_image: settings.seed_image.clone(),
         size_bytes: status.size_bytes.and_then(|b| u64::try_from(b).ok()),
     };
-    if let Some(why) = inject::conflicts(pod, &mount) {
+    Ok(PlannedMount {
+        mount,
+        require_ready_node: mount_spec.require_ready_node,
+        digest,
+    })
+}
+
+/// The JSON patch that gives `pod` the planned cache: the volumes and mounts, the node
+/// affinity to nodes with the cache ready, and the annotation naming the cache. None
+/// when the pod already uses one of our names or paths, or needs nothing.
+fn pod_patch(pod: &Value, namespace: &str, planned: &PlannedMount) -> Result<Vec<Value>, Outcome> {
+    let cache_name = &planned.mount.name;
+    if let Some(why) = inject::conflicts(pod, &planned.mount) {
         tracing::info!(namespace, reason = %why, "kernel cache not injected");
         return Err(Outcome::Conflict);
     }
-    let ops = inject::patch(pod, &mount);
+    let mut ops = inject::patch(pod, &planned.mount);
     if ops.is_empty() {
         return Err(Outcome::Skipped);
     }
-    let mut ops = ops;
-    let label = inject::ready_label(namespace, &cache_name);
-    ops.extend(if mount_spec.require_ready_node {
+    let label = inject::ready_label(namespace, cache_name);
+    ops.extend(if planned.require_ready_node {
         inject::node_affinity_patch(pod, &label)
     } else {
         inject::preferred_affinity_patch(pod, &label)
     });
-    let value = format!("{namespace}/{cache_name}@{digest}");
+    let value = format!("{namespace}/{cache_name}@{}", planned.digest);
     if pod["metadata"]["annotations"].is_object() {
         ops.push(json!({"op": "add", "path": format!("/metadata/annotations/{}", INJECTED_ANNOTATION.replace('~', "~0").replace('/', "~1")), "value": value}));
     } else {

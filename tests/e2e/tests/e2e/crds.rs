@@ -2,7 +2,8 @@
 //! reference CRD does.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::Api;
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::discovery::ApiResource;
 use kubeairunway_e2e::{apply_md, core_cluster};
 use kubeairunway_sdk::{InferenceProviderConfig, ModelDeployment};
 use serde_json::json;
@@ -27,12 +28,20 @@ async fn core_crds_are_established_with_their_names() {
     }
 }
 
-#[tokio::test]
-async fn minimal_model_deployment_gets_the_reference_defaults() {
-    let (cluster, client) = core_cluster().await.unwrap();
-    let ns = cluster.namespace("defaults");
-    let manifest = json!({
-        "apiVersion": "kubeairunway.ai/v1alpha1",
+/// The defaults the reference CRD gives a minimal ModelDeployment, as JSON pointers into
+/// its `spec` and their values.
+const REFERENCE_DEFAULTS: [(&str, &str); 5] = [
+    ("/model/source", "\"huggingface\""),
+    ("/serving/mode", "\"aggregated\""),
+    ("/scaling/replicas", "1"),
+    ("/engine/trustRemoteCode", "false"),
+    ("/resources/gpu/type", "\"nvidia.com/gpu\""),
+];
+
+/// A minimal ModelDeployment manifest (in API group `group`).
+fn minimal(group: &str) -> serde_json::Value {
+    json!({
+        "apiVersion": format!("{group}/v1alpha1"),
         "kind": "ModelDeployment",
         "metadata": {"name": "minimal"},
         "spec": {
@@ -40,18 +49,92 @@ async fn minimal_model_deployment_gets_the_reference_defaults() {
             "engine": {"type": "vllm"},
             "resources": {"gpu": {"count": 1}},
         },
-    });
-    apply_md(&client, &ns, "tests", &manifest).await.unwrap();
-    let md = Api::<ModelDeployment>::namespaced(client, &ns)
-        .get("minimal")
+    })
+}
+
+/// The reference defaults that `spec`, as the API server stored it, does not hold (a
+/// missing field, or another value), each with what it holds instead.
+fn missing_defaults(spec: &serde_json::Value) -> Vec<String> {
+    REFERENCE_DEFAULTS
+        .iter()
+        .filter_map(|(pointer, want)| {
+            let want: serde_json::Value = serde_json::from_str(want).unwrap();
+            let got = spec.pointer(pointer);
+            (got != Some(&want)).then(|| format!("{pointer}: want {want}, stored {got:?}"))
+        })
+        .collect()
+}
+
+/// The ModelDeployment `name` in `ns` as the API server returns it, untyped: a typed read
+/// would fill every field the API server left out with its serde default, and the test
+/// could not tell a default the API server applied from one it did not.
+async fn stored_spec(client: kube::Client, group: &str, ns: &str, name: &str) -> serde_json::Value {
+    let mut ar = ApiResource::erase::<ModelDeployment>(&());
+    ar.group = group.into();
+    ar.api_version = format!("{group}/v1alpha1");
+    let api: Api<DynamicObject> = Api::namespaced_with(client, ns, &ar);
+    api.get(name).await.unwrap().data["spec"].clone()
+}
+
+#[tokio::test]
+async fn minimal_model_deployment_gets_the_reference_defaults() {
+    let (cluster, client) = core_cluster().await.unwrap();
+    let ns = cluster.namespace("defaults");
+    apply_md(&client, &ns, "tests", &minimal(kubeairunway_sdk::GROUP))
         .await
         .unwrap();
-    let stored = serde_json::to_value(&md.spec).unwrap();
-    assert_eq!(stored["model"]["source"], "huggingface");
-    assert_eq!(stored["serving"]["mode"], "aggregated");
-    assert_eq!(stored["scaling"]["replicas"], 1);
-    assert_eq!(stored["engine"]["trustRemoteCode"], false);
-    assert_eq!(stored["resources"]["gpu"]["type"], "nvidia.com/gpu");
+    let stored = stored_spec(client, kubeairunway_sdk::GROUP, &ns, "minimal").await;
+    assert_eq!(missing_defaults(&stored), Vec::<String>::new(), "{stored}");
+}
+
+/// The defaults test can fail: the same CRD without the default of
+/// `engine.trustRemoteCode`, served under a group of its own, stores the minimal
+/// ModelDeployment without that field, and the check names it. A typed read of the same
+/// object would still show `false` (the serde default), which is why the check reads JSON.
+#[tokio::test]
+async fn a_crd_missing_a_default_fails_the_defaults_check() {
+    let (cluster, client) = core_cluster().await.unwrap();
+    let group = "nodefault.kubeairunway.ai";
+    let mut crd = serde_json::to_value(&kubeairunway_sdk::api::crds::all()[0]).unwrap();
+    assert_eq!(crd["spec"]["names"]["kind"], "ModelDeployment");
+    crd["metadata"]["name"] = format!("modeldeployments.{group}").into();
+    crd["spec"]["group"] = group.into();
+    let engine = crd
+        .pointer_mut("/spec/versions/0/schema/openAPIV3Schema/properties/spec/properties/engine/properties/trustRemoteCode")
+        .and_then(serde_json::Value::as_object_mut)
+        .unwrap();
+    assert!(engine.remove("default").is_some(), "the CRD defaults it");
+    let crd: CustomResourceDefinition = serde_json::from_value(crd).unwrap();
+    kubeairunway_testcluster::install_crds(&client, &[crd])
+        .await
+        .unwrap();
+
+    let ns = cluster.namespace("nodefault");
+    let mut manifest = minimal(group);
+    manifest["metadata"]["namespace"] = ns.clone().into();
+    let mut ar = ApiResource::erase::<ModelDeployment>(&());
+    ar.group = group.into();
+    ar.api_version = format!("{group}/v1alpha1");
+    Api::<DynamicObject>::namespaced_with(client.clone(), &ns, &ar)
+        .patch(
+            "minimal",
+            &PatchParams::apply("tests"),
+            &Patch::Apply(&manifest),
+        )
+        .await
+        .unwrap();
+    let stored = stored_spec(client, group, &ns, "minimal").await;
+    let missing = missing_defaults(&stored);
+    assert_eq!(missing.len(), 1, "{missing:?}");
+    assert!(
+        missing[0].starts_with("/engine/trustRemoteCode:"),
+        "{missing:?}"
+    );
+    let typed: kubeairunway_sdk::ModelDeploymentSpec = serde_json::from_value(stored).unwrap();
+    assert!(
+        !typed.engine.trust_remote_code,
+        "a typed read fills the missing field with its serde default"
+    );
 }
 
 /// The defaults core's mutating webhook and selection fill in (`defaults::apply`) are

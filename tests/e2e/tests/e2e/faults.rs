@@ -211,6 +211,28 @@ async fn end_state_problems(client: &Client, n: usize) -> Vec<String> {
 }
 
 /// Wait until the end state has no problem, keeping `controllers` alive.
+/// The controller logs in `dir` (every incarnation's) that say a leader term's work had
+/// to be cancelled because it did not stop when its term ended: each is a wait that
+/// ignores the term (a replica that would otherwise stay stuck in a term it lost).
+fn cancelled_terms(dir: &Path) -> Vec<String> {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .filter_map(|p| {
+            let log = std::fs::read_to_string(&p).unwrap_or_default();
+            let lines: Vec<&str> = log.lines().collect();
+            let at = lines
+                .iter()
+                .position(|l| l.contains(kubeairunway_sdk::process::TERM_CANCELLED))?;
+            // What the process did up to then names the wait that ignored the term.
+            let before = lines[at.saturating_sub(15)..=at].join("\n");
+            Some(format!("{}:\n{before}", p.display()))
+        })
+        .collect()
+}
+
 async fn converge(client: &Client, n: usize, controllers: &mut [Controller]) -> Duration {
     let started = Instant::now();
     loop {
@@ -280,6 +302,7 @@ async fn controllers_killed_mid_rollout_converge_to_one_owned_object_each() {
     // Stays converged: nothing flaps once it has settled.
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(end_state_problems(&client, N).await, Vec::<String>::new());
+    assert_eq!(cancelled_terms(&dir), Vec::<String>::new());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -325,4 +348,5 @@ async fn an_unreachable_api_server_is_waited_out_with_backoff_and_then_converged
     );
     let ids: BTreeSet<String> = end_state_problems(&client, N).await.into_iter().collect();
     assert!(ids.is_empty(), "{ids:?}");
+    assert_eq!(cancelled_terms(&dir), Vec::<String>::new());
 }

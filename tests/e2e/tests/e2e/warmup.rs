@@ -1055,3 +1055,203 @@ async fn a_gated_model_deployment_waits_for_its_warmup_then_scales_up() {
     assert_eq!(condition(&after, WARMED_UP).unwrap().status, "True");
     assert!(deployments.get_opt("qwen").await.unwrap().is_some());
 }
+
+/// A ModelDeployment that runs already, under `spec.warmup`: a scale-up is not applied
+/// (the Deployment keeps its replicas) until the Warmup completes; an upgrade to an image
+/// the completed Warmup did not preload waits as `WarmupOutdated` until a Warmup of that
+/// name preloads it; a scale-down waits for nothing. Served by the SDK's example
+/// Deployment provider, in-process, with the test playing the kubelet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scale_up_and_an_upgrade_wait_for_a_warmup_that_covers_them() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use kubeairunway_sdk::ModelDeployment;
+    use kubeairunway_sdk::api::EngineType;
+    use kubeairunway_sdk::conditions::{RESOURCE_CREATED, WARMED_UP, reasons};
+    use kubeairunway_sdk::testing::{self, ModelDeploymentBuilder, condition, md_where};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let (cluster, client, _stop) = start("warmup-scale").await;
+    let ns = cluster.namespace("warmup-scale");
+    gpu_node(&client, "h100-1", json!({"pool": "h100"}), 8, json!([])).await;
+    let release = Arc::new(AtomicBool::new(false));
+    let _kubelet = Kubelet::start(client.clone(), &ns, {
+        let release = release.clone();
+        move |_, _| {
+            if release.load(Ordering::SeqCst) {
+                Run::Succeed
+            } else {
+                Run::Hang
+            }
+        }
+    });
+    let provider = "gate-scale-e2e";
+    let _running = testing::spawn(
+        kubeairunway_deployment_provider::DeploymentProvider::named(provider),
+        client.clone(),
+        testing::test_options(),
+    );
+    let (old_image, new_image) = ("vllm/vllm-openai:v0.10.0", "vllm/vllm-openai:v0.11.0");
+    let md = ModelDeploymentBuilder::new("qwen")
+        .namespace(&ns)
+        .model("Qwen/Qwen3-0.6B")
+        .engine(EngineType::Vllm)
+        .image(old_image)
+        .gpus(1)
+        .replicas(1)
+        .provider(provider)
+        .build();
+    testing::deploy(&client, &md, provider).await.unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let mds: Api<ModelDeployment> = Api::namespaced(client.clone(), &ns);
+    let deployment = || async {
+        let d = deployments.get("qwen").await.unwrap();
+        let spec = d.spec;
+        let image = spec.template.spec.unwrap().containers[0].image.clone();
+        (spec.replicas, image.unwrap_or_default())
+    };
+    eventually(60, "the Deployment at 1 replica", || async {
+        deployments.get_opt("qwen").await.ok().flatten()
+    })
+    .await
+    .unwrap();
+    assert_eq!(deployment().await, (Some(1), old_image.to_string()));
+    let patch = |spec: Value| {
+        let mds = mds.clone();
+        async move {
+            mds.patch(
+                "qwen",
+                &PatchParams::default(),
+                &Patch::Merge(&json!({ "spec": spec })),
+            )
+            .await
+            .unwrap();
+        }
+    };
+
+    // spec.warmup named and 2 replicas asked, with no Warmup of that name: the scale-up
+    // waits, the Deployment stays as it is, the ModelDeployment still reports it.
+    patch(json!({"warmup": {"name": "qwen-warm"}, "scaling": {"replicas": 2}})).await;
+    let held = md_where(&client, &ns, "qwen", "scale-up held", |m| {
+        m.status.as_ref().and_then(|s| s.observed_generation) == m.metadata.generation
+            && condition(m, WARMED_UP)
+                .is_some_and(|c| c.status == "False" && c.reason == reasons::WARMUP_NOT_FOUND)
+    })
+    .await;
+    let why = &condition(&held, WARMED_UP).unwrap().message;
+    assert!(
+        why.contains("the scale-up (replicas 1 to 2) is not applied"),
+        "{why}"
+    );
+    assert_eq!(
+        condition(&held, RESOURCE_CREATED).unwrap().status,
+        "True",
+        "the live Deployment is still reported"
+    );
+    assert_eq!(deployment().await, (Some(1), old_image.to_string()));
+
+    // The Warmup runs: still held; it completes: the scale-up is applied.
+    create_warmup(
+        &client,
+        &ns,
+        "qwen-warm",
+        json!({"targetModelDeployment": {"name": "qwen"}}),
+    )
+    .await
+    .unwrap();
+    status_where(&client, &ns, "qwen-warm", "InProgress", |s| {
+        s.phase == Some(WarmupPhase::InProgress)
+    })
+    .await;
+    md_where(&client, &ns, "qwen", "AwaitingWarmup", |m| {
+        condition(m, WARMED_UP).is_some_and(|c| c.reason == reasons::AWAITING_WARMUP)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(
+        deployment().await,
+        (Some(1), old_image.to_string()),
+        "not scaled up while the warmup runs"
+    );
+    release.store(true, Ordering::SeqCst);
+    let done = status_where(&client, &ns, "qwen-warm", "Completed", |s| {
+        s.phase == Some(WarmupPhase::Completed)
+    })
+    .await;
+    assert_eq!(done.images, [old_image]);
+    md_where(&client, &ns, "qwen", "WarmedUp=True", |m| {
+        condition(m, WARMED_UP)
+            .is_some_and(|c| c.status == "True" && c.reason == reasons::WARMUP_COMPLETED)
+    })
+    .await;
+    eventually(60, "scaled up to 2", || async {
+        (deployment().await.0 == Some(2)).then_some(())
+    })
+    .await
+    .unwrap();
+
+    // An upgrade: the completed Warmup preloaded the old image only.
+    patch(json!({"image": new_image})).await;
+    let outdated = md_where(&client, &ns, "qwen", "WarmupOutdated", |m| {
+        m.status.as_ref().and_then(|s| s.observed_generation) == m.metadata.generation
+            && condition(m, WARMED_UP).is_some_and(|c| c.reason == reasons::WARMUP_OUTDATED)
+    })
+    .await;
+    let why = &condition(&outdated, WARMED_UP).unwrap().message;
+    assert!(
+        why.contains(&format!("the upgrade to {new_image}")),
+        "{why}"
+    );
+    let reported = outdated.status.unwrap().provider.unwrap().images.unwrap();
+    assert_eq!(reported, [new_image], "the images to preload are reported");
+    assert_eq!(deployment().await, (Some(2), old_image.to_string()));
+
+    // A scale-down brings nothing new onto a node, but the upgrade still waits with it.
+    patch(json!({"scaling": {"replicas": 1}})).await;
+    md_where(&client, &ns, "qwen", "still outdated", |m| {
+        m.status.as_ref().and_then(|s| s.observed_generation) == m.metadata.generation
+            && condition(m, WARMED_UP).is_some_and(|c| c.reason == reasons::WARMUP_OUTDATED)
+    })
+    .await;
+    assert_eq!(deployment().await, (Some(2), old_image.to_string()));
+
+    // A Warmup of that name made again preloads the new image: the upgrade is applied.
+    let warmups: Api<Warmup> = Api::namespaced(client.clone(), &ns);
+    warmups
+        .delete("qwen-warm", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(60, "the old Warmup gone", || async {
+        warmups
+            .get_opt("qwen-warm")
+            .await
+            .ok()
+            .flatten()
+            .is_none()
+            .then_some(())
+    })
+    .await
+    .unwrap();
+    create_warmup(
+        &client,
+        &ns,
+        "qwen-warm",
+        json!({"targetModelDeployment": {"name": "qwen"}}),
+    )
+    .await
+    .unwrap();
+    let done = status_where(&client, &ns, "qwen-warm", "Completed again", |s| {
+        s.phase == Some(WarmupPhase::Completed)
+    })
+    .await;
+    assert_eq!(done.images, [new_image]);
+    eventually(60, "upgraded and scaled down", || async {
+        (deployment().await == (Some(1), new_image.to_string())).then_some(())
+    })
+    .await
+    .unwrap();
+    md_where(&client, &ns, "qwen", "WarmedUp=True", |m| {
+        condition(m, WARMED_UP)
+            .is_some_and(|c| c.status == "True" && c.reason == reasons::WARMUP_COMPLETED)
+    })
+    .await;
+}
