@@ -566,17 +566,22 @@ fn check_certificate_signature(
             wanted: pattern_text.to_string(),
         });
     };
-    let key = certificate_key(&leaf)?;
-    key.verify_signature(
-        Signature::Base64Encoded(sig.signature()?.as_bytes()),
-        &sig.payload,
-    )
-    .map_err(|e| {
-        VerifyError::Unsatisfied(format!(
-            "the signature does not verify with the certificate's key: {e}"
-        ))
-    })?;
+    verify_by_certificate(sig, &leaf)?;
     Ok(subject.clone())
+}
+
+/// The legacy signature `sig` checked with the public key of the certificate `leaf` (DER).
+fn verify_by_certificate(sig: &RawSignature, leaf: &[u8]) -> Result<(), VerifyError> {
+    certificate_key(leaf)?
+        .verify_signature(
+            Signature::Base64Encoded(sig.signature()?.as_bytes()),
+            &sig.payload,
+        )
+        .map_err(|e| {
+            VerifyError::Unsatisfied(format!(
+                "the signature does not verify with the certificate's key: {e}"
+            ))
+        })
 }
 
 /// A Sigstore bundle in mode `certificate`: its certificate (and chain) to the CA bundle,
@@ -798,16 +803,7 @@ fn check_keyless_signature(
     let leaf = fulcio_leaf_at(leaf_pem, root, integrated)?;
     check_rekor_entry(sig)?;
     keyless_identity(&leaf, issuer, subject)?;
-    certificate_key(&leaf)?
-        .verify_signature(
-            Signature::Base64Encoded(sig.signature()?.as_bytes()),
-            &sig.payload,
-        )
-        .map_err(|e| {
-            VerifyError::Unsatisfied(format!(
-                "the signature does not verify with the certificate's key: {e}"
-            ))
-        })?;
+    verify_by_certificate(sig, &leaf)?;
     Ok(subject.to_string())
 }
 
