@@ -1057,9 +1057,12 @@ mod tests {
     /// waiting, the runtime would advance to the timeout.
     #[tokio::test(start_paused = true)]
     async fn a_term_that_ends_before_its_cache_synced_ends_the_controller() {
-        let client =
-            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
-                .unwrap();
+        // An API server that never answers: the cache never syncs.
+        let (service, _never_answered) = tower_test::mock::pair::<
+            http::Request<kube::client::Body>,
+            http::Response<kube::client::Body>,
+        >();
+        let client = kube::Client::new(service, "default");
         let providers =
             kubeairunway_sdk::reflect::Cache::<InferenceProviderConfig>::fixed([], ()).store;
         let metrics = Arc::new(Metrics::new(

@@ -588,9 +588,13 @@ mod tests {
         upstream: Option<super::UpstreamState>,
         before_end: std::time::Duration,
     ) -> bool {
-        let client =
-            kube::Client::try_from(kube::Config::new("http://127.0.0.1:9".parse().unwrap()))
-                .unwrap();
+        // An API server that never answers (no TLS provider is chosen in unit tests of
+        // the whole workspace, so no real client is built here).
+        let (service, _never_answered) = tower_test::mock::pair::<
+            http::Request<kube::client::Body>,
+            http::Response<kube::client::Body>,
+        >();
+        let client = kube::Client::new(service, "default");
         let (detect, detected) = tokio::sync::watch::channel(None);
         if let Some(state) = upstream {
             detect.send_replace(state);
