@@ -162,7 +162,7 @@ fn strip(md: &mut ModelDeployment) {
         }
     }
     if let Some(a) = md.metadata.annotations.as_mut() {
-        a.remove("kubectl.kubernetes.io/last-applied-configuration");
+        a.remove(reflect::LAST_APPLIED);
     }
 }
 

@@ -38,6 +38,13 @@ struct Published {
     last: Timestamp,
 }
 
+impl Published {
+    /// Whether a repeat at `now` still counts up this event.
+    fn repeatable(&self, now: Timestamp) -> bool {
+        self.last + REPEAT_WINDOW > now
+    }
+}
+
 #[derive(Debug)]
 struct Memory {
     published: HashMap<u64, Published>,
@@ -131,13 +138,13 @@ impl Recorder {
     fn repeat_of(&self, key: u64, now: Timestamp) -> Option<Published> {
         let mut memory = self.memory.lock().ok()?;
         if memory.swept + SWEEP_EVERY <= now {
-            memory.published.retain(|_, p| p.last + REPEAT_WINDOW > now);
+            memory.published.retain(|_, p| p.repeatable(now));
             memory.swept = now;
         }
         memory
             .published
             .get(&key)
-            .filter(|p| p.last + REPEAT_WINDOW > now)
+            .filter(|p| p.repeatable(now))
             .cloned()
     }
 

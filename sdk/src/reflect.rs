@@ -19,7 +19,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
 
 /// The last-applied annotation of `kubectl apply`.
-pub(crate) const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
 /// Drop what no reconcile reads and what takes most of a cached object's memory:
 /// `managedFields` and the last-applied annotation.

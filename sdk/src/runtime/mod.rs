@@ -580,8 +580,8 @@ mod tests {
         }
     }
 
-    /// Run one term of `lead` against an API server that cannot be reached (nothing
-    /// listens on port 9), with `upstream` as the detected upstream API; end the term
+    /// Run one term of `lead` against an API server that never answers, with `upstream`
+    /// as the detected upstream API; end the term
     /// after `before_end`; whether `lead` returned within `TERM_GRACE` of the end. Time is
     /// paused: were `lead` still waiting, the runtime would advance to the timeout.
     async fn term_returns(

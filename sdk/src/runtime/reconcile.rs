@@ -396,11 +396,10 @@ async fn foreign_owner(
     let Some(existing) = api.get_opt(name).await? else {
         return Ok(None);
     };
-    let uid = md.uid();
-    let owners = existing.owner_references();
-    if owners.iter().any(|o| Some(&o.uid) == uid.as_ref()) {
+    if owned_by(&existing, md) {
         return Ok(None);
     }
+    let owners = existing.owner_references();
     Ok(Some(if owners.is_empty() {
         "it has no owner".to_string()
     } else {
@@ -898,7 +897,6 @@ pub(crate) async fn release_finalizer<P: Provider>(
 /// owns (being deleted or not): what runs for it, for the warmup gate.
 fn owned_live<P: Provider>(md: &ModelDeployment, ctx: &Context<P>) -> Vec<Arc<DynamicObject>> {
     let (ns, name) = (md.namespace().unwrap_or_default(), md.name_any());
-    let uid = md.uid();
     let upstream = ctx.upstream.borrow().clone();
     let mut kinds = super::owned_kinds(ctx, upstream.as_ref());
     kinds.extend(ctx.owned.kinds());
@@ -910,16 +908,22 @@ fn owned_live<P: Provider>(md: &ModelDeployment, ctx: &Context<P>) -> Vec<Arc<Dy
         }
         for object in ctx.owned.names_for(&kind, &ns, &name) {
             if let Some(live) = ctx.owned.get(&kind, &ns, &object)
-                && live
-                    .owner_references()
-                    .iter()
-                    .any(|o| Some(&o.uid) == uid.as_ref())
+                && owned_by(&live, md)
             {
                 out.push(live);
             }
         }
     }
     out
+}
+
+/// Whether `object` is owned by `md` (an owner reference with its uid).
+fn owned_by(object: &DynamicObject, md: &ModelDeployment) -> bool {
+    let uid = md.uid();
+    object
+        .owner_references()
+        .iter()
+        .any(|o| Some(&o.uid) == uid.as_ref())
 }
 
 fn owned_candidates<P: Provider>(
@@ -961,18 +965,13 @@ pub(crate) async fn delete_owned<P: Provider>(
     ctx: &Context<P>,
 ) -> Result<Vec<String>, Error> {
     let ns = md.namespace().unwrap_or_default();
-    let uid = md.uid();
     let mut remaining = Vec::new();
     for (resource, name) in owned_candidates(md, ctx) {
         ctx.owned.synced(&resource).await;
         let Some(live) = ctx.owned.get(&resource, &ns, &name) else {
             continue;
         };
-        let ours = live
-            .owner_references()
-            .iter()
-            .any(|o| Some(&o.uid) == uid.as_ref());
-        if !ours {
+        if !owned_by(&live, md) {
             continue;
         }
         if live.metadata.deletion_timestamp.is_none() {
@@ -1001,7 +1000,6 @@ async fn prune<P: Provider>(
         .map(|(o, r)| (r.api_version.clone(), r.kind.clone(), o.name_any()))
         .collect();
     let ns = md.namespace().unwrap_or_default();
-    let uid = md.uid();
     for (resource, name) in owned_candidates(md, ctx) {
         if wanted.contains(&(
             resource.api_version.clone(),
@@ -1013,11 +1011,7 @@ async fn prune<P: Provider>(
         let Some(live) = ctx.owned.get(&resource, &ns, &name) else {
             continue;
         };
-        let ours = live
-            .owner_references()
-            .iter()
-            .any(|o| Some(&o.uid) == uid.as_ref());
-        if !ours || live.metadata.deletion_timestamp.is_some() {
+        if !owned_by(&live, md) || live.metadata.deletion_timestamp.is_some() {
             continue;
         }
         let objects: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, &resource);
