@@ -114,6 +114,32 @@ where
     }
 }
 
+/// Wait until the process serving health on `metrics` answers `/readyz` with 200, or fail
+/// after `secs` seconds naming its last answer. Tests that route a Service to a process
+/// wait for this first: the endpoints controller lists a pod only once its readiness probe
+/// passes, and the charts probe `/readyz`.
+pub async fn ready(metrics: std::net::SocketAddr, secs: u64) -> anyhow::Result<()> {
+    let url = format!("http://{metrics}/readyz");
+    let last = std::sync::Mutex::new(String::from("no answer yet"));
+    eventually(secs, &format!("{url} to answer 200"), || async {
+        let answer = match reqwest::get(&url).await {
+            Ok(resp) => {
+                let status = resp.status();
+                let body = resp.text().await.unwrap_or_default();
+                if status.is_success() {
+                    return Some(());
+                }
+                format!("{status}: {body}")
+            }
+            Err(e) => e.to_string(),
+        };
+        *last.lock().unwrap() = answer;
+        None
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}; last answer: {}", last.lock().unwrap()))
+}
+
 /// `object` as the API server stores it after structural defaulting by `crd`'s schema for
 /// `version`: every absent property whose schema has a `default` gets it, at any depth of
 /// what is present (apiextensions-apiserver's `structuraldefaulting`). For comparing a

@@ -112,19 +112,7 @@ async fn core_two_replicas_one_leader() {
 
     // Both serve health; both become ready.
     for (_, metrics, _) in &replicas {
-        let ready = format!("http://{metrics}/readyz");
-        let seen = std::sync::Mutex::new(None);
-        let ok = eventually(20, "readyz", || async {
-            let got = get(&ready).await;
-            seen.lock().unwrap().clone_from(&got);
-            got.filter(|(s, _)| *s == 200)
-        })
-        .await;
-        assert!(
-            ok.is_ok(),
-            "{ready}: last answer {:?}",
-            seen.lock().unwrap()
-        );
+        kubeairunway_e2e::ready(*metrics, 20).await.unwrap();
         assert_eq!(
             get(&format!("http://{metrics}/healthz")).await.unwrap().0,
             200

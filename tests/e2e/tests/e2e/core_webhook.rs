@@ -538,6 +538,10 @@ async fn core_chart_webhooks_are_called_by_the_api_server_through_rotation() {
         }),
     );
     let core = tokio::spawn(kubeairunway_core::app::run(cli, rt));
+    // Routed once ready, as the endpoints controller would: before its provider cache has
+    // synced the webhook cannot tell an unregistered provider and admits with a warning
+    // (the object stored then is never checked again, its provider name being unchanged).
+    kubeairunway_e2e::ready(metrics_addr, 60).await.unwrap();
     cluster
         .route_service(&admin, system, service, 443, webhook_addr.port())
         .await
@@ -560,20 +564,25 @@ async fn core_chart_webhooks_are_called_by_the_api_server_through_rotation() {
         }
     };
     // The controller publishes its CA bundle, and the API server's informers see it.
+    // The last answer is kept: if the webhook never denies, the failure says what the API
+    // server answered instead.
+    let last = std::sync::Mutex::new(String::from("no answer yet"));
     let denied = kubeairunway_e2e::eventually(60, "the validating webhook to deny", || async {
-        let err = apply(
+        let answer = apply(
             "unknown-provider",
             json!({"model": {"id": "a/b"}, "engine": {"type": "llamacpp"}, "provider": {"name": "nonesuch"}}),
         )
-        .await
-        .err()?;
-        match err {
-            kube::Error::Api(s) if s.message.contains("nonesuch") => Some(*s),
-            _ => None,
+        .await;
+        match answer {
+            Err(kube::Error::Api(s)) if s.message.contains("nonesuch") => Some(*s),
+            other => {
+                *last.lock().unwrap() = format!("{other:?}");
+                None
+            }
         }
     })
     .await
-    .unwrap();
+    .unwrap_or_else(|e| panic!("{e}; the API server's last answer: {}", last.lock().unwrap()));
     assert!(
         denied
             .message
