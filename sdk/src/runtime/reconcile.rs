@@ -1029,6 +1029,195 @@ async fn prune<P: Provider>(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http::{Request, Response};
+    use kube::client::Body;
+
+    type ApiServer = tower_test::mock::Handle<Request<Body>, Response<Body>>;
+
+    /// A provider that renders nothing: these tests drive single steps of the runtime.
+    struct Nothing;
+
+    impl Provider for Nothing {
+        fn name(&self) -> &'static str {
+            "nothing"
+        }
+        fn config(&self) -> crate::InferenceProviderConfigSpec {
+            crate::InferenceProviderConfigSpec::default()
+        }
+        fn upstream(&self) -> crate::provider::UpstreamRef {
+            crate::provider::UpstreamRef::new("example.com", "Widget", "widgets", &["v1"])
+        }
+        fn render(
+            &self,
+            _: &ModelDeployment,
+            _: &UpstreamApi,
+        ) -> Result<crate::Rendered, crate::RenderError> {
+            Ok(crate::Rendered::default())
+        }
+        fn observe(&self, _: &ModelDeployment, _: &Live) -> Observed {
+            Observed::deploying("")
+        }
+    }
+
+    /// A context whose client is answered by the returned mock API server (no upstream
+    /// detected, no caches started).
+    fn context() -> (Arc<Context<Nothing>>, ApiServer) {
+        let (service, server) = tower_test::mock::pair::<Request<Body>, Response<Body>>();
+        let (_, upstream) = tokio::sync::watch::channel(None);
+        let ctx = Context::new(
+            Arc::new(Nothing),
+            kube::Client::new(service, "default"),
+            super::super::Options::default(),
+            upstream,
+        );
+        (Arc::new(ctx), server)
+    }
+
+    fn md(extra: &Value) -> ModelDeployment {
+        let mut md = json!({
+            "apiVersion": "kubeairunway.ai/v1alpha1", "kind": "ModelDeployment",
+            "metadata": {"name": "m", "namespace": "ns", "uid": "u", "generation": 1,
+                         "resourceVersion": "1"},
+            "spec": {"model": {"id": "a/b"}},
+        });
+        json_patch::merge(&mut md, extra);
+        serde_json::from_value(md).unwrap()
+    }
+
+    /// Take the next request and answer it with what `reply` makes of its method, path
+    /// and body.
+    async fn respond(
+        server: &mut ApiServer,
+        reply: impl FnOnce(&str, &str, &Value) -> (u16, Value),
+    ) {
+        let (request, send) = server.next_request().await.expect("a request");
+        let (method, path) = (
+            request.method().to_string(),
+            request.uri().path().to_string(),
+        );
+        let bytes = request.into_body().collect_bytes().await.unwrap();
+        let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        let (status, reply) = reply(&method, &path, &body);
+        send.send_response(
+            Response::builder()
+                .status(status)
+                .body(Body::from(serde_json::to_vec(&reply).unwrap()))
+                .unwrap(),
+        );
+    }
+
+    fn failure(code: u16, reason: &str) -> Value {
+        json!({"kind": "Status", "apiVersion": "v1", "status": "Failure", "code": code,
+               "reason": reason, "message": reason})
+    }
+
+    /// Run `step` to its end, answering each request it sends with `reply`; the requests'
+    /// methods and paths. A step cannot end while its request waits for an answer, so
+    /// this tells for certain whether it sent one.
+    async fn requests_of(
+        server: &mut ApiServer,
+        step: tokio::task::JoinHandle<()>,
+        reply: impl Fn(&str, &str, &Value) -> (u16, Value),
+    ) -> Vec<String> {
+        let mut sent = Vec::new();
+        tokio::pin!(step);
+        loop {
+            tokio::select! {
+                done = &mut step => {
+                    done.unwrap();
+                    return sent;
+                }
+                () = respond(server, |method, path, body| {
+                    sent.push(format!("{method} {path}"));
+                    reply(method, path, body)
+                }) => {}
+            }
+        }
+    }
+
+    /// A spec warning whose event the API server refused is published again on the next
+    /// reconcile of the same generation; once written, it is not published again.
+    #[tokio::test]
+    async fn warnings_are_marked_published_only_once_their_event_is_written() {
+        let (ctx, mut server) = context();
+        let md = Arc::new(md(&json!({})));
+        let warnings = Arc::new(vec![Warning::new(
+            "UnknownOverride",
+            "x is not a known key",
+        )]);
+        let publish = || {
+            let (ctx, md, warnings) = (ctx.clone(), md.clone(), warnings.clone());
+            tokio::spawn(async move { publish_warnings(&md, &ctx, &warnings).await })
+        };
+        let event = "POST /apis/events.k8s.io/v1/namespaces/ns/events".to_string();
+
+        let refused = requests_of(&mut server, publish(), |_, _, body| {
+            assert_eq!(body["reason"], "UnknownOverride");
+            (500, failure(500, "InternalError"))
+        })
+        .await;
+        assert_eq!(refused, [event.clone()]);
+        let written = requests_of(&mut server, publish(), |_, _, body| (201, body.clone())).await;
+        assert_eq!(written, [event], "the refused event is published again");
+        let again = requests_of(&mut server, publish(), |_, _, body| (201, body.clone())).await;
+        assert!(
+            again.is_empty(),
+            "a written warning is not published again for the same generation: {again:?}"
+        );
+    }
+
+    /// Deletion writes the `Terminating` status, then releases the finalizer with a patch
+    /// guarded by the resourceVersion: the one the status write returned, as the API
+    /// server answers a stale one with a conflict.
+    #[tokio::test]
+    async fn deletion_releases_the_finalizer_with_the_version_its_status_write_returned() {
+        let (ctx, mut server) = context();
+        let md = md(&json!({"metadata": {
+            "finalizers": [super::super::finalizer("nothing"), "other.example/keep"],
+            "deletionTimestamp": "2026-01-01T00:00:00Z",
+        }}));
+        let written = {
+            let mut written = md.clone();
+            written.metadata.resource_version = Some("2".into());
+            written
+        };
+        let deleting = {
+            let (md, ctx) = (md.clone(), ctx.clone());
+            tokio::spawn(async move { cleanup(&md, &ctx).await.map_err(|e| e.to_string()) })
+        };
+        respond(&mut server, |method, path, body| {
+            assert_eq!(
+                (method, path),
+                (
+                    "PATCH",
+                    "/apis/kubeairunway.ai/v1alpha1/namespaces/ns/modeldeployments/m/status"
+                )
+            );
+            assert_eq!(body["status"]["phase"], "Terminating");
+            (200, serde_json::to_value(&written).unwrap())
+        })
+        .await;
+        respond(&mut server, |method, path, body| {
+            assert_eq!(
+                (method, path),
+                (
+                    "PATCH",
+                    "/apis/kubeairunway.ai/v1alpha1/namespaces/ns/modeldeployments/m"
+                )
+            );
+            assert_eq!(
+                body["metadata"]["finalizers"],
+                json!(["other.example/keep"])
+            );
+            if body["metadata"]["resourceVersion"] == "2" {
+                (200, serde_json::to_value(&written).unwrap())
+            } else {
+                (409, failure(409, "Conflict"))
+            }
+        })
+        .await;
+        assert_eq!(deleting.await.unwrap(), Ok(Action::await_change()));
+    }
 
     #[test]
     fn drift_is_a_changed_value_we_set() {
