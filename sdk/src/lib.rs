@@ -72,3 +72,60 @@ pub const API_VERSION: &str = "kubeairunway.ai/v1alpha1";
 /// The field manager core applies its status fields (the selection) with; providers and
 /// tests that play core name it from here.
 pub const CORE_FIELD_MANAGER: &str = "kubeairunway-controller";
+
+#[cfg(test)]
+mod readme_tests {
+    /// The README's "Testing your provider" section.
+    fn testing_section() -> &'static str {
+        let readme = include_str!("../README.md");
+        let start = readme
+            .find("## Testing your provider")
+            .expect("the README's testing section");
+        let rest = &readme[start + 2..];
+        &rest[..rest.find("\n## ").unwrap_or(rest.len())]
+    }
+
+    /// The names of the `pub fn`s declared at the top level of a module's source.
+    fn public_functions(source: &str) -> Vec<&str> {
+        source
+            .lines()
+            .filter_map(|l| {
+                l.strip_prefix("pub fn ")
+                    .or_else(|| l.strip_prefix("pub async fn "))
+            })
+            .filter_map(|l| l.split(['(', '<']).next())
+            .collect()
+    }
+
+    /// Every helper of the `testing` feature is documented where a provider's author
+    /// looks for it, as `testing::<name>`.
+    #[test]
+    fn every_testing_helper_is_in_the_readme() {
+        let section = testing_section();
+        let mut helpers: Vec<String> = public_functions(include_str!("testing.rs"))
+            .into_iter()
+            .map(|f| format!("testing::{f}"))
+            .collect();
+        helpers.extend(
+            public_functions(include_str!("testing/overrides.rs"))
+                .into_iter()
+                .map(|f| format!("testing::overrides::{f}")),
+        );
+        helpers.push("testing::mock::pair".into());
+        assert!(helpers.len() > 10, "the helpers were found: {helpers:?}");
+        let missing: Vec<&String> = helpers
+            .iter()
+            .filter(|h| !section.contains(h.as_str()))
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "not in the README's testing section: {missing:?}"
+        );
+    }
+
+    #[test]
+    fn public_functions_are_read_from_the_top_level_only() {
+        let source = "pub fn a(x: u8) {}\npub async fn b<T>() {}\n    pub fn c() {}\nfn d() {}\n";
+        assert_eq!(public_functions(source), ["a", "b"]);
+    }
+}
