@@ -123,6 +123,36 @@ mod readme_tests {
         );
     }
 
+    /// The SDK's docs (README, rustdoc, comments, examples) stand on their own: no
+    /// references to numbered sections (the section sign, U+00A7) of documents a third
+    /// party does not have.
+    #[test]
+    fn docs_cite_no_sections_a_third_party_cannot_read() {
+        fn visit(dir: &std::path::Path, found: &mut Vec<String>) {
+            for entry in std::fs::read_dir(dir).unwrap().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    visit(&path, found);
+                } else if path.extension().is_some_and(|e| e == "rs" || e == "md")
+                    && std::fs::read_to_string(&path).unwrap().contains('\u{a7}')
+                {
+                    found.push(path.display().to_string());
+                }
+            }
+        }
+        let sdk = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let mut found = Vec::new();
+        for part in ["README.md", "src", "examples", "tests"] {
+            let path = sdk.join(part);
+            if path.is_dir() {
+                visit(&path, &mut found);
+            } else if std::fs::read_to_string(&path).unwrap().contains('\u{a7}') {
+                found.push(path.display().to_string());
+            }
+        }
+        assert!(found.is_empty(), "section references in {found:?}");
+    }
+
     #[test]
     fn public_functions_are_read_from_the_top_level_only() {
         let source = "pub fn a(x: u8) {}\npub async fn b<T>() {}\n    pub fn c() {}\nfn d() {}\n";

@@ -1244,10 +1244,11 @@ mod tests {
     #[test]
     fn has_guards_only_the_last_step() {
         let cpu = md(json!({"model": {"id": "a/b"}, "engine": {"type": "llamacpp"}}));
-        // `resources` is absent: the seed's form fails, the guarded form works.
+        // `resources` is absent: `has(spec.resources.gpu)` alone fails (it guards only its
+        // last step), the form that guards every step works.
         let configs = [
             provider(
-                "seedform",
+                "unguarded",
                 &[EngineType::Llamacpp],
                 true,
                 false,
@@ -1275,7 +1276,7 @@ mod tests {
             "{s:?}"
         );
         assert_eq!(s.rule_errors.len(), 1);
-        assert_eq!(s.rule_errors[0].provider, "seedform");
+        assert_eq!(s.rule_errors[0].provider, "unguarded");
     }
 
     #[test]

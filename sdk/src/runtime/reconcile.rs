@@ -891,8 +891,6 @@ pub(crate) async fn release_finalizer<P: Provider>(
     set_finalizers(md, ctx, rest).await
 }
 
-/// Every object of `md` this provider may own: by kind, the names it renders now and the
-/// names the caches hold labelled for `md`.
 /// Every object `md` owns that the caches hold, of every kind the provider renders or
 /// owns (being deleted or not): what runs for it, for the warmup gate.
 fn owned_live<P: Provider>(md: &ModelDeployment, ctx: &Context<P>) -> Vec<Arc<DynamicObject>> {
@@ -926,6 +924,8 @@ fn owned_by(object: &DynamicObject, md: &ModelDeployment) -> bool {
         .any(|o| Some(&o.uid) == uid.as_ref())
 }
 
+/// Every object of `md` this provider may own: by kind, the names it renders now and the
+/// names the caches hold labelled for `md`.
 fn owned_candidates<P: Provider>(
     md: &ModelDeployment,
     ctx: &Context<P>,
