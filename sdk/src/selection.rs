@@ -1207,6 +1207,29 @@ mod tests {
         assert!(RuleInput::new(&applied).widest < 100);
     }
 
+    /// As the README says: `metadata.labels` and `metadata.annotations` are present
+    /// (empty) on a ModelDeployment without any, so a rule guarded by `in` is safe there,
+    /// while indexing a missing key fails.
+    #[test]
+    fn metadata_maps_are_present_when_empty() {
+        let plain = md(json!({"model": {"id": "a/b"}}));
+        let mut labelled = plain.clone();
+        labelled.metadata.labels = Some(BTreeMap::from([("team".into(), "ml".into())]));
+        let eval = |rule: &str, md: &ModelDeployment| {
+            let input = RuleInput::new(md);
+            CompiledRule::compile(rule, 1).eval(&input, &input.context())
+        };
+        let guarded = "'team' in metadata.labels && metadata.labels['team'] == 'ml'";
+        assert_eq!(eval(guarded, &plain), Ok(false));
+        assert_eq!(eval(guarded, &labelled), Ok(true));
+        assert_eq!(eval("size(metadata.annotations) == 0", &plain), Ok(true));
+        assert_eq!(
+            eval("metadata.name == 'm' && metadata.namespace == 'ns'", &plain),
+            Ok(true)
+        );
+        assert!(eval("metadata.labels['team'] == 'ml'", &plain).is_err());
+    }
+
     #[test]
     fn bad_rules_are_reported_and_skipped() {
         let configs = [
