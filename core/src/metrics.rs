@@ -9,9 +9,9 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
+use crate::reconciler::Cached;
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
-use crate::reconciler::Cached;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
@@ -133,9 +133,7 @@ fn gauges(mds: &[Arc<Cached>]) -> Gauges {
                         "custom"
                     }
                 });
-            *by_provider
-                .entry((p, reason.to_string()))
-                .or_default() += 1;
+            *by_provider.entry((p, reason.to_string())).or_default() += 1;
         }
         let name = md.name_any();
         g.deployment_phase

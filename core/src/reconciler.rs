@@ -20,9 +20,9 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
+use kubeairunway_sdk::compact::Compact;
 use kubeairunway_sdk::conditions::{self, PROVIDER_SELECTED, VALIDATED, reasons};
 use kubeairunway_sdk::events::{Event, EventType, Recorder, Reporter};
-use kubeairunway_sdk::compact::Compact;
 use kubeairunway_sdk::{API_VERSION, InferenceProviderConfig, ModelDeployment, labels, reflect};
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
@@ -157,8 +157,8 @@ impl Context {
 /// `provider.name` for [`core_owns_selection`]) with nothing below them; drop the
 /// last-applied annotation. A field set as a JSON tree costs kilobytes per ModelDeployment
 /// (a B-tree node per object that has a field), held for every ModelDeployment.
-fn strip<K: Resource>(md: &mut K) {
-    if let Some(fields) = md.meta_mut().managed_fields.as_mut() {
+fn strip(md: &mut ModelDeployment) {
+    if let Some(fields) = md.metadata.managed_fields.as_mut() {
         fields.retain(|f| f.manager.as_deref() == Some(FIELD_MANAGER));
         for entry in fields.iter_mut() {
             if let Some(f) = entry.fields_v1.as_mut() {
@@ -166,7 +166,7 @@ fn strip<K: Resource>(md: &mut K) {
             }
         }
     }
-    if let Some(a) = md.meta_mut().annotations.as_mut() {
+    if let Some(a) = md.metadata.annotations.as_mut() {
         a.remove(reflect::LAST_APPLIED);
     }
 }
@@ -273,12 +273,13 @@ pub async fn run(
     synced: kubeairunway_sdk::process::Check,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let mds: Api<Cached> = match &settings.namespace {
+    let mds: Api<ModelDeployment> = match &settings.namespace {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
     let ipcs: Api<InferenceProviderConfig> = Api::all(client.clone());
-    let (mds, stream) = reflect::cache(mds, watcher::Config::default().any_semantic(), (), strip);
+    let (mds, stream) =
+        reflect::compact_cache(mds, watcher::Config::default().any_semantic(), (), strip);
     let md_store = mds.store.clone();
     let stream = stream
         .applied_objects()

@@ -1,8 +1,8 @@
 //! An object as the platform's watch caches keep it: its metadata parsed (names, labels,
 //! finalizers and resourceVersions are read on every watch event), everything else
-//! (`spec`, `status`, `apiVersion`, `kind`, any other top-level field) kept as its JSON
-//! text, parsed again only when a reconcile reads the object, or in part by
-//! [`Compact::peek`].
+//! (`spec`, `status`, `apiVersion`, `kind`, any other top-level field, and
+//! `metadata.managedFields`) kept as its JSON text, parsed again only when a reconcile
+//! reads the object, or in part by [`Compact::peek`].
 //!
 //! Why: a parsed object costs several times its JSON text. A `serde_json::Value` tree
 //! allocates a B-tree node with room for eleven entries for every object that has a field
@@ -23,8 +23,10 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 /// An object of kind `K`, its metadata parsed and the rest kept as JSON text.
 pub struct Compact<K> {
+    /// The metadata without `managedFields`.
     metadata: ObjectMeta,
-    /// The top-level fields besides `metadata`, as a JSON object's text.
+    /// The object as a JSON object's text, its `metadata` holding only `managedFields`
+    /// (a field set parsed is a B-tree node per object that has a field).
     body: Box<str>,
     kind: PhantomData<fn() -> K>,
 }
@@ -62,15 +64,17 @@ impl<K: Resource + Serialize> Compact<K> {
     /// # Errors
     /// When `object` does not serialize as a JSON object (a bug in its type).
     pub fn new(mut object: K) -> Result<Self, serde_json::Error> {
-        let metadata = std::mem::take(object.meta_mut());
-        let mut value = serde_json::to_value(&object)?;
-        let Some(fields) = value.as_object_mut() else {
-            return Err(serde::ser::Error::custom("an object serializes as a JSON object"));
-        };
-        fields.remove("metadata");
+        let mut metadata = std::mem::take(object.meta_mut());
+        object.meta_mut().managed_fields = metadata.managed_fields.take();
+        let text = serde_json::to_string(&object)?;
+        if !text.starts_with('{') {
+            return Err(serde::ser::Error::custom(
+                "an object serializes as a JSON object",
+            ));
+        }
         Ok(Self {
             metadata,
-            body: value.to_string().into_boxed_str(),
+            body: text.into_boxed_str(),
             kind: PhantomData,
         })
     }
@@ -83,23 +87,18 @@ impl<K> Compact<K> {
     /// Never for a `Compact` made from a `K` (the text was written from one).
     pub fn object(&self) -> Result<K, Error>
     where
-        K: DeserializeOwned,
+        K: Resource + DeserializeOwned,
     {
-        let read = || {
-            let metadata = serde_json::to_string(&self.metadata)?;
-            // `{"metadata":...,` followed by the body's fields (its text starts with `{`).
-            let rest = self.body.strip_prefix('{').unwrap_or("}");
-            let separator = if rest.trim_start().starts_with('}') {
-                ""
-            } else {
-                ","
-            };
-            serde_json::from_str(&format!("{{\"metadata\":{metadata}{separator}{rest}"))
-        };
-        read().map_err(|source| Error {
+        let mut object: K = serde_json::from_str(&self.body).map_err(|source| Error {
             name: self.metadata.name.clone().unwrap_or_default(),
             source,
-        })
+        })?;
+        let managed_fields = object.meta_mut().managed_fields.take();
+        *object.meta_mut() = ObjectMeta {
+            managed_fields,
+            ..self.metadata.clone()
+        };
+        Ok(object)
     }
 
     /// A part of the object's body, read into a type that names only the fields wanted
@@ -208,7 +207,7 @@ mod tests {
         let compact: Compact<DynamicObject> = serde_json::from_value(original.clone()).unwrap();
         assert_eq!(compact.resource_version().as_deref(), Some("7"));
         assert_eq!(compact.labels()["kubeairunway.ai/model-deployment"], "m");
-        assert!(!compact.body.contains("metadata") && compact.body.contains("pending"));
+        assert!(!compact.body.contains("resourceVersion") && compact.body.contains("pending"));
         assert_eq!(
             serde_json::to_value(compact.object().unwrap()).unwrap(),
             original
@@ -226,8 +225,7 @@ mod tests {
             "status": {"phase": "Deploying", "provider": {"name": "dynamo"}}
         });
         let md: crate::ModelDeployment = serde_json::from_value(original.clone()).unwrap();
-        let compact: Compact<crate::ModelDeployment> =
-            serde_json::from_value(original).unwrap();
+        let compact: Compact<crate::ModelDeployment> = serde_json::from_value(original).unwrap();
         assert_eq!(compact.meta().generation, Some(3));
         assert_eq!(
             serde_json::to_value(compact.object().unwrap()).unwrap(),
@@ -244,17 +242,44 @@ mod tests {
         assert_eq!(unselected.selected_provider(), None);
         assert!(unselected.status().is_none());
         let mut empty = md;
-        empty.status.as_mut().unwrap().provider.as_mut().unwrap().name = Some(String::new());
+        empty
+            .status
+            .as_mut()
+            .unwrap()
+            .provider
+            .as_mut()
+            .unwrap()
+            .name = Some(String::new());
         assert_eq!(Compact::new(empty).unwrap().selected_provider(), None);
     }
 
     #[test]
+    fn managed_fields_are_kept_as_text_and_come_back() {
+        let original = json!({
+            "apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "c", "namespace": "ns", "uid": "u",
+                         "managedFields": [{"manager": "core", "operation": "Apply", "apiVersion": "v1",
+                                            "fieldsType": "FieldsV1",
+                                            "fieldsV1": {"f:data": {"f:a": {}}}}]},
+            "data": {"a": "1"}
+        });
+        let compact: Compact<DynamicObject> = serde_json::from_value(original.clone()).unwrap();
+        assert!(compact.meta().managed_fields.is_none());
+        assert_eq!(compact.meta().uid.as_deref(), Some("u"));
+        assert!(compact.body.contains("f:data"));
+        assert_eq!(
+            serde_json::to_value(compact.object().unwrap()).unwrap(),
+            original
+        );
+    }
+
+    #[test]
     fn an_object_of_metadata_only_comes_back() {
-        let compact: Compact<DynamicObject> =
-            Compact::new(DynamicObject::new("x", &kube::discovery::ApiResource::erase::<
-                crate::ModelDeployment,
-            >(&())))
-            .unwrap();
+        let compact: Compact<DynamicObject> = Compact::new(DynamicObject::new(
+            "x",
+            &kube::discovery::ApiResource::erase::<crate::ModelDeployment>(&()),
+        ))
+        .unwrap();
         let back = compact.object().unwrap();
         assert_eq!(back.name_any(), "x");
         assert_eq!(back.types.unwrap().kind, "ModelDeployment");

@@ -428,8 +428,8 @@ async fn lead<P: Provider>(
     let (release_tx, release_rx) = mpsc::unbounded_channel::<(String, String)>();
     let selector = format!("status.provider.name={name}");
     let finalizer_name = finalizer(&name);
-    let (mds, stream) = reflect::cache(
-        Api::<Cached>::all(client.clone()),
+    let (mds, stream) = reflect::compact_cache(
+        Api::<ModelDeployment>::all(client.clone()),
         watcher::Config::default().fields(&selector).any_semantic(),
         (),
         reflect::strip,
