@@ -142,6 +142,27 @@ impl Compact<crate::ModelDeployment> {
     }
 }
 
+impl Compact<crate::ModelDeployment> {
+    /// `spec.kernelCache.name`: the KernelCache it names, if any (the rest of the spec is
+    /// skipped, not parsed).
+    pub fn kernel_cache_name(&self) -> Option<String> {
+        #[derive(Deserialize)]
+        struct Named {
+            spec: Spec,
+        }
+        #[derive(Deserialize)]
+        #[serde(rename_all = "camelCase")]
+        struct Spec {
+            kernel_cache: Option<Reference>,
+        }
+        #[derive(Deserialize)]
+        struct Reference {
+            name: String,
+        }
+        Some(self.peek::<Named>()?.spec.kernel_cache?.name)
+    }
+}
+
 impl<'de, K> Deserialize<'de> for Compact<K>
 where
     K: Resource + Serialize + Deserialize<'de>,
@@ -232,6 +253,14 @@ mod tests {
             serde_json::to_value(&md).unwrap()
         );
         assert_eq!(compact.selected_provider().as_deref(), Some("dynamo"));
+        assert_eq!(compact.kernel_cache_name(), None);
+        let mut named = md.clone();
+        named.spec.kernel_cache =
+            Some(serde_json::from_value(json!({"name": "llama-kernels"})).unwrap());
+        assert_eq!(
+            Compact::new(named).unwrap().kernel_cache_name().as_deref(),
+            Some("llama-kernels")
+        );
         assert_eq!(
             serde_json::to_value(compact.status()).unwrap(),
             serde_json::to_value(&md.status).unwrap()
