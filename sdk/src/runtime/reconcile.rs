@@ -1159,7 +1159,7 @@ mod tests {
             (500, failure(500, "InternalError"))
         })
         .await;
-        assert_eq!(refused, [event.clone()]);
+        assert_eq!(refused, std::slice::from_ref(&event));
         let written = requests_of(&mut server, publish(), |_, _, body| (201, body.clone())).await;
         assert_eq!(written, [event], "the refused event is published again");
         let again = requests_of(&mut server, publish(), |_, _, body| (201, body.clone())).await;
