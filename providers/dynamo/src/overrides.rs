@@ -1,4 +1,4 @@
-//! `provider.overrides` the Dynamo provider reads (004 §4.15, corrected): `routerMode`,
+//! `provider.overrides` the Dynamo provider reads: `routerMode`,
 //! `frontend.replicas`, `frontend.resources.cpu`, `frontend.resources.memory`, and
 //! `runtimeVersion` (the Dynamo runtime version of a custom image, rendered as v1beta1's
 //! `runtimeVersionOverride`).

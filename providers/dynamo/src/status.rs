@@ -1,4 +1,4 @@
-//! Reading a DynamoGraphDeployment's status (design §5): `status.state` is one of
+//! Reading a DynamoGraphDeployment's status: `status.state` is one of
 //! initializing, pending, successful, failed; detail is in the `Ready` condition's reason
 //! and message; replicas per component are in `status.services` (v1alpha1) or
 //! `status.components` (v1beta1). Dynamo sets `failed` on any reconcile error, so a

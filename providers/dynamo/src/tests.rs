@@ -61,7 +61,7 @@ fn md(yaml: &str) -> ModelDeployment {
     md
 }
 
-/// 004 §4.2 example 1.
+/// An aggregated vLLM deployment of an 8B model on one GPU, with a Hugging Face token.
 fn example1() -> ModelDeployment {
     md(r"
 apiVersion: kubeairunway.ai/v1alpha1
@@ -77,7 +77,8 @@ spec:
 ")
 }
 
-/// 004 §4.2 example 3 (corrected: router mode as env, `--disaggregation-mode`).
+/// A disaggregated vLLM deployment with KV routing and a scaled frontend (router mode
+/// as env, `--disaggregation-mode`).
 fn example3() -> ModelDeployment {
     md(r#"
 apiVersion: kubeairunway.ai/v1alpha1

@@ -1,4 +1,4 @@
-//! `spec.provider.overrides` for KAITO (004 §4.15): KAITO has no supported overrides
+//! `spec.provider.overrides` for KAITO: KAITO has no supported overrides
 //! (aggregated mode only, no separate router), so every key is unknown and warns.
 
 use kubeairunway_sdk::api::ModelDeployment;

@@ -583,7 +583,7 @@ mod tests {
         serde_json::from_value(value).unwrap()
     }
 
-    /// The seed's CPU llama.cpp example (004 §4.2 example 2), as the generated sample.
+    /// The CPU llama.cpp example ModelDeployment, as the generated sample.
     fn cpu_llamacpp() -> ModelDeployment {
         let text = std::fs::read_to_string(format!(
             "{}/../../config/samples/cpu-llamacpp.yaml",

@@ -1,4 +1,4 @@
-//! KAITO's status, read as ours (design §5; not the seed's 004 §4.9 table).
+//! KAITO's status, read as ours, from the values KAITO's controllers really write.
 //!
 //! Workspace:
 //! - `status.state` (KAITO >= v0.9): `Ready` is Running; `Pending` and `NotReady` are

@@ -1,9 +1,9 @@
 //! The KubeRay provider: a ModelDeployment becomes a `ray.io/v1` RayService that runs a
 //! Ray Serve LLM OpenAI app (vLLM) on a Ray cluster of one head and GPU workers.
 //!
-//! - [`check`]: what KubeRay can serve (004 §8 messages, KubeRay's name rules, what its
+//! - [`check`]: what KubeRay can serve (messages for the user, KubeRay's name rules, what its
 //!   validation or Ray Serve LLM would refuse);
-//! - [`overrides`]: the typed `provider.overrides` (`head.*`, 004 §4.15);
+//! - [`overrides`]: the typed `provider.overrides` (`head.*`);
 //! - [`serve_config`]: the `serveConfigV2` YAML (Ray Serve LLM application);
 //! - [`storage`]: `spec.model.storage` as volumes of every Ray pod;
 //! - [`rayservice`]: the RayService object with its head and worker groups;
@@ -105,7 +105,7 @@ impl Provider for KubeRayProvider {
                 gpu_support: true,
                 ..Capabilities::default()
             }),
-            // 004 §4.4: KubeRay is never auto-selected, only when named.
+            // No selection rules: KubeRay is never auto-selected, only when named.
             selection_rules: Vec::new(),
             documentation: Some("https://docs.ray.io/en/latest/serve/llm/".to_string()),
             installation: Some(Installation {

@@ -1,4 +1,4 @@
-//! `provider.overrides` for KubeRay (004 §4.15): the Ray head's resources and start
+//! `provider.overrides` for KubeRay: the Ray head's resources and start
 //! parameters. Parsed with [`kubeairunway_sdk::overrides::parse`]: unknown keys warn,
 //! wrong types fail.
 
