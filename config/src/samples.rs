@@ -1,6 +1,7 @@
-//! The sample ModelDeployments under `config/samples/`: the three examples of 004 §4.2,
-//! and one object per rule of 004 §8 that the API server itself enforces, under
-//! `config/samples/invalid/`, each with the field and message it is refused with.
+//! The sample ModelDeployments under `config/samples/`: three examples (aggregated vLLM,
+//! llama.cpp on CPU, disaggregated vLLM with KV-aware routing), and under `config/samples/invalid/` one object
+//! per rule of the ModelDeployment CRD that the API server itself enforces, each with the
+//! field and message it is refused with.
 
 use serde_json::{Value, json};
 
@@ -9,7 +10,7 @@ use serde_json::{Value, json};
 pub struct Rejection {
     /// The field path the API server names.
     pub field: &'static str,
-    /// The message, exactly as 004 §8 words it.
+    /// The message, exactly as the CRD's rule words it.
     pub message: &'static str,
 }
 

@@ -1,9 +1,10 @@
-//! Prometheus metrics of 004 §9, in the text exposition format (prometheus-client).
+//! core's Prometheus metrics (the names the platform documents in the README), in the text
+//! exposition format (prometheus-client).
 //!
 //! Counters and the duration histogram are updated by the reconciler. The gauges that
 //! describe the current ModelDeployments (`kubeairunway_modeldeployment_total`,
 //! `kubeairunway_provider_selection`, and the per-deployment `kubeairunway_deployment_*`
-//! that §9 names by object) are computed from the controller's cache at scrape time, so
+//! named by object) are computed from the controller's cache at scrape time, so
 //! deleted objects disappear from them.
 
 use std::collections::BTreeMap;
@@ -213,7 +214,7 @@ mod tests {
     use kubeairunway_sdk::ModelDeployment;
 
     #[test]
-    fn exposes_the_names_of_004_section_9() {
+    fn exposes_every_documented_metric_name() {
         let mut registry = Registry::default();
         let m = Metrics::new(&mut registry);
         m.observe_reconcile("none", 0.01);

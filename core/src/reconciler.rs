@@ -1,4 +1,4 @@
-//! The ModelDeployment reconciler (004 §4.3 steps 1-4): pause, re-validation, provider
+//! The ModelDeployment reconciler: pause, re-validation, provider
 //! selection, and core's own status fields, applied by server-side apply under
 //! [`FIELD_MANAGER`](crate::FIELD_MANAGER).
 //!

@@ -1,5 +1,5 @@
 //! The core controller against the real API server: provider selection for every row of
-//! the decision table of 004 §4.4 with the InferenceProviderConfigs the three built-in
+//! core's decision table (explicit, capability match, priority, none) with the InferenceProviderConfigs the three built-in
 //! providers ship, status by server-side apply, pause, a custom selector, provider-owned
 //! status fields surviving core's applies, bad selection rules reported on their config,
 //! and the ProviderSelected event.

@@ -1,4 +1,4 @@
-//! Status ownership by server-side apply (004 §3.10): core and a provider each apply
+//! Status ownership by server-side apply: core and a provider each apply
 //! their own status fields and condition types to the same ModelDeployment; neither
 //! erases the other's, and writing a field the other owns is a conflict.
 
