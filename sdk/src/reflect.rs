@@ -122,26 +122,33 @@ pub fn cache<K>(
     config: watcher::Config,
     dyntype: K::DynamicType,
     shape: Shape<K>,
-) -> (
-    Cache<K>,
-    impl Stream<Item = Result<watcher::Event<K>, watcher::Error>> + Send + 'static,
-)
+) -> (Cache<K>, impl Stream<Item = Events<K>> + Send + 'static)
 where
     K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
 {
-    let writer = reflector::store::Writer::new(dyntype);
+    filled(
+        reflector::store::Writer::new(dyntype),
+        watcher(api, config).default_backoff().modify(shape),
+    )
+}
+
+/// A cache filled by `events` through `writer`, and the stream that fills it.
+fn filled<K>(
+    writer: reflector::store::Writer<K>,
+    events: impl Stream<Item = Events<K>> + Send + 'static,
+) -> (Cache<K>, impl Stream<Item = Events<K>> + Send + 'static)
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+{
     let store = writer.as_reader();
     let (tx, synced) = watch::channel(false);
-    let stream = watcher(api, config)
-        .default_backoff()
-        .modify(shape)
-        .reflect(writer)
-        .inspect(move |event| {
-            if matches!(event, Ok(watcher::Event::InitDone)) {
-                tx.send_replace(true);
-            }
-        });
+    let stream = events.reflect(writer).inspect(move |event| {
+        if matches!(event, Ok(watcher::Event::InitDone)) {
+            tx.send_replace(true);
+        }
+    });
     (Cache { store, synced }, stream)
 }
 
@@ -169,20 +176,13 @@ where
         + 'static,
     K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
 {
-    let writer = reflector::store::Writer::new(dyntype);
-    let store = writer.as_reader();
-    let (tx, synced) = watch::channel(false);
-    let stream = watcher(api, config)
-        .default_backoff()
-        .modify(shape)
-        .filter_map(|event| std::future::ready(compact_event(event)))
-        .reflect(writer)
-        .inspect(move |event| {
-            if matches!(event, Ok(watcher::Event::InitDone)) {
-                tx.send_replace(true);
-            }
-        });
-    (Cache { store, synced }, stream)
+    filled(
+        reflector::store::Writer::new(dyntype),
+        watcher(api, config)
+            .default_backoff()
+            .modify(shape)
+            .filter_map(|event| std::future::ready(compact_event(event))),
+    )
 }
 
 /// What a cache's watch yields.

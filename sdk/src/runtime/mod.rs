@@ -540,6 +540,34 @@ fn receiver_stream<T: Send + 'static>(
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
 
+/// A provider that renders nothing, for unit tests that drive single steps of the
+/// runtime.
+#[cfg(test)]
+pub(crate) struct Nothing;
+
+#[cfg(test)]
+impl crate::Provider for Nothing {
+    fn name(&self) -> &'static str {
+        "nothing"
+    }
+    fn config(&self) -> crate::InferenceProviderConfigSpec {
+        crate::InferenceProviderConfigSpec::default()
+    }
+    fn upstream(&self) -> crate::provider::UpstreamRef {
+        crate::provider::UpstreamRef::new("example.com", "Widget", "widgets", &["v1"])
+    }
+    fn render(
+        &self,
+        _: &crate::ModelDeployment,
+        _: &crate::UpstreamApi,
+    ) -> Result<crate::Rendered, crate::RenderError> {
+        Ok(crate::Rendered::default())
+    }
+    fn observe(&self, _: &crate::ModelDeployment, _: &crate::Live) -> crate::Observed {
+        crate::Observed::deploying("")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use clap::{CommandFactory, Parser};
@@ -561,30 +589,6 @@ mod tests {
         let cli = Cli::try_parse_from(["some-provider", "--cluster-domain=corp.example"]).unwrap();
         assert_eq!(cli.options.cluster_domain, "corp.example");
         assert_eq!(cli.own, "x");
-    }
-
-    struct Nothing;
-
-    impl crate::Provider for Nothing {
-        fn name(&self) -> &'static str {
-            "nothing"
-        }
-        fn config(&self) -> crate::InferenceProviderConfigSpec {
-            crate::InferenceProviderConfigSpec::default()
-        }
-        fn upstream(&self) -> crate::provider::UpstreamRef {
-            crate::provider::UpstreamRef::new("example.com", "Widget", "widgets", &["v1"])
-        }
-        fn render(
-            &self,
-            _: &crate::ModelDeployment,
-            _: &crate::UpstreamApi,
-        ) -> Result<crate::Rendered, crate::RenderError> {
-            Ok(crate::Rendered::default())
-        }
-        fn observe(&self, _: &crate::ModelDeployment, _: &crate::Live) -> crate::Observed {
-            crate::Observed::deploying("")
-        }
     }
 
     /// Run one term of `lead` against an API server that never answers, with `upstream`
@@ -613,7 +617,7 @@ mod tests {
             "nothing",
         ));
         let running = tokio::spawn(super::lead(
-            std::sync::Arc::new(Nothing),
+            std::sync::Arc::new(super::Nothing),
             client,
             super::Options::default(),
             detected,

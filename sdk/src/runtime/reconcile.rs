@@ -1037,30 +1037,7 @@ mod tests {
 
     type ApiServer = tower_test::mock::Handle<Request<Body>, Response<Body>>;
 
-    /// A provider that renders nothing: these tests drive single steps of the runtime.
-    struct Nothing;
-
-    impl Provider for Nothing {
-        fn name(&self) -> &'static str {
-            "nothing"
-        }
-        fn config(&self) -> crate::InferenceProviderConfigSpec {
-            crate::InferenceProviderConfigSpec::default()
-        }
-        fn upstream(&self) -> crate::provider::UpstreamRef {
-            crate::provider::UpstreamRef::new("example.com", "Widget", "widgets", &["v1"])
-        }
-        fn render(
-            &self,
-            _: &ModelDeployment,
-            _: &UpstreamApi,
-        ) -> Result<crate::Rendered, crate::RenderError> {
-            Ok(crate::Rendered::default())
-        }
-        fn observe(&self, _: &ModelDeployment, _: &Live) -> Observed {
-            Observed::deploying("")
-        }
-    }
+    use super::super::Nothing;
 
     /// A context whose client is answered by the returned mock API server (no upstream
     /// detected, no caches started).
