@@ -473,7 +473,9 @@ mod tests {
         let src = Path::new(env!("CARGO_MANIFEST_DIR"))
             .join("tests/data/triton-cuda-vector-add/5W7KJQDTJCL4UGPMKKCS7TEEPZKSWOY4774SZQ6674FWSXG5MNXQ");
         let dir = tempfile::tempdir().unwrap();
-        let hash = dir.path().join("5W7KJQDTJCL4UGPMKKCS7TEEPZKSWOY4774SZQ6674FWSXG5MNXQ");
+        let hash = dir
+            .path()
+            .join("5W7KJQDTJCL4UGPMKKCS7TEEPZKSWOY4774SZQ6674FWSXG5MNXQ");
         fs::create_dir(&hash).unwrap();
         let mut kernel: Value =
             serde_json::from_slice(&fs::read(src.join("add_kernel.json")).unwrap()).unwrap();

@@ -76,15 +76,15 @@ pub fn list(
         listed.count += 1;
         let binary = binary(&dir)?;
         if !binary.is_empty() {
-            listed.entries.push(
-                json!({"vllmHash": name, "cacheFormat": "binary", "binary": binary}),
-            );
+            listed
+                .entries
+                .push(json!({"vllmHash": name, "cacheFormat": "binary", "binary": binary}));
         } else if let Some(triton) = find_dir(&dir, "triton_cache")? {
             let kernels = triton_entries(&triton)?;
             if !kernels.is_empty() {
-                listed.entries.push(
-                    json!({"vllmHash": name, "cacheFormat": "triton", "triton": kernels}),
-                );
+                listed
+                    .entries
+                    .push(json!({"vllmHash": name, "cacheFormat": "triton", "triton": kernels}));
             }
         }
     }
@@ -99,9 +99,9 @@ pub fn list(
             .collect();
         if !models.is_empty() {
             listed.count += 1;
-            listed.entries.push(
-                json!({"vllmHash": name, "cacheFormat": "binary", "binary": models}),
-            );
+            listed
+                .entries
+                .push(json!({"vllmHash": name, "cacheFormat": "binary", "binary": models}));
         }
     }
     Ok(listed)
@@ -116,10 +116,9 @@ fn binary(hash_dir: &Path) -> Result<Vec<Value>, BuildError> {
             continue;
         }
         for (prefix, prefix_dir) in dirs(&rank_dir)? {
-            let Ok(bytes) = crate::files::read_bounded(
-                &prefix_dir.join("cache_key_factors.json"),
-                16 << 20,
-            ) else {
+            let Ok(bytes) =
+                crate::files::read_bounded(&prefix_dir.join("cache_key_factors.json"), 16 << 20)
+            else {
                 continue;
             };
             let Ok(factors) = serde_json::from_slice::<Value>(&bytes) else {
@@ -242,7 +241,11 @@ mod tests {
         )
         .unwrap();
         let backbone = "torch_compile_cache/edf531ca35/rank_0_0/backbone";
-        write(root.path(), &format!("{backbone}/cache_key_factors.json"), &factors);
+        write(
+            root.path(),
+            &format!("{backbone}/cache_key_factors.json"),
+            &factors,
+        );
         for n in [1, 0] {
             write(
                 root.path(),
@@ -250,7 +253,11 @@ mod tests {
                 b"x",
             );
         }
-        write(root.path(), &format!("{backbone}/vllm_compile_cache.py"), b"{}");
+        write(
+            root.path(),
+            &format!("{backbone}/vllm_compile_cache.py"),
+            b"{}",
+        );
         let listed = list(root.path(), no_triton).unwrap();
         assert_eq!(listed.count, 1);
         assert_eq!(listed.format(), "binary");
@@ -304,7 +311,10 @@ mod tests {
         assert_eq!(listed.entries[0]["cacheFormat"], "triton");
         assert_eq!(listed.entries[0]["triton"][0]["arch"], "90");
         assert_eq!(listed.entries[1]["vllmHash"], "cccc");
-        assert_eq!(listed.entries[1]["binary"][0]["cache_save_format"], MEGA_AOT);
+        assert_eq!(
+            listed.entries[1]["binary"][0]["cache_save_format"],
+            MEGA_AOT
+        );
         assert_eq!(listed.entries.len(), 2);
         let empty = tempfile::tempdir().unwrap();
         let none = list(empty.path(), no_triton).unwrap();
