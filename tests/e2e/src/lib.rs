@@ -134,11 +134,16 @@ pub async fn ready(metrics: std::net::SocketAddr, secs: u64) -> anyhow::Result<(
             }
             Err(e) => e.to_string(),
         };
-        *last.lock().unwrap() = answer;
+        if let Ok(mut last) = last.lock() {
+            *last = answer;
+        }
         None
     })
     .await
-    .map_err(|e| anyhow::anyhow!("{e}; last answer: {}", last.lock().unwrap()))
+    .map_err(|e| {
+        let last = last.lock().map(|l| l.clone()).unwrap_or_default();
+        anyhow::anyhow!("{e}; last answer: {last}")
+    })
 }
 
 /// `object` as the API server stores it after structural defaulting by `crd`'s schema for
