@@ -228,10 +228,6 @@ mod tests {
         fs::write(path, data).unwrap();
     }
 
-    fn no_triton(_: &Path) -> Result<Vec<Value>, BuildError> {
-        Ok(Vec::new())
-    }
-
     #[test]
     fn the_real_binary_cache_is_one_binary_entry() {
         let root = tempfile::tempdir().unwrap();
@@ -258,7 +254,7 @@ mod tests {
             &format!("{backbone}/vllm_compile_cache.py"),
             b"{}",
         );
-        let listed = list(root.path(), no_triton).unwrap();
+        let listed = list(root.path(), |_| Ok(Vec::new())).unwrap();
         assert_eq!(listed.count, 1);
         assert_eq!(listed.format(), "binary");
         let entry = &listed.entries[0];
@@ -317,7 +313,7 @@ mod tests {
         );
         assert_eq!(listed.entries.len(), 2);
         let empty = tempfile::tempdir().unwrap();
-        let none = list(empty.path(), no_triton).unwrap();
+        let none = list(empty.path(), |_| Ok(Vec::new())).unwrap();
         assert_eq!((none.count, none.format().as_str()), (0, "unpacked"));
     }
 
