@@ -104,6 +104,7 @@ pub fn package(dir: &Path, cache_type: CacheType, targets: &[Target]) -> Result<
         CacheType::Vllm => {
             let listed = crate::vllm::list(dir, |triton| Ok(kernels(triton, &walk(triton)?)?.0))?;
             labels.insert(format!("cache.{prefix}format"), listed.format());
+            labels.extend(listed.kserve_labels());
             (listed.manifest(), listed.count)
         }
     };

@@ -14,7 +14,8 @@
 //! The manifest is `{"vllm": [{"vllmHash", "cacheFormat", "binary"|"triton": [...]}]}`
 //! (`VLLMCacheMetadata`, field names and omissions as Go's `encoding/json` writes them);
 //! MCV's reader (`mcv/pkg/preflightcheck/vllm.go@f0e65de4`) refuses an entry of any
-//! other `cacheFormat`. The `cache.vllm.image/format` label names the formats present.
+//! other `cacheFormat`. The `cache.vllm.image/format` label names the formats present;
+//! the `io.kserve.km/*` labels are the hints MCV adds for KServe's kernel manager.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -50,6 +51,50 @@ impl Listed {
         } else {
             formats.join(",")
         }
+    }
+
+    /// The KServe kernel-manager hints MCV's create adds to a vLLM cache image
+    /// (`VLLMCache.Labels`): the framework and cache type, the hashes listed (first seen
+    /// first), the subpath to mount (`torch_compile_cache`, or its `torch_aot_compile/`
+    /// when the first hash is an AOT one) and the cache root variable at KServe's path.
+    /// None when nothing is listed.
+    pub fn kserve_labels(&self) -> Vec<(String, String)> {
+        let mut hashes: Vec<&str> = Vec::new();
+        for hash in self.entries.iter().filter_map(|e| e["vllmHash"].as_str()) {
+            if !hash.is_empty() && !hashes.contains(&hash) {
+                hashes.push(hash);
+            }
+        }
+        let Some(first) = hashes.first() else {
+            return Vec::new();
+        };
+        let first = self
+            .entries
+            .iter()
+            .find(|e| e["vllmHash"] == *first)
+            .unwrap_or(&Value::Null);
+        let aot = first["cacheFormat"] == "aot_compile"
+            || first["binary"]
+                .as_array()
+                .is_some_and(|b| b.iter().any(|r| r["cache_save_format"] == MEGA_AOT));
+        let subpath = if aot {
+            format!("torch_compile_cache/{AOT_DIR}")
+        } else {
+            "torch_compile_cache".into()
+        };
+        [
+            ("framework", "vllm".to_string()),
+            ("cache-type", "torch-compile".into()),
+            ("cache-hash", hashes.join(",")),
+            ("cache-mount-subpath", subpath),
+            (
+                "cache-root-env",
+                "VLLM_CACHE_ROOT=/home/kserve/.cache/vllm".into(),
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (format!("io.kserve.km/{k}"), v))
+        .collect()
     }
 
     /// The manifest document.
@@ -220,6 +265,8 @@ fn dirs(dir: &Path) -> Result<Vec<(String, PathBuf)>, BuildError> {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
 
     fn write(root: &Path, rel: &str, data: &[u8]) {
@@ -275,6 +322,20 @@ mod tests {
         assert_eq!(record["compiler_hash"], "4fc2f2ae9e");
         assert_eq!(record["env"]["VLLM_COMPILE_CACHE_SAVE_FORMAT"], "binary");
         assert_eq!(listed.manifest()["vllm"][0], *entry);
+        assert_eq!(
+            listed.kserve_labels(),
+            [
+                ("io.kserve.km/framework", "vllm"),
+                ("io.kserve.km/cache-type", "torch-compile"),
+                ("io.kserve.km/cache-hash", "edf531ca35"),
+                ("io.kserve.km/cache-mount-subpath", "torch_compile_cache"),
+                (
+                    "io.kserve.km/cache-root-env",
+                    "VLLM_CACHE_ROOT=/home/kserve/.cache/vllm"
+                ),
+            ]
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+        );
     }
 
     #[test]
@@ -312,9 +373,25 @@ mod tests {
             MEGA_AOT
         );
         assert_eq!(listed.entries.len(), 2);
+        let hints: BTreeMap<String, String> = listed.kserve_labels().into_iter().collect();
+        assert_eq!(hints["io.kserve.km/cache-hash"], "aaaa,cccc");
+        assert_eq!(
+            hints["io.kserve.km/cache-mount-subpath"],
+            "torch_compile_cache"
+        );
+        let aot_only = Listed {
+            entries: listed.entries[1..].to_vec(),
+            count: 1,
+        };
+        let hints: BTreeMap<String, String> = aot_only.kserve_labels().into_iter().collect();
+        assert_eq!(
+            hints["io.kserve.km/cache-mount-subpath"],
+            "torch_compile_cache/torch_aot_compile"
+        );
         let empty = tempfile::tempdir().unwrap();
         let none = list(empty.path(), |_| Ok(Vec::new())).unwrap();
         assert_eq!((none.count, none.format().as_str()), (0, "unpacked"));
+        assert!(none.kserve_labels().is_empty());
     }
 
     #[test]

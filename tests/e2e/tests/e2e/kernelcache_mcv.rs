@@ -236,30 +236,13 @@ fn mcv_images() -> Vec<(
         cuda("75", 0),
     ));
 
-    // The vLLM binary cache, labelled as MCV's create does on a host without a GPU
-    // (`buildBinaryCacheSummary` falls back to the cache's target device, CUDA arch 75
-    // with the sm_ prefix, warp size 32, the CUDA version from its env; `VLLMCache.Labels`
-    // adds the format and the KServe kernel-manager hints).
+    // The vLLM binary cache, with the labels MCV's create gives it.
     let root = vllm_root();
-    let vllm_labels = labels(&[
-        ("cache.vllm.image/entry-count", "1".into()),
-        ("cache.vllm.image/cache-size-bytes", bytes_of(root.path()).to_string()),
-        (
-            "cache.vllm.image/summary",
-            r#"{"targets":[{"backend":"cuda","arch":"sm_75","warp_size":32,"cuda_version":"12.9"}]}"#.into(),
-        ),
-        ("cache.vllm.image/format", "binary".into()),
-        ("io.kserve.km/framework", "vllm".into()),
-        ("io.kserve.km/cache-type", "torch-compile".into()),
-        ("io.kserve.km/cache-hash", "edf531ca35".into()),
-        ("io.kserve.km/cache-mount-subpath", "torch_compile_cache".into()),
-        ("io.kserve.km/cache-root-env", "VLLM_CACHE_ROOT=/home/kserve/.cache/vllm".into()),
-    ]);
     let image = mcv::create(
         root.path(),
         tags(CacheType::Vllm),
         &vllm_manifest(),
-        &vllm_labels,
+        &vllm_labels(root.path()),
         "quay.io/example/llama-cache:binary",
     )
     .unwrap();
@@ -273,6 +256,28 @@ fn mcv_images() -> Vec<(
         cuda("75", 0),
     ));
     out
+}
+
+/// The labels MCV's create gives [`vllm_root`] on a host without a GPU
+/// (`buildBinaryCacheSummary`, `mcv/pkg/cache/vllm.go@f0e65de4`, falls back to the
+/// cache's target device, CUDA arch 75 with the `sm_` prefix, warp size 32 and the CUDA
+/// version from its env; `VLLMCache.Labels` adds the format and the KServe
+/// kernel-manager hints).
+fn vllm_labels(root: &Path) -> BTreeMap<String, String> {
+    labels(&[
+        ("cache.vllm.image/entry-count", "1".into()),
+        ("cache.vllm.image/cache-size-bytes", bytes_of(root).to_string()),
+        (
+            "cache.vllm.image/summary",
+            r#"{"targets":[{"backend":"cuda","arch":"sm_75","warp_size":32,"cuda_version":"12.9"}]}"#.into(),
+        ),
+        ("cache.vllm.image/format", "binary".into()),
+        ("io.kserve.km/framework", "vllm".into()),
+        ("io.kserve.km/cache-type", "torch-compile".into()),
+        ("io.kserve.km/cache-hash", "edf531ca35".into()),
+        ("io.kserve.km/cache-mount-subpath", "torch_compile_cache".into()),
+        ("io.kserve.km/cache-root-env", "VLLM_CACHE_ROOT=/home/kserve/.cache/vllm".into()),
+    ])
 }
 
 #[tokio::test]
@@ -324,12 +329,20 @@ fn our_vllm_listing_is_mcvs() {
     };
     let built = build::package(root.path(), CacheType::Vllm, &[sm75]).unwrap();
     assert_eq!(built.manifest, vllm_manifest());
-    assert_eq!(built.labels["cache.vllm.image/format"], "binary");
-    assert_eq!(built.labels["cache.vllm.image/entry-count"], "1");
+    // Every label MCV's create writes, with MCV's value; only the summary differs in
+    // form (MCV detects the building host's GPU and writes `sm_75` and the CUDA version;
+    // `cache build` writes the targets given).
+    let theirs = vllm_labels(root.path());
+    let ours = &built.labels;
     assert_eq!(
-        built.labels["cache.vllm.image/cache-size-bytes"],
-        bytes_of(root.path()).to_string()
+        ours.keys().collect::<Vec<_>>(),
+        theirs.keys().collect::<Vec<_>>()
     );
+    for (k, v) in &theirs {
+        if k != "cache.vllm.image/summary" {
+            assert_eq!(&ours[k], v, "{k}");
+        }
+    }
 }
 
 /// `kubeairunway cache build`'s packaging and push (`build::package`, `build::push`).
