@@ -198,16 +198,23 @@ pub fn targets_of(
     }
 }
 
-/// A target given without a warp size gets its backend's usual one, 32 for CUDA and 64
-/// for HIP/ROCm, as MCV's create fills it in for vLLM caches (`buildBinaryCacheSummary`,
-/// `mcv/pkg/cache/vllm.go@f0e65de4`): MCV's reader requires the summary's warp size to
+/// A target given without a warp size gets the one its GPUs report: 32 for CUDA; for
+/// HIP 32 on RDNA (`gfx10*`, `gfx11*`, `gfx12*`, wave32) and 64 elsewhere (CDNA, GCN).
+/// Triton records the device's own `warpSize` (`HIPDriver.get_current_target`,
+/// `third_party/amd/backend/driver.py@009d1405` of triton-lang/triton); MCV's create
+/// fills in 32 or 64 by backend when it sees no GPU (`buildBinaryCacheSummary`,
+/// `mcv/pkg/cache/vllm.go@f0e65de4`). MCV's reader requires the summary's warp size to
 /// equal the GPU's (`CompareCacheSummaryLabelToGPU`,
 /// `mcv/pkg/preflightcheck/utils.go@f0e65de4`), so a target without one fits no GPU
-/// there. Give `hip:gfx1100:32` for a wave32 AMD GPU.
+/// there. `hip:gfx90a:32` states one explicitly.
 pub fn with_warp_size(mut target: Target) -> Target {
     if target.warp_size.is_none() {
+        let rdna = ["gfx10", "gfx11", "gfx12"]
+            .iter()
+            .any(|p| target.arch.starts_with(p));
         target.warp_size = match target.backend.as_str() {
             "cuda" => Some(32),
+            "hip" | "rocm" if rdna => Some(32),
             "hip" | "rocm" => Some(64),
             _ => None,
         };
@@ -466,6 +473,8 @@ mod tests {
             Ok(vec![cuda32])
         );
         assert_eq!(with_warp_size(hip).warp_size, Some(64));
+        assert_eq!(with_warp_size(t("hip", "gfx1100")).warp_size, Some(32));
+        assert_eq!(with_warp_size(t("hip", "gfx942")).warp_size, Some(64));
         assert_eq!(with_warp_size(t("opencl", "x")).warp_size, None);
     }
 
