@@ -9,9 +9,9 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
+use crate::reconciler::Cached;
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
-use kubeairunway_sdk::ModelDeployment;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
@@ -39,7 +39,7 @@ pub struct Metrics {
 /// cache at scrape time (a [`Collector`]), so deleted objects disappear from them.
 #[derive(Debug, Default)]
 pub struct CacheGauges {
-    store: RwLock<Option<Store<ModelDeployment>>>,
+    store: RwLock<Option<Store<Cached>>>,
 }
 
 impl Metrics {
@@ -88,7 +88,7 @@ impl Metrics {
     }
 
     /// Use this cache for the scrape-time gauges (set by the leader's controller).
-    pub fn set_store(&self, store: Option<Store<ModelDeployment>>) {
+    pub fn set_store(&self, store: Option<Store<Cached>>) {
         if let Ok(mut s) = self.gauges.store.write() {
             *s = store;
         }
@@ -103,7 +103,9 @@ struct Gauges {
     deployment_phase: Family<Labels, Gauge>,
 }
 
-fn gauges(mds: &[Arc<ModelDeployment>]) -> Gauges {
+/// Each ModelDeployment's status is read from its cached text alone (the spec is not
+/// parsed): a scrape reads every ModelDeployment of the cluster.
+fn gauges(mds: &[Arc<Cached>]) -> Gauges {
     let g = Gauges {
         modeldeployments: Family::default(),
         provider_selection: Family::default(),
@@ -114,7 +116,7 @@ fn gauges(mds: &[Arc<ModelDeployment>]) -> Gauges {
     let mut by_provider: BTreeMap<(String, String), i64> = BTreeMap::new();
     for md in mds {
         let ns = md.namespace().unwrap_or_default();
-        let status = md.status.clone().unwrap_or_default();
+        let status = md.status().unwrap_or_default();
         let phase = status.phase.map_or("Unknown", |p| p.as_str()).to_string();
         *by_phase.entry((ns.clone(), phase.clone())).or_default() += 1;
         if let Some(p) = md.selected_provider() {
@@ -131,9 +133,7 @@ fn gauges(mds: &[Arc<ModelDeployment>]) -> Gauges {
                         "custom"
                     }
                 });
-            *by_provider
-                .entry((p.to_string(), reason.to_string()))
-                .or_default() += 1;
+            *by_provider.entry((p, reason.to_string())).or_default() += 1;
         }
         let name = md.name_any();
         g.deployment_phase
@@ -210,6 +210,7 @@ impl Collector for CacheGauges {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kubeairunway_sdk::ModelDeployment;
 
     #[test]
     fn exposes_the_names_of_004_section_9() {
@@ -225,7 +226,9 @@ mod tests {
             "replicas": {"desired": 2, "ready": 1}
         })).unwrap());
         let (store, mut writer) = kube::runtime::reflector::store();
-        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(md));
+        writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(
+            Cached::new(md).unwrap(),
+        ));
         m.set_store(Some(store));
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();

@@ -20,6 +20,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
+use kubeairunway_sdk::compact::Compact;
 use kubeairunway_sdk::conditions::{self, PROVIDER_SELECTED, VALIDATED, reasons};
 use kubeairunway_sdk::events::{Event, EventType, Recorder, Reporter};
 use kubeairunway_sdk::{API_VERSION, InferenceProviderConfig, ModelDeployment, labels, reflect};
@@ -93,6 +94,9 @@ pub enum Error {
     /// Serialising failed.
     #[error("serialising: {0}")]
     Serialize(#[from] serde_json::Error),
+    /// The cached ModelDeployment did not read back.
+    #[error("{0}")]
+    Cache(#[from] kubeairunway_sdk::compact::Error),
 }
 
 impl Error {
@@ -102,6 +106,7 @@ impl Error {
             Error::Finalizer(_) => "finalizer",
             Error::Decide(_) => "decide",
             Error::Serialize(_) => "serialize",
+            Error::Cache(_) => "cache",
         }
     }
 }
@@ -166,6 +171,10 @@ fn strip(md: &mut ModelDeployment) {
     }
 }
 
+/// A ModelDeployment as core caches it: metadata parsed, the rest as JSON text, parsed
+/// when a reconcile reads it (`kubeairunway_sdk::compact`).
+pub type Cached = Compact<ModelDeployment>;
+
 /// The outline of a field set that [`owned_status`] and [`core_owns_selection`] read:
 /// `f:status` with its fields, the keys of `f:conditions` and `f:name` of `f:provider`,
 /// each with nothing below (an empty JSON object allocates nothing).
@@ -195,16 +204,17 @@ fn owned_status_outline(fields: &Value) -> Value {
 /// deletion, labels and annotations (CEL sees them; pause), finalizers, and the selected
 /// provider. A provider's status write changes none of it and wakes no reconcile.
 #[allow(clippy::unnecessary_wraps)] // the signature kube's predicate filter asks for
-fn relevant(md: &ModelDeployment) -> Option<u64> {
+fn relevant(md: &Cached) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    md.metadata.generation.hash(&mut h);
-    md.metadata.deletion_timestamp.is_some().hash(&mut h);
-    md.metadata.labels.hash(&mut h);
-    md.metadata.annotations.hash(&mut h);
-    md.metadata.finalizers.hash(&mut h);
+    let meta = md.meta();
+    meta.generation.hash(&mut h);
+    meta.deletion_timestamp.is_some().hash(&mut h);
+    meta.labels.hash(&mut h);
+    meta.annotations.hash(&mut h);
+    meta.finalizers.hash(&mut h);
     md.selected_provider().hash(&mut h);
-    md.metadata.uid.hash(&mut h);
+    meta.uid.hash(&mut h);
     Some(h.finish())
 }
 
@@ -268,7 +278,8 @@ pub async fn run(
         None => Api::all(client.clone()),
     };
     let ipcs: Api<InferenceProviderConfig> = Api::all(client.clone());
-    let (mds, stream) = reflect::cache(mds, watcher::Config::default().any_semantic(), (), strip);
+    let (mds, stream) =
+        reflect::compact_cache(mds, watcher::Config::default().any_semantic(), (), strip);
     let md_store = mds.store.clone();
     let stream = stream
         .applied_objects()
@@ -303,7 +314,7 @@ pub async fn run(
                 .state()
                 .into_iter()
                 .filter(|md| {
-                    md.selected_provider().is_none() || md.metadata.deletion_timestamp.is_some()
+                    md.meta().deletion_timestamp.is_some() || md.selected_provider().is_none()
                 })
                 .map(|md| ObjectRef::from_obj(md.as_ref()))
                 .collect::<Vec<_>>()
@@ -326,11 +337,14 @@ pub async fn run(
 }
 
 #[allow(clippy::needless_pass_by_value)] // the signature kube-runtime wants
-fn error_policy(md: Arc<ModelDeployment>, error: &Error, ctx: Arc<Context>) -> Action {
-    let provider = md.selected_provider().unwrap_or("none");
-    ctx.metrics.count_error(provider, error.kind());
+fn error_policy(md: Arc<Cached>, error: &Error, ctx: Arc<Context>) -> Action {
+    let provider = md.selected_provider();
+    ctx.metrics
+        .count_error(provider.as_deref().unwrap_or("none"), error.kind());
     let attempts = ctx.failures.lock().map_or(1, |mut f| {
-        let n = f.entry(ObjectRef::from_obj(md.as_ref())).or_insert(0);
+        let mut key = ObjectRef::new(&md.name_any());
+        key.namespace = md.namespace();
+        let n = f.entry(key).or_insert(0);
         *n = n.saturating_add(1);
         *n
     });
@@ -340,8 +354,9 @@ fn error_policy(md: Arc<ModelDeployment>, error: &Error, ctx: Arc<Context>) -> A
 }
 
 /// Reconcile one ModelDeployment.
-pub async fn reconcile(md: Arc<ModelDeployment>, ctx: Arc<Context>) -> Result<Action, Error> {
+pub async fn reconcile(cached: Arc<Cached>, ctx: Arc<Context>) -> Result<Action, Error> {
     let start = Instant::now();
+    let md = Arc::new(cached.object()?);
     let result = reconcile_inner(&md, &ctx).await;
     if result.is_ok()
         && let Ok(mut failures) = ctx.failures.lock()

@@ -26,6 +26,7 @@
 
 pub mod admission;
 pub mod api;
+pub mod compact;
 pub mod conditions;
 pub mod defaults;
 pub mod engine;

@@ -18,6 +18,8 @@ use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
 
+use crate::compact::Compact;
+
 /// The last-applied annotation of `kubectl apply`.
 pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
 
@@ -141,6 +143,67 @@ where
             }
         });
     (Cache { store, synced }, stream)
+}
+
+/// [`cache`], each object kept as a [`Compact`] (metadata parsed, the rest as JSON text):
+/// for caches that hold an object per ModelDeployment of the cluster. `shape` runs on the
+/// parsed object before it is made compact. An object that cannot be kept (its type does
+/// not serialize, a bug) is logged and left out.
+pub fn compact_cache<K>(
+    api: Api<K>,
+    config: watcher::Config,
+    dyntype: K::DynamicType,
+    shape: Shape<K>,
+) -> (
+    Cache<Compact<K>>,
+    impl Stream<Item = Events<Compact<K>>> + Send + 'static,
+)
+where
+    K: Resource
+        + Clone
+        + std::fmt::Debug
+        + serde::Serialize
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let writer = reflector::store::Writer::new(dyntype);
+    let store = writer.as_reader();
+    let (tx, synced) = watch::channel(false);
+    let stream = watcher(api, config)
+        .default_backoff()
+        .modify(shape)
+        .filter_map(|event| std::future::ready(compact_event(event)))
+        .reflect(writer)
+        .inspect(move |event| {
+            if matches!(event, Ok(watcher::Event::InitDone)) {
+                tx.send_replace(true);
+            }
+        });
+    (Cache { store, synced }, stream)
+}
+
+/// What a cache's watch yields.
+pub type Events<K> = Result<watcher::Event<K>, watcher::Error>;
+
+/// A watch event with its object made compact; `None` (logged) when it cannot be.
+fn compact_event<K: Resource + serde::Serialize>(event: Events<K>) -> Option<Events<Compact<K>>> {
+    let compact = |object: K| {
+        let name = object.meta().name.clone().unwrap_or_default();
+        Compact::new(object)
+            .map_err(|e| tracing::error!(name, error = %e, "an object could not be cached"))
+            .ok()
+    };
+    Some(Ok(match event {
+        Err(e) => return Some(Err(e)),
+        Ok(watcher::Event::Init) => watcher::Event::Init,
+        Ok(watcher::Event::InitDone) => watcher::Event::InitDone,
+        Ok(watcher::Event::InitApply(o)) => watcher::Event::InitApply(compact(o)?),
+        Ok(watcher::Event::Apply(o)) => watcher::Event::Apply(compact(o)?),
+        Ok(watcher::Event::Delete(o)) => watcher::Event::Delete(compact(o)?),
+    }))
 }
 
 /// Drive a cache's stream until it ends, logging watch errors (the watch retries with

@@ -27,8 +27,8 @@ use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use tokio::sync::mpsc;
 
-use super::compact::Compact;
 use crate::api::ModelDeployment;
+use crate::compact::Compact;
 use crate::{labels, reflect};
 
 /// How long a reconcile waits for a kind's cache to fill when it first needs it.
@@ -58,7 +58,7 @@ impl Index {
         }
     }
 
-    fn event(&mut self, event: &watcher::Event<Compact>) {
+    fn event(&mut self, event: &watcher::Event<Compact<DynamicObject>>) {
         match event {
             watcher::Event::Init => self.pending = Some(HashMap::new()),
             watcher::Event::InitApply(o) => {
@@ -88,7 +88,7 @@ impl Index {
 
 struct KindCache {
     resource: ApiResource,
-    cache: reflect::Cache<Compact>,
+    cache: reflect::Cache<Compact<DynamicObject>>,
     index: Arc<RwLock<Index>>,
     task: tokio::task::AbortHandle,
 }
@@ -181,7 +181,7 @@ impl OwnedCache {
             return;
         };
         let index = Arc::new(RwLock::new(Index::default()));
-        let api: Api<Compact> = Api::all_with(self.client.clone(), resource);
+        let api: Api<Compact<DynamicObject>> = Api::all_with(self.client.clone(), resource);
         let (cache, stream) = reflect::cache(
             api,
             watcher::Config::default().labels(&self.selector),
@@ -245,7 +245,7 @@ impl OwnedCache {
                 KindCache {
                     resource: resource.clone(),
                     cache: reflect::Cache::fixed(
-                        objects.into_iter().map(Compact::from),
+                        objects.into_iter().filter_map(|o| Compact::new(o).ok()),
                         resource.clone(),
                     ),
                     index: Arc::new(RwLock::new(index)),
@@ -255,7 +255,7 @@ impl OwnedCache {
         }
     }
 
-    fn cache(&self, resource: &ApiResource) -> Option<reflect::Cache<Compact>> {
+    fn cache(&self, resource: &ApiResource) -> Option<reflect::Cache<Compact<DynamicObject>>> {
         self.kinds
             .lock()
             .ok()?
@@ -282,7 +282,14 @@ impl OwnedCache {
         self.cache(resource)?
             .store
             .get(&ObjectRef::new_with(name, resource.clone()).within(ns))
-            .map(|c| Arc::new(c.object()))
+            .and_then(|c| match c.object() {
+                Ok(object) => Some(Arc::new(object)),
+                // Cannot happen: the text was written from a DynamicObject.
+                Err(e) => {
+                    tracing::error!(error = %e, "a cached object does not read back");
+                    None
+                }
+            })
     }
 
     /// Names of the objects of `resource` labelled for the ModelDeployment `ns/md`.
@@ -401,7 +408,7 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn obj(name: &str, md: &str) -> Compact {
+    fn obj(name: &str, md: &str) -> Compact<DynamicObject> {
         serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": name, "namespace": "ns", "labels": {labels::MODEL_DEPLOYMENT: md}}}))
         .unwrap()
@@ -465,7 +472,7 @@ mod tests {
         >();
         let cache = OwnedCache::new(Client::new(service, "ns"), "p", Some(tx));
         let resource = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
-        let mut written = obj("a-config", "a").object();
+        let mut written = obj("a-config", "a").object().unwrap();
         written.metadata.resource_version = Some("7".into());
         let key = object_key(&resource, "ns", "a-config");
         // The watch event of our write arrived before the write's answer.

@@ -36,7 +36,6 @@
 //! ModelDeployment.)
 
 mod cache;
-mod compact;
 pub mod fit;
 mod metrics;
 mod reconcile;
@@ -56,7 +55,7 @@ use kube::api::Api;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{PredicateConfig, WatchStreamExt, watcher};
-use kube::{Client, ResourceExt};
+use kube::{Client, Resource, ResourceExt};
 use tokio::sync::{mpsc, watch};
 
 use crate::api::ModelDeployment;
@@ -359,12 +358,12 @@ pub async fn run_until<P: Provider>(
 /// the reconcile it would wake could read the store before that reconcile's status write
 /// arrives and write the same status again. (Someone removing our finalizer is noticed on
 /// the next reconcile, and deleting the ModelDeployment sets its deletion timestamp.)
-fn reconcile_relevant(md: &ModelDeployment, ours: &str) -> u64 {
+fn reconcile_relevant(md: &Cached, ours: &str) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    md.metadata.generation.hash(&mut h);
-    md.metadata.deletion_timestamp.is_some().hash(&mut h);
-    md.metadata.labels.hash(&mut h);
-    md.metadata.annotations.hash(&mut h);
+    md.meta().generation.hash(&mut h);
+    md.meta().deletion_timestamp.is_some().hash(&mut h);
+    md.meta().labels.hash(&mut h);
+    md.meta().annotations.hash(&mut h);
     md.finalizers()
         .iter()
         .filter(|f| f.as_str() != ours)
@@ -373,6 +372,10 @@ fn reconcile_relevant(md: &ModelDeployment, ours: &str) -> u64 {
     md.uid().hash(&mut h);
     h.finish()
 }
+
+/// A ModelDeployment as the runtime caches it: metadata parsed, the rest as JSON text,
+/// parsed when a reconcile reads it ([`crate::compact`]).
+pub(crate) type Cached = crate::compact::Compact<ModelDeployment>;
 
 /// One term of leadership: the heartbeat, the caches and the ModelDeployment controller,
 /// until the term ends.
@@ -425,7 +428,7 @@ async fn lead<P: Provider>(
     let (release_tx, release_rx) = mpsc::unbounded_channel::<(String, String)>();
     let selector = format!("status.provider.name={name}");
     let finalizer_name = finalizer(&name);
-    let (mds, stream) = reflect::cache(
+    let (mds, stream) = reflect::compact_cache(
         Api::<ModelDeployment>::all(client.clone()),
         watcher::Config::default().fields(&selector).any_semantic(),
         (),
@@ -444,7 +447,7 @@ async fn lead<P: Provider>(
         .predicate_filter(
             {
                 let ours = finalizer(&name);
-                move |md: &ModelDeployment| Some(reconcile_relevant(md, &ours))
+                move |md: &Cached| Some(reconcile_relevant(md, &ours))
             },
             PredicateConfig::default(),
         );
@@ -453,7 +456,11 @@ async fn lead<P: Provider>(
 
     let controller = Controller::for_stream(stream, mds.store.clone())
         .with_config(crate::process::controller_config())
-        .reconcile_on(receiver_stream(owned_rx))
+        .reconcile_on(receiver_stream(owned_rx).map(|r| {
+            let mut cached = ObjectRef::<Cached>::new(&r.name);
+            cached.namespace = r.namespace;
+            cached
+        }))
         .reconcile_all_on(upstream_changes(upstream))
         .graceful_shutdown_on({
             let term = term.clone();
@@ -483,7 +490,7 @@ async fn lead<P: Provider>(
 /// the provider's other kinds have been filled.
 async fn mark_synced<P: Provider>(
     ctx: Arc<Context<P>>,
-    mds: reflect::Cache<ModelDeployment>,
+    mds: reflect::Cache<Cached>,
     synced: process::Check,
 ) {
     if !mds.synced().await {
@@ -646,7 +653,9 @@ mod tests {
             "spec": {"model": {"id": "a/b"}},
         }))
         .unwrap();
-        let key = |md: &crate::api::ModelDeployment| super::reconcile_relevant(md, &ours);
+        let key = |md: &crate::api::ModelDeployment| {
+            super::reconcile_relevant(&super::Cached::new(md.clone()).unwrap(), &ours)
+        };
         let mut changed = md.clone();
         changed.metadata.finalizers = Some(vec![ours.clone()]);
         assert_eq!(key(&changed), key(&md), "adding our finalizer");

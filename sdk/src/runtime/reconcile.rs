@@ -51,10 +51,11 @@ pub enum Error {
 const DELETE_POLL: Duration = Duration::from_secs(2);
 
 pub(crate) async fn reconcile<P: Provider>(
-    md: Arc<ModelDeployment>,
+    cached: Arc<super::Cached>,
     ctx: Arc<Context<P>>,
 ) -> Result<Action, Error> {
     let started = Instant::now();
+    let md = cached.object().map_err(|e| Error::Other(e.to_string()))?;
     let result = reconcile_once(&md, &ctx).await;
     ctx.metrics.observe(
         if result.is_ok() { "ok" } else { "error" },
@@ -63,20 +64,22 @@ pub(crate) async fn reconcile<P: Provider>(
     if result.is_ok()
         && let Ok(mut failures) = ctx.failures.lock()
     {
-        failures.remove(&ObjectRef::from(md.as_ref()));
+        failures.remove(&ObjectRef::from(&md));
     }
     result
 }
 
 #[allow(clippy::needless_pass_by_value)] // the signature kube's Controller::run asks for
 pub(crate) fn error_policy<P: Provider>(
-    md: Arc<ModelDeployment>,
+    md: Arc<super::Cached>,
     error: &Error,
     ctx: Arc<Context<P>>,
 ) -> Action {
     ctx.metrics.error("transient");
     let attempts = ctx.failures.lock().map_or(1, |mut f| {
-        let n = f.entry(ObjectRef::from(md.as_ref())).or_insert(0);
+        let mut key = ObjectRef::new(&md.name_any());
+        key.namespace = md.namespace();
+        let n = f.entry(key).or_insert(0);
         *n = n.saturating_add(1);
         *n
     });

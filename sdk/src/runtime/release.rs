@@ -34,7 +34,7 @@ const RETRY: Duration = Duration::from_secs(2);
 /// Release every ModelDeployment sent on `requests`, and those a sweep finds.
 pub(super) async fn run<P: Provider>(
     ctx: Arc<Context<P>>,
-    mds: reflect::Cache<ModelDeployment>,
+    mds: reflect::Cache<super::Cached>,
     mut requests: mpsc::UnboundedReceiver<(String, String)>,
 ) {
     if !mds.synced().await {
@@ -81,7 +81,7 @@ pub(super) async fn run<P: Provider>(
 /// see it).
 fn orphans<P: Provider>(
     ctx: &Context<P>,
-    mds: &Store<ModelDeployment>,
+    mds: &Store<super::Cached>,
 ) -> BTreeSet<(String, String)> {
     ctx.owned
         .model_deployments()
@@ -94,7 +94,7 @@ fn orphans<P: Provider>(
 /// `Ok(false)` while its objects are still being deleted.
 async fn release<P: Provider>(
     ctx: &Context<P>,
-    mds: &Store<ModelDeployment>,
+    mds: &Store<super::Cached>,
     ns: &str,
     name: &str,
 ) -> Result<bool, super::Error> {

@@ -34,6 +34,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use kubeairunway_sdk::ModelDeployment;
+use kubeairunway_sdk::compact::Compact;
 use kubeairunway_sdk::conditions::{self, KERNEL_CACHE_READY};
 use kubeairunway_sdk::events::{Event, EventType, Recorder, Reporter};
 use kubeairunway_sdk::process::Check;
@@ -137,6 +138,9 @@ pub enum Error {
     /// The Kubernetes API failed.
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
+    /// A cached ModelDeployment did not read back.
+    #[error("{0}")]
+    Cache(#[from] kubeairunway_sdk::compact::Error),
 }
 
 /// Run the controllers and the registration until `shutdown`; `synced` is set once every
@@ -152,7 +156,15 @@ pub async fn run(
     let (nodes, node_stream) = reflected::<KernelCacheNode>(&client);
     let (caches, cache_stream) = reflected::<KernelCache>(&client);
     let (policies, policy_stream) = reflected::<KernelCachePolicy>(&client);
-    let (mds, md_stream) = reflected::<ModelDeployment>(&client);
+    // Every ModelDeployment of the cluster, kept compact; only those naming a cache are
+    // parsed, when reconciled.
+    let (mds, md_stream) = reflect::compact_cache(
+        Api::<ModelDeployment>::all(client.clone()),
+        watcher::Config::default(),
+        (),
+        reflect::strip,
+    );
+    let md_stream = md_stream.touched_objects();
     let (node_meta, node_meta_stream) = reflected::<PartialObjectMeta<Node>>(&client);
     let readiness = tokio::spawn({
         let (nodes, caches, policies, mds, node_meta) = (
@@ -277,8 +289,10 @@ fn cache_controller(
 /// changes wake the ModelDeployments in their namespace that name them.
 fn md_controller(
     client: &Client,
-    mds: &Cache<ModelDeployment>,
-    md_stream: impl futures::Stream<Item = Result<ModelDeployment, watcher::Error>> + Send + 'static,
+    mds: &Cache<Compact<ModelDeployment>>,
+    md_stream: impl futures::Stream<Item = Result<Compact<ModelDeployment>, watcher::Error>>
+    + Send
+    + 'static,
     caches: Cache<KernelCache>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> impl std::future::Future<Output = ()> {
@@ -289,7 +303,7 @@ fn md_controller(
             .state()
             .iter()
             .filter(|md| md.namespace().as_deref() == Some(ns.as_str()))
-            .filter(|md| names_cache(md) == Some(name.as_str()))
+            .filter(|md| md.kernel_cache_name().as_deref() == Some(name.as_str()))
             .map(|md| ObjectRef::from_obj(md.as_ref()))
             .collect::<Vec<_>>()
     };
@@ -363,10 +377,6 @@ where
         reflect::strip,
     );
     (cache, stream.touched_objects())
-}
-
-fn names_cache(md: &ModelDeployment) -> Option<&str> {
-    md.spec.kernel_cache.as_ref().map(|k| k.name.as_str())
 }
 
 #[allow(clippy::needless_pass_by_value)] // kube-runtime's error-policy signature
@@ -946,16 +956,21 @@ struct MdCtx {
 }
 
 #[allow(clippy::needless_pass_by_value)] // kube-runtime's error-policy signature
-fn md_error(_: Arc<ModelDeployment>, error: &Error, _: Arc<MdCtx>) -> Action {
+fn md_error(_: Arc<Compact<ModelDeployment>>, error: &Error, _: Arc<MdCtx>) -> Action {
     warn!(%error, "writing KernelCacheReady");
     Action::requeue(Duration::from_secs(10))
 }
 
 /// `KernelCacheReady` on one ModelDeployment that names a cache.
-async fn reconcile_md(md: Arc<ModelDeployment>, ctx: Arc<MdCtx>) -> Result<Action, Error> {
-    let Some(name) = names_cache(&md) else {
+async fn reconcile_md(
+    cached: Arc<Compact<ModelDeployment>>,
+    ctx: Arc<MdCtx>,
+) -> Result<Action, Error> {
+    let Some(name) = cached.kernel_cache_name() else {
         return Ok(Action::await_change());
     };
+    let name = name.as_str();
+    let md = cached.object()?;
     // An empty cache store would report every cache missing after a restart.
     if !ctx.caches.synced_within(SYNC_WAIT).await {
         return Ok(Action::requeue(Duration::from_secs(5)));

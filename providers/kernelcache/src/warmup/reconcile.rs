@@ -59,6 +59,9 @@ pub enum Error {
     /// The Kubernetes API failed.
     #[error("Kubernetes API: {0}")]
     Kube(#[from] kube::Error),
+    /// A cached ModelDeployment did not read back.
+    #[error("{0}")]
+    Cache(#[from] kubeairunway_sdk::compact::Error),
 }
 
 struct Ctx {
@@ -69,7 +72,7 @@ struct Ctx {
     warmups: Cache<Warmup>,
     pods: Cache<Pod>,
     nodes: Cache<Node>,
-    mds: Cache<ModelDeployment>,
+    mds: Cache<kubeairunway_sdk::compact::Compact<ModelDeployment>>,
     kernel_caches: Cache<KernelCache>,
     reports: Cache<KernelCacheNode>,
     /// The status last written, per Warmup UID.
@@ -283,7 +286,9 @@ pub async fn run(
         (),
         shape_node,
     );
-    let (mds, md_stream) = reflect::cache(
+    // Every ModelDeployment of the cluster, kept compact; one is parsed when a Warmup
+    // targeting it is reconciled.
+    let (mds, md_stream) = reflect::compact_cache(
         Api::<ModelDeployment>::all(client.clone()),
         all.clone(),
         (),
@@ -600,7 +605,9 @@ async fn reconcile_warmup(w: Arc<Warmup>, ctx: Arc<Ctx>) -> Result<Action, Error
         .spec
         .target_model_deployment
         .as_ref()
-        .and_then(|t| ctx.mds.store.get(&ObjectRef::new(&t.name).within(&ns)));
+        .and_then(|t| ctx.mds.store.get(&ObjectRef::new(&t.name).within(&ns)))
+        .map(|cached| cached.object())
+        .transpose()?;
     let generation = w.metadata.generation;
     let running_pods = || {
         attempts
@@ -609,7 +616,7 @@ async fn reconcile_warmup(w: Arc<Warmup>, ctx: Arc<Ctx>) -> Result<Action, Error
             .map(|a| a.pod.clone())
             .collect::<Vec<_>>()
     };
-    let plan = match resolve(&current, md.as_deref()) {
+    let plan = match resolve(&current, md.as_ref()) {
         Resolved::Invalid(message) => Plan {
             status: decide::invalid(&previous, generation, &message, now),
             delete: running_pods(),
@@ -626,7 +633,7 @@ async fn reconcile_warmup(w: Arc<Warmup>, ctx: Arc<Ctx>) -> Result<Action, Error
         }
         Resolved::Ready(actions) => {
             let nodes = ctx.nodes.store.state();
-            let targets = targets::targets(&w.spec, md.as_deref(), &nodes, &actions.tolerations);
+            let targets = targets::targets(&w.spec, md.as_ref(), &nodes, &actions.tolerations);
             let by_name: HashMap<String, &Arc<Node>> =
                 nodes.iter().map(|n| (n.name_any(), n)).collect();
             let mut cache_states: BTreeMap<String, BTreeMap<String, OnNode>> = BTreeMap::new();

@@ -119,15 +119,16 @@ async fn handle(State(state): State<AppState>, body: Bytes) -> Response {
 
 /// Reflector stores of ModelDeployments and KernelCaches, kept current in the background.
 pub fn stores(client: &Client) -> Stores {
-    let (model_deployments, w1) = reflector::store();
+    // Every ModelDeployment of the cluster, kept compact (a pod names one at most).
+    let (model_deployments, md_stream) = kubeairunway_sdk::reflect::compact_cache(
+        Api::<kubeairunway_sdk::ModelDeployment>::all(client.clone()),
+        watcher::Config::default(),
+        (),
+        kubeairunway_sdk::reflect::strip,
+    );
+    let model_deployments = model_deployments.store;
+    let mds = kubeairunway_sdk::reflect::drive("ModelDeployment", md_stream);
     let (kernel_caches, w2) = reflector::store();
-    let mds = reflector(
-        w1,
-        watcher(Api::all(client.clone()), watcher::Config::default()),
-    )
-    .default_backoff()
-    .applied_objects()
-    .for_each(|_| async {});
     let caches = reflector(
         w2,
         watcher(Api::all(client.clone()), watcher::Config::default()),

@@ -56,7 +56,7 @@ pub const POD_SECURITY_ENFORCE: &str = "pod-security.kubernetes.io/enforce";
 #[derive(Clone)]
 pub struct Stores {
     /// ModelDeployments, every namespace.
-    pub model_deployments: Store<ModelDeployment>,
+    pub model_deployments: Store<kubeairunway_sdk::compact::Compact<ModelDeployment>>,
     /// KernelCaches, every namespace.
     pub kernel_caches: Store<KernelCache>,
     /// Namespaces (metadata only).
@@ -71,8 +71,17 @@ impl std::fmt::Debug for Stores {
 
 impl Lookup for Stores {
     fn model_deployment(&self, namespace: &str, name: &str) -> Option<Arc<ModelDeployment>> {
-        self.model_deployments
-            .get(&ObjectRef::new(name).within(namespace))
+        let cached = self
+            .model_deployments
+            .get(&ObjectRef::new(name).within(namespace))?;
+        match cached.object() {
+            Ok(md) => Some(Arc::new(md)),
+            // Cannot happen: the text was written from a ModelDeployment.
+            Err(e) => {
+                tracing::error!(error = %e, "a cached ModelDeployment does not read back");
+                None
+            }
+        }
     }
     fn kernel_cache(&self, namespace: &str, name: &str) -> Option<Arc<KernelCache>> {
         self.kernel_caches

@@ -768,6 +768,19 @@ async fn a_model_deployments_nodes_get_its_image_and_its_kernel_cache() {
     .await
     .unwrap();
     // h100-2's pod is done, but its cache is still staging: the node is not warm yet.
+    // (The controller writes a node as active before it creates its pod, so the status
+    // alone cannot tell a pod about to be made from a done pod held by its cache: both
+    // pods are waited for first.)
+    let done = eventually(60, "both warmup pods to succeed", || async {
+        let pods = warmup_pods(&client, &ns).await;
+        let succeeded = pods
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"))
+            .count();
+        (succeeded == 2).then_some(pods)
+    })
+    .await;
+    assert!(done.is_ok(), "{done:?}");
     let s = status_where(
         &client,
         &ns,
