@@ -110,7 +110,8 @@ pub struct BuildArgs {
     /// A GPU target the cache was built for, `BACKEND:ARCH[:WARP_SIZE]` (`cuda:90`,
     /// `cuda:sm_90`, `hip:gfx90a:64`; repeatable). Required for vLLM, whose caches do not
     /// record it; for Triton read from the kernels' own metadata, and checked against them
-    /// when given.
+    /// when given. Without a warp size, the one the GPUs report (32 for CUDA and AMD RDNA,
+    /// 64 for other AMD GPUs).
     #[arg(long = "target", value_name = "BACKEND:ARCH[:WARP]", value_parser = parse_target)]
     pub targets: Vec<Target>,
     /// Sign the pushed image with this cosign private key (`cosign generate-key-pair`'s

@@ -7,10 +7,15 @@
 //! ([`docker_auth`]); optionally signed with a cosign key ([`crate::sign`]).
 //!
 //! Triton: every `<hash>/<kernel>.json` with a `target` (`backend`, `arch`, `warp_size`)
-//! is a cache entry; the manifest lists them as MCV does (`hash`, `num_stages`,
-//! `num_warps`, `backend`, `arch`, `warp_size`). vLLM caches do not record the GPU they
-//! were built for: the targets are given (`--target cuda:90`), checked against any Triton
-//! kernel metadata inside. The layer lists files in a stable order with fixed times and
+//! is a cache entry; the manifest lists them as MCV does (`TritonCacheMetadata`,
+//! `mcv/pkg/cache/types.go@f0e65de4` of redhat-et/GKM: `hash`, `ptx_version`,
+//! `num_stages`, `num_warps`, `debug`, `backend`, `arch`, `warp_size`; not `dummy_key`,
+//! which MCV derives from the building host's Triton installation and checks only on
+//! `--baremetal` hosts with that installation). vLLM caches are listed as MCV lists them
+//! ([`crate::vllm`]) but do not record the GPU they were built for: the targets are given
+//! (`--target cuda:90`), checked against any Triton kernel metadata inside. Every target
+//! in the summary label has a warp size (MCV's reader compares it; see
+//! [`with_warp_size`]). The layer lists files in a stable order with fixed times and
 //! owners, so the same directory always gives the same digest.
 
 use std::collections::BTreeMap;
@@ -92,23 +97,22 @@ pub fn package(dir: &Path, cache_type: CacheType, targets: &[Target]) -> Result<
         }
         v
     }).collect::<Vec<_>>()});
-    let manifest = match cache_type {
-        CacheType::Triton => json!({"triton": entries}),
-        CacheType::Vllm => json!({"vllm": summary["targets"]}),
-    };
-    let entry_count = match cache_type {
-        CacheType::Triton => entries.len(),
-        CacheType::Vllm => fs::read_dir(dir.join("torch_compile_cache")).map_or(0, Iterator::count),
-    };
     let prefix = format!("{}.image/", cache_type.as_str());
-    let labels = BTreeMap::from([
-        (
-            format!("cache.{prefix}entry-count"),
-            entry_count.to_string(),
-        ),
-        (format!("cache.{prefix}cache-size-bytes"), size.to_string()),
-        (format!("cache.{prefix}summary"), summary.to_string()),
-    ]);
+    let mut labels = BTreeMap::from([(format!("cache.{prefix}summary"), summary.to_string())]);
+    let (manifest, entry_count) = match cache_type {
+        CacheType::Triton => (json!({"triton": entries}), entries.len()),
+        CacheType::Vllm => {
+            let listed = crate::vllm::list(dir, |triton| Ok(kernels(triton, &walk(triton)?)?.0))?;
+            labels.insert(format!("cache.{prefix}format"), listed.format());
+            labels.extend(listed.kserve_labels());
+            (listed.manifest(), listed.count)
+        }
+    };
+    labels.insert(
+        format!("cache.{prefix}entry-count"),
+        entry_count.to_string(),
+    );
+    labels.insert(format!("cache.{prefix}cache-size-bytes"), size.to_string());
     let layer = layer(dir, &files, cache_type, &manifest)?;
     let config = serde_json::to_vec(&json!({
         "architecture": "amd64",
@@ -143,6 +147,7 @@ fn kernels(dir: &Path, files: &[(PathBuf, u64)]) -> Result<(Vec<Value>, Vec<Targ
                 arch: entry["arch"].as_str().unwrap_or_default().to_string(),
                 warp_size: entry["warp_size"]
                     .as_u64()
+                    .filter(|w| *w != 0)
                     .and_then(|w| u32::try_from(w).ok()),
             };
             if !found.contains(&t) {
@@ -164,6 +169,8 @@ pub fn targets_of(
     found: &[Target],
     compile_cache: bool,
 ) -> Result<Vec<Target>, String> {
+    let given: Vec<Target> = given.iter().cloned().map(with_warp_size).collect();
+    let given = given.as_slice();
     match (cache_type, given.is_empty()) {
         (CacheType::Triton, true) if found.is_empty() => {
             Err("no Triton kernel metadata (<hash>/<kernel>.json with a target)".into())
@@ -175,7 +182,13 @@ pub fn targets_of(
         (CacheType::Vllm, false) if !compile_cache => {
             Err("no torch_compile_cache/: give a VLLM_CACHE_ROOT".into())
         }
-        (_, false) => match found.iter().find(|t| !given.contains(t)) {
+        (_, false) => match found.iter().find(|f| {
+            !given.iter().any(|g| {
+                g.backend == f.backend
+                    && g.arch == f.arch
+                    && (f.warp_size.is_none() || g.warp_size == f.warp_size)
+            })
+        }) {
             Some(t) => Err(format!(
                 "the cache holds kernels for {}:{}, not among the targets given",
                 t.backend, t.arch
@@ -185,7 +198,33 @@ pub fn targets_of(
     }
 }
 
-/// A Triton kernel's metadata as an MCV manifest entry, when the file is one.
+/// A target given without a warp size gets the one its GPUs report: 32 for CUDA; for
+/// HIP 32 on RDNA (`gfx10*`, `gfx11*`, `gfx12*`, wave32) and 64 elsewhere (CDNA, GCN).
+/// Triton records the device's own `warpSize` (`HIPDriver.get_current_target`,
+/// `third_party/amd/backend/driver.py@009d1405` of triton-lang/triton); MCV's create
+/// fills in 32 or 64 by backend when it sees no GPU (`buildBinaryCacheSummary`,
+/// `mcv/pkg/cache/vllm.go@f0e65de4`). MCV's reader requires the summary's warp size to
+/// equal the GPU's (`CompareCacheSummaryLabelToGPU`,
+/// `mcv/pkg/preflightcheck/utils.go@f0e65de4`), so a target without one fits no GPU
+/// there. `hip:gfx90a:32` states one explicitly.
+pub fn with_warp_size(mut target: Target) -> Target {
+    if target.warp_size.is_none() {
+        let rdna = ["gfx10", "gfx11", "gfx12"]
+            .iter()
+            .any(|p| target.arch.starts_with(p));
+        target.warp_size = match target.backend.as_str() {
+            "cuda" => Some(32),
+            "hip" | "rocm" if rdna => Some(32),
+            "hip" | "rocm" => Some(64),
+            _ => None,
+        };
+    }
+    target
+}
+
+/// A Triton kernel's metadata as an MCV manifest entry (`TritonCacheMetadata`, with Go's
+/// `omitempty`: no zero `ptx_version`, `num_stages` or `num_warps`, no false `debug`),
+/// when the file is one.
 fn kernel_entry(path: &Path) -> Result<Option<Value>, BuildError> {
     let bytes = crate::files::read_bounded(path, 16 << 20)
         .map_err(io(format!("reading {}", path.display())))?;
@@ -201,14 +240,19 @@ fn kernel_entry(path: &Path) -> Result<Option<Value>, BuildError> {
         Value::Number(n) => n.to_string(),
         _ => return Ok(None),
     };
-    Ok(Some(json!({
-        "hash": meta["hash"],
-        "num_stages": meta["num_stages"],
-        "num_warps": meta["num_warps"],
-        "backend": backend.to_ascii_lowercase(),
-        "arch": arch,
-        "warp_size": target["warp_size"],
-    })))
+    let mut entry = json!({"hash": meta["hash"]});
+    for field in ["ptx_version", "num_stages", "num_warps"] {
+        if let Some(n) = meta[field].as_u64().filter(|n| *n != 0) {
+            entry[field] = json!(n);
+        }
+    }
+    if meta["debug"] == true {
+        entry["debug"] = json!(true);
+    }
+    entry["backend"] = json!(backend.to_ascii_lowercase());
+    entry["arch"] = json!(arch);
+    entry["warp_size"] = json!(target["warp_size"].as_u64().unwrap_or(0));
+    Ok(Some(entry))
 }
 
 /// Regular files below `dir` (relative, sorted) with their sizes; links and special
@@ -388,7 +432,7 @@ mod tests {
         let both = [hip.clone(), cuda.clone()];
         assert_eq!(
             targets_of(CacheType::Triton, &both, &found, false),
-            Ok(both.to_vec())
+            Ok(both.iter().cloned().map(with_warp_size).collect())
         );
         assert_eq!(
             targets_of(
@@ -411,8 +455,101 @@ mod tests {
         );
         assert_eq!(
             targets_of(CacheType::Vllm, std::slice::from_ref(&cuda), &[], true),
-            Ok(vec![cuda])
+            Ok(vec![with_warp_size(cuda.clone())])
         );
+        // A target given without a warp size gets its backend's, so it covers a kernel
+        // that states it.
+        let cuda32 = Target {
+            warp_size: Some(32),
+            ..cuda.clone()
+        };
+        assert_eq!(
+            targets_of(
+                CacheType::Triton,
+                std::slice::from_ref(&cuda),
+                std::slice::from_ref(&cuda32),
+                false
+            ),
+            Ok(vec![cuda32])
+        );
+        assert_eq!(with_warp_size(hip).warp_size, Some(64));
+        assert_eq!(with_warp_size(t("hip", "gfx1100")).warp_size, Some(32));
+        assert_eq!(with_warp_size(t("hip", "gfx942")).warp_size, Some(64));
+        assert_eq!(with_warp_size(t("opencl", "x")).warp_size, None);
+    }
+
+    /// A copy of the CUDA vector-add cache whose kernel states a PTX version and debug.
+    fn cuda_cache() -> tempfile::TempDir {
+        let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/data/triton-cuda-vector-add/5W7KJQDTJCL4UGPMKKCS7TEEPZKSWOY4774SZQ6674FWSXG5MNXQ");
+        let dir = tempfile::tempdir().unwrap();
+        let hash = dir
+            .path()
+            .join("5W7KJQDTJCL4UGPMKKCS7TEEPZKSWOY4774SZQ6674FWSXG5MNXQ");
+        fs::create_dir(&hash).unwrap();
+        let mut kernel: Value =
+            serde_json::from_slice(&fs::read(src.join("add_kernel.json")).unwrap()).unwrap();
+        kernel["ptx_version"] = json!(84);
+        kernel["debug"] = json!(true);
+        fs::write(hash.join("add_kernel.json"), kernel.to_string()).unwrap();
+        fs::copy(
+            src.join("__grp__add_kernel.json"),
+            hash.join("__grp__add_kernel.json"),
+        )
+        .unwrap();
+        dir
+    }
+
+    #[test]
+    fn triton_entries_carry_what_mcvs_reader_compares() {
+        let dir = cuda_cache();
+        let built = package(dir.path(), CacheType::Triton, &[]).unwrap();
+        let entry = &built.manifest["triton"][0];
+        // The CUDA arch is an int in Triton's metadata and a string in MCV's manifest.
+        assert_eq!(entry["arch"], "75");
+        assert_eq!(entry["backend"], "cuda");
+        assert_eq!(entry["warp_size"], 32);
+        assert_eq!(entry["ptx_version"], 84);
+        assert_eq!(entry["debug"], true);
+        assert!(entry.get("dummy_key").is_none());
+        assert_eq!(
+            built.labels["cache.triton.image/summary"],
+            r#"{"targets":[{"arch":"75","backend":"cuda","warp_size":32}]}"#
+        );
+    }
+
+    #[test]
+    fn vllm_caches_are_listed_and_labelled_as_mcv_does() {
+        let root = tempfile::tempdir().unwrap();
+        let backbone = root
+            .path()
+            .join("torch_compile_cache/edf531ca35/rank_0_0/backbone");
+        fs::create_dir_all(&backbone).unwrap();
+        fs::copy(
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/data/vllm-llama-binary/cache_key_factors.json"),
+            backbone.join("cache_key_factors.json"),
+        )
+        .unwrap();
+        fs::write(
+            backbone.join("artifact_compile_range_1_2048_subgraph_0"),
+            b"artifact",
+        )
+        .unwrap();
+        let cuda = Target {
+            backend: "cuda".into(),
+            arch: "90".into(),
+            warp_size: None,
+        };
+        let built = package(root.path(), CacheType::Vllm, &[cuda]).unwrap();
+        assert_eq!(built.labels["cache.vllm.image/format"], "binary");
+        assert_eq!(built.labels["cache.vllm.image/entry-count"], "1");
+        assert_eq!(
+            built.labels["cache.vllm.image/summary"],
+            r#"{"targets":[{"arch":"90","backend":"cuda","warp_size":32}]}"#
+        );
+        assert_eq!(built.manifest["vllm"][0]["cacheFormat"], "binary");
+        assert_eq!(built.manifest["vllm"][0]["vllmHash"], "edf531ca35");
     }
 
     #[test]

@@ -186,9 +186,11 @@ pub fn from_labels(labels: &BTreeMap<String, String>) -> Result<CacheImage, Imag
     })
 }
 
-/// Targets listed in a layer manifest (`{"triton": [{backend, arch, warp_size, ...}]}`
-/// or the vLLM equivalent): every entry of the manifest's top-level lists that names a
-/// backend.
+/// Targets listed in a layer manifest (`{"triton": [{backend, arch, warp_size, ...}]}`,
+/// or MCV's vLLM manifest, whose `triton`-format entries list their kernels one level
+/// down: `{"vllm": [{"cacheFormat": "triton", "triton": [{backend, ...}]}]}`): every
+/// entry that names a backend, in the manifest's top-level lists or in the lists of
+/// their entries. (vLLM binary entries name no GPU: none for those.)
 pub fn manifest_targets(cache_type: CacheType, manifest: &[u8]) -> Result<Vec<Target>, ImageError> {
     let bad = |reason: String| ImageError::BadManifest {
         path: cache_type.manifest_path().into(),
@@ -203,7 +205,18 @@ pub fn manifest_targets(cache_type: CacheType, manifest: &[u8]) -> Result<Vec<Ta
         .flat_map(|o| o.values())
         .filter_map(Value::as_array)
     {
-        for entry in list.iter().filter(|e| e.get("backend").is_some()) {
+        let nested = list
+            .iter()
+            .filter(|e| e.get("backend").is_none())
+            .filter_map(Value::as_object)
+            .flat_map(|e| e.values())
+            .filter_map(Value::as_array)
+            .flatten();
+        for entry in list
+            .iter()
+            .chain(nested)
+            .filter(|e| e.get("backend").is_some())
+        {
             let t = target(entry).map_err(bad)?;
             if !targets.contains(&t) {
                 targets.push(t);
@@ -227,8 +240,10 @@ fn target(v: &Value) -> Result<Target, String> {
     if arch.is_empty() {
         return Err("a target has an empty arch".into());
     }
+    // MCV's Go code writes a missing warp size as 0 (`int`, not `omitempty`): unknown.
     let warp_size = match v.get("warp_size") {
         None | Some(Value::Null) => None,
+        Some(w) if w.as_u64() == Some(0) => None,
         Some(w) => Some(
             w.as_u64()
                 .and_then(|w| u32::try_from(w).ok())
@@ -297,9 +312,22 @@ mod tests {
     }
 
     #[test]
+    fn mcvs_vllm_manifest_lists_triton_kernels_one_level_down() {
+        let manifest = br#"{"vllm":[{"vllmHash":"a","cacheFormat":"triton","triton":[{"hash":"h","backend":"hip","arch":"gfx90a","warp_size":64}]},{"vllmHash":"b","cacheFormat":"binary","binary":[{"rank":"rank_0_0","prefix":"backbone"}]}]}"#;
+        assert_eq!(
+            manifest_targets(CacheType::Vllm, manifest).unwrap(),
+            [Target {
+                backend: "hip".into(),
+                arch: "gfx90a".into(),
+                warp_size: Some(64)
+            }]
+        );
+    }
+
+    #[test]
     fn vllm_summaries_with_sm_prefix_and_int_arch() {
         let labels: BTreeMap<String, String> = [
-            ("cache.vllm.image/summary".to_string(), r#"{"targets":[{"backend":"CUDA","arch":"sm_90","warp_size":32},{"backend":"cuda","arch":80}]}"#.to_string()),
+            ("cache.vllm.image/summary".to_string(), r#"{"targets":[{"backend":"CUDA","arch":"sm_90","warp_size":32},{"backend":"cuda","arch":80,"warp_size":0}]}"#.to_string()),
             ("cache.vllm.image/entry-count".to_string(), "12".to_string()),
         ]
         .into();

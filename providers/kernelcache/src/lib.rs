@@ -26,5 +26,6 @@ pub mod sign;
 pub mod status;
 pub mod triton;
 pub mod verify;
+pub mod vllm;
 pub mod warmup;
 pub mod webhook;

@@ -8,7 +8,14 @@
 //!   artifact whose `subject` is the image. A registry with the referrers API lists it by
 //!   itself; on one without, it is added to the image index under the fallback tag
 //!   `sha256-<hex>`, as cosign does (`cosign sign --key K --use-signing-config=false
-//!   --tlog-upload=false`, cosign 3.1.1).
+//!   --tlog-upload=false`, cosign 3.1.1, the version `tests/cluster/fetch-cosign.sh`
+//!   fetches). The layout follows cosign's code: the bundle with a public-key hint and
+//!   no certificate (`MakeProtobufBundle`, `pkg/cosign/bundle/protobundle.go@v3.1.1`),
+//!   written by `cmd/cosign/cli/sign/sign.go@v3.1.1` through
+//!   `WriteAttestationNewBundleFormat` and `WriteReferrer`
+//!   (`pkg/oci/remote/write.go@v3.1.1`): one layer of the bundle media type v0.3, the
+//!   empty config, `subject` the image, and the annotations `dev.sigstore.bundle.content`,
+//!   `dev.sigstore.bundle.predicateType` and `org.opencontainers.image.created`.
 //! - [`Format::Legacy`]: cosign's simple-signing object under the tag `sha256-<hex>.sig`
 //!   (`cosign sign --new-bundle-format=false`), through the sigstore crate's cosign client.
 
@@ -71,7 +78,8 @@ pub async fn sign(
     .map_err(|e| err(&e))
 }
 
-/// The in-toto statement cosign signs for an image digest (`sha256:<hex>`).
+/// The in-toto statement cosign signs for an image digest (`sha256:<hex>`), of
+/// predicate type `CosignSignPredicateType` (`pkg/types/predicate.go@v3.1.1`).
 pub fn statement(digest: &str) -> Vec<u8> {
     let hex_digest = digest.strip_prefix("sha256:").unwrap_or(digest);
     // Field order as cosign 3.1.1 writes it.

@@ -4,6 +4,7 @@
 pub mod admission;
 pub mod cache_images;
 pub mod helm;
+pub mod mcv;
 pub mod operators;
 pub mod outage;
 pub mod rbac;

@@ -41,6 +41,8 @@ mod kernelcache;
 mod kernelcache_agent;
 #[path = "e2e/kernelcache_controller.rs"]
 mod kernelcache_controller;
+#[path = "e2e/kernelcache_mcv.rs"]
+mod kernelcache_mcv;
 #[path = "e2e/kernelcache_verify.rs"]
 mod kernelcache_verify;
 #[path = "e2e/kernelcache_walkthrough.rs"]

@@ -166,20 +166,41 @@ mod tests {
     }
 
     #[test]
-    fn plain_http_registries_come_from_the_environment_as_the_controllers_do() {
+    fn every_flag_has_one_environment_variable_shared_with_the_controller_and_named_in_the_readme()
+    {
         use clap::CommandFactory;
+        let readme = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"),
+        )
+        .unwrap()
+        .replace('\n', " ");
+        // long flag -> (environment variable, value delimiter), across both binaries.
+        let mut seen: std::collections::BTreeMap<String, (String, Option<char>)> =
+            std::collections::BTreeMap::new();
         for cmd in [Cli::command(), crate::controller::app::Cli::command()] {
-            let arg = cmd
-                .get_arguments()
-                .find(|a| a.get_long() == Some("plain-http-registry"))
-                .unwrap();
-            assert_eq!(
-                arg.get_env().and_then(|e| e.to_str()),
-                Some("PLAIN_HTTP_REGISTRIES"),
-                "{}",
-                cmd.get_name()
-            );
-            assert_eq!(arg.get_value_delimiter(), Some(','), "{}", cmd.get_name());
+            for arg in cmd.get_arguments() {
+                let Some(long) = arg.get_long() else { continue };
+                if ["help", "version"].contains(&long) {
+                    continue;
+                }
+                let env = arg
+                    .get_env()
+                    .and_then(|e| e.to_str())
+                    .unwrap_or_else(|| {
+                        panic!("{} --{long} has no environment variable", cmd.get_name())
+                    })
+                    .to_string();
+                let named = format!("`--{long}` (`{env}`");
+                assert!(readme.contains(&named), "the README does not name {named})");
+                let this = (env, arg.get_value_delimiter());
+                if let Some(other) = seen.insert(long.to_string(), this.clone()) {
+                    assert_eq!(other, this, "--{long} differs between the binaries");
+                }
+            }
         }
+        assert_eq!(
+            seen["plain-http-registry"],
+            ("PLAIN_HTTP_REGISTRIES".to_string(), Some(','))
+        );
     }
 }

@@ -155,3 +155,66 @@ impl NodeApi for Fixed {
         Box::pin(async move { Ok(NodeInfo { uid: None, labels }) })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::time::Duration;
+
+    /// The error `get` gives once the watch has failed (it says "not found" until then).
+    async fn failed(node: &KubeNode) -> String {
+        loop {
+            match node.get().await {
+                Err(e) if e != "Node gpu-1 not found" => return e,
+                Ok(_) => panic!("the Node was read"),
+                Err(_) => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn without_the_node_api_the_agent_says_what_failed() {
+        // An API server that refuses the Node (RBAC) answers with a Status.
+        let (client, mut server) = kubeairunway_sdk::testing::mock::pair();
+        let node = KubeNode::watch(client, "gpu-1");
+        server
+            .answer(
+                |method, uri, _| {
+                    assert_eq!(method, http::Method::GET);
+                    assert!(
+                        uri.starts_with("/api/v1/nodes?")
+                            && uri.contains("fieldSelector=metadata.name%3Dgpu-1"),
+                        "{uri}"
+                    );
+                },
+                403,
+                json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+                    "message": "nodes is forbidden: User \"system:serviceaccount:k:agent\" cannot list resource \"nodes\"",
+                    "reason": "Forbidden", "code": 403}),
+            )
+            .await
+            .unwrap();
+        let e = tokio::time::timeout(Duration::from_secs(30), failed(&node))
+            .await
+            .unwrap();
+        assert_eq!(
+            e,
+            "watching Node gpu-1: 403 Forbidden: nodes is forbidden: User \"system:serviceaccount:k:agent\" cannot list resource \"nodes\""
+        );
+
+        // A server without the Node API answers 404 without a Status: the error still
+        // names what failed and the code, never an empty text.
+        let (client, mut server) = kubeairunway_sdk::testing::mock::pair();
+        let node = KubeNode::watch(client, "gpu-1");
+        server
+            .answer(|_, _, _| {}, 404, json!("404 page not found"))
+            .await
+            .unwrap();
+        let e = tokio::time::timeout(Duration::from_secs(30), failed(&node))
+            .await
+            .unwrap();
+        assert!(e.starts_with("watching Node gpu-1: "), "{e}");
+        assert!(e.contains("404"), "{e}");
+    }
+}

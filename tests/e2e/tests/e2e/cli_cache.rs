@@ -314,7 +314,9 @@ async fn cache_build_pushes_and_signs_and_verify_gives_the_controllers_verdict()
     .await;
     assert_eq!(code, 0, "{out}{err}");
     assert!(
-        out.contains(r#"  cache.vllm.image/summary: {"targets":[{"arch":"90","backend":"cuda"}]}"#),
+        out.contains(
+            r#"  cache.vllm.image/summary: {"targets":[{"arch":"90","backend":"cuda","warp_size":32}]}"#
+        ),
         "{out}"
     );
     assert!(out.contains("not signed"), "{out}");
