@@ -211,7 +211,7 @@ fn relevant(md: &Cached) -> Option<u64> {
     meta.generation.hash(&mut h);
     meta.deletion_timestamp.is_some().hash(&mut h);
     meta.labels.hash(&mut h);
-    meta.annotations.hash(&mut h);
+    md.annotations().hash(&mut h);
     meta.finalizers.hash(&mut h);
     md.selected_provider().hash(&mut h);
     meta.uid.hash(&mut h);

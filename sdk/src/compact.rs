@@ -12,8 +12,20 @@
 //! ModelDeployment per ModelDeployment in the cluster, and a provider one object per kind
 //! it renders. Measured with the scale benchmark's heap profile (`--features
 //! heap-profile`, README "Testing").
+//!
+//! The annotations are kept in the text too: on the objects a provider renders they are
+//! long (the identity, the images, hashes), and a map of them parsed costs a B-tree node
+//! of about 540 bytes; [`Compact::annotations`] reads them. The last-applied annotation is
+//! dropped (no controller reads it).
+//!
+//! The text is held deflated against the first object of its kind ([`squeeze`]): objects
+//! of one kind differ in little more than their names, so each holds a tenth or less of
+//! its text.
+
+mod squeeze;
 
 use std::borrow::Cow;
+use std::collections::BTreeMap;
 use std::marker::PhantomData;
 
 use kube::Resource;
@@ -21,13 +33,16 @@ use kube::api::ObjectMeta;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize};
 
+use squeeze::Squeezed;
+
 /// An object of kind `K`, its metadata parsed and the rest kept as JSON text.
 pub struct Compact<K> {
-    /// The metadata without `managedFields`.
+    /// The metadata without `managedFields` and `annotations`.
     metadata: ObjectMeta,
     /// The object as a JSON object's text, its `metadata` holding only `managedFields`
-    /// (a field set parsed is a B-tree node per object that has a field).
-    body: Box<str>,
+    /// (a field set parsed is a B-tree node per object that has a field) and
+    /// `annotations`, deflated.
+    body: Squeezed,
     kind: PhantomData<fn() -> K>,
 }
 
@@ -45,7 +60,7 @@ impl<K> std::fmt::Debug for Compact<K> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Compact")
             .field("metadata", &self.metadata)
-            .field("body", &self.body)
+            .field("body", &self.body.text())
             .finish()
     }
 }
@@ -55,7 +70,29 @@ impl<K> std::fmt::Debug for Compact<K> {
 #[error("reading the cached object {name}: {source}")]
 pub struct Error {
     name: String,
-    source: serde_json::Error,
+    source: Unreadable,
+}
+
+#[derive(Debug, thiserror::Error)]
+enum Unreadable {
+    #[error("inflating its text: {0}")]
+    Inflate(#[from] squeeze::Error),
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+}
+
+/// The apiVersion and kind a text names (empty when it names none), read without
+/// keeping anything else.
+fn kind_of(text: &str) -> (Cow<'_, str>, Cow<'_, str>) {
+    #[derive(Deserialize, Default)]
+    struct Kind<'a> {
+        #[serde(default, borrow, rename = "apiVersion")]
+        api_version: Cow<'a, str>,
+        #[serde(default, borrow)]
+        kind: Cow<'a, str>,
+    }
+    let k: Kind<'_> = serde_json::from_str(text).unwrap_or_default();
+    (k.api_version, k.kind)
 }
 
 impl<K: Resource + Serialize> Compact<K> {
@@ -66,15 +103,23 @@ impl<K: Resource + Serialize> Compact<K> {
     pub fn new(mut object: K) -> Result<Self, serde_json::Error> {
         let mut metadata = std::mem::take(object.meta_mut());
         object.meta_mut().managed_fields = metadata.managed_fields.take();
+        let mut annotations = metadata.annotations.take();
+        if let Some(a) = annotations.as_mut() {
+            a.remove(crate::reflect::LAST_APPLIED);
+        }
+        object.meta_mut().annotations = annotations;
         let text = serde_json::to_string(&object)?;
         if !text.starts_with('{') {
             return Err(serde::ser::Error::custom(
                 "an object serializes as a JSON object",
             ));
         }
+        let (api_version, kind) = kind_of(&text);
+        let body =
+            Squeezed::new((&api_version, &kind), &text).map_err(serde::ser::Error::custom)?;
         Ok(Self {
             metadata,
-            body: text.into_boxed_str(),
+            body,
             kind: PhantomData,
         })
     }
@@ -89,13 +134,17 @@ impl<K> Compact<K> {
     where
         K: Resource + DeserializeOwned,
     {
-        let mut object: K = serde_json::from_str(&self.body).map_err(|source| Error {
+        let unreadable = |source: Unreadable| Error {
             name: self.metadata.name.clone().unwrap_or_default(),
             source,
-        })?;
+        };
+        let text = self.body.text().map_err(|e| unreadable(e.into()))?;
+        let mut object: K = serde_json::from_str(&text).map_err(|e| unreadable(e.into()))?;
         let managed_fields = object.meta_mut().managed_fields.take();
+        let annotations = object.meta_mut().annotations.take();
         *object.meta_mut() = ObjectMeta {
             managed_fields,
+            annotations,
             ..self.metadata.clone()
         };
         Ok(object)
@@ -105,7 +154,24 @@ impl<K> Compact<K> {
     /// (any other field is skipped without being kept): for reading a few fields of many
     /// cached objects without parsing each whole. `None` when the body does not fit `T`.
     pub fn peek<T: DeserializeOwned>(&self) -> Option<T> {
-        serde_json::from_str(&self.body).ok()
+        serde_json::from_str(&self.body.text().ok()?).ok()
+    }
+
+    /// The object's annotations (but the last-applied one), read from its text: they are
+    /// not in [`Compact::meta`]. (This method is what `compact.annotations()` calls, not
+    /// `ResourceExt::annotations`, which would read the parsed metadata.)
+    pub fn annotations(&self) -> BTreeMap<String, String> {
+        #[derive(Deserialize)]
+        struct Annotated {
+            metadata: Option<Annotations>,
+        }
+        #[derive(Deserialize)]
+        struct Annotations {
+            annotations: Option<BTreeMap<String, String>>,
+        }
+        self.peek::<Annotated>()
+            .and_then(|a| a.metadata?.annotations)
+            .unwrap_or_default()
     }
 }
 
@@ -214,6 +280,12 @@ mod tests {
     use kube::api::DynamicObject;
     use serde_json::json;
 
+    impl<K> Compact<K> {
+        fn text(&self) -> String {
+            self.body.text().unwrap()
+        }
+    }
+
     #[test]
     fn a_dynamic_object_comes_back_whole() {
         let original = json!({
@@ -228,7 +300,7 @@ mod tests {
         let compact: Compact<DynamicObject> = serde_json::from_value(original.clone()).unwrap();
         assert_eq!(compact.resource_version().as_deref(), Some("7"));
         assert_eq!(compact.labels()["kubeairunway.ai/model-deployment"], "m");
-        assert!(!compact.body.contains("resourceVersion") && compact.body.contains("pending"));
+        assert!(!compact.text().contains("resourceVersion") && compact.text().contains("pending"));
         assert_eq!(
             serde_json::to_value(compact.object().unwrap()).unwrap(),
             original
@@ -283,6 +355,26 @@ mod tests {
     }
 
     #[test]
+    fn annotations_are_kept_in_the_text_and_the_last_applied_one_is_dropped() {
+        let original = json!({
+            "apiVersion": "nvidia.com/v1alpha1", "kind": "DynamoGraphDeployment",
+            "metadata": {"name": "m", "namespace": "ns",
+                         "annotations": {"kubeairunway.ai/images": "a,b",
+                                         "kubectl.kubernetes.io/last-applied-configuration": "{}"}},
+            "spec": {}
+        });
+        let compact: Compact<DynamicObject> = serde_json::from_value(original).unwrap();
+        assert!(compact.meta().annotations.is_none());
+        let want = BTreeMap::from([("kubeairunway.ai/images".to_string(), "a,b".to_string())]);
+        assert_eq!(compact.annotations(), want);
+        assert_eq!(compact.object().unwrap().metadata.annotations, Some(want));
+        assert!(!compact.text().contains("last-applied"));
+        let bare: Compact<DynamicObject> =
+            serde_json::from_value(json!({"metadata": {"name": "b"}})).unwrap();
+        assert!(bare.annotations().is_empty());
+    }
+
+    #[test]
     fn managed_fields_are_kept_as_text_and_come_back() {
         let original = json!({
             "apiVersion": "v1", "kind": "ConfigMap",
@@ -295,7 +387,7 @@ mod tests {
         let compact: Compact<DynamicObject> = serde_json::from_value(original.clone()).unwrap();
         assert!(compact.meta().managed_fields.is_none());
         assert_eq!(compact.meta().uid.as_deref(), Some("u"));
-        assert!(compact.body.contains("f:data"));
+        assert!(compact.text().contains("f:data"));
         assert_eq!(
             serde_json::to_value(compact.object().unwrap()).unwrap(),
             original

@@ -363,7 +363,7 @@ fn reconcile_relevant(md: &Cached, ours: &str) -> u64 {
     md.meta().generation.hash(&mut h);
     md.meta().deletion_timestamp.is_some().hash(&mut h);
     md.meta().labels.hash(&mut h);
-    md.meta().annotations.hash(&mut h);
+    md.annotations().hash(&mut h);
     md.finalizers()
         .iter()
         .filter(|f| f.as_str() != ours)
