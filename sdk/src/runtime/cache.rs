@@ -37,11 +37,15 @@ const SYNC_WAIT: Duration = Duration::from_secs(30);
 /// `(namespace, ModelDeployment name)`.
 type MdKey = (String, String);
 
+/// The names of a ModelDeployment's objects of one kind, sorted: usually one, and a
+/// B-tree set would allocate a node of eleven for it.
+type Names = Vec<String>;
+
 #[derive(Default)]
 struct Index {
-    current: HashMap<MdKey, BTreeSet<String>>,
+    current: HashMap<MdKey, Names>,
     /// Being rebuilt by a relist; swapped in at its end.
-    pending: Option<HashMap<MdKey, BTreeSet<String>>>,
+    pending: Option<HashMap<MdKey, Names>>,
 }
 
 fn md_key(object: &impl kube::Resource) -> Option<MdKey> {
@@ -52,9 +56,13 @@ fn md_key(object: &impl kube::Resource) -> Option<MdKey> {
 }
 
 impl Index {
-    fn insert(map: &mut HashMap<MdKey, BTreeSet<String>>, object: &impl kube::Resource) {
+    fn insert(map: &mut HashMap<MdKey, Names>, object: &impl kube::Resource) {
         if let Some(key) = md_key(object) {
-            map.entry(key).or_default().insert(object.name_any());
+            let names = map.entry(key).or_default();
+            let name = object.name_any();
+            if let Err(at) = names.binary_search(&name) {
+                names.insert(at, name);
+            }
         }
     }
 
@@ -76,7 +84,8 @@ impl Index {
                 if let Some(key) = md_key(o)
                     && let Some(names) = self.current.get_mut(&key)
                 {
-                    names.remove(&o.name_any());
+                    let gone = o.name_any();
+                    names.retain(|n| *n != gone);
                     if names.is_empty() {
                         self.current.remove(&key);
                     }
@@ -121,11 +130,23 @@ enum OwnWrite {
 
 /// Whether a watch event of an object at `rv` wakes its ModelDeployment, given what we
 /// know of our own writes of it (`own`, updated when the event is held because a write is
-/// under way).
+/// under way). What is known is forgotten once it has served: at the event of our own
+/// write (a later event wakes as it would with nothing known) and at a deletion, so that
+/// in steady state nothing is held per object.
 fn wakes(own: &mut Option<OwnWrite>, rv: Option<&str>, deleted: bool) -> bool {
     match (own.as_mut(), deleted) {
-        (_, true) | (None, false) => true,
-        (Some(OwnWrite::Written(ours)), false) => rv != Some(ours.as_str()),
+        (_, true) => {
+            *own = None;
+            true
+        }
+        (None, false) => true,
+        (Some(OwnWrite::Written(ours)), false) => {
+            let wake = rv != Some(ours.as_str());
+            if !wake {
+                *own = None;
+            }
+            wake
+        }
         (Some(OwnWrite::InFlight(seen)), false) => {
             *seen = rv.map(str::to_string);
             false
@@ -209,9 +230,10 @@ impl OwnedCache {
                     let key = object_key(&res, &ns, &o.name_any());
                     let mut entry = w.get(&key).cloned();
                     let wake = wakes(&mut entry, o.resource_version().as_deref(), deleted);
-                    if let Some(entry) = entry {
-                        w.insert(key, entry);
-                    }
+                    match entry {
+                        Some(entry) => w.insert(key, entry),
+                        None => w.remove(&key),
+                    };
                     wake
                 });
                 if wake {
@@ -303,11 +325,7 @@ impl OwnedCache {
         kind.index
             .read()
             .ok()
-            .and_then(|i| {
-                i.current
-                    .get(&(ns.to_string(), md.to_string()))
-                    .map(|n| n.iter().cloned().collect())
-            })
+            .and_then(|i| i.current.get(&(ns.to_string(), md.to_string())).cloned())
             .unwrap_or_default()
     }
 
@@ -451,11 +469,18 @@ mod tests {
         let written = |rv: &str| Some(OwnWrite::Written(rv.into()));
         // Nothing known of the object: every event wakes.
         assert!(wakes(&mut None, Some("5"), false));
-        // The event of our own write does not; a later change by someone else does.
-        assert!(!wakes(&mut written("5"), Some("5"), false));
-        assert!(wakes(&mut written("5"), Some("6"), false));
-        // Deletion always wakes.
-        assert!(wakes(&mut written("5"), Some("5"), true));
+        // The event of our own write does not, and what was known of the write is
+        // forgotten with it; a later change by someone else wakes.
+        let mut own = written("5");
+        assert!(!wakes(&mut own, Some("5"), false));
+        assert_eq!(own, None);
+        let mut own = written("5");
+        assert!(wakes(&mut own, Some("6"), false));
+        assert_eq!(own, written("5"));
+        // Deletion always wakes, and forgets.
+        let mut own = written("5");
+        assert!(wakes(&mut own, Some("5"), true));
+        assert_eq!(own, None);
         // During a write, the event is held with its resourceVersion.
         let mut own = Some(OwnWrite::InFlight(None));
         assert!(!wakes(&mut own, Some("7"), false));
