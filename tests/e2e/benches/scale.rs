@@ -104,7 +104,6 @@ fn main() -> anyhow::Result<()> {
         #[cfg(feature = "heap-profile")]
         let _profile = dhat::Profiler::builder()
             .file_name(format!("dhat-{role}.json"))
-            .trim_backtraces(Some(40))
             .build();
         return match role.as_str() {
             "core" => rt.block_on(run_core()),
