@@ -3,11 +3,13 @@
 //! Objects of one kind in one controller's caches are nearly the same text: the same
 //! field names, the same condition types and reasons, the same labels and images, only
 //! names, uids and timestamps differ. Deflate (RFC 1951) with a preset dictionary, the
-//! text of the first object of the kind this process kept, finds those long repeats in
-//! the dictionary: a ModelDeployment of 1.4 kB with its status comes to under 110 bytes
-//! (about 470 deflated alone). Every object of a kind is deflated against the same
-//! dictionary, which it holds (an `Arc`), so nothing depends on which object came first
-//! except how well the others compress.
+//! text of an earlier object of the kind, finds those long repeats in the dictionary: a
+//! ModelDeployment of 1.4 kB with its status comes to under 110 bytes (about 470 deflated
+//! alone). The first object of a kind this process keeps is its dictionary, until a text
+//! more than a quarter longer comes (the first ModelDeployment a controller sees is often
+//! a new one, without the status most will have): that one becomes the dictionary of the
+//! texts after it. Each text holds the dictionary it was deflated against (an `Arc`), so
+//! nothing depends on which objects came first except how well the others compress.
 //!
 //! The deflate and inflate states (a few hundred kB for deflate's window and hash chains)
 //! are kept per thread and reset for each text rather than allocated for each.
@@ -37,7 +39,7 @@ pub(super) struct Squeezed {
 pub(super) struct Error(String);
 
 /// The dictionary of the kind `key` (apiVersion and kind), `text` becoming it if the kind
-/// has none yet.
+/// has none yet or `text` is more than a quarter longer (up to [`MAX_DICTIONARY`]).
 fn dictionary(key: (&str, &str), text: &[u8]) -> Arc<[u8]> {
     /// By apiVersion and kind: a process caches a handful of kinds.
     type Dictionaries = Vec<((String, String), Arc<[u8]>)>;
@@ -46,15 +48,23 @@ fn dictionary(key: (&str, &str), text: &[u8]) -> Arc<[u8]> {
     let Ok(mut all) = DICTIONARIES.get_or_init(Mutex::default).lock() else {
         return fresh();
     };
-    if let Some((_, d)) = all
-        .iter()
+    match all
+        .iter_mut()
         .find(|((a, k), _)| (a.as_str(), k.as_str()) == key)
     {
-        return d.clone();
+        Some((_, d)) if d.len() >= MAX_DICTIONARY || text.len() <= d.len() + d.len() / 4 => {
+            d.clone()
+        }
+        Some((_, d)) => {
+            *d = fresh();
+            d.clone()
+        }
+        None => {
+            let d = fresh();
+            all.push(((key.0.to_string(), key.1.to_string()), d.clone()));
+            d
+        }
     }
-    let d = fresh();
-    all.push(((key.0.to_string(), key.1.to_string()), d.clone()));
-    d
 }
 
 thread_local! {
@@ -173,6 +183,24 @@ mod tests {
         assert_eq!(other.text().unwrap(), "{}");
         assert_eq!(big.text().unwrap(), unlike);
         assert_eq!(&*other.dictionary, b"{}");
+    }
+
+    #[test]
+    fn a_much_longer_text_becomes_the_dictionary_and_earlier_texts_keep_theirs() {
+        let key = ("squeeze.test/v1", "Growing");
+        let short = Squeezed::new(key, r#"{"kind":"Growing","spec":{"a":1}}"#).unwrap();
+        let same = Squeezed::new(key, r#"{"kind":"Growing","spec":{"a":22}}"#).unwrap();
+        assert!(Arc::ptr_eq(&short.dictionary, &same.dictionary));
+        let long = object("long");
+        let longer = Squeezed::new(key, &long).unwrap();
+        assert_eq!(&*longer.dictionary, long.as_bytes());
+        let next = Squeezed::new(key, &object("next")).unwrap();
+        assert!(Arc::ptr_eq(&longer.dictionary, &next.dictionary));
+        assert_eq!(
+            short.text().unwrap(),
+            r#"{"kind":"Growing","spec":{"a":1}}"#
+        );
+        assert!(next.held() * 5 < object("next").len());
     }
 
     #[test]
