@@ -24,13 +24,13 @@
 //!   `pvcs` (see the CRD in tests/fixtures/crds/upstream).
 
 use kubeairunway_sdk::api::{StorageVolume, VolumePurpose};
+use kubeairunway_sdk::storage as sdk_storage;
 use kubeairunway_sdk::{ModelDeployment, RenderError, Warning};
-use serde_json::{Value, json};
+use serde_json::Value;
 
-/// Default mount path of a model cache (the reference CRD's `mountPath` description).
-pub const MODEL_CACHE_PATH: &str = "/model-cache";
-/// Default mount path of a compilation cache.
-pub const COMPILATION_CACHE_PATH: &str = "/compilation-cache";
+/// The SDK's default mount paths of a model and a compilation cache (the ModelDeployment
+/// CRD's `mountPath` description), as every provider mounts them.
+pub use kubeairunway_sdk::storage::{COMPILATION_CACHE_PATH, MODEL_CACHE_PATH};
 /// Access mode of a created claim when none is given.
 pub const DEFAULT_ACCESS_MODE: &str = "ReadWriteMany";
 
@@ -98,17 +98,14 @@ pub fn volumes(md: &ModelDeployment) -> Result<Vec<Volume>, RenderError> {
 
 fn resolve(md_name: &str, v: &StorageVolume) -> Result<Volume, RenderError> {
     let field = |sub: &str| format!("spec.model.storage.volumes[{}].{sub}", v.name);
-    let path = match (v.mount_path.as_deref().filter(|p| !p.is_empty()), v.purpose) {
-        (Some(p), _) => p.to_string(),
-        (None, VolumePurpose::ModelCache) => MODEL_CACHE_PATH.to_string(),
-        (None, VolumePurpose::CompilationCache) => COMPILATION_CACHE_PATH.to_string(),
-        (None, VolumePurpose::Custom) => {
-            return Err(RenderError(format!(
+    let path = sdk_storage::mount_path(v)
+        .ok_or_else(|| {
+            RenderError(format!(
                 "{} is required when purpose is custom",
                 field("mountPath")
-            )));
-        }
-    };
+            ))
+        })?
+        .to_string();
     let given = v.claim_name.clone().filter(|c| !c.is_empty());
     let create = v.size.as_ref().map(|size| NewClaim {
         size: size.0.clone(),
@@ -218,20 +215,12 @@ pub fn plan(volumes: &[Volume], version: &str) -> (Plan, Vec<Warning>) {
 
 /// The pod volume of `v`: its claim.
 pub fn pod_volume(v: &Volume) -> Value {
-    let mut claim = json!({"claimName": v.claim});
-    if v.read_only {
-        claim["readOnly"] = json!(true);
-    }
-    json!({"name": v.name, "persistentVolumeClaim": claim})
+    sdk_storage::claim_volume(&v.name, &v.claim, v.read_only)
 }
 
 /// The container mount of `v`.
 pub fn container_mount(v: &Volume) -> Value {
-    let mut mount = json!({"name": v.name, "mountPath": v.path});
-    if v.read_only {
-        mount["readOnly"] = json!(true);
-    }
-    mount
+    sdk_storage::mount(&v.name, &v.path, v.read_only)
 }
 
 #[cfg(test)]
