@@ -328,6 +328,12 @@ mod tests {
             "resources": {"gpu": {"count": 1, "type": "amd.com/gpu"}},
         }));
         assert!(model_nodes(&amd, &nodes).is_empty());
+        // `type: ""` (which the CRD accepts) is the default GPU, as the providers render it.
+        let empty_type = md(json!({
+            "model": {"id": "a/b"}, "engine": {"type": "vllm"},
+            "resources": {"gpu": {"count": 1, "type": ""}},
+        }));
+        assert_eq!(model_nodes(&empty_type, &nodes), ["gpu-untainted"]);
         let disaggregated = md(json!({
             "model": {"id": "a/b"}, "engine": {"type": "vllm"}, "serving": {"mode": "disaggregated"},
             "scaling": {"prefill": {"gpu": {"count": 1}}, "decode": {"gpu": {"count": 2, "type": "amd.com/gpu"}}},
