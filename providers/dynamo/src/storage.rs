@@ -83,17 +83,38 @@ impl Volume {
     }
 }
 
+/// The volume the Dynamo operator gives every component for `/dev/shm`, and where: an
+/// 8Gi memory-backed `emptyDir` (`KubeValueNameSharedMemory`,
+/// `DefaultSharedMemoryMountPath` in `deploy/operator/internal/consts/consts.go@0367e404`;
+/// "Shared Memory" in `deploy/operator/docs/footer.md@20612125`).
+pub const OPERATOR_SHM: (&str, &str) = ("shared-memory", "/dev/shm");
+
 /// The volumes of `md`, in the order given. A custom volume without `mountPath` or a
-/// volume with neither `claimName` nor `size` cannot be mounted: an error naming it.
+/// volume with neither `claimName` nor `size` cannot be mounted: an error naming it; so
+/// can a volume the pod could not hold, by the SDK's rules ([`sdk_storage::check`]): a
+/// relative path, two volumes at one path, or the operator's own shared-memory volume
+/// name or path ([`OPERATOR_SHM`]).
 pub fn volumes(md: &ModelDeployment) -> Result<Vec<Volume>, RenderError> {
     let md_name = md.metadata.name.clone().unwrap_or_default();
-    md.spec
+    let resolved = md
+        .spec
         .model
         .storage
         .iter()
         .flat_map(|s| s.volumes.iter().flatten())
         .map(|v| resolve(&md_name, v))
-        .collect()
+        .collect::<Result<Vec<_>, _>>()?;
+    sdk_storage::check(
+        md,
+        &sdk_storage::Reserved {
+            by: "the Dynamo operator",
+            pods: "Dynamo's pods",
+            names: &[OPERATOR_SHM.0],
+            paths: &[OPERATOR_SHM.1],
+        },
+    )
+    .map_err(RenderError)?;
+    Ok(resolved)
 }
 
 fn resolve(md_name: &str, v: &StorageVolume) -> Result<Volume, RenderError> {
@@ -274,6 +295,34 @@ mod tests {
         );
     }
 
+    /// Pods Kubernetes would refuse (two mounts at one path, a relative path, a second
+    /// `/dev/shm` or `shared-memory` beside the operator's) are refused when rendering.
+    #[test]
+    fn volumes_the_pods_could_not_hold_are_errors() {
+        for (given, expected) in [
+            (
+                json!([{"name": "x", "claimName": "c", "mountPath": "/dev/shm"}]),
+                "where the Dynamo operator mounts its own volume",
+            ),
+            (
+                json!([{"name": "shared-memory", "claimName": "c", "purpose": "modelCache"}]),
+                "the Dynamo operator uses the volume name",
+            ),
+            (
+                json!([{"name": "x", "claimName": "c", "mountPath": "data"}]),
+                "must be an absolute path",
+            ),
+            (
+                json!([{"name": "x", "claimName": "c", "purpose": "modelCache"},
+                    {"name": "y", "claimName": "d", "mountPath": "/model-cache/"}]),
+                "is used by another volume",
+            ),
+        ] {
+            let err = volumes(&md(&given)).unwrap_err().0;
+            assert!(err.contains(expected), "{given}: {err}");
+        }
+    }
+
     #[test]
     fn claims_are_created_only_where_dynamo_can() {
         let v = volumes(&md(&json!([
@@ -330,7 +379,8 @@ mod tests {
     fn one_writable_compilation_cache_and_hf_home_from_the_model_cache() {
         let v = volumes(&md(&json!([
             {"name": "cc1", "claimName": "c1", "purpose": "compilationCache", "readOnly": true},
-            {"name": "cc2", "claimName": "c2", "purpose": "compilationCache"},
+            // A second one at the same default path would be a second mount there.
+            {"name": "cc2", "claimName": "c2", "purpose": "compilationCache", "mountPath": "/cc2"},
             {"name": "w", "claimName": "w", "purpose": "modelCache", "mountPath": "/models"},
         ])))
         .unwrap();
