@@ -17,9 +17,13 @@
 //! (The flags as each server documents them: vLLM's `vllm/engine/arg_utils.py` and
 //! `vllm/entrypoints/openai/cli_args.py`, SGLang's `python/sglang/srt/server_args.py`
 //! (`--tp` as SGLang's and Dynamo's examples spell it; it also accepts `--tp-size` and
-//! `--tensor-parallel-size`), llama.cpp's `tools/server/README.md`.) TensorRT-LLM has no entry:
-//! no provider starts its own server (`trtllm-serve`), and Dynamo's TensorRT-LLM worker
-//! has a parser of its own (see the Dynamo provider's `args` module).
+//! `--tensor-parallel-size`), llama.cpp's `tools/server/README.md`.) TensorRT-LLM has no
+//! entry: no provider starts its own server, and Dynamo's TensorRT-LLM worker has a
+//! parser of its own (see the Dynamo provider's `args` module). Its server,
+//! `trtllm-serve`, takes the model as its argument and serves it under that name (it has
+//! no served-name option) and spells its options in snake case (`--tp_size`,
+//! `--max_seq_len`, `--trust_remote_code`: `tensorrt_llm/commands/serve.py@00209af1`,
+//! NVIDIA/TensorRT-LLM), so its row waits for its container.
 //!
 //! Who uses what:
 //! - [`Flags`] and [`Parallelism`]: [`container`]; the Dynamo provider for its vLLM and
