@@ -40,11 +40,13 @@
 //!   flags, and the `engine.args` keys that set parallelism, are the SDK's table
 //!   ([`kubeairunway_sdk::engine::Flags`]), shared with every provider.
 //! - The TensorRT-LLM worker has a parser of its own, so its flags are Dynamo's and stay
-//!   here ([`TRTLLM_FLAGS`]): `--model-path`, `--served-model-name`,
-//!   `--tensor-parallel-size` and `--pipeline-parallel-size` (no data parallelism flag;
-//!   `components/src/dynamo/trtllm/backend_args.py:47-53@3e3b3b187`), `--max-seq-len`
-//!   (`:110-117@3e3b3b187`), and no trust-remote-code flag: `trust_remote_code` goes into
-//!   the engine arguments (see above).
+//!   here ([`TRTLLM_FLAGS`]): `--model-path`, `--tensor-parallel-size`
+//!   (`components/src/dynamo/trtllm/backend_args.py:47-53@3e3b3b187`), `--max-seq-len`
+//!   (`:110-117@3e3b3b187`), `--served-model-name` and `--pipeline-parallel-size`, no
+//!   data parallelism flag (only `--enable-attention-dp`) and no trust-remote-code flag,
+//!   so `trust_remote_code` goes into the engine arguments (see above;
+//!   `DynamoTrtllmArgGroup` in `backend_args.py@0a6a115c`, where `--model` is the new
+//!   spelling and `--model-path` its obsolete alias).
 
 use std::collections::BTreeMap;
 
