@@ -52,8 +52,8 @@
 //! The container: each engine is started by its own OpenAI-compatible server, listening
 //! on all addresses at [`PORT`] (or the port given), with the readiness probe on its
 //! `/health`. Tensor parallelism is the replica's GPU count, divided by the pipeline and
-//! data parallelism `engine.args` set, unless `engine.args` sets it (in any spelling the
-//! engine accepts, `_` or `-`); `engine.trustRemoteCode` adds `--trust-remote-code`
+//! data parallelism `engine.args` set, unless `engine.args` sets it (with `_` or `-`:
+//! vLLM's parser takes both); `engine.trustRemoteCode` adds `--trust-remote-code`
 //! (llama.cpp runs no model code: named as ignored); llama.cpp offloads every layer to
 //! the GPUs (`--n-gpu-layers 999`) when it has any, and loads a `source: custom` model
 //! from its path with `--model`. `engine.args` follow in key order
@@ -626,7 +626,7 @@ mod tests {
             .collect()
     }
 
-    /// vLLM's and SGLang's parsers take `_` for `-`: a user's `tensor_parallel_size` sets
+    /// vLLM's parser takes `_` for `-`: a user's `tensor_parallel_size` sets
     /// tensor parallelism as well (it used to be doubled with ours).
     #[test]
     fn tensor_parallelism_in_snake_case_is_the_users() {
