@@ -1,5 +1,5 @@
-//! The sample ModelDeployments under `config/samples/`: three examples (aggregated vLLM,
-//! llama.cpp on CPU, disaggregated vLLM with KV-aware routing), and under `config/samples/invalid/` one object
+//! The sample ModelDeployments under `config/samples/`: four examples (aggregated vLLM,
+//! llama.cpp on CPU, disaggregated vLLM with KV-aware routing, vLLM with an inline warmup), and under `config/samples/invalid/` one object
 //! per rule of the ModelDeployment CRD that the API server itself enforces, each with the
 //! field and message it is refused with.
 
@@ -122,6 +122,24 @@ pub fn all() -> Vec<Sample> {
             ),
             rejection: None,
         },
+        Sample {
+            name: "gpu-vllm-warmup",
+            description: "A GPU vLLM deployment whose nodes are warmed first, with an inline warmup: the provider makes a\nWarmup named after it (the kernel-cache provider's warmup controller runs it) that preloads the\nimages the provider renders, two nodes at a time, and creates, scales up or upgrades the\ndeployment only once that Warmup has completed (condition WarmedUp).",
+            manifest: md(
+                "llama-8b-warm",
+                json!({
+                    "model": {"id": "meta-llama/Llama-3.1-8B-Instruct", "source": "huggingface"},
+                    "engine": {"type": "vllm"},
+                    "scaling": {"replicas": 2},
+                    "resources": {"gpu": {"count": 1}, "memory": "32Gi"},
+                    "secrets": {"huggingFaceToken": "hf-token"},
+                    "warmup": {
+                        "policies": {"parallelism": 2, "backoffLimitPerNode": 2, "globalTimeoutSeconds": 1800},
+                    },
+                }),
+            ),
+            rejection: None,
+        },
         rejected(
             "vllm-without-gpu",
             "vLLM needs a GPU; no resources means CPU-only.",
@@ -198,6 +216,30 @@ pub fn all() -> Vec<Sample> {
             "spec.engine.type",
             "engine.type is required",
             json!({"model": {"id": "meta-llama/Llama-3.1-8B-Instruct"}, "resources": {"gpu": {"count": 1}}}),
+        ),
+        rejected(
+            "warmup-named-and-inline",
+            "spec.warmup names an existing Warmup or is an inline one, not both.",
+            "spec.warmup.name",
+            "spec.warmup is either a reference to a Warmup (name) or an inline warmup (imagesPreload, kernelCaches, customAction, tolerations, policies), not both",
+            json!({
+                "model": {"id": "meta-llama/Llama-3.1-8B-Instruct"},
+                "engine": {"type": "vllm"},
+                "resources": {"gpu": {"count": 1}},
+                "warmup": {"name": "preload", "policies": {"parallelism": 1}},
+            }),
+        ),
+        rejected(
+            "warmup-max-failed-nodes-without-backoff",
+            "An inline warmup that tolerates failed nodes must say when a node has failed: after backoffLimitPerNode retries.",
+            "spec.warmup.policies.backoffLimitPerNode",
+            "backoffLimitPerNode must be set when maxFailedNodes is specified (without it a node is retried forever and never counts as failed)",
+            json!({
+                "model": {"id": "meta-llama/Llama-3.1-8B-Instruct"},
+                "engine": {"type": "vllm"},
+                "resources": {"gpu": {"count": 1}},
+                "warmup": {"policies": {"maxFailedNodes": 1}},
+            }),
         ),
         rejected(
             "huggingface-without-model-id",

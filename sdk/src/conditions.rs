@@ -101,6 +101,9 @@ pub mod reasons {
     /// adds (a Warmup runs once); the upgrade waits until a Warmup of that name preloads
     /// them.
     pub const WARMUP_OUTDATED: &str = "WarmupOutdated";
+    /// `WarmedUp=False`: an inline `spec.warmup` cannot be made: a Warmup of its name
+    /// (the ModelDeployment's) exists that the ModelDeployment does not own.
+    pub const WARMUP_CONFLICT: &str = "WarmupConflict";
     /// `WarmedUp=False`: the named Warmup does not exist.
     pub const WARMUP_NOT_FOUND: &str = "WarmupNotFound";
     /// `WarmedUp=False`: the Warmup failed; nothing is created until it is replaced by

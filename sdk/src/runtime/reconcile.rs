@@ -118,7 +118,8 @@ pub async fn reconcile_once<P: Provider>(
     } else {
         Vec::new()
     };
-    let gate = ctx.warmups.gate(md, objects, &owned);
+    let gate = ctx.warmups.gate(md, ctx.name(), objects, &owned);
+    super::warmup::sync(md, ctx, gate.as_ref(), objects).await?;
     if let Some(action) =
         super::warmup::hold(md, ctx, api, warnings, objects, gate.as_ref()).await?
     {
@@ -851,7 +852,8 @@ async fn cleanup<P: Provider>(md: &ModelDeployment, ctx: &Context<P>) -> Result<
     .ok()
     .flatten();
     let md = written.as_ref().unwrap_or(md);
-    let remaining = delete_owned(md, ctx).await?;
+    let mut remaining = delete_owned(md, ctx).await?;
+    remaining.extend(super::warmup::release(md, ctx).await?);
     if remaining.is_empty() {
         release_finalizer(md, ctx).await?;
         return Ok(Action::await_change());
