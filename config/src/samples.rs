@@ -1,5 +1,5 @@
-//! The sample ModelDeployments under `config/samples/`: four examples (aggregated vLLM,
-//! llama.cpp on CPU, disaggregated vLLM with KV-aware routing, vLLM with an inline warmup), and under `config/samples/invalid/` one object
+//! The sample ModelDeployments under `config/samples/`: three examples (aggregated vLLM,
+//! llama.cpp on CPU, disaggregated vLLM with KV-aware routing), and under `config/samples/invalid/` one object
 //! per rule of the ModelDeployment CRD that the API server itself enforces, each with the
 //! field and message it is refused with.
 
@@ -118,24 +118,6 @@ pub fn all() -> Vec<Sample> {
                         "decode": {"replicas": 4, "gpu": {"count": 2}, "memory": "64Gi"},
                     },
                     "secrets": {"huggingFaceToken": "hf-token"},
-                }),
-            ),
-            rejection: None,
-        },
-        Sample {
-            name: "gpu-vllm-warmup",
-            description: "A GPU vLLM deployment whose nodes are warmed first, with an inline warmup: the provider makes a\nWarmup named after it (the kernel-cache provider's warmup controller runs it) that preloads the\nimages the provider renders, two nodes at a time, and creates, scales up or upgrades the\ndeployment only once that Warmup has completed (condition WarmedUp).",
-            manifest: md(
-                "llama-8b-warm",
-                json!({
-                    "model": {"id": "meta-llama/Llama-3.1-8B-Instruct", "source": "huggingface"},
-                    "engine": {"type": "vllm"},
-                    "scaling": {"replicas": 2},
-                    "resources": {"gpu": {"count": 1}, "memory": "32Gi"},
-                    "secrets": {"huggingFaceToken": "hf-token"},
-                    "warmup": {
-                        "policies": {"parallelism": 2, "backoffLimitPerNode": 2, "globalTimeoutSeconds": 1800},
-                    },
                 }),
             ),
             rejection: None,

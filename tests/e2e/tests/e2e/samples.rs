@@ -17,7 +17,7 @@ async fn valid_samples_apply() {
         .into_iter()
         .filter(|s| s.rejection.is_none())
         .collect();
-    assert_eq!(valid.len(), 4);
+    assert_eq!(valid.len(), 3);
     for sample in valid {
         let applied = apply_md(&client, &ns, "tests", &sample.manifest).await;
         assert!(
