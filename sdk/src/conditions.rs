@@ -28,8 +28,9 @@ pub const STALE_STATUS: &str = "StaleStatus";
 pub const UPSTREAM_READY: &str = "UpstreamReady";
 /// Kernel-cache provider: the requested kernel cache is staged and injectable.
 pub const KERNEL_CACHE_READY: &str = "KernelCacheReady";
-/// Provider, only with `spec.warmup`: the named Warmup completed and the upstream objects
-/// may be created (`True`), or what creating them waits for (`False`).
+/// Provider, only with `spec.warmup`: its Warmup (named, or made for an inline one)
+/// completed and the upstream objects may be created (`True`), or what creating them
+/// waits for (`False`).
 pub const WARMED_UP: &str = "WarmedUp";
 
 /// Condition reasons used by the platform's own controllers.
