@@ -550,7 +550,7 @@ fn recreate_reason(live: &DynamicObject, rendered: &DynamicObject) -> Option<&'s
 /// HTTP codes with which the API server or an admission webhook refuses an object for
 /// what it is (not for load or a conflict): invalid (400, 422), forbidden by a webhook or
 /// policy (403), or a kind or namespace that does not exist (404).
-fn is_refusal(code: u16) -> bool {
+pub(crate) fn is_refusal(code: u16) -> bool {
     [400, 403, 404, 422].contains(&code)
 }
 
@@ -921,7 +921,7 @@ fn owned_live<P: Provider>(md: &ModelDeployment, ctx: &Context<P>) -> Vec<Arc<Dy
 }
 
 /// Whether `object` is owned by `md` (an owner reference with its uid).
-fn owned_by(object: &DynamicObject, md: &ModelDeployment) -> bool {
+pub(crate) fn owned_by(object: &DynamicObject, md: &ModelDeployment) -> bool {
     let uid = md.uid();
     object
         .owner_references()

@@ -57,7 +57,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::Context;
-use super::reconcile::{Error, event};
+use super::reconcile::{Error, event, is_refusal, owned_by};
 use super::status::{self, ProviderView};
 use crate::api::{DeploymentWarmup, ModelDeployment, Phase};
 use crate::conditions::{self, PROVIDER_COMPATIBLE, READY, RESOURCE_CREATED, WARMED_UP, reasons};
@@ -493,16 +493,6 @@ fn made_of(warmup: &DynamicObject, md: &ModelDeployment) -> Made {
     }
 }
 
-/// Whether `object` is owned by `md` (an owner reference with its uid).
-fn owned_by(object: &DynamicObject, md: &ModelDeployment) -> bool {
-    let uid = md.uid();
-    uid.is_some()
-        && object
-            .owner_references()
-            .iter()
-            .any(|o| Some(&o.uid) == uid.as_ref())
-}
-
 /// The name of the Warmup `md`'s `spec.warmup` names or (inline) makes: the
 /// ModelDeployment's own name (a valid Warmup name, whatever its length).
 fn warmup_name(md: &ModelDeployment, warmup: &DeploymentWarmup) -> String {
@@ -919,7 +909,7 @@ pub(crate) async fn sync<P: Provider>(
                     );
                     event(ctx, md, EventType::Normal, "WarmupCreated", &message).await;
                 }
-                Err(kube::Error::Api(s)) if [400, 403, 404, 422].contains(&s.code) => {
+                Err(kube::Error::Api(s)) if is_refusal(s.code) => {
                     let message = format!(
                         "the API server refused Warmup '{}' made from the inline spec.warmup: {}",
                         object.name_any(),
