@@ -224,6 +224,18 @@ pub fn all() -> Vec<Sample> {
             }),
         ),
         rejected(
+            "warmup-inline-ttl",
+            "The Warmup of an inline warmup lives as long as its ModelDeployment: no time to live.",
+            "spec.warmup.policies.ttlSecondsAfterFinished",
+            "ttlSecondsAfterFinished is not allowed in spec.warmup: the Warmup made from it lives as long as the ModelDeployment, which deletes it; one deleted after a time to live, maybe before the provider saw it complete, would be made and run again",
+            json!({
+                "model": {"id": "meta-llama/Llama-3.1-8B-Instruct"},
+                "engine": {"type": "vllm"},
+                "resources": {"gpu": {"count": 1}},
+                "warmup": {"policies": {"ttlSecondsAfterFinished": 600}},
+            }),
+        ),
+        rejected(
             "huggingface-without-model-id",
             "A Hugging Face model needs its id.",
             "spec.model.id",

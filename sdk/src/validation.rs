@@ -226,6 +226,11 @@ mod tests {
         assert_eq!(both.len(), 1, "{both:?}");
         assert_eq!(both[0].field, "spec.warmup.name");
         assert!(both[0].message.contains("not both"), "{both:?}");
+        let ttl = check(&spec(
+            json!({"policies": {"parallelism": 1, "ttlSecondsAfterFinished": 60}}),
+        ));
+        assert_eq!(ttl.len(), 1, "{ttl:?}");
+        assert_eq!(ttl[0].field, "spec.warmup.policies.ttlSecondsAfterFinished");
     }
 
     #[test]

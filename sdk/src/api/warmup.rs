@@ -21,6 +21,12 @@ use serde::{Deserialize, Serialize};
         "message": "spec.warmup is either a reference to a Warmup (name) or an inline warmup (imagesPreload, kernelCaches, customAction, tolerations, policies), not both",
         "fieldPath": ".name",
         "reason": "FieldValueForbidden"
+    },
+    {
+        "rule": "!has(self.policies) || !has(self.policies.ttlSecondsAfterFinished)",
+        "message": "ttlSecondsAfterFinished is not allowed in spec.warmup: the Warmup made from it lives as long as the ModelDeployment, which deletes it; one deleted after a time to live, maybe before the provider saw it complete, would be made and run again",
+        "fieldPath": ".policies.ttlSecondsAfterFinished",
+        "reason": "FieldValueForbidden"
     }
 ]))]
 pub struct DeploymentWarmup {
@@ -48,9 +54,8 @@ pub struct DeploymentWarmup {
     /// added).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tolerations: Option<Vec<Toleration>>,
-    /// Inline: parallelism, retries, failure tolerance, timeout and time to live. A
-    /// Warmup deleted after its time to live is done: it is made again only for the
-    /// next creation, scale-up or upgrade.
+    /// Inline: parallelism, retries, failure tolerance and timeout; not
+    /// `ttlSecondsAfterFinished` (the Warmup lives as long as this ModelDeployment).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub policies: Option<WarmupPolicies>,
 }

@@ -33,9 +33,11 @@
 //! there, and deletes it to make it again when the inline fields changed or when it
 //! finished without the images an upgrade adds (only if the rendered images changed since
 //! it was made, so that one made again differs); it never makes one for a change that
-//! brings nothing new, so a Warmup its controller deleted after `ttlSecondsAfterFinished`
-//! is done, not made again in a loop. It deletes the Warmup it made when `spec.warmup`
-//! stops being inline, and with the ModelDeployment.
+//! brings nothing new, so a Warmup deleted after it completed is done, not made again.
+//! `ttlSecondsAfterFinished` is refused inline (a CEL rule of the CRD): its controller
+//! could delete the Warmup before the runtime saw it complete, and a creation would then
+//! make and run it again, maybe for ever. It deletes the Warmup it made when
+//! `spec.warmup` stops being inline, and with the ModelDeployment.
 //!
 //! The decision ([`change`], [`decide`], [`decide_inline`]) is a pure function of what the caches hold; the
 //! Warmups come from one watch cache ([`Warmups`], cluster-wide, started when the first
@@ -359,8 +361,8 @@ pub(crate) struct Wanted {
 /// and none is there; it deletes its Warmup (to make it again) when the inline fields
 /// changed, or when it finished (completed without the images an upgrade adds, or
 /// failed) and the rendered images changed since it was made: one made again would
-/// preload them. A Warmup deleted after its `ttlSecondsAfterFinished` is not made again
-/// until something new is to land on nodes, so a time to live never loops.
+/// preload them. A Warmup deleted after it completed is not made again until something
+/// new is to land on nodes.
 pub(crate) fn decide_inline(
     name: &str,
     seen: &Seen,
@@ -1482,7 +1484,7 @@ mod tests {
             decide_inline("m", &Seen::Missing, None, &want, &scale_up).write,
             Write::Create
         );
-        // Gone after its time to live, nothing new to land: done, not made again.
+        // Deleted after it completed, nothing new to land: done, not made again.
         let done = decide_inline("m", &Seen::Missing, None, &want, &Change::default());
         assert!(done.open);
         assert_eq!(done.write, Write::Nothing);
