@@ -1003,7 +1003,13 @@ async fn a_gated_model_deployment_waits_for_its_warmup_then_scales_up() {
     })
     .await;
     assert_eq!(s.images, images, "the images the provider renders");
-    let pods = warmup_pods(&client, &ns).await;
+    // The controller writes InProgress before it creates the pod.
+    let pods = eventually(60, "the warmup pod", || async {
+        let pods = warmup_pods(&client, &ns).await;
+        (!pods.is_empty()).then_some(pods)
+    })
+    .await
+    .unwrap();
     let preloaded: Vec<String> = pods[0]
         .spec
         .as_ref()
