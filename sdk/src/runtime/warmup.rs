@@ -39,10 +39,11 @@
 //! make and run it again, maybe for ever. It deletes the Warmup it made when
 //! `spec.warmup` stops being inline, and with the ModelDeployment.
 //!
-//! The decision ([`change`], [`decide`], [`decide_inline`]) is a pure function of what the caches hold; the
-//! Warmups come from one watch cache ([`Warmups`], cluster-wide, started when the first
-//! ModelDeployment with `spec.warmup` is reconciled), whose events reconcile the
-//! ModelDeployments held by them ([`Waiting`]): no request per reconcile.
+//! The decision ([`change`], [`decide`], [`decide_inline`]) is a pure function of what
+//! the caches hold; the Warmups come from one watch cache ([`Warmups`], cluster-wide,
+//! started when the first ModelDeployment that has, or had, `spec.warmup` is reconciled),
+//! whose events reconcile the ModelDeployments held by them ([`Waiting`]): no request per
+//! reconcile, and a write only to create or delete the Warmup of an inline `spec.warmup`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
