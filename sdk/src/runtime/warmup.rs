@@ -883,7 +883,7 @@ pub(crate) async fn hold<P: Provider>(
 /// The writes the gate asked for, before anything else is applied: for an inline
 /// `spec.warmup`, create its Warmup ([`Write::Create`], server-side apply) or delete it
 /// to make it again ([`Write::Delete`]); without one (none, or a named Warmup), delete
-/// the Warmup the runtime made for an inline one before. A Warmup the API server refuses
+/// the Warmup the runtime made for an inline one before, unless it is the one named. A Warmup the API server refuses
 /// is told in a warning event (the gate keeps holding, and says it is creating it).
 pub(crate) async fn sync<P: Provider>(
     md: &ModelDeployment,
@@ -937,7 +937,10 @@ pub(crate) async fn sync<P: Provider>(
         }
         (Some(_), _) => {}
         (None, _) => {
+            // Named now: the Warmup made before is kept when it is the one named.
+            let named = md.spec.warmup.as_ref().and_then(|w| w.name.clone());
             if let Some(made) = ctx.warmups.made_for(md)
+                && named != Some(made.name_any())
                 && made.metadata.deletion_timestamp.is_none()
                 && delete_made(&api, &made).await?
             {
@@ -1825,6 +1828,16 @@ mod tests {
             assert_eq!(sent[0].0, format!("DELETE {WARMUPS}"), "{sent:?}");
             assert_eq!(sent[0].1["preconditions"]["uid"], "w-1");
         }
+        // Named itself now: kept, and gated on.
+        let mut named = md(false, Some("True"));
+        named.metadata.uid = Some("u".into());
+        named.spec.warmup = Some(DeploymentWarmup::named("m"));
+        let (ctx, server) = context(vec![made.clone()]);
+        let step = tokio::spawn(async move {
+            let gate = ctx.warmups.gate(&named, ctx.name(), &[], &[]);
+            sync(&named, &ctx, gate.as_ref(), &[]).await.unwrap();
+        });
+        assert!(requests_of(server, step).await.is_empty());
         // Someone else's Warmup of that name is never deleted.
         let mut theirs = made.clone();
         theirs.metadata.owner_references = None;
