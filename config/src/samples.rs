@@ -200,6 +200,42 @@ pub fn all() -> Vec<Sample> {
             json!({"model": {"id": "meta-llama/Llama-3.1-8B-Instruct"}, "resources": {"gpu": {"count": 1}}}),
         ),
         rejected(
+            "warmup-named-and-inline",
+            "spec.warmup names an existing Warmup or is an inline one, not both.",
+            "spec.warmup.name",
+            "spec.warmup is either a reference to a Warmup (name) or an inline warmup (imagesPreload, kernelCaches, customAction, tolerations, policies), not both",
+            json!({
+                "model": {"id": "meta-llama/Llama-3.1-8B-Instruct"},
+                "engine": {"type": "vllm"},
+                "resources": {"gpu": {"count": 1}},
+                "warmup": {"name": "preload", "policies": {"parallelism": 1}},
+            }),
+        ),
+        rejected(
+            "warmup-max-failed-nodes-without-backoff",
+            "An inline warmup that tolerates failed nodes must say when a node has failed: after backoffLimitPerNode retries.",
+            "spec.warmup.policies.backoffLimitPerNode",
+            "backoffLimitPerNode must be set when maxFailedNodes is specified (without it a node is retried forever and never counts as failed)",
+            json!({
+                "model": {"id": "meta-llama/Llama-3.1-8B-Instruct"},
+                "engine": {"type": "vllm"},
+                "resources": {"gpu": {"count": 1}},
+                "warmup": {"policies": {"maxFailedNodes": 1}},
+            }),
+        ),
+        rejected(
+            "warmup-inline-ttl",
+            "The Warmup of an inline warmup lives as long as its ModelDeployment: no time to live.",
+            "spec.warmup.policies.ttlSecondsAfterFinished",
+            "ttlSecondsAfterFinished is not allowed in spec.warmup: the Warmup made from it lives as long as the ModelDeployment, which deletes it; one deleted after a time to live, maybe before the provider saw it complete, would be made and run again",
+            json!({
+                "model": {"id": "meta-llama/Llama-3.1-8B-Instruct"},
+                "engine": {"type": "vllm"},
+                "resources": {"gpu": {"count": 1}},
+                "warmup": {"policies": {"ttlSecondsAfterFinished": 600}},
+            }),
+        ),
+        rejected(
             "huggingface-without-model-id",
             "A Hugging Face model needs its id.",
             "spec.model.id",

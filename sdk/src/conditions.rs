@@ -28,8 +28,9 @@ pub const STALE_STATUS: &str = "StaleStatus";
 pub const UPSTREAM_READY: &str = "UpstreamReady";
 /// Kernel-cache provider: the requested kernel cache is staged and injectable.
 pub const KERNEL_CACHE_READY: &str = "KernelCacheReady";
-/// Provider, only with `spec.warmup`: the named Warmup completed and the upstream objects
-/// may be created (`True`), or what creating them waits for (`False`).
+/// Provider, only with `spec.warmup`: its Warmup (named, or made for an inline one)
+/// completed and the upstream objects may be created (`True`), or what creating them
+/// waits for (`False`).
 pub const WARMED_UP: &str = "WarmedUp";
 
 /// Condition reasons used by the platform's own controllers.
@@ -101,6 +102,9 @@ pub mod reasons {
     /// adds (a Warmup runs once); the upgrade waits until a Warmup of that name preloads
     /// them.
     pub const WARMUP_OUTDATED: &str = "WarmupOutdated";
+    /// `WarmedUp=False`: an inline `spec.warmup` cannot be made: a Warmup of its name
+    /// (the ModelDeployment's) exists that the ModelDeployment does not own.
+    pub const WARMUP_CONFLICT: &str = "WarmupConflict";
     /// `WarmedUp=False`: the named Warmup does not exist.
     pub const WARMUP_NOT_FOUND: &str = "WarmupNotFound";
     /// `WarmedUp=False`: the Warmup failed; nothing is created until it is replaced by

@@ -8,9 +8,11 @@
 //! - the [`Provider`] trait: the pure functions a provider writes ([`provider`]), with
 //!   helpers for rendering ([`render`]), typed `provider.overrides` ([`overrides`]) and
 //!   the installed upstream API ([`upstream`]);
-//! - building blocks for providers that render pods themselves: the serving container of
-//!   an engine ([`engine`]), its storage volumes ([`storage`]) and a Deployment's status
-//!   read as ours ([`workload`]);
+//! - what the providers know about engines, in one home each, for the built-in providers
+//!   and third parties alike: each engine's flags, tensor parallelism, the Hugging Face
+//!   token Secret and the whole serving container ([`engine`]), the GPUs of a replica
+//!   ([`gpu`]), the storage volumes ([`storage`]) and a Deployment's status read as ours
+//!   ([`workload`]);
 //! - provider selection as pure functions ([`selection`], over the spec with its
 //!   [`defaults`] applied), as core runs it; the CRD's own validation rules evaluated
 //!   offline ([`validation`]);
@@ -31,6 +33,7 @@ pub mod conditions;
 pub mod defaults;
 pub mod engine;
 pub mod events;
+pub mod gpu;
 pub mod labels;
 pub mod leader;
 pub mod overrides;

@@ -6,12 +6,21 @@
 //! - path: `mountPath`, else [`MODEL_CACHE_PATH`] (`modelCache`) or
 //!   [`COMPILATION_CACHE_PATH`] (`compilationCache`); `custom` needs one;
 //! - `readOnly` on the volume and the mount;
-//! - the first `modelCache` volume is `HF_HOME` (where Hugging Face downloads go), the
-//!   first `compilationCache` one `VLLM_CACHE_ROOT` (vLLM's compile caches), unless
-//!   `spec.env` sets them ([`env`]).
+//! - the first volume of a purpose is pointed at by the engine's cache variable, unless
+//!   `spec.env` sets it ([`env_for`] with [`crate::engine::Flags::cache_variables`]; for
+//!   vLLM, [`env()`]: the first `modelCache` volume is `HF_HOME`, where Hugging Face
+//!   downloads go, the first `compilationCache` one `VLLM_CACHE_ROOT`, vLLM's compile
+//!   caches).
 //!
 //! A provider that creates no claims reports `size`, `storageClassName` and `accessMode`
 //! as ignored ([`unmanaged_claim_warnings`]); the claim must exist.
+//!
+//! Used by [`crate::engine::container`] (the operator-free provider) and the KubeRay
+//! provider (every Ray pod, with KubeRay's own volume names and paths reserved). The
+//! Dynamo provider takes the defaults ([`mount_path`], [`claim_name`]) and the volume and
+//! mount shapes ([`claim_volume`], [`mount`]) but places volumes per component and
+//! leaves the compilation cache to its operator; the KAITO provider's llama.cpp template
+//! keeps rules of its own (see its `render` module).
 
 use k8s_openapi::api::core::v1::EnvVar;
 use kube::ResourceExt;
@@ -112,13 +121,7 @@ pub fn check(md: &ModelDeployment, reserved: &Reserved<'_>) -> Result<(), String
 pub fn pod_volumes(md: &ModelDeployment) -> Vec<Value> {
     volumes(md)
         .iter()
-        .map(|v| {
-            let mut claim = json!({"claimName": claim_name(md, v)});
-            if v.read_only {
-                claim["readOnly"] = json!(true);
-            }
-            json!({"name": v.name, "persistentVolumeClaim": claim})
-        })
+        .map(|v| claim_volume(&v.name, &claim_name(md, v), v.read_only))
         .collect()
 }
 
@@ -126,26 +129,32 @@ pub fn pod_volumes(md: &ModelDeployment) -> Vec<Value> {
 pub fn volume_mounts(md: &ModelDeployment) -> Vec<Value> {
     volumes(md)
         .iter()
-        .filter_map(|v| {
-            let mut mount = json!({"name": v.name, "mountPath": mount_path(v)?});
-            if v.read_only {
-                mount["readOnly"] = json!(true);
-            }
-            Some(mount)
-        })
+        .filter_map(|v| Some(mount(&v.name, mount_path(v)?, v.read_only)))
         .collect()
 }
 
-/// `HF_HOME` and `VLLM_CACHE_ROOT` for the first volume of each purpose, unless
-/// `spec.env` sets them.
+/// The pod volume `name` of the PersistentVolumeClaim `claim` (`readOnly` only when set).
+pub fn claim_volume(name: &str, claim: &str, read_only: bool) -> Value {
+    let mut source = json!({"claimName": claim});
+    if read_only {
+        source["readOnly"] = json!(true);
+    }
+    json!({"name": name, "persistentVolumeClaim": source})
+}
+
+/// The container mount of the volume `name` at `path` (`readOnly` only when set).
+pub fn mount(name: &str, path: &str, read_only: bool) -> Value {
+    let mut mount = json!({"name": name, "mountPath": path});
+    if read_only {
+        mount["readOnly"] = json!(true);
+    }
+    mount
+}
+
+/// vLLM's cache variables ([`crate::engine::VLLM`]): `HF_HOME` and `VLLM_CACHE_ROOT`
+/// for the first volume of each purpose, unless `spec.env` sets them.
 pub fn env(md: &ModelDeployment) -> Vec<Value> {
-    env_for(
-        md,
-        &[
-            (VolumePurpose::ModelCache, "HF_HOME"),
-            (VolumePurpose::CompilationCache, "VLLM_CACHE_ROOT"),
-        ],
-    )
+    env_for(md, crate::engine::VLLM.cache_variables)
 }
 
 /// For each `(purpose, variable)`, the variable set to the mount path of the first

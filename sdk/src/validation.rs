@@ -211,6 +211,28 @@ mod tests {
         assert_eq!(fields, ["spec.model.id", "spec.resources.gpu.count"]);
     }
 
+    /// `spec.warmup` names a Warmup or is inline, never both; `{}` is inline.
+    #[test]
+    fn spec_warmup_is_a_name_or_inline() {
+        let spec = |warmup: Value| json!({"model": {"id": "a/b"}, "engine": {"type": "llamacpp"}, "warmup": warmup});
+        for fine in [
+            json!({}),
+            json!({"name": "w"}),
+            json!({"policies": {"parallelism": 1}, "imagesPreload": {"items": ["i:1"]}}),
+        ] {
+            assert_eq!(check(&spec(fine.clone())), [], "{fine}");
+        }
+        let both = check(&spec(json!({"name": "w", "kernelCaches": ["k"]})));
+        assert_eq!(both.len(), 1, "{both:?}");
+        assert_eq!(both[0].field, "spec.warmup.name");
+        assert!(both[0].message.contains("not both"), "{both:?}");
+        let ttl = check(&spec(
+            json!({"policies": {"parallelism": 1, "ttlSecondsAfterFinished": 60}}),
+        ));
+        assert_eq!(ttl.len(), 1, "{ttl:?}");
+        assert_eq!(ttl[0].field, "spec.warmup.policies.ttlSecondsAfterFinished");
+    }
+
     #[test]
     fn a_rule_that_cannot_be_evaluated_breaks_with_why() {
         let rule = json!({"rule": "self.x > 1", "message": "x is too small", "fieldPath": ".x"});

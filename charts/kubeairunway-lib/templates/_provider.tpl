@@ -88,7 +88,9 @@ and removed by patch; one read when one leaves the selection), its own status fi
 server-side apply, its own InferenceProviderConfig (created and kept by server-side apply,
 which the API server authorizes as a create of that name) and its heartbeat, the one CRD
 of its upstream kind (watched by name), the Warmups a ModelDeployment's spec.warmup names
-(read from a watch cache: the warmup gate); events come after the provider's own rules. */}}
+(read from a watch cache: the warmup gate) and the one it makes for an inline spec.warmup
+(created by server-side apply, deleted to be made again, when the ModelDeployment goes or
+when spec.warmup is no longer inline); events come after the provider's own rules. */}}
 {{- define "kubeairunway-lib.providerRules" -}}
 - apiGroups: ["kubeairunway.ai"]
   resources: ["modeldeployments"]
@@ -112,7 +114,7 @@ of its upstream kind (watched by name), the Warmups a ModelDeployment's spec.war
 {{- end }}
 - apiGroups: ["cache.kubeairunway.ai"]
   resources: ["warmups"]
-  verbs: ["list", "watch"]
+  verbs: ["list", "watch", "create", "patch", "delete"]
 {{- end -}}
 
 {{/* Events about ModelDeployments (after the provider's own rules): created, and patched

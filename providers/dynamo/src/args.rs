@@ -31,17 +31,28 @@
 //!   arguments: `components/src/dynamo/trtllm/workers/llm_worker.py:289-299@3e3b3b187`), or
 //!   as `--trtllm.<path> <value>` flags when the user uses those, since the two are
 //!   mutually exclusive (`components/src/dynamo/trtllm/args.py:103-109@3e3b3b187`).
-//! - Tensor parallelism: vLLM `--tensor-parallel-size`, SGLang `--tp` (Dynamo's SGLang
-//!   reference guide and examples; SGLang also accepts `--tp-size` and
-//!   `--tensor-parallel-size`), TensorRT-LLM `--tensor-parallel-size`
-//!   (`components/src/dynamo/trtllm/backend_args.py:47-53@3e3b3b187`).
-//! - Context length: vLLM `--max-model-len`, SGLang `--context-length`, TensorRT-LLM
-//!   `--max-seq-len` (`backend_args.py:110-117@3e3b3b187`).
+//! - The vLLM and SGLang workers parse the engines' own flags: `dynamo.vllm` adds vLLM's
+//!   `AsyncEngineArgs.add_cli_args` to its parser (`components/src/dynamo/vllm/args.py`
+//!   `parse_args`@000a36a7), `dynamo.sglang` SGLang's `ServerArgs.add_cli_args`
+//!   (`components/src/dynamo/sglang/args.py` `parse_args`@010ba752). So their model,
+//!   served name, tensor parallelism (vLLM `--tensor-parallel-size`, SGLang `--tp`, as
+//!   Dynamo's SGLang guide and examples spell it), context length and trust-remote-code
+//!   flags, and the `engine.args` keys that set parallelism, are the SDK's table
+//!   ([`kubeairunway_sdk::engine::Flags`]), shared with every provider.
+//! - The TensorRT-LLM worker has a parser of its own, so its flags are Dynamo's and stay
+//!   here ([`TRTLLM_FLAGS`]): `--model-path`, `--tensor-parallel-size`
+//!   (`components/src/dynamo/trtllm/backend_args.py:47-53@3e3b3b187`), `--max-seq-len`
+//!   (`:110-117@3e3b3b187`), `--served-model-name` and `--pipeline-parallel-size`, no
+//!   data parallelism flag (only `--enable-attention-dp`) and no trust-remote-code flag,
+//!   so `trust_remote_code` goes into the engine arguments (see above;
+//!   `DynamoTrtllmArgGroup` in `backend_args.py@0a6a115c`, where `--model` is the new
+//!   spelling and `--model-path` its obsolete alias).
 
 use std::collections::BTreeMap;
 
 use kubeairunway_sdk::RenderError;
 use kubeairunway_sdk::api::EngineType;
+use kubeairunway_sdk::engine::{self, Flags, Parallelism, arg_key};
 use kubeairunway_sdk::provider::engine_flags;
 use serde_json::{Map, Value, json};
 
@@ -78,50 +89,45 @@ pub struct Backend {
     pub module: &'static str,
     /// Component name prefix (`VllmWorker`, ...).
     pub prefix: &'static str,
-    model_flag: &'static str,
-    context_flag: &'static str,
-    tp_flag: &'static str,
-    /// Spellings (without dashes, `_` as `-`) that set tensor, pipeline and data
-    /// parallelism.
-    tp_keys: &'static [&'static str],
-    pp_keys: &'static [&'static str],
-    dp_keys: &'static [&'static str],
+    /// How the worker spells the engine's options.
+    pub flags: &'static Flags,
 }
 
 const VLLM: Backend = Backend {
     framework: "vllm",
     module: "dynamo.vllm",
     prefix: "Vllm",
-    model_flag: "--model",
-    context_flag: "--max-model-len",
-    tp_flag: "--tensor-parallel-size",
-    tp_keys: &["tensor-parallel-size", "tp"],
-    pp_keys: &["pipeline-parallel-size", "pp"],
-    dp_keys: &["data-parallel-size", "dp"],
+    flags: &engine::VLLM,
 };
 
 const SGLANG: Backend = Backend {
     framework: "sglang",
     module: "dynamo.sglang",
     prefix: "Sglang",
-    model_flag: "--model-path",
-    context_flag: "--context-length",
-    tp_flag: "--tp",
-    tp_keys: &["tensor-parallel-size", "tp-size", "tp"],
-    pp_keys: &["pipeline-parallel-size", "pp-size", "pp"],
-    dp_keys: &["data-parallel-size", "dp-size", "dp"],
+    flags: &engine::SGLANG,
+};
+
+/// Dynamo's TensorRT-LLM worker's own flags (see the module doc).
+pub const TRTLLM_FLAGS: Flags = Flags {
+    model: "--model-path",
+    model_path: "--model-path",
+    served_name: "--served-model-name",
+    tensor_parallel: Some("--tensor-parallel-size"),
+    parallelism: Parallelism {
+        tensor: &["tensor-parallel-size"],
+        pipeline: &["pipeline-parallel-size"],
+        data: &[],
+    },
+    context_length: "--max-seq-len",
+    trust_remote_code: None,
+    cache_variables: &[],
 };
 
 const TRTLLM: Backend = Backend {
     framework: "trtllm",
     module: "dynamo.trtllm",
     prefix: "Trtllm",
-    model_flag: "--model-path",
-    context_flag: "--max-seq-len",
-    tp_flag: "--tensor-parallel-size",
-    tp_keys: &["tensor-parallel-size"],
-    pp_keys: &["pipeline-parallel-size"],
-    dp_keys: &[],
+    flags: &TRTLLM_FLAGS,
 };
 
 /// The Dynamo backend of an engine (`None` for llama.cpp, which Dynamo does not run).
@@ -132,11 +138,6 @@ pub fn backend(engine: EngineType) -> Option<&'static Backend> {
         EngineType::Trtllm => Some(&TRTLLM),
         EngineType::Llamacpp => None,
     }
-}
-
-/// A flag name as the engines' parsers compare it: without leading dashes, `_` as `-`.
-fn key(flag: &str) -> String {
-    flag.trim_start_matches('-').replace('_', "-")
 }
 
 /// The user's `engine.args`, by normalized key.
@@ -150,7 +151,7 @@ impl<'a> UserArgs<'a> {
             args: args
                 .into_iter()
                 .flatten()
-                .map(|(k, v)| (key(k), v.as_str()))
+                .map(|(k, v)| (arg_key(k), v.as_str()))
                 .collect(),
         }
     }
@@ -159,35 +160,20 @@ impl<'a> UserArgs<'a> {
         keys.iter().any(|k| self.args.contains_key(*k))
     }
 
-    fn int(&self, keys: &[&str]) -> Option<i32> {
-        keys.iter()
-            .find_map(|k| self.args.get(*k))
-            .and_then(|v| v.trim().parse().ok())
-    }
-
     /// TensorRT-LLM's dynamic `--trtllm.<path>` flags.
     fn trtllm_dynamic(&self) -> bool {
         self.args.keys().any(|k| k.starts_with("trtllm."))
     }
 }
 
-/// Tensor parallelism for `gpus` GPUs: all of them, divided by the pipeline and data
-/// parallelism the user set; `None` when the user set it, when there are no GPUs, or when
-/// the GPUs do not divide evenly (the engine's own default then applies).
+/// Tensor parallelism for `gpus` GPUs, as the SDK computes it for every engine
+/// ([`Parallelism::tensor_parallel`]) with the backend's spellings.
 pub fn tensor_parallel(
     b: &Backend,
     gpus: i32,
     user: Option<&BTreeMap<String, String>>,
 ) -> Option<i32> {
-    let user = UserArgs::new(user);
-    if gpus < 1 || user.has(b.tp_keys) {
-        return None;
-    }
-    let per = user
-        .int(b.pp_keys)
-        .unwrap_or(1)
-        .checked_mul(user.int(b.dp_keys).unwrap_or(1))?;
-    (per >= 1 && gpus % per == 0).then(|| gpus / per)
+    b.flags.parallelism.tensor_parallel(gpus, user)
 }
 
 /// The engine options of the ModelDeployment that go on every worker of a graph.
@@ -213,22 +199,29 @@ pub fn worker(
     gpus: i32,
 ) -> Result<(Vec<String>, Vec<String>), RenderError> {
     let user = UserArgs::new(opts.args.as_ref());
-    let mut args = vec![b.model_flag.to_string(), opts.model.clone()];
+    let flags = b.flags;
+    // vLLM, SGLang and Dynamo's TensorRT-LLM take an id or a path with the same flag.
+    let mut args = vec![flags.model.to_string(), opts.model.clone()];
     let mut push = |flag: &str, value: Option<String>| {
         args.push(flag.to_string());
         args.extend(value);
     };
     if let Some(served) = &opts.served_name {
-        push("--served-model-name", Some(served.clone()));
+        push(flags.served_name, Some(served.clone()));
     }
     if let Some(len) = opts.context_length {
-        push(b.context_flag, Some(len.to_string()));
+        push(flags.context_length, Some(len.to_string()));
     }
-    if opts.trust_remote_code && b.framework != "trtllm" {
-        push("--trust-remote-code", None);
+    if opts.trust_remote_code
+        && let Some(flag) = flags.trust_remote_code
+    {
+        push(flag, None);
     }
-    if let Some(tp) = tensor_parallel(b, gpus, opts.args.as_ref()) {
-        push(b.tp_flag, Some(tp.to_string()));
+    if let (Some(flag), Some(tp)) = (
+        flags.tensor_parallel,
+        tensor_parallel(b, gpus, opts.args.as_ref()),
+    ) {
+        push(flag, Some(tp.to_string()));
     }
     if let Some(role) = mode.disaggregation() {
         push("--disaggregation-mode", Some(role.to_string()));
@@ -256,7 +249,7 @@ pub fn worker(
             let engine = trtllm_engine_overrides(opts, mode);
             if user.trtllm_dynamic() {
                 for (path, value) in flatten("trtllm", &engine) {
-                    if !user.args.contains_key(&key(&path)) {
+                    if !user.args.contains_key(&arg_key(&path)) {
                         push(&format!("--{path}"), Some(value));
                     }
                 }
@@ -296,7 +289,7 @@ fn merge_override_engine_args(
 ) -> Result<Option<String>, RenderError> {
     let user_key = user_args
         .keys()
-        .find(|k| key(k) == "override-engine-args")
+        .find(|k| arg_key(k) == "override-engine-args")
         .cloned();
     let mut merged = Value::Object(ours.clone());
     if let Some(k) = user_key {

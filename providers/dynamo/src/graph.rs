@@ -18,7 +18,9 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{EnvVar, Toleration};
-use kubeairunway_sdk::api::{EngineType, GpuSpec, ServingMode};
+use kubeairunway_sdk::api::{EngineType, ServingMode};
+use kubeairunway_sdk::engine;
+use kubeairunway_sdk::gpu::{self, Gpus};
 use kubeairunway_sdk::render::{pod_annotations, pod_labels};
 use kubeairunway_sdk::{ModelDeployment, RenderError, Warning};
 
@@ -71,8 +73,8 @@ pub struct Component {
     pub cpu: Option<String>,
     /// Memory request and limit.
     pub memory: Option<String>,
-    /// GPUs per replica.
-    pub gpu: Option<GpuSpec>,
+    /// GPUs per replica ([`gpu::per_replica`]).
+    pub gpu: Gpus,
 }
 
 /// Everything the adapters need, computed once.
@@ -202,12 +204,12 @@ pub fn build(
         env: frontend_env,
         cpu: Some(overrides.frontend_cpu.clone()),
         memory: Some(overrides.frontend_memory.clone()),
-        gpu: None,
+        gpu: Gpus::none(),
     }];
     let resources = spec.resources.clone().unwrap_or_default();
-    let worker = |name: String, role: Role, mode: Mode, replicas, memory, gpu: Option<GpuSpec>| {
-        let gpus = gpu.as_ref().map_or(0, |g| g.count);
-        let (command, args) = args::worker(backend, &options, mode, gpus)?;
+    let worker = |name: String, role: Role, mode: Mode, replicas, memory, gpu_role| {
+        let gpu = gpu::per_replica(spec, gpu_role);
+        let (command, args) = args::worker(backend, &options, mode, gpu.count)?;
         Ok::<_, RenderError>(Component {
             name,
             role,
@@ -228,17 +230,24 @@ pub fn build(
             Mode::Aggregated,
             spec.scaling.replicas,
             resources.memory.clone(),
-            resources.gpu.clone(),
+            gpu::Role::Aggregated,
         )?),
         ServingMode::Disaggregated => {
-            for (role, mode, label, scaling) in [
+            for (role, mode, label, scaling, gpu_role) in [
                 (
                     Role::Prefill,
                     Mode::Prefill,
                     "Prefill",
                     &spec.scaling.prefill,
+                    gpu::Role::Prefill,
                 ),
-                (Role::Decode, Mode::Decode, "Decode", &spec.scaling.decode),
+                (
+                    Role::Decode,
+                    Mode::Decode,
+                    "Decode",
+                    &spec.scaling.decode,
+                    gpu::Role::Decode,
+                ),
             ] {
                 let scaling = scaling.clone().unwrap_or_default();
                 components.push(worker(
@@ -247,7 +256,7 @@ pub fn build(
                     mode,
                     scaling.replicas,
                     scaling.memory.or_else(|| resources.memory.clone()),
-                    scaling.gpu,
+                    gpu_role,
                 )?);
             }
         }
@@ -259,11 +268,7 @@ pub fn build(
             image,
             runtime_version: overrides.runtime_version.clone(),
             dynamo_version: dynamo_version.to_string(),
-            hf_secret: spec
-                .secrets
-                .as_ref()
-                .and_then(|s| s.hugging_face_token.clone())
-                .filter(|s| !s.is_empty()),
+            hf_secret: engine::hf_token_secret(md).map(str::to_string),
             labels: pod_labels(md),
             annotations: pod_annotations(md),
             node_selector: spec.node_selector.clone().unwrap_or_default(),

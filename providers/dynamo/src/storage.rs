@@ -24,13 +24,13 @@
 //!   `pvcs` (see the CRD in tests/fixtures/crds/upstream).
 
 use kubeairunway_sdk::api::{StorageVolume, VolumePurpose};
+use kubeairunway_sdk::storage as sdk_storage;
 use kubeairunway_sdk::{ModelDeployment, RenderError, Warning};
-use serde_json::{Value, json};
+use serde_json::Value;
 
-/// Default mount path of a model cache (the reference CRD's `mountPath` description).
-pub const MODEL_CACHE_PATH: &str = "/model-cache";
-/// Default mount path of a compilation cache.
-pub const COMPILATION_CACHE_PATH: &str = "/compilation-cache";
+/// The SDK's default mount paths of a model and a compilation cache (the ModelDeployment
+/// CRD's `mountPath` description), as every provider mounts them.
+pub use kubeairunway_sdk::storage::{COMPILATION_CACHE_PATH, MODEL_CACHE_PATH};
 /// Access mode of a created claim when none is given.
 pub const DEFAULT_ACCESS_MODE: &str = "ReadWriteMany";
 
@@ -83,32 +83,50 @@ impl Volume {
     }
 }
 
+/// The volume the Dynamo operator gives every component for `/dev/shm`, and where: an
+/// 8Gi memory-backed `emptyDir` (`KubeValueNameSharedMemory`,
+/// `DefaultSharedMemoryMountPath` in `deploy/operator/internal/consts/consts.go@0367e404`;
+/// "Shared Memory" in `deploy/operator/docs/footer.md@20612125`).
+pub const OPERATOR_SHM: (&str, &str) = ("shared-memory", "/dev/shm");
+
 /// The volumes of `md`, in the order given. A custom volume without `mountPath` or a
-/// volume with neither `claimName` nor `size` cannot be mounted: an error naming it.
+/// volume with neither `claimName` nor `size` cannot be mounted: an error naming it; so
+/// can a volume the pod could not hold, by the SDK's rules ([`sdk_storage::check`]): a
+/// relative path, two volumes at one path, or the operator's own shared-memory volume
+/// name or path ([`OPERATOR_SHM`]).
 pub fn volumes(md: &ModelDeployment) -> Result<Vec<Volume>, RenderError> {
     let md_name = md.metadata.name.clone().unwrap_or_default();
-    md.spec
+    let resolved = md
+        .spec
         .model
         .storage
         .iter()
         .flat_map(|s| s.volumes.iter().flatten())
         .map(|v| resolve(&md_name, v))
-        .collect()
+        .collect::<Result<Vec<_>, _>>()?;
+    sdk_storage::check(
+        md,
+        &sdk_storage::Reserved {
+            by: "the Dynamo operator",
+            pods: "Dynamo's pods",
+            names: &[OPERATOR_SHM.0],
+            paths: &[OPERATOR_SHM.1],
+        },
+    )
+    .map_err(RenderError)?;
+    Ok(resolved)
 }
 
 fn resolve(md_name: &str, v: &StorageVolume) -> Result<Volume, RenderError> {
     let field = |sub: &str| format!("spec.model.storage.volumes[{}].{sub}", v.name);
-    let path = match (v.mount_path.as_deref().filter(|p| !p.is_empty()), v.purpose) {
-        (Some(p), _) => p.to_string(),
-        (None, VolumePurpose::ModelCache) => MODEL_CACHE_PATH.to_string(),
-        (None, VolumePurpose::CompilationCache) => COMPILATION_CACHE_PATH.to_string(),
-        (None, VolumePurpose::Custom) => {
-            return Err(RenderError(format!(
+    let path = sdk_storage::mount_path(v)
+        .ok_or_else(|| {
+            RenderError(format!(
                 "{} is required when purpose is custom",
                 field("mountPath")
-            )));
-        }
-    };
+            ))
+        })?
+        .to_string();
     let given = v.claim_name.clone().filter(|c| !c.is_empty());
     let create = v.size.as_ref().map(|size| NewClaim {
         size: size.0.clone(),
@@ -218,20 +236,12 @@ pub fn plan(volumes: &[Volume], version: &str) -> (Plan, Vec<Warning>) {
 
 /// The pod volume of `v`: its claim.
 pub fn pod_volume(v: &Volume) -> Value {
-    let mut claim = json!({"claimName": v.claim});
-    if v.read_only {
-        claim["readOnly"] = json!(true);
-    }
-    json!({"name": v.name, "persistentVolumeClaim": claim})
+    sdk_storage::claim_volume(&v.name, &v.claim, v.read_only)
 }
 
 /// The container mount of `v`.
 pub fn container_mount(v: &Volume) -> Value {
-    let mut mount = json!({"name": v.name, "mountPath": v.path});
-    if v.read_only {
-        mount["readOnly"] = json!(true);
-    }
-    mount
+    sdk_storage::mount(&v.name, &v.path, v.read_only)
 }
 
 #[cfg(test)]
@@ -283,6 +293,34 @@ mod tests {
             err.0,
             "spec.model.storage.volumes[y].claimName is required when size is not set"
         );
+    }
+
+    /// Pods Kubernetes would refuse (two mounts at one path, a relative path, a second
+    /// `/dev/shm` or `shared-memory` beside the operator's) are refused when rendering.
+    #[test]
+    fn volumes_the_pods_could_not_hold_are_errors() {
+        for (given, expected) in [
+            (
+                json!([{"name": "x", "claimName": "c", "mountPath": "/dev/shm"}]),
+                "where the Dynamo operator mounts its own volume",
+            ),
+            (
+                json!([{"name": "shared-memory", "claimName": "c", "purpose": "modelCache"}]),
+                "the Dynamo operator uses the volume name",
+            ),
+            (
+                json!([{"name": "x", "claimName": "c", "mountPath": "data"}]),
+                "must be an absolute path",
+            ),
+            (
+                json!([{"name": "x", "claimName": "c", "purpose": "modelCache"},
+                    {"name": "y", "claimName": "d", "mountPath": "/model-cache/"}]),
+                "is used by another volume",
+            ),
+        ] {
+            let err = volumes(&md(&given)).unwrap_err().0;
+            assert!(err.contains(expected), "{given}: {err}");
+        }
     }
 
     #[test]
@@ -341,7 +379,8 @@ mod tests {
     fn one_writable_compilation_cache_and_hf_home_from_the_model_cache() {
         let v = volumes(&md(&json!([
             {"name": "cc1", "claimName": "c1", "purpose": "compilationCache", "readOnly": true},
-            {"name": "cc2", "claimName": "c2", "purpose": "compilationCache"},
+            // A second one at the same default path would be a second mount there.
+            {"name": "cc2", "claimName": "c2", "purpose": "compilationCache", "mountPath": "/cc2"},
             {"name": "w", "claimName": "w", "purpose": "modelCache", "mountPath": "/models"},
         ])))
         .unwrap();

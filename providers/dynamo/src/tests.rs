@@ -446,6 +446,44 @@ fn gpus_become_tensor_parallelism() {
     }
 }
 
+/// The CRD accepts `resources.gpu.type: ""`; the workers then get the default GPU
+/// resource (an empty resource name used to make v1beta1 pods invalid, and v1alpha1 got
+/// `gpuType: ""`).
+#[test]
+fn an_empty_gpu_type_is_the_default_gpu() {
+    let mut m = ModelDeploymentBuilder::new("g").gpus(2).build();
+    m.spec
+        .resources
+        .as_mut()
+        .unwrap()
+        .gpu
+        .as_mut()
+        .unwrap()
+        .type_ = String::new();
+    let (beta, _) = render(&m, "v1beta1");
+    let main = &beta["spec"]["components"][1]["podTemplate"]["spec"]["containers"][0];
+    assert_eq!(main["resources"]["limits"]["nvidia.com/gpu"], "2", "{main}");
+    assert!(main["resources"]["limits"].get("").is_none(), "{main}");
+    let (alpha, _) = render(&m, "v1alpha1");
+    let limits = &alpha["spec"]["services"]["VllmWorker"]["resources"]["limits"];
+    assert_eq!(limits["gpu"], "2", "{limits}");
+    assert!(limits.get("gpuType").is_none(), "{limits}");
+}
+
+/// The vLLM and SGLang workers take the engines' own flags: the SDK's table.
+#[test]
+fn vllm_and_sglang_workers_use_the_sdks_flags() {
+    use kubeairunway_sdk::engine::Flags;
+    for engine in [EngineType::Vllm, EngineType::Sglang] {
+        assert_eq!(
+            Some(crate::args::backend(engine).unwrap().flags),
+            Flags::of(engine),
+            "{engine}"
+        );
+    }
+    assert_eq!(Flags::of(EngineType::Trtllm), None);
+}
+
 #[test]
 fn bad_overrides_fail_rendering() {
     let m = ModelDeploymentBuilder::new("bad")

@@ -132,13 +132,13 @@ fn resources(c: &Component) -> Map<String, Value> {
         requests.insert("memory".into(), json!(memory));
         limits.insert("memory".into(), json!(memory));
     }
-    if let Some(gpu) = c.gpu.as_ref().filter(|g| g.count > 0) {
-        let count = json!(gpu.count.to_string());
+    if c.gpu.count > 0 {
+        let count = json!(c.gpu.count.to_string());
         requests.insert("gpu".into(), count.clone());
         limits.insert("gpu".into(), count);
-        if gpu.type_ != kubeairunway_sdk::api::DEFAULT_GPU_TYPE {
-            requests.insert("gpuType".into(), json!(gpu.type_));
-            limits.insert("gpuType".into(), json!(gpu.type_));
+        if c.gpu.resource != kubeairunway_sdk::api::DEFAULT_GPU_TYPE {
+            requests.insert("gpuType".into(), json!(c.gpu.resource));
+            limits.insert("gpuType".into(), json!(c.gpu.resource));
         }
     }
     let mut out = Map::new();

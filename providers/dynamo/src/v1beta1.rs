@@ -113,7 +113,7 @@ fn component(graph: &Graph, plan: &Plan, runtime_version: Option<&str>, c: &Comp
         main["env"] = json!(env);
     }
     if let Some(secret) = &graph.hf_secret {
-        main["envFrom"] = json!([{"secretRef": {"name": secret}}]);
+        main["envFrom"] = kubeairunway_sdk::engine::env_from_secret(secret);
     }
     let resources = resources(c);
     if !resources.is_empty() {
@@ -169,9 +169,9 @@ fn resources(c: &Component) -> Map<String, Value> {
         requests.insert("memory".into(), json!(memory));
         limits.insert("memory".into(), json!(memory));
     }
-    if let Some(gpu) = c.gpu.as_ref().filter(|g| g.count > 0) {
-        requests.insert(gpu.type_.clone(), json!(gpu.count.to_string()));
-        limits.insert(gpu.type_.clone(), json!(gpu.count.to_string()));
+    if c.gpu.count > 0 {
+        requests.insert(c.gpu.resource.clone(), json!(c.gpu.count.to_string()));
+        limits.insert(c.gpu.resource.clone(), json!(c.gpu.count.to_string()));
     }
     let mut out = Map::new();
     if !requests.is_empty() {

@@ -17,12 +17,29 @@
 //!   port KAITO's Service targets).
 //!
 //! Every spec field KAITO cannot honour gives a [`Warning::unsupported_field`] naming it.
+//!
+//! Shared with the other providers through the SDK: vLLM's option names in the inference
+//! config ([`kubeairunway_sdk::engine::VLLM`]: `served-model-name`, `max-model-len`,
+//! `trust-remote-code`), the Hugging Face token Secret
+//! ([`kubeairunway_sdk::engine::hf_token_secret`]: the preset's `modelAccessSecret`, the
+//! llama.cpp template's `envFrom`), `spec.env`, and the GPUs of a replica
+//! ([`kubeairunway_sdk::gpu::per_replica`]). Not shared, because KAITO's format differs:
+//! - the llama.cpp template runs the user's image, a runner that takes the model as its
+//!   first argument (`huggingface://<id>` or a GGUF URL) and `--address=:5000`, not
+//!   `llama-server`: the SDK's llama.cpp flags and engine container do not apply;
+//! - its storage mounts only volumes with both `claimName` and `mountPath` and always
+//!   renders `readOnly`: where such an image keeps its model is its own business, so the
+//!   SDK's default `/model-cache` and `LLAMA_CACHE` would mean nothing to it;
+//! - no `/dev/shm` volume: KAITO builds the vLLM preset's pod itself, and one llama.cpp
+//!   process shares no tensors with another.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use kube::ResourceExt;
 use kubeairunway_sdk::api::{DEFAULT_GPU_TYPE, EngineType, ModelDeployment, ModelSource};
+use kubeairunway_sdk::engine::{self, VLLM};
+use kubeairunway_sdk::gpu::{self, Role};
 use kubeairunway_sdk::provider::{engine_flags, object};
 use kubeairunway_sdk::render::{pod_annotations, pod_labels};
 use kubeairunway_sdk::{RenderError, Rendered, UpstreamApi, Warning};
@@ -221,12 +238,7 @@ fn vllm(
         .ok_or_else(|| RenderError("model.id is required: it names KAITO's vLLM preset".into()))?;
     warnings.extend(vllm_unsupported(md));
     let mut preset = json!({ "name": id });
-    if let Some(secret) = spec
-        .secrets
-        .as_ref()
-        .and_then(|s| s.hugging_face_token.as_deref())
-        .filter(|s| !s.is_empty())
-    {
+    if let Some(secret) = engine::hf_token_secret(md) {
         preset["presetOptions"] = json!({ "modelAccessSecret": secret });
     }
     let cm_name = config_map_name(md);
@@ -302,9 +314,8 @@ fn vllm_unsupported(md: &ModelDeployment) -> Vec<Warning> {
     );
     warn(
         "spec.resources.gpu.type",
-        resources
-            .and_then(|r| r.gpu.as_ref())
-            .is_some_and(|g| g.type_ != DEFAULT_GPU_TYPE),
+        gpu::spec_of(spec, Role::Aggregated)
+            .is_some_and(|g| gpu::resource_name(g) != DEFAULT_GPU_TYPE),
         "KAITO's vLLM presets request nvidia.com/gpu",
     );
     out
@@ -333,11 +344,14 @@ fn vllm_unsupported(md: &ModelDeployment) -> Vec<Warning> {
 /// inference_config_validation.go:35-37@v0.12.0).
 pub fn inference_config(md: &ModelDeployment, warnings: &mut Vec<Warning>) -> String {
     let engine = &md.spec.engine;
+    let key_of = |flag: &str| flag.trim_start_matches("--").to_string();
+    let (context_key, served_key) = (key_of(VLLM.context_length), key_of(VLLM.served_name));
+    let trust_key = VLLM.trust_remote_code.map(key_of);
     let mut entries: BTreeMap<String, Value> = BTreeMap::new();
     for (key, value) in engine.args.iter().flatten() {
-        let key = key.trim_start_matches("--").to_string();
+        let key = key_of(key);
         if value == "true" {
-            let why = if key == "trust-remote-code" {
+            let why = if trust_key.as_ref() == Some(&key) {
                 "KAITO's vLLM presets always pass --trust-remote-code"
             } else {
                 "KAITO passes each vLLM option as `--key value` and cannot pass a bare flag"
@@ -348,7 +362,7 @@ pub fn inference_config(md: &ModelDeployment, warnings: &mut Vec<Warning>) -> St
         entries.insert(key, Value::String(value.clone()));
     }
     if let Some(len) = engine.context_length {
-        entries.insert("max-model-len".into(), json!(len));
+        entries.insert(context_key, json!(len));
     }
     let explicit = md
         .spec
@@ -356,10 +370,10 @@ pub fn inference_config(md: &ModelDeployment, warnings: &mut Vec<Warning>) -> St
         .served_name
         .as_deref()
         .filter(|s| !s.is_empty());
-    if (explicit.is_some() || !entries.contains_key("served-model-name"))
+    if (explicit.is_some() || !entries.contains_key(&served_key))
         && let Some(served) = md.spec.served_model_name()
     {
-        entries.insert("served-model-name".into(), json!(served));
+        entries.insert(served_key, json!(served));
     }
     let mut text = format!(
         "# Written by kubeairunway for ModelDeployment {}; KAITO passes each vllm key to vLLM as --key value.\nvllm:\n",
@@ -458,17 +472,12 @@ fn llamacpp(md: &ModelDeployment, warnings: &mut Vec<Warning>) -> Result<Value, 
     if !resources.is_empty() {
         container["resources"] = Value::Object(resources);
     }
-    if let Some(env) = spec.env.as_ref().filter(|e| !e.is_empty()) {
-        container["env"] = serde_json::to_value(env)
-            .map_err(|e| RenderError(format!("spec.env cannot be rendered: {e}")))?;
+    let env = engine::user_env(md)?;
+    if !env.is_empty() {
+        container["env"] = Value::Array(env);
     }
-    if let Some(secret) = spec
-        .secrets
-        .as_ref()
-        .and_then(|s| s.hugging_face_token.as_deref())
-        .filter(|s| !s.is_empty())
-    {
-        container["envFrom"] = json!([{ "secretRef": { "name": secret } }]);
+    if let Some(env_from) = engine::hf_token_env_from(md) {
+        container["envFrom"] = env_from;
     }
     let (volumes, mounts) = storage(md, warnings);
     if !mounts.is_empty() {
@@ -544,14 +553,10 @@ fn container_resources(md: &ModelDeployment) -> Map<String, Value> {
     if let Some(memory) = r.memory.as_ref().filter(|m| !m.is_empty()) {
         requests.insert("memory".into(), json!(memory));
     }
-    if let Some(gpu) = r.gpu.as_ref().filter(|g| g.count > 0) {
-        let kind = if gpu.type_.is_empty() {
-            DEFAULT_GPU_TYPE
-        } else {
-            gpu.type_.as_str()
-        };
-        requests.insert(kind.into(), json!(gpu.count));
-        out.insert("limits".into(), json!({ kind: gpu.count }));
+    let gpus = gpu::per_replica(&md.spec, Role::Aggregated);
+    if gpus.count > 0 {
+        requests.insert(gpus.resource.clone(), json!(gpus.count));
+        out.insert("limits".into(), json!({ gpus.resource: gpus.count }));
     }
     if !requests.is_empty() {
         out.insert("requests".into(), Value::Object(requests));
@@ -888,6 +893,29 @@ mod tests {
                 "spec.resources.cpu",
                 "spec.resources.gpu.type",
             ]
+        );
+    }
+
+    /// `type: ""`, which the CRD accepts, is the default GPU: nothing to warn about (it
+    /// used to be named as a GPU type KAITO cannot request).
+    #[test]
+    fn an_empty_gpu_type_is_the_default_gpu() {
+        let mut m = gpu_vllm();
+        m.spec
+            .resources
+            .as_mut()
+            .unwrap()
+            .gpu
+            .as_mut()
+            .unwrap()
+            .type_ = String::new();
+        let r = render_with(&byo(), &m);
+        assert!(
+            r.warnings
+                .iter()
+                .all(|w| w.ignored_field.as_deref() != Some("spec.resources.gpu.type")),
+            "{:?}",
+            r.warnings
         );
     }
 

@@ -9,7 +9,7 @@ use kube::ResourceExt;
 use kubeairunway_sdk::Incompatible;
 use kubeairunway_sdk::api::ModelDeployment;
 
-use crate::serve_config::{kwarg_key, roles};
+use crate::serve_config::{PIPELINE_PARALLEL_KWARG, TENSOR_PARALLEL_KWARG, kwarg_key, roles};
 
 /// The longest RayService name KubeRay accepts: 53 (the longest RayCluster name, so that
 /// `<cluster>-serve-svc` fits in 63 characters) minus the 6 characters of the cluster
@@ -107,7 +107,7 @@ fn engine_args(md: &ModelDeployment) -> Result<(), Incompatible> {
     // GPUs in one placement group (vllm_models.py:213-254@ray-2.52.0), and each replica
     // runs on one worker pod with the GPUs of its role.
     let size = |key: &str| args.get(key).and_then(|v| v.parse::<i32>().ok());
-    let (tp, pp) = (size("tensor_parallel_size"), size("pipeline_parallel_size"));
+    let (tp, pp) = (size(TENSOR_PARALLEL_KWARG), size(PIPELINE_PARALLEL_KWARG));
     if tp.is_none() && pp.is_none() {
         return Ok(());
     }

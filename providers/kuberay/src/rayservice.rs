@@ -7,7 +7,11 @@
 //!
 //! - Every group gets the image, env (the user's, then the storage caches'), the Hugging
 //!   Face token Secret, volumes, pod labels and annotations, node selector and
-//!   tolerations; `rayStartParams` is always set (required by the 1.3 CRD).
+//!   tolerations; `rayStartParams` is always set (required by the 1.3 CRD). The env, the
+//!   Secret's `envFrom`, the volumes and a worker's GPUs are the SDK's building blocks
+//!   ([`kubeairunway_sdk::engine`], [`kubeairunway_sdk::storage`],
+//!   [`kubeairunway_sdk::gpu`]); the container is not the SDK's engine container,
+//!   because Ray starts the engine itself from `serveConfigV2`.
 //! - The head declares the container port `serve` (8000), which makes KubeRay create the
 //!   serve Service, plus `gcs-server`, `dashboard` (KubeRay reaches the Ray dashboard
 //!   through the head Service's port of that name) and `client`, named as KubeRay names
@@ -37,7 +41,9 @@ use std::collections::BTreeMap;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
 use kubeairunway_sdk::RenderError;
-use kubeairunway_sdk::api::{DEFAULT_GPU_TYPE, ModelDeployment, ServingMode};
+use kubeairunway_sdk::api::{ModelDeployment, ServingMode};
+use kubeairunway_sdk::engine::{self, VLLM};
+use kubeairunway_sdk::gpu;
 use kubeairunway_sdk::provider::object;
 use kubeairunway_sdk::render::{pod_annotations, pod_labels};
 use serde_json::{Map, Value, json};
@@ -156,21 +162,13 @@ impl PodParts {
         let to_value = |what: &str, v: Result<Value, serde_json::Error>| {
             v.map_err(|e| RenderError(format!("cannot render {what}: {e}")))
         };
-        let mut env = Vec::new();
-        for e in spec.env.iter().flatten() {
-            env.push(to_value("env", serde_json::to_value(e))?);
-        }
-        env.extend(storage::env(md));
+        let mut env = engine::user_env(md)?;
+        env.extend(storage::env_for(md, VLLM.cache_variables));
         let tolerations = match spec.tolerations.as_ref().filter(|t| !t.is_empty()) {
             Some(t) => Some(to_value("tolerations", serde_json::to_value(t))?),
             None => None,
         };
-        let env_from = spec
-            .secrets
-            .as_ref()
-            .and_then(|s| s.hugging_face_token.as_deref())
-            .filter(|s| !s.is_empty())
-            .map(|secret| json!([{"secretRef": {"name": secret}}]));
+        let env_from = engine::hf_token_env_from(md);
         Ok(Self {
             image: image.to_string(),
             labels: json!(pod_labels(md)),
@@ -230,16 +228,14 @@ fn container(name: &str, pod: &PodParts, resources: Value, ports: Option<Value>)
 }
 
 /// A worker's memory, CPU and GPU resource name: the role's own (disaggregated), else
-/// `spec.resources`, else the defaults.
-fn worker_resources(md: &ModelDeployment, role_name: &str) -> (String, Option<String>, String) {
+/// `spec.resources`, else the defaults; the GPUs are the SDK's ([`gpu::per_replica`]).
+fn worker_resources(md: &ModelDeployment, role: gpu::Role) -> (String, Option<String>, String) {
     let spec = &md.spec;
     let r = spec.resources.as_ref();
-    let component = match spec.serving.mode {
-        ServingMode::Aggregated => None,
-        ServingMode::Disaggregated => match role_name {
-            "prefill" => spec.scaling.prefill.as_ref(),
-            _ => spec.scaling.decode.as_ref(),
-        },
+    let component = match role {
+        gpu::Role::Aggregated => None,
+        gpu::Role::Prefill => spec.scaling.prefill.as_ref(),
+        gpu::Role::Decode => spec.scaling.decode.as_ref(),
     };
     let memory = component
         .and_then(|c| c.memory.clone())
@@ -247,17 +243,11 @@ fn worker_resources(md: &ModelDeployment, role_name: &str) -> (String, Option<St
         .filter(|m| !m.is_empty())
         .unwrap_or_else(|| DEFAULT_WORKER_MEMORY.to_string());
     let cpu = r.and_then(|r| r.cpu.clone()).filter(|c| !c.is_empty());
-    let gpu_type = match component {
-        Some(c) => c.gpu.as_ref().map(|g| g.type_.clone()),
-        None => r.and_then(|r| r.gpu.as_ref()).map(|g| g.type_.clone()),
-    }
-    .filter(|g| !g.is_empty())
-    .unwrap_or_else(|| DEFAULT_GPU_TYPE.to_string());
-    (memory, cpu, gpu_type)
+    (memory, cpu, gpu::per_replica(spec, role).resource)
 }
 
 fn worker_group(md: &ModelDeployment, pod: &PodParts, role_name: &str, role: Role) -> Value {
-    let (memory, cpu, gpu_type) = worker_resources(md, role_name);
+    let (memory, cpu, gpu_type) = worker_resources(md, role.kind);
     let mut requests = Map::new();
     let mut limits = Map::new();
     requests.insert("memory".into(), json!(memory));

@@ -10,7 +10,10 @@
 //! name and the Hugging Face id or path), `engine_kwargs` (vLLM engine arguments:
 //! `max_model_len` from `engine.contextLength`, `trust_remote_code`,
 //! `tensor_parallel_size` from the GPUs per replica, then `engine.args` with their keys in
-//! snake case and their values typed) and `deployment_config.num_replicas`.
+//! snake case and their values typed) and `deployment_config.num_replicas`. The keywords
+//! are vLLM's flags in snake case (`AsyncEngineArgs` fields), named once in the SDK's
+//! table ([`kubeairunway_sdk::engine::VLLM`]); the GPUs of a role are the SDK's
+//! ([`kubeairunway_sdk::gpu::per_replica`]).
 //!
 //! Checked against Ray 2.52.0 (the default image; `python/ray/llm/_internal/serve/` of
 //! the `ray==2.52.0` wheel, commit 9527a555280fb9837ce73dabf01559c20656a456):
@@ -35,6 +38,8 @@
 
 use kubeairunway_sdk::RenderError;
 use kubeairunway_sdk::api::{ModelDeployment, ModelSource, ServingMode};
+use kubeairunway_sdk::engine::VLLM;
+use kubeairunway_sdk::gpu;
 use serde_json::{Map, Value, json};
 
 /// Name of the Serve application.
@@ -49,39 +54,36 @@ pub const KV_CONNECTOR: &str = "NixlConnector";
 /// GPUs per replica and replicas of one serving role.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Role {
+    /// Which role.
+    pub kind: gpu::Role,
     /// Serve replicas (one engine each).
     pub replicas: i32,
-    /// GPUs per replica (the tensor-parallel size).
+    /// GPUs per replica (the tensor-parallel size; [`gpu::per_replica`]).
     pub gpus: i32,
 }
 
 /// The serving roles of `md`: one for aggregated, prefill then decode for disaggregated.
 pub fn roles(md: &ModelDeployment) -> Vec<(&'static str, Role)> {
     let spec = &md.spec;
-    match spec.serving.mode {
-        ServingMode::Aggregated => vec![(
-            "aggregated",
-            Role {
-                replicas: spec.scaling.replicas,
-                gpus: spec.gpu_count(),
-            },
-        )],
-        ServingMode::Disaggregated => [
-            ("prefill", spec.scaling.prefill.as_ref()),
-            ("decode", spec.scaling.decode.as_ref()),
-        ]
-        .into_iter()
-        .map(|(name, c)| {
+    gpu::Role::of(spec.serving.mode)
+        .iter()
+        .map(|&kind| {
+            let replicas = match kind {
+                gpu::Role::Aggregated => spec.scaling.replicas,
+                gpu::Role::Prefill => spec.scaling.prefill.as_ref().map_or(1, |c| c.replicas),
+                gpu::Role::Decode => spec.scaling.decode.as_ref().map_or(1, |c| c.replicas),
+            };
+            let gpus = gpu::per_replica(spec, kind).count;
             (
-                name,
+                kind.as_str(),
                 Role {
-                    replicas: c.map_or(1, |c| c.replicas),
-                    gpus: c.and_then(|c| c.gpu.as_ref()).map_or(0, |g| g.count),
+                    kind,
+                    replicas,
+                    gpus,
                 },
             )
         })
-        .collect(),
-    }
+        .collect()
 }
 
 /// The Serve config of `md` as a value (`applications: [...]`).
@@ -153,12 +155,14 @@ fn llm_config(
     };
     let mut kwargs = Map::new();
     if let Some(len) = md.spec.engine.context_length {
-        kwargs.insert("max_model_len".into(), json!(len));
+        kwargs.insert(kwarg_key(VLLM.context_length), json!(len));
     }
-    if md.spec.engine.trust_remote_code {
-        kwargs.insert("trust_remote_code".into(), json!(true));
+    if md.spec.engine.trust_remote_code
+        && let Some(flag) = VLLM.trust_remote_code
+    {
+        kwargs.insert(kwarg_key(flag), json!(true));
     }
-    kwargs.insert("tensor_parallel_size".into(), json!(role.gpus));
+    kwargs.insert(TENSOR_PARALLEL_KWARG.into(), json!(role.gpus));
     if let Some(kv) = kv_transfer {
         kwargs.insert("kv_transfer_config".into(), kv);
     }
@@ -185,6 +189,11 @@ fn llm_config(
     }
     Ok(config)
 }
+
+/// vLLM's `--tensor-parallel-size` as an engine keyword ([`VLLM`]).
+pub const TENSOR_PARALLEL_KWARG: &str = "tensor_parallel_size";
+/// vLLM's `--pipeline-parallel-size` as an engine keyword ([`VLLM`]).
+pub const PIPELINE_PARALLEL_KWARG: &str = "pipeline_parallel_size";
 
 /// `--gpu-memory-utilization` and `gpu-memory-utilization` as the engine keyword
 /// `gpu_memory_utilization`.
@@ -222,6 +231,20 @@ pub fn typed(value: &str) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The keywords are the SDK's vLLM flags in snake case.
+    #[test]
+    fn parallelism_keywords_are_vllms_flags() {
+        assert_eq!(
+            kwarg_key(VLLM.tensor_parallel.unwrap()),
+            TENSOR_PARALLEL_KWARG
+        );
+        assert_eq!(
+            kwarg_key(VLLM.parallelism.pipeline[0]),
+            PIPELINE_PARALLEL_KWARG
+        );
+        assert_eq!(kwarg_key(VLLM.context_length), "max_model_len");
+    }
 
     #[test]
     fn engine_arg_keys_become_snake_case() {

@@ -3,7 +3,10 @@
 //! the model on each worker node and the head's dashboard reads the same config
 //! (KubeRay passes the pod templates through unchanged; its own volumes are listed in
 //! [`RESERVED_NAMES`]). Claims, paths, `readOnly` and the cache variables are the SDK's
-//! rules ([`kubeairunway_sdk::storage`]).
+//! rules ([`kubeairunway_sdk::storage`], with vLLM's variables from
+//! [`kubeairunway_sdk::engine::VLLM`]). `/dev/shm` is KubeRay's own (see
+//! [`RESERVED_PATHS`]), so the SDK's [`kubeairunway_sdk::engine::shm_volume`] is not
+//! added.
 //!
 //! Nothing creates claims for a KubeRay deployment: `size`, `storageClassName` and
 //! `accessMode` are reported as ignored, and the claim must exist.
@@ -13,7 +16,7 @@ use kubeairunway_sdk::api::ModelDeployment;
 use kubeairunway_sdk::storage::{self, Reserved};
 
 pub use kubeairunway_sdk::storage::{
-    COMPILATION_CACHE_PATH, MODEL_CACHE_PATH, env, pod_volumes, volume_mounts,
+    COMPILATION_CACHE_PATH, MODEL_CACHE_PATH, env, env_for, pod_volumes, volume_mounts,
 };
 
 /// Volume names KubeRay gives its own volumes in Ray pods: `shared-mem` and `ray-logs`

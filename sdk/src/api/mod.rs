@@ -8,6 +8,8 @@ pub mod crds;
 pub mod model_deployment;
 pub mod provider_config;
 mod schema;
+pub mod warmup;
 
 pub use model_deployment::*;
 pub use provider_config::*;
+pub use warmup::*;

@@ -12,6 +12,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::schema;
+use super::warmup::DeploymentWarmup;
 
 /// Desired state of a ModelDeployment.
 ///
@@ -159,13 +160,16 @@ pub struct ModelDeploymentSpec {
     pub kernel_cache: Option<KernelCacheRef>,
 
     /// Warm the nodes first: the provider applies nothing that brings something new onto
-    /// a node (the creation, a scale-up, an upgrade to a new image) until this `Warmup`
+    /// a node (the creation, a scale-up, an upgrade to a new image) until the `Warmup`
     /// (the kernel-cache provider's, `cache.kubeairunway.ai`, in this namespace) is
     /// `Completed`, and for an upgrade has preloaded the new images; meanwhile what runs
-    /// is kept as it is. The condition `WarmedUp` says what waits and why. Other changes
-    /// (fewer replicas, other fields) are applied at once.
+    /// is kept as it is. Either the name of a Warmup of yours, or an inline warmup from
+    /// which the provider makes a Warmup named after this ModelDeployment (made again when
+    /// the inline fields change, or when an upgrade needs images it did not preload). The
+    /// condition `WarmedUp` says what waits and why. Other changes (fewer replicas, other
+    /// fields) are applied at once.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub warmup: Option<WarmupRef>,
+    pub warmup: Option<DeploymentWarmup>,
 }
 
 /// A reference to a `KernelCache` (group `cache.kubeairunway.ai`) in the
@@ -176,27 +180,6 @@ pub struct KernelCacheRef {
     /// The KernelCache's name.
     #[schemars(length(min = 1, max = 253))]
     pub name: String,
-}
-
-/// A reference to a `Warmup` (group `cache.kubeairunway.ai`) in the ModelDeployment's
-/// namespace.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct WarmupRef {
-    /// The Warmup's name.
-    #[schemars(length(min = 1, max = 253))]
-    pub name: String,
-}
-
-impl WarmupRef {
-    /// The API group of the `Warmup` kind (the kernel-cache provider serves it).
-    pub const GROUP: &'static str = "cache.kubeairunway.ai";
-    /// The version of the `Warmup` kind the provider runtime reads.
-    pub const VERSION: &'static str = "v1alpha1";
-    /// The kind.
-    pub const KIND: &'static str = "Warmup";
-    /// The kind's plural (its resource).
-    pub const PLURAL: &'static str = "warmups";
 }
 
 /// The model to serve.

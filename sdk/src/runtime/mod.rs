@@ -14,8 +14,9 @@
 //!    provider's registered capabilities), then [`Provider::check`], and from the served
 //!    upstream API;
 //! 5. render, check every rendered field path against the installed schema; with
-//!    `spec.warmup`, stop here (reporting why) until the named Warmup is `Completed`
-//!    (the warmup gate, `runtime/warmup.rs`); recreate the primary object when an
+//!    `spec.warmup`, stop here (reporting why) until its Warmup (named, or made by the
+//!    runtime for an inline `spec.warmup`) is `Completed` (the warmup gate,
+//!    `runtime/warmup.rs`); recreate the primary object when an
 //!    identity field changed, report drift, and server-side-apply everything (field
 //!    manager `<name>-provider`, forced);
 //! 6. observe the live objects ([`crate::Live`]: every rendered object, by kind and
@@ -124,7 +125,7 @@ pub struct Context<P: Provider> {
     pub(crate) metrics: Arc<Metrics>,
     /// The objects this provider owns, from watch caches.
     pub(crate) owned: cache::OwnedCache,
-    /// The Warmups ModelDeployments name in `spec.warmup`, from a watch cache.
+    /// The Warmups of `spec.warmup` (named or made for an inline one), from a watch cache.
     pub(crate) warmups: warmup::Warmups,
     /// Spec generation whose render warnings were already published, per object.
     pub(crate) warned: Mutex<HashMap<ObjectRef<ModelDeployment>, i64>>,

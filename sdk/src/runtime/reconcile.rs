@@ -118,7 +118,8 @@ pub async fn reconcile_once<P: Provider>(
     } else {
         Vec::new()
     };
-    let gate = ctx.warmups.gate(md, objects, &owned);
+    let gate = ctx.warmups.gate(md, ctx.name(), objects, &owned);
+    super::warmup::sync(md, ctx, gate.as_ref(), objects).await?;
     if let Some(action) =
         super::warmup::hold(md, ctx, api, warnings, objects, gate.as_ref()).await?
     {
@@ -549,7 +550,7 @@ fn recreate_reason(live: &DynamicObject, rendered: &DynamicObject) -> Option<&'s
 /// HTTP codes with which the API server or an admission webhook refuses an object for
 /// what it is (not for load or a conflict): invalid (400, 422), forbidden by a webhook or
 /// policy (403), or a kind or namespace that does not exist (404).
-fn is_refusal(code: u16) -> bool {
+pub(crate) fn is_refusal(code: u16) -> bool {
     [400, 403, 404, 422].contains(&code)
 }
 
@@ -851,7 +852,8 @@ async fn cleanup<P: Provider>(md: &ModelDeployment, ctx: &Context<P>) -> Result<
     .ok()
     .flatten();
     let md = written.as_ref().unwrap_or(md);
-    let remaining = delete_owned(md, ctx).await?;
+    let mut remaining = delete_owned(md, ctx).await?;
+    remaining.extend(super::warmup::release(md, ctx).await?);
     if remaining.is_empty() {
         release_finalizer(md, ctx).await?;
         return Ok(Action::await_change());
@@ -919,7 +921,7 @@ fn owned_live<P: Provider>(md: &ModelDeployment, ctx: &Context<P>) -> Vec<Arc<Dy
 }
 
 /// Whether `object` is owned by `md` (an owner reference with its uid).
-fn owned_by(object: &DynamicObject, md: &ModelDeployment) -> bool {
+pub(crate) fn owned_by(object: &DynamicObject, md: &ModelDeployment) -> bool {
     let uid = md.uid();
     object
         .owner_references()

@@ -1,7 +1,9 @@
 //! The warmup gate: a ModelDeployment with `spec.warmup` gets nothing new on a node (it is
-//! not created, scaled up or upgraded) until the named `Warmup` (the kernel-cache
-//! provider's kind, `cache.kubeairunway.ai`) is `Completed`. Every provider gets it from
-//! the runtime, with no code of its own.
+//! not created, scaled up or upgraded) until its `Warmup` (the kernel-cache provider's
+//! kind, `cache.kubeairunway.ai`) is `Completed`: the one `spec.warmup.name` names, or
+//! the one the runtime makes for an inline `spec.warmup` ([`decide_inline`],
+//! [`warmup_object`], [`sync`]). Every provider gets it from the runtime, with no code of
+//! its own.
 //!
 //! What a reconcile would bring onto nodes ([`Change`]) is told from what is rendered and
 //! what the ModelDeployment owns live, the same way for every upstream:
@@ -26,16 +28,28 @@
 //! (`status.images`) but not those the upgrade adds is outdated (`WarmupOutdated`); delete
 //! it and create it again. Nodes that joined after the Warmup finished are not warm.
 //!
-//! The decision ([`change`], [`decide`]) is a pure function of what the caches hold; the
-//! Warmups come from one watch cache ([`Warmups`], cluster-wide, started when the first
-//! ModelDeployment with `spec.warmup` is reconciled), whose events reconcile the
-//! ModelDeployments held by them ([`Waiting`]): no request per reconcile.
+//! An inline `spec.warmup` becomes a Warmup named after the ModelDeployment, owned by it,
+//! targeting it. The runtime creates it when something is to land on nodes and none is
+//! there, and deletes it to make it again when the inline fields changed or when it
+//! finished without the images an upgrade adds (only if the rendered images changed since
+//! it was made, so that one made again differs); it never makes one for a change that
+//! brings nothing new, so a Warmup deleted after it completed is done, not made again.
+//! `ttlSecondsAfterFinished` is refused inline (a CEL rule of the CRD): its controller
+//! could delete the Warmup before the runtime saw it complete, and a creation would then
+//! make and run it again, maybe for ever. It deletes the Warmup it made when
+//! `spec.warmup` stops being inline, and with the ModelDeployment.
+//!
+//! The decision ([`change`], [`decide`], [`decide_inline`]) is a pure function of what
+//! the caches hold; the Warmups come from one watch cache ([`Warmups`], cluster-wide,
+//! started when the first ModelDeployment that has, or had, `spec.warmup` is reconciled),
+//! whose events reconcile the ModelDeployments held by them ([`Waiting`]): no request per
+//! reconcile, and a write only to create or delete the Warmup of an inline `spec.warmup`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use futures::StreamExt;
-use kube::api::{Api, DynamicObject};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
 use kube::runtime::controller::Action;
@@ -46,10 +60,11 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::Context;
-use super::reconcile::Error;
+use super::reconcile::{Error, event, is_refusal, owned_by};
 use super::status::{self, ProviderView};
-use crate::api::{ModelDeployment, Phase, WarmupRef};
+use crate::api::{DeploymentWarmup, ModelDeployment, Phase};
 use crate::conditions::{self, PROVIDER_COMPATIBLE, READY, RESOURCE_CREATED, WARMED_UP, reasons};
+use crate::events::EventType;
 use crate::provider::{Provider, Warning};
 use crate::upstream::UpstreamApi;
 use crate::{labels, reflect, render};
@@ -187,6 +202,22 @@ pub(crate) struct Gate {
     pub message: String,
     /// A creation held for good until the user acts (the Warmup failed): phase `Failed`.
     pub failed: bool,
+    /// What to do with the Warmup made for an inline `spec.warmup` (always
+    /// [`Write::Nothing`] for a named one).
+    pub write: Write,
+}
+
+/// What the runtime does with the Warmup it makes for an inline `spec.warmup`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) enum Write {
+    /// Leave it as it is (or absent).
+    #[default]
+    Nothing,
+    /// Create it (server-side apply).
+    Create,
+    /// Delete it, to make it again once it is gone (a Warmup's spec cannot change and
+    /// it runs once).
+    Delete,
 }
 
 impl Gate {
@@ -197,6 +228,7 @@ impl Gate {
             reason,
             message,
             failed: false,
+            write: Write::Nothing,
         }
     }
 
@@ -207,6 +239,7 @@ impl Gate {
             reason,
             message,
             failed: change.create && reason == reasons::WARMUP_FAILED,
+            write: Write::Nothing,
         }
     }
 }
@@ -260,8 +293,8 @@ pub(crate) fn decide(name: &str, seen: &Seen, change: &Change) -> Gate {
             reasons::WARMUP_UNAVAILABLE,
             format!(
                 "Warmup '{name}' cannot be read: the API server does not serve {}/{} Warmups (is the kernel-cache provider's warmup installed?) or they are not listed yet; {held} until it completes",
-                WarmupRef::GROUP,
-                WarmupRef::VERSION
+                DeploymentWarmup::GROUP,
+                DeploymentWarmup::VERSION
             ),
         ),
         Seen::Missing => Gate::held(
@@ -299,6 +332,210 @@ pub(crate) fn decide(name: &str, seen: &Seen, change: &Change) -> Gate {
             )
         }
     }
+}
+
+/// The Warmup of the name an inline `spec.warmup` uses, as the cache shows it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Made {
+    /// Owned by this ModelDeployment (an owner reference with its uid): the runtime made
+    /// it. Otherwise it is someone else's, and left alone.
+    pub ours: bool,
+    /// Being deleted.
+    pub deleting: bool,
+    /// The hash of the spec it was made with ([`labels::RENDERED_HASH`]).
+    pub spec_hash: Option<String>,
+    /// The images the provider rendered when it was made ([`labels::IMAGES`]).
+    pub images: Option<String>,
+}
+
+/// What an inline `spec.warmup` asks for now: the hash of the Warmup's spec made from it
+/// and the images the provider renders (comma-separated).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Wanted {
+    pub spec_hash: String,
+    pub images: String,
+}
+
+/// The gate of a ModelDeployment with an inline `spec.warmup`, whose Warmup `name` the
+/// cache shows as `seen` and `made`, and what to do with that Warmup. The runtime makes a
+/// Warmup only when something is to land on nodes (a creation, a scale-up, an upgrade)
+/// and none is there; it deletes its Warmup (to make it again) when the inline fields
+/// changed, or when it finished (completed without the images an upgrade adds, or
+/// failed) and the rendered images changed since it was made: one made again would
+/// preload them. A Warmup deleted after it completed is not made again until something
+/// new is to land on nodes.
+pub(crate) fn decide_inline(
+    name: &str,
+    seen: &Seen,
+    made: Option<&Made>,
+    wanted: &Wanted,
+    change: &Change,
+) -> Gate {
+    let held = change.held();
+    let Some(made) = made else {
+        let mut gate = decide(name, seen, change);
+        if !gate.open && *seen == Seen::Missing {
+            gate.reason = reasons::AWAITING_WARMUP;
+            gate.message = format!(
+                "creating Warmup '{name}' from the inline spec.warmup; {held} until it completes"
+            );
+            gate.write = Write::Create;
+        }
+        return gate;
+    };
+    if !made.ours {
+        if !change.warms() {
+            return decide(name, seen, change);
+        }
+        return Gate::held(
+            change,
+            reasons::WARMUP_CONFLICT,
+            format!(
+                "a Warmup '{name}' exists in this namespace and this ModelDeployment does not own it, so the inline spec.warmup cannot be made under that name; {held} until it is deleted, or name it in spec.warmup.name instead"
+            ),
+        );
+    }
+    if made.deleting {
+        if !change.warms() {
+            return decide(name, seen, change);
+        }
+        return Gate::held(
+            change,
+            reasons::AWAITING_WARMUP,
+            format!(
+                "Warmup '{name}' is being deleted, to be made again from the inline spec.warmup; {held} until the new one completes"
+            ),
+        );
+    }
+    if made.spec_hash.as_deref() != Some(wanted.spec_hash.as_str()) {
+        let mut gate = decide(name, seen, change);
+        gate.write = Write::Delete;
+        if change.warms() {
+            gate = Gate {
+                write: Write::Delete,
+                ..Gate::held(
+                    change,
+                    reasons::AWAITING_WARMUP,
+                    format!(
+                        "the inline spec.warmup changed and a Warmup's spec cannot: Warmup '{name}' is deleted and made again; {held} until it completes"
+                    ),
+                )
+            };
+        }
+        return gate;
+    }
+    let images_changed = made.images.as_deref() != Some(wanted.images.as_str());
+    made_again(
+        name,
+        seen,
+        decide(name, seen, change),
+        images_changed,
+        change,
+    )
+}
+
+/// The gate `decide` gave for the Warmup made from the current inline fields, with what
+/// to do when it finished without covering the change: when it completed without the
+/// images an upgrade adds, or failed, it is made again only if the rendered images
+/// changed since it was made (`images_changed`); one made again otherwise would do the
+/// same, and the message says what to change.
+fn made_again(
+    name: &str,
+    seen: &Seen,
+    mut gate: Gate,
+    images_changed: bool,
+    change: &Change,
+) -> Gate {
+    let held = change.held();
+    match gate.reason {
+        reasons::WARMUP_OUTDATED if images_changed => {
+            gate.write = Write::Delete;
+            gate.message = format!(
+                "Warmup '{name}' completed without the images this spec adds ({}), and a Warmup runs only once: it is deleted and made again to preload them; {held} until it completes",
+                change.new_images.join(", ")
+            );
+        }
+        reasons::WARMUP_OUTDATED => {
+            gate.message = format!(
+                "Warmup '{name}' completed without the images this spec adds ({}) and one made again would preload the same: add them to spec.warmup.imagesPreload.items (or leave imagesPreload out to preload what the provider renders); {held} until then",
+                change.new_images.join(", ")
+            );
+        }
+        reasons::WARMUP_FAILED => {
+            let why = match seen {
+                Seen::Found {
+                    reason, message, ..
+                } => format!(" ({reason}: {message})"),
+                _ => String::new(),
+            };
+            gate.message = if images_changed {
+                gate.write = Write::Delete;
+                gate.failed = false;
+                format!(
+                    "Warmup '{name}' failed{why} and the rendered images changed since it was made: it is deleted and made again; {held} until it completes"
+                )
+            } else {
+                format!(
+                    "Warmup '{name}' failed{why}; {held} until spec.warmup or the rendered images change, Warmup '{name}' is deleted (it is made again then), or spec.warmup is removed"
+                )
+            };
+        }
+        _ => {}
+    }
+    gate
+}
+
+/// What the cache shows of the Warmup `warmup` for `md`'s inline `spec.warmup`.
+fn made_of(warmup: &DynamicObject, md: &ModelDeployment) -> Made {
+    let annotation = |key: &str| warmup.annotations().get(key).cloned();
+    Made {
+        ours: owned_by(warmup, md),
+        deleting: warmup.metadata.deletion_timestamp.is_some(),
+        spec_hash: annotation(labels::RENDERED_HASH),
+        images: annotation(labels::IMAGES),
+    }
+}
+
+/// The name of the Warmup `md`'s `spec.warmup` names or (inline) makes: the
+/// ModelDeployment's own name (a valid Warmup name, whatever its length).
+fn warmup_name(md: &ModelDeployment, warmup: &DeploymentWarmup) -> String {
+    warmup.name.clone().unwrap_or_else(|| md.name_any())
+}
+
+/// The Warmup the runtime makes for `md`'s inline `warmup`, as applied: named after
+/// `md`, in its namespace, owned by it (so the garbage collector removes it with it),
+/// labelled as every object `provider` makes for it, targeting it, with the inline
+/// fields as its spec; annotated with the hash of that spec and the rendered `images`,
+/// which tell when it must be made again. Also what it asks for now ([`Wanted`]).
+pub(crate) fn warmup_object(
+    md: &ModelDeployment,
+    warmup: &DeploymentWarmup,
+    provider: &str,
+    images: &[String],
+) -> (DynamicObject, Wanted) {
+    let mut spec = serde_json::to_value(DeploymentWarmup {
+        name: None,
+        ..warmup.clone()
+    })
+    .unwrap_or_else(|_| serde_json::json!({}));
+    spec["targetModelDeployment"] = serde_json::json!({ "name": md.name_any() });
+    let wanted = Wanted {
+        spec_hash: crate::upstream::short_hash(spec.to_string().as_bytes()),
+        images: images.join(","),
+    };
+    let mut object =
+        DynamicObject::new(&md.name_any(), &resource()).within(&md.namespace().unwrap_or_default());
+    object.metadata.owner_references = render::owner_reference(md).map(|o| vec![o]);
+    object.metadata.labels = Some(render::object_labels(md, provider));
+    object.metadata.annotations = Some(
+        [
+            (labels::RENDERED_HASH.to_string(), wanted.spec_hash.clone()),
+            (labels::IMAGES.to_string(), wanted.images.clone()),
+        ]
+        .into(),
+    );
+    object.data = serde_json::json!({ "spec": spec });
+    (object, wanted)
 }
 
 /// Whether the gate of `md` was opened before (its `WarmedUp` condition is `True`).
@@ -356,12 +593,17 @@ fn read(warmup: &DynamicObject) -> Seen {
 /// The API resource of Warmups.
 fn resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk(WarmupRef::GROUP, WarmupRef::VERSION, WarmupRef::KIND),
-        WarmupRef::PLURAL,
+        &GroupVersionKind::gvk(
+            DeploymentWarmup::GROUP,
+            DeploymentWarmup::VERSION,
+            DeploymentWarmup::KIND,
+        ),
+        DeploymentWarmup::PLURAL,
     )
 }
 
-/// Keep of a Warmup only what the gate reads: its status.
+/// Keep of a Warmup only what the gate reads: its metadata (whose owner, annotations
+/// and deletion tell of a Warmup made for an inline `spec.warmup`) and its status.
 fn shape(warmup: &mut DynamicObject) {
     reflect::strip(warmup);
     let status = warmup.data.get("status").cloned().unwrap_or(Value::Null);
@@ -512,21 +754,43 @@ impl Warmups {
         Some(cache.clone())
     }
 
-    /// The Warmup `name` of `md`'s namespace as the cache shows it. `md` is registered as
-    /// waiting on it first, so that a change after this look wakes it.
-    fn seen(&self, md: &ModelDeployment, name: &str) -> Seen {
+    /// The Warmup `name` of `md`'s namespace as the cache shows it (`Err`: Warmups
+    /// cannot be read). `md` is registered as waiting on it first, so that a change
+    /// after this look wakes it.
+    fn look(&self, md: &ModelDeployment, name: &str) -> Result<Option<Arc<DynamicObject>>, ()> {
         let ns = md.namespace().unwrap_or_default();
         self.wait(md, Some(name));
-        let Some(cache) = self.cache() else {
-            return Seen::Unavailable;
+        let cache = self.cache().ok_or(())?;
+        if !cache.is_synced() {
+            return Err(());
+        }
+        Ok(cache
+            .store
+            .get(&ObjectRef::new_with(name, resource()).within(&ns)))
+    }
+
+    /// The Warmup the runtime made for `md` (its name, owned by it), from the cache; only
+    /// once the cache is filled, and started only for a ModelDeployment that has, or had,
+    /// `spec.warmup` (its status says `WarmedUp`): no other starts a watch of Warmups.
+    pub(crate) fn made_for(&self, md: &ModelDeployment) -> Option<Arc<DynamicObject>> {
+        let had = md.spec.warmup.is_some()
+            || md
+                .status
+                .as_ref()
+                .is_some_and(|s| conditions::find(&s.conditions, WARMED_UP).is_some());
+        let cache = if had {
+            self.cache()?
+        } else {
+            self.cache.get()?.clone()
         };
         if !cache.is_synced() {
-            return Seen::Unavailable;
+            return None;
         }
+        let ns = md.namespace().unwrap_or_default();
         cache
             .store
-            .get(&ObjectRef::new_with(name, resource()).within(&ns))
-            .map_or(Seen::Missing, |w| read(&w))
+            .get(&ObjectRef::new_with(&md.name_any(), resource()).within(&ns))
+            .filter(|w| owned_by(w, md))
     }
 
     /// `md` waits on the Warmup `warmup`, or on none.
@@ -542,10 +806,12 @@ impl Warmups {
     }
 
     /// The gate of `md` (`None` without `spec.warmup`) for applying `rendered` over
-    /// `live` (every object it owns, see [`change`]).
+    /// `live` (every object it owns, see [`change`]); `provider` makes the Warmup of an
+    /// inline `spec.warmup`.
     pub(crate) fn gate(
         &self,
         md: &ModelDeployment,
+        provider: &str,
         rendered: &[DynamicObject],
         live: &[Arc<DynamicObject>],
     ) -> Option<Gate> {
@@ -553,13 +819,22 @@ impl Warmups {
             self.forget(md);
             return None;
         };
-        let seen = self.seen(md, &warmup.name);
-        let gate = decide(
-            &warmup.name,
-            &seen,
-            &change(rendered, live, opened_before(md)),
-        );
-        if gate.open {
+        let name = warmup_name(md, warmup);
+        let found = self.look(md, &name);
+        let seen = match &found {
+            Err(()) => Seen::Unavailable,
+            Ok(None) => Seen::Missing,
+            Ok(Some(w)) => read(w),
+        };
+        let change = change(rendered, live, opened_before(md));
+        let gate = if warmup.is_inline() {
+            let (_, wanted) = warmup_object(md, warmup, provider, &render::images(rendered));
+            let made = found.ok().flatten().map(|w| made_of(&w, md));
+            decide_inline(&name, &seen, made.as_ref(), &wanted, &change)
+        } else {
+            decide(&name, &seen, &change)
+        };
+        if gate.open && gate.write == Write::Nothing {
             self.forget(md);
         }
         Some(gate)
@@ -603,6 +878,125 @@ pub(crate) async fn hold<P: Provider>(
     view.images = Some(render::images(objects));
     status::apply(ctx, md, &view).await?;
     Ok(Some(Action::requeue(ctx.options.resync_period)))
+}
+
+/// The writes the gate asked for, before anything else is applied: for an inline
+/// `spec.warmup`, create its Warmup ([`Write::Create`], server-side apply) or delete it
+/// to make it again ([`Write::Delete`]); without one (none, or a named Warmup), delete
+/// the Warmup the runtime made for an inline one before, unless it is the one named. A Warmup the API server refuses
+/// is told in a warning event (the gate keeps holding, and says it is creating it).
+pub(crate) async fn sync<P: Provider>(
+    md: &ModelDeployment,
+    ctx: &Context<P>,
+    gate: Option<&Gate>,
+    rendered: &[DynamicObject],
+) -> Result<(), Error> {
+    let inline = md.spec.warmup.as_ref().filter(|w| w.is_inline());
+    let api: Api<DynamicObject> = Api::namespaced_with(
+        ctx.client.clone(),
+        &md.namespace().unwrap_or_default(),
+        &resource(),
+    );
+    match (inline, gate.map(|g| g.write)) {
+        (Some(warmup), Some(Write::Create)) => {
+            let (object, _) = warmup_object(md, warmup, ctx.name(), &render::images(rendered));
+            let pp = PatchParams::apply(&ctx.field_manager()).force();
+            match api
+                .patch(&object.name_any(), &pp, &Patch::Apply(&object))
+                .await
+            {
+                Ok(_) => {
+                    let message = format!(
+                        "Created Warmup '{}' from the inline spec.warmup",
+                        object.name_any()
+                    );
+                    event(ctx, md, EventType::Normal, "WarmupCreated", &message).await;
+                }
+                Err(kube::Error::Api(s)) if is_refusal(s.code) => {
+                    let message = format!(
+                        "the API server refused Warmup '{}' made from the inline spec.warmup: {}",
+                        object.name_any(),
+                        s.message
+                    );
+                    event(ctx, md, EventType::Warning, "WarmupRefused", &message).await;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        (Some(_), Some(Write::Delete)) => {
+            if let Some(made) = ctx.warmups.made_for(md)
+                && delete_made(&api, &made).await?
+            {
+                let message = format!(
+                    "Deleted Warmup '{}' to make it again: {}",
+                    made.name_any(),
+                    gate.map(|g| g.message.as_str()).unwrap_or_default()
+                );
+                event(ctx, md, EventType::Normal, "WarmupRecreating", &message).await;
+            }
+        }
+        (Some(_), _) => {}
+        (None, _) => {
+            // Named now: the Warmup made before is kept when it is the one named.
+            let named = md.spec.warmup.as_ref().and_then(|w| w.name.clone());
+            if let Some(made) = ctx.warmups.made_for(md)
+                && named != Some(made.name_any())
+                && made.metadata.deletion_timestamp.is_none()
+                && delete_made(&api, &made).await?
+            {
+                let message = format!(
+                    "Deleted Warmup '{}': spec.warmup is no longer inline",
+                    made.name_any()
+                );
+                event(ctx, md, EventType::Normal, "Pruned", &message).await;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Delete the Warmup the runtime made, `made` as the cache holds it: only that object
+/// (its uid), whatever its status became since. `Ok(false)` when it is gone already.
+async fn delete_made(api: &Api<DynamicObject>, made: &DynamicObject) -> Result<bool, kube::Error> {
+    let params = DeleteParams {
+        preconditions: Some(Preconditions {
+            resource_version: None,
+            uid: made.uid(),
+        }),
+        ..DeleteParams::background()
+    };
+    match api.delete(&made.name_any(), &params).await {
+        Ok(_) => Ok(true),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// On deletion: delete the Warmup the runtime made for `md` (the garbage collector would
+/// too, through its owner reference, once `md` is gone); `Some("Warmup/<name>")` while it
+/// still exists.
+pub(crate) async fn release<P: Provider>(
+    md: &ModelDeployment,
+    ctx: &Context<P>,
+) -> Result<Option<String>, Error> {
+    let Some(made) = ctx.warmups.made_for(md) else {
+        return Ok(None);
+    };
+    if made.metadata.deletion_timestamp.is_none() {
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            ctx.client.clone(),
+            &md.namespace().unwrap_or_default(),
+            &resource(),
+        );
+        if !delete_made(&api, &made).await? {
+            return Ok(None);
+        }
+    }
+    Ok(Some(format!(
+        "{}/{}",
+        DeploymentWarmup::KIND,
+        made.name_any()
+    )))
 }
 
 /// The status of a ModelDeployment whose objects exist: the images it renders and, with
@@ -974,13 +1368,13 @@ mod tests {
         let warmups = Warmups::new(Client::new(service, "ml"), None);
         let rendered = vec![object("Server", "m", Some("replicas=1"), "llama.cpp:b1")];
         assert_eq!(
-            warmups.gate(&md(false, None), &rendered, &[]),
+            warmups.gate(&md(false, None), "p", &rendered, &[]),
             None,
             "no spec.warmup, no gate"
         );
         assert_eq!(
             warmups
-                .gate(&md(true, None), &rendered, &[])
+                .gate(&md(true, None), "p", &rendered, &[])
                 .unwrap()
                 .reason,
             reasons::WARMUP_UNAVAILABLE,
@@ -989,28 +1383,28 @@ mod tests {
         warmups.fixed(vec![warmup(Some("InProgress"), json!([]))]);
         assert_eq!(
             warmups
-                .gate(&md(true, None), &rendered, &[])
+                .gate(&md(true, None), "p", &rendered, &[])
                 .unwrap()
                 .reason,
             reasons::AWAITING_WARMUP
         );
         assert!(
             warmups
-                .gate(&md(true, Some("True")), &rendered, &[])
+                .gate(&md(true, Some("True")), "p", &rendered, &[])
                 .unwrap()
                 .open,
             "opened before: a primary being recreated is not held"
         );
         assert!(
             !warmups
-                .gate(&md(true, Some("False")), &rendered, &[])
+                .gate(&md(true, Some("False")), "p", &rendered, &[])
                 .unwrap()
                 .open
         );
         let live = vec![Arc::new(rendered[0].clone())];
         assert!(
             warmups
-                .gate(&md(true, None), &rendered, &live)
+                .gate(&md(true, None), "p", &rendered, &live)
                 .unwrap()
                 .open
         );
@@ -1035,31 +1429,428 @@ mod tests {
         let rendered = vec![object("Server", "m", Some("replicas=1"), "llama.cpp:b1")];
         let live = vec![Arc::new(rendered[0].clone())];
         let held = md(true, None);
-        assert!(!warmups.gate(&held, &rendered, &[]).unwrap().open);
+        assert!(!warmups.gate(&held, "p", &rendered, &[]).unwrap().open);
         assert_eq!(waiting_on(&warmups, "w"), ["m"]);
 
         // The gate opens (nothing new to warm): it waits no more.
-        assert!(warmups.gate(&held, &rendered, &live).unwrap().open);
+        assert!(warmups.gate(&held, "p", &rendered, &live).unwrap().open);
         assert!(waiting_on(&warmups, "w").is_empty());
         assert!(warmups.waiting.lock().unwrap().by_md.is_empty());
 
         // spec.warmup names another Warmup: it moves there.
-        warmups.gate(&held, &rendered, &[]);
+        warmups.gate(&held, "p", &rendered, &[]);
         let mut renamed = held.clone();
-        renamed.spec.warmup = Some(WarmupRef { name: "v".into() });
-        assert!(!warmups.gate(&renamed, &rendered, &[]).unwrap().open);
+        renamed.spec.warmup = Some(DeploymentWarmup::named("v"));
+        assert!(!warmups.gate(&renamed, "p", &rendered, &[]).unwrap().open);
         assert!(waiting_on(&warmups, "w").is_empty());
         assert_eq!(waiting_on(&warmups, "v"), ["m"]);
 
         // spec.warmup removed.
-        assert_eq!(warmups.gate(&md(false, None), &rendered, &[]), None);
+        assert_eq!(warmups.gate(&md(false, None), "p", &rendered, &[]), None);
         assert!(waiting_on(&warmups, "v").is_empty());
 
         // Deleted (or handed to another provider).
-        warmups.gate(&held, &rendered, &[]);
+        warmups.gate(&held, "p", &rendered, &[]);
         warmups.forget(&held);
         let waiting = warmups.waiting.lock().unwrap();
         assert!(waiting.by_warmup.is_empty() && waiting.by_md.is_empty());
+    }
+
+    fn ours(spec_hash: &str, images: &str) -> Made {
+        Made {
+            ours: true,
+            deleting: false,
+            spec_hash: Some(spec_hash.into()),
+            images: Some(images.into()),
+        }
+    }
+
+    fn wanted(spec_hash: &str, images: &str) -> Wanted {
+        Wanted {
+            spec_hash: spec_hash.into(),
+            images: images.into(),
+        }
+    }
+
+    #[test]
+    fn an_inline_warmup_is_made_when_something_is_to_land_and_none_is_there() {
+        let want = wanted("h1", "llama.cpp:b1");
+        let create = decide_inline("m", &Seen::Missing, None, &want, &creation());
+        assert!(!create.open && create.create);
+        assert_eq!(create.write, Write::Create);
+        assert_eq!(create.reason, reasons::AWAITING_WARMUP);
+        assert!(create.message.contains("creating Warmup 'm'"), "{create:?}");
+        let scale_up = Change {
+            scale_up: vec!["replicas 1 to 2".into()],
+            ..Change::default()
+        };
+        assert_eq!(
+            decide_inline("m", &Seen::Missing, None, &want, &scale_up).write,
+            Write::Create
+        );
+        // Deleted after it completed, nothing new to land: done, not made again.
+        let done = decide_inline("m", &Seen::Missing, None, &want, &Change::default());
+        assert!(done.open);
+        assert_eq!(done.write, Write::Nothing);
+        assert_eq!(done.reason, reasons::ALREADY_CREATED);
+        // Warmups unreadable: nothing is written, the gate holds.
+        let unavailable = decide_inline("m", &Seen::Unavailable, None, &want, &creation());
+        assert_eq!(
+            (unavailable.open, unavailable.write),
+            (false, Write::Nothing)
+        );
+        // Made already (the cache shows it): kept, and waited for.
+        let running = found("InProgress", "WarmupInProgress", "0 of 1");
+        let kept = decide_inline(
+            "m",
+            &running,
+            Some(&ours("h1", "llama.cpp:b1")),
+            &want,
+            &creation(),
+        );
+        assert_eq!(
+            (kept.open, kept.write, kept.reason),
+            (false, Write::Nothing, reasons::AWAITING_WARMUP)
+        );
+        let completed = found("Completed", "NodesWarmed", "1 of 1");
+        let open = decide_inline(
+            "m",
+            &completed,
+            Some(&ours("h1", "llama.cpp:b1")),
+            &want,
+            &creation(),
+        );
+        assert_eq!((open.open, open.write), (true, Write::Nothing));
+    }
+
+    #[test]
+    fn an_inline_warmup_is_made_again_when_its_fields_change_or_an_upgrade_needs_it() {
+        let completed = found("Completed", "NodesWarmed", "1 of 1");
+        // The inline fields changed: deleted (to be made again), and a creation waits.
+        let changed = decide_inline(
+            "m",
+            &completed,
+            Some(&ours("h0", "llama.cpp:b1")),
+            &wanted("h1", "llama.cpp:b1"),
+            &creation(),
+        );
+        assert_eq!(
+            (changed.open, changed.write, changed.reason),
+            (false, Write::Delete, reasons::AWAITING_WARMUP)
+        );
+        // ... with nothing to land, the old one goes and nothing waits.
+        let quiet = decide_inline(
+            "m",
+            &completed,
+            Some(&ours("h0", "llama.cpp:b1")),
+            &wanted("h1", "llama.cpp:b1"),
+            &Change::default(),
+        );
+        assert_eq!((quiet.open, quiet.write), (true, Write::Delete));
+        // An upgrade the completed Warmup did not preload: made again for the new images.
+        let upgrade = Change {
+            new_images: vec!["llama.cpp:b2".into()],
+            ..Change::default()
+        };
+        let outdated = decide_inline(
+            "m",
+            &completed,
+            Some(&ours("h1", "llama.cpp:b1")),
+            &wanted("h1", "llama.cpp:b2"),
+            &upgrade,
+        );
+        assert_eq!(
+            (outdated.open, outdated.write, outdated.reason),
+            (false, Write::Delete, reasons::WARMUP_OUTDATED)
+        );
+        assert!(
+            outdated.message.contains("deleted and made again"),
+            "{outdated:?}"
+        );
+        // Made for these very images already (imagesPreload names others): made again,
+        // it would preload the same, so it is not; the message says what to change.
+        let same = decide_inline(
+            "m",
+            &completed,
+            Some(&ours("h1", "llama.cpp:b2")),
+            &wanted("h1", "llama.cpp:b2"),
+            &upgrade,
+        );
+        assert_eq!(
+            (same.open, same.write, same.reason),
+            (false, Write::Nothing, reasons::WARMUP_OUTDATED)
+        );
+        assert!(
+            same.message.contains("spec.warmup.imagesPreload.items"),
+            "{same:?}"
+        );
+        // Failed: made again only when the images changed since.
+        let failed = found("Failed", "MaxFailedNodesExceeded", "1 node failed");
+        let stuck = decide_inline(
+            "m",
+            &failed,
+            Some(&ours("h1", "llama.cpp:b1")),
+            &wanted("h1", "llama.cpp:b1"),
+            &creation(),
+        );
+        assert_eq!((stuck.write, stuck.failed), (Write::Nothing, true));
+        assert!(
+            stuck
+                .message
+                .contains("MaxFailedNodesExceeded: 1 node failed")
+                && stuck.message.contains("is deleted (it is made again then)"),
+            "{stuck:?}"
+        );
+        let retried = decide_inline(
+            "m",
+            &failed,
+            Some(&ours("h1", "llama.cpp:b0")),
+            &wanted("h1", "llama.cpp:b1"),
+            &creation(),
+        );
+        assert_eq!(
+            (retried.open, retried.write, retried.failed),
+            (false, Write::Delete, false)
+        );
+        // Being deleted: waited for, not made again yet.
+        let deleting = Made {
+            deleting: true,
+            ..ours("h0", "llama.cpp:b1")
+        };
+        let gone = decide_inline(
+            "m",
+            &completed,
+            Some(&deleting),
+            &wanted("h1", "llama.cpp:b1"),
+            &creation(),
+        );
+        assert_eq!((gone.open, gone.write), (false, Write::Nothing));
+    }
+
+    #[test]
+    fn a_warmup_of_that_name_someone_else_made_is_left_alone() {
+        let theirs = Made {
+            ours: false,
+            ..Made::default()
+        };
+        let completed = found("Completed", "NodesWarmed", "1 of 1");
+        let held = decide_inline(
+            "m",
+            &completed,
+            Some(&theirs),
+            &wanted("h1", "llama.cpp:b1"),
+            &creation(),
+        );
+        assert_eq!(
+            (held.open, held.write, held.reason),
+            (false, Write::Nothing, reasons::WARMUP_CONFLICT)
+        );
+        assert!(held.message.contains("does not own"), "{held:?}");
+        let quiet = decide_inline(
+            "m",
+            &completed,
+            Some(&theirs),
+            &wanted("h1", "llama.cpp:b1"),
+            &Change::default(),
+        );
+        assert_eq!((quiet.open, quiet.write), (true, Write::Nothing));
+    }
+
+    #[test]
+    fn the_warmup_made_for_an_inline_spec_targets_and_is_owned_by_its_model() {
+        let mut md = md(false, None);
+        md.metadata.uid = Some("u-1".into());
+        let inline = DeploymentWarmup {
+            policies: Some(crate::api::WarmupPolicies {
+                parallelism: Some(2),
+                ..Default::default()
+            }),
+            ..DeploymentWarmup::default()
+        };
+        let images = vec!["a:1".to_string(), "b:1".to_string()];
+        let (object, want) = warmup_object(&md, &inline, "p", &images);
+        let value = serde_json::to_value(&object).unwrap();
+        assert_eq!(value["apiVersion"], "cache.kubeairunway.ai/v1alpha1");
+        assert_eq!(value["kind"], "Warmup");
+        assert_eq!(value["metadata"]["name"], "m");
+        assert_eq!(value["metadata"]["namespace"], "ml");
+        assert_eq!(
+            value["spec"],
+            json!({"targetModelDeployment": {"name": "m"}, "policies": {"parallelism": 2}})
+        );
+        assert_eq!(value["metadata"]["labels"][labels::PROVIDER], "p");
+        assert_eq!(value["metadata"]["labels"][labels::MODEL_DEPLOYMENT], "m");
+        let owner = &object.metadata.owner_references.as_ref().unwrap()[0];
+        assert_eq!((owner.uid.as_str(), owner.controller), ("u-1", Some(true)));
+        assert_eq!(want.images, "a:1,b:1");
+        assert_eq!(object.annotations()[labels::RENDERED_HASH], want.spec_hash);
+        let read = made_of(&object, &md);
+        assert!(read.ours && !read.deleting);
+        assert_eq!(read.spec_hash.as_deref(), Some(want.spec_hash.as_str()));
+        // Other inline fields, another hash; other images, the same hash.
+        let other = DeploymentWarmup::default();
+        assert_ne!(
+            warmup_object(&md, &other, "p", &images).1.spec_hash,
+            want.spec_hash
+        );
+        assert_eq!(
+            warmup_object(&md, &inline, "p", &[]).1.spec_hash,
+            want.spec_hash
+        );
+        let mut someone = md.clone();
+        someone.metadata.uid = Some("u-2".into());
+        assert!(!made_of(&object, &someone).ours);
+    }
+
+    /// The mock API server of a unit test's client.
+    type ApiServer = tower_test::mock::Handle<
+        http::Request<kube::client::Body>,
+        http::Response<kube::client::Body>,
+    >;
+
+    /// Run `step` to its end against a mock API server that answers every request with
+    /// 200 and the request's own body; the requests as `METHOD path` with their bodies.
+    async fn requests_of(
+        mut server: ApiServer,
+        step: tokio::task::JoinHandle<()>,
+    ) -> Vec<(String, Value)> {
+        let mut sent = Vec::new();
+        tokio::pin!(step);
+        loop {
+            tokio::select! {
+                done = &mut step => {
+                    done.unwrap();
+                    return sent;
+                }
+                Some((request, send)) = server.next_request() => {
+                    let what = format!("{} {}", request.method(), request.uri().path());
+                    let bytes = request.into_body().collect_bytes().await.unwrap();
+                    let body: Value = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+                    send.send_response(
+                        http::Response::builder()
+                            .status(200)
+                            .body(kube::client::Body::from(serde_json::to_vec(&body).unwrap()))
+                            .unwrap(),
+                    );
+                    sent.push((what, body));
+                }
+            }
+        }
+    }
+
+    fn context(warmups: Vec<DynamicObject>) -> (Arc<Context<super::super::Nothing>>, ApiServer) {
+        let (service, server) = tower_test::mock::pair::<
+            http::Request<kube::client::Body>,
+            http::Response<kube::client::Body>,
+        >();
+        let (_, upstream) = tokio::sync::watch::channel(None);
+        let ctx = Context::new(
+            Arc::new(super::super::Nothing),
+            Client::new(service, "ml"),
+            super::super::Options::default(),
+            upstream,
+        )
+        .with_warmups(warmups);
+        (Arc::new(ctx), server)
+    }
+
+    const WARMUPS: &str = "/apis/cache.kubeairunway.ai/v1alpha1/namespaces/ml/warmups/m";
+
+    /// An inline spec.warmup with nothing created yet: the Warmup is applied (and an
+    /// event says so); once it is there, nothing more is written.
+    #[tokio::test]
+    async fn the_inline_warmup_is_applied_once_and_then_left_alone() {
+        let mut inline = md(false, None);
+        inline.metadata.uid = Some("u".into());
+        inline.spec.warmup = Some(DeploymentWarmup::default());
+        let rendered = vec![object("Server", "m", Some("replicas=1"), "llama.cpp:b1")];
+        let (ctx, server) = context(Vec::new());
+        let gate = ctx.warmups.gate(&inline, ctx.name(), &rendered, &[]);
+        assert_eq!(gate.as_ref().unwrap().write, Write::Create);
+        let step = {
+            let (ctx, md, rendered) = (ctx.clone(), inline.clone(), rendered.clone());
+            tokio::spawn(async move {
+                sync(&md, &ctx, gate.as_ref(), &rendered).await.unwrap();
+            })
+        };
+        let sent = requests_of(server, step).await;
+        assert_eq!(sent[0].0, format!("PATCH {WARMUPS}"));
+        assert_eq!(sent[0].1["spec"]["targetModelDeployment"]["name"], "m");
+        assert_eq!(
+            sent[0].1["metadata"]["annotations"][labels::IMAGES],
+            "llama.cpp:b1"
+        );
+        assert_eq!(sent[0].1["metadata"]["ownerReferences"][0]["uid"], "u");
+        assert_eq!(sent.len(), 2, "the Warmup and an event: {sent:?}");
+
+        // The cache shows it: nothing to write.
+        let (made, _) = warmup_object(
+            &inline,
+            &DeploymentWarmup::default(),
+            "nothing",
+            &render::images(&rendered),
+        );
+        let (ctx, server) = context(vec![made]);
+        let gate = ctx.warmups.gate(&inline, ctx.name(), &rendered, &[]);
+        assert_eq!(gate.as_ref().unwrap().write, Write::Nothing);
+        let step = {
+            let (ctx, md) = (ctx.clone(), inline.clone());
+            tokio::spawn(async move {
+                sync(&md, &ctx, gate.as_ref(), &rendered).await.unwrap();
+            })
+        };
+        assert!(requests_of(server, step).await.is_empty());
+    }
+
+    /// spec.warmup no longer inline (removed, or naming a Warmup): the Warmup made for it
+    /// is deleted, that one only (its uid).
+    #[tokio::test]
+    async fn the_warmup_made_for_an_inline_spec_goes_when_spec_warmup_changes_form() {
+        let mut inline = md(false, None);
+        inline.metadata.uid = Some("u".into());
+        inline.spec.warmup = Some(DeploymentWarmup::default());
+        let (mut made, _) = warmup_object(&inline, &DeploymentWarmup::default(), "nothing", &[]);
+        made.metadata.uid = Some("w-1".into());
+        for warmup in [None, Some(DeploymentWarmup::named("other"))] {
+            // The status still says WarmedUp (spec.warmup was there).
+            let mut now = md(false, Some("True"));
+            now.metadata.uid = Some("u".into());
+            now.spec.warmup = warmup;
+            let (ctx, server) = context(vec![made.clone()]);
+            let step = {
+                let (ctx, md) = (ctx.clone(), now.clone());
+                tokio::spawn(async move {
+                    let gate = ctx.warmups.gate(&md, ctx.name(), &[], &[]);
+                    sync(&md, &ctx, gate.as_ref(), &[]).await.unwrap();
+                })
+            };
+            let sent = requests_of(server, step).await;
+            assert_eq!(sent[0].0, format!("DELETE {WARMUPS}"), "{sent:?}");
+            assert_eq!(sent[0].1["preconditions"]["uid"], "w-1");
+        }
+        // Named itself now: kept, and gated on.
+        let mut named = md(false, Some("True"));
+        named.metadata.uid = Some("u".into());
+        named.spec.warmup = Some(DeploymentWarmup::named("m"));
+        let (ctx, server) = context(vec![made.clone()]);
+        let step = tokio::spawn(async move {
+            let gate = ctx.warmups.gate(&named, ctx.name(), &[], &[]);
+            sync(&named, &ctx, gate.as_ref(), &[]).await.unwrap();
+        });
+        assert!(requests_of(server, step).await.is_empty());
+        // Someone else's Warmup of that name is never deleted.
+        let mut theirs = made.clone();
+        theirs.metadata.owner_references = None;
+        let (ctx, server) = context(vec![theirs]);
+        let now = {
+            let mut m = md(false, Some("True"));
+            m.metadata.uid = Some("u".into());
+            m
+        };
+        let step = tokio::spawn(async move {
+            sync(&now, &ctx, None, &[]).await.unwrap();
+        });
+        assert!(requests_of(server, step).await.is_empty());
     }
 
     #[test]

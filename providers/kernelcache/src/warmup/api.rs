@@ -7,11 +7,15 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{LocalObjectReference, Toleration};
+use k8s_openapi::api::core::v1::Toleration;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+/// The action and policy pieces of a Warmup's spec, shared with a ModelDeployment's inline
+/// `spec.warmup` (defined in the SDK).
+pub use kubeairunway_sdk::api::{CustomAction, ImagesPreload, WarmupPolicies};
 
 /// Warm nodes: preload images, stage kernel caches, run a custom pod, once per node.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -94,45 +98,6 @@ pub struct WarmupSpec {
     pub policies: Option<WarmupPolicies>,
 }
 
-/// How a warmup runs (the policies of RBG's RoleBasedGroupWarmup,
-/// `api/workloads/v1alpha2/rolebasedgroupwarmup_types.go@v0.8.0-alpha.5` of
-/// sgl-project/rbg, with the same meaning).
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-#[schemars(extend("x-kubernetes-validations" = [
-    {
-        "rule": "!has(self.maxFailedNodes) || has(self.backoffLimitPerNode)",
-        "message": "backoffLimitPerNode must be set when maxFailedNodes is specified (without it a node is retried forever and never counts as failed)",
-        "fieldPath": ".backoffLimitPerNode",
-        "reason": "FieldValueRequired"
-    }
-]))]
-pub struct WarmupPolicies {
-    /// Nodes warmed at the same time (warmup pods running at once). Default: all.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
-    pub parallelism: Option<i32>,
-    /// Retries of a node's warmup pod before the node counts as failed. Default: retried
-    /// until the warmup ends; 0: never retried.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
-    pub backoff_limit_per_node: Option<i32>,
-    /// Failed nodes tolerated: one more stops the warmup (its running pods are deleted)
-    /// and fails it. Default: any number (the warmup completes once every node is done).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
-    pub max_failed_nodes: Option<i32>,
-    /// The warmup fails when it has not finished this long after it started (its running
-    /// pods are deleted). Default: no limit.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 1))]
-    pub global_timeout_seconds: Option<i64>,
-    /// The warmup and its pods are deleted this long after it finished. Default: kept.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(range(min = 0))]
-    pub ttl_seconds_after_finished: Option<i32>,
-}
-
 /// Nodes by label and/or by name (the union).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -157,29 +122,6 @@ pub struct TargetModelDeployment {
     /// Its name.
     #[schemars(length(min = 1, max = 253))]
     pub name: String,
-}
-
-/// Images to pull.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct ImagesPreload {
-    /// Image references (`registry/repo:tag` or `@sha256:...`).
-    #[schemars(length(min = 1), inner(length(min = 1)))]
-    pub items: Vec<String>,
-    /// Secrets (in this namespace) to pull them with.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub pull_secrets: Vec<LocalObjectReference>,
-}
-
-/// A custom warmup pod.
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub struct CustomAction {
-    /// A pod template (`metadata` and `spec`, as in a Job). Its containers run once the
-    /// images are pulled; the node is warm when the pod succeeds. The warmup pins the pod
-    /// to its node (node affinity) and adds its tolerations and pull secrets.
-    #[schemars(schema_with = "pod_template_schema")]
-    pub pod_template: serde_json::Value,
 }
 
 /// A Warmup's progress.
@@ -266,33 +208,4 @@ pub struct NodeFailure {
     /// When it last failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_failure_time: Option<Time>,
-}
-
-fn pod_template_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-    // A full PodTemplateSpec schema would add hundreds of kilobytes to the CRD; the
-    // controller parses the template strictly instead (an unknown field is refused with
-    // its path, never dropped).
-    // The two rules a Job's pod template has that matter here are plain schema: a
-    // `restartPolicy` of Never or OnFailure, and at least one container.
-    schemars::json_schema!({
-        "type": "object",
-        "x-kubernetes-preserve-unknown-fields": true,
-        "required": ["spec"],
-        "properties": {
-            "metadata": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-            "spec": {
-                "type": "object",
-                "x-kubernetes-preserve-unknown-fields": true,
-                "required": ["containers"],
-                "properties": {
-                    "restartPolicy": {"type": "string", "enum": ["Never", "OnFailure"]},
-                    "containers": {
-                        "type": "array",
-                        "minItems": 1,
-                        "items": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
-                    },
-                },
-            },
-        },
-    })
 }

@@ -242,11 +242,11 @@ mod tests {
     #[test]
     fn the_provider_runtime_reads_this_kind_for_spec_warmup() {
         use kube::Resource;
-        use kubeairunway_sdk::api::WarmupRef;
-        assert_eq!(Warmup::group(&()), WarmupRef::GROUP);
-        assert_eq!(Warmup::version(&()), WarmupRef::VERSION);
-        assert_eq!(Warmup::kind(&()), WarmupRef::KIND);
-        assert_eq!(Warmup::plural(&()), WarmupRef::PLURAL);
+        use kubeairunway_sdk::api::DeploymentWarmup;
+        assert_eq!(Warmup::group(&()), DeploymentWarmup::GROUP);
+        assert_eq!(Warmup::version(&()), DeploymentWarmup::VERSION);
+        assert_eq!(Warmup::kind(&()), DeploymentWarmup::KIND);
+        assert_eq!(Warmup::plural(&()), DeploymentWarmup::PLURAL);
     }
 
     #[test]

@@ -21,7 +21,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::core::v1::{Node, Taint, Toleration};
 use kubeairunway_sdk::ModelDeployment;
-use kubeairunway_sdk::api::ServingMode;
+use kubeairunway_sdk::gpu;
 
 use super::api::WarmupSpec;
 use super::reasons;
@@ -114,25 +114,14 @@ fn has_resource(node: &Node, resource: &str) -> bool {
     })
 }
 
-/// The GPU resources a ModelDeployment's pods ask for (empty: CPU only).
+/// The GPU resources a ModelDeployment's pods ask for (empty: CPU only), as every
+/// provider renders them ([`gpu::per_replica`]).
 pub fn gpu_resources(md: &ModelDeployment) -> BTreeSet<String> {
-    let spec = &md.spec;
-    let gpus = match spec.serving.mode {
-        ServingMode::Aggregated => spec
-            .resources
-            .as_ref()
-            .and_then(|r| r.gpu.clone())
-            .into_iter()
-            .collect::<Vec<_>>(),
-        ServingMode::Disaggregated => [&spec.scaling.prefill, &spec.scaling.decode]
-            .into_iter()
-            .flatten()
-            .filter_map(|c| c.gpu.clone())
-            .collect(),
-    };
-    gpus.into_iter()
+    gpu::Role::of(md.spec.serving.mode)
+        .iter()
+        .map(|role| gpu::per_replica(&md.spec, *role))
         .filter(|g| g.count > 0)
-        .map(|g| g.type_)
+        .map(|g| g.resource)
         .collect()
 }
 
@@ -339,6 +328,12 @@ mod tests {
             "resources": {"gpu": {"count": 1, "type": "amd.com/gpu"}},
         }));
         assert!(model_nodes(&amd, &nodes).is_empty());
+        // `type: ""` (which the CRD accepts) is the default GPU, as the providers render it.
+        let empty_type = md(json!({
+            "model": {"id": "a/b"}, "engine": {"type": "vllm"},
+            "resources": {"gpu": {"count": 1, "type": ""}},
+        }));
+        assert_eq!(model_nodes(&empty_type, &nodes), ["gpu-untainted"]);
         let disaggregated = md(json!({
             "model": {"id": "a/b"}, "engine": {"type": "vllm"}, "serving": {"mode": "disaggregated"},
             "scaling": {"prefill": {"gpu": {"count": 1}}, "decode": {"gpu": {"count": 2, "type": "amd.com/gpu"}}},

@@ -4,11 +4,11 @@
 //! under that user), on one private cluster with the real upstream CRDs and the Warmup
 //! CRD installed, the four at once. Each goes through its whole life: it registers and
 //! heartbeats its InferenceProviderConfig, takes its leader-election Lease, serves a
-//! ModelDeployment held by the warmup gate until its Warmup completes (read from the
-//! gate's Warmup watch), applies the upstream objects and writes the status, follows a
+//! ModelDeployment held by the warmup gate until the Warmup it makes for the inline
+//! `spec.warmup` completes (read from the gate's Warmup watch), applies the upstream objects and writes the status, follows a
 //! spec change, restores a directly edited upstream object twice (one event, then the
 //! same event again: kube's recorder patches its series), and on deletion deletes the
-//! upstream objects and removes its finalizer; on shutdown it releases the Lease. Then
+//! upstream objects and its Warmup and removes its finalizer; on shutdown it releases the Lease. Then
 //! its requests are matched against the RBAC its chart grants
 //! (`kubeairunway_e2e::rbac`): every request must be allowed, and every granted verb used,
 //! but for the grants in [`UNEXERCISED`], each with the path that needs it and why this
@@ -20,11 +20,11 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
 use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
 use kubeairunway_e2e::{eventually, fixtures_dir, helm, rbac, read_crd};
-use kubeairunway_sdk::api::{ModelDeployment, WarmupRef};
+use kubeairunway_sdk::api::{DeploymentWarmup, ModelDeployment};
 use kubeairunway_sdk::conditions::{WARMED_UP, reasons};
 use kubeairunway_sdk::testing::{self, ModelDeploymentBuilder, TestCluster, condition};
 use serde_json::{Value, json};
@@ -272,42 +272,35 @@ async fn walk(
     .unwrap();
     testing::registered(admin, case.provider).await;
 
-    // A ModelDeployment held by the warmup gate until its Warmup completes.
+    // A ModelDeployment held by the warmup gate until its Warmup completes: an inline
+    // spec.warmup, so the provider makes that Warmup (named after the ModelDeployment).
     let ns = cluster.namespace(case.provider);
     let mut md = (case.md)(&ns);
     let name = md.name_any();
     md.spec.provider.get_or_insert_with(Default::default).name = Some(case.provider.into());
-    md.spec.warmup = Some(WarmupRef {
-        name: "preload".into(),
-    });
+    md.spec.warmup = Some(DeploymentWarmup::default());
     let warmups = Api::<DynamicObject>::namespaced_with(
         admin.clone(),
         &ns,
         &ApiResource {
-            group: WarmupRef::GROUP.into(),
-            version: WarmupRef::VERSION.into(),
-            api_version: format!("{}/{}", WarmupRef::GROUP, WarmupRef::VERSION),
-            kind: WarmupRef::KIND.into(),
-            plural: "warmups".into(),
+            group: DeploymentWarmup::GROUP.into(),
+            version: DeploymentWarmup::VERSION.into(),
+            api_version: format!("{}/{}", DeploymentWarmup::GROUP, DeploymentWarmup::VERSION),
+            kind: DeploymentWarmup::KIND.into(),
+            plural: DeploymentWarmup::PLURAL.into(),
         },
     );
-    let warmup: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": format!("{}/{}", WarmupRef::GROUP, WarmupRef::VERSION),
-        "kind": WarmupRef::KIND,
-        "metadata": {"name": "preload"},
-        "spec": {"targetModelDeployment": {"name": name}},
-    }))
-    .unwrap();
-    warmups
-        .create(&PostParams::default(), &warmup)
-        .await
-        .unwrap();
     testing::deploy(admin, &md, case.provider).await.unwrap();
     let mds: Api<ModelDeployment> = Api::namespaced(admin.clone(), &ns);
     testing::md_where(admin, &ns, &name, "held by the warmup gate", |m| {
         condition(m, WARMED_UP).is_some_and(|c| c.reason == reasons::AWAITING_WARMUP)
     })
     .await;
+    eventually(WAIT, &format!("{chart}: the Warmup made"), || async {
+        warmups.get_opt(&name).await.ok().flatten()
+    })
+    .await
+    .unwrap();
     let primaries = Api::<DynamicObject>::namespaced_with(admin.clone(), &ns, &case.primary);
     assert!(
         primaries.get_opt(&name).await.unwrap().is_none(),
@@ -316,7 +309,7 @@ async fn walk(
     // The warmup controller completes it.
     warmups
         .patch_status(
-            "preload",
+            &name,
             &PatchParams::default(),
             &Patch::Merge(&json!({"status": {"phase": "Completed"}})),
         )
@@ -348,9 +341,7 @@ async fn walk(
         Some((md, primary)) => {
             let mut md = md(&ns);
             md.spec.provider.get_or_insert_with(Default::default).name = Some(case.provider.into());
-            md.spec.warmup = Some(WarmupRef {
-                name: "preload".into(),
-            });
+            md.spec.warmup = Some(DeploymentWarmup::named(name.clone()));
             testing::deploy(admin, &md, case.provider).await.unwrap();
             let api = Api::<DynamicObject>::namespaced_with(admin.clone(), &ns, primary);
             let other = md.name_any();
@@ -438,6 +429,10 @@ async fn walk(
             "{chart}: the upstream object of {name} is deleted before the finalizer goes"
         );
     }
+    assert!(
+        warmups.get_opt(&name).await.unwrap().is_none(),
+        "{chart}: the Warmup made for the inline spec.warmup is deleted with its ModelDeployment"
+    );
 
     let _ = stop.send(());
     running.await.unwrap().unwrap();

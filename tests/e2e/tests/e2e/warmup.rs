@@ -926,7 +926,7 @@ async fn node_names_without_a_node_fail_at_once_and_count_against_max_failed_nod
 /// kubelet) lets the warmup pods finish, the Deployment is created at full scale.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_gated_model_deployment_waits_for_its_warmup_then_scales_up() {
-    use kubeairunway_sdk::api::{EngineType, Phase, WarmupRef};
+    use kubeairunway_sdk::api::{DeploymentWarmup, EngineType, Phase};
     use kubeairunway_sdk::conditions::{RESOURCE_CREATED, WARMED_UP, reasons};
     use kubeairunway_sdk::testing::{self, ModelDeploymentBuilder, condition, md_where};
     use std::sync::atomic::{AtomicBool, Ordering};
@@ -959,9 +959,7 @@ async fn a_gated_model_deployment_waits_for_its_warmup_then_scales_up() {
         .replicas(2)
         .provider(provider)
         .spec(|s| {
-            s.warmup = Some(WarmupRef {
-                name: "qwen-warm".into(),
-            });
+            s.warmup = Some(DeploymentWarmup::named("qwen-warm"));
         })
         .build();
     testing::deploy(&client, &md, provider).await.unwrap();
@@ -1005,7 +1003,13 @@ async fn a_gated_model_deployment_waits_for_its_warmup_then_scales_up() {
     })
     .await;
     assert_eq!(s.images, images, "the images the provider renders");
-    let pods = warmup_pods(&client, &ns).await;
+    // The controller writes InProgress before it creates the pod.
+    let pods = eventually(60, "the warmup pod", || async {
+        let pods = warmup_pods(&client, &ns).await;
+        (!pods.is_empty()).then_some(pods)
+    })
+    .await
+    .unwrap();
     let preloaded: Vec<String> = pods[0]
         .spec
         .as_ref()
@@ -1267,4 +1271,169 @@ async fn a_scale_up_and_an_upgrade_wait_for_a_warmup_that_covers_them() {
             .is_some_and(|c| c.status == "True" && c.reason == reasons::WARMUP_COMPLETED)
     })
     .await;
+}
+
+/// An inline `spec.warmup`: the provider runtime (here the SDK's example Deployment
+/// provider, in-process) makes a Warmup named after the ModelDeployment, owned by it and
+/// targeting it, and holds the creation until that Warmup completes; an upgrade to a new
+/// image deletes it and makes it again (a Warmup runs once), and is held until the new
+/// one, which preloads the new image, completes; deleting the ModelDeployment deletes its
+/// Warmup. The test plays the kubelet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inline_warmup_is_made_held_on_made_again_for_an_upgrade_and_goes_with_its_model() {
+    use k8s_openapi::api::apps::v1::Deployment;
+    use kubeairunway_sdk::ModelDeployment;
+    use kubeairunway_sdk::api::{DeploymentWarmup, EngineType, WarmupPolicies};
+    use kubeairunway_sdk::conditions::{WARMED_UP, reasons};
+    use kubeairunway_sdk::testing::{self, ModelDeploymentBuilder, condition, md_where};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let (cluster, client, _stop) = start("warmup-inline").await;
+    let ns = cluster.namespace("warmup-inline");
+    gpu_node(&client, "h100-1", json!({"pool": "h100"}), 8, json!([])).await;
+    let release = Arc::new(AtomicBool::new(false));
+    let _kubelet = Kubelet::start(client.clone(), &ns, {
+        let release = release.clone();
+        move |_, _| {
+            if release.load(Ordering::SeqCst) {
+                Run::Succeed
+            } else {
+                Run::Hang
+            }
+        }
+    });
+    let provider = "gate-inline-e2e";
+    let _running = testing::spawn(
+        kubeairunway_deployment_provider::DeploymentProvider::named(provider),
+        client.clone(),
+        testing::test_options(),
+    );
+    let (old_image, new_image) = ("vllm/vllm-openai:v0.10.0", "vllm/vllm-openai:v0.11.0");
+    let md = ModelDeploymentBuilder::new("qwen")
+        .namespace(&ns)
+        .model("Qwen/Qwen3-0.6B")
+        .engine(EngineType::Vllm)
+        .image(old_image)
+        .gpus(1)
+        .replicas(1)
+        .provider(provider)
+        .spec(|s| {
+            s.warmup = Some(DeploymentWarmup {
+                policies: Some(WarmupPolicies {
+                    parallelism: Some(1),
+                    ..WarmupPolicies::default()
+                }),
+                ..DeploymentWarmup::default()
+            });
+        })
+        .build();
+    testing::deploy(&client, &md, provider).await.unwrap();
+    let mds: Api<ModelDeployment> = Api::namespaced(client.clone(), &ns);
+    let uid = mds.get("qwen").await.unwrap().metadata.uid.unwrap();
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let warmups: Api<Warmup> = Api::namespaced(client.clone(), &ns);
+
+    // The Warmup made from the inline fields: owned by the ModelDeployment, targeting it.
+    let made = eventually(60, "the Warmup made", || async {
+        warmups.get_opt("qwen").await.ok().flatten()
+    })
+    .await
+    .unwrap();
+    let owner = &made.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.uid.as_str(), owner.controller),
+        ("ModelDeployment", uid.as_str(), Some(true))
+    );
+    assert_eq!(
+        made.spec.target_model_deployment.as_ref().unwrap().name,
+        "qwen"
+    );
+    assert_eq!(made.spec.policies.as_ref().unwrap().parallelism, Some(1));
+    let first = status_where(&client, &ns, "qwen", "InProgress", |s| {
+        s.phase == Some(WarmupPhase::InProgress)
+    })
+    .await;
+    assert_eq!(first.images, [old_image], "the images the provider renders");
+    let held = md_where(&client, &ns, "qwen", "AwaitingWarmup", |m| {
+        condition(m, WARMED_UP).is_some_and(|c| c.reason == reasons::AWAITING_WARMUP)
+    })
+    .await;
+    let why = &condition(&held, WARMED_UP).unwrap().message;
+    assert!(why.contains("'qwen'"), "{why}");
+    assert!(deployments.get_opt("qwen").await.unwrap().is_none());
+
+    // The kubelet lets the warmup pod finish: the Warmup completes, the gate opens.
+    release.store(true, Ordering::SeqCst);
+    md_where(&client, &ns, "qwen", "WarmedUp=True", |m| {
+        condition(m, WARMED_UP)
+            .is_some_and(|c| c.status == "True" && c.reason == reasons::WARMUP_COMPLETED)
+    })
+    .await;
+    let image = || async {
+        let d = deployments.get_opt("qwen").await.ok().flatten()?;
+        d.spec.template.spec?.containers.first()?.image.clone()
+    };
+    eventually(60, "the Deployment created", || async {
+        image().await.filter(|i| i == old_image)
+    })
+    .await
+    .unwrap();
+
+    // An upgrade: the Warmup preloaded the old image only; it is made again.
+    release.store(false, Ordering::SeqCst);
+    mds.patch(
+        "qwen",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"image": new_image}})),
+    )
+    .await
+    .unwrap();
+    let again = eventually(60, "the Warmup made again", || async {
+        let w = warmups.get_opt("qwen").await.ok().flatten()?;
+        (w.metadata.uid != made.metadata.uid).then_some(w)
+    })
+    .await
+    .unwrap();
+    assert_eq!(again.spec, made.spec, "the same inline fields");
+    let second = status_where(&client, &ns, "qwen", "InProgress again", |s| {
+        s.phase == Some(WarmupPhase::InProgress)
+    })
+    .await;
+    assert_eq!(second.images, [new_image]);
+    md_where(&client, &ns, "qwen", "the upgrade held", |m| {
+        m.status.as_ref().and_then(|s| s.observed_generation) == m.metadata.generation
+            && condition(m, WARMED_UP).is_some_and(|c| c.status == "False")
+    })
+    .await;
+    assert_eq!(
+        image().await.as_deref(),
+        Some(old_image),
+        "not upgraded yet"
+    );
+    release.store(true, Ordering::SeqCst);
+    eventually(60, "upgraded", || async {
+        image().await.filter(|i| i == new_image)
+    })
+    .await
+    .unwrap();
+
+    // Deleting the ModelDeployment deletes its Warmup (the garbage collector would too,
+    // through the owner reference; this API server runs none).
+    mds.delete("qwen", &DeleteParams::default()).await.unwrap();
+    eventually(60, "the Warmup deleted", || async {
+        warmups
+            .get_opt("qwen")
+            .await
+            .ok()
+            .flatten()
+            .is_none()
+            .then_some(())
+    })
+    .await
+    .unwrap();
+    eventually(60, "the ModelDeployment gone", || async {
+        mds.get_opt("qwen").await.ok()?.is_none().then_some(())
+    })
+    .await
+    .unwrap();
 }
