@@ -5,9 +5,8 @@
 //! ([`Flags::cache_variables`]), `/dev/shm` ([`shm_volume`]), and, for providers that
 //! render pods themselves (a plain Deployment, a pod template of their upstream), the
 //! whole serving container of vLLM, SGLang, TensorRT-LLM and llama.cpp ([`container`])
-//! with its GPU
-//! resources ([`gpu_resources`], the GPUs of a role from [`crate::gpu`]). Everything here
-//! is pure: the same ModelDeployment gives the same JSON.
+//! with its GPU resources ([`gpu_resources`], the GPUs of a role from [`crate::gpu`]).
+//! Everything here is pure: the same ModelDeployment gives the same JSON.
 //!
 //! | engine | server | model (Hugging Face / path) | served name | tensor parallel | context | trust remote code |
 //! |---|---|---|---|---|---|---|
@@ -107,9 +106,9 @@ pub struct Parallelism {
 
 impl Parallelism {
     /// Tensor parallelism for `gpus` GPUs per replica: all of them, divided by the
-    /// pipeline, data and context parallelism `args` set; `None` when `args` set it, when there
-    /// are no GPUs, or when the GPUs do not divide evenly (the engine's own default then
-    /// applies, and its own error says why).
+    /// pipeline, data and context parallelism `args` set; `None` when `args` set it, when
+    /// there are no GPUs, or when the GPUs do not divide evenly (the engine's own default
+    /// then applies, and its own error says why).
     pub fn tensor_parallel(
         &self,
         gpus: i32,

@@ -1,7 +1,8 @@
 //! The Deployment provider: serves vLLM, SGLang, TensorRT-LLM and llama.cpp
-//! ModelDeployments with a plain `apps/v1` Deployment and a `v1` Service, so it needs no operator and runs on any
-//! cluster. Its upstream is the built-in Deployment kind: the Deployment controller plays
-//! the operator, and its status is ours ([`kubeairunway_sdk::workload::deployment`]).
+//! ModelDeployments with a plain `apps/v1` Deployment and a `v1` Service, so it needs no
+//! operator and runs on any cluster. Its upstream is the built-in Deployment kind: the
+//! Deployment controller plays the operator, and its status is ours
+//! ([`kubeairunway_sdk::workload::deployment`]).
 //!
 //! It is built only on the SDK's public API, as a third party's provider would be, and is
 //! the reference for one.
