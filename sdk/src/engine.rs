@@ -4,26 +4,27 @@
 //! ([`hf_token_secret`], [`hf_token_env_from`]), the engines' cache variables
 //! ([`Flags::cache_variables`]), `/dev/shm` ([`shm_volume`]), and, for providers that
 //! render pods themselves (a plain Deployment, a pod template of their upstream), the
-//! whole serving container of vLLM, SGLang and llama.cpp ([`container`]) with its GPU
-//! resources ([`gpu_resources`], the GPUs of a role from [`crate::gpu`]). Everything here
-//! is pure: the same ModelDeployment gives the same JSON.
+//! whole serving container of vLLM, SGLang, TensorRT-LLM and llama.cpp ([`container`])
+//! with its GPU resources ([`gpu_resources`], the GPUs of a role from [`crate::gpu`]).
+//! Everything here is pure: the same ModelDeployment gives the same JSON.
 //!
 //! | engine | server | model (Hugging Face / path) | served name | tensor parallel | context | trust remote code |
 //! |---|---|---|---|---|---|---|
 //! | vLLM | `python3 -m vllm.entrypoints.openai.api_server` | `--model` | `--served-model-name` | `--tensor-parallel-size` | `--max-model-len` | `--trust-remote-code` |
 //! | SGLang | `python3 -m sglang.launch_server` | `--model-path` | `--served-model-name` | `--tp` | `--context-length` | `--trust-remote-code` |
+//! | TensorRT-LLM | `trtllm-serve` | its argument / its argument | (none: served as [`served_as`]) | `--tp_size` | `--max_seq_len` | `--trust_remote_code` |
 //! | llama.cpp | `llama-server` | `--hf-repo` / `--model` | `--alias` | (splits layers over all GPUs itself) | `--ctx-size` | (runs no model code) |
 //!
 //! (The flags as each server documents them: vLLM's `vllm/engine/arg_utils.py` and
 //! `vllm/entrypoints/openai/cli_args.py`, SGLang's `python/sglang/srt/server_args.py`
 //! (`--tp` as SGLang's and Dynamo's examples spell it; it also accepts `--tp-size` and
-//! `--tensor-parallel-size`), llama.cpp's `tools/server/README.md`.) TensorRT-LLM has no
-//! entry: no provider starts its own server, and Dynamo's TensorRT-LLM worker has a
-//! parser of its own (see the Dynamo provider's `args` module). Its server,
-//! `trtllm-serve`, takes the model as its argument and serves it under that name (it has
-//! no served-name option) and spells its options in snake case (`--tp_size`,
-//! `--max_seq_len`, `--trust_remote_code`: `tensorrt_llm/commands/serve.py@00209af1`,
-//! NVIDIA/TensorRT-LLM), so its row waits for its container.
+//! `--tensor-parallel-size`), TensorRT-LLM's `tensorrt_llm/commands/serve.py@00209af1`
+//! (NVIDIA/TensorRT-LLM; click options, taken only as spelled, in snake case),
+//! llama.cpp's `tools/server/README.md`.) `trtllm-serve` serves the model under its
+//! argument: a Hugging Face id whole, a checkpoint directory by its last component; it
+//! has no served-name option, so a `model.servedName` other than that is named as
+//! ignored. Dynamo's TensorRT-LLM worker does not use this row: it has a parser of its
+//! own (see the Dynamo provider's `args` module).
 //!
 //! Who uses what:
 //! - [`Flags`] and [`Parallelism`]: [`container`]; the Dynamo provider for its vLLM and
@@ -51,9 +52,11 @@
 //!
 //! The container: each engine is started by its own OpenAI-compatible server, listening
 //! on all addresses at [`PORT`] (or the port given), with the readiness probe on its
-//! `/health`. Tensor parallelism is the replica's GPU count, divided by the pipeline and
-//! data parallelism `engine.args` set, unless `engine.args` sets it (with `_` or `-`:
-//! vLLM's parser takes both); `engine.trustRemoteCode` adds `--trust-remote-code`
+//! `/health` (`trtllm-serve`'s: `register_routes` in
+//! `tensorrt_llm/serve/openai_server.py@00057725`). Tensor parallelism is the replica's
+//! GPU count, divided by the pipeline and data parallelism (TensorRT-LLM: pipeline and
+//! context parallelism) `engine.args` set, unless `engine.args` sets it (with `_` or
+//! `-`: vLLM's parser takes both); `engine.trustRemoteCode` adds the engine's flag
 //! (llama.cpp runs no model code: named as ignored); llama.cpp offloads every layer to
 //! the GPUs (`--n-gpu-layers 999`) when it has any, and loads a `source: custom` model
 //! from its path with `--model`. `engine.args` follow in key order
@@ -63,9 +66,9 @@
 //! processes through it; the container runtime's default is 64 MiB). The storage volumes
 //! of `model.storage` are mounted by the rules of [`crate::storage`] (defaults
 //! `/model-cache` and `/compilation-cache`), with the engine's cache variables: vLLM
-//! `HF_HOME` and `VLLM_CACHE_ROOT`, SGLang `HF_HOME`, llama.cpp `LLAMA_CACHE` (where
-//! `--hf-repo` downloads go) for the model cache.
-//! TensorRT-LLM is not built here yet ([`container`] returns a [`RenderError`]).
+//! `HF_HOME` and `VLLM_CACHE_ROOT`, SGLang and TensorRT-LLM `HF_HOME`, llama.cpp
+//! `LLAMA_CACHE` (where `--hf-repo` downloads go) for the model cache. The image is the
+//! caller's: the SDK knows no default for any engine.
 
 use std::collections::BTreeMap;
 
@@ -97,13 +100,15 @@ pub struct Parallelism {
     pub pipeline: &'static [&'static str],
     /// Data parallelism.
     pub data: &'static [&'static str],
+    /// Context parallelism (TensorRT-LLM's: it splits long sequences over GPUs).
+    pub context: &'static [&'static str],
 }
 
 impl Parallelism {
     /// Tensor parallelism for `gpus` GPUs per replica: all of them, divided by the
-    /// pipeline and data parallelism `args` set; `None` when `args` set it, when there
-    /// are no GPUs, or when the GPUs do not divide evenly (the engine's own default then
-    /// applies, and its own error says why).
+    /// pipeline, data and context parallelism `args` set; `None` when `args` set it, when
+    /// there are no GPUs, or when the GPUs do not divide evenly (the engine's own default
+    /// then applies, and its own error says why).
     pub fn tensor_parallel(
         &self,
         gpus: i32,
@@ -114,7 +119,8 @@ impl Parallelism {
         }
         let per = int(args, self.pipeline)
             .unwrap_or(1)
-            .checked_mul(int(args, self.data).unwrap_or(1))?;
+            .checked_mul(int(args, self.data).unwrap_or(1))?
+            .checked_mul(int(args, self.context).unwrap_or(1))?;
         (per >= 1 && gpus % per == 0).then(|| gpus / per)
     }
 }
@@ -122,12 +128,14 @@ impl Parallelism {
 /// How an engine's server spells the options a ModelDeployment sets.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Flags {
-    /// The model as a Hugging Face id.
-    pub model: &'static str,
-    /// The model as a path (`model.source: custom`).
-    pub model_path: &'static str,
-    /// The name the API serves the model as.
-    pub served_name: &'static str,
+    /// The model as a Hugging Face id; `None`: the server's positional argument.
+    pub model: Option<&'static str>,
+    /// The model as a path (`model.source: custom`); `None`: the server's positional
+    /// argument.
+    pub model_path: Option<&'static str>,
+    /// The name the API serves the model as; `None`: the server has no such option and
+    /// serves the model under a name of its own ([`served_as`]).
+    pub served_name: Option<&'static str>,
     /// Tensor parallelism; `None`: the engine spreads over its GPUs itself.
     pub tensor_parallel: Option<&'static str>,
     /// The `engine.args` keys of parallelism.
@@ -143,14 +151,15 @@ pub struct Flags {
 
 /// vLLM (`vllm/engine/arg_utils.py`, `vllm/entrypoints/openai/cli_args.py`).
 pub const VLLM: Flags = Flags {
-    model: "--model",
-    model_path: "--model",
-    served_name: "--served-model-name",
+    model: Some("--model"),
+    model_path: Some("--model"),
+    served_name: Some("--served-model-name"),
     tensor_parallel: Some("--tensor-parallel-size"),
     parallelism: Parallelism {
         tensor: &["tensor-parallel-size", "tp"],
         pipeline: &["pipeline-parallel-size", "pp"],
         data: &["data-parallel-size", "dp"],
+        context: &[],
     },
     context_length: "--max-model-len",
     trust_remote_code: Some("--trust-remote-code"),
@@ -162,14 +171,15 @@ pub const VLLM: Flags = Flags {
 
 /// SGLang (`python/sglang/srt/server_args.py`).
 pub const SGLANG: Flags = Flags {
-    model: "--model-path",
-    model_path: "--model-path",
-    served_name: "--served-model-name",
+    model: Some("--model-path"),
+    model_path: Some("--model-path"),
+    served_name: Some("--served-model-name"),
     tensor_parallel: Some("--tp"),
     parallelism: Parallelism {
         tensor: &["tensor-parallel-size", "tp-size", "tp"],
         pipeline: &["pipeline-parallel-size", "pp-size", "pp"],
         data: &["data-parallel-size", "dp-size", "dp"],
+        context: &[],
     },
     context_length: "--context-length",
     trust_remote_code: Some("--trust-remote-code"),
@@ -179,33 +189,57 @@ pub const SGLANG: Flags = Flags {
 /// llama.cpp's `llama-server` (`tools/server/README.md`): it splits a model's layers over
 /// every GPU it sees, so it has no parallelism to set.
 pub const LLAMACPP: Flags = Flags {
-    model: "--hf-repo",
-    model_path: "--model",
-    served_name: "--alias",
+    model: Some("--hf-repo"),
+    model_path: Some("--model"),
+    served_name: Some("--alias"),
     tensor_parallel: None,
     parallelism: Parallelism {
         tensor: &[],
         pipeline: &[],
         data: &[],
+        context: &[],
     },
     context_length: "--ctx-size",
     trust_remote_code: None,
     cache_variables: &[(VolumePurpose::ModelCache, "LLAMA_CACHE")],
 };
 
+/// TensorRT-LLM's `trtllm-serve` (`tensorrt_llm/commands/serve.py@00209af1`,
+/// NVIDIA/TensorRT-LLM): the model (a Hugging Face id or a checkpoint directory) is its
+/// positional argument, it has no served-name option, and its options are spelled in
+/// snake case (click takes them only as written: `--tp_size`, not `--tp-size`). Its
+/// world size is tensor x pipeline x context parallelism (`--tp_size`, `--pp_size`,
+/// `--cp_size`, each with a long `--*_parallel_size` spelling).
+pub const TRTLLM: Flags = Flags {
+    model: None,
+    model_path: None,
+    served_name: None,
+    tensor_parallel: Some("--tp_size"),
+    parallelism: Parallelism {
+        tensor: &["tensor-parallel-size", "tp-size"],
+        pipeline: &["pipeline-parallel-size", "pp-size"],
+        data: &[],
+        context: &["context-parallel-size", "cp-size"],
+    },
+    context_length: "--max_seq_len",
+    trust_remote_code: Some("--trust_remote_code"),
+    cache_variables: &[(VolumePurpose::ModelCache, "HF_HOME")],
+};
+
 impl Flags {
-    /// The flags of `engine`'s own server; `None` for TensorRT-LLM (see the module doc).
-    pub fn of(engine: EngineType) -> Option<&'static Flags> {
+    /// The flags of `engine`'s own server.
+    pub fn of(engine: EngineType) -> &'static Flags {
         match engine {
-            EngineType::Vllm => Some(&VLLM),
-            EngineType::Sglang => Some(&SGLANG),
-            EngineType::Llamacpp => Some(&LLAMACPP),
-            EngineType::Trtllm => None,
+            EngineType::Vllm => &VLLM,
+            EngineType::Sglang => &SGLANG,
+            EngineType::Llamacpp => &LLAMACPP,
+            EngineType::Trtllm => &TRTLLM,
         }
     }
 
-    /// The flag that names the model from `source`.
-    pub fn model_flag(&self, source: ModelSource) -> &'static str {
+    /// The flag that names the model from `source`; `None`: the model is the server's
+    /// positional argument.
+    pub fn model_flag(&self, source: ModelSource) -> Option<&'static str> {
         match source {
             ModelSource::Huggingface => self.model,
             ModelSource::Custom => self.model_path,
@@ -290,8 +324,8 @@ pub struct EngineContainer {
 
 /// The serving container for `md`, running `image`, listening on `port`.
 ///
-/// Errors: no engine, TensorRT-LLM, no `model.id` (for `source: custom`, `model.id`
-/// is the model's path inside the image), or a storage volume that cannot be mounted
+/// Errors: no engine, no `model.id` (for `source: custom`, `model.id` is the model's
+/// path inside the image), or a storage volume that cannot be mounted
 /// ([`storage::check`]).
 pub fn container(
     md: &ModelDeployment,
@@ -303,9 +337,7 @@ pub fn container(
         .engine
         .type_
         .ok_or_else(|| RenderError("spec.engine.type is required".into()))?;
-    let flags = Flags::of(engine).ok_or_else(|| {
-        RenderError("the SDK's engine container does not build TensorRT-LLM yet".into())
-    })?;
+    let flags = Flags::of(engine);
     let model = spec
         .model
         .id
@@ -366,6 +398,24 @@ pub fn container(
     })
 }
 
+/// The name a server without a served-name option ([`Flags::served_name`] `None`:
+/// `trtllm-serve`) serves `model` under: a checkpoint directory's last component (a
+/// `source: custom` path), else the model argument as given, a Hugging Face id whole
+/// (`OpenAIServer.__init__` in `tensorrt_llm/serve/openai_server.py@00057725`,
+/// NVIDIA/TensorRT-LLM).
+pub fn served_as(model: &str, source: ModelSource) -> &str {
+    match source {
+        ModelSource::Huggingface => model,
+        ModelSource::Custom => {
+            let path = model.trim_end_matches('/');
+            path.rsplit('/')
+                .next()
+                .filter(|name| !name.is_empty())
+                .unwrap_or(model)
+        }
+    }
+}
+
 /// The command and arguments of `engine`'s server for `md`, and the spec fields it
 /// cannot honour.
 fn command_line(
@@ -376,25 +426,27 @@ fn command_line(
     port: i32,
 ) -> (Vec<&'static str>, Vec<String>, Vec<Warning>) {
     let spec = &md.spec;
-    let served = spec.served_model_name().unwrap_or(model).to_string();
     let user_args = spec.engine.args.as_ref();
     let gpus = gpu::per_replica(spec, Role::Aggregated).count;
     let mut warnings = Vec::new();
     let command = match engine {
         EngineType::Vllm => vec!["python3", "-m", "vllm.entrypoints.openai.api_server"],
         EngineType::Sglang => vec!["python3", "-m", "sglang.launch_server"],
-        _ => vec!["llama-server"],
+        EngineType::Trtllm => vec!["trtllm-serve"],
+        EngineType::Llamacpp => vec!["llama-server"],
     };
-    let mut args = strings(&[
-        flags.model_flag(spec.model.source),
-        model,
-        flags.served_name,
-        &served,
-        "--host",
-        "0.0.0.0",
-        "--port",
-        &port.to_string(),
-    ]);
+    let mut args = match flags.model_flag(spec.model.source) {
+        Some(flag) => strings(&[flag, model]),
+        None => strings(&[model]),
+    };
+    match flags.served_name {
+        Some(flag) => {
+            let served = spec.served_model_name().unwrap_or(model);
+            args.extend(strings(&[flag, served]));
+        }
+        None => warnings.extend(served_name_ignored(md, model)),
+    }
+    args.extend(strings(&["--host", "0.0.0.0", "--port", &port.to_string()]));
     // Tensor parallelism 1 is every engine's default.
     let tp = flags.parallelism.tensor_parallel(gpus, user_args);
     if let (Some(flag), Some(tp)) = (flags.tensor_parallel, tp.filter(|tp| *tp > 1)) {
@@ -449,6 +501,25 @@ pub fn gpu_resources(md: &ModelDeployment) -> Value {
         out.insert("requests".into(), json!(requests));
     }
     Value::Object(out)
+}
+
+/// `spec.model.servedName` named as ignored when it is set and the server, which has no
+/// served-name option, serves `model` under another name ([`served_as`]).
+fn served_name_ignored(md: &ModelDeployment, model: &str) -> Option<Warning> {
+    let served = served_as(model, md.spec.model.source);
+    md.spec
+        .model
+        .served_name
+        .as_deref()
+        .filter(|name| !name.is_empty() && *name != served)
+        .map(|_| {
+            Warning::unsupported_field(
+                "spec.model.servedName",
+                format!(
+                    "trtllm-serve has no served-name option; it serves the model as \"{served}\""
+                ),
+            )
+        })
 }
 
 fn strings(items: &[&str]) -> Vec<String> {
@@ -590,7 +661,7 @@ mod tests {
     }
 
     #[test]
-    fn missing_model_and_unbuilt_engines_are_errors() {
+    fn missing_model_and_unmountable_volumes_are_errors() {
         let no_model = md(json!({"model": {}, "engine": {"type": "vllm"}}));
         assert!(
             container(&no_model, "i", PORT)
@@ -598,12 +669,12 @@ mod tests {
                 .0
                 .contains("spec.model.id")
         );
-        let trt = md(json!({"model": {"id": "a/b"}, "engine": {"type": "trtllm"}}));
+        let no_engine = md(json!({"model": {"id": "a/b"}}));
         assert!(
-            container(&trt, "i", PORT)
+            container(&no_engine, "i", PORT)
                 .unwrap_err()
                 .0
-                .contains("TensorRT-LLM")
+                .contains("spec.engine.type")
         );
         let shm = md(json!({"model": {"id": "a/b", "storage": {"volumes": [
             {"name": "x", "claimName": "c", "mountPath": "/dev/shm"}]}}, "engine": {"type": "vllm"}}));
@@ -689,16 +760,11 @@ mod tests {
 
     #[test]
     fn one_table_of_flags_per_engine() {
-        assert_eq!(Flags::of(EngineType::Vllm), Some(&VLLM));
-        assert_eq!(
-            Flags::of(EngineType::Sglang).unwrap().tensor_parallel,
-            Some("--tp")
-        );
-        assert_eq!(
-            Flags::of(EngineType::Llamacpp).unwrap().trust_remote_code,
-            None
-        );
-        assert_eq!(Flags::of(EngineType::Trtllm), None);
+        assert_eq!(Flags::of(EngineType::Vllm), &VLLM);
+        assert_eq!(Flags::of(EngineType::Sglang).tensor_parallel, Some("--tp"));
+        assert_eq!(Flags::of(EngineType::Llamacpp).trust_remote_code, None);
+        assert_eq!(Flags::of(EngineType::Trtllm), &TRTLLM);
+        assert_eq!(TRTLLM.model_flag(ModelSource::Custom), None);
         assert_eq!(arg_key("--tensor_parallel_size"), "tensor-parallel-size");
         let args = BTreeMap::from([("--TP".to_string(), "2".to_string())]);
         assert!(
@@ -718,5 +784,123 @@ mod tests {
         let empty = md(json!({"model": {"id": "a/b"}, "secrets": {"huggingFaceToken": ""}}));
         assert_eq!(hf_token_secret(&empty), None);
         assert_eq!(hf_token_env_from(&md(json!({"model": {}}))), None);
+    }
+
+    /// `trtllm-serve MODEL --host --port --tp_size --max_seq_len --trust_remote_code`
+    /// (`tensorrt_llm/commands/serve.py@00209af1`, NVIDIA/TensorRT-LLM): the model is
+    /// the positional argument, the options are snake case, and `/health` is its
+    /// readiness (`register_routes` in `tensorrt_llm/serve/openai_server.py@00057725`).
+    #[test]
+    fn trtllm_serve_takes_the_model_as_its_argument_and_snake_case_options() {
+        let md = md(json!({
+            "model": {"id": "Qwen/Qwen3-0.6B", "storage": {"volumes": [
+                {"name": "hf", "claimName": "hf", "purpose": "modelCache"}]}},
+            "engine": {"type": "trtllm", "contextLength": 4096, "trustRemoteCode": true,
+                       "args": {"kv_cache_free_gpu_memory_fraction": "0.8"}},
+            "resources": {"gpu": {"count": 2}},
+            "secrets": {"huggingFaceToken": "hf"},
+        }));
+        let c = container(&md, "nvcr.io/nvidia/tensorrt-llm/release:1.0.0", PORT).unwrap();
+        assert_eq!(c.container["command"], json!(["trtllm-serve"]));
+        assert_eq!(
+            c.container["args"],
+            json!([
+                "Qwen/Qwen3-0.6B",
+                "--host",
+                "0.0.0.0",
+                "--port",
+                "8000",
+                "--tp_size",
+                "2",
+                "--max_seq_len",
+                "4096",
+                "--trust_remote_code",
+                "--kv_cache_free_gpu_memory_fraction",
+                "0.8"
+            ])
+        );
+        assert_eq!(
+            c.container["readinessProbe"]["httpGet"],
+            json!({"path": "/health", "port": PORT_NAME})
+        );
+        assert_eq!(
+            c.container["env"],
+            json!([{"name": "HF_HOME", "value": "/model-cache"}])
+        );
+        assert_eq!(
+            c.container["envFrom"],
+            json!([{"secretRef": {"name": "hf"}}])
+        );
+        assert_eq!(c.container["resources"]["limits"]["nvidia.com/gpu"], "2");
+        assert_eq!(c.volumes[0]["emptyDir"]["medium"], "Memory");
+        assert!(c.warnings.is_empty(), "{:?}", c.warnings);
+    }
+
+    /// TensorRT-LLM's world size is tensor x pipeline x context parallelism; its
+    /// `engine.args` set tensor parallelism in either spelling.
+    #[test]
+    fn trtllm_tensor_parallelism_is_the_gpus_left_by_the_users() {
+        let gpus = |args: &[(&str, &str)]| {
+            let args: BTreeMap<String, String> = args
+                .iter()
+                .map(|(k, v)| ((*k).to_string(), (*v).to_string()))
+                .collect();
+            TRTLLM.parallelism.tensor_parallel(8, Some(&args))
+        };
+        assert_eq!(gpus(&[]), Some(8));
+        assert_eq!(gpus(&[("pp_size", "2")]), Some(4));
+        assert_eq!(gpus(&[("cp_size", "2"), ("pp_size", "2")]), Some(2));
+        assert_eq!(gpus(&[("tp_size", "4")]), None);
+        assert_eq!(gpus(&[("tensor_parallel_size", "4")]), None);
+        let md = md(json!({
+            "model": {"id": "a/b"},
+            "engine": {"type": "trtllm", "args": {"tp_size": "4"}},
+            "resources": {"gpu": {"count": 8}},
+        }));
+        let args = args_of(&container(&md, "img", PORT).unwrap()).join(" ");
+        assert_eq!(args, "a/b --host 0.0.0.0 --port 8000 --tp_size 4");
+    }
+
+    /// `trtllm-serve` has no served-name option: a `servedName` other than the name it
+    /// serves is named as ignored, never dropped silently; one equal to it is honoured.
+    #[test]
+    fn trtllm_names_a_served_name_it_cannot_serve() {
+        let ignored = |md: &ModelDeployment| -> Vec<String> {
+            container(md, "img", PORT)
+                .unwrap()
+                .warnings
+                .iter()
+                .filter_map(|w| w.ignored_field.clone())
+                .collect()
+        };
+        let renamed = md(json!({
+            "model": {"id": "Qwen/Qwen3-0.6B", "servedName": "qwen"},
+            "engine": {"type": "trtllm"}, "resources": {"gpu": {"count": 1}},
+        }));
+        assert_eq!(ignored(&renamed), ["spec.model.servedName"]);
+        let c = container(&renamed, "img", PORT).unwrap();
+        assert!(
+            c.warnings[0].message.contains("\"Qwen/Qwen3-0.6B\""),
+            "{:?}",
+            c.warnings
+        );
+        assert!(!args_of(&c).contains(&"qwen"));
+        let same = md(json!({
+            "model": {"id": "Qwen/Qwen3-0.6B", "servedName": "Qwen/Qwen3-0.6B"},
+            "engine": {"type": "trtllm"}, "resources": {"gpu": {"count": 1}},
+        }));
+        assert!(ignored(&same).is_empty());
+        // A checkpoint directory is served under its last component.
+        let custom = md(json!({
+            "model": {"id": "/models/llama/", "source": "custom", "servedName": "llama"},
+            "engine": {"type": "trtllm"}, "resources": {"gpu": {"count": 1}},
+        }));
+        assert!(ignored(&custom).is_empty());
+        assert_eq!(
+            args_of(&container(&custom, "img", PORT).unwrap())[0],
+            "/models/llama/"
+        );
+        assert_eq!(served_as("/models/llama", ModelSource::Custom), "llama");
+        assert_eq!(served_as("a/b", ModelSource::Huggingface), "a/b");
     }
 }

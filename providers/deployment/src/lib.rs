@@ -1,7 +1,8 @@
-//! The Deployment provider: serves vLLM, SGLang and llama.cpp ModelDeployments with a
-//! plain `apps/v1` Deployment and a `v1` Service, so it needs no operator and runs on any
-//! cluster. Its upstream is the built-in Deployment kind: the Deployment controller plays
-//! the operator, and its status is ours ([`kubeairunway_sdk::workload::deployment`]).
+//! The Deployment provider: serves vLLM, SGLang, TensorRT-LLM and llama.cpp
+//! ModelDeployments with a plain `apps/v1` Deployment and a `v1` Service, so it needs no
+//! operator and runs on any cluster. Its upstream is the built-in Deployment kind: the
+//! Deployment controller plays the operator, and its status is ours
+//! ([`kubeairunway_sdk::workload::deployment`]).
 //!
 //! It is built only on the SDK's public API, as a third party's provider would be, and is
 //! the reference for one.
@@ -11,7 +12,8 @@
 //!   no operator's rule takes, and anything that names it (`spec.provider.name:
 //!   deployment`).
 //! - The serving container is the SDK's ([`kubeairunway_sdk::engine::container`]) with
-//!   an image per engine ([`Images`]: `spec.image` wins); the pods get
+//!   an image per engine ([`Images`]: `spec.image` wins; SGLang has none unless given,
+//!   TensorRT-LLM none at all, so its ModelDeployments name theirs); the pods get
 //!   `spec.nodeSelector` and `spec.tolerations`; the Service (port [`SERVICE_PORT`])
 //!   selects them by the ModelDeployment's label and is the endpoint.
 //! - Scaling: `spec.scaling.replicas` is the Deployment's. A HorizontalPodAutoscaler or
@@ -73,7 +75,9 @@ pub struct Overrides {
 }
 
 /// The serving image of each engine when `spec.image` is empty; `None`: `spec.image` is
-/// required for that engine.
+/// required for that engine. TensorRT-LLM has no entry: `spec.image` is always required
+/// for it (an image with `trtllm-serve`, such as NVIDIA's
+/// `nvcr.io/nvidia/tensorrt-llm/release`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Images {
     /// vLLM.
@@ -173,7 +177,12 @@ impl Provider for DeploymentProvider {
     fn config(&self) -> InferenceProviderConfigSpec {
         InferenceProviderConfigSpec {
             capabilities: Some(Capabilities {
-                engines: vec![EngineType::Vllm, EngineType::Sglang, EngineType::Llamacpp],
+                engines: vec![
+                    EngineType::Vllm,
+                    EngineType::Sglang,
+                    EngineType::Trtllm,
+                    EngineType::Llamacpp,
+                ],
                 serving_modes: vec![ServingMode::Aggregated],
                 cpu_support: true,
                 gpu_support: true,
@@ -182,7 +191,7 @@ impl Provider for DeploymentProvider {
             // The fallback: true for everything it serves, at the lowest priority, so an
             // operator-backed provider whose rule holds always wins.
             selection_rules: vec![SelectionRule {
-                condition: "spec.engine.type in ['vllm', 'sglang', 'llamacpp'] && \
+                condition: "spec.engine.type in ['vllm', 'sglang', 'trtllm', 'llamacpp'] && \
                             spec.serving.mode == 'aggregated'"
                     .into(),
                 priority: PRIORITY,

@@ -63,10 +63,12 @@ fn it_never_outranks_an_operator_and_wins_alone() {
     assert_eq!(winner(&md(EngineType::Sglang, 1).build(), &all), "dynamo");
     assert_eq!(winner(&md(EngineType::Vllm, 0).build(), &all), "kaito");
     assert_eq!(winner(&md(EngineType::Llamacpp, 1).build(), &all), "kaito");
+    assert_eq!(winner(&md(EngineType::Trtllm, 1).build(), &all), "dynamo");
     // Alone, it serves each engine it knows, by its one rule at the lowest priority.
     for (engine, gpus) in [
         (EngineType::Vllm, 1),
         (EngineType::Sglang, 1),
+        (EngineType::Trtllm, 1),
         (EngineType::Llamacpp, 0),
     ] {
         let selection = testing::score(&md(engine, gpus).build(), &all[..1]);
@@ -103,20 +105,57 @@ fn it_refuses_what_a_deployment_cannot_serve() {
         "spec.serving.mode is disaggregated, which provider deployment does not support: it \
          serves the serving modes aggregated"
     );
-    assert!(
-        refused(&md(EngineType::Trtllm, 1).build())
-            .starts_with("spec.engine.type is trtllm, which provider deployment does not support")
-    );
-    // SGLang has no default image unless the flag gives one.
+    // SGLang has no default image unless the flag gives one, TensorRT-LLM none at all.
     assert_eq!(
         refused(&md(EngineType::Sglang, 1).build()),
         "spec.image is required for the sglang engine: the Deployment provider has no \
+         default image for it"
+    );
+    assert_eq!(
+        refused(&md(EngineType::Trtllm, 1).build()),
+        "spec.image is required for the trtllm engine: the Deployment provider has no \
          default image for it"
     );
     let sglang = md(EngineType::Sglang, 1)
         .image("lmsysorg/sglang:v0.5.5")
         .build();
     assert_eq!(fit::check(&provider, &sglang), Ok(()));
+}
+
+/// TensorRT-LLM runs `trtllm-serve` from the image the ModelDeployment names, with the
+/// SDK's container; a served name it cannot serve is named in the warnings.
+#[test]
+fn trtllm_serves_from_its_own_image_and_names_its_served_name() {
+    let md = md(EngineType::Trtllm, 2)
+        .image("nvcr.io/nvidia/tensorrt-llm/release:1.0.0")
+        .spec(|s| s.model.served_name = Some("qwen".into()))
+        .build();
+    assert_eq!(fit::check(&DeploymentProvider::default(), &md), Ok(()));
+    let rendered = render(&md);
+    let container = &rendered.objects[0].data["spec"]["template"]["spec"]["containers"][0];
+    assert_eq!(
+        container["image"],
+        "nvcr.io/nvidia/tensorrt-llm/release:1.0.0"
+    );
+    assert_eq!(container["command"], json!(["trtllm-serve"]));
+    assert_eq!(
+        container["args"],
+        json!([
+            "Qwen/Qwen3-0.6B",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            "8000",
+            "--tp_size",
+            "2"
+        ])
+    );
+    let ignored: Vec<_> = rendered
+        .warnings
+        .iter()
+        .filter_map(|w| w.ignored_field.as_deref())
+        .collect();
+    assert_eq!(ignored, ["spec.model.servedName"]);
 }
 
 /// The objects for a ModelDeployment that sets every field this provider reads: the

@@ -109,14 +109,15 @@ const SGLANG: Backend = Backend {
 
 /// Dynamo's TensorRT-LLM worker's own flags (see the module doc).
 pub const TRTLLM_FLAGS: Flags = Flags {
-    model: "--model-path",
-    model_path: "--model-path",
-    served_name: "--served-model-name",
+    model: Some("--model-path"),
+    model_path: Some("--model-path"),
+    served_name: Some("--served-model-name"),
     tensor_parallel: Some("--tensor-parallel-size"),
     parallelism: Parallelism {
         tensor: &["tensor-parallel-size"],
         pipeline: &["pipeline-parallel-size"],
         data: &[],
+        context: &[],
     },
     context_length: "--max-seq-len",
     trust_remote_code: None,
@@ -200,14 +201,16 @@ pub fn worker(
 ) -> Result<(Vec<String>, Vec<String>), RenderError> {
     let user = UserArgs::new(opts.args.as_ref());
     let flags = b.flags;
-    // vLLM, SGLang and Dynamo's TensorRT-LLM take an id or a path with the same flag.
-    let mut args = vec![flags.model.to_string(), opts.model.clone()];
+    // vLLM, SGLang and Dynamo's TensorRT-LLM take an id or a path with the same flag,
+    // and each has a served-name option.
+    let mut args: Vec<String> = flags.model.iter().map(ToString::to_string).collect();
+    args.push(opts.model.clone());
     let mut push = |flag: &str, value: Option<String>| {
         args.push(flag.to_string());
         args.extend(value);
     };
-    if let Some(served) = &opts.served_name {
-        push(flags.served_name, Some(served.clone()));
+    if let (Some(served), Some(flag)) = (&opts.served_name, flags.served_name) {
+        push(flag, Some(served.clone()));
     }
     if let Some(len) = opts.context_length {
         push(flags.context_length, Some(len.to_string()));

@@ -470,18 +470,21 @@ fn an_empty_gpu_type_is_the_default_gpu() {
     assert!(limits.get("gpuType").is_none(), "{limits}");
 }
 
-/// The vLLM and SGLang workers take the engines' own flags: the SDK's table.
+/// The vLLM and SGLang workers take the engines' own flags: the SDK's table. The
+/// TensorRT-LLM worker has a parser of its own, not `trtllm-serve`'s.
 #[test]
 fn vllm_and_sglang_workers_use_the_sdks_flags() {
     use kubeairunway_sdk::engine::Flags;
     for engine in [EngineType::Vllm, EngineType::Sglang] {
         assert_eq!(
-            Some(crate::args::backend(engine).unwrap().flags),
+            crate::args::backend(engine).unwrap().flags,
             Flags::of(engine),
             "{engine}"
         );
     }
-    assert_eq!(Flags::of(EngineType::Trtllm), None);
+    let trtllm = crate::args::backend(EngineType::Trtllm).unwrap().flags;
+    assert_ne!(trtllm, Flags::of(EngineType::Trtllm));
+    assert_eq!(trtllm.served_name, Some("--served-model-name"));
 }
 
 #[test]

@@ -345,7 +345,7 @@ fn vllm_unsupported(md: &ModelDeployment) -> Vec<Warning> {
 pub fn inference_config(md: &ModelDeployment, warnings: &mut Vec<Warning>) -> String {
     let engine = &md.spec.engine;
     let key_of = |flag: &str| flag.trim_start_matches("--").to_string();
-    let (context_key, served_key) = (key_of(VLLM.context_length), key_of(VLLM.served_name));
+    let (context_key, served_key) = (key_of(VLLM.context_length), VLLM.served_name.map(key_of));
     let trust_key = VLLM.trust_remote_code.map(key_of);
     let mut entries: BTreeMap<String, Value> = BTreeMap::new();
     for (key, value) in engine.args.iter().flatten() {
@@ -370,7 +370,8 @@ pub fn inference_config(md: &ModelDeployment, warnings: &mut Vec<Warning>) -> St
         .served_name
         .as_deref()
         .filter(|s| !s.is_empty());
-    if (explicit.is_some() || !entries.contains_key(&served_key))
+    if let Some(served_key) = served_key
+        && (explicit.is_some() || !entries.contains_key(&served_key))
         && let Some(served) = md.spec.served_model_name()
     {
         entries.insert(served_key, json!(served));
