@@ -820,14 +820,25 @@ async fn delete_as_read(
     api: &Api<DynamicObject>,
     live: &DynamicObject,
 ) -> Result<bool, kube::Error> {
+    delete_if(api, live, live.resource_version()).await
+}
+
+/// Delete `object` only if the API server still holds that object (its uid) and, when
+/// `resource_version` is given, at that version. `Ok(false)` when it is gone or the
+/// precondition failed.
+pub(super) async fn delete_if(
+    api: &Api<DynamicObject>,
+    object: &DynamicObject,
+    resource_version: Option<String>,
+) -> Result<bool, kube::Error> {
     let params = DeleteParams {
         preconditions: Some(kube::api::Preconditions {
-            resource_version: live.resource_version(),
-            uid: live.uid(),
+            resource_version,
+            uid: object.uid(),
         }),
         ..DeleteParams::background()
     };
-    match api.delete(&live.name_any(), &params).await {
+    match api.delete(&object.name_any(), &params).await {
         Ok(_) => Ok(true),
         Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
         Err(e) => Err(e),

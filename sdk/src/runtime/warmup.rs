@@ -49,7 +49,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use futures::StreamExt;
-use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, Preconditions};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
 use kube::runtime::controller::Action;
@@ -60,7 +60,7 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 use super::Context;
-use super::reconcile::{Error, event, is_refusal, owned_by};
+use super::reconcile::{Error, delete_if, event, is_refusal, owned_by};
 use super::status::{self, ProviderView};
 use crate::api::{DeploymentWarmup, ModelDeployment, Phase};
 use crate::conditions::{self, PROVIDER_COMPATIBLE, READY, RESOURCE_CREATED, WARMED_UP, reasons};
@@ -958,18 +958,7 @@ pub(crate) async fn sync<P: Provider>(
 /// Delete the Warmup the runtime made, `made` as the cache holds it: only that object
 /// (its uid), whatever its status became since. `Ok(false)` when it is gone already.
 async fn delete_made(api: &Api<DynamicObject>, made: &DynamicObject) -> Result<bool, kube::Error> {
-    let params = DeleteParams {
-        preconditions: Some(Preconditions {
-            resource_version: None,
-            uid: made.uid(),
-        }),
-        ..DeleteParams::background()
-    };
-    match api.delete(&made.name_any(), &params).await {
-        Ok(_) => Ok(true),
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(false),
-        Err(e) => Err(e),
-    }
+    delete_if(api, made, None).await
 }
 
 /// On deletion: delete the Warmup the runtime made for `md` (the garbage collector would
