@@ -211,9 +211,10 @@ fn relevant(md: &Cached) -> Option<u64> {
     meta.generation.hash(&mut h);
     meta.deletion_timestamp.is_some().hash(&mut h);
     meta.labels.hash(&mut h);
-    md.annotations().hash(&mut h);
+    let (annotations, selected_provider) = md.annotations_and_selected_provider();
+    annotations.hash(&mut h);
     meta.finalizers.hash(&mut h);
-    md.selected_provider().hash(&mut h);
+    selected_provider.hash(&mut h);
     meta.uid.hash(&mut h);
     Some(h.finish())
 }

@@ -81,6 +81,25 @@ enum Unreadable {
     Json(#[from] serde_json::Error),
 }
 
+/// `metadata.annotations` of an object's text, the rest skipped.
+#[derive(Deserialize)]
+struct Annotated {
+    metadata: Option<AnnotationsOnly>,
+}
+
+#[derive(Deserialize)]
+struct AnnotationsOnly {
+    annotations: Option<BTreeMap<String, String>>,
+}
+
+impl Annotated {
+    fn annotations(self) -> BTreeMap<String, String> {
+        self.metadata
+            .and_then(|m| m.annotations)
+            .unwrap_or_default()
+    }
+}
+
 /// The apiVersion and kind a text names (empty when it names none), read without
 /// keeping anything else.
 fn kind_of(text: &str) -> (Cow<'_, str>, Cow<'_, str>) {
@@ -161,16 +180,8 @@ impl<K> Compact<K> {
     /// not in [`Compact::meta`]. (This method is what `compact.annotations()` calls, not
     /// `ResourceExt::annotations`, which would read the parsed metadata.)
     pub fn annotations(&self) -> BTreeMap<String, String> {
-        #[derive(Deserialize)]
-        struct Annotated {
-            metadata: Option<Annotations>,
-        }
-        #[derive(Deserialize)]
-        struct Annotations {
-            annotations: Option<BTreeMap<String, String>>,
-        }
         self.peek::<Annotated>()
-            .and_then(|a| a.metadata?.annotations)
+            .map(Annotated::annotations)
             .unwrap_or_default()
     }
 }
@@ -188,8 +199,15 @@ impl Compact<crate::ModelDeployment> {
 
     /// [`crate::ModelDeployment::selected_provider`]: `status.provider.name`, when set.
     pub fn selected_provider(&self) -> Option<String> {
+        self.annotations_and_selected_provider().1
+    }
+
+    /// [`Compact::annotations`] and [`Self::selected_provider`] from one reading of the
+    /// text: what the controllers' predicates hash on every watch event.
+    pub fn annotations_and_selected_provider(&self) -> (BTreeMap<String, String>, Option<String>) {
         #[derive(Deserialize)]
-        struct Selected {
+        struct Both {
+            metadata: Option<AnnotationsOnly>,
             status: Option<Status>,
         }
         #[derive(Deserialize)]
@@ -200,11 +218,17 @@ impl Compact<crate::ModelDeployment> {
         struct Provider {
             name: Option<String>,
         }
-        self.peek::<Selected>()?
-            .status?
-            .provider?
-            .name
-            .filter(|n| !n.is_empty())
+        let Some(both) = self.peek::<Both>() else {
+            return (BTreeMap::new(), None);
+        };
+        let provider = both
+            .status
+            .and_then(|s| s.provider?.name)
+            .filter(|n| !n.is_empty());
+        let annotated = Annotated {
+            metadata: both.metadata,
+        };
+        (annotated.annotations(), provider)
     }
 }
 
@@ -325,6 +349,17 @@ mod tests {
             serde_json::to_value(&md).unwrap()
         );
         assert_eq!(compact.selected_provider().as_deref(), Some("dynamo"));
+        let mut annotated = md.clone();
+        annotated.metadata.annotations = Some(BTreeMap::from([("a".into(), "1".into())]));
+        assert_eq!(
+            Compact::new(annotated)
+                .unwrap()
+                .annotations_and_selected_provider(),
+            (
+                BTreeMap::from([("a".to_string(), "1".to_string())]),
+                Some("dynamo".to_string())
+            )
+        );
         assert_eq!(compact.kernel_cache_name(), None);
         let mut named = md.clone();
         named.spec.kernel_cache =

@@ -364,12 +364,13 @@ fn reconcile_relevant(md: &Cached, ours: &str) -> u64 {
     md.meta().generation.hash(&mut h);
     md.meta().deletion_timestamp.is_some().hash(&mut h);
     md.meta().labels.hash(&mut h);
-    md.annotations().hash(&mut h);
+    let (annotations, selected_provider) = md.annotations_and_selected_provider();
+    annotations.hash(&mut h);
     md.finalizers()
         .iter()
         .filter(|f| f.as_str() != ours)
         .for_each(|f| f.hash(&mut h));
-    md.selected_provider().hash(&mut h);
+    selected_provider.hash(&mut h);
     md.uid().hash(&mut h);
     h.finish()
 }
