@@ -2,9 +2,11 @@
 //! model, the ModelDeployment's engine options, tensor parallelism from the worker's GPUs,
 //! what its disaggregation role needs, then `engine.args` in key order.
 //!
-//! Facts, as read in ai-dynamo/dynamo (read through its mirror wxsms/dynamo) at
-//! `3e3b3b187` (main right after the 1.1 branch cut, PR #8698) and `2a6da14c8` (main,
-//! 2026-08-21; the CRDs in tests/fixtures/crds/upstream are from these two commits):
+//! Facts, as read in ai-dynamo/dynamo (through its mirror wxsms/dynamo, which has no
+//! tags) at `3e3b3b187`, the commit that bumped main to 1.2.0 right after the 1.1 branch
+//! cut (PR #8698; it changes only version numbers, so its `components/` are the 1.1.0
+//! code), and at `2a6da14c8` (main, 2026-08-21); the CRDs in
+//! tests/fixtures/crds/upstream are from these two commits:
 //! - the operator adds no arguments to a single-node worker: `UpdateContainer` of
 //!   `deploy/operator/internal/dynamo/backend_{vllm,sglang,trtllm}.go` only touches
 //!   multinode workers, and the worker's default container is `/bin/sh -c` with no
@@ -13,7 +15,9 @@
 //! - vLLM refuses a prefill worker without `--kv-transfer-config`
 //!   (`components/src/dynamo/vllm/args.py:192-207@3e3b3b187`, `:230-245@2a6da14c8`); the
 //!   disaggregated example passes NixlConnector to both roles
-//!   (`examples/backends/vllm/deploy/disagg.yaml@2a6da14c8`).
+//!   (`examples/backends/vllm/deploy/disagg.yaml@2a6da14c8`). Its roles are
+//!   `--disaggregation-mode agg|prefill|decode|encode` (`vllm/backend_args.py:30-38`,
+//!   `common/constants.py:9-15@3e3b3b187`).
 //! - SGLang's disaggregation backend defaults to `mooncake` and its bootstrap server binds
 //!   `--host`, which defaults to 127.0.0.1 (sgl-project/sglang
 //!   `python/sglang/srt/server_args.py`, `managers/disagg_service.py@0351c1fa`), so a
@@ -30,23 +34,33 @@
 //!   passed inline with `--override-engine-args` (JSON, deep-merged over the engine
 //!   arguments: `components/src/dynamo/trtllm/workers/llm_worker.py:289-299@3e3b3b187`), or
 //!   as `--trtllm.<path> <value>` flags when the user uses those, since the two are
-//!   mutually exclusive (`components/src/dynamo/trtllm/args.py:103-109@3e3b3b187`).
+//!   mutually exclusive (`components/src/dynamo/trtllm/args.py:103-108@3e3b3b187`).
 //! - The vLLM and SGLang workers parse the engines' own flags: `dynamo.vllm` adds vLLM's
-//!   `AsyncEngineArgs.add_cli_args` to its parser (`components/src/dynamo/vllm/args.py`
-//!   `parse_args`@000a36a7), `dynamo.sglang` SGLang's `ServerArgs.add_cli_args`
-//!   (`components/src/dynamo/sglang/args.py` `parse_args`@010ba752). So their model,
-//!   served name, tensor parallelism (vLLM `--tensor-parallel-size`, SGLang `--tp`, as
-//!   Dynamo's SGLang guide and examples spell it), context length and trust-remote-code
-//!   flags, and the `engine.args` keys that set parallelism, are the SDK's table
+//!   `AsyncEngineArgs.add_cli_args` to its parser (`components/src/dynamo/vllm/args.py:93`
+//!   `@3e3b3b187`), `dynamo.sglang` SGLang's `ServerArgs.add_cli_args`
+//!   (`components/src/dynamo/sglang/args.py:186@3e3b3b187`). So their model, served name,
+//!   tensor parallelism (vLLM `--tensor-parallel-size`, SGLang `--tp`, as Dynamo's SGLang
+//!   guide and examples spell it), context length and trust-remote-code flags, and the
+//!   `engine.args` keys that set parallelism, are the SDK's table
 //!   ([`kubeairunway_sdk::engine::Flags`]), shared with every provider.
 //! - The TensorRT-LLM worker has a parser of its own, so its flags are Dynamo's and stay
-//!   here ([`TRTLLM_FLAGS`]): `--model-path`, `--tensor-parallel-size`
-//!   (`components/src/dynamo/trtllm/backend_args.py:47-53@3e3b3b187`), `--max-seq-len`
-//!   (`:110-117@3e3b3b187`), `--served-model-name` and `--pipeline-parallel-size`, no
-//!   data parallelism flag (only `--enable-attention-dp`) and no trust-remote-code flag,
-//!   so `trust_remote_code` goes into the engine arguments (see above;
-//!   `DynamoTrtllmArgGroup` in `backend_args.py@0a6a115c`, where `--model` is the new
-//!   spelling and `--model-path` its obsolete alias).
+//!   here ([`TRTLLM_FLAGS`]; `DynamoTrtllmArgGroup`,
+//!   `components/src/dynamo/trtllm/backend_args.py@3e3b3b187`): `--model` (`:32-38`),
+//!   `--served-model-name` (`:40-45`), `--tensor-parallel-size` (`:47-54`),
+//!   `--pipeline-parallel-size` (`:55-62`), `--max-seq-len` (`:110-117`),
+//!   `--override-engine-args` (`:141-147`), `--disaggregation-mode
+//!   prefill_and_decode|prefill|decode|encode` (`:173-179`, `constants.py:12-18`); no data
+//!   parallelism flag (only `--enable-attention-dp`) and no trust-remote-code flag, so
+//!   `trust_remote_code` goes into the engine arguments (see above). `--model-path` is
+//!   `--model`'s `obsolete_flag`: still parsed as an alias, marked "deprecating flag" in
+//!   the help (`components/src/dynamo/common/configuration/utils.py:93-95,152-153`
+//!   `@3e3b3b187`), although the deploy examples still spell it that way. We render
+//!   `--model`: `--model` and its alias came together (PR #6297, 2026-02-18, a week
+//!   before main became 1.0.0, PR #6613) and both are unchanged at `2a6da14c8`; Dynamo's
+//!   planner reads a worker's model from `--served-model-name` or `--model` only
+//!   (`components/src/dynamo/planner/monitoring/dgd_services.py:53-73@3e3b3b187`). An
+//!   unknown flag stops the worker: what its parser does not know must be a `--trtllm.*`
+//!   flag (`args.py:97-101`, `dynamic_flags.py:58-70@3e3b3b187`).
 
 use std::collections::BTreeMap;
 
@@ -109,8 +123,8 @@ const SGLANG: Backend = Backend {
 
 /// Dynamo's TensorRT-LLM worker's own flags (see the module doc).
 pub const TRTLLM_FLAGS: Flags = Flags {
-    model: Some("--model-path"),
-    model_path: Some("--model-path"),
+    model: Some("--model"),
+    model_path: Some("--model"),
     served_name: Some("--served-model-name"),
     tensor_parallel: Some("--tensor-parallel-size"),
     parallelism: Parallelism {
@@ -435,7 +449,7 @@ mod tests {
         assert_eq!(
             args_of(&TRTLLM, &o, Mode::Aggregated, 2),
             [
-                "--model-path",
+                "--model",
                 "m/x",
                 "--max-seq-len",
                 "4096",
@@ -445,6 +459,28 @@ mod tests {
                 r#"{"trust_remote_code":true}"#
             ]
         );
+    }
+
+    /// Dynamo 1.1's TensorRT-LLM worker names the model `--model`; `--model-path` is only
+    /// its obsolete alias ("deprecating flag" in the help), and Dynamo's planner finds a
+    /// worker's model by `--served-model-name` or `--model` alone.
+    #[test]
+    fn trtllm_names_the_model_with_model_not_its_obsolete_alias() {
+        assert_eq!(TRTLLM_FLAGS.model, Some("--model"));
+        assert_eq!(TRTLLM_FLAGS.model_path, Some("--model"));
+        let o = EngineOptions {
+            served_name: Some("served".into()),
+            ..opts(&[])
+        };
+        for mode in [Mode::Aggregated, Mode::Prefill, Mode::Decode] {
+            let a = args_of(&TRTLLM, &o, mode, 1);
+            assert_eq!(
+                a[..4],
+                ["--model", "m/x", "--served-model-name", "served"],
+                "{mode:?}"
+            );
+            assert!(!a.contains(&"--model-path".to_string()), "{a:?}");
+        }
     }
 
     #[test]

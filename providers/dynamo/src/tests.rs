@@ -177,8 +177,9 @@ fn example3_disaggregated_with_kv_routing() {
 
 /// Aggregated, every option: reviewed against `examples/backends/{vllm,sglang,trtllm}/
 /// deploy/agg.yaml` at `3e3b3b187` and `2a6da14c8` (SGLang `--model-path`,
-/// `--served-model-name`, `--tp`, `--trust-remote-code`; TensorRT-LLM `--model-path`,
-/// engine settings given inline instead of an `--extra-engine-args` file).
+/// `--served-model-name`, `--tp`, `--trust-remote-code`; TensorRT-LLM engine settings
+/// given inline instead of an `--extra-engine-args` file, and `--model` where the example
+/// still spells the model with its obsolete alias `--model-path`).
 #[test]
 fn each_engine_with_every_option() {
     snapshot("vllm", &full(EngineType::Vllm));
