@@ -354,12 +354,12 @@ fn engines_refuse_or_misserve_as_upstream() {
     let mut trt = worker(
         Kind::Decode,
         1,
-        &["--model-path", "m", "--disaggregation-mode", "decode"],
+        &["--model", "m", "--disaggregation-mode", "decode"],
     );
     trt.main["command"] = json!(["python3", "-m", "dynamo.trtllm"]);
     assert!(misserves(start("trtllm", &trt)));
     trt.main["args"] = json!([
-        "--model-path",
+        "--model",
         "m",
         "--disaggregation-mode",
         "decode",
