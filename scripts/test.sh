@@ -12,9 +12,9 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "system tools for the test API server build"
+step "system tools for the test API server build and jemalloc's (make, a C compiler)"
 missing=()
-for tool in apt-get dpkg-deb flock sha256sum python3; do
+for tool in apt-get dpkg-deb flock sha256sum python3 make cc; do
   command -v "$tool" >/dev/null || missing+=("$tool")
 done
 [ -r /usr/share/keyrings/debian-archive-keyring.gpg ] || missing+=(debian-archive-keyring)
@@ -22,7 +22,8 @@ if [ "${#missing[@]}" -gt 0 ]; then
   echo "missing: ${missing[*]}; installing Debian packages"
   sudo_=""; [ "$(id -u)" = 0 ] || sudo_="sudo"
   $sudo_ apt-get update -qq
-  $sudo_ apt-get install -y -qq debian-archive-keyring util-linux python3 python3-pip coreutils dpkg
+  $sudo_ apt-get install -y -qq debian-archive-keyring util-linux python3 python3-pip coreutils dpkg \
+    make gcc
 fi
 python3 -m pip --version >/dev/null 2>&1 || python3 -m ensurepip --user >/dev/null 2>&1 || {
   echo "python3 has no pip; install python3-pip" >&2; exit 1; }

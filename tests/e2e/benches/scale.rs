@@ -93,6 +93,10 @@ fn args() -> Args {
 #[cfg(feature = "heap-profile")]
 #[global_allocator]
 static ALLOC: dhat::Alloc = dhat::Alloc;
+/// The controllers' allocator, as their binaries declare it.
+#[cfg(not(feature = "heap-profile"))]
+#[global_allocator]
+static ALLOC: kubeairunway_sdk::process::Allocator = kubeairunway_sdk::process::Allocator;
 
 fn main() -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -104,6 +108,14 @@ fn main() -> anyhow::Result<()> {
         #[cfg(feature = "heap-profile")]
         let _profile = dhat::Profiler::builder()
             .file_name(format!("dhat-{role}.json"))
+            // DHAT keeps 10 frames per allocation site unless `SCALE_BENCH_FRAMES` says
+            // more (slower: 40 frames makes an N = 2000 run take half an hour).
+            .trim_backtraces(
+                std::env::var("SCALE_BENCH_FRAMES")
+                    .ok()
+                    .and_then(|f| f.parse().ok())
+                    .or(Some(10)),
+            )
             .build();
         return match role.as_str() {
             "core" => rt.block_on(run_core()),

@@ -2,6 +2,10 @@
 //! agents' reports, and writes `KernelCacheReady` on ModelDeployments. See
 //! `kubeairunway_kernelcache::controller`.
 
+/// jemalloc: why, in `kubeairunway_sdk::process::Allocator`.
+#[global_allocator]
+static ALLOC: kubeairunway_sdk::process::Allocator = kubeairunway_sdk::process::Allocator;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     kubeairunway_kernelcache::controller::app::main().await

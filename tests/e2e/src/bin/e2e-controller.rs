@@ -22,6 +22,10 @@ struct DynamoArgs {
     options: kubeairunway_sdk::runtime::Options,
 }
 
+/// jemalloc: why, in `kubeairunway_sdk::process::Allocator`.
+#[global_allocator]
+static ALLOC: kubeairunway_sdk::process::Allocator = kubeairunway_sdk::process::Allocator;
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     match Role::parse() {
