@@ -38,6 +38,7 @@
 
 mod cache;
 pub mod fit;
+mod memory;
 mod metrics;
 mod reconcile;
 mod registration;
@@ -47,8 +48,8 @@ mod warmup;
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 
 use crate::events::{Recorder, Reporter};
 use futures::StreamExt;
@@ -127,12 +128,8 @@ pub struct Context<P: Provider> {
     pub(crate) owned: cache::OwnedCache,
     /// The Warmups of `spec.warmup` (named or made for an inline one), from a watch cache.
     pub(crate) warmups: warmup::Warmups,
-    /// Spec generation whose render warnings were already published, per object.
-    pub(crate) warned: Mutex<HashMap<ObjectRef<ModelDeployment>, i64>>,
-    /// Upstream status fingerprint and when it last changed, per object.
-    pub(crate) upstream_seen: Mutex<HashMap<ObjectRef<ModelDeployment>, (u64, Instant)>>,
-    /// Consecutive failures, for backoff.
-    pub(crate) failures: Mutex<HashMap<ObjectRef<ModelDeployment>, u32>>,
+    /// What is remembered of each ModelDeployment between reconciles.
+    pub(crate) memory: memory::Memory,
 }
 
 impl<P: Provider> std::fmt::Debug for Context<P> {
@@ -233,9 +230,7 @@ impl<P: Provider> Context<P> {
             upstream,
             owned,
             warmups,
-            warned: Mutex::default(),
-            upstream_seen: Mutex::default(),
-            failures: Mutex::default(),
+            memory: memory::Memory::default(),
         }
     }
 

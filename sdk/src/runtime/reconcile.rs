@@ -20,7 +20,6 @@ use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
 use kube::runtime::controller::Action;
-use kube::runtime::reflector::ObjectRef;
 use kube::{Resource, ResourceExt};
 use serde_json::{Value, json};
 
@@ -61,10 +60,8 @@ pub(crate) async fn reconcile<P: Provider>(
         if result.is_ok() { "ok" } else { "error" },
         started.elapsed(),
     );
-    if result.is_ok()
-        && let Ok(mut failures) = ctx.failures.lock()
-    {
-        failures.remove(&ObjectRef::from(&md));
+    if result.is_ok() {
+        ctx.memory.with(&md, |r| r.failures = 0);
     }
     result
 }
@@ -76,13 +73,13 @@ pub(crate) fn error_policy<P: Provider>(
     ctx: Arc<Context<P>>,
 ) -> Action {
     ctx.metrics.error("transient");
-    let attempts = ctx.failures.lock().map_or(1, |mut f| {
-        let mut key = ObjectRef::new(&md.name_any());
-        key.namespace = md.namespace();
-        let n = f.entry(key).or_insert(0);
-        *n = n.saturating_add(1);
-        *n
-    });
+    let attempts = ctx
+        .memory
+        .with(&*md, |r| {
+            r.failures = r.failures.saturating_add(1);
+            r.failures
+        })
+        .unwrap_or(1);
     let delay = crate::process::backoff(attempts);
     tracing::warn!(name = %md.name_any(), namespace = ?md.namespace(), %error, retry_in = ?delay, "reconcile failed");
     Action::requeue(delay)
@@ -96,6 +93,7 @@ pub async fn reconcile_once<P: Provider>(
 ) -> Result<Action, Error> {
     if md.selected_provider() != Some(ctx.name()) {
         ctx.warmups.forget(md);
+        ctx.memory.forget(md);
         return Ok(Action::await_change());
     }
     if labels::is_paused(md.metadata.annotations.as_ref()) {
@@ -104,6 +102,7 @@ pub async fn reconcile_once<P: Provider>(
     }
     if md.metadata.deletion_timestamp.is_some() {
         ctx.warmups.forget(md);
+        ctx.memory.forget(md);
         return cleanup(md, ctx).await;
     }
     ensure_finalizer(md, ctx).await?;
@@ -708,14 +707,15 @@ fn stale_for<P: Provider>(
             .hash(&mut hasher);
     }
     let fingerprint = hasher.finish();
-    let mut seen = ctx.upstream_seen.lock().ok()?;
-    let entry = seen
-        .entry(ObjectRef::from(md))
-        .or_insert((fingerprint, Instant::now()));
-    if entry.0 != fingerprint {
-        *entry = (fingerprint, Instant::now());
-    }
-    (phase != Phase::Running).then(|| entry.1.elapsed())
+    let since = ctx.memory.with(md, |r| match r.upstream {
+        Some((seen, since)) if seen == fingerprint => since,
+        _ => {
+            let now = Instant::now();
+            r.upstream = Some((fingerprint, now));
+            now
+        }
+    })?;
+    (phase != Phase::Running).then(|| since.elapsed())
 }
 
 async fn publish_warnings<P: Provider>(
@@ -724,8 +724,7 @@ async fn publish_warnings<P: Provider>(
     warnings: &[Warning],
 ) {
     let generation = md.metadata.generation.unwrap_or_default();
-    let key = ObjectRef::from(md);
-    let already = ctx.warned.lock().ok().and_then(|w| w.get(&key).copied()) == Some(generation);
+    let already = ctx.memory.with(md, |r| r.warned).flatten() == Some(generation);
     if already {
         return;
     }
@@ -746,8 +745,8 @@ async fn publish_warnings<P: Provider>(
     }
     // Marked published only when every event was written: a failed write is tried again
     // on the next reconcile of this generation.
-    if published && let Ok(mut warned) = ctx.warned.lock() {
-        warned.insert(key, generation);
+    if published {
+        ctx.memory.with(md, |r| r.warned = Some(generation));
     }
 }
 

@@ -101,6 +101,8 @@ async fn release<P: Provider>(
     if mds.get(&ObjectRef::new(name).within(ns)).is_some() {
         return Ok(true); // ours after all
     }
+    // Gone or another provider's: nothing to remember of it.
+    ctx.memory.forget_named(ns, name);
     let api: Api<ModelDeployment> = Api::namespaced(ctx.client.clone(), ns);
     let Some(md) = api.get_opt(name).await? else {
         return Ok(true); // gone: the garbage collector removes what it owned
