@@ -4,7 +4,7 @@
 //! started on first use), cluster-wide, filtered by the server on the label
 //! `kubeairunway.ai/provider=<name>`, with `managedFields` and the last-applied annotation
 //! dropped before anything is stored, and each object's body kept as JSON text
-//! ([`Compact`]). Beside each store, an index from a ModelDeployment
+//! ([`Compact`]), its labels in that text too. Beside each store, an index from a ModelDeployment
 //! (namespace and name, from the label `kubeairunway.ai/model-deployment`) to the names of
 //! its objects of that kind, kept from the same event stream (relists swap it whole, as
 //! the store does).
@@ -92,15 +92,62 @@ struct Index {
     pending: Option<HashMap<MdKey, Names>>,
 }
 
-fn md_key(object: &impl kube::Resource) -> Option<MdKey> {
+/// The top-level field of a cached owned object's text that holds its labels (no
+/// Kubernetes object has a field of that name), so that its parsed metadata holds no
+/// label map: a B-tree node of about 540 bytes per object, whatever few labels it holds.
+/// [`OwnedCache::get`] puts them back.
+const LABELS_IN_TEXT: &str = "kubeairunway.ai/labels";
+
+/// Shape an owned object before it is kept: [`reflect::strip`], and its labels moved
+/// into its text.
+fn keep(object: &mut Owned) {
+    reflect::strip(object);
+    let Some(labels) = object.0.metadata.labels.take() else {
+        return;
+    };
+    if object.0.data.is_null() {
+        object.0.data = serde_json::Value::Object(serde_json::Map::new());
+    }
+    if let Some(fields) = object.0.data.as_object_mut() {
+        fields.insert(LABELS_IN_TEXT.into(), serde_json::json!(labels));
+    }
+}
+
+/// The object as it was before [`keep`] (but for what [`reflect::strip`] drops).
+fn restored(Owned(mut object): Owned) -> DynamicObject {
+    if let Some(labels) = object
+        .data
+        .as_object_mut()
+        .and_then(|fields| fields.remove(LABELS_IN_TEXT))
+    {
+        object.metadata.labels = serde_json::from_value(labels).ok();
+    }
+    object
+}
+
+/// An owned object as it is kept.
+fn kept(object: DynamicObject) -> Option<Compact<Owned>> {
+    let mut object = Owned(object);
+    keep(&mut object);
+    Compact::new(object).ok()
+}
+
+/// The ModelDeployment a kept object is labelled for, read from its text.
+fn md_key(object: &Compact<Owned>) -> Option<MdKey> {
+    #[derive(Deserialize)]
+    struct Labelled {
+        #[serde(rename = "kubeairunway.ai/labels")]
+        labels: Option<std::collections::BTreeMap<String, String>>,
+    }
+    let mut labelled = object.peek::<Labelled>()?.labels?;
     Some((
         object.namespace()?,
-        object.labels().get(labels::MODEL_DEPLOYMENT)?.clone(),
+        labelled.remove(labels::MODEL_DEPLOYMENT)?,
     ))
 }
 
 impl Index {
-    fn insert(map: &mut HashMap<MdKey, Names>, object: &impl kube::Resource) {
+    fn insert(map: &mut HashMap<MdKey, Names>, object: &Compact<Owned>) {
         if let Some(key) = md_key(object) {
             let names = map.entry(key).or_default();
             let name = object.name_any();
@@ -252,7 +299,7 @@ impl OwnedCache {
             api,
             watcher::Config::default().labels(&self.selector),
             shared.clone(),
-            reflect::strip,
+            keep,
         );
         let (idx, own, res) = (index.clone(), self.own_writes.clone(), resource.clone());
         let task = tokio::spawn(async move {
@@ -265,9 +312,7 @@ impl OwnedCache {
                 let (watcher::Event::Apply(o) | watcher::Event::Delete(o)) = &event else {
                     continue;
                 };
-                let (Some(ns), Some(md)) =
-                    (o.namespace(), o.labels().get(labels::MODEL_DEPLOYMENT))
-                else {
+                let Some((ns, md)) = md_key(o) else {
                     continue;
                 };
                 let deleted = matches!(&event, watcher::Event::Delete(_));
@@ -282,7 +327,7 @@ impl OwnedCache {
                     wake
                 });
                 if wake {
-                    let _ = trigger.send(ObjectRef::new(md).within(&ns));
+                    let _ = trigger.send(ObjectRef::new(&md).within(&ns));
                 }
             }
         })
@@ -301,6 +346,7 @@ impl OwnedCache {
     /// Hold exactly `objects` of `resource`, with no watch behind them (single reconcile
     /// steps in unit tests).
     pub(crate) fn fixed(&self, resource: &ApiResource, objects: Vec<DynamicObject>) {
+        let objects: Vec<_> = objects.into_iter().filter_map(kept).collect();
         let mut index = Index::default();
         for o in &objects {
             Index::insert(&mut index.current, o);
@@ -312,12 +358,7 @@ impl OwnedCache {
                 kind_key(resource),
                 KindCache {
                     resource: shared.clone(),
-                    cache: reflect::Cache::fixed(
-                        objects
-                            .into_iter()
-                            .filter_map(|o| Compact::new(Owned(o)).ok()),
-                        shared,
-                    ),
+                    cache: reflect::Cache::fixed(objects, shared),
                     index: Arc::new(RwLock::new(index)),
                     task,
                 },
@@ -358,7 +399,7 @@ impl OwnedCache {
             .store
             .get(&ObjectRef::new_with(name, kind).within(ns))
             .and_then(|c| match c.object() {
-                Ok(Owned(object)) => Some(Arc::new(object)),
+                Ok(object) => Some(Arc::new(restored(object))),
                 // Cannot happen: the text was written from a DynamicObject.
                 Err(e) => {
                     tracing::error!(error = %e, "a cached object does not read back");
@@ -480,8 +521,9 @@ mod tests {
     use serde_json::json;
 
     fn obj(name: &str, md: &str) -> Compact<Owned> {
-        serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
+        kept(serde_json::from_value(json!({"apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": name, "namespace": "ns", "labels": {labels::MODEL_DEPLOYMENT: md}}}))
+        .unwrap())
         .unwrap()
     }
 
@@ -538,6 +580,11 @@ mod tests {
         assert_eq!(o.annotations().keys().collect::<Vec<_>>(), ["keep"]);
         assert_eq!(o.data["data"]["k"], "v");
         assert_eq!(cache.names_for(&resource, "ns", "a"), ["x"]);
+        // The labels are kept in the text, not as a parsed map, and come back whole.
+        assert_eq!(o.labels()[labels::MODEL_DEPLOYMENT], "a");
+        assert!(!o.data.as_object().unwrap().contains_key(LABELS_IN_TEXT));
+        let (_, kept) = cache.cache(&resource).unwrap();
+        assert!(kept.store.state().iter().all(|c| c.meta().labels.is_none()));
     }
 
     #[test]
@@ -573,7 +620,7 @@ mod tests {
         >();
         let cache = OwnedCache::new(Client::new(service, "ns"), "p", Some(tx));
         let resource = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
-        let Owned(mut written) = obj("a-config", "a").object().unwrap();
+        let mut written = restored(obj("a-config", "a").object().unwrap());
         written.metadata.resource_version = Some("7".into());
         let key = object_key(&resource, "ns", "a-config");
         // The watch event of our write arrived before the write's answer.
