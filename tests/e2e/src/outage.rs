@@ -1,7 +1,9 @@
 //! A loopback TCP proxy in front of the API server that can be taken down: while it is
 //! down it cuts every open connection and closes each new one at once, which is what a
 //! client sees of an API server that is not running, and counts those connection
-//! attempts, so a test can tell a controller that backs off from one that spins.
+//! attempts, so a test can tell a controller that backs off from one that spins. It also
+//! keeps the most connections that were open through it at once: how many requests a
+//! client had in flight together (HTTP/1.1 carries one at a time per connection).
 //!
 //! TLS passes through untouched: the test API server's certificate names 127.0.0.1, which
 //! the proxy also listens on.
@@ -20,6 +22,8 @@ pub struct Outage {
     addr: SocketAddr,
     down: Arc<AtomicBool>,
     attempts_while_down: Arc<AtomicUsize>,
+    /// Connections open now, and the most open at once.
+    open: Arc<(AtomicUsize, AtomicUsize)>,
     /// Bumped when the proxy goes down: every forwarding task ends.
     epoch: watch::Sender<u64>,
     accept: tokio::task::JoinHandle<()>,
@@ -43,10 +47,15 @@ impl Outage {
         let addr = listener.local_addr()?;
         let down = Arc::new(AtomicBool::new(false));
         let attempts_while_down = Arc::new(AtomicUsize::new(0));
+        let open = Arc::new((AtomicUsize::new(0), AtomicUsize::new(0)));
         let (epoch, _) = watch::channel(0u64);
         let accept = tokio::spawn({
-            let (down, attempts, epoch) =
-                (down.clone(), attempts_while_down.clone(), epoch.clone());
+            let (down, attempts, epoch, open) = (
+                down.clone(),
+                attempts_while_down.clone(),
+                epoch.clone(),
+                open.clone(),
+            );
             async move {
                 while let Ok((client, _)) = listener.accept().await {
                     if down.load(Ordering::SeqCst) {
@@ -55,10 +64,12 @@ impl Outage {
                         continue;
                     }
                     let mut cut = epoch.subscribe();
+                    let open = open.clone();
                     tokio::spawn(async move {
                         let Ok(mut server) = TcpStream::connect(upstream).await else {
                             return;
                         };
+                        let _counted = Counted::new(open);
                         let mut client = client;
                         tokio::select! {
                             _ = tokio::io::copy_bidirectional(&mut client, &mut server) => {}
@@ -72,6 +83,7 @@ impl Outage {
             addr,
             down,
             attempts_while_down,
+            open,
             epoch,
             accept,
         })
@@ -101,5 +113,27 @@ impl Outage {
     /// Connections attempted while the proxy was down.
     pub fn attempts_while_down(&self) -> usize {
         self.attempts_while_down.load(Ordering::SeqCst)
+    }
+
+    /// The most connections that were open through the proxy at once.
+    pub fn most_open(&self) -> usize {
+        self.open.1.load(Ordering::SeqCst)
+    }
+}
+
+/// One forwarded connection, counted while it is open.
+struct Counted(Arc<(AtomicUsize, AtomicUsize)>);
+
+impl Counted {
+    fn new(open: Arc<(AtomicUsize, AtomicUsize)>) -> Self {
+        let now = open.0.fetch_add(1, Ordering::SeqCst) + 1;
+        open.1.fetch_max(now, Ordering::SeqCst);
+        Self(open)
+    }
+}
+
+impl Drop for Counted {
+    fn drop(&mut self) {
+        self.0.0.fetch_sub(1, Ordering::SeqCst);
     }
 }

@@ -8,7 +8,10 @@
 //! - the API server unreachable for 20 s mid-rollout (a proxy between the controllers and
 //!   the API server cuts every connection and refuses new ones): the controllers back
 //!   off, bounded connection attempts while it is away, and converge after it returns,
-//!   including on ModelDeployments created while they could not see them.
+//!   including on ModelDeployments created while they could not see them;
+//! - a burst of ModelDeployments waiting for controllers that start after it (each
+//!   controller behind a proxy of its own): neither holds more connections at once than
+//!   its reconcile concurrency cap and its long-lived watches and Lease allow.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
@@ -349,4 +352,47 @@ async fn an_unreachable_api_server_is_waited_out_with_backoff_and_then_converged
     let ids: BTreeSet<String> = end_state_problems(&client, N).await.into_iter().collect();
     assert!(ids.is_empty(), "{ids:?}");
     assert_eq!(cancelled_terms(&dir), Vec::<String>::new());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_burst_is_reconciled_over_a_bounded_number_of_connections() {
+    use kubeairunway_sdk::process::RECONCILE_CONCURRENCY;
+    const N: usize = 200;
+    // Besides one request per running reconcile: each controller's watches (core: about
+    // 6, the provider: about 8 with the owned kinds), its Lease, the provider's
+    // heartbeat and event writes, and a connection or two being replaced.
+    const LONG_LIVED: usize = 16;
+    let bound = usize::from(RECONCILE_CONCURRENCY) + LONG_LIVED;
+    // Uncapped, the same burst held 280 connections in core and 97 in the provider.
+    assert!(
+        bound < N / 2,
+        "a burst of {N} does not test a cap of {RECONCILE_CONCURRENCY}"
+    );
+    let (cluster, client) = cluster("faults-burst").await;
+    let dir = cluster.dir().to_path_buf();
+    // The whole burst is there before the controllers start: their first list queues
+    // every ModelDeployment at once.
+    create(&cluster, 0..N).await;
+    let mut proxies = Vec::new();
+    let mut controllers = Vec::new();
+    for role in ["core", "dynamo"] {
+        let proxy = Outage::start(cluster.server()).await.unwrap();
+        let kubeconfig = dir.join(format!("kubeconfig-{role}-via-proxy"));
+        proxy
+            .kubeconfig(cluster.kubeconfig(), cluster.server(), &kubeconfig)
+            .unwrap();
+        controllers.push(Controller::start(role, &kubeconfig, &dir, 0));
+        proxies.push((role, proxy));
+    }
+    converge(&client, N, &mut controllers).await;
+    for (role, proxy) in &proxies {
+        let most = proxy.most_open();
+        println!("{role}: at most {most} connections open at once for {N} ModelDeployments");
+        assert!(most > 0, "{role} did not go through its proxy");
+        assert!(
+            most <= bound,
+            "{role} had {most} connections open at once (bound {bound}): reconciles are not capped"
+        );
+    }
+    assert_eq!(end_state_problems(&client, N).await, Vec::<String>::new());
 }
