@@ -36,6 +36,8 @@ pub struct UpstreamApi {
     pub schema_hash: String,
     /// Where the schema comes from.
     pub source: SchemaSource,
+    /// The chosen version's schema, only what [`UpstreamApi::missing_paths`] reads
+    /// ([`structure`]).
     schema: Arc<Value>,
 }
 
@@ -154,7 +156,7 @@ impl UpstreamApi {
             storage_version: version.to_string(),
             schema_hash: short_hash(&serde_json::to_vec(&schema).unwrap_or_default()),
             source: SchemaSource::OpenApi,
-            schema: Arc::new(schema),
+            schema: Arc::new(structure(&schema)),
         })
     }
 
@@ -206,7 +208,7 @@ impl UpstreamApi {
                 .unwrap_or_default(),
             schema_hash,
             source: SchemaSource::Crd,
-            schema: Arc::new(schema),
+            schema: Arc::new(structure(&schema)),
         })
     }
 
@@ -367,6 +369,41 @@ pub(crate) fn short_hash(data: &[u8]) -> String {
             let _ = write!(out, "{b:02x}");
             out
         })
+}
+
+/// The keywords of a schema [`walk`] reads.
+const STRUCTURE: [&str; 5] = [
+    "properties",
+    "additionalProperties",
+    "items",
+    "x-kubernetes-preserve-unknown-fields",
+    "x-kubernetes-embedded-resource",
+];
+
+/// `schema` with only the keywords [`walk`] reads, at every level. The provider keeps its
+/// upstream schema for as long as it runs: Dynamo's, whole, is about 1,100 JSON objects
+/// with their descriptions, validations and enums (1.2 MB of heap); what is left is the
+/// tree of field names, most of whose leaves are empty objects, which allocate nothing.
+fn structure(schema: &Value) -> Value {
+    let Value::Object(map) = schema else {
+        return schema.clone();
+    };
+    let mut kept = serde_json::Map::new();
+    for key in STRUCTURE {
+        let Some(value) = map.get(key) else { continue };
+        let value = match (key, value) {
+            ("properties", Value::Object(fields)) => Value::Object(
+                fields
+                    .iter()
+                    .map(|(name, field)| (name.clone(), structure(field)))
+                    .collect(),
+            ),
+            ("additionalProperties" | "items", _) => structure(value),
+            _ => value.clone(),
+        };
+        kept.insert(key.to_string(), value);
+    }
+    Value::Object(kept)
 }
 
 fn keeps_unknown(schema: &Value) -> bool {
@@ -578,6 +615,40 @@ mod tests {
                 &json!({"apiVersion": "example.com/v1", "kind": "Widget", "spec": {"a": 1}})
             )
             .is_empty()
+        );
+    }
+
+    #[test]
+    fn only_the_structure_of_a_schema_is_kept_and_it_finds_the_same_missing_paths() {
+        let full = json!({"type": "object", "description": "d", "required": ["spec"],
+            "properties": {"spec": {"type": "object", "description": "s",
+                "x-kubernetes-validations": [{"rule": "true"}],
+                "properties": {
+                    "n": {"type": "integer", "minimum": 1, "description": "n"},
+                    "tags": {"type": "array", "items": {"type": "string", "enum": ["a"]}},
+                    "env": {"type": "object", "additionalProperties": {"type": "object",
+                        "properties": {"v": {"type": "string"}}}},
+                    "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                    "pod": {"type": "object", "x-kubernetes-embedded-resource": true}}}}});
+        let kept = structure(&full);
+        assert_eq!(
+            kept,
+            json!({"properties": {"spec": {"properties": {
+                "n": {},
+                "tags": {"items": {}},
+                "env": {"additionalProperties": {"properties": {"v": {}}}},
+                "free": {"x-kubernetes-preserve-unknown-fields": true},
+                "pod": {"x-kubernetes-embedded-resource": true}}}}})
+        );
+        let object = json!({"spec": {"n": 1, "x": 1, "tags": ["a"], "env": {"e": {"v": "1", "w": 2}},
+            "free": {"any": 1}, "pod": {"any": 1}}, "extra": 1});
+        let (mut a, mut b) = (BTreeSet::new(), BTreeSet::new());
+        walk(&full, &object, "", &mut a);
+        walk(&kept, &object, "", &mut b);
+        assert_eq!(a, b);
+        assert_eq!(
+            a.into_iter().collect::<Vec<_>>(),
+            [".extra", ".spec.env.e.w", ".spec.x"]
         );
     }
 
