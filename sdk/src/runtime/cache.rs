@@ -146,42 +146,54 @@ fn md_key(object: &Compact<Owned>) -> Option<MdKey> {
     ))
 }
 
+/// The ModelDeployment the object of `event` is labelled for (`None` for the events that
+/// carry no object): read once per event, for the index and the wake-up both.
+fn event_md(event: &watcher::Event<Compact<Owned>>) -> Option<MdKey> {
+    match event {
+        watcher::Event::InitApply(o) | watcher::Event::Apply(o) | watcher::Event::Delete(o) => {
+            md_key(o)
+        }
+        watcher::Event::Init | watcher::Event::InitDone => None,
+    }
+}
+
 impl Index {
-    fn insert(map: &mut HashMap<MdKey, Names>, object: &Compact<Owned>) {
-        if let Some(key) = md_key(object) {
-            let names = map.entry(key).or_default();
-            let name = object.name_any();
-            if let Err(at) = names.binary_search(&name) {
-                names.insert(at, name);
-            }
+    fn insert(map: &mut HashMap<MdKey, Names>, key: MdKey, name: String) {
+        let names = map.entry(key).or_default();
+        if let Err(at) = names.binary_search(&name) {
+            names.insert(at, name);
         }
     }
 
-    fn event(&mut self, event: &watcher::Event<Compact<Owned>>) {
-        match event {
-            watcher::Event::Init => self.pending = Some(HashMap::new()),
-            watcher::Event::InitApply(o) => {
+    /// Follow `event`, whose object is labelled for the ModelDeployment `md`
+    /// ([`event_md`]).
+    fn event(&mut self, event: &watcher::Event<Compact<Owned>>, md: Option<&MdKey>) {
+        match (event, md) {
+            (watcher::Event::Init, _) => self.pending = Some(HashMap::new()),
+            (watcher::Event::InitApply(o), Some(key)) => {
                 if let Some(p) = self.pending.as_mut() {
-                    Self::insert(p, o);
+                    Self::insert(p, key.clone(), o.name_any());
                 }
             }
-            watcher::Event::InitDone => {
+            (watcher::Event::InitDone, _) => {
                 if let Some(p) = self.pending.take() {
                     self.current = p;
                 }
             }
-            watcher::Event::Apply(o) => Self::insert(&mut self.current, o),
-            watcher::Event::Delete(o) => {
-                if let Some(key) = md_key(o)
-                    && let Some(names) = self.current.get_mut(&key)
-                {
+            (watcher::Event::Apply(o), Some(key)) => {
+                Self::insert(&mut self.current, key.clone(), o.name_any());
+            }
+            (watcher::Event::Delete(o), Some(key)) => {
+                if let Some(names) = self.current.get_mut(key) {
                     let gone = o.name_any();
                     names.retain(|n| *n != gone);
                     if names.is_empty() {
-                        self.current.remove(&key);
+                        self.current.remove(key);
                     }
                 }
             }
+            // An object labelled for no ModelDeployment is not indexed.
+            (_, None) => {}
         }
     }
 }
@@ -306,13 +318,14 @@ impl OwnedCache {
             let mut stream = std::pin::pin!(stream);
             while let Some(event) = stream.next().await {
                 let Ok(event) = event else { continue };
+                let md = event_md(&event);
                 if let Ok(mut i) = idx.write() {
-                    i.event(&event);
+                    i.event(&event, md.as_ref());
                 }
                 let (watcher::Event::Apply(o) | watcher::Event::Delete(o)) = &event else {
                     continue;
                 };
-                let Some((ns, md)) = md_key(o) else {
+                let Some((ns, md)) = md else {
                     continue;
                 };
                 let deleted = matches!(&event, watcher::Event::Delete(_));
@@ -349,7 +362,9 @@ impl OwnedCache {
         let objects: Vec<_> = objects.into_iter().filter_map(kept).collect();
         let mut index = Index::default();
         for o in &objects {
-            Index::insert(&mut index.current, o);
+            if let Some(key) = md_key(o) {
+                Index::insert(&mut index.current, key, o.name_any());
+            }
         }
         let task = tokio::spawn(async {}).abort_handle();
         let shared = Arc::new(resource.clone());
@@ -527,23 +542,28 @@ mod tests {
         .unwrap()
     }
 
+    /// Follow `event` as the cache's watch task does.
+    fn follow(index: &mut Index, event: &watcher::Event<Compact<Owned>>) {
+        index.event(event, event_md(event).as_ref());
+    }
+
     #[test]
     fn the_index_follows_events_and_swaps_on_relist() {
         let mut i = Index::default();
-        i.event(&watcher::Event::Apply(obj("a-config", "a")));
-        i.event(&watcher::Event::Apply(obj("a-other", "a")));
-        i.event(&watcher::Event::Apply(obj("b-config", "b")));
+        follow(&mut i, &watcher::Event::Apply(obj("a-config", "a")));
+        follow(&mut i, &watcher::Event::Apply(obj("a-other", "a")));
+        follow(&mut i, &watcher::Event::Apply(obj("b-config", "b")));
         assert_eq!(i.current[&("ns".into(), "a".into())].len(), 2);
-        i.event(&watcher::Event::Delete(obj("a-other", "a")));
+        follow(&mut i, &watcher::Event::Delete(obj("a-other", "a")));
         assert_eq!(i.current[&("ns".into(), "a".into())].len(), 1);
         // A relist that no longer holds `b`.
-        i.event(&watcher::Event::Init);
-        i.event(&watcher::Event::InitApply(obj("a-config", "a")));
+        follow(&mut i, &watcher::Event::Init);
+        follow(&mut i, &watcher::Event::InitApply(obj("a-config", "a")));
         assert!(
             i.current.contains_key(&("ns".into(), "b".into())),
             "until done"
         );
-        i.event(&watcher::Event::InitDone);
+        follow(&mut i, &watcher::Event::InitDone);
         assert!(!i.current.contains_key(&("ns".into(), "b".into())));
         assert!(i.current.contains_key(&("ns".into(), "a".into())));
     }
