@@ -51,34 +51,47 @@ impl Memory {
     ) -> Option<R> {
         let mut map = self.0.lock().ok()?;
         let key = key(md.namespace(), &md.name_any());
-        let mut entry = map.remove(&key).unwrap_or_default();
-        let out = change(&mut entry);
-        if !entry.is_empty() {
-            map.insert(key, entry);
-        }
-        // hashbrown never shrinks by itself: after a burst of failures, or once many
-        // ModelDeployments are gone, give the room back.
-        if map.capacity() > 64 && map.len() < map.capacity() / 4 {
-            map.shrink_to_fit();
-        }
+        let out = if let Some(entry) = map.get_mut(&key) {
+            let out = change(entry);
+            if entry.is_empty() {
+                remove(&mut map, &key);
+            }
+            out
+        } else {
+            let mut entry = Remembered::default();
+            let out = change(&mut entry);
+            if !entry.is_empty() {
+                map.insert(key, entry);
+            }
+            out
+        };
         Some(out)
     }
 
     /// Forget `md` (deleted, or served by another provider now).
     pub(crate) fn forget(&self, md: &impl ResourceExt) {
-        self.with(md, |r| *r = Remembered::default());
+        self.forget_named(&md.namespace().unwrap_or_default(), &md.name_any());
     }
 
     /// [`Self::forget`] the ModelDeployment `namespace/name`.
     pub(crate) fn forget_named(&self, namespace: &str, name: &str) {
         if let Ok(mut map) = self.0.lock() {
-            map.remove(&key(Some(namespace.to_string()), name));
+            remove(&mut map, &key(Some(namespace.to_string()), name));
         }
     }
 
     #[cfg(test)]
     fn len(&self) -> usize {
         self.0.lock().map(|m| m.len()).unwrap_or_default()
+    }
+}
+
+/// Drop the entry of `key`. hashbrown never shrinks by itself: once many ModelDeployments
+/// are gone (or a burst of failures is over), the room is given back.
+fn remove(map: &mut HashMap<Key, Remembered>, key: &Key) {
+    map.remove(key);
+    if map.capacity() > 64 && map.len() < map.capacity() / 4 {
+        map.shrink_to_fit();
     }
 }
 
