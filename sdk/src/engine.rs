@@ -640,12 +640,10 @@ mod tests {
                 "8192"
             ])
         );
-        let ignored: Vec<_> = c
-            .warnings
-            .iter()
-            .filter_map(|w| w.ignored_field.as_deref())
-            .collect();
-        assert_eq!(ignored, ["spec.engine.trustRemoteCode"]);
+        assert_eq!(
+            Warning::ignored_fields(&c.warnings),
+            ["spec.engine.trustRemoteCode"]
+        );
         assert_eq!(
             c.container["volumeMounts"][1],
             json!({"name": "weights", "mountPath": "/model-cache", "readOnly": true})
@@ -866,11 +864,10 @@ mod tests {
     #[test]
     fn trtllm_names_a_served_name_it_cannot_serve() {
         let ignored = |md: &ModelDeployment| -> Vec<String> {
-            container(md, "img", PORT)
-                .unwrap()
-                .warnings
-                .iter()
-                .filter_map(|w| w.ignored_field.clone())
+            let c = container(md, "img", PORT).unwrap();
+            Warning::ignored_fields(&c.warnings)
+                .into_iter()
+                .map(String::from)
                 .collect()
         };
         let renamed = md(json!({

@@ -186,6 +186,15 @@ impl Warning {
             ignored_field: Some(field.to_string()),
         }
     }
+
+    /// The spec fields `warnings` name as ignored ([`Warning::unsupported_field`]), in
+    /// their order.
+    pub fn ignored_fields(warnings: &[Warning]) -> Vec<&str> {
+        warnings
+            .iter()
+            .filter_map(|w| w.ignored_field.as_deref())
+            .collect()
+    }
 }
 
 /// The provider's reading of the upstream status.

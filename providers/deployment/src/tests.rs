@@ -8,7 +8,7 @@ use kubeairunway_sdk::provider::object;
 use kubeairunway_sdk::runtime::fit;
 use kubeairunway_sdk::selection::Outcome;
 use kubeairunway_sdk::testing::{self, ModelDeploymentBuilder};
-use kubeairunway_sdk::{Live, Provider, Rendered, UpstreamApi};
+use kubeairunway_sdk::{Live, Provider, Rendered, UpstreamApi, Warning};
 use serde_json::json;
 
 use crate::{DEFAULT_LLAMACPP_GPU_IMAGE, DEFAULT_LLAMACPP_IMAGE, DeploymentProvider, NAME};
@@ -150,12 +150,10 @@ fn trtllm_serves_from_its_own_image_and_names_its_served_name() {
             "2"
         ])
     );
-    let ignored: Vec<_> = rendered
-        .warnings
-        .iter()
-        .filter_map(|w| w.ignored_field.as_deref())
-        .collect();
-    assert_eq!(ignored, ["spec.model.servedName"]);
+    assert_eq!(
+        Warning::ignored_fields(&rendered.warnings),
+        ["spec.model.servedName"]
+    );
 }
 
 /// The objects for a ModelDeployment that sets every field this provider reads: the

@@ -15,7 +15,7 @@ use k8s_openapi::jiff::Timestamp;
 use kubeairunway_sdk::api::{EngineType, Phase, ServingMode};
 use kubeairunway_sdk::runtime::fit;
 use kubeairunway_sdk::testing::ModelDeploymentBuilder;
-use kubeairunway_sdk::{ModelDeployment, Provider, UpstreamApi, UpstreamRef};
+use kubeairunway_sdk::{ModelDeployment, Provider, UpstreamApi, UpstreamRef, Warning};
 use serde_json::{Value, json};
 
 use super::*;
@@ -324,12 +324,10 @@ fn gateway_is_named_as_ignored() {
         .spec(|s| s.gateway = serde_json::from_value(json!({"enabled": true})).unwrap())
         .build();
     let rendered = Dynamo::default().render(&m, api("v1beta1")).unwrap();
-    let fields: Vec<_> = rendered
-        .warnings
-        .iter()
-        .filter_map(|w| w.ignored_field.as_deref())
-        .collect();
-    assert_eq!(fields, ["spec.gateway"]);
+    assert_eq!(
+        Warning::ignored_fields(&rendered.warnings),
+        ["spec.gateway"]
+    );
 }
 
 /// Issue #12 item 1: the frontend is rendered with its image only, as every upstream

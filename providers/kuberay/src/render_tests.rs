@@ -19,7 +19,7 @@ use kubeairunway_sdk::api::{
     ComponentScaling, GpuSpec, ModelDeployment, ResourceSpec, ServingMode,
 };
 use kubeairunway_sdk::testing::ModelDeploymentBuilder;
-use kubeairunway_sdk::{Provider, UpstreamApi};
+use kubeairunway_sdk::{Provider, UpstreamApi, Warning};
 use serde_json::{Value, json};
 
 use crate::KubeRayProvider;
@@ -465,13 +465,8 @@ fn ignored_fields_are_named() {
         })
         .build();
     let rendered = provider.render(&md, &apis()[0].1).unwrap();
-    let fields: Vec<_> = rendered
-        .warnings
-        .iter()
-        .filter_map(|w| w.ignored_field.as_deref())
-        .collect();
     assert_eq!(
-        fields,
+        Warning::ignored_fields(&rendered.warnings),
         ["spec.model.storage.volumes[weights].size", "spec.gateway"]
     );
     // The claim a controller would have created is what is mounted.

@@ -508,10 +508,7 @@ pub(super) fn compatibility<P: Provider>(
     api: &UpstreamApi,
     warnings: &[Warning],
 ) -> (&'static str, String) {
-    let ignored: Vec<&str> = warnings
-        .iter()
-        .filter_map(|w| w.ignored_field.as_deref())
-        .collect();
+    let ignored = Warning::ignored_fields(warnings);
     if ignored.is_empty() {
         return (
             reasons::COMPATIBILITY_VERIFIED,
