@@ -20,6 +20,7 @@ pub mod files;
 pub mod image;
 pub mod inject;
 pub mod oci;
+pub mod reconciles;
 pub mod registry;
 pub mod seed;
 pub mod sign;

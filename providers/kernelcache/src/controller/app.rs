@@ -4,7 +4,10 @@
 //! Metrics:
 //! - `kubeairunway_kernel_cache_verifications_total{mode,result="verified|refused"}`;
 //! - `kubeairunway_kernel_cache_resolutions_total{result="success|failure"}`;
-//! - `kubeairunway_kernel_cache_reconcile_errors_total`.
+//! - `kubeairunway_kernel_cache_reconcile_errors_total`;
+//! - `kubeairunway_reconciliation_duration_seconds{provider="kernelcache",kind}`
+//!   ([`crate::reconciles`]): of a `KernelCache`, a `ModelDeployment` (its
+//!   `KernelCacheReady` condition) or a `Node` (its ready labels).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,6 +23,7 @@ use tracing::info;
 use super::Settings;
 use crate::agent::secrets::KubeSecrets;
 use crate::api::VerificationMode;
+use crate::reconciles::{Durations, Timing};
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -30,20 +34,23 @@ pub struct Metrics {
     verifications: Family<Labels, Counter>,
     resolutions: Family<Labels, Counter>,
     errors: Counter,
+    durations: Durations,
 }
 
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::default();
-        let verifications = Family::<Labels, Counter>::default();
-        let resolutions = Family::<Labels, Counter>::default();
-        let errors = Counter::default();
-        register_families(&mut registry, &verifications, &resolutions, &errors);
+        let metrics = Self {
+            registry: Registry::default(),
+            verifications: Family::default(),
+            resolutions: Family::default(),
+            errors: Counter::default(),
+            durations: Durations::default(),
+        };
+        metrics.register(&mut registry);
         Self {
             registry,
-            verifications,
-            resolutions,
-            errors,
+            ..metrics
         }
     }
 }
@@ -70,17 +77,32 @@ impl Metrics {
     pub fn reconcile_error(&self) {
         self.errors.inc();
     }
+
+    /// Time a reconciliation of an object of `kind` until the returned guard is dropped.
+    pub fn reconciling(&self, kind: &'static str) -> Timing<'_> {
+        self.durations.reconciling(kind)
+    }
 }
 
 impl Metrics {
     /// Register these metrics in the process's registry too (served on `/metrics`).
     pub fn register(&self, registry: &mut Registry) {
-        register_families(
-            registry,
-            &self.verifications,
-            &self.resolutions,
-            &self.errors,
+        registry.register(
+            "kubeairunway_kernel_cache_verifications",
+            "Signature verifications of pinned cache images, by policy mode and result",
+            self.verifications.clone(),
         );
+        registry.register(
+            "kubeairunway_kernel_cache_resolutions",
+            "Tag to digest resolutions, by result",
+            self.resolutions.clone(),
+        );
+        registry.register(
+            "kubeairunway_kernel_cache_reconcile_errors",
+            "KernelCache reconciliations that failed and are retried",
+            self.errors.clone(),
+        );
+        self.durations.register(registry);
     }
 
     /// The text exposition of these metrics alone.
@@ -89,29 +111,6 @@ impl Metrics {
         let _ = encode(&mut out, &self.registry);
         out
     }
-}
-
-fn register_families(
-    registry: &mut Registry,
-    verifications: &Family<Labels, Counter>,
-    resolutions: &Family<Labels, Counter>,
-    errors: &Counter,
-) {
-    registry.register(
-        "kubeairunway_kernel_cache_verifications",
-        "Signature verifications of pinned cache images, by policy mode and result",
-        verifications.clone(),
-    );
-    registry.register(
-        "kubeairunway_kernel_cache_resolutions",
-        "Tag to digest resolutions, by result",
-        resolutions.clone(),
-    );
-    registry.register(
-        "kubeairunway_kernel_cache_reconcile_errors",
-        "KernelCache reconciliations that failed and are retried",
-        errors.clone(),
-    );
 }
 
 /// Flags of `kernelcache-controller` (each also from an environment variable).
@@ -214,6 +213,7 @@ mod tests {
         m.verification(VerificationMode::Key, true);
         m.verification(VerificationMode::Key, false);
         m.resolution(true);
+        drop(m.reconciling("ModelDeployment"));
         let text = m.encode();
         assert!(
             text.contains(
@@ -223,6 +223,12 @@ mod tests {
         );
         assert!(
             text.contains(r#"kubeairunway_kernel_cache_resolutions_total{result="success"} 1"#)
+        );
+        assert!(
+            text.contains(
+                r#"kubeairunway_reconciliation_duration_seconds_count{provider="kernelcache",kind="ModelDeployment"} 1"#
+            ),
+            "{text}"
         );
     }
 }

@@ -206,14 +206,14 @@ pub async fn run(
     let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
     let registration = tokio::spawn(register(client.clone(), ctx.settings.resync));
     let caches_ctl = cache_controller(
-        Arc::clone(&ctx),
+        &ctx,
         cache_stream,
         node_stream,
         policy_stream,
         shutdown.clone(),
     );
-    let mds_ctl = md_controller(&client, &mds, md_stream, caches, shutdown.clone());
-    let labels_ctl = label_controller(&client, &node_meta, node_meta_stream, nodes, shutdown);
+    let mds_ctl = md_controller(&ctx, &mds, md_stream, shutdown.clone());
+    let labels_ctl = label_controller(&ctx, &node_meta, node_meta_stream, shutdown);
     info!("kernel-cache controller running");
     tokio::join!(caches_ctl, mds_ctl, labels_ctl);
     registration.abort();
@@ -260,7 +260,7 @@ fn new_ctx(
 /// The controller over KernelCaches (a part of [`run`]): woken by its own watch, by the
 /// node reports that mention a cache, and by any policy change (every cache).
 fn cache_controller(
-    ctx: Arc<Ctx>,
+    ctx: &Arc<Ctx>,
     caches: impl futures::Stream<Item = Result<KernelCache, watcher::Error>> + Send + 'static,
     nodes: impl futures::Stream<Item = Result<KernelCacheNode, watcher::Error>> + Send + 'static,
     policies: impl futures::Stream<Item = Result<KernelCachePolicy, watcher::Error>> + Send + 'static,
@@ -281,19 +281,18 @@ fn cache_controller(
         .reconcile_on(node_caches.flatten())
         .reconcile_all_on(policies.map(|_| ()))
         .graceful_shutdown_on(shutdown)
-        .run(reconcile_cache, cache_error, ctx)
+        .run(reconcile_cache, cache_error, Arc::clone(ctx))
         .for_each(|_| async {})
 }
 
 /// The controller of `KernelCacheReady` on ModelDeployments (a part of [`run`]): cache
 /// changes wake the ModelDeployments in their namespace that name them.
 fn md_controller(
-    client: &Client,
+    ctx: &Ctx,
     mds: &Cache<Compact<ModelDeployment>>,
     md_stream: impl futures::Stream<Item = Result<Compact<ModelDeployment>, watcher::Error>>
     + Send
     + 'static,
-    caches: Cache<KernelCache>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> impl std::future::Future<Output = ()> {
     let md_store = mds.store.clone();
@@ -308,13 +307,14 @@ fn md_controller(
             .collect::<Vec<_>>()
     };
     let md_ctx = Arc::new(MdCtx {
-        client: client.clone(),
-        caches,
+        client: ctx.client.clone(),
+        caches: ctx.caches.clone(),
+        metrics: Arc::clone(&ctx.metrics),
     });
     Controller::for_stream(md_stream, mds.store.clone())
         .with_config(kubeairunway_sdk::process::controller_config())
         .watches(
-            Api::<KernelCache>::all(client.clone()),
+            Api::<KernelCache>::all(ctx.client.clone()),
             watcher::Config::default(),
             cache_mds,
         )
@@ -326,24 +326,24 @@ fn md_controller(
 /// The controller of Nodes' ready labels from the agents' reports (a part of [`run`];
 /// the agents never write Nodes).
 fn label_controller(
-    client: &Client,
+    ctx: &Ctx,
     node_meta: &Cache<PartialObjectMeta<Node>>,
     node_meta_stream: impl futures::Stream<Item = Result<PartialObjectMeta<Node>, watcher::Error>>
     + Send
     + 'static,
-    reports: Cache<KernelCacheNode>,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> impl std::future::Future<Output = ()> {
     let report_nodes = watcher(
-        Api::<KernelCacheNode>::all(client.clone()),
+        Api::<KernelCacheNode>::all(ctx.client.clone()),
         watcher::Config::default(),
     )
     .default_backoff()
     .touched_objects()
     .filter_map(|r| async move { r.ok().map(|n| ObjectRef::new(&n.name_any())) });
     let label_ctx = Arc::new(LabelCtx {
-        client: client.clone(),
-        reports,
+        client: ctx.client.clone(),
+        reports: ctx.nodes.clone(),
+        metrics: Arc::clone(&ctx.metrics),
     });
     Controller::for_stream(node_meta_stream, node_meta.store.clone())
         .with_config(kubeairunway_sdk::process::controller_config())
@@ -403,6 +403,7 @@ async fn publish(ctx: &Ctx, cache: &KernelCache, type_: EventType, reason: &str,
 /// [`registry_phase`], [`pin_phase`], [`verification_phase`] (recorded by
 /// [`record_verdict`]) and the nodes' reports ([`nodes_phase`]).
 async fn reconcile_cache(cache: Arc<KernelCache>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let _timing = ctx.metrics.reconciling("KernelCache");
     // Never decide on a partial view: an empty policy store would refuse every cache
     // (and the agents would drop them), an empty node store would report nothing ready.
     if !(ctx.policies.synced_within(SYNC_WAIT).await && ctx.nodes.synced_within(SYNC_WAIT).await) {
@@ -916,6 +917,7 @@ async fn write(
 struct LabelCtx {
     client: Client,
     reports: Cache<KernelCacheNode>,
+    metrics: Arc<app::Metrics>,
 }
 
 #[allow(clippy::needless_pass_by_value)] // kube-runtime's error-policy signature
@@ -929,6 +931,7 @@ async fn reconcile_node_labels(
     node: Arc<PartialObjectMeta<Node>>,
     ctx: Arc<LabelCtx>,
 ) -> Result<Action, Error> {
+    let _timing = ctx.metrics.reconciling("Node");
     // An empty store would take every label away after a restart.
     if !ctx.reports.synced_within(SYNC_WAIT).await {
         return Ok(Action::requeue(Duration::from_secs(5)));
@@ -953,6 +956,7 @@ async fn reconcile_node_labels(
 struct MdCtx {
     client: Client,
     caches: Cache<KernelCache>,
+    metrics: Arc<app::Metrics>,
 }
 
 #[allow(clippy::needless_pass_by_value)] // kube-runtime's error-policy signature
@@ -966,6 +970,7 @@ async fn reconcile_md(
     cached: Arc<Compact<ModelDeployment>>,
     ctx: Arc<MdCtx>,
 ) -> Result<Action, Error> {
+    let _timing = ctx.metrics.reconciling("ModelDeployment");
     let Some(name) = cached.kernel_cache_name() else {
         return Ok(Action::await_change());
     };

@@ -7,7 +7,9 @@
 //! - `kubeairunway_warmup_nodes_total{outcome="succeeded|failed|retried"}`: node
 //!   outcomes (`retried`: an attempt failed and the node is tried again);
 //! - `kubeairunway_warmup_pods_created_total`;
-//! - `kubeairunway_warmup_reconcile_errors_total`.
+//! - `kubeairunway_warmup_reconcile_errors_total`;
+//! - `kubeairunway_reconciliation_duration_seconds{provider="kernelcache",kind="Warmup"}`
+//!   ([`crate::reconciles`]).
 
 use std::sync::Arc;
 
@@ -22,6 +24,7 @@ use tracing::info;
 
 use super::Settings;
 use super::api::WarmupPhase;
+use crate::reconciles::{Durations, Timing};
 
 type Labels = Vec<(&'static str, String)>;
 
@@ -38,6 +41,7 @@ pub struct Metrics {
     nodes: Family<Labels, Counter>,
     pods: Counter,
     errors: Counter,
+    reconciles: Durations,
 }
 
 fn histogram() -> Histogram {
@@ -52,6 +56,7 @@ impl Default for Metrics {
             nodes: Family::default(),
             pods: Counter::default(),
             errors: Counter::default(),
+            reconciles: Durations::default(),
         };
         let mut registry = Registry::default();
         metrics.register(&mut registry);
@@ -85,6 +90,7 @@ impl Metrics {
             "Reconciliations that failed and are retried",
             self.errors.clone(),
         );
+        self.reconciles.register(registry);
     }
 
     /// A Warmup finished after `seconds`.
@@ -114,6 +120,11 @@ impl Metrics {
     /// A failed reconciliation.
     pub fn reconcile_error(&self) {
         self.errors.inc();
+    }
+
+    /// Time a reconciliation of a Warmup until the returned guard is dropped.
+    pub fn reconciling(&self) -> Timing<'_> {
+        self.reconciles.reconciling("Warmup")
     }
 
     /// The text exposition of these metrics alone.

@@ -556,6 +556,7 @@ fn ok(ctx: &Ctx, key: &str, action: Action) -> Result<Action, Error> {
 
 /// One Warmup: decide from the caches, then write the status, delete and create pods.
 async fn reconcile_warmup(w: Arc<Warmup>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let _timing = ctx.metrics.reconciling();
     ctx.synced().await;
     if w.metadata.deletion_timestamp.is_some() {
         return Ok(Action::await_change());
