@@ -1008,39 +1008,52 @@ async fn reconcile_md(
 }
 
 /// Register the `kernelcache` InferenceProviderConfig (a capability, never selected to
-/// serve: no engines) and keep its heartbeat fresh.
+/// serve: no engines) and keep its heartbeat fresh: its spec is applied once (again only
+/// if the object is gone), its status every heartbeat.
 async fn register(client: Client, every: Duration) {
     use kubeairunway_sdk::InferenceProviderConfig;
     let api: Api<InferenceProviderConfig> = Api::all(client);
     let pp = PatchParams::apply(PROVIDER_FIELD_MANAGER).force();
+    let spec = json!({
+        "apiVersion": "kubeairunway.ai/v1alpha1",
+        "kind": "InferenceProviderConfig",
+        "metadata": {"name": PROVIDER_NAME},
+        "spec": {
+            "capabilities": {"features": ["kernelCache"]},
+            "documentation": "Verified GPU kernel caches staged on nodes and mounted into serving pods (KernelCache, cache.kubeairunway.ai).",
+        },
+    });
+    let mut registered = false;
     loop {
-        let spec = json!({
-            "apiVersion": "kubeairunway.ai/v1alpha1",
-            "kind": "InferenceProviderConfig",
-            "metadata": {"name": PROVIDER_NAME},
-            "spec": {
-                "capabilities": {"features": ["kernelCache"]},
-                "documentation": "Verified GPU kernel caches staged on nodes and mounted into serving pods (KernelCache, cache.kubeairunway.ai).",
-            },
-        });
-        let status = json!({
-            "apiVersion": "kubeairunway.ai/v1alpha1",
-            "kind": "InferenceProviderConfig",
-            "metadata": {"name": PROVIDER_NAME},
-            "status": {
-                "ready": true,
-                "version": env!("CARGO_PKG_VERSION"),
-                "lastHeartbeat": k8s_openapi::jiff::Timestamp::now().to_string(),
-            },
-        });
-        let result = async {
-            api.patch(PROVIDER_NAME, &pp, &Patch::Apply(&spec)).await?;
-            api.patch_status(PROVIDER_NAME, &pp, &Patch::Apply(&status))
-                .await
+        if !registered {
+            match api.patch(PROVIDER_NAME, &pp, &Patch::Apply(&spec)).await {
+                Ok(_) => registered = true,
+                Err(e) => warn!(error = %e, "registering the kernelcache InferenceProviderConfig"),
+            }
         }
-        .await;
-        if let Err(e) = result {
-            warn!(error = %e, "registering the kernelcache InferenceProviderConfig");
+        if registered {
+            let status = json!({
+                "apiVersion": "kubeairunway.ai/v1alpha1",
+                "kind": "InferenceProviderConfig",
+                "metadata": {"name": PROVIDER_NAME},
+                "status": {
+                    "ready": true,
+                    "version": env!("CARGO_PKG_VERSION"),
+                    "lastHeartbeat": k8s_openapi::jiff::Timestamp::now().to_string(),
+                },
+            });
+            match api
+                .patch_status(PROVIDER_NAME, &pp, &Patch::Apply(&status))
+                .await
+            {
+                Ok(_) => {}
+                // Deleted since: registered again at once.
+                Err(kube::Error::Api(e)) if e.code == 404 => {
+                    registered = false;
+                    continue;
+                }
+                Err(e) => warn!(error = %e, "heartbeat of the kernelcache InferenceProviderConfig"),
+            }
         }
         tokio::time::sleep(every.min(Duration::from_secs(30))).await;
     }

@@ -574,6 +574,44 @@ async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments
     let caps = ipc.spec.capabilities.unwrap();
     assert!(caps.engines.is_empty());
     assert_eq!(caps.features, ["kernelCache"]);
+    // Its spec is applied once; each heartbeat (every 2 s here) applies the status alone.
+    // Counted from the API server's audit log: nothing else here writes that object.
+    let registrations = |subresource: Option<&str>| -> anyhow::Result<usize> {
+        Ok(cluster
+            .audit_events()?
+            .iter()
+            .filter(|e| e.stage == "ResponseComplete" && e.verb == "patch")
+            .filter_map(|e| e.object_ref.as_ref())
+            .filter(|o| o.resource == "inferenceproviderconfigs")
+            .filter(|o| o.name.as_deref() == Some("kernelcache"))
+            .filter(|o| o.subresource.as_deref() == subresource)
+            .count())
+    };
+    eventually("three heartbeats", || async {
+        let beats = registrations(Some("status"))?;
+        anyhow::ensure!(beats >= 3, "{beats} so far");
+        Ok(())
+    })
+    .await
+    .unwrap();
+    assert_eq!(registrations(None).unwrap(), 1, "the spec applied once");
+    // Deleted, it is registered again at the next heartbeat.
+    let configs: Api<InferenceProviderConfig> = Api::all(client.clone());
+    configs
+        .delete("kernelcache", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    eventually("registered again", || async {
+        let ipc = configs.get_opt("kernelcache").await?;
+        let caps = ipc.and_then(|c| c.spec.capabilities);
+        anyhow::ensure!(
+            caps.is_some_and(|c| c.features == ["kernelCache"]),
+            "not yet"
+        );
+        Ok(())
+    })
+    .await
+    .unwrap();
 
     let _ = stop.send(());
     task.await.unwrap().unwrap();
