@@ -3,7 +3,8 @@
 //! a plain client in the same run.
 //!
 //! ```console
-//! $ cargo bench -p kubeairunway-e2e --bench scale -- --n 1000 [--connections 8] [--steady 60s]
+//! $ cargo bench -p kubeairunway-e2e --bench scale -- --n 1000 [--connections 8] [--steady 60s] \
+//!       [--kernel-cache] [--bin-dir target/release]
 //! ```
 //!
 //! It starts a private test API server (etcd + the upstream apiserver code), installs the
@@ -14,15 +15,25 @@
 //!    the DynamoGraphDeployment, the provider's event and status), over `--connections`
 //!    connections;
 //! 2. **platform**: core (`kubeairunway-controller`) and `dynamo-provider` run as child
-//!    processes (this binary, re-executed in a role, so each has its own RSS); the same
-//!    number of ModelDeployments is created over as many connections, and the clock stops
-//!    when every one has its DynamoGraphDeployment and the provider's status;
+//!    processes, each with the flags its Deployment gives it; the same number of
+//!    ModelDeployments is created over as many connections, and the clock stops when every
+//!    one has its DynamoGraphDeployment and the provider's status. With `--kernel-cache`,
+//!    the kernel-cache provider's two controllers run too, each of which caches every
+//!    ModelDeployment: the kernel-cache controller (`KernelCacheReady` on those naming a
+//!    cache) and the warmup controller (the ModelDeployments that Warmups target);
 //! 3. **steady state**: nothing changes for `--steady`; requests and reconciles are
 //!    counted again.
 //!
 //! Requests are read from the API server's own `apiserver_request_total`, by verb and
 //! resource, minus the benchmark's own; reconciles from the controllers' metrics; RSS
 //! (current and peak) from `/proc/<pid>/status`.
+//!
+//! The controllers are this binary, re-executed in a role (`SCALE_BENCH_ROLE`) that runs
+//! what the controller's own `main` runs, unless `--bin-dir` names a directory holding the
+//! built binaries (`kubeairunway-controller`, `dynamo-provider`,
+//! `kernelcache-controller`, `kernelcache-warmup`): then those run. Their RSS differs in its file-backed part
+//! (the pages of code run, out of a binary that holds one controller rather than all of
+//! them), which is why RSS is printed with its anonymous and file-backed parts.
 //!
 //! Where the memory goes: with `--features heap-profile` (slow: use a small N and
 //! `--profile dev`), each controller writes `dhat-<role>.json` into the working directory
@@ -33,7 +44,7 @@
 #![allow(clippy::cast_precision_loss)] // counts far below 2^52, printed as figures
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -46,6 +57,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use kubeairunway_dynamo_provider::{Dynamo, Settings};
 use kubeairunway_e2e::{fixtures_dir, read_crd};
+use kubeairunway_kernelcache::controller::PROVIDER_NAME as KERNEL_CACHE;
 use kubeairunway_sdk::api::{EngineType, InferenceProviderConfig, ModelDeployment};
 use kubeairunway_sdk::process::Runtime;
 use kubeairunway_sdk::testing::ModelDeploymentBuilder;
@@ -60,6 +72,10 @@ struct Args {
     n: usize,
     connections: usize,
     steady: Duration,
+    /// Run the kernel-cache controller too.
+    kernel_cache: bool,
+    /// Run the controllers' own binaries from here.
+    bin_dir: Option<PathBuf>,
 }
 
 fn args() -> Args {
@@ -67,6 +83,8 @@ fn args() -> Args {
         n: 1000,
         connections: 8,
         steady: Duration::from_secs(60),
+        kernel_cache: false,
+        bin_dir: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -84,6 +102,8 @@ fn args() -> Args {
                     .and_then(|v| humantime::parse_duration(&v).ok())
                     .expect("--steady DURATION");
             }
+            "--kernel-cache" => out.kernel_cache = true,
+            "--bin-dir" => out.bin_dir = Some(it.next().expect("--bin-dir DIR").into()),
             _ => {} // `cargo bench` passes `--bench`
         }
     }
@@ -117,11 +137,8 @@ fn main() -> anyhow::Result<()> {
                     .or(Some(10)),
             )
             .build();
-        return match role.as_str() {
-            "core" => rt.block_on(run_core()),
-            "dynamo" => rt.block_on(run_dynamo()),
-            other => anyhow::bail!("unknown {ROLE} {other}"),
-        };
+        let role = Role::named(&role)?;
+        return rt.block_on(role.run_main());
     }
     let args = args();
     let dir = tempfile::tempdir()?;
@@ -129,31 +146,90 @@ fn main() -> anyhow::Result<()> {
     rt.block_on(bench(&cluster, &args))
 }
 
-/// The core controller, as its binary runs it (no webhooks: nothing calls them here).
-async fn run_core() -> anyhow::Result<()> {
-    use clap::Parser;
-    let cli = kubeairunway_core::app::Cli::try_parse_from([
-        "kubeairunway-controller",
-        "--enable-webhooks=false",
-        "--log-format=text",
-        &format!("--metrics-bind-address={}", std::env::var("METRICS")?),
-    ])?;
-    let rt = Runtime::start(kubeairunway_core::app::COMPONENT, cli.process.clone()).await?;
-    kubeairunway_core::app::run(cli, rt).await
+/// A controller of the benchmark.
+#[derive(Clone, Copy, Debug)]
+enum Role {
+    Core,
+    Dynamo,
+    KernelCache,
+    Warmup,
 }
 
-/// The Dynamo provider, as its binary runs it.
-async fn run_dynamo() -> anyhow::Result<()> {
-    let options = kubeairunway_sdk::runtime::Options {
-        process: kubeairunway_sdk::process::Options {
-            metrics_bind_address: std::env::var("METRICS")?,
-            log_format: kubeairunway_sdk::process::LogFormat::Text,
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    let rt = Runtime::start("dynamo-provider", options.process.clone()).await?;
-    kubeairunway_sdk::runtime::run(Dynamo::new(Settings::default()), rt, options).await
+impl Role {
+    fn named(name: &str) -> anyhow::Result<Self> {
+        Ok(match name {
+            "core" => Self::Core,
+            "dynamo" => Self::Dynamo,
+            "kernelcache" => Self::KernelCache,
+            "warmup" => Self::Warmup,
+            other => anyhow::bail!("unknown {ROLE} {other}"),
+        })
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Self::Core => "core",
+            Self::Dynamo => "dynamo",
+            Self::KernelCache => "kernelcache",
+            Self::Warmup => "warmup",
+        }
+    }
+
+    /// Its binary's name.
+    fn binary(self) -> &'static str {
+        match self {
+            Self::Core => "kubeairunway-controller",
+            Self::Dynamo => "dynamo-provider",
+            Self::KernelCache => "kernelcache-controller",
+            Self::Warmup => "kernelcache-warmup",
+        }
+    }
+
+    /// Its flags, as its chart gives them (core without webhooks: nothing calls them
+    /// here), with its metrics on `metrics`.
+    fn flags(self, metrics: &str) -> Vec<String> {
+        let mut flags = vec![
+            "--log-format=text".to_string(),
+            format!("--metrics-bind-address={metrics}"),
+        ];
+        match self {
+            Self::Core => flags.push("--enable-webhooks=false".into()),
+            // Required; no Warmup runs here, so no pod is ever made from it.
+            Self::Warmup => flags.push("--tools-image=tools.invalid/kernelcache:0".into()),
+            Self::Dynamo | Self::KernelCache => {}
+        }
+        flags
+    }
+
+    /// What the controller's binary runs in its `main`, from this process's flags.
+    async fn run_main(self) -> anyhow::Result<()> {
+        use clap::Parser;
+        match self {
+            Self::Core => {
+                use kubeairunway_core::app;
+                let cli = app::Cli::try_parse()?;
+                let rt = Runtime::start(app::COMPONENT, cli.process.clone()).await?;
+                app::run(cli, rt).await
+            }
+            Self::Dynamo => {
+                let cli = kubeairunway_dynamo_provider::cli::Cli::try_parse()?;
+                let rt = Runtime::start(self.binary(), cli.options.process.clone()).await?;
+                kubeairunway_sdk::runtime::run(cli.provider(), rt, cli.options).await
+            }
+            Self::KernelCache => {
+                use kubeairunway_kernelcache::controller::app;
+                let cli = app::Cli::try_parse()?;
+                let rt = Runtime::start(app::COMPONENT, cli.process.clone()).await?;
+                app::run(cli, rt).await
+            }
+            Self::Warmup => {
+                use kubeairunway_kernelcache::warmup::app;
+                let cli = app::Cli::try_parse()?;
+                let rt = Runtime::start(app::COMPONENT, cli.process.clone()).await?;
+                app::run(cli, rt, Arc::new(app::Metrics::default())).await
+            }
+        }
+    }
 }
 
 struct Controller {
@@ -182,22 +258,29 @@ impl Drop for Controller {
     }
 }
 
-fn spawn(role: &'static str, cluster: &TestCluster) -> anyhow::Result<Controller> {
+/// Start `role`'s controller: its binary from `bin_dir`, or else this binary in the role.
+fn spawn(role: Role, cluster: &TestCluster, bin_dir: Option<&Path>) -> anyhow::Result<Controller> {
     let port = std::net::TcpListener::bind("127.0.0.1:0")?
         .local_addr()?
         .port();
-    let log = std::fs::File::create(cluster.dir().join(format!("{role}.log")))?;
-    let child = Command::new(std::env::current_exe()?)
-        .env(ROLE, role)
+    let log = std::fs::File::create(cluster.dir().join(format!("{}.log", role.name())))?;
+    let mut command = if let Some(dir) = bin_dir {
+        Command::new(dir.join(role.binary()))
+    } else {
+        let mut command = Command::new(std::env::current_exe()?);
+        command.env(ROLE, role.name());
+        command
+    };
+    let child = command
+        .args(role.flags(&format!("127.0.0.1:{port}")))
         .env("KUBECONFIG", cluster.kubeconfig())
-        .env("METRICS", format!("127.0.0.1:{port}"))
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
         .stdout(log.try_clone()?)
         .stderr(log)
         .spawn()?;
     Ok(Controller {
-        name: role,
+        name: role.name(),
         child,
         metrics: format!("http://127.0.0.1:{port}/metrics"),
     })
@@ -255,6 +338,9 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
     let dgd_crd = read_crd(&fixtures_dir().join(DGD_CRD))?;
     let mut crds = kubeairunway_sdk::api::crds::all();
     crds.push(dgd_crd.clone());
+    if args.kernel_cache {
+        crds.extend(kubeairunway_kernelcache::api::crds());
+    }
     install_crds(&client, &crds).await?;
     // The API server refuses objects in a namespace that does not exist.
     for ns in ["raw", "scale"] {
@@ -284,8 +370,19 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
     remove_raw(cluster, args, &api).await?;
 
     // 2. The platform.
-    let controllers = [spawn("core", cluster)?, spawn("dynamo", cluster)?];
-    wait_provider_ready(&client).await?;
+    let mut roles = vec![Role::Core, Role::Dynamo];
+    if args.kernel_cache {
+        roles.extend([Role::KernelCache, Role::Warmup]);
+    }
+    let controllers = roles
+        .into_iter()
+        .map(|role| spawn(role, cluster, args.bin_dir.as_deref()))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    wait_registered(&client, "dynamo", |c| c.status?.ready).await?;
+    if args.kernel_cache {
+        // Registered once it leads, as its caches fill.
+        wait_registered(&client, KERNEL_CACHE, |c| Some(c.status.is_some())).await?;
+    }
     let before = request_counts(&client).await?;
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     let watch = tokio::spawn(count_done(client.clone(), args.n, done_tx));
@@ -336,19 +433,27 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
     );
     let reconciles_steady = reconciles(&controllers).await?;
     for ((name, during), (_, total)) in reconciles_rollout.iter().zip(&reconciles_steady) {
-        println!(
-            "{name}: {:.2} reconciles per ModelDeployment during the rollout, {:.2} in steady state",
-            *during / n as f64,
-            (*total - *during) / n as f64
-        );
+        if let (Some(during), Some(total)) = (during, total) {
+            println!(
+                "{name}: {:.2} reconciles per ModelDeployment during the rollout, {:.2} in steady state",
+                *during / n as f64,
+                (*total - *during) / n as f64
+            );
+        } else {
+            println!(
+                "{name}: reconciles not counted (no kubeairunway_reconciliation_duration_seconds)"
+            );
+        }
     }
     for c in &controllers {
-        let (rss, peak) = rss(c.child.id());
+        let m = memory(c.child.id());
         println!(
-            "{}: RSS {:.1} MB (peak {:.1} MB)",
+            "{}: RSS {:.1} MB (anonymous {:.1}, file-backed {:.1}; peak {:.1} MB)",
             c.name,
-            rss as f64 / 1e6,
-            peak as f64 / 1e6
+            m.rss as f64 / 1e6,
+            m.anonymous as f64 / 1e6,
+            m.file as f64 / 1e6,
+            m.peak as f64 / 1e6
         );
     }
     Ok(())
@@ -472,20 +577,24 @@ async fn raw_event(client: &Client, md: &ModelDeployment, reason: &str) -> anyho
     Ok(())
 }
 
-async fn wait_provider_ready(client: &Client) -> anyhow::Result<()> {
+/// Wait until the InferenceProviderConfig `name` is there and `ready` says so of it.
+async fn wait_registered(
+    client: &Client,
+    name: &str,
+    ready: impl Fn(InferenceProviderConfig) -> Option<bool>,
+) -> anyhow::Result<()> {
     let configs: Api<InferenceProviderConfig> = Api::all(client.clone());
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let ready = configs
-            .get_opt("dynamo")
+        if configs
+            .get_opt(name)
             .await?
-            .and_then(|c| c.status)
-            .and_then(|s| s.ready)
-            .unwrap_or(false);
-        if ready {
+            .and_then(&ready)
+            .unwrap_or(false)
+        {
             return Ok(());
         }
-        anyhow::ensure!(Instant::now() < deadline, "dynamo never became ready");
+        anyhow::ensure!(Instant::now() < deadline, "{name} never became ready");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 }
@@ -590,24 +699,38 @@ fn report(title: &str, counts: &Counts, n: usize) {
     println!("  by verb: {}", verbs.join(", "));
 }
 
-/// Reconciles so far, per controller (from each one's metrics).
-async fn reconciles(controllers: &[Controller]) -> anyhow::Result<Vec<(&'static str, f64)>> {
+/// Reconciles so far, per controller (from each one's metrics; none for a controller that
+/// does not count them).
+async fn reconciles(
+    controllers: &[Controller],
+) -> anyhow::Result<Vec<(&'static str, Option<f64>)>> {
     let http = reqwest::Client::new();
     let mut out = Vec::new();
     for c in controllers {
         let text = http.get(&c.metrics).send().await?.text().await?;
-        let total: f64 = text
+        let counts: Vec<f64> = text
             .lines()
             .filter(|l| l.starts_with("kubeairunway_reconciliation_duration_seconds_count"))
             .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-            .sum();
-        out.push((c.name, total));
+            .collect();
+        let declared = text.contains("# TYPE kubeairunway_reconciliation_duration_seconds ");
+        out.push((c.name, declared.then(|| counts.iter().sum())));
     }
     Ok(out)
 }
 
-/// Current and peak resident memory of a process, in bytes.
-fn rss(pid: u32) -> (u64, u64) {
+/// A process's resident memory, in bytes.
+struct Memory {
+    rss: u64,
+    /// Of `rss`, the process's own pages (heap, stacks).
+    anonymous: u64,
+    /// Of `rss`, the pages of files mapped (its binary's code and data read).
+    file: u64,
+    peak: u64,
+}
+
+/// A process's resident memory now, and its peak.
+fn memory(pid: u32) -> Memory {
     let status = std::fs::read_to_string(Path::new("/proc").join(pid.to_string()).join("status"))
         .unwrap_or_default();
     let field = |name: &str| {
@@ -617,5 +740,10 @@ fn rss(pid: u32) -> (u64, u64) {
             .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse::<u64>().ok())
             .map_or(0, |kb| kb * 1024)
     };
-    (field("VmRSS:"), field("VmHWM:"))
+    Memory {
+        rss: field("VmRSS:"),
+        anonymous: field("RssAnon:"),
+        file: field("RssFile:"),
+        peak: field("VmHWM:"),
+    }
 }
