@@ -4,7 +4,7 @@
 //!
 //! ```console
 //! $ cargo bench -p kubeairunway-e2e --bench scale -- --n 1000 [--connections 8] [--steady 60s] \
-//!       [--kernel-cache] [--bin-dir target/release]
+//!       [--kernel-cache] [--bin-dir target/release] [--raw-watches]
 //! ```
 //!
 //! It starts a private test API server (etcd + the upstream apiserver code), installs the
@@ -24,9 +24,15 @@
 //! 3. **steady state**: nothing changes for `--steady`; requests and reconciles are
 //!    counted again.
 //!
+//! With `--raw-watches`, the plain client's writes are made while watches like the
+//! platform's are open (three of ModelDeployments, one of DynamoGraphDeployments): the
+//! difference is what serving the watches costs the API server.
+//!
 //! Requests are read from the API server's own `apiserver_request_total`, by verb and
 //! resource, minus the benchmark's own; reconciles from the controllers' metrics; RSS
-//! (current and peak) from `/proc/<pid>/status`.
+//! (current and peak) from `/proc/<pid>/status`; CPU time, of the machine and of each
+//! process (the API server and etcd, each controller, this client), from `/proc` during
+//! both timed phases: what bounds a phase when the machine's cores are all busy.
 //!
 //! The controllers are this binary, re-executed in a role (`SCALE_BENCH_ROLE`) that runs
 //! what the controller's own `main` runs, unless `--bin-dir` names a directory holding the
@@ -76,6 +82,8 @@ struct Args {
     kernel_cache: bool,
     /// Run the controllers' own binaries from here.
     bin_dir: Option<PathBuf>,
+    /// Keep the platform's watches open during the plain client's writes.
+    raw_watches: bool,
 }
 
 fn args() -> Args {
@@ -85,6 +93,7 @@ fn args() -> Args {
         steady: Duration::from_secs(60),
         kernel_cache: false,
         bin_dir: None,
+        raw_watches: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -103,6 +112,7 @@ fn args() -> Args {
                     .expect("--steady DURATION");
             }
             "--kernel-cache" => out.kernel_cache = true,
+            "--raw-watches" => out.raw_watches = true,
             "--bin-dir" => out.bin_dir = Some(it.next().expect("--bin-dir DIR").into()),
             _ => {} // `cargo bench` passes `--bench`
         }
@@ -355,8 +365,17 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
         std::thread::available_parallelism().map_or(0, std::num::NonZero::get)
     );
 
-    // 1. The plain client's writes.
+    // 1. The plain client's writes (with `--raw-watches`, while the watches the platform's
+    // run has open are open too: what serving them costs the API server).
+    let watches = if args.raw_watches {
+        platform_watches(&client, &api)
+    } else {
+        tokio::task::JoinSet::new()
+    };
+    let cpu_before = cpu_use(cluster, &[]);
     let raw = raw_writes(cluster, args, api.clone()).await?;
+    drop(watches);
+    print_cpu("the raw requests", &cpu_before, &cpu_use(cluster, &[]), raw);
     println!(
         "raw requests: {} in {:.1} s ({:.0}/s)",
         RAW_REQUESTS * args.n,
@@ -384,6 +403,7 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
         wait_registered(&client, KERNEL_CACHE, |c| Some(c.status.is_some())).await?;
     }
     let before = request_counts(&client).await?;
+    let cpu_before = cpu_use(cluster, &controllers);
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     let watch = tokio::spawn(count_done(client.clone(), args.n, done_tx));
     let n = args.n;
@@ -397,6 +417,7 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
     .await?;
     done_rx.await?;
     let end_to_end = started.elapsed();
+    let cpu_after = cpu_use(cluster, &controllers);
     watch.abort();
     let after = request_counts(&client).await?;
     println!(
@@ -407,6 +428,12 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
     println!(
         "ratio end-to-end / raw requests: {:.2}x",
         end_to_end.as_secs_f64() / raw.as_secs_f64()
+    );
+    print_cpu(
+        "the platform's rollout",
+        &cpu_before,
+        &cpu_after,
+        end_to_end,
     );
     let mut rollout = diff(&before, &after);
     // The benchmark's own requests: the creates and its one watch.
@@ -433,17 +460,11 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
     );
     let reconciles_steady = reconciles(&controllers).await?;
     for ((name, during), (_, total)) in reconciles_rollout.iter().zip(&reconciles_steady) {
-        if let (Some(during), Some(total)) = (during, total) {
-            println!(
-                "{name}: {:.2} reconciles per ModelDeployment during the rollout, {:.2} in steady state",
-                *during / n as f64,
-                (*total - *during) / n as f64
-            );
-        } else {
-            println!(
-                "{name}: reconciles not counted (no kubeairunway_reconciliation_duration_seconds)"
-            );
-        }
+        println!(
+            "{name}: {:.2} reconciles per ModelDeployment during the rollout, {:.2} in steady state",
+            *during / n as f64,
+            (*total - *during) / n as f64
+        );
     }
     for c in &controllers {
         let m = memory(c.child.id());
@@ -457,6 +478,20 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Watches like those open during the platform's run, their events read and dropped: of
+/// ModelDeployments core's, the provider's and the benchmark's own, and the provider's of
+/// DynamoGraphDeployments.
+fn platform_watches(client: &Client, api: &UpstreamApi) -> tokio::task::JoinSet<()> {
+    let mut watches = tokio::task::JoinSet::new();
+    for _ in 0..3 {
+        let mds: Api<ModelDeployment> = Api::all(client.clone());
+        watches.spawn(watcher(mds, watcher::Config::default()).for_each(|_| async {}));
+    }
+    let dgds: Api<DynamicObject> = Api::all_with(client.clone(), &api.api_resource());
+    watches.spawn(watcher(dgds, watcher::Config::default()).for_each(|_| async {}));
+    watches
 }
 
 /// Delete what [`raw_writes`] created (its finalizers first) and wait until it is gone.
@@ -699,24 +734,128 @@ fn report(title: &str, counts: &Counts, n: usize) {
     println!("  by verb: {}", verbs.join(", "));
 }
 
-/// Reconciles so far, per controller (from each one's metrics; none for a controller that
-/// does not count them).
-async fn reconciles(
-    controllers: &[Controller],
-) -> anyhow::Result<Vec<(&'static str, Option<f64>)>> {
+/// Reconciles so far, per controller, of any kind of object (from each one's
+/// `kubeairunway_reconciliation_duration_seconds`; the warmup controller reconciles
+/// Warmups, of which there are none here).
+async fn reconciles(controllers: &[Controller]) -> anyhow::Result<Vec<(&'static str, f64)>> {
     let http = reqwest::Client::new();
     let mut out = Vec::new();
     for c in controllers {
         let text = http.get(&c.metrics).send().await?.text().await?;
-        let counts: Vec<f64> = text
+        let total: f64 = text
             .lines()
             .filter(|l| l.starts_with("kubeairunway_reconciliation_duration_seconds_count"))
             .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
-            .collect();
-        let declared = text.contains("# TYPE kubeairunway_reconciliation_duration_seconds ");
-        out.push((c.name, declared.then(|| counts.iter().sum())));
+            .sum();
+        out.push((c.name, total));
     }
     Ok(out)
+}
+
+/// CPU time used so far, in seconds: by the machine (the busy time of all its cores) and
+/// by each process measured.
+struct CpuUse {
+    machine: f64,
+    parts: Vec<(String, f64)>,
+}
+
+/// The CPU time used so far by the machine, the API server and etcd, `controllers`, and
+/// this process (the client; not its children, the controllers).
+fn cpu_use(cluster: &TestCluster, controllers: &[Controller]) -> CpuUse {
+    let tick = clock_tick();
+    let server: f64 = ["apiserver", "etcd"]
+        .iter()
+        .filter_map(|name| std::fs::read_to_string(cluster.dir().join(format!("{name}.pid"))).ok())
+        .filter_map(|pid| pid.trim().parse().ok())
+        .map(|pid| process_cpu(pid, true, tick))
+        .sum();
+    let mut parts = vec![("API server and etcd".to_string(), server)];
+    for c in controllers {
+        parts.push((c.name.to_string(), process_cpu(c.child.id(), false, tick)));
+    }
+    parts.push((
+        "this client".into(),
+        process_cpu(std::process::id(), false, tick),
+    ));
+    CpuUse {
+        machine: machine_cpu(tick),
+        parts,
+    }
+}
+
+/// Print the CPU used during a phase of `elapsed`, in cores (CPU seconds per second).
+fn print_cpu(phase: &str, before: &CpuUse, after: &CpuUse, elapsed: Duration) {
+    let secs = elapsed.as_secs_f64();
+    let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
+    let parts: Vec<String> = after
+        .parts
+        .iter()
+        .zip(&before.parts)
+        .map(|((name, a), (_, b))| format!("{name} {:.2}", (a - b) / secs))
+        .collect();
+    println!(
+        "CPU during {phase}: {:.2} of {cores} cores busy; {}",
+        (after.machine - before.machine) / secs,
+        parts.join(", ")
+    );
+}
+
+/// Seconds per clock tick of `/proc`'s CPU times (`getconf CLK_TCK`; 100 per second
+/// where that cannot be read).
+fn clock_tick() -> f64 {
+    let hz = Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .ok()
+        .and_then(|o| String::from_utf8(o.stdout).ok())
+        .and_then(|t| t.trim().parse::<f64>().ok())
+        .unwrap_or(100.0);
+    1.0 / hz
+}
+
+/// Busy CPU seconds of the machine so far: every core's time but idle and I/O wait.
+fn machine_cpu(tick: f64) -> f64 {
+    let stat = std::fs::read_to_string("/proc/stat").unwrap_or_default();
+    let Some(line) = stat.lines().find(|l| l.starts_with("cpu ")) else {
+        return 0.0;
+    };
+    let ticks: Vec<f64> = line
+        .split_whitespace()
+        .skip(1)
+        .filter_map(|v| v.parse().ok())
+        .collect();
+    // user nice system idle iowait irq softirq steal (guest time is within user).
+    let busy: f64 = ticks.iter().take(8).sum::<f64>()
+        - ticks.get(3).unwrap_or(&0.0)
+        - ticks.get(4).unwrap_or(&0.0);
+    busy * tick
+}
+
+/// CPU seconds (user and system) used so far by process `pid`, and by its descendants
+/// with `tree` (the API server runs under a watchdog shell).
+fn process_cpu(pid: u32, tree: bool, tick: f64) -> f64 {
+    let proc = Path::new("/proc").join(pid.to_string());
+    let stat = std::fs::read_to_string(proc.join("stat")).unwrap_or_default();
+    // Fields after the command name (which may hold spaces) start at the state, the 3rd
+    // field: utime and stime are the 14th and 15th.
+    let own: f64 = stat.rsplit_once(')').map_or(0.0, |(_, rest)| {
+        rest.split_whitespace()
+            .skip(11)
+            .take(2)
+            .filter_map(|v| v.parse::<f64>().ok())
+            .sum()
+    });
+    let children: f64 = if tree {
+        std::fs::read_to_string(proc.join("task").join(pid.to_string()).join("children"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .filter_map(|c| c.parse().ok())
+            .map(|c| process_cpu(c, true, tick))
+            .sum()
+    } else {
+        0.0
+    };
+    own * tick + children
 }
 
 /// A process's resident memory, in bytes.
