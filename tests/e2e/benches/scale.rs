@@ -4,7 +4,7 @@
 //!
 //! ```console
 //! $ cargo bench -p kubeairunway-e2e --bench scale -- --n 1000 [--connections 8] [--steady 60s] \
-//!       [--kernel-cache] [--bin-dir target/release] [--raw-watches]
+//!       [--provider dynamo|kuberay] [--kernel-cache] [--bin-dir target/release] [--raw-watches]
 //! ```
 //!
 //! It starts a private test API server (etcd + the upstream apiserver code), installs the
@@ -23,6 +23,9 @@
 //!    cache) and the warmup controller (the ModelDeployments that Warmups target);
 //! 3. **steady state**: nothing changes for `--steady`; requests and reconciles are
 //!    counted again.
+//!
+//! `--provider kuberay` runs `kuberay-provider` (RayServices) in Dynamo's place, with the
+//! same phases.
 //!
 //! With `--raw-watches`, the plain client's writes are made while watches like the
 //! platform's are open (three of ModelDeployments, one of DynamoGraphDeployments): the
@@ -64,6 +67,7 @@ use kube::{Client, ResourceExt};
 use kubeairunway_dynamo_provider::{Dynamo, Settings};
 use kubeairunway_e2e::{fixtures_dir, read_crd};
 use kubeairunway_kernelcache::controller::PROVIDER_NAME as KERNEL_CACHE;
+use kubeairunway_kuberay_provider::KubeRayProvider;
 use kubeairunway_sdk::api::{EngineType, InferenceProviderConfig, ModelDeployment};
 use kubeairunway_sdk::process::Runtime;
 use kubeairunway_sdk::testing::ModelDeploymentBuilder;
@@ -72,7 +76,6 @@ use kubeairunway_testcluster::{Lifetime, TestCluster, install_crds};
 use serde_json::json;
 
 const ROLE: &str = "SCALE_BENCH_ROLE";
-const DGD_CRD: &str = "crds/upstream/nvidia.com_dynamographdeployments.yaml";
 
 struct Args {
     n: usize,
@@ -84,6 +87,8 @@ struct Args {
     bin_dir: Option<PathBuf>,
     /// Keep the platform's watches open during the plain client's writes.
     raw_watches: bool,
+    /// The provider run with core.
+    provider: Role,
 }
 
 fn args() -> Args {
@@ -94,6 +99,7 @@ fn args() -> Args {
         kernel_cache: false,
         bin_dir: None,
         raw_watches: false,
+        provider: Role::Dynamo,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -113,6 +119,13 @@ fn args() -> Args {
             }
             "--kernel-cache" => out.kernel_cache = true,
             "--raw-watches" => out.raw_watches = true,
+            "--provider" => {
+                out.provider = match it.next().as_deref() {
+                    Some("dynamo") => Role::Dynamo,
+                    Some("kuberay") => Role::KubeRay,
+                    other => panic!("--provider dynamo|kuberay, not {other:?}"),
+                };
+            }
             "--bin-dir" => out.bin_dir = Some(it.next().expect("--bin-dir DIR").into()),
             _ => {} // `cargo bench` passes `--bench`
         }
@@ -161,6 +174,7 @@ fn main() -> anyhow::Result<()> {
 enum Role {
     Core,
     Dynamo,
+    KubeRay,
     KernelCache,
     Warmup,
 }
@@ -170,6 +184,7 @@ impl Role {
         Ok(match name {
             "core" => Self::Core,
             "dynamo" => Self::Dynamo,
+            "kuberay" => Self::KubeRay,
             "kernelcache" => Self::KernelCache,
             "warmup" => Self::Warmup,
             other => anyhow::bail!("unknown {ROLE} {other}"),
@@ -180,6 +195,7 @@ impl Role {
         match self {
             Self::Core => "core",
             Self::Dynamo => "dynamo",
+            Self::KubeRay => "kuberay",
             Self::KernelCache => "kernelcache",
             Self::Warmup => "warmup",
         }
@@ -190,6 +206,7 @@ impl Role {
         match self {
             Self::Core => "kubeairunway-controller",
             Self::Dynamo => "dynamo-provider",
+            Self::KubeRay => "kuberay-provider",
             Self::KernelCache => "kernelcache-controller",
             Self::Warmup => "kernelcache-warmup",
         }
@@ -206,7 +223,7 @@ impl Role {
             Self::Core => flags.push("--enable-webhooks=false".into()),
             // Required; no Warmup runs here, so no pod is ever made from it.
             Self::Warmup => flags.push("--tools-image=tools.invalid/kernelcache:0".into()),
-            Self::Dynamo | Self::KernelCache => {}
+            Self::Dynamo | Self::KubeRay | Self::KernelCache => {}
         }
         flags
     }
@@ -226,6 +243,11 @@ impl Role {
                 let rt = Runtime::start(self.binary(), cli.options.process.clone()).await?;
                 kubeairunway_sdk::runtime::run(cli.provider(), rt, cli.options).await
             }
+            Self::KubeRay => {
+                let cli = kubeairunway_kuberay_provider::cli::Cli::try_parse()?;
+                let rt = Runtime::start(self.binary(), cli.options.process.clone()).await?;
+                kubeairunway_sdk::runtime::run(cli.provider(), rt, cli.options).await
+            }
             Self::KernelCache => {
                 use kubeairunway_kernelcache::controller::app;
                 let cli = app::Cli::try_parse()?;
@@ -240,6 +262,42 @@ impl Role {
             }
         }
     }
+}
+
+/// A provider's upstream CRD (a fixture of the real one) and how it renders a
+/// ModelDeployment, as its binary runs it with default flags.
+fn upstream_crd(provider: Role) -> &'static str {
+    match provider {
+        Role::KubeRay => "crds/upstream/ray.io_rayservices.yaml",
+        _ => "crds/upstream/nvidia.com_dynamographdeployments.yaml",
+    }
+}
+
+/// The provider's upstream kind.
+fn upstream_of(provider: Role) -> kubeairunway_sdk::UpstreamRef {
+    match provider {
+        Role::KubeRay => KubeRayProvider::default().upstream(),
+        _ => Dynamo::new(Settings::default()).upstream(),
+    }
+}
+
+/// The provider's upstream object for `md`.
+fn render(
+    provider: Role,
+    md: &ModelDeployment,
+    api: &UpstreamApi,
+) -> anyhow::Result<DynamicObject> {
+    let rendered = match provider {
+        Role::KubeRay => KubeRayProvider::default().render(md, api),
+        _ => Dynamo::new(Settings::default()).render(md, api),
+    }
+    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let kind = api.api_resource().kind;
+    rendered
+        .objects
+        .into_iter()
+        .find(|o| o.types.as_ref().is_some_and(|t| t.kind == kind))
+        .ok_or_else(|| anyhow::anyhow!("no {kind} rendered"))
 }
 
 struct Controller {
@@ -296,13 +354,19 @@ fn spawn(role: Role, cluster: &TestCluster, bin_dir: Option<&Path>) -> anyhow::R
     })
 }
 
-fn vllm(name: &str, ns: &str) -> ModelDeployment {
-    ModelDeploymentBuilder::new(name)
+/// A vLLM ModelDeployment for `provider`: Dynamo is selected by core's rules, KubeRay only
+/// when named (its InferenceProviderConfig has no selection rules).
+fn vllm(name: &str, ns: &str, provider: Role) -> ModelDeployment {
+    let md = ModelDeploymentBuilder::new(name)
         .namespace(ns)
         .model("Qwen/Qwen3-0.6B")
         .engine(EngineType::Vllm)
-        .gpus(1)
-        .build()
+        .gpus(1);
+    match provider {
+        Role::KubeRay => md.provider(provider.name()),
+        _ => md,
+    }
+    .build()
 }
 
 /// Run `work(client, i)` for i in 0..n over `connections` clients, each its own
@@ -345,9 +409,9 @@ where
 
 async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
     let client = cluster.client().await?;
-    let dgd_crd = read_crd(&fixtures_dir().join(DGD_CRD))?;
+    let upstream_crd = read_crd(&fixtures_dir().join(upstream_crd(args.provider)))?;
     let mut crds = kubeairunway_sdk::api::crds::all();
-    crds.push(dgd_crd.clone());
+    crds.push(upstream_crd.clone());
     if args.kernel_cache {
         crds.extend(kubeairunway_kernelcache::api::crds());
     }
@@ -356,8 +420,10 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
     for ns in ["raw", "scale"] {
         kubeairunway_testcluster::ensure_namespace(&client, ns).await?;
     }
-    let dynamo = Dynamo::new(Settings::default());
-    let api = Arc::new(UpstreamApi::detect(&dgd_crd, &dynamo.upstream())?);
+    let api = Arc::new(UpstreamApi::detect(
+        &upstream_crd,
+        &upstream_of(args.provider),
+    )?);
     println!(
         "scale benchmark: N = {}, {} connections, on {} cores",
         args.n,
@@ -389,7 +455,7 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
     remove_raw(cluster, args, &api).await?;
 
     // 2. The platform.
-    let mut roles = vec![Role::Core, Role::Dynamo];
+    let mut roles = vec![Role::Core, args.provider];
     if args.kernel_cache {
         roles.extend([Role::KernelCache, Role::Warmup]);
     }
@@ -397,7 +463,7 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
         .into_iter()
         .map(|role| spawn(role, cluster, args.bin_dir.as_deref()))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    wait_registered(&client, "dynamo", |c| c.status?.ready).await?;
+    wait_registered(&client, args.provider.name(), |c| c.status?.ready).await?;
     if args.kernel_cache {
         // Registered once it leads, as its caches fill.
         wait_registered(&client, KERNEL_CACHE, |c| Some(c.status.is_some())).await?;
@@ -406,10 +472,10 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
     let cpu_before = cpu_use(cluster, &controllers);
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     let watch = tokio::spawn(count_done(client.clone(), args.n, done_tx));
-    let n = args.n;
+    let (n, provider) = (args.n, args.provider);
     let started = Instant::now();
     let created = fan_out(cluster, n, args.connections, move |client, i| async move {
-        let md = vllm(&format!("md-{i}"), "scale");
+        let md = vllm(&format!("md-{i}"), "scale", provider);
         let mds: Api<ModelDeployment> = Api::namespaced(client, "scale");
         mds.create(&PostParams::default(), &md).await?;
         Ok(())
@@ -539,17 +605,18 @@ async fn raw_writes(
     args: &Args,
     api: Arc<UpstreamApi>,
 ) -> anyhow::Result<Duration> {
+    let provider = args.provider;
     fan_out(cluster, args.n, args.connections, move |client, i| {
         let api = api.clone();
         async move {
             let name = format!("raw-{i}");
-            let mut md = vllm(&name, "raw");
+            let mut md = vllm(&name, "raw", provider);
             let mds: Api<ModelDeployment> = Api::namespaced(client.clone(), "raw");
             let created = mds.create(&PostParams::default(), &md).await?;
             md.metadata.uid = created.metadata.uid.clone();
             let core_status = json!({
                 "apiVersion": "kubeairunway.ai/v1alpha1", "kind": "ModelDeployment",
-                "status": {"provider": {"name": "dynamo", "selectedReason": "raw"},
+                "status": {"provider": {"name": provider.name(), "selectedReason": "raw"},
                            "conditions": [{"type": "ProviderSelected", "status": "True", "reason": "AutoSelected",
                                            "message": "raw", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
             mds.patch_status(
@@ -562,12 +629,7 @@ async fn raw_writes(
             let finalizer = json!({"metadata": {"finalizers": ["kubeairunway.ai/raw"]}});
             mds.patch(&name, &PatchParams::default(), &Patch::Merge(&finalizer))
                 .await?;
-            let dynamo = Dynamo::new(Settings::default());
-            let mut dgd = dynamo
-                .render(&md, &api)
-                .map_err(|e| anyhow::anyhow!("{e}"))?
-                .objects
-                .remove(0);
+            let mut dgd = render(provider, &md, &api)?;
             dgd.metadata.namespace = Some("raw".into());
             let dgds: Api<DynamicObject> =
                 Api::namespaced_with(client.clone(), "raw", &api.api_resource());
@@ -582,7 +644,7 @@ async fn raw_writes(
             let provider_status = json!({
                 "apiVersion": "kubeairunway.ai/v1alpha1", "kind": "ModelDeployment",
                 "status": {"phase": "Deploying", "message": "raw",
-                           "provider": {"resourceName": name, "resourceKind": "DynamoGraphDeployment"},
+                           "provider": {"resourceName": name, "resourceKind": api.api_resource().kind},
                            "conditions": [{"type": "Ready", "status": "False", "reason": "DeploymentProgressing",
                                            "message": "raw", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
             mds.patch_status(
