@@ -18,14 +18,10 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 type Labels = Vec<(&'static str, String)>;
-
-fn duration_histogram() -> Histogram {
-    Histogram::new(exponential_buckets(0.001, 2.0, 16))
-}
 
 /// The controller's metrics: counters and durations updated by the reconciler, and the
 /// gauges computed from its cache on each scrape ([`CacheGauges`]).
@@ -48,11 +44,11 @@ impl Metrics {
     pub fn new(registry: &mut Registry) -> Self {
         let reconcile_duration =
             Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(
-                duration_histogram,
+                kubeairunway_sdk::process::reconciliation_duration_histogram,
             );
         let reconcile_errors = Family::<Labels, Counter>::default();
         registry.register(
-            "kubeairunway_reconciliation_duration_seconds",
+            kubeairunway_sdk::process::RECONCILIATION_DURATION,
             "Time to reconcile one ModelDeployment, by selected provider",
             reconcile_duration.clone(),
         );

@@ -247,6 +247,18 @@ pub const TERM_GRACE: Duration = Duration::from_secs(5);
 /// handshake for each.
 pub const RECONCILE_CONCURRENCY: u16 = 16;
 
+/// The name every controller of the platform gives its histogram of reconciliation
+/// durations (core's, the providers' runtime, the kernel-cache controllers'), so that one
+/// query reads them all.
+pub const RECONCILIATION_DURATION: &str = "kubeairunway_reconciliation_duration_seconds";
+
+/// A histogram of [`RECONCILIATION_DURATION`]: the same buckets everywhere (1 ms to about
+/// 33 s), so that the controllers' histograms can be summed.
+pub fn reconciliation_duration_histogram() -> prometheus_client::metrics::histogram::Histogram {
+    use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+    Histogram::new(exponential_buckets(0.001, 2.0, 16))
+}
+
 /// The configuration of every controller of the platform: [`RECONCILE_CONCURRENCY`].
 pub fn controller_config() -> kube::runtime::controller::Config {
     kube::runtime::controller::Config::default().concurrency(RECONCILE_CONCURRENCY)

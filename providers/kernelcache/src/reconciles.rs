@@ -1,22 +1,19 @@
-//! The reconciliation durations of the kernel-cache controllers, named as the providers'
-//! runtime and core name theirs, so that one dashboard reads them all:
-//! `kubeairunway_reconciliation_duration_seconds{provider="kernelcache",kind}`, one
-//! observation per reconciliation of an object of `kind`.
+//! The reconciliation durations of the kernel-cache controllers, named and bucketed as the
+//! providers' runtime and core have theirs
+//! ([`kubeairunway_sdk::process::RECONCILIATION_DURATION`]), so that one dashboard reads
+//! them all: `kubeairunway_reconciliation_duration_seconds{provider="kernelcache",kind}`,
+//! one observation per reconciliation of an object of `kind`.
 
 use std::time::Instant;
 
+use kubeairunway_sdk::process::{RECONCILIATION_DURATION, reconciliation_duration_histogram};
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::controller::PROVIDER_NAME;
 
 type Labels = Vec<(&'static str, String)>;
-
-/// The buckets: 1 ms to 33 s, as the providers' runtime has them.
-fn histogram() -> Histogram {
-    Histogram::new(exponential_buckets(0.001, 2.0, 16))
-}
 
 /// Reconciliation durations, by kind of object reconciled.
 #[derive(Clone, Debug)]
@@ -24,7 +21,9 @@ pub struct Durations(Family<Labels, Histogram, fn() -> Histogram>);
 
 impl Default for Durations {
     fn default() -> Self {
-        Self(Family::new_with_constructor(histogram))
+        Self(Family::new_with_constructor(
+            reconciliation_duration_histogram,
+        ))
     }
 }
 
@@ -32,7 +31,7 @@ impl Durations {
     /// Register them in `registry`.
     pub fn register(&self, registry: &mut Registry) {
         registry.register(
-            "kubeairunway_reconciliation_duration_seconds",
+            RECONCILIATION_DURATION,
             "Time per reconciliation, by kind of object reconciled",
             self.0.clone(),
         );

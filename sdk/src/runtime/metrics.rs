@@ -8,7 +8,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
@@ -46,9 +46,9 @@ impl Metrics {
     pub fn new(registry: &mut Registry, provider: &str) -> Self {
         let reconciliations = Family::<OutcomeLabels, Counter>::default();
         let errors = Family::<ErrorLabels, Counter>::default();
-        let duration = Family::<ProviderLabel, Histogram>::new_with_constructor(|| {
-            Histogram::new(exponential_buckets(0.001, 2.0, 16))
-        });
+        let duration = Family::<ProviderLabel, Histogram>::new_with_constructor(
+            crate::process::reconciliation_duration_histogram,
+        );
         let upstream_ready = Family::<ProviderLabel, Gauge>::default();
         registry.register(
             "kubeairunway_provider_reconciliations",
@@ -61,7 +61,7 @@ impl Metrics {
             errors.clone(),
         );
         registry.register(
-            "kubeairunway_reconciliation_duration_seconds",
+            crate::process::RECONCILIATION_DURATION,
             "Time per reconciliation",
             duration.clone(),
         );
