@@ -28,7 +28,7 @@
 //! same phases.
 //!
 //! With `--raw-watches`, the plain client's writes are made while watches like the
-//! platform's are open (three of ModelDeployments, one of DynamoGraphDeployments): the
+//! platform's are open (three of ModelDeployments, one of the provider's upstream kind): the
 //! difference is what serving the watches costs the API server.
 //!
 //! Requests are read from the API server's own `apiserver_request_total`, by verb and
@@ -39,10 +39,11 @@
 //!
 //! The controllers are this binary, re-executed in a role (`SCALE_BENCH_ROLE`) that runs
 //! what the controller's own `main` runs, unless `--bin-dir` names a directory holding the
-//! built binaries (`kubeairunway-controller`, `dynamo-provider`,
-//! `kernelcache-controller`, `kernelcache-warmup`): then those run. Their RSS differs in its file-backed part
-//! (the pages of code run, out of a binary that holds one controller rather than all of
-//! them), which is why RSS is printed with its anonymous and file-backed parts.
+//! built binaries (`kubeairunway-controller`, `dynamo-provider`, `kuberay-provider`,
+//! `kernelcache-controller`, `kernelcache-warmup`): then those run. Their RSS differs in
+//! its file-backed part (the pages of code run, out of a binary that holds one controller
+//! rather than all of them), which is why RSS is printed with its anonymous and
+//! file-backed parts.
 //!
 //! Where the memory goes: with `--features heap-profile` (slow: use a small N and
 //! `--profile dev`), each controller writes `dhat-<role>.json` into the working directory
@@ -59,15 +60,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
+use anyhow::Context;
 use futures::StreamExt;
 use k8s_openapi::api::events::v1::Event;
 use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
-use kubeairunway_dynamo_provider::{Dynamo, Settings};
-use kubeairunway_e2e::{fixtures_dir, read_crd};
+use kubeairunway_cli::builtin::BuiltIns;
 use kubeairunway_kernelcache::controller::PROVIDER_NAME as KERNEL_CACHE;
-use kubeairunway_kuberay_provider::KubeRayProvider;
 use kubeairunway_sdk::api::{EngineType, InferenceProviderConfig, ModelDeployment};
 use kubeairunway_sdk::process::Runtime;
 use kubeairunway_sdk::testing::ModelDeploymentBuilder;
@@ -264,34 +264,22 @@ impl Role {
     }
 }
 
-/// A provider's upstream CRD (a fixture of the real one) and how it renders a
-/// ModelDeployment, as its binary runs it with default flags.
-fn upstream_crd(provider: Role) -> &'static str {
-    match provider {
-        Role::KubeRay => "crds/upstream/ray.io_rayservices.yaml",
-        _ => "crds/upstream/nvidia.com_dynamographdeployments.yaml",
-    }
+/// The built-in provider of `role`, as its binary configures it with default flags.
+fn provider(builtins: &BuiltIns, role: Role) -> anyhow::Result<&dyn Provider> {
+    builtins
+        .get(role.name())
+        .with_context(|| format!("{} is no built-in provider", role.name()))
 }
 
-/// The provider's upstream kind.
-fn upstream_of(provider: Role) -> kubeairunway_sdk::UpstreamRef {
-    match provider {
-        Role::KubeRay => KubeRayProvider::default().upstream(),
-        _ => Dynamo::new(Settings::default()).upstream(),
-    }
-}
-
-/// The provider's upstream object for `md`.
-fn render(
-    provider: Role,
+/// `provider`'s upstream object for `md` (the one of `api`'s kind).
+fn upstream_object(
+    provider: &dyn Provider,
     md: &ModelDeployment,
     api: &UpstreamApi,
 ) -> anyhow::Result<DynamicObject> {
-    let rendered = match provider {
-        Role::KubeRay => KubeRayProvider::default().render(md, api),
-        _ => Dynamo::new(Settings::default()).render(md, api),
-    }
-    .map_err(|e| anyhow::anyhow!("{e}"))?;
+    let rendered = provider
+        .render(md, api)
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     let kind = api.api_resource().kind;
     rendered
         .objects
@@ -409,7 +397,11 @@ where
 
 async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
     let client = cluster.client().await?;
-    let upstream_crd = read_crd(&fixtures_dir().join(upstream_crd(args.provider)))?;
+    let builtins = Arc::new(BuiltIns::defaults());
+    let wanted = provider(&builtins, args.provider)?.upstream();
+    // The real upstream CRD, as the CLI bundles it.
+    let upstream_crd = kubeairunway_cli::crds::bundled(&wanted.crd_name())?
+        .with_context(|| format!("no bundled CRD {}", wanted.crd_name()))?;
     let mut crds = kubeairunway_sdk::api::crds::all();
     crds.push(upstream_crd.clone());
     if args.kernel_cache {
@@ -420,10 +412,7 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
     for ns in ["raw", "scale"] {
         kubeairunway_testcluster::ensure_namespace(&client, ns).await?;
     }
-    let api = Arc::new(UpstreamApi::detect(
-        &upstream_crd,
-        &upstream_of(args.provider),
-    )?);
+    let api = Arc::new(UpstreamApi::detect(&upstream_crd, &wanted)?);
     println!(
         "scale benchmark: N = {}, {} connections, on {} cores",
         args.n,
@@ -439,7 +428,7 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
         tokio::task::JoinSet::new()
     };
     let cpu_before = cpu_use(cluster, &[]);
-    let raw = raw_writes(cluster, args, api.clone()).await?;
+    let raw = raw_writes(cluster, args, api.clone(), builtins).await?;
     drop(watches);
     print_cpu("the raw requests", &cpu_before, &cpu_use(cluster, &[]), raw);
     println!(
@@ -548,7 +537,7 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
 
 /// Watches like those open during the platform's run, their events read and dropped: of
 /// ModelDeployments core's, the provider's and the benchmark's own, and the provider's of
-/// DynamoGraphDeployments.
+/// its upstream kind (DynamoGraphDeployments, RayServices).
 fn platform_watches(client: &Client, api: &UpstreamApi) -> tokio::task::JoinSet<()> {
     let mut watches = tokio::task::JoinSet::new();
     for _ in 0..3 {
@@ -604,19 +593,20 @@ async fn raw_writes(
     cluster: &TestCluster,
     args: &Args,
     api: Arc<UpstreamApi>,
+    builtins: Arc<BuiltIns>,
 ) -> anyhow::Result<Duration> {
-    let provider = args.provider;
+    let role = args.provider;
     fan_out(cluster, args.n, args.connections, move |client, i| {
-        let api = api.clone();
+        let (api, builtins) = (api.clone(), builtins.clone());
         async move {
             let name = format!("raw-{i}");
-            let mut md = vllm(&name, "raw", provider);
+            let mut md = vllm(&name, "raw", role);
             let mds: Api<ModelDeployment> = Api::namespaced(client.clone(), "raw");
             let created = mds.create(&PostParams::default(), &md).await?;
             md.metadata.uid = created.metadata.uid.clone();
             let core_status = json!({
                 "apiVersion": "kubeairunway.ai/v1alpha1", "kind": "ModelDeployment",
-                "status": {"provider": {"name": provider.name(), "selectedReason": "raw"},
+                "status": {"provider": {"name": role.name(), "selectedReason": "raw"},
                            "conditions": [{"type": "ProviderSelected", "status": "True", "reason": "AutoSelected",
                                            "message": "raw", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
             mds.patch_status(
@@ -629,7 +619,7 @@ async fn raw_writes(
             let finalizer = json!({"metadata": {"finalizers": ["kubeairunway.ai/raw"]}});
             mds.patch(&name, &PatchParams::default(), &Patch::Merge(&finalizer))
                 .await?;
-            let mut dgd = render(provider, &md, &api)?;
+            let mut dgd = upstream_object(provider(&builtins, role)?, &md, &api)?;
             dgd.metadata.namespace = Some("raw".into());
             let dgds: Api<DynamicObject> =
                 Api::namespaced_with(client.clone(), "raw", &api.api_resource());
