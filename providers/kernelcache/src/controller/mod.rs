@@ -164,7 +164,9 @@ pub async fn run(
         (),
         reflect::strip,
     );
-    let md_stream = md_stream.touched_objects();
+    let md_stream = md_stream
+        .applied_objects()
+        .predicate_filter(md_relevant, kube::runtime::PredicateConfig::default());
     let (node_meta, node_meta_stream) = reflected::<PartialObjectMeta<Node>>(&client);
     let readiness = tokio::spawn({
         let (nodes, caches, policies, mds, node_meta) = (
@@ -321,6 +323,28 @@ fn md_controller(
         .graceful_shutdown_on(shutdown)
         .run(reconcile_md, md_error, md_ctx)
         .for_each(|_| async {})
+}
+
+/// What [`reconcile_md`] reads of a ModelDeployment, hashed: its identity and the
+/// KernelCache it names, and for one naming a cache, its generation and its
+/// `KernelCacheReady` condition. Its other changes (core's and the serving provider's
+/// status, their finalizers) never change what it decides, so they wake nothing: one
+/// reconcile per ModelDeployment naming no cache, not one per write to it. Cache changes
+/// wake the ModelDeployments naming them through the KernelCache watch.
+fn md_relevant(md: &Compact<ModelDeployment>) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    md.meta().uid.hash(&mut h);
+    let cache = md.kernel_cache_name();
+    cache.hash(&mut h);
+    if cache.is_some() {
+        md.meta().generation.hash(&mut h);
+        let condition = md
+            .status()
+            .and_then(|s| conditions::find(&s.conditions, KERNEL_CACHE_READY).cloned());
+        serde_json::to_string(&condition).ok().hash(&mut h);
+    }
+    Some(h.finish())
 }
 
 /// The controller of Nodes' ready labels from the agents' reports (a part of [`run`];
@@ -1056,5 +1080,67 @@ async fn register(client: Client, every: Duration) {
             }
         }
         tokio::time::sleep(every.min(Duration::from_secs(30))).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use k8s_openapi::jiff::Timestamp;
+    use kubeairunway_sdk::api::{KernelCacheRef, ModelDeploymentStatus};
+    use kubeairunway_sdk::testing::ModelDeploymentBuilder;
+
+    use super::*;
+
+    fn relevant(md: &ModelDeployment) -> Option<u64> {
+        md_relevant(&Compact::new(md.clone()).unwrap())
+    }
+
+    fn with_condition(md: &ModelDeployment, type_: &str, ok: bool) -> ModelDeployment {
+        let mut md = md.clone();
+        let status = md.status.get_or_insert_with(ModelDeploymentStatus::default);
+        status.conditions.push(conditions::new(
+            None,
+            type_,
+            ok,
+            "Reason",
+            "message",
+            Some(1),
+            Timestamp::UNIX_EPOCH,
+        ));
+        md
+    }
+
+    /// Others' writes (core's and the serving provider's status, finalizers) wake nothing;
+    /// what the condition is decided from, and the condition itself, do.
+    #[test]
+    fn only_what_decides_kernel_cache_ready_wakes_a_model_deployment() {
+        let mut plain = ModelDeploymentBuilder::new("m").namespace("ns").build();
+        plain.metadata.uid = Some("u1".into());
+        plain.metadata.generation = Some(1);
+        let mut written_by_others = with_condition(&plain, "Ready", false);
+        written_by_others.metadata.finalizers = Some(vec!["kubeairunway.ai/x".into()]);
+        written_by_others.metadata.generation = Some(2);
+        // Naming no cache: nothing but its identity and a cache's name count.
+        assert_eq!(relevant(&plain), relevant(&written_by_others));
+        let mut recreated = plain.clone();
+        recreated.metadata.uid = Some("u2".into());
+        assert_ne!(relevant(&plain), relevant(&recreated));
+
+        let mut named = plain.clone();
+        named.spec.kernel_cache = Some(KernelCacheRef { name: "c".into() });
+        assert_ne!(relevant(&plain), relevant(&named));
+        assert_eq!(
+            relevant(&named),
+            relevant(&with_condition(&named, "Ready", true))
+        );
+        let mut edited = named.clone();
+        edited.metadata.generation = Some(2);
+        assert_ne!(relevant(&named), relevant(&edited));
+        let ours = with_condition(&named, KERNEL_CACHE_READY, true);
+        assert_ne!(relevant(&named), relevant(&ours));
+        assert_ne!(
+            relevant(&ours),
+            relevant(&with_condition(&named, KERNEL_CACHE_READY, false))
+        );
     }
 }
