@@ -81,46 +81,84 @@ impl Resource for Owned {
 /// `(namespace, ModelDeployment name)`.
 type MdKey = (String, String);
 
+/// The index's key of a ModelDeployment: a hash of its namespace and name, not the two
+/// strings (with the names, an entry per owned object cost about 260 bytes, a third of
+/// what the provider kept per object at 10,000 ModelDeployments; the scale benchmark's
+/// heap profile, README "Testing"). Two ModelDeployments whose hashes collide share an
+/// entry: [`OwnedCache::names_for`] keeps only the names whose objects are labelled for
+/// the ModelDeployment asked about.
+fn md_hash(ns: &str, md: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    (ns, md).hash(&mut h);
+    h.finish()
+}
+
 /// The names of a ModelDeployment's objects of one kind, sorted: usually one, and a
 /// B-tree set would allocate a node of eleven for it.
-type Names = Vec<String>;
+type Names = Vec<Box<str>>;
 
 #[derive(Default)]
 struct Index {
-    current: HashMap<MdKey, Names>,
+    current: HashMap<u64, Names>,
     /// Being rebuilt by a relist; swapped in at its end.
-    pending: Option<HashMap<MdKey, Names>>,
+    pending: Option<HashMap<u64, Names>>,
 }
 
-/// The top-level field of a cached owned object's text that holds its labels (no
-/// Kubernetes object has a field of that name), so that its parsed metadata holds no
-/// label map: a B-tree node of about 540 bytes per object, whatever few labels it holds.
-/// [`OwnedCache::get`] puts them back.
-const LABELS_IN_TEXT: &str = "kubeairunway.ai/labels";
+/// The top-level field of a cached owned object's text that holds the parts of its
+/// metadata that only a reconcile reads (no Kubernetes object has a field of that name):
+/// its labels, owner references and uid ([`InText`]). Parsed, they cost more than the
+/// rest of the object kept: a label map is a B-tree node of about 540 bytes whatever few
+/// labels it holds, an owner reference a struct and four strings of about 230 bytes, and
+/// the store's key copies the uid. Measured with the scale benchmark's heap profile
+/// (README "Testing"). [`OwnedCache::get`] puts them back.
+const METADATA_IN_TEXT: &str = "kubeairunway.ai/metadata";
 
-/// Shape an owned object before it is kept: [`reflect::strip`], and its labels moved
-/// into its text.
+/// The metadata a kept object holds in its text ([`METADATA_IN_TEXT`]).
+#[derive(Default, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct InText {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    labels: Option<std::collections::BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    owner_references: Option<Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    uid: Option<String>,
+}
+
+/// Shape an owned object before it is kept: [`reflect::strip`], and its labels, owner
+/// references and uid moved into its text.
 fn keep(object: &mut Owned) {
     reflect::strip(object);
-    let Some(labels) = object.0.metadata.labels.take() else {
-        return;
+    let meta = &mut object.0.metadata;
+    let moved = InText {
+        labels: meta.labels.take(),
+        owner_references: meta.owner_references.take(),
+        uid: meta.uid.take(),
     };
+    if moved.labels.is_none() && moved.owner_references.is_none() && moved.uid.is_none() {
+        return;
+    }
     if object.0.data.is_null() {
         object.0.data = serde_json::Value::Object(serde_json::Map::new());
     }
-    if let Some(fields) = object.0.data.as_object_mut() {
-        fields.insert(LABELS_IN_TEXT.into(), serde_json::json!(labels));
+    if let (Some(fields), Ok(moved)) = (object.0.data.as_object_mut(), serde_json::to_value(moved))
+    {
+        fields.insert(METADATA_IN_TEXT.into(), moved);
     }
 }
 
 /// The object as it was before [`keep`] (but for what [`reflect::strip`] drops).
 fn restored(Owned(mut object): Owned) -> DynamicObject {
-    if let Some(labels) = object
+    if let Some(moved) = object
         .data
         .as_object_mut()
-        .and_then(|fields| fields.remove(LABELS_IN_TEXT))
+        .and_then(|fields| fields.remove(METADATA_IN_TEXT))
     {
-        object.metadata.labels = serde_json::from_value(labels).ok();
+        let moved: InText = serde_json::from_value(moved).unwrap_or_default();
+        object.metadata.labels = moved.labels;
+        object.metadata.owner_references = moved.owner_references;
+        object.metadata.uid = moved.uid;
     }
     object
 }
@@ -136,10 +174,14 @@ fn kept(object: DynamicObject) -> Option<Compact<Owned>> {
 fn md_key(object: &Compact<Owned>) -> Option<MdKey> {
     #[derive(Deserialize)]
     struct Labelled {
-        #[serde(rename = "kubeairunway.ai/labels")]
+        #[serde(rename = "kubeairunway.ai/metadata")]
+        metadata: Option<Labels>,
+    }
+    #[derive(Deserialize)]
+    struct Labels {
         labels: Option<std::collections::BTreeMap<String, String>>,
     }
-    let mut labelled = object.peek::<Labelled>()?.labels?;
+    let mut labelled = object.peek::<Labelled>()?.metadata?.labels?;
     Some((
         object.namespace()?,
         labelled.remove(labels::MODEL_DEPLOYMENT)?,
@@ -158,11 +200,21 @@ fn event_md(event: &watcher::Event<Compact<Owned>>) -> Option<MdKey> {
 }
 
 impl Index {
-    fn insert(map: &mut HashMap<MdKey, Names>, key: MdKey, name: String) {
-        let names = map.entry(key).or_default();
+    fn insert(map: &mut HashMap<u64, Names>, (ns, md): &MdKey, name: String) {
+        let names = map.entry(md_hash(ns, md)).or_default();
+        let name = name.into_boxed_str();
         if let Err(at) = names.binary_search(&name) {
             names.insert(at, name);
         }
+    }
+
+    /// The names indexed under `ns/md`'s key: its objects', and those of any
+    /// ModelDeployment whose key collides with it.
+    fn names(&self, ns: &str, md: &str) -> Names {
+        self.current
+            .get(&md_hash(ns, md))
+            .cloned()
+            .unwrap_or_default()
     }
 
     /// Follow `event`, whose object is labelled for the ModelDeployment `md`
@@ -172,7 +224,7 @@ impl Index {
             (watcher::Event::Init, _) => self.pending = Some(HashMap::new()),
             (watcher::Event::InitApply(o), Some(key)) => {
                 if let Some(p) = self.pending.as_mut() {
-                    Self::insert(p, key.clone(), o.name_any());
+                    Self::insert(p, key, o.name_any());
                 }
             }
             (watcher::Event::InitDone, _) => {
@@ -181,14 +233,15 @@ impl Index {
                 }
             }
             (watcher::Event::Apply(o), Some(key)) => {
-                Self::insert(&mut self.current, key.clone(), o.name_any());
+                Self::insert(&mut self.current, key, o.name_any());
             }
-            (watcher::Event::Delete(o), Some(key)) => {
-                if let Some(names) = self.current.get_mut(key) {
+            (watcher::Event::Delete(o), Some((ns, md))) => {
+                let key = md_hash(ns, md);
+                if let Some(names) = self.current.get_mut(&key) {
                     let gone = o.name_any();
-                    names.retain(|n| *n != gone);
+                    names.retain(|n| **n != *gone);
                     if names.is_empty() {
-                        self.current.remove(key);
+                        self.current.remove(&key);
                     }
                 }
             }
@@ -255,6 +308,22 @@ fn wakes(own: &mut Option<OwnWrite>, rv: Option<&str>, deleted: bool) -> bool {
             false
         }
     }
+}
+
+/// Forget what is known of our writes of `key`, and give the table's memory back once it
+/// is mostly empty: a rollout of thousands of ModelDeployments grows it to thousands of
+/// writes whose watch events have not arrived yet, and a hash table never shrinks by
+/// itself (its capacity stayed at its peak, megabytes at 10,000 in the scale benchmark).
+/// Shrunk to twice what it holds when a quarter is in use: amortized, as it grows.
+fn remove_own_write(
+    writes: &mut HashMap<ObjectKey, OwnWrite>,
+    key: &ObjectKey,
+) -> Option<OwnWrite> {
+    let removed = writes.remove(key);
+    if writes.capacity() > 64 && writes.len() * 4 < writes.capacity() {
+        writes.shrink_to(writes.len() * 2);
+    }
+    removed
 }
 
 /// The owned-object caches of one provider, for one term of leadership.
@@ -334,9 +403,13 @@ impl OwnedCache {
                     let mut entry = w.get(&key).cloned();
                     let wake = wakes(&mut entry, o.resource_version().as_deref(), deleted);
                     match entry {
-                        Some(entry) => w.insert(key, entry),
-                        None => w.remove(&key),
-                    };
+                        Some(entry) => {
+                            w.insert(key, entry);
+                        }
+                        None => {
+                            remove_own_write(&mut w, &key);
+                        }
+                    }
                     wake
                 });
                 if wake {
@@ -363,7 +436,7 @@ impl OwnedCache {
         let mut index = Index::default();
         for o in &objects {
             if let Some(key) = md_key(o) {
-                Index::insert(&mut index.current, key, o.name_any());
+                Index::insert(&mut index.current, &key, o.name_any());
             }
         }
         let task = tokio::spawn(async {}).abort_handle();
@@ -423,7 +496,8 @@ impl OwnedCache {
             })
     }
 
-    /// Names of the objects of `resource` labelled for the ModelDeployment `ns/md`.
+    /// Names of the objects of `resource` labelled for the ModelDeployment `ns/md`: those
+    /// indexed under its key whose cached object is labelled for it.
     pub(crate) fn names_for(&self, resource: &ApiResource, ns: &str, md: &str) -> Vec<String> {
         let Ok(kinds) = self.kinds.lock() else {
             return Vec::new();
@@ -431,11 +505,22 @@ impl OwnedCache {
         let Some(kind) = kinds.get(&kind_key(resource)) else {
             return Vec::new();
         };
-        kind.index
+        let names = kind
+            .index
             .read()
-            .ok()
-            .and_then(|i| i.current.get(&(ns.to_string(), md.to_string())).cloned())
-            .unwrap_or_default()
+            .map(|i| i.names(ns, md))
+            .unwrap_or_default();
+        let wanted = (ns.to_string(), md.to_string());
+        names
+            .iter()
+            .filter(|name| {
+                kind.cache
+                    .store
+                    .get(&ObjectRef::new_with(name, kind.resource.clone()).within(ns))
+                    .is_some_and(|o| md_key(&o).as_ref() == Some(&wanted))
+            })
+            .map(ToString::to_string)
+            .collect()
     }
 
     /// Every kind watched so far.
@@ -446,20 +531,17 @@ impl OwnedCache {
             .unwrap_or_default()
     }
 
-    /// ModelDeployments (`namespace`, name) that own objects of any watched kind.
+    /// ModelDeployments (`namespace`, name) that own objects of any watched kind, read
+    /// from the cached objects' labels (the index holds keys, not names; a sweep at each
+    /// resync, not a reconcile, reads every object).
     pub(crate) fn model_deployments(&self) -> BTreeSet<MdKey> {
         let Ok(kinds) = self.kinds.lock() else {
             return BTreeSet::new();
         };
         kinds
             .values()
-            .filter_map(|k| {
-                k.index
-                    .read()
-                    .ok()
-                    .map(|i| i.current.keys().cloned().collect::<Vec<_>>())
-            })
-            .flatten()
+            .flat_map(|k| k.cache.store.state())
+            .filter_map(|o| md_key(&o))
             .collect()
     }
 
@@ -480,8 +562,15 @@ impl OwnedCache {
         };
         let key = object_key(resource, &ns, &object.name_any());
         let held = self.own_writes.lock().ok().and_then(|mut w| {
-            match w.insert(key, OwnWrite::Written(rv.clone())) {
-                Some(OwnWrite::InFlight(Some(seen))) if seen != rv => Some(()),
+            match w.insert(key.clone(), OwnWrite::Written(rv.clone())) {
+                // The event of this write came while it was under way: nothing is left
+                // to recognise, and kept, the entry would stay until the object's next
+                // change (thousands of them after a rollout).
+                Some(OwnWrite::InFlight(Some(seen))) if seen == rv => {
+                    remove_own_write(&mut w, &key);
+                    None
+                }
+                Some(OwnWrite::InFlight(Some(_))) => Some(()),
                 _ => None,
             }
         });
@@ -494,11 +583,12 @@ impl OwnedCache {
     /// wakes the reconciler.
     pub(crate) fn write_failed(&self, resource: &ApiResource, ns: &str, name: &str, md: &str) {
         let key = object_key(resource, ns, name);
-        let held = self
-            .own_writes
-            .lock()
-            .ok()
-            .is_some_and(|mut w| matches!(w.remove(&key), Some(OwnWrite::InFlight(Some(_)))));
+        let held = self.own_writes.lock().ok().is_some_and(|mut w| {
+            matches!(
+                remove_own_write(&mut w, &key),
+                Some(OwnWrite::InFlight(Some(_)))
+            )
+        });
         if held && let Some(trigger) = &self.trigger {
             let _ = trigger.send(ObjectRef::new(md).within(ns));
         }
@@ -517,7 +607,7 @@ impl OwnedCache {
     /// Forget the own write of an object that is gone.
     pub(crate) fn forget(&self, resource: &ApiResource, ns: &str, name: &str) {
         if let Ok(mut w) = self.own_writes.lock() {
-            w.remove(&object_key(resource, ns, name));
+            remove_own_write(&mut w, &object_key(resource, ns, name));
         }
     }
 }
@@ -553,19 +643,50 @@ mod tests {
         follow(&mut i, &watcher::Event::Apply(obj("a-config", "a")));
         follow(&mut i, &watcher::Event::Apply(obj("a-other", "a")));
         follow(&mut i, &watcher::Event::Apply(obj("b-config", "b")));
-        assert_eq!(i.current[&("ns".into(), "a".into())].len(), 2);
+        assert_eq!(i.names("ns", "a").len(), 2);
         follow(&mut i, &watcher::Event::Delete(obj("a-other", "a")));
-        assert_eq!(i.current[&("ns".into(), "a".into())].len(), 1);
+        assert_eq!(i.names("ns", "a").len(), 1);
         // A relist that no longer holds `b`.
         follow(&mut i, &watcher::Event::Init);
         follow(&mut i, &watcher::Event::InitApply(obj("a-config", "a")));
-        assert!(
-            i.current.contains_key(&("ns".into(), "b".into())),
-            "until done"
-        );
+        assert!(!i.names("ns", "b").is_empty(), "until done");
         follow(&mut i, &watcher::Event::InitDone);
-        assert!(!i.current.contains_key(&("ns".into(), "b".into())));
-        assert!(i.current.contains_key(&("ns".into(), "a".into())));
+        assert!(i.names("ns", "b").is_empty());
+        assert_eq!(&*i.names("ns", "a")[0], "a-config");
+    }
+
+    /// The index is keyed by a hash of the ModelDeployment: were two to collide, each is
+    /// still given only the objects labelled for it, and the sweep reads the labels.
+    #[tokio::test]
+    async fn colliding_index_keys_give_each_model_deployment_only_its_own_objects() {
+        let (service, _api) = tower_test::mock::pair::<
+            http::Request<kube::client::Body>,
+            http::Response<kube::client::Body>,
+        >();
+        let cache = OwnedCache::new(Client::new(service, "ns"), "p", None);
+        let resource = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        let objects = [obj("a-config", "a"), obj("b-config", "b")]
+            .into_iter()
+            .map(|o| restored(o.object().unwrap()))
+            .collect();
+        cache.fixed(&resource, objects);
+        assert_eq!(cache.names_for(&resource, "ns", "a"), ["a-config"]);
+        // `b`'s object indexed under `a`'s key too, as a collision would.
+        {
+            let kinds = cache.kinds.lock().unwrap();
+            let mut index = kinds[&kind_key(&resource)].index.write().unwrap();
+            let names = index.current.get_mut(&md_hash("ns", "a")).unwrap();
+            names.push("b-config".into());
+        }
+        assert_eq!(cache.names_for(&resource, "ns", "a"), ["a-config"]);
+        assert_eq!(cache.names_for(&resource, "ns", "b"), ["b-config"]);
+        assert_eq!(
+            cache.model_deployments(),
+            BTreeSet::from([
+                ("ns".to_string(), "a".to_string()),
+                ("ns".to_string(), "b".to_string())
+            ])
+        );
     }
 
     #[tokio::test]
@@ -585,7 +706,10 @@ mod tests {
             "metadata": {"resourceVersion": "5"},
             "items": [{"apiVersion": "v1", "kind": "ConfigMap",
                 "metadata": {"name": "x", "namespace": "ns", "resourceVersion": "4",
+                    "uid": "u-x",
                     "labels": {labels::MODEL_DEPLOYMENT: "a"},
+                    "ownerReferences": [{"apiVersion": "kubeairunway.ai/v1alpha1",
+                        "kind": "ModelDeployment", "name": "a", "uid": "u-a", "controller": true}],
                     "managedFields": [{"manager": "m", "operation": "Apply"}],
                     "annotations": {reflect::LAST_APPLIED: "{}", "keep": "1"}},
                 "data": {"k": "v"}}]});
@@ -600,11 +724,48 @@ mod tests {
         assert_eq!(o.annotations().keys().collect::<Vec<_>>(), ["keep"]);
         assert_eq!(o.data["data"]["k"], "v");
         assert_eq!(cache.names_for(&resource, "ns", "a"), ["x"]);
-        // The labels are kept in the text, not as a parsed map, and come back whole.
+        // The labels, owner references and uid are kept in the text, not parsed, and come
+        // back whole.
         assert_eq!(o.labels()[labels::MODEL_DEPLOYMENT], "a");
-        assert!(!o.data.as_object().unwrap().contains_key(LABELS_IN_TEXT));
+        assert_eq!(o.owner_references()[0].uid, "u-a");
+        assert_eq!(o.owner_references()[0].controller, Some(true));
+        assert_eq!(o.uid().as_deref(), Some("u-x"));
+        assert_eq!(o.resource_version().as_deref(), Some("4"));
+        assert!(!o.data.as_object().unwrap().contains_key(METADATA_IN_TEXT));
         let (_, kept) = cache.cache(&resource).unwrap();
-        assert!(kept.store.state().iter().all(|c| c.meta().labels.is_none()));
+        assert!(kept.store.state().iter().all(|c| {
+            let meta = c.meta();
+            meta.labels.is_none() && meta.owner_references.is_none() && meta.uid.is_none()
+        }));
+    }
+
+    /// A burst of writes grows the table; once their events have arrived it is small
+    /// again, not held at its peak.
+    #[test]
+    fn the_own_writes_table_gives_its_memory_back_once_drained() {
+        let mut writes = HashMap::new();
+        let key = |i: usize| {
+            (
+                "v1".to_string(),
+                "ConfigMap".to_string(),
+                "ns".to_string(),
+                format!("o-{i}"),
+            )
+        };
+        for i in 0..10_000 {
+            writes.insert(key(i), OwnWrite::Written(i.to_string()));
+        }
+        let peak = writes.capacity();
+        for i in 0..9_990 {
+            assert!(remove_own_write(&mut writes, &key(i)).is_some());
+        }
+        assert_eq!(writes.len(), 10);
+        assert!(writes.capacity() <= 64, "{} of {peak}", writes.capacity());
+        // What is left is still there.
+        assert_eq!(
+            remove_own_write(&mut writes, &key(9_999)),
+            Some(OwnWrite::Written("9999".into()))
+        );
     }
 
     #[test]
@@ -652,6 +813,8 @@ mod tests {
             .insert(key.clone(), OwnWrite::InFlight(Some("7".into())));
         cache.wrote(&resource, &written);
         assert!(rx.try_recv().is_err(), "our own write woke the reconciler");
+        // Its event seen, nothing is kept of it.
+        assert!(cache.own_writes.lock().unwrap().get(&key).is_none());
         // Someone else's change arrived during our write: woken once the answer is in.
         cache.writing(&resource, "ns", "a-config");
         cache
