@@ -237,6 +237,20 @@ pub use std::alloc::System as Allocator;
 #[cfg(not(target_env = "msvc"))]
 pub use tikv_jemallocator::Jemalloc as Allocator;
 
+/// Have jemalloc return freed memory to the system from a thread of its own. Without it,
+/// jemalloc purges pages freed for ten seconds only when the process allocates again, and
+/// a controller idle after a burst (a rollout of thousands of ModelDeployments, then
+/// steady state with nothing to do) keeps the pages of the burst resident. Measured with
+/// the scale benchmark (README "Testing"): the Deployment provider at 2,000
+/// ModelDeployments held 19.1 MB of anonymous memory after 20 s of steady state without
+/// it and 17.1 MB with it. (Nothing to do with the system allocator, on MSVC.)
+fn purge_freed_memory_in_the_background() {
+    #[cfg(not(target_env = "msvc"))]
+    if let Err(e) = tikv_jemalloc_ctl::background_thread::write(true) {
+        tracing::warn!(error = %e, "could not start jemalloc's background purging");
+    }
+}
+
 /// How long a term's work may take to stop after the term ended before it is cancelled.
 pub const TERM_GRACE: Duration = Duration::from_secs(5);
 
@@ -402,6 +416,7 @@ impl Runtime {
     pub async fn start(component: &str, options: Options) -> anyhow::Result<Self> {
         init_logging(options.log_format);
         install_crypto_provider();
+        purge_freed_memory_in_the_background();
         let client = Client::try_default()
             .await
             .context("connecting to the cluster (in-cluster config or KUBECONFIG)")?;
