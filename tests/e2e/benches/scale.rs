@@ -4,15 +4,16 @@
 //!
 //! ```console
 //! $ cargo bench -p kubeairunway-e2e --bench scale -- --n 1000 [--connections 8] [--steady 60s] \
-//!       [--provider dynamo|kuberay] [--kernel-cache] [--bin-dir target/release] [--raw-watches]
+//!       [--provider dynamo|kuberay|kaito|deployment] [--kernel-cache] [--bin-dir target/release] \
+//!       [--raw-watches]
 //! ```
 //!
 //! It starts a private test API server (etcd + the upstream apiserver code), installs the
-//! platform's CRDs and Dynamo's, then:
+//! platform's CRDs and the provider's upstream CRD (Dynamo's by default), then:
 //! 1. **raw**: a plain client makes, per ModelDeployment, the requests the platform makes
 //!    for it, in the same order (create the ModelDeployment, core's status and event, the
-//!    provider's finalizer, the read that the DynamoGraphDeployment is not someone else's,
-//!    the DynamoGraphDeployment, the provider's event and status), over `--connections`
+//!    provider's finalizer, for each object rendered the read that it is not someone
+//!    else's and its apply, the provider's event and status), over `--connections`
 //!    connections;
 //! 2. **platform**: core (`kubeairunway-controller`) and `dynamo-provider` run as child
 //!    processes, each with the flags its Deployment gives it; the same number of
@@ -24,8 +25,11 @@
 //! 3. **steady state**: nothing changes for `--steady`; requests and reconciles are
 //!    counted again.
 //!
-//! `--provider kuberay` runs `kuberay-provider` (RayServices) in Dynamo's place, with the
-//! same phases.
+//! `--provider` runs another provider in Dynamo's place, with the same phases:
+//! `kuberay-provider` (RayServices), `kaito-provider` (Workspaces and their inference
+//! ConfigMaps; KAITO provisions nodes, so it is given a GPU instance type) or
+//! `deployment-provider` (Deployments and Services, a built-in kind read from the API
+//! server's OpenAPI document). The raw phase writes what that provider renders.
 //!
 //! With `--raw-watches`, the plain client's writes are made while watches like the
 //! platform's are open (three of ModelDeployments, one of the provider's upstream kind): the
@@ -39,8 +43,8 @@
 //!
 //! The controllers are this binary, re-executed in a role (`SCALE_BENCH_ROLE`) that runs
 //! what the controller's own `main` runs, unless `--bin-dir` names a directory holding the
-//! built binaries (`kubeairunway-controller`, `dynamo-provider`, `kuberay-provider`,
-//! `kernelcache-controller`, `kernelcache-warmup`): then those run. Their RSS differs in
+//! built binaries (`kubeairunway-controller`, the provider's, `kernelcache-controller`,
+//! `kernelcache-warmup`): then those run. Their RSS differs in
 //! its file-backed part (the pages of code run, out of a binary that holds one controller
 //! rather than all of them), which is why RSS is printed with its anonymous and
 //! file-backed parts.
@@ -63,15 +67,19 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use futures::StreamExt;
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{
+    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
+    PatchParams, PostParams,
+};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
-use kubeairunway_cli::builtin::BuiltIns;
+use kubeairunway_cli::builtin::{BuiltIns, NodeProvisioningMode, ProviderFlags};
 use kubeairunway_kernelcache::controller::PROVIDER_NAME as KERNEL_CACHE;
 use kubeairunway_sdk::api::{EngineType, InferenceProviderConfig, ModelDeployment};
 use kubeairunway_sdk::process::Runtime;
 use kubeairunway_sdk::testing::ModelDeploymentBuilder;
-use kubeairunway_sdk::{Provider, UpstreamApi};
+use kubeairunway_sdk::{Provider, UpstreamApi, UpstreamRef};
 use kubeairunway_testcluster::{Lifetime, TestCluster, install_crds};
 use serde_json::json;
 
@@ -123,7 +131,11 @@ fn args() -> Args {
                 out.provider = match it.next().as_deref() {
                     Some("dynamo") => Role::Dynamo,
                     Some("kuberay") => Role::KubeRay,
-                    other => panic!("--provider dynamo|kuberay, not {other:?}"),
+                    Some("kaito") => Role::Kaito,
+                    Some("deployment") => Role::Deployment,
+                    other => {
+                        panic!("--provider dynamo|kuberay|kaito|deployment, not {other:?}")
+                    }
                 };
             }
             "--bin-dir" => out.bin_dir = Some(it.next().expect("--bin-dir DIR").into()),
@@ -175,6 +187,8 @@ enum Role {
     Core,
     Dynamo,
     KubeRay,
+    Kaito,
+    Deployment,
     KernelCache,
     Warmup,
 }
@@ -185,6 +199,8 @@ impl Role {
             "core" => Self::Core,
             "dynamo" => Self::Dynamo,
             "kuberay" => Self::KubeRay,
+            "kaito" => Self::Kaito,
+            "deployment" => Self::Deployment,
             "kernelcache" => Self::KernelCache,
             "warmup" => Self::Warmup,
             other => anyhow::bail!("unknown {ROLE} {other}"),
@@ -196,6 +212,8 @@ impl Role {
             Self::Core => "core",
             Self::Dynamo => "dynamo",
             Self::KubeRay => "kuberay",
+            Self::Kaito => "kaito",
+            Self::Deployment => "deployment",
             Self::KernelCache => "kernelcache",
             Self::Warmup => "warmup",
         }
@@ -207,6 +225,8 @@ impl Role {
             Self::Core => "kubeairunway-controller",
             Self::Dynamo => "dynamo-provider",
             Self::KubeRay => "kuberay-provider",
+            Self::Kaito => "kaito-provider",
+            Self::Deployment => "deployment-provider",
             Self::KernelCache => "kernelcache-controller",
             Self::Warmup => "kernelcache-warmup",
         }
@@ -223,9 +243,19 @@ impl Role {
             Self::Core => flags.push("--enable-webhooks=false".into()),
             // Required; no Warmup runs here, so no pod is ever made from it.
             Self::Warmup => flags.push("--tools-image=tools.invalid/kernelcache:0".into()),
-            Self::Dynamo | Self::KubeRay | Self::KernelCache => {}
+            Self::Dynamo | Self::KubeRay | Self::Kaito | Self::Deployment | Self::KernelCache => {}
         }
+        flags.extend(self.provider_flags().iter().map(ToString::to_string));
         flags
+    }
+
+    /// Its own provider flags, which the raw phase renders with too: KAITO provisions a
+    /// node per Workspace (its default) and so needs the GPU instance type to name.
+    fn provider_flags(self) -> &'static [&'static str] {
+        match self {
+            Self::Kaito => &["--gpu-instance-type=Standard_NC24ads_A100_v4"],
+            _ => &[],
+        }
     }
 
     /// What the controller's binary runs in its `main`, from this process's flags.
@@ -248,6 +278,17 @@ impl Role {
                 let rt = Runtime::start(self.binary(), cli.options.process.clone()).await?;
                 kubeairunway_sdk::runtime::run(cli.provider(), rt, cli.options).await
             }
+            Self::Kaito => {
+                let cli = kubeairunway_kaito_provider::cli::Cli::try_parse()?;
+                let rt = Runtime::start(self.binary(), cli.options.process.clone()).await?;
+                let provider = cli.provider(&rt.client()).await?;
+                kubeairunway_sdk::runtime::run(provider, rt, cli.options).await
+            }
+            Self::Deployment => {
+                let cli = kubeairunway_deployment_provider::cli::Cli::try_parse()?;
+                let rt = Runtime::start(self.binary(), cli.options.process.clone()).await?;
+                kubeairunway_sdk::runtime::run(cli.provider(), rt, cli.options).await
+            }
             Self::KernelCache => {
                 use kubeairunway_kernelcache::controller::app;
                 let cli = app::Cli::try_parse()?;
@@ -264,28 +305,88 @@ impl Role {
     }
 }
 
-/// The built-in provider of `role`, as its binary configures it with default flags.
+/// The built-in providers configured as the benchmark runs `role`'s binary (its
+/// [`Role::provider_flags`] on top of the defaults).
+fn builtins(role: Role) -> anyhow::Result<BuiltIns> {
+    #[derive(clap::Parser)]
+    struct Flags {
+        #[command(flatten)]
+        providers: ProviderFlags,
+    }
+    let args = std::iter::once("scale").chain(role.provider_flags().iter().copied());
+    let flags = <Flags as clap::Parser>::try_parse_from(args)?;
+    // No InferenceSet CRD is installed, so `--inference-set=auto` reads as off.
+    Ok(BuiltIns::new(
+        &flags.providers,
+        None,
+        NodeProvisioningMode::Auto,
+    ))
+}
+
+/// The built-in provider of `role`.
 fn provider(builtins: &BuiltIns, role: Role) -> anyhow::Result<&dyn Provider> {
     builtins
         .get(role.name())
         .with_context(|| format!("{} is no built-in provider", role.name()))
 }
 
-/// `provider`'s upstream object for `md` (the one of `api`'s kind).
-fn upstream_object(
+/// The upstream API `wanted` as the API server serves it: of `crd` (installed), or else of
+/// a built-in kind (the Deployment provider's Deployments) from the server's OpenAPI v3
+/// document, as the provider's runtime reads it.
+async fn upstream_api(
+    client: &Client,
+    wanted: &UpstreamRef,
+    crd: Option<&CustomResourceDefinition>,
+) -> anyhow::Result<UpstreamApi> {
+    if let Some(crd) = crd {
+        return Ok(UpstreamApi::detect(crd, wanted)?);
+    }
+    let version = wanted.versions.first().context("no version")?;
+    let path = if wanted.group.is_empty() {
+        format!("/openapi/v3/api/{version}")
+    } else {
+        format!("/openapi/v3/apis/{}/{version}", wanted.group)
+    };
+    let document = client
+        .request::<serde_json::Value>(http::Request::get(path).body(Vec::new())?)
+        .await?;
+    Ok(UpstreamApi::from_openapi(
+        &document,
+        wanted,
+        version,
+        vec![version.clone()],
+    )?)
+}
+
+/// `provider`'s objects for `md` in the order its runtime applies them: what supports the
+/// primary object first, the primary (of `api`'s kind) last.
+fn rendered_in_order(
     provider: &dyn Provider,
     md: &ModelDeployment,
     api: &UpstreamApi,
-) -> anyhow::Result<DynamicObject> {
-    let rendered = provider
+) -> anyhow::Result<Vec<DynamicObject>> {
+    let mut objects = provider
         .render(md, api)
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    let kind = api.api_resource().kind;
-    rendered
-        .objects
-        .into_iter()
-        .find(|o| o.types.as_ref().is_some_and(|t| t.kind == kind))
-        .ok_or_else(|| anyhow::anyhow!("no {kind} rendered"))
+        .map_err(|e| anyhow::anyhow!("{e}"))?
+        .objects;
+    anyhow::ensure!(!objects.is_empty(), "nothing rendered");
+    let primary = objects.remove(0);
+    objects.push(primary);
+    Ok(objects)
+}
+
+/// The API resource of a rendered object: `api`'s for the upstream kind, or else from its
+/// `apiVersion` and `kind` (ConfigMaps, Services).
+fn resource_of(object: &DynamicObject, api: &UpstreamApi) -> ApiResource {
+    let types = object.types.clone().unwrap_or_default();
+    if types.kind == api.kind && types.api_version == api.api_version() {
+        return api.api_resource();
+    }
+    let (group, version) = types
+        .api_version
+        .rsplit_once('/')
+        .unwrap_or(("", types.api_version.as_str()));
+    ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &types.kind))
 }
 
 struct Controller {
@@ -342,8 +443,9 @@ fn spawn(role: Role, cluster: &TestCluster, bin_dir: Option<&Path>) -> anyhow::R
     })
 }
 
-/// A vLLM ModelDeployment for `provider`: Dynamo is selected by core's rules, KubeRay only
-/// when named (its InferenceProviderConfig has no selection rules).
+/// A vLLM ModelDeployment for `provider`: Dynamo is selected by core's rules; the others
+/// are named, as only they run here (KubeRay has no selection rules, KAITO's take CPU-only
+/// and llama.cpp ModelDeployments, the Deployment provider's comes below every other).
 fn vllm(name: &str, ns: &str, provider: Role) -> ModelDeployment {
     let md = ModelDeploymentBuilder::new(name)
         .namespace(ns)
@@ -351,8 +453,8 @@ fn vllm(name: &str, ns: &str, provider: Role) -> ModelDeployment {
         .engine(EngineType::Vllm)
         .gpus(1);
     match provider {
-        Role::KubeRay => md.provider(provider.name()),
-        _ => md,
+        Role::Dynamo => md,
+        _ => md.provider(provider.name()),
     }
     .build()
 }
@@ -397,13 +499,12 @@ where
 
 async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
     let client = cluster.client().await?;
-    let builtins = Arc::new(BuiltIns::defaults());
+    let builtins = Arc::new(builtins(args.provider)?);
     let wanted = provider(&builtins, args.provider)?.upstream();
-    // The real upstream CRD, as the CLI bundles it.
-    let upstream_crd = kubeairunway_cli::crds::bundled(&wanted.crd_name())?
-        .with_context(|| format!("no bundled CRD {}", wanted.crd_name()))?;
+    // The real upstream CRD, as the CLI bundles it (none for a built-in kind).
+    let upstream_crd = kubeairunway_cli::crds::bundled(&wanted.crd_name())?;
     let mut crds = kubeairunway_sdk::api::crds::all();
-    crds.push(upstream_crd.clone());
+    crds.extend(upstream_crd.clone());
     if args.kernel_cache {
         crds.extend(kubeairunway_kernelcache::api::crds());
     }
@@ -412,7 +513,14 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
     for ns in ["raw", "scale"] {
         kubeairunway_testcluster::ensure_namespace(&client, ns).await?;
     }
-    let api = Arc::new(UpstreamApi::detect(&upstream_crd, &wanted)?);
+    let api = Arc::new(upstream_api(&client, &wanted, upstream_crd.as_ref()).await?);
+    // What one ModelDeployment renders: the kinds the raw phase writes and removes.
+    let sample = rendered_in_order(
+        provider(&builtins, args.provider)?,
+        &vllm("sample", "raw", args.provider),
+        &api,
+    )?;
+    let kinds: Vec<ApiResource> = sample.iter().map(|o| resource_of(o, &api)).collect();
     println!(
         "scale benchmark: N = {}, {} connections, on {} cores",
         args.n,
@@ -431,17 +539,19 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
     let raw = raw_writes(cluster, args, api.clone(), builtins).await?;
     drop(watches);
     print_cpu("the raw requests", &cpu_before, &cpu_use(cluster, &[]), raw);
+    let requests = raw_requests(kinds.len()) * args.n;
     println!(
-        "raw requests: {} in {:.1} s ({:.0}/s)",
-        RAW_REQUESTS * args.n,
+        "raw requests: {requests} ({} per ModelDeployment, {} objects rendered) in {:.1} s ({:.0}/s)",
+        raw_requests(kinds.len()),
+        kinds.len(),
         raw.as_secs_f64(),
-        (RAW_REQUESTS * args.n) as f64 / raw.as_secs_f64()
+        requests as f64 / raw.as_secs_f64()
     );
 
-    // The plain client's objects go before the platform starts: its ModelDeployments
-    // name Dynamo, and their DynamoGraphDeployments (created without an owner) would be
-    // refused as someone else's objects and retried for the whole run, in the figures.
-    remove_raw(cluster, args, &api).await?;
+    // The plain client's objects go before the platform starts: the providers would
+    // otherwise cache them, and the ModelDeployments' objects (created without an owner)
+    // would be refused as someone else's and retried for the whole run, in the figures.
+    remove_raw(cluster, args, &kinds).await?;
 
     // 2. The platform.
     let mut roles = vec![Role::Core, args.provider];
@@ -549,8 +659,13 @@ fn platform_watches(client: &Client, api: &UpstreamApi) -> tokio::task::JoinSet<
     watches
 }
 
-/// Delete what [`raw_writes`] created (its finalizers first) and wait until it is gone.
-async fn remove_raw(cluster: &TestCluster, args: &Args, api: &UpstreamApi) -> anyhow::Result<()> {
+/// Delete what [`raw_writes`] created (the ModelDeployments' finalizers first, then the
+/// ModelDeployments and every object of `kinds`) and wait until it is gone.
+async fn remove_raw(
+    cluster: &TestCluster,
+    args: &Args,
+    kinds: &[ApiResource],
+) -> anyhow::Result<()> {
     fan_out(cluster, args.n, args.connections, |client, i| async move {
         let mds: Api<ModelDeployment> = Api::namespaced(client, "raw");
         let none = json!({"metadata": {"finalizers": null}});
@@ -565,14 +680,21 @@ async fn remove_raw(cluster: &TestCluster, args: &Args, api: &UpstreamApi) -> an
     .await?;
     let client = cluster.client().await?;
     let mds: Api<ModelDeployment> = Api::namespaced(client.clone(), "raw");
-    let dgds: Api<DynamicObject> = Api::namespaced_with(client, "raw", &api.api_resource());
+    let objects: Vec<Api<DynamicObject>> = kinds
+        .iter()
+        .map(|kind| Api::namespaced_with(client.clone(), "raw", kind))
+        .collect();
     let (dp, lp) = (DeleteParams::default(), ListParams::default());
     mds.delete_collection(&dp, &lp).await?;
-    dgds.delete_collection(&dp, &lp).await?;
+    for api in &objects {
+        api.delete_collection(&dp, &lp).await?;
+    }
     let deadline = Instant::now() + Duration::from_secs(120);
     loop {
-        let left = mds.list_metadata(&lp.clone().limit(1)).await?.items.len()
-            + dgds.list_metadata(&lp.clone().limit(1)).await?.items.len();
+        let mut left = mds.list_metadata(&lp.clone().limit(1)).await?.items.len();
+        for api in &objects {
+            left += api.list_metadata(&lp.clone().limit(1)).await?.items.len();
+        }
         if left == 0 {
             return Ok(());
         }
@@ -584,11 +706,17 @@ async fn remove_raw(cluster: &TestCluster, args: &Args, api: &UpstreamApi) -> an
     }
 }
 
-/// Requests per ModelDeployment in [`raw_writes`].
-const RAW_REQUESTS: usize = 8;
+/// Requests per ModelDeployment in [`raw_writes`], where the provider renders `objects`:
+/// six, and a read and an apply of each object.
+fn raw_requests(objects: usize) -> usize {
+    6 + 2 * objects
+}
 
 /// Per ModelDeployment, the requests the platform makes for it (as the API server's audit
-/// log shows them), made by a plain client in the same order.
+/// log shows them), made by a plain client in the same order: creating it, core's status
+/// and event, the provider's finalizer, for each object it renders (supporting objects
+/// first, its primary last) the read that it is not someone else's and the apply, then
+/// the provider's event and status.
 async fn raw_writes(
     cluster: &TestCluster,
     args: &Args,
@@ -619,17 +747,23 @@ async fn raw_writes(
             let finalizer = json!({"metadata": {"finalizers": ["kubeairunway.ai/raw"]}});
             mds.patch(&name, &PatchParams::default(), &Patch::Merge(&finalizer))
                 .await?;
-            let mut dgd = upstream_object(provider(&builtins, role)?, &md, &api)?;
-            dgd.metadata.namespace = Some("raw".into());
-            let dgds: Api<DynamicObject> =
-                Api::namespaced_with(client.clone(), "raw", &api.api_resource());
-            anyhow::ensure!(dgds.get_opt(&name).await?.is_none(), "{name} exists");
-            dgds.patch(
-                &name,
-                &PatchParams::apply("raw-provider").force(),
-                &Patch::Apply(&dgd),
-            )
-            .await?;
+            for mut object in rendered_in_order(provider(&builtins, role)?, &md, &api)? {
+                object.metadata.namespace = Some("raw".into());
+                let objects: Api<DynamicObject> =
+                    Api::namespaced_with(client.clone(), "raw", &resource_of(&object, &api));
+                let object_name = object.name_any();
+                anyhow::ensure!(
+                    objects.get_opt(&object_name).await?.is_none(),
+                    "{object_name} exists"
+                );
+                objects
+                    .patch(
+                        &object_name,
+                        &PatchParams::apply("raw-provider").force(),
+                        &Patch::Apply(&object),
+                    )
+                    .await?;
+            }
             raw_event(&client, &created, "ResourceCreated").await?;
             let provider_status = json!({
                 "apiVersion": "kubeairunway.ai/v1alpha1", "kind": "ModelDeployment",
