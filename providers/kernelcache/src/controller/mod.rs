@@ -164,9 +164,10 @@ pub async fn run(
         (),
         reflect::strip,
     );
-    let md_stream = md_stream
-        .applied_objects()
-        .predicate_filter(md_relevant, kube::runtime::PredicateConfig::default());
+    let md_stream = md_stream.applied_objects().predicate_filter(
+        |md: &Compact<ModelDeployment>| Some(md_relevant(md)),
+        kube::runtime::PredicateConfig::default(),
+    );
     let (node_meta, node_meta_stream) = reflected::<PartialObjectMeta<Node>>(&client);
     let readiness = tokio::spawn({
         let (nodes, caches, policies, mds, node_meta) = (
@@ -331,7 +332,7 @@ fn md_controller(
 /// status, their finalizers) never change what it decides, so they wake nothing: one
 /// reconcile per ModelDeployment naming no cache, not one per write to it. Cache changes
 /// wake the ModelDeployments naming them through the KernelCache watch.
-fn md_relevant(md: &Compact<ModelDeployment>) -> Option<u64> {
+fn md_relevant(md: &Compact<ModelDeployment>) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     md.meta().uid.hash(&mut h);
@@ -344,7 +345,7 @@ fn md_relevant(md: &Compact<ModelDeployment>) -> Option<u64> {
             .and_then(|s| conditions::find(&s.conditions, KERNEL_CACHE_READY).cloned());
         serde_json::to_string(&condition).ok().hash(&mut h);
     }
-    Some(h.finish())
+    h.finish()
 }
 
 /// The controller of Nodes' ready labels from the agents' reports (a part of [`run`];
@@ -1091,7 +1092,7 @@ mod tests {
 
     use super::*;
 
-    fn relevant(md: &ModelDeployment) -> Option<u64> {
+    fn relevant(md: &ModelDeployment) -> u64 {
         md_relevant(&Compact::new(md.clone()).unwrap())
     }
 
