@@ -121,6 +121,17 @@ impl UpstreamRef {
         }
     }
 
+    /// The path of the API server's OpenAPI v3 document of this kind's group at
+    /// `version` (`/openapi/v3/apis/<group>/<version>`, `/openapi/v3/api/<version>` for
+    /// the core group): where a built-in kind's schema is read.
+    pub fn openapi_path(&self, version: &str) -> String {
+        if self.group.is_empty() {
+            format!("/openapi/v3/api/{version}")
+        } else {
+            format!("/openapi/v3/apis/{}/{version}", self.group)
+        }
+    }
+
     /// The name a CRD of this kind has, `<plural>.<group>` (the resource's name in
     /// messages: `deployments.apps`; the core group's kinds are just `services`).
     pub fn crd_name(&self) -> String {

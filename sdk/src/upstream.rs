@@ -228,6 +228,25 @@ impl UpstreamApi {
         }
     }
 
+    /// The API resource of a rendered object: this one for the upstream kind, or else
+    /// derived from the object's `apiVersion` and `kind` (ConfigMaps, Services and the
+    /// like).
+    pub fn resource_of(&self, object: &kube::api::DynamicObject) -> ApiResource {
+        let types = object.types.clone().unwrap_or_default();
+        let (group, version) = types
+            .api_version
+            .rsplit_once('/')
+            .unwrap_or(("", types.api_version.as_str()));
+        if group == self.group && version == self.version && types.kind == self.kind {
+            return self.api_resource();
+        }
+        ApiResource::from_gvk(&kube::api::GroupVersionKind::gvk(
+            group,
+            version,
+            &types.kind,
+        ))
+    }
+
     /// Whether `object` is of this upstream kind and version.
     pub fn is_upstream_object(&self, object: &Value) -> bool {
         object.get("apiVersion").and_then(Value::as_str) == Some(self.api_version().as_str())

@@ -310,20 +310,15 @@ fn wakes(own: &mut Option<OwnWrite>, rv: Option<&str>, deleted: bool) -> bool {
     }
 }
 
-/// Forget what is known of our writes of `key`, and give the table's memory back once it
-/// is mostly empty: a rollout of thousands of ModelDeployments grows it to thousands of
-/// writes whose watch events have not arrived yet, and a hash table never shrinks by
-/// itself (its capacity stayed at its peak, megabytes at 10,000 in the scale benchmark).
-/// Shrunk to twice what it holds when a quarter is in use: amortized, as it grows.
+/// Forget what is known of our writes of `key`, the table's memory given back once it is
+/// mostly empty ([`super::memory::remove`]): a rollout of thousands of ModelDeployments
+/// grows it to thousands of writes whose watch events have not arrived yet (its capacity
+/// stayed at its peak, megabytes at 10,000 in the scale benchmark).
 fn remove_own_write(
     writes: &mut HashMap<ObjectKey, OwnWrite>,
     key: &ObjectKey,
 ) -> Option<OwnWrite> {
-    let removed = writes.remove(key);
-    if writes.capacity() > 64 && writes.len() * 4 < writes.capacity() {
-        writes.shrink_to(writes.len() * 2);
-    }
-    removed
+    super::memory::remove(writes, key)
 }
 
 /// The owned-object caches of one provider, for one term of leadership.

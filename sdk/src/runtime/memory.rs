@@ -86,13 +86,19 @@ impl Memory {
     }
 }
 
-/// Drop the entry of `key`. hashbrown never shrinks by itself: once many ModelDeployments
-/// are gone (or a burst of failures is over), the room is given back.
-fn remove(map: &mut HashMap<Key, Remembered>, key: &Key) {
-    map.remove(key);
+/// Drop the entry of `key`, and return it. hashbrown never shrinks by itself: once many
+/// entries are gone (ModelDeployments deleted, a burst of failures or of writes over),
+/// the room is given back when a quarter of it is in use. The runtime's maps of
+/// ModelDeployments and of its own writes ([`super::cache`]) shrink so.
+pub(super) fn remove<K, V>(map: &mut HashMap<K, V>, key: &K) -> Option<V>
+where
+    K: std::hash::Hash + Eq,
+{
+    let removed = map.remove(key);
     if map.capacity() > 64 && map.len() < map.capacity() / 4 {
         map.shrink_to_fit();
     }
+    removed
 }
 
 #[cfg(test)]

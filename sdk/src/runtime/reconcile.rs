@@ -17,7 +17,6 @@ use std::time::{Duration, Instant};
 use crate::events::{Event, EventType};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams};
-use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
@@ -267,7 +266,7 @@ async fn prepare<P: Provider>(
                 .await;
         }
     };
-    let resources = objects.iter().map(|o| resource_of(o, &api)).collect();
+    let resources = objects.iter().map(|o| api.resource_of(o)).collect();
     Ok(Ok(Prepared {
         api,
         objects,
@@ -630,20 +629,6 @@ fn terminal(phase: Phase, reason: &str, message: &str) -> ProviderView {
         .condition(READY, false, reason, message)
 }
 
-/// The API resource of a rendered object: the detected upstream one, or derived from its
-/// `apiVersion` and `kind` for other kinds (ConfigMaps and the like).
-fn resource_of(object: &DynamicObject, upstream: &UpstreamApi) -> ApiResource {
-    let types = object.types.clone().unwrap_or_default();
-    let (group, version) = types
-        .api_version
-        .rsplit_once('/')
-        .unwrap_or(("", types.api_version.as_str()));
-    if group == upstream.group && version == upstream.version && types.kind == upstream.kind {
-        return upstream.api_resource();
-    }
-    ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &types.kind))
-}
-
 /// Paths whose live value differs from what we render (metadata and status aside).
 fn drifted_paths(rendered: &DynamicObject, live: &DynamicObject) -> Vec<String> {
     match (serde_json::to_value(rendered), serde_json::to_value(live)) {
@@ -952,7 +937,7 @@ fn owned_candidates<P: Provider>(
             rendered
                 .objects
                 .iter()
-                .map(|o| (resource_of(o, api), o.name_any())),
+                .map(|o| (api.resource_of(o), o.name_any())),
         );
     }
     let mut kinds = super::owned_kinds(ctx, upstream.as_ref());

@@ -190,12 +190,7 @@ async fn discover(client: &Client, wanted: &UpstreamRef) -> Result<UpstreamState
             .to_string(),
         )));
     };
-    let path = if wanted.group.is_empty() {
-        format!("/openapi/v3/api/{version}")
-    } else {
-        format!("/openapi/v3/apis/{}/{version}", wanted.group)
-    };
-    let request = http::Request::get(path)
+    let request = http::Request::get(wanted.openapi_path(version))
         .body(Vec::new())
         .map_err(kube::Error::HttpError)?;
     let document: serde_json::Value = client.request(request).await?;

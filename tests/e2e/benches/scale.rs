@@ -69,8 +69,7 @@ use futures::StreamExt;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{
-    Api, ApiResource, DeleteParams, DynamicObject, GroupVersionKind, ListParams, Patch,
-    PatchParams, PostParams,
+    Api, ApiResource, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams,
 };
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
@@ -342,13 +341,10 @@ async fn upstream_api(
         return Ok(UpstreamApi::detect(crd, wanted)?);
     }
     let version = wanted.versions.first().context("no version")?;
-    let path = if wanted.group.is_empty() {
-        format!("/openapi/v3/api/{version}")
-    } else {
-        format!("/openapi/v3/apis/{}/{version}", wanted.group)
-    };
     let document = client
-        .request::<serde_json::Value>(http::Request::get(path).body(Vec::new())?)
+        .request::<serde_json::Value>(
+            http::Request::get(wanted.openapi_path(version)).body(Vec::new())?,
+        )
         .await?;
     Ok(UpstreamApi::from_openapi(
         &document,
@@ -373,20 +369,6 @@ fn rendered_in_order(
     let primary = objects.remove(0);
     objects.push(primary);
     Ok(objects)
-}
-
-/// The API resource of a rendered object: `api`'s for the upstream kind, or else from its
-/// `apiVersion` and `kind` (ConfigMaps, Services).
-fn resource_of(object: &DynamicObject, api: &UpstreamApi) -> ApiResource {
-    let types = object.types.clone().unwrap_or_default();
-    if types.kind == api.kind && types.api_version == api.api_version() {
-        return api.api_resource();
-    }
-    let (group, version) = types
-        .api_version
-        .rsplit_once('/')
-        .unwrap_or(("", types.api_version.as_str()));
-    ApiResource::from_gvk(&GroupVersionKind::gvk(group, version, &types.kind))
 }
 
 struct Controller {
@@ -520,7 +502,7 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
         &vllm("sample", "raw", args.provider),
         &api,
     )?;
-    let kinds: Vec<ApiResource> = sample.iter().map(|o| resource_of(o, &api)).collect();
+    let kinds: Vec<ApiResource> = sample.iter().map(|o| api.resource_of(o)).collect();
     println!(
         "scale benchmark: N = {}, {} connections, on {} cores",
         args.n,
@@ -750,7 +732,7 @@ async fn raw_writes(
             for mut object in rendered_in_order(provider(&builtins, role)?, &md, &api)? {
                 object.metadata.namespace = Some("raw".into());
                 let objects: Api<DynamicObject> =
-                    Api::namespaced_with(client.clone(), "raw", &resource_of(&object, &api));
+                    Api::namespaced_with(client.clone(), "raw", &api.resource_of(&object));
                 let object_name = object.name_any();
                 anyhow::ensure!(
                     objects.get_opt(&object_name).await?.is_none(),
