@@ -13,12 +13,12 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
 use kube::api::Api;
-use kubeairunway_kernelcache::api::{KernelCachePolicy, KernelCachePolicySpec, Verification};
-use kubeairunway_kernelcache::build;
-use kubeairunway_kernelcache::controller::decide::{self, Verdict, reasons};
-use kubeairunway_kernelcache::image::{CacheType, Target, normalize_arch};
-use kubeairunway_kernelcache::sign;
-use kubeairunway_kernelcache::verify;
+use kubeairunway_kernelcache_api::{KernelCachePolicy, KernelCachePolicySpec, Verification};
+use kubeairunway_kernelcache_artifact::image::{CacheType, Target, normalize_arch};
+use kubeairunway_kernelcache_controller::decide::{self, Verdict, reasons};
+use kubeairunway_kernelcache_signing::build;
+use kubeairunway_kernelcache_signing::sign;
+use kubeairunway_kernelcache_signing::verify;
 use oci_client::secrets::RegistryAuth;
 use serde::Serialize;
 
@@ -392,7 +392,7 @@ pub async fn run_verify(
     Ok(if result.verdict.usable {
         0
     } else {
-        crate::FAILURE
+        crate::terminal::FAILURE
     })
 }
 

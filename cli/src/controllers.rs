@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use clap::Parser as _;
 use kube::Client;
-use kubeairunway_kernelcache::controller::app as kernel_cache_app;
+use kubeairunway_kernelcache_controller::app as kernel_cache_app;
 use kubeairunway_sdk::Provider;
 use kubeairunway_sdk::process::{self, Runtime, Shutdown};
 use kubeairunway_sdk::runtime;

@@ -50,7 +50,7 @@ pub fn core_crds() -> Vec<CustomResourceDefinition> {
 
 /// The CRDs of the kernel-cache provider's API group.
 pub fn kernelcache_crds() -> Vec<CustomResourceDefinition> {
-    kubeairunway_kernelcache::api::crds()
+    kubeairunway_kernelcache_api::crds()
 }
 
 /// YAML with a header saying the file is generated.

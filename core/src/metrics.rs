@@ -10,9 +10,11 @@
 use std::collections::BTreeMap;
 use std::sync::{Arc, RwLock};
 
-use crate::reconciler::Cached;
 use kube::ResourceExt;
 use kube::runtime::reflector::Store;
+use kubeairunway_sdk::ModelDeployment;
+use kubeairunway_sdk::compact::Compact;
+use kubeairunway_sdk::selection::EXPLICIT_REASON;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
@@ -36,7 +38,7 @@ pub struct Metrics {
 /// cache at scrape time (a [`Collector`]), so deleted objects disappear from them.
 #[derive(Debug, Default)]
 pub struct CacheGauges {
-    store: RwLock<Option<Store<Cached>>>,
+    store: RwLock<Option<Store<Compact<ModelDeployment>>>>,
 }
 
 impl Metrics {
@@ -44,11 +46,11 @@ impl Metrics {
     pub fn new(registry: &mut Registry) -> Self {
         let reconcile_duration =
             Family::<Labels, Histogram, fn() -> Histogram>::new_with_constructor(
-                kubeairunway_sdk::process::reconciliation_duration_histogram,
+                kubeairunway_sdk::reconciles::reconciliation_duration_histogram,
             );
         let reconcile_errors = Family::<Labels, Counter>::default();
         registry.register(
-            kubeairunway_sdk::process::RECONCILIATION_DURATION,
+            kubeairunway_sdk::reconciles::RECONCILIATION_DURATION,
             "Time to reconcile one ModelDeployment, by selected provider",
             reconcile_duration.clone(),
         );
@@ -85,7 +87,7 @@ impl Metrics {
     }
 
     /// Use this cache for the scrape-time gauges (set by the leader's controller).
-    pub fn set_store(&self, store: Option<Store<Cached>>) {
+    pub fn set_store(&self, store: Option<Store<Compact<ModelDeployment>>>) {
         if let Ok(mut s) = self.gauges.store.write() {
             *s = store;
         }
@@ -102,7 +104,7 @@ struct Gauges {
 
 /// Each ModelDeployment's status is read from its cached text alone (the spec is not
 /// parsed): a scrape reads every ModelDeployment of the cluster.
-fn gauges(mds: &[Arc<Cached>]) -> Gauges {
+fn gauges(mds: &[Arc<Compact<ModelDeployment>>]) -> Gauges {
     let g = Gauges {
         modeldeployments: Family::default(),
         provider_selection: Family::default(),
@@ -122,7 +124,7 @@ fn gauges(mds: &[Arc<Cached>]) -> Gauges {
                 .as_ref()
                 .and_then(|p| p.selected_reason.as_deref())
                 .map_or("custom", |r| {
-                    if r == crate::reconciler::EXPLICIT_REASON {
+                    if r == EXPLICIT_REASON {
                         "explicit"
                     } else if r.starts_with("matched capabilities") {
                         "auto"
@@ -224,7 +226,7 @@ mod tests {
         })).unwrap());
         let (store, mut writer) = kube::runtime::reflector::store();
         writer.apply_watcher_event(&kube::runtime::watcher::Event::Apply(
-            Cached::new(md).unwrap(),
+            Compact::new(md).unwrap(),
         ));
         m.set_store(Some(store));
         let mut text = String::new();

@@ -33,12 +33,14 @@ pub mod conditions;
 pub mod defaults;
 pub mod engine;
 pub mod events;
+pub mod finalizers;
 pub mod gpu;
 pub mod labels;
 pub mod leader;
 pub mod overrides;
 pub mod process;
 pub mod provider;
+pub mod reconciles;
 pub mod reflect;
 pub mod render;
 pub mod runtime;
@@ -55,6 +57,11 @@ pub use provider::{
     Incompatible, Live, Observed, Provider, RenderError, Rendered, UpstreamRef, Warning,
 };
 pub use upstream::UpstreamApi;
+
+/// The Kubernetes client library the SDK is built on, at the version it uses: a provider
+/// names `kube::Client` and the like through it, without a version of its own to keep in
+/// step.
+pub use kube;
 
 /// The crate's README, whose Rust code is compiled as a doc test: as a crate of its own
 /// would compile it, from the public API alone.

@@ -261,18 +261,6 @@ pub const TERM_GRACE: Duration = Duration::from_secs(5);
 /// handshake for each.
 pub const RECONCILE_CONCURRENCY: u16 = 16;
 
-/// The name every controller of the platform gives its histogram of reconciliation
-/// durations (core's, the providers' runtime, the kernel-cache controllers'), so that one
-/// query reads them all.
-pub const RECONCILIATION_DURATION: &str = "kubeairunway_reconciliation_duration_seconds";
-
-/// A histogram of [`RECONCILIATION_DURATION`]: the same buckets everywhere (1 ms to about
-/// 33 s), so that the controllers' histograms can be summed.
-pub fn reconciliation_duration_histogram() -> prometheus_client::metrics::histogram::Histogram {
-    use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
-    Histogram::new(exponential_buckets(0.001, 2.0, 16))
-}
-
 /// The configuration of every controller of the platform: [`RECONCILE_CONCURRENCY`].
 pub fn controller_config() -> kube::runtime::controller::Config {
     kube::runtime::controller::Config::default().concurrency(RECONCILE_CONCURRENCY)
@@ -637,19 +625,6 @@ pub async fn serve_endpoints(
 
 #[cfg(test)]
 mod tests {
-    /// A provider binary's flags (the provider runtime's, which hold the process
-    /// runtime's) pass clap's own consistency checks, which abort a debug build at start.
-    #[test]
-    fn provider_flags_pass_clap_checks() {
-        use clap::CommandFactory;
-        #[derive(clap::Parser)]
-        struct Binary {
-            #[command(flatten)]
-            options: crate::runtime::Options,
-        }
-        Binary::command().debug_assert();
-    }
-
     use super::*;
 
     #[test]

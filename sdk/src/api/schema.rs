@@ -4,7 +4,7 @@ use schemars::{Schema, SchemaGenerator, json_schema};
 
 /// A free-form object the API server keeps as written
 /// (`x-kubernetes-preserve-unknown-fields`), still structural.
-pub(crate) fn free_form_object(_: &mut SchemaGenerator) -> Schema {
+pub fn free_form_object(_: &mut SchemaGenerator) -> Schema {
     json_schema!({
         "type": "object",
         "x-kubernetes-preserve-unknown-fields": true,
@@ -13,7 +13,7 @@ pub(crate) fn free_form_object(_: &mut SchemaGenerator) -> Schema {
 
 /// `Vec<Condition>` as a list-map keyed by `type`, so that several field managers can
 /// each own their own condition types under server-side apply.
-pub(crate) fn conditions(generator: &mut SchemaGenerator) -> Schema {
+pub fn conditions(generator: &mut SchemaGenerator) -> Schema {
     let item =
         generator.subschema_for::<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>();
     json_schema!({

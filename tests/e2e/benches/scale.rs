@@ -74,9 +74,10 @@ use kube::api::{
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use kubeairunway_cli::builtin::{BuiltIns, NodeProvisioningMode, ProviderFlags};
-use kubeairunway_kernelcache::controller::PROVIDER_NAME as KERNEL_CACHE;
+use kubeairunway_kernelcache_api::names::PROVIDER_NAME as KERNEL_CACHE;
 use kubeairunway_sdk::api::{EngineType, InferenceProviderConfig, ModelDeployment};
 use kubeairunway_sdk::process::Runtime;
+use kubeairunway_sdk::runtime::ProviderFlags as _;
 use kubeairunway_sdk::testing::ModelDeploymentBuilder;
 use kubeairunway_sdk::{Provider, UpstreamApi, UpstreamRef};
 use kubeairunway_testcluster::{Lifetime, TestCluster, install_crds};
@@ -270,35 +271,40 @@ impl Role {
             Self::Dynamo => {
                 let cli = kubeairunway_dynamo_provider::cli::Cli::try_parse()?;
                 let rt = Runtime::start(self.binary(), cli.options.process.clone()).await?;
-                kubeairunway_sdk::runtime::run(cli.provider(), rt, cli.options).await
+                kubeairunway_sdk::runtime::run(cli.flags.provider(), rt, cli.options).await
             }
             Self::KubeRay => {
                 let cli = kubeairunway_kuberay_provider::cli::Cli::try_parse()?;
                 let rt = Runtime::start(self.binary(), cli.options.process.clone()).await?;
-                kubeairunway_sdk::runtime::run(cli.provider(), rt, cli.options).await
+                kubeairunway_sdk::runtime::run(cli.flags.provider(), rt, cli.options).await
             }
             Self::Kaito => {
                 let cli = kubeairunway_kaito_provider::cli::Cli::try_parse()?;
                 let rt = Runtime::start(self.binary(), cli.options.process.clone()).await?;
-                let provider = cli.provider(&rt.client()).await?;
+                let provider = cli.flags.provider_for(&rt.client()).await?;
                 kubeairunway_sdk::runtime::run(provider, rt, cli.options).await
             }
             Self::Deployment => {
                 let cli = kubeairunway_deployment_provider::cli::Cli::try_parse()?;
                 let rt = Runtime::start(self.binary(), cli.options.process.clone()).await?;
-                kubeairunway_sdk::runtime::run(cli.provider(), rt, cli.options).await
+                kubeairunway_sdk::runtime::run(cli.flags.provider(), rt, cli.options).await
             }
             Self::KernelCache => {
-                use kubeairunway_kernelcache::controller::app;
+                use kubeairunway_kernelcache_controller::app;
                 let cli = app::Cli::try_parse()?;
                 let rt = Runtime::start(app::COMPONENT, cli.process.clone()).await?;
                 app::run(cli, rt).await
             }
             Self::Warmup => {
-                use kubeairunway_kernelcache::warmup::app;
+                use kubeairunway_kernelcache_warmup::app;
                 let cli = app::Cli::try_parse()?;
                 let rt = Runtime::start(app::COMPONENT, cli.process.clone()).await?;
-                app::run(cli, rt, Arc::new(app::Metrics::default())).await
+                app::run(
+                    cli,
+                    rt,
+                    Arc::new(kubeairunway_kernelcache_warmup::metrics::Metrics::default()),
+                )
+                .await
             }
         }
     }
@@ -488,7 +494,7 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
     let mut crds = kubeairunway_sdk::api::crds::all();
     crds.extend(upstream_crd.clone());
     if args.kernel_cache {
-        crds.extend(kubeairunway_kernelcache::api::crds());
+        crds.extend(kubeairunway_kernelcache_api::crds());
     }
     install_crds(&client, &crds).await?;
     // The API server refuses objects in a namespace that does not exist.

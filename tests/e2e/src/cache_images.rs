@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context as _;
 use flate2::Compression;
 use flate2::write::GzEncoder;
-use kubeairunway_kernelcache::oci::{Puller, pin};
+use kubeairunway_kernelcache_artifact::oci::{Puller, pin};
 use kubeairunway_testcluster::registry::Registry;
 use oci_client::client::{ClientConfig, ClientProtocol, Config, ImageLayer};
 use oci_client::manifest::{IMAGE_CONFIG_MEDIA_TYPE, IMAGE_LAYER_GZIP_MEDIA_TYPE};

@@ -177,7 +177,7 @@ fn write_entry(
 fn sha256(bytes: &[u8]) -> String {
     format!(
         "sha256:{}",
-        kubeairunway_kernelcache::registry::hex(&Sha256::digest(bytes))
+        kubeairunway_kernelcache_artifact::registry::hex(&Sha256::digest(bytes))
     )
 }
 
@@ -213,7 +213,7 @@ pub async fn push(registry: &Registry, repo_tag: &str, image: &Image) -> anyhow:
 /// Read `pinned` back from the registry as MCV's fetcher sees it: the manifest, the
 /// config, and each layer with its media type.
 pub async fn pull(registry: &Registry, pinned: &str) -> anyhow::Result<Pulled> {
-    use kubeairunway_kernelcache::registry::{Client, Timeouts};
+    use kubeairunway_kernelcache_artifact::registry::{Client, Timeouts};
     let client = Client::new(
         oci_client::secrets::RegistryAuth::Anonymous,
         vec![registry.addr().to_string()],

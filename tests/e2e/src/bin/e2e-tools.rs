@@ -16,8 +16,8 @@ async fn main() -> ExitCode {
         .unwrap_or_default();
     let result = match name.as_str() {
         "kubeairunway" => return kubeairunway_cli::main().await,
-        "kernelcache-controller" => kubeairunway_kernelcache::controller::app::main().await,
-        "kernelcache-agent" => kubeairunway_kernelcache::agent::app::main().await,
+        "kernelcache-controller" => kubeairunway_kernelcache_controller::app::main().await,
+        "kernelcache-agent" => kubeairunway_kernelcache_agent::app::main().await,
         other => Err(anyhow::anyhow!(
             "e2e-tools runs as kubeairunway, kernelcache-controller or kernelcache-agent, not {other:?}"
         )),

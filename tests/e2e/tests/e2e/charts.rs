@@ -115,16 +115,16 @@ fn parse(binary: &str, container: &Value) -> Result<(), String> {
             kubeairunway_deployment_provider::cli::Cli::try_parse_from(&args).map(drop)
         }
         "kernelcache-controller" => {
-            kubeairunway_kernelcache::controller::app::Cli::try_parse_from(&args).map(drop)
+            kubeairunway_kernelcache_controller::app::Cli::try_parse_from(&args).map(drop)
         }
         "kernelcache-agent" => {
-            kubeairunway_kernelcache::agent::app::Cli::try_parse_from(&args).map(drop)
+            kubeairunway_kernelcache_agent::app::Cli::try_parse_from(&args).map(drop)
         }
         "kernelcache-webhook" => {
-            kubeairunway_kernelcache::webhook::app::Cli::try_parse_from(&args).map(drop)
+            kubeairunway_kernelcache_webhook::app::Cli::try_parse_from(&args).map(drop)
         }
         "kernelcache-warmup" => {
-            kubeairunway_kernelcache::warmup::app::Cli::try_parse_from(&args).map(drop)
+            kubeairunway_kernelcache_warmup::app::Cli::try_parse_from(&args).map(drop)
         }
         other => panic!("no flag parser known for {other}: add it here"),
     };

@@ -13,10 +13,10 @@ use kube::Api;
 use kube::api::PostParams;
 use kubeairunway_cli::{Terminal, crds};
 use kubeairunway_e2e::cache_images::{data_dir, start_registry};
-use kubeairunway_kernelcache::api::{KernelCachePolicy, KernelCachePolicySpec, VerificationMode};
-use kubeairunway_kernelcache::extract::Limits;
-use kubeairunway_kernelcache::oci::Puller;
-use kubeairunway_kernelcache::verify::key_fingerprint;
+use kubeairunway_kernelcache_api::{KernelCachePolicy, KernelCachePolicySpec, VerificationMode};
+use kubeairunway_kernelcache_artifact::extract::Limits;
+use kubeairunway_kernelcache_artifact::oci::Puller;
+use kubeairunway_kernelcache_signing::verify::key_fingerprint;
 use oci_client::secrets::RegistryAuth;
 use serde_json::Value;
 
@@ -167,10 +167,10 @@ async fn cache_build_pushes_and_signs_and_verify_gives_the_controllers_verdict()
     // By default `cache build` signs as cosign 3 does: a Sigstore bundle in an OCI
     // artifact listed under the `sha256-<hex>` tag (this registry has no referrers API),
     // and no legacy `.sig`.
-    let manifests = kubeairunway_kernelcache::registry::Client::new(
+    let manifests = kubeairunway_kernelcache_artifact::registry::Client::new(
         RegistryAuth::Anonymous,
         vec![addr.clone()],
-        kubeairunway_kernelcache::registry::Timeouts::default(),
+        kubeairunway_kernelcache_artifact::registry::Timeouts::default(),
     );
     let tag_of = |pinned: &str, suffix: &str| -> oci_client::Reference {
         let (repo, digest) = pinned.split_once('@').unwrap();

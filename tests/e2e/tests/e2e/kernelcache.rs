@@ -2,12 +2,12 @@
 //! rules enforced, and a node agent's status written by server-side apply.
 
 use kube::api::{Api, Patch, PatchParams};
-use kubeairunway_kernelcache::api::{CacheState, KernelCacheNode, KernelCachePolicy};
+use kubeairunway_kernelcache_api::{CacheState, KernelCacheNode, KernelCachePolicy};
 use serde_json::json;
 
 async fn client() -> kube::Client {
     let (_, client) = kubeairunway_e2e::core_cluster().await.unwrap();
-    kubeairunway_testcluster::install_crds(&client, &kubeairunway_kernelcache::api::crds())
+    kubeairunway_testcluster::install_crds(&client, &kubeairunway_kernelcache_api::crds())
         .await
         .unwrap();
     client
@@ -101,9 +101,9 @@ mod oci {
 
     use flate2::Compression;
     use flate2::write::GzEncoder;
-    use kubeairunway_kernelcache::extract::Limits;
-    use kubeairunway_kernelcache::image::CacheType;
-    use kubeairunway_kernelcache::oci::{PullError, pin};
+    use kubeairunway_kernelcache_artifact::extract::Limits;
+    use kubeairunway_kernelcache_artifact::image::CacheType;
+    use kubeairunway_kernelcache_artifact::oci::{PullError, pin};
     use kubeairunway_testcluster::registry::Registry;
     use serde_json::{Value, json};
 
@@ -358,13 +358,13 @@ mod build {
     use std::path::{Path, PathBuf};
 
     use kubeairunway_e2e::cache_images::{data_dir, new_signer, start_registry};
-    use kubeairunway_kernelcache::api::{KernelCachePolicySpec, VerificationMode};
-    use kubeairunway_kernelcache::build::{package, push};
-    use kubeairunway_kernelcache::extract::Limits;
-    use kubeairunway_kernelcache::image::CacheType;
-    use kubeairunway_kernelcache::oci::Puller;
-    use kubeairunway_kernelcache::sign::{Format, sign};
-    use kubeairunway_kernelcache::verify::verify;
+    use kubeairunway_kernelcache_api::{KernelCachePolicySpec, VerificationMode};
+    use kubeairunway_kernelcache_artifact::extract::Limits;
+    use kubeairunway_kernelcache_artifact::image::CacheType;
+    use kubeairunway_kernelcache_artifact::oci::Puller;
+    use kubeairunway_kernelcache_signing::build::{package, push};
+    use kubeairunway_kernelcache_signing::sign::{Format, sign};
+    use kubeairunway_kernelcache_signing::verify::verify;
     use oci_client::secrets::RegistryAuth;
 
     fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
@@ -446,7 +446,7 @@ mod build {
             .unwrap();
         assert!(v.verified, "{v:?}");
         // What `cache verify` says, from the tag.
-        let explained = kubeairunway_kernelcache::verify::explain(
+        let explained = kubeairunway_kernelcache_signing::verify::explain(
             &policy,
             &image,
             &RegistryAuth::Anonymous,
@@ -461,7 +461,7 @@ mod build {
             public_keys: vec![new_signer().unwrap().1],
             ..policy.clone()
         };
-        let refused = kubeairunway_kernelcache::verify::explain(
+        let refused = kubeairunway_kernelcache_signing::verify::explain(
             &unsigned_policy,
             &image,
             &RegistryAuth::Anonymous,

@@ -17,11 +17,12 @@ use kubeairunway_e2e::cache_images::{
     CUDA_HASH, CacheImage, layer, push, start_registry, triton_cuda, triton_rocm, vllm_cuda,
 };
 use kubeairunway_e2e::eventually;
-use kubeairunway_kernelcache::agent::gpu::Static;
-use kubeairunway_kernelcache::agent::metrics::Metrics;
-use kubeairunway_kernelcache::agent::node::KubeNode;
-use kubeairunway_kernelcache::agent::{self, Seams, Settings, secrets};
-use kubeairunway_kernelcache::api::{CacheState, KernelCache, KernelCacheNode, NodeCache};
+use kubeairunway_kernelcache_agent::gpu::Static;
+use kubeairunway_kernelcache_agent::metrics::Metrics;
+use kubeairunway_kernelcache_agent::node::KubeNode;
+use kubeairunway_kernelcache_agent::{self as agent, Seams, Settings};
+use kubeairunway_kernelcache_api::{CacheState, KernelCache, KernelCacheNode, NodeCache};
+use kubeairunway_kernelcache_artifact::secrets;
 use kubeairunway_testcluster::TestCluster;
 use kubeairunway_testcluster::registry::Registry;
 use serde_json::{Value, json};
@@ -91,7 +92,7 @@ fn start_agent_with(
 
 async fn setup(tag: &str) -> (TestCluster, Client, Registry) {
     let (cluster, client) =
-        kubeairunway_sdk::testing::private_cluster(tag, &kubeairunway_kernelcache::api::crds())
+        kubeairunway_sdk::testing::private_cluster(tag, &kubeairunway_kernelcache_api::crds())
             .await
             .unwrap();
     cluster.ensure_namespace("ml");
@@ -583,7 +584,7 @@ async fn caches_of_one_image_share_its_files_and_the_disk_budget_is_kept() {
 async fn pull_credentials_come_from_real_secrets() {
     use k8s_openapi::api::core::v1::Secret;
     use kube::api::PostParams;
-    use kubeairunway_kernelcache::agent::secrets::{KubeSecrets, auth_for};
+    use kubeairunway_kernelcache_artifact::secrets::{KubeSecrets, auth_for};
     use oci_client::secrets::RegistryAuth;
 
     let cluster = kubeairunway_testcluster::shared();
@@ -637,5 +638,47 @@ async fn pull_credentials_come_from_real_secrets() {
     assert_eq!(
         e,
         "pull secret opaque has no .dockerconfigjson or .dockercfg key"
+    );
+}
+
+/// The agent and the controller share flags (registries, credentials): each flag has one
+/// environment variable in both binaries, and the docs name every one.
+#[test]
+fn every_flag_has_one_environment_variable_shared_with_the_controller_and_named_in_the_readme() {
+    use clap::CommandFactory;
+    let readme =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+            .unwrap()
+            .replace('\n', " ");
+    // long flag -> (environment variable, value delimiter), across both binaries.
+    let mut seen: std::collections::BTreeMap<String, (String, Option<char>)> =
+        std::collections::BTreeMap::new();
+    for cmd in [
+        kubeairunway_kernelcache_agent::app::Cli::command(),
+        kubeairunway_kernelcache_controller::app::Cli::command(),
+    ] {
+        for arg in cmd.get_arguments() {
+            let Some(long) = arg.get_long() else { continue };
+            if ["help", "version"].contains(&long) {
+                continue;
+            }
+            let env = arg
+                .get_env()
+                .and_then(|e| e.to_str())
+                .unwrap_or_else(|| {
+                    panic!("{} --{long} has no environment variable", cmd.get_name())
+                })
+                .to_string();
+            let named = format!("`--{long}` (`{env}`");
+            assert!(readme.contains(&named), "the README does not name {named})");
+            let this = (env, arg.get_value_delimiter());
+            if let Some(other) = seen.insert(long.to_string(), this.clone()) {
+                assert_eq!(other, this, "--{long} differs between the binaries");
+            }
+        }
+    }
+    assert_eq!(
+        seen["plain-http-registry"],
+        ("PLAIN_HTTP_REGISTRIES".to_string(), Some(','))
     );
 }

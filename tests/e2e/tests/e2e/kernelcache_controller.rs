@@ -11,9 +11,9 @@ use kube::api::{Api, Patch, PatchParams};
 use kubeairunway_e2e::cache_images::{
     new_signer, pinned, push, sign, start_registry, triton_cuda, vllm_cuda,
 };
-use kubeairunway_kernelcache::agent::secrets::KubeSecrets;
-use kubeairunway_kernelcache::api::{KernelCache, KernelCacheStatus, VerificationMode};
-use kubeairunway_kernelcache::controller::{self, Settings, app::Metrics};
+use kubeairunway_kernelcache_api::{KernelCache, KernelCacheStatus, VerificationMode};
+use kubeairunway_kernelcache_artifact::secrets::KubeSecrets;
+use kubeairunway_kernelcache_controller::{self as controller, Settings, metrics::Metrics};
 use kubeairunway_sdk::conditions::{self, KERNEL_CACHE_READY};
 use kubeairunway_sdk::{InferenceProviderConfig, ModelDeployment};
 use serde_json::{Value, json};
@@ -110,7 +110,7 @@ async fn status_where(
 async fn node_report(client: &Client, node: &str, entries: &[(&str, &str, &str, &str)]) {
     let api: Api<kube::api::DynamicObject> = Api::all_with(
         client.clone(),
-        &kube::discovery::ApiResource::erase::<kubeairunway_kernelcache::api::KernelCacheNode>(&()),
+        &kube::discovery::ApiResource::erase::<kubeairunway_kernelcache_api::KernelCacheNode>(&()),
     );
     let body = json!({
         "apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "KernelCacheNode",
@@ -151,7 +151,7 @@ fn condition<'a>(s: &'a KernelCacheStatus, type_: &str) -> (&'a str, &'a str, &'
 async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments() {
     let (cluster, client) = kubeairunway_sdk::testing::private_cluster(
         "kc-controller",
-        &kubeairunway_kernelcache::api::crds(),
+        &kubeairunway_kernelcache_api::crds(),
     )
     .await
     .unwrap();
@@ -244,14 +244,14 @@ async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments
     .await;
     let handed: Api<k8s_openapi::api::core::v1::Secret> =
         Api::namespaced(client.clone(), "kc-credentials");
-    let name = kubeairunway_kernelcache::credentials::handover_name(NS, "private");
+    let name = kubeairunway_kernelcache_artifact::credentials::handover_name(NS, "private");
     let secret = eventually("the handed-over credentials", || async {
         Ok(handed.get(&name).await?)
     })
     .await
     .unwrap();
     let data = secret.data.unwrap();
-    let auth = kubeairunway_kernelcache::credentials::registry_auth(
+    let auth = kubeairunway_kernelcache_artifact::credentials::registry_auth(
         registry.addr(),
         &[(name.clone(), data)],
     )
@@ -634,7 +634,7 @@ fn chart_lints_and_renders_the_controller_the_agent_and_the_webhook() {
         .collect();
     assert_eq!(
         crds.len(),
-        kubeairunway_kernelcache::api::crds().len(),
+        kubeairunway_kernelcache_api::crds().len(),
         "{crds:?}"
     );
     let deployment = helm::of_kind(&objects, "Deployment")

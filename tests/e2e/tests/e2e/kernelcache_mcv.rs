@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 
 use kubeairunway_e2e::cache_images::{CUDA_HASH, data_dir, puller, start_registry};
 use kubeairunway_e2e::mcv::{self, Gpu};
-use kubeairunway_kernelcache::build;
-use kubeairunway_kernelcache::extract::Limits;
-use kubeairunway_kernelcache::image::{CacheType, Target};
+use kubeairunway_kernelcache_artifact::extract::Limits;
+use kubeairunway_kernelcache_artifact::image::{CacheType, Target};
+use kubeairunway_kernelcache_signing::build;
 use oci_client::secrets::RegistryAuth;
 use serde_json::{Value, json};
 

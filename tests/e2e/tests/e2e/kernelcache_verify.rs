@@ -10,13 +10,16 @@ use std::process::Command;
 use flate2::Compression;
 use flate2::write::GzEncoder;
 use kubeairunway_e2e::cache_images;
-use kubeairunway_kernelcache::api::{
+use kubeairunway_kernelcache_api::{
     CertificatePolicy, KernelCachePolicySpec, KeylessIdentity, TrustRoot, VerificationMode,
 };
-use kubeairunway_kernelcache::oci::{Puller, pin};
-use kubeairunway_kernelcache::verify::{
-    BUNDLE_ANNOTATION, CERTIFICATE_ANNOTATION, CHAIN_ANNOTATION, DISABLED_MESSAGE,
-    SIGNATURE_ANNOTATION, SIMPLE_SIGNING_MEDIA_TYPE, VerifyError, key_fingerprint, refused, verify,
+use kubeairunway_kernelcache_artifact::oci::{Puller, pin};
+use kubeairunway_kernelcache_signing::fetch::{
+    BUNDLE_ANNOTATION, CERTIFICATE_ANNOTATION, CHAIN_ANNOTATION, SIGNATURE_ANNOTATION,
+    SIMPLE_SIGNING_MEDIA_TYPE,
+};
+use kubeairunway_kernelcache_signing::verify::{
+    DISABLED_MESSAGE, VerifyError, key_fingerprint, refused, verify,
 };
 use kubeairunway_testcluster::registry::Registry;
 use oci_client::client::{Config, ImageLayer};
@@ -156,7 +159,7 @@ async fn check(
     policy: &KernelCachePolicySpec,
     registry: &Registry,
     pinned: &str,
-) -> Result<kubeairunway_kernelcache::api::Verification, VerifyError> {
+) -> Result<kubeairunway_kernelcache_api::Verification, VerifyError> {
     verify(
         policy,
         pinned,
@@ -944,7 +947,7 @@ impl Sigstore {
         use sha2::Digest as _;
         let (signer, _) = new_signer();
         let leaf = self.leaf(&signer, email, issuer);
-        let leaf_der = kubeairunway_kernelcache::verify::pem_certificates(&leaf)
+        let leaf_der = kubeairunway_kernelcache_signing::verify::pem_certificates(&leaf)
             .unwrap()
             .remove(0);
         let hex_digest = digest_of(pinned).trim_start_matches("sha256:").to_string();
@@ -957,7 +960,7 @@ impl Sigstore {
         .unwrap();
         let payload_type = "application/vnd.in-toto+json";
         let signature = signer
-            .sign(&kubeairunway_kernelcache::bundle::pae(
+            .sign(&kubeairunway_kernelcache_signing::bundle::pae(
                 payload_type,
                 &payload,
             ))

@@ -9,9 +9,9 @@ use base64::Engine as _;
 use kube::Client;
 use kube::api::{Api, DynamicObject, Patch, PatchParams};
 use kube::discovery::ApiResource;
-use kubeairunway_kernelcache::api::KernelCache;
-use kubeairunway_kernelcache::webhook::app::{AppState, Metrics, router, stores};
-use kubeairunway_kernelcache::webhook::{INJECTED_ANNOTATION, Lookup, PATH, Settings};
+use kubeairunway_kernelcache_api::KernelCache;
+use kubeairunway_kernelcache_webhook::app::{AppState, Metrics, router, stores};
+use kubeairunway_kernelcache_webhook::{INJECTED_ANNOTATION, Lookup, PATH, Settings};
 use kubeairunway_sdk::tls::{CertManager, CertResolver, CertSettings, MemoryCertStore};
 use serde_json::{Value, json};
 
@@ -112,7 +112,7 @@ async fn admit(
 async fn serving_pods_get_usable_caches_and_nothing_else_is_touched() {
     let (cluster, client) = kubeairunway_sdk::testing::private_cluster(
         "kc-webhook",
-        &kubeairunway_kernelcache::api::crds(),
+        &kubeairunway_kernelcache_api::crds(),
     )
     .await
     .unwrap();
@@ -336,7 +336,7 @@ async fn the_api_server_calls_the_pod_webhook_installed_from_the_chart() {
     // A cluster-wide pod webhook: a cluster of the test's own.
     let (cluster, admin) = kubeairunway_sdk::testing::private_cluster(
         "kc-webhook-installed",
-        &kubeairunway_kernelcache::api::crds(),
+        &kubeairunway_kernelcache_api::crds(),
     )
     .await
     .unwrap();
@@ -410,7 +410,7 @@ async fn the_api_server_calls_the_pod_webhook_installed_from_the_chart() {
         "--webhook-cert-rotate-before=4s".into(),
         "--webhook-cert-check-interval=1s".into(),
     ]);
-    let cli = <kubeairunway_kernelcache::webhook::app::Cli as clap::Parser>::try_parse_from(&args)
+    let cli = <kubeairunway_kernelcache_webhook::app::Cli as clap::Parser>::try_parse_from(&args)
         .unwrap();
     let client = cluster
         .client_as_service_account(system, account)
@@ -418,14 +418,14 @@ async fn the_api_server_calls_the_pod_webhook_installed_from_the_chart() {
         .unwrap();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let rt = kubeairunway_sdk::process::Runtime::with_client(
-        kubeairunway_kernelcache::webhook::app::COMPONENT,
+        kubeairunway_kernelcache_webhook::app::COMPONENT,
         cli.process.clone(),
         client,
         kubeairunway_sdk::process::Shutdown::on(async {
             let _ = stop_rx.await;
         }),
     );
-    let running = tokio::spawn(kubeairunway_kernelcache::webhook::app::run(cli, rt));
+    let running = tokio::spawn(kubeairunway_kernelcache_webhook::app::run(cli, rt));
     cluster
         .route_service(&admin, system, service, 443, bind.port())
         .await

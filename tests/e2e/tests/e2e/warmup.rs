@@ -17,10 +17,10 @@ use k8s_openapi::api::events::v1::Event as K8sEvent;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use kubeairunway_e2e::eventually;
-use kubeairunway_kernelcache::warmup::api::{Warmup, WarmupPhase, WarmupStatus};
-use kubeairunway_kernelcache::warmup::app::Metrics;
-use kubeairunway_kernelcache::warmup::pod::{ATTEMPT_ANNOTATION, NODE_ANNOTATION};
-use kubeairunway_kernelcache::warmup::{self, Settings};
+use kubeairunway_kernelcache_warmup::metrics::Metrics;
+use kubeairunway_kernelcache_warmup::pod::{ATTEMPT_ANNOTATION, NODE_ANNOTATION};
+use kubeairunway_kernelcache_warmup::{self as warmup, Settings};
+use kubeairunway_sdk::api::warmup::{Warmup, WarmupPhase, WarmupStatus};
 use kubeairunway_testcluster::TestCluster;
 use serde_json::{Value, json};
 
@@ -175,7 +175,7 @@ const CHART_ACCOUNT: &str = "release-kernelcache-provider-warmup";
 /// chart's service account (its requests are in the audit log under that name).
 async fn start(tag: &str) -> (TestCluster, Client, tokio::sync::oneshot::Sender<()>) {
     let (cluster, client) =
-        kubeairunway_sdk::testing::private_cluster(tag, &kubeairunway_kernelcache::api::crds())
+        kubeairunway_sdk::testing::private_cluster(tag, &kubeairunway_kernelcache_api::crds())
             .await
             .unwrap();
     let controller = cluster
@@ -632,7 +632,7 @@ async fn agent_report(
 ) {
     let api: Api<kube::api::DynamicObject> = Api::all_with(
         client.clone(),
-        &kube::discovery::ApiResource::erase::<kubeairunway_kernelcache::api::KernelCacheNode>(&()),
+        &kube::discovery::ApiResource::erase::<kubeairunway_kernelcache_api::KernelCacheNode>(&()),
     );
     let spec = json!({"apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "KernelCacheNode",
                       "metadata": {"name": node}, "spec": {"nodeName": node}});
@@ -731,7 +731,7 @@ async fn a_model_deployments_nodes_get_its_image_and_its_kernel_cache() {
     let caches: Api<kube::api::DynamicObject> = Api::namespaced_with(
         client.clone(),
         &ns,
-        &kube::discovery::ApiResource::erase::<kubeairunway_kernelcache::api::KernelCache>(&()),
+        &kube::discovery::ApiResource::erase::<kubeairunway_kernelcache_api::KernelCache>(&()),
     );
     let cache = json!({"apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "KernelCache",
         "metadata": {"name": "llama-kernels"}, "spec": {"image": "registry.example/kernels/llama:v1", "nodeSelector": {"pool": "h100"}}});

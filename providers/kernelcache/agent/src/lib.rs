@@ -1,0 +1,646 @@
+//! The node agent (a DaemonSet): finds the node's GPUs, stages the verified kernel caches
+//! that fit them under `<root>/<namespace>/<name>/<digest>`, reports everything in the
+//! node's `KernelCacheNode` (from which the controller sets the node's ready labels), and
+//! deletes what is no longer wanted. It reads its own Node (labels for `nodeSelector`s)
+//! and the registry credentials the controller hands over, nothing else of the cluster's.
+//!
+//! The loop watches `KernelCache`s (all namespaces) and reconciles on every change, on a
+//! resync interval and when registry work ends: [`plan::plan`] decides, the loop does the
+//! I/O. Registry work (reading labels, staging) runs in tasks so that one large cache
+//! never holds up the report of the others. Only `status.usable_image()` is ever pulled;
+//! a cache's compatibility is decided from its labels before any download; a directory
+//! already on disk is complete (extraction renames a checked directory into place) and
+//! is Ready again after a restart without any download.
+
+pub mod app;
+pub mod disk;
+pub mod gpu;
+pub mod metrics;
+pub mod node;
+pub mod plan;
+pub mod report;
+pub mod seed;
+pub mod stage;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::Api;
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource};
+use kubeairunway_sdk::events::{Event, EventType, Recorder, Reporter};
+use tokio::task::JoinSet;
+use tokio::time::Instant;
+use tracing::{info, warn};
+
+use gpu::{Detected, GpuSource};
+use kubeairunway_kernelcache_api::{
+    CacheState, KernelCache, KernelCacheNode, KernelCacheNodeStatus, NodeCache,
+};
+use kubeairunway_kernelcache_artifact::extract::Limits;
+use kubeairunway_kernelcache_artifact::image::Target;
+use kubeairunway_kernelcache_artifact::secrets::SecretApi;
+use kubeairunway_kernelcache_artifact::triton;
+use metrics::Metrics;
+use node::NodeApi;
+use plan::{Busy, Key, OnDisk, Wanted};
+use stage::{Outcome, Stager};
+
+/// What the agent is told.
+#[derive(Clone, Debug)]
+pub struct Settings {
+    /// This node's name (and its KernelCacheNode's).
+    pub node_name: String,
+    /// Where caches are staged.
+    pub cache_root: PathBuf,
+    /// Caps on one cache layer.
+    pub limits: Limits,
+    /// Registries spoken to over plain HTTP (tests, air-gapped mirrors).
+    pub plain_http: Vec<String>,
+    /// How often everything is reconciled without a change (GPUs detected again, failed
+    /// caches retried when due).
+    pub resync: Duration,
+    /// How often the status is rewritten although nothing changed.
+    pub status_refresh: Duration,
+    /// Caches staged at the same time.
+    pub parallel_stages: usize,
+    /// Bytes all staged caches together may take on this node (each digest counted once);
+    /// none: no budget.
+    pub disk_budget: Option<u64>,
+    /// The namespace where the controller hands over registry credentials
+    /// ([`kubeairunway_kernelcache_artifact::credentials::handover_name`]); none: private registries are not reached.
+    pub credentials_namespace: Option<String>,
+}
+
+impl Settings {
+    /// Defaults for `node_name` and `cache_root`.
+    pub fn new(node_name: &str, cache_root: PathBuf) -> Self {
+        Self {
+            node_name: node_name.to_string(),
+            cache_root,
+            limits: Limits::default(),
+            plain_http: Vec::new(),
+            resync: Duration::from_secs(120),
+            status_refresh: Duration::from_secs(600),
+            parallel_stages: 2,
+            credentials_namespace: None,
+            disk_budget: None,
+        }
+    }
+}
+
+/// The agent's ties to the world that tests replace.
+pub struct Seams {
+    /// GPU detection.
+    pub gpus: Arc<dyn GpuSource>,
+    /// This node's uid and labels.
+    pub node: Arc<dyn NodeApi>,
+    /// The registry credentials the controller hands over.
+    pub secrets: Arc<dyn SecretApi>,
+}
+
+impl std::fmt::Debug for Seams {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Seams").finish_non_exhaustive()
+    }
+}
+
+/// A failure and when to try again.
+#[derive(Clone, Debug)]
+struct Failure {
+    message: String,
+    attempts: u32,
+    retry_at: Instant,
+}
+
+/// Retry after 10 s, doubling per attempt, at most 10 minutes.
+fn backoff(attempts: u32) -> Duration {
+    Duration::from_secs(10u64.saturating_mul(1 << attempts.saturating_sub(1).min(6)))
+        .min(Duration::from_secs(600))
+}
+
+struct Agent {
+    settings: Settings,
+    seams: Seams,
+    metrics: Arc<Metrics>,
+    recorder: Recorder,
+    nodes: Api<KernelCacheNode>,
+    store: Store<KernelCache>,
+    stager: Stager,
+    detected: Detected,
+    node_uid: Option<String>,
+    /// Why the Node could not be read, as last logged.
+    node_error: Option<String>,
+    node_applied: bool,
+    /// Targets from image labels, by pinned reference (immutable: digests).
+    images: BTreeMap<String, Vec<Target>>,
+    /// Sizes image labels declare, by pinned reference.
+    sizes: BTreeMap<String, u64>,
+    /// Declared sizes of the stages under way (counted against the disk budget).
+    staging_sizes: BTreeMap<Key, u64>,
+    /// What was read of each directory on disk.
+    disk: BTreeMap<Key, Result<OnDisk, String>>,
+    busy: BTreeMap<Key, Busy>,
+    failures: BTreeMap<Key, Failure>,
+    /// The caches as last reported.
+    reported: BTreeMap<Key, NodeCache>,
+    /// The status last written (without `lastUpdated`) and when.
+    written: Option<(KernelCacheNodeStatus, Instant)>,
+    /// Digests whose compatibility was counted.
+    checked: BTreeSet<Key>,
+    /// The Triton mount path group files on disk were last rewritten to.
+    rewritten: BTreeMap<Key, String>,
+    tasks: JoinSet<(Wanted, Outcome)>,
+}
+
+/// Run the agent until `shutdown` completes.
+pub async fn run(
+    client: Client,
+    settings: Settings,
+    seams: Seams,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    std::fs::create_dir_all(&settings.cache_root)
+        .map_err(|e| anyhow::anyhow!("creating {}: {e}", settings.cache_root.display()))?;
+    match disk::clean_leftovers(&settings.cache_root) {
+        Ok(0) => {}
+        Ok(n) => info!(removed = n, "removed leftovers of interrupted staging"),
+        Err(e) => warn!(error = %e, "removing leftovers of interrupted staging"),
+    }
+    let (store, writer) = reflector::store::<KernelCache>();
+    let mut changes = watcher(
+        Api::<KernelCache>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .default_backoff()
+    .reflect(writer)
+    .boxed();
+    let mut agent = Agent::new(client, settings, seams, metrics, store).await;
+    agent.detect_gpus().await;
+
+    tokio::pin!(shutdown);
+    let mut synced = false;
+    let mut dirty = false;
+    let mut next_resync = Instant::now() + agent.settings.resync;
+    loop {
+        let wake = agent
+            .next_retry()
+            .map_or(next_resync, |r| r.min(next_resync));
+        tokio::select! {
+            () = &mut shutdown => break,
+            event = changes.next() => match event {
+                Some(Ok(watcher::Event::InitDone)) => { synced = true; dirty = true; }
+                Some(Ok(_)) => dirty = true,
+                Some(Err(e)) => warn!(error = %e, "watching KernelCaches"),
+                None => anyhow::bail!("the KernelCache watch ended"),
+            },
+            Some(done) = agent.tasks.join_next() => {
+                match done {
+                    Ok((wanted, outcome)) => agent.finished(&wanted, outcome),
+                    Err(e) => warn!(error = %e, "a staging task failed"),
+                }
+                dirty = true;
+            }
+            () = tokio::time::sleep_until(wake) => {
+                if Instant::now() >= next_resync {
+                    agent.detect_gpus().await;
+                    next_resync = Instant::now() + agent.settings.resync;
+                }
+                dirty = true;
+            }
+        }
+        // Never act on a partial view: before the first full list, every cache on disk
+        // would look unwanted.
+        if dirty && synced {
+            // Let a burst of watch events settle.
+            while let Some(Some(event)) = futures::FutureExt::now_or_never(changes.next()) {
+                if let Err(e) = event {
+                    warn!(error = %e, "watching KernelCaches");
+                }
+            }
+            dirty = false;
+            if let Err(e) = agent.reconcile().await {
+                warn!(error = %e, "reconciling; retrying at the next resync");
+            }
+        }
+    }
+    // Staging in flight finishes or is dropped with the process; a half-extracted
+    // directory never becomes visible.
+    agent.tasks.abort_all();
+    Ok(())
+}
+
+impl Agent {
+    /// An agent that knows what its KernelCacheNode reported before a restart (so that
+    /// events are only published for changes).
+    async fn new(
+        client: Client,
+        settings: Settings,
+        seams: Seams,
+        metrics: Arc<Metrics>,
+        store: Store<KernelCache>,
+    ) -> Self {
+        let nodes: Api<KernelCacheNode> = Api::all(client.clone());
+        let reported = match nodes.get_opt(&settings.node_name).await {
+            Ok(found) => found
+                .and_then(|n| n.status)
+                .map(|s| report::by_key(&s))
+                .unwrap_or_default(),
+            Err(e) => {
+                warn!(error = %e, "reading the previous KernelCacheNode");
+                BTreeMap::new()
+            }
+        };
+        Agent {
+            recorder: Recorder::new(
+                client,
+                Reporter {
+                    controller: report::FIELD_MANAGER.into(),
+                    instance: Some(settings.node_name.clone()),
+                },
+            ),
+            stager: Stager {
+                root: settings.cache_root.clone(),
+                limits: settings.limits,
+                plain_http: settings.plain_http.clone(),
+                secrets: Arc::clone(&seams.secrets),
+                credentials_namespace: settings.credentials_namespace.clone(),
+            },
+            detected: Detected::default(),
+            node_uid: None,
+            node_error: None,
+            node_applied: false,
+            images: BTreeMap::new(),
+            sizes: BTreeMap::new(),
+            staging_sizes: BTreeMap::new(),
+            disk: BTreeMap::new(),
+            busy: BTreeMap::new(),
+            failures: BTreeMap::new(),
+            reported,
+            written: None,
+            checked: BTreeSet::new(),
+            rewritten: BTreeMap::new(),
+            tasks: JoinSet::new(),
+            settings,
+            seams,
+            metrics,
+            nodes,
+            store,
+        }
+    }
+
+    async fn detect_gpus(&mut self) {
+        let source = Arc::clone(&self.seams.gpus);
+        let detected = tokio::task::spawn_blocking(move || source.detect())
+            .await
+            .unwrap_or_else(|e| Detected {
+                gpus: Vec::new(),
+                message: Some(format!("GPU detection failed: {e}")),
+            });
+        if detected != self.detected {
+            info!(gpus = detected.gpus.len(), message = ?detected.message, "GPUs detected");
+        }
+        self.metrics.gpus(detected.gpus.len());
+        self.detected = detected;
+    }
+
+    /// The next failure due for a retry (those already due are being retried).
+    fn next_retry(&self) -> Option<Instant> {
+        let now = Instant::now();
+        self.failures
+            .values()
+            .map(|f| f.retry_at)
+            .filter(|at| *at > now)
+            .min()
+    }
+
+    fn fail(&mut self, key: &Key, message: String) {
+        warn!(cache = %key, error = %message, "kernel cache failed");
+        let attempts = self.failures.get(key).map_or(0, |f| f.attempts) + 1;
+        self.failures.insert(
+            key.clone(),
+            Failure {
+                message,
+                attempts,
+                retry_at: Instant::now() + backoff(attempts),
+            },
+        );
+    }
+
+    /// The room a new stage has: the disk budget less the caches on disk (each digest
+    /// once: copies of a digest are hard links) and the stages under way.
+    fn room(&self) -> stage::Room {
+        let Some(budget) = self.settings.disk_budget else {
+            return stage::Room::Unlimited;
+        };
+        let mut by_digest: BTreeMap<&str, u64> = BTreeMap::new();
+        for (key, disk) in &self.disk {
+            if let Ok(d) = disk {
+                let e = by_digest.entry(key.digest.as_str()).or_default();
+                *e = (*e).max(d.size_bytes);
+            }
+        }
+        let used = by_digest.values().sum::<u64>() + self.staging_sizes.values().sum::<u64>();
+        stage::Room::Budget { budget, used }
+    }
+
+    fn finished(&mut self, wanted: &Wanted, outcome: Outcome) {
+        let key = &wanted.key;
+        self.busy.remove(key);
+        self.staging_sizes.remove(key);
+        match outcome {
+            Outcome::Inspected(Ok((targets, size))) => {
+                self.failures.remove(key);
+                self.images.insert(wanted.pinned.clone(), targets);
+                if let Some(size) = size {
+                    self.sizes.insert(wanted.pinned.clone(), size);
+                }
+            }
+            Outcome::Inspected(Err(message)) => self.fail(key, message),
+            Outcome::Staged { result, took } => match result {
+                Ok(extracted) => {
+                    info!(cache = %key, files = extracted.files, bytes = extracted.bytes, seconds = took.as_secs_f64(), "kernel cache staged");
+                    // Neither a cache found complete nor one linked from another cache
+                    // of its digest is a download.
+                    if !extracted.already_present && extracted.bytes > 0 {
+                        self.metrics.download(true, took, extracted.bytes);
+                    }
+                    self.failures.remove(key);
+                    self.rewritten
+                        .insert(key.clone(), wanted.triton_mount.clone());
+                }
+                Err(message) => {
+                    self.metrics.download(false, took, 0);
+                    self.fail(key, message);
+                }
+            },
+        }
+    }
+
+    /// One pass, in phases: read the Node ([`Agent::read_node`]) and the disk
+    /// ([`Agent::read_disk`]), forget what is no longer wanted, [`plan::plan`], start the
+    /// registry work ([`Agent::start_work`]), point Triton group files at their mount
+    /// paths ([`Agent::rewrite_ready`]), remove directories, and report.
+    async fn reconcile(&mut self) -> anyhow::Result<()> {
+        let node = self.read_node().await;
+        let caches = self.store.state();
+        let wanted = plan::wanted(
+            caches.iter().map(AsRef::as_ref),
+            node.as_ref().map(|n| &n.labels),
+        );
+        let root = self.settings.cache_root.clone();
+        let (on_disk, damaged) = self.read_disk(&root)?;
+        let failed = self.forget_unwanted(&wanted);
+        let plan::Plan {
+            inspect,
+            stage,
+            remove,
+            mut entries,
+        } = plan::plan(
+            &wanted,
+            plan::Inputs {
+                gpus: &self.detected.gpus,
+                gpu_detection: self.detected.message.as_deref(),
+                images: &self.images,
+                on_disk: &on_disk,
+                busy: &self.busy,
+                failed: &failed,
+            },
+        );
+        self.start_work(inspect, stage, &mut entries);
+        self.rewrite_ready(&wanted, &entries, &root);
+        self.count_checks(&entries);
+        self.metrics.cache_sizes(
+            &entries
+                .iter()
+                .filter_map(|e| {
+                    e.size_bytes
+                        .map(|b| (e.key.namespace.clone(), e.key.name.clone(), b))
+                })
+                .collect::<Vec<_>>(),
+        );
+        for key in remove.iter().chain(&damaged) {
+            info!(cache = %key, "removing kernel cache directory");
+            match disk::remove(&root, key) {
+                Ok(()) => {
+                    self.disk.remove(key);
+                    self.rewritten.remove(key);
+                }
+                Err(e) => warn!(cache = %key, error = %e, "removing kernel cache directory"),
+            }
+        }
+        self.write_status(&entries).await
+    }
+
+    /// This node's uid and labels (a phase of [`Agent::reconcile`]). Without its Node the
+    /// agent still reports; caches with a nodeSelector wait.
+    async fn read_node(&mut self) -> Result<node::NodeInfo, String> {
+        let node = self.seams.node.get().await;
+        if let Err(e) = &node
+            && self.node_error.as_ref() != Some(e)
+        {
+            warn!(error = %e, "this node's labels are unknown; caches with a nodeSelector wait");
+        }
+        self.node_error = node.as_ref().err().cloned();
+        let uid = node.as_ref().ok().and_then(|n| n.uid.clone());
+        if uid.is_some() && uid != self.node_uid {
+            self.node_uid = uid;
+            self.node_applied = false;
+        }
+        node
+    }
+
+    /// The complete cache directories on disk, and the damaged ones to remove (a phase of
+    /// [`Agent::reconcile`]).
+    fn read_disk(&mut self, root: &Path) -> anyhow::Result<(BTreeMap<Key, OnDisk>, Vec<Key>)> {
+        let keys = disk::scan(root)?;
+        disk::read_new(root, &keys, &mut self.disk);
+        let mut damaged = Vec::new();
+        let on_disk = self
+            .disk
+            .iter()
+            .filter_map(|(k, d)| match d {
+                Ok(d) => Some((k.clone(), d.clone())),
+                Err(e) => {
+                    warn!(cache = %k, error = %e, "damaged cache directory; removing it");
+                    damaged.push(k.clone());
+                    None
+                }
+            })
+            .collect();
+        Ok((on_disk, damaged))
+    }
+
+    /// Forget failures and image labels of caches no longer wanted (a phase of
+    /// [`Agent::reconcile`]); the failures still waiting for their retry.
+    fn forget_unwanted(&mut self, wanted: &[Wanted]) -> BTreeMap<Key, String> {
+        let wanted_keys: BTreeSet<&Key> = wanted.iter().map(|w| &w.key).collect();
+        let wanted_images: BTreeSet<&str> = wanted.iter().map(|w| w.pinned.as_str()).collect();
+        self.failures.retain(|k, _| wanted_keys.contains(k));
+        self.images
+            .retain(|p, _| wanted_images.contains(p.as_str()));
+        self.sizes.retain(|p, _| wanted_images.contains(p.as_str()));
+        let now = Instant::now();
+        self.failures
+            .iter()
+            .filter(|(_, f)| f.retry_at > now)
+            .map(|(k, f)| (k.clone(), f.message.clone()))
+            .collect()
+    }
+
+    /// Registry work in tasks (a phase of [`Agent::reconcile`]): every inspection, and the
+    /// stages [`plan::stage_wait`] lets start; the others are reported `Pending` with why.
+    fn start_work(
+        &mut self,
+        inspect: Vec<Wanted>,
+        stage: Vec<Wanted>,
+        entries: &mut [plan::Entry],
+    ) {
+        for w in inspect {
+            self.busy.insert(w.key.clone(), Busy::Inspecting);
+            let stager = self.stager.clone();
+            self.tasks.spawn(async move {
+                let outcome = stager.inspect(&w).await;
+                (w, outcome)
+            });
+        }
+        for w in stage {
+            if let Some(why) = plan::stage_wait(&self.busy, &w.key, self.settings.parallel_stages) {
+                if let Some(e) = entries.iter_mut().find(|e| e.key == w.key) {
+                    e.state = CacheState::Pending;
+                    e.message = Some(why);
+                }
+                continue;
+            }
+            let room = self.room();
+            let declared = self.sizes.get(&w.pinned).copied();
+            info!(cache = %w.key, image = %w.pinned, "staging kernel cache");
+            self.busy.insert(w.key.clone(), Busy::Staging);
+            self.staging_sizes
+                .insert(w.key.clone(), declared.unwrap_or(0));
+            let stager = self.stager.clone();
+            self.tasks.spawn(async move {
+                let outcome = stager.stage(&w, room, declared).await;
+                (w, outcome)
+            });
+        }
+    }
+
+    /// Triton group files of the caches found ready on disk point at the current mount
+    /// path (a phase of [`Agent::reconcile`]).
+    fn rewrite_ready(&mut self, wanted: &[Wanted], entries: &[plan::Entry], root: &Path) {
+        let by_key: BTreeMap<&Key, &Wanted> = wanted.iter().map(|w| (&w.key, w)).collect();
+        for e in entries.iter().filter(|e| e.state == CacheState::Ready) {
+            let Some(w) = by_key.get(&e.key) else {
+                continue;
+            };
+            if self.rewritten.get(&e.key) == Some(&w.triton_mount) {
+                continue;
+            }
+            let cache_dir = e
+                .key
+                .dir(root)
+                .join(kubeairunway_kernelcache_artifact::image::CacheType::Triton.cache_dir());
+            if cache_dir.is_dir()
+                && let Err(err) = triton::rewrite_group_files(&cache_dir, &w.triton_mount)
+            {
+                warn!(cache = %e.key, error = %err, "rewriting Triton group files");
+                continue;
+            }
+            self.rewritten.insert(e.key.clone(), w.triton_mount.clone());
+        }
+    }
+
+    fn count_checks(&mut self, entries: &[plan::Entry]) {
+        for e in entries {
+            let decided = !e.compatible.is_empty() || e.state == CacheState::Incompatible;
+            if decided && !self.detected.gpus.is_empty() && self.checked.insert(e.key.clone()) {
+                self.metrics.compatibility_check(!e.compatible.is_empty());
+            }
+        }
+        self.checked.retain(|k| entries.iter().any(|e| &e.key == k));
+    }
+
+    async fn write_status(&mut self, entries: &[plan::Entry]) -> anyhow::Result<()> {
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let status = report::status(&self.detected, entries, &self.reported, &now);
+        let node = self.settings.node_name.clone();
+        for cache in &status.caches {
+            let key = Key {
+                namespace: cache.namespace.clone(),
+                name: cache.name.clone(),
+                digest: cache.digest.clone(),
+            };
+            if let Some((reason, warning, note)) =
+                report::event(self.reported.get(&key), cache, &node)
+            {
+                self.publish(cache, reason, warning, note).await;
+            }
+        }
+        let unchanged = self
+            .written
+            .as_ref()
+            .is_some_and(|(s, at)| *s == status && at.elapsed() < self.settings.status_refresh);
+        if unchanged && self.node_applied {
+            return Ok(());
+        }
+        if !self.node_applied {
+            report::apply_node(&self.nodes, &node, self.node_uid.as_deref()).await?;
+            self.node_applied = true;
+        }
+        let mut stamped = status.clone();
+        stamped.last_updated = Some(now);
+        if let Err(e) = report::apply_status(&self.nodes, &node, &stamped).await {
+            // Someone deleted the KernelCacheNode: create it again next time.
+            self.node_applied = false;
+            return Err(e.into());
+        }
+        self.reported = report::by_key(&status);
+        self.written = Some((status, Instant::now()));
+        Ok(())
+    }
+
+    async fn publish(&self, cache: &NodeCache, reason: &str, warning: bool, note: String) {
+        // Events go on the KernelCache; one deleted meanwhile gets none.
+        let Some(object) = self
+            .store
+            .get(&ObjectRef::new(&cache.name).within(&cache.namespace))
+        else {
+            return;
+        };
+        let event = Event {
+            type_: if warning {
+                EventType::Warning
+            } else {
+                EventType::Normal
+            },
+            reason: reason.into(),
+            note: Some(note),
+            action: "Stage".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&event, &object.object_ref(&())).await {
+            warn!(error = %e, reason, "publishing an event");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retries_back_off_to_ten_minutes() {
+        assert_eq!(backoff(1), Duration::from_secs(10));
+        assert_eq!(backoff(2), Duration::from_secs(20));
+        assert_eq!(backoff(4), Duration::from_secs(80));
+        assert_eq!(backoff(30), Duration::from_secs(600));
+    }
+}

@@ -1,0 +1,402 @@
+//! The kernel-cache kinds of `cache.kubeairunway.ai/v1alpha1`: `KernelCache` (what a
+//! user wants staged), `KernelCacheNode` (what one node has, written by its agent), and
+//! `KernelCachePolicy` (how cache images are verified, cluster-wide); the `Warmup` kind
+//! is the SDK's (`kubeairunway_sdk::api::warmup`), shared with the provider runtime.
+//!
+//! Besides the kinds: the names every kernel-cache component agrees on ([`names`]) and
+//! how each reports what it saw ([`report`]).
+
+pub mod names;
+pub mod report;
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The API group of the kernel-cache kinds.
+pub const GROUP: &str = "cache.kubeairunway.ai";
+
+/// A GPU kernel cache image to stage on the nodes whose GPUs it fits.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "cache.kubeairunway.ai",
+    version = "v1alpha1",
+    kind = "KernelCache",
+    plural = "kernelcaches",
+    shortname = "kc",
+    namespaced,
+    status = "KernelCacheStatus",
+    doc = "A GPU kernel cache (Triton or vLLM torch.compile) packaged as an OCI image, pinned to a digest, verified, and staged on the nodes whose GPUs it fits.",
+    printcolumn = r#"{"name":"Digest","type":"string","jsonPath":".status.resolvedDigest"}"#,
+    printcolumn = r#"{"name":"Verified","type":"string","jsonPath":".status.verification.verified"}"#,
+    printcolumn = r#"{"name":"Ready","type":"integer","jsonPath":".status.readyNodes"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct KernelCacheSpec {
+    /// The cache image, by tag or digest (`registry/repo:tag` or `registry/repo@sha256:...`).
+    #[schemars(length(min = 1))]
+    pub image: String,
+    /// Stage only on nodes with these labels (in addition to having a compatible GPU).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<BTreeMap<String, String>>,
+    /// Image pull Secrets (in this namespace) for a private registry.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub image_pull_secrets: Vec<String>,
+    /// How serving pods get the cache.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mount: Option<MountSpec>,
+}
+
+/// How the cache reaches serving pods.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MountSpec {
+    /// `hostPath` (the agent's directory; default) or `imageVolume` (a Kubernetes image
+    /// volume, where the cluster supports it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<MountSource>,
+    /// Where the cache is mounted in the serving container; defaults by cache type
+    /// (`/var/cache/kubeairunway/<name>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Schedule serving pods only onto nodes where the cache is ready (node affinity).
+    #[serde(default)]
+    pub require_ready_node: bool,
+}
+
+/// Where a mounted cache comes from.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum MountSource {
+    /// The directory the node agent extracted the cache to.
+    #[default]
+    HostPath,
+    /// A Kubernetes image volume of the pinned digest.
+    ImageVolume,
+}
+
+/// What the cluster knows about a KernelCache.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KernelCacheStatus {
+    /// The digest the image resolved to; agents pull only this.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_digest: Option<String>,
+    /// The image pinned to that digest (`registry/repo@sha256:...`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned_image: Option<String>,
+    /// Cache type read from the image labels (`triton` or `vllm`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_type: Option<String>,
+    /// Bytes of cache content, as the image's `cache-size-bytes` label says (the size
+    /// limit of a pod's copy is twice this).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_bytes: Option<i64>,
+    /// Signature verification of the pinned digest.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verification: Option<Verification>,
+    /// Nodes where the cache is ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready_nodes: Option<i32>,
+    /// Node names per state (`Ready`, `Staging`, `Incompatible`, `Failed`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub nodes: BTreeMap<String, Vec<String>>,
+    /// Conditions (`Resolved`, `Verified`, `Ready`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "kubeairunway_sdk::api::schema::conditions")]
+    pub conditions: Vec<Condition>,
+    /// The generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+impl KernelCacheStatus {
+    /// The pinned image nodes may stage and pods may use: set only when the pinned digest
+    /// passed verification (or verification is `disabled` by policy), never otherwise.
+    pub fn usable_image(&self) -> Option<&str> {
+        let verification = self.verification.as_ref()?;
+        let usable = verification.verified || verification.mode == VerificationMode::Disabled;
+        let pinned = self.pinned_image.as_deref()?;
+        let digest = self.resolved_digest.as_deref()?;
+        (usable && pinned.ends_with(&format!("@{digest}"))).then_some(pinned)
+    }
+}
+
+/// Result of verifying the pinned digest's signature.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Verification {
+    /// The policy mode used.
+    pub mode: VerificationMode,
+    /// Whether a signature satisfied the policy. With mode `disabled` this is false and
+    /// the cache is usable anyway (development only).
+    pub verified: bool,
+    /// The signer (key fingerprint, certificate subject or identity).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signer: Option<String>,
+    /// Why verification failed, or a note about the mode.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// The policy this verdict was reached under (`<uid>/<generation>` of the
+    /// KernelCachePolicy): a verdict under another policy is reached again.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub policy_version: Option<String>,
+    /// The value of the `cache.kubeairunway.ai/reverify` annotation this verdict answered:
+    /// setting the annotation to a new value makes the controller verify again at once.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reverify_request: Option<String>,
+}
+
+/// How cache images are verified.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum VerificationMode {
+    /// Cosign signatures by one of the given public keys.
+    #[default]
+    Key,
+    /// Keyless (Fulcio certificate + Rekor bundle) with a pinned issuer and subject,
+    /// verified offline against a trust root.
+    Keyless,
+    /// Signatures by certificates chaining to a CA bundle, subject matching a pattern
+    /// (works air-gapped).
+    Certificate,
+    /// No verification (development only; shown in every status).
+    Disabled,
+}
+
+/// The cluster's verification policy for cache images (one, named `default`).
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "cache.kubeairunway.ai",
+    version = "v1alpha1",
+    kind = "KernelCachePolicy",
+    plural = "kernelcachepolicies",
+    doc = "How kernel cache images are verified before any node uses them."
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "self.mode != 'key' || (has(self.publicKeys) && size(self.publicKeys) > 0)", "message": "mode key needs publicKeys"},
+    {"rule": "self.mode != 'keyless' || (has(self.keyless) && has(self.trustRoot))", "message": "mode keyless needs keyless.issuer, keyless.subject and trustRoot"},
+    {"rule": "self.mode != 'certificate' || has(self.certificate)", "message": "mode certificate needs certificate.caBundle and certificate.subjectPattern"}
+]))]
+pub struct KernelCachePolicySpec {
+    /// Verification mode.
+    pub mode: VerificationMode,
+    /// PEM public keys (mode `key`); a signature by any of them passes.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub public_keys: Vec<String>,
+    /// Pinned identity (mode `keyless`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keyless: Option<KeylessIdentity>,
+    /// Trusted root material for offline keyless verification (Fulcio CA certificates and
+    /// Rekor public keys, PEM).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub trust_root: Option<TrustRoot>,
+    /// CA bundle and subject pattern (mode `certificate`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub certificate: Option<CertificatePolicy>,
+}
+
+/// A keyless signer identity.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KeylessIdentity {
+    /// OIDC issuer, exactly.
+    pub issuer: String,
+    /// Certificate subject (SAN), exactly.
+    pub subject: String,
+}
+
+/// Offline trust root for keyless verification.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TrustRoot {
+    /// Fulcio CA certificates (PEM).
+    pub fulcio_certificates: Vec<String>,
+    /// Rekor public keys (PEM).
+    pub rekor_keys: Vec<String>,
+}
+
+/// Certificate-based verification.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CertificatePolicy {
+    /// CA certificates (PEM) the signing certificate must chain to.
+    pub ca_bundle: String,
+    /// Regular expression the certificate's subject (SAN) must match in full.
+    pub subject_pattern: String,
+}
+
+/// One node's GPUs and caches, written by the node agent (named after the node).
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "cache.kubeairunway.ai",
+    version = "v1alpha1",
+    kind = "KernelCacheNode",
+    plural = "kernelcachenodes",
+    shortname = "kcn",
+    status = "KernelCacheNodeStatus",
+    doc = "The GPUs of one node and the state of each kernel cache on it, written by that node's agent.",
+    printcolumn = r#"{"name":"GPUs","type":"integer","jsonPath":".status.gpuCount"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+pub struct KernelCacheNodeSpec {
+    /// The node this object describes.
+    pub node_name: String,
+}
+
+/// GPUs found and caches staged on a node.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct KernelCacheNodeStatus {
+    /// Number of GPUs found.
+    #[serde(default)]
+    pub gpu_count: i32,
+    /// Why no GPUs were found (no driver library, no devices), when none were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_detection: Option<String>,
+    /// The GPUs.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gpus: Vec<GpuInfo>,
+    /// Per cache and digest, what this node has.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub caches: Vec<NodeCache>,
+    /// When the agent last wrote this status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_updated: Option<Time>,
+}
+
+/// One GPU.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GpuInfo {
+    /// Device index.
+    pub index: i32,
+    /// Product name (e.g. `NVIDIA H100 80GB HBM3`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Compiler backend (`cuda`, `hip`).
+    pub backend: String,
+    /// Architecture as caches name it: CUDA `major*10+minor` (`90`), HIP `gfx90a`.
+    pub arch: String,
+    /// Threads per warp/wavefront.
+    pub warp_size: i32,
+    /// Driver version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub driver_version: Option<String>,
+}
+
+/// The state of one cache on one node.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeCache {
+    /// Namespace of the KernelCache.
+    pub namespace: String,
+    /// Name of the KernelCache.
+    pub name: String,
+    /// Digest staged (or being staged).
+    pub digest: String,
+    /// `Pending`, `Staging`, `Ready`, `Incompatible` or `Failed`.
+    pub state: CacheState,
+    /// GPUs the cache fits.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub compatible_gpus: Vec<i32>,
+    /// GPUs it does not fit, with the reason.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub incompatible_gpus: Vec<IncompatibleGpu>,
+    /// Bytes on disk once extracted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_bytes: Option<i64>,
+    /// Detail of the state (the failure, for `Failed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// When the state last changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<Time>,
+}
+
+/// A GPU a cache does not fit.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct IncompatibleGpu {
+    /// Device index.
+    pub index: i32,
+    /// Machine-readable reason (`BackendMismatch`, `ArchMismatch`, `WarpSizeMismatch`).
+    pub reason: String,
+    /// Human-readable detail.
+    pub message: String,
+}
+
+/// State of a cache on a node.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum CacheState {
+    /// Wanted, not started.
+    #[default]
+    Pending,
+    /// Being pulled, verified and extracted.
+    Staging,
+    /// Extracted and usable by pods on this node.
+    Ready,
+    /// No GPU on this node fits the cache.
+    Incompatible,
+    /// Staging failed (see the message).
+    Failed,
+}
+
+/// The kernel-cache CRDs, ready to apply.
+pub fn crds()
+-> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
+{
+    use kube::CustomResourceExt;
+    use kubeairunway_sdk::api::crds::without_nullable;
+    vec![
+        without_nullable(KernelCache::crd()),
+        without_nullable(KernelCacheNode::crd()),
+        without_nullable(KernelCachePolicy::crd()),
+        without_nullable(kubeairunway_sdk::api::warmup::Warmup::crd()),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn status(mode: VerificationMode, verified: bool) -> KernelCacheStatus {
+        KernelCacheStatus {
+            resolved_digest: Some("sha256:ab".into()),
+            pinned_image: Some("r.example/c@sha256:ab".into()),
+            verification: Some(Verification {
+                mode,
+                verified,
+                ..Verification::default()
+            }),
+            ..KernelCacheStatus::default()
+        }
+    }
+
+    #[test]
+    fn only_verified_or_policy_disabled_digests_are_usable() {
+        let pinned = Some("r.example/c@sha256:ab");
+        assert_eq!(status(VerificationMode::Key, true).usable_image(), pinned);
+        assert_eq!(
+            status(VerificationMode::Disabled, false).usable_image(),
+            pinned
+        );
+        assert_eq!(status(VerificationMode::Key, false).usable_image(), None);
+        assert_eq!(
+            status(VerificationMode::Certificate, false).usable_image(),
+            None
+        );
+        let mut other = status(VerificationMode::Key, true);
+        other.resolved_digest = Some("sha256:cd".into());
+        assert_eq!(other.usable_image(), None, "pinned image of another digest");
+        let mut unverified = status(VerificationMode::Key, true);
+        unverified.verification = None;
+        assert_eq!(unverified.usable_image(), None);
+    }
+}

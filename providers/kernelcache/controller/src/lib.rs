@@ -1,0 +1,153 @@
+//! The kernel-cache controller: pins each `KernelCache` image to a digest, verifies its
+//! cosign signature under the cluster's `KernelCachePolicy`, adds up what the node agents
+//! report, and tells the ModelDeployments that use a cache whether it is ready
+//! (`KernelCacheReady`).
+//!
+//! Two kube-runtime controllers share one process:
+//! - over `KernelCache`s (also woken by node reports and policy changes): the status,
+//!   written by server-side apply as `kernelcache-controller`;
+//! - over ModelDeployments that name a cache (also woken by cache changes): their one
+//!   condition `KernelCacheReady`, applied as `kernelcache-provider` so that every other
+//!   writer's conditions stay.
+//!
+//! A pin is kept while the spec is unchanged: a tag that moves later is reported
+//! (`Resolved=False`, `TagMoved`), never followed silently; editing the spec re-pins.
+//! Verification runs again only when the digest or the policy changes; until a pin has
+//! passed, `status.usable_image()` is `None` and no agent or pod uses it.
+
+pub mod app;
+mod caches;
+pub mod decide;
+pub mod handover;
+pub mod labels;
+pub mod metrics;
+mod model_deployments;
+mod nodes;
+mod registration;
+pub mod settings;
+
+use std::sync::Arc;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::api::Api;
+use kube::core::PartialObjectMeta;
+use kube::runtime::{WatchStreamExt, watcher};
+use kube::{Client, Resource};
+use kubeairunway_sdk::ModelDeployment;
+use kubeairunway_sdk::compact::Compact;
+use kubeairunway_sdk::process::Check;
+use kubeairunway_sdk::reflect::{self, Cache};
+use tracing::info;
+
+use kubeairunway_kernelcache_api::{KernelCache, KernelCacheNode, KernelCachePolicy};
+use kubeairunway_kernelcache_artifact::secrets::SecretApi;
+
+pub use settings::{FIELD_MANAGER, Settings};
+
+/// Run the controllers and the registration until `shutdown`; `synced` is set once every
+/// watch cache they read has been filled (readiness).
+pub async fn run(
+    client: Client,
+    settings: Settings,
+    secrets: Arc<dyn SecretApi>,
+    metrics: Arc<metrics::Metrics>,
+    synced: Check,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> anyhow::Result<()> {
+    let (nodes, node_stream) = reflected::<KernelCacheNode>(&client);
+    let (caches, cache_stream) = reflected::<KernelCache>(&client);
+    let (policies, policy_stream) = reflected::<KernelCachePolicy>(&client);
+    // Every ModelDeployment of the cluster, kept compact; only those naming a cache are
+    // parsed, when reconciled.
+    let (mds, md_stream) = reflect::compact_cache(
+        Api::<ModelDeployment>::all(client.clone()),
+        watcher::Config::default(),
+        (),
+        reflect::strip,
+    );
+    let md_stream = md_stream.applied_objects().predicate_filter(
+        |md: &Compact<ModelDeployment>| Some(model_deployments::md_relevant(md)),
+        kube::runtime::PredicateConfig::default(),
+    );
+    let (node_meta, node_meta_stream) = reflected::<PartialObjectMeta<Node>>(&client);
+    let readiness = tokio::spawn({
+        let (nodes, caches, policies, mds, node_meta) = (
+            nodes.clone(),
+            caches.clone(),
+            policies.clone(),
+            mds.clone(),
+            node_meta.clone(),
+        );
+        async move {
+            let all = futures::future::join5(
+                nodes.synced(),
+                caches.synced(),
+                policies.synced(),
+                mds.synced(),
+                node_meta.synced(),
+            )
+            .await;
+            if all == (true, true, true, true, true) {
+                info!("watch caches synced");
+                synced.set();
+            }
+        }
+    });
+    let ctx = caches::new_ctx(
+        &client, settings, secrets, metrics, &nodes, &caches, policies,
+    );
+    // Handed-over credentials of caches deleted while no controller ran.
+    let sweeper = {
+        let ctx = Arc::clone(&ctx);
+        tokio::spawn(async move {
+            if ctx.caches.synced().await
+                && let Some(h) = &ctx.handover
+            {
+                h.prune(|ns, name| ctx.exists(ns, name), true).await;
+            }
+        })
+    };
+    let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
+    let registration = tokio::spawn(registration::register(client.clone(), ctx.settings.resync));
+    let caches_ctl = caches::cache_controller(
+        &ctx,
+        cache_stream,
+        node_stream,
+        policy_stream,
+        shutdown.clone(),
+    );
+    let mds_ctl = model_deployments::md_controller(&ctx, &mds, md_stream, shutdown.clone());
+    let labels_ctl = nodes::label_controller(&ctx, &node_meta, node_meta_stream, shutdown);
+    info!("kernel-cache controller running");
+    tokio::join!(caches_ctl, mds_ctl, labels_ctl);
+    registration.abort();
+    sweeper.abort();
+    readiness.abort();
+    Ok(())
+}
+
+/// A watch cache of every `K` (without managed fields) and the stream that keeps it
+/// current.
+pub(crate) fn reflected<K>(
+    client: &Client,
+) -> (
+    Cache<K>,
+    impl futures::Stream<Item = Result<K, watcher::Error>> + Send + use<K>,
+)
+where
+    K: Resource<DynamicType = ()>
+        + Clone
+        + std::fmt::Debug
+        + serde::de::DeserializeOwned
+        + Send
+        + Sync
+        + 'static,
+{
+    let (cache, stream) = reflect::cache(
+        Api::<K>::all(client.clone()),
+        watcher::Config::default(),
+        (),
+        reflect::strip,
+    );
+    (cache, stream.touched_objects())
+}

@@ -1,0 +1,188 @@
+//! Whether a node has a KernelCache staged, from the node agent's report: pure.
+//!
+//! The agent stages every usable cache whose `nodeSelector` selects its node
+//! (`kubeairunway_kernelcache_agent::plan`); a warmup only waits for its report on the cache's current
+//! (pinned) digest. It cannot make an agent stage a cache the cache does not target, so
+//! that and the agent's `Failed` and `Incompatible` states end the node's warmup as
+//! failed, with the agent's words. A KernelCache that does not exist is waited for (it
+//! may be created after the Warmup, or the watch cache may not have seen it yet);
+//! `globalTimeoutSeconds` bounds the wait.
+
+use k8s_openapi::api::core::v1::Node;
+
+use kubeairunway_kernelcache_api::{CacheState, KernelCache, KernelCacheNode};
+use kubeairunway_sdk::api::warmup::reasons;
+
+/// A KernelCache on one node, as far as the warmup is concerned.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum OnNode {
+    /// Staged for the pinned digest.
+    Ready,
+    /// Not yet; why.
+    Waiting(String),
+    /// Never will be: `(reason, message)`.
+    Failed(&'static str, String),
+}
+
+/// The state of KernelCache `name` (`cache`, absent when there is none) on `node`, whose
+/// agent reported `report`.
+pub fn on_node(
+    name: &str,
+    cache: Option<&KernelCache>,
+    node: &Node,
+    report: Option<&KernelCacheNode>,
+) -> OnNode {
+    let Some(cache) = cache else {
+        return OnNode::Waiting(format!("there is no KernelCache '{name}' (yet)"));
+    };
+    let labels = node.metadata.labels.clone().unwrap_or_default();
+    let selected = cache
+        .spec
+        .node_selector
+        .iter()
+        .flatten()
+        .all(|(k, v)| labels.get(k) == Some(v));
+    if !selected {
+        return OnNode::Failed(
+            reasons::KERNEL_CACHE_NOT_TARGETED,
+            format!("KernelCache '{name}' does not select this node (its nodeSelector)"),
+        );
+    }
+    let status = cache.status.clone().unwrap_or_default();
+    let (Some(_), Some(digest)) = (status.usable_image(), status.resolved_digest.as_deref()) else {
+        return OnNode::Waiting(format!(
+            "KernelCache '{name}' is not pinned and verified yet"
+        ));
+    };
+    let Some(report) = report.and_then(|r| r.status.as_ref()) else {
+        return OnNode::Waiting(format!(
+            "no report from the kernel-cache agent on this node yet (KernelCache '{name}')"
+        ));
+    };
+    let namespace = cache.metadata.namespace.as_deref().unwrap_or_default();
+    let entry = report
+        .caches
+        .iter()
+        .find(|c| c.namespace == namespace && c.name == name && c.digest == digest);
+    let Some(entry) = entry else {
+        return OnNode::Waiting(format!(
+            "the agent has not reported KernelCache '{name}' at {digest} yet"
+        ));
+    };
+    let message = entry.message.clone().unwrap_or_default();
+    match entry.state {
+        CacheState::Ready => OnNode::Ready,
+        CacheState::Pending | CacheState::Staging => OnNode::Waiting(format!(
+            "KernelCache '{name}' is {:?} on this node",
+            entry.state
+        )),
+        CacheState::Failed => OnNode::Failed(
+            reasons::KERNEL_CACHE_FAILED,
+            format!("staging KernelCache '{name}' failed: {message}"),
+        ),
+        CacheState::Incompatible => {
+            let why: Vec<String> = entry
+                .incompatible_gpus
+                .iter()
+                .map(|g| format!("GPU {}: {}", g.index, g.message))
+                .collect();
+            OnNode::Failed(
+                reasons::KERNEL_CACHE_INCOMPATIBLE,
+                format!(
+                    "KernelCache '{name}' fits no GPU of this node: {}",
+                    if why.is_empty() {
+                        message
+                    } else {
+                        why.join("; ")
+                    }
+                ),
+            )
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::needless_pass_by_value)] // JSON literals built in place
+    use super::*;
+    use serde_json::json;
+
+    fn node(labels: serde_json::Value) -> Node {
+        serde_json::from_value(json!({"metadata": {"name": "gpu-1", "labels": labels}})).unwrap()
+    }
+
+    fn cache(selector: serde_json::Value, usable: bool) -> KernelCache {
+        serde_json::from_value(json!({
+            "apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "KernelCache",
+            "metadata": {"name": "vadd", "namespace": "ml"},
+            "spec": {"image": "r/c:1", "nodeSelector": selector},
+            "status": {"resolvedDigest": "sha256:aa", "pinnedImage": "r/c@sha256:aa",
+                       "verification": {"mode": "key", "verified": usable}},
+        }))
+        .unwrap()
+    }
+
+    fn report(state: &str, digest: &str) -> KernelCacheNode {
+        serde_json::from_value(json!({
+            "apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "KernelCacheNode",
+            "metadata": {"name": "gpu-1"}, "spec": {"nodeName": "gpu-1"},
+            "status": {"caches": [{"namespace": "ml", "name": "vadd", "digest": digest, "state": state,
+                "message": "digest mismatch",
+                "incompatibleGpus": [{"index": 0, "reason": "ArchMismatch", "message": "arch 80, cache wants 90"}]}]},
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_node_waits_for_its_agent_and_fails_with_its_words() {
+        let n = node(json!({"pool": "h100"}));
+        let c = cache(json!({"pool": "h100"}), true);
+        assert_eq!(
+            on_node("vadd", Some(&c), &n, Some(&report("Ready", "sha256:aa"))),
+            OnNode::Ready
+        );
+        assert!(matches!(
+            on_node("vadd", Some(&c), &n, Some(&report("Staging", "sha256:aa"))),
+            OnNode::Waiting(_)
+        ));
+        assert!(
+            matches!(
+                on_node("vadd", Some(&c), &n, Some(&report("Ready", "sha256:old"))),
+                OnNode::Waiting(_)
+            ),
+            "another digest is an older pin"
+        );
+        assert!(
+            matches!(on_node("vadd", Some(&c), &n, None), OnNode::Waiting(m) if m.contains("agent"))
+        );
+        assert_eq!(
+            on_node("vadd", Some(&c), &n, Some(&report("Failed", "sha256:aa"))),
+            OnNode::Failed(
+                reasons::KERNEL_CACHE_FAILED,
+                "staging KernelCache 'vadd' failed: digest mismatch".into()
+            )
+        );
+        let OnNode::Failed(reason, message) = on_node(
+            "vadd",
+            Some(&c),
+            &n,
+            Some(&report("Incompatible", "sha256:aa")),
+        ) else {
+            panic!()
+        };
+        assert_eq!(reason, reasons::KERNEL_CACHE_INCOMPATIBLE);
+        assert!(message.contains("arch 80, cache wants 90"), "{message}");
+        assert!(matches!(
+            on_node("vadd", Some(&cache(json!({"pool": "h100"}), false)), &n, None),
+            OnNode::Waiting(m) if m.contains("verified")
+        ));
+        assert!(matches!(
+            on_node("vadd", Some(&cache(json!({"pool": "a100"}), true)), &n, None),
+            OnNode::Failed(r, _) if r == reasons::KERNEL_CACHE_NOT_TARGETED
+        ));
+        assert!(
+            matches!(on_node("vadd", None, &n, None), OnNode::Waiting(m) if m.contains("no KernelCache 'vadd'")),
+            "a cache not created yet is waited for"
+        );
+    }
+}
