@@ -23,7 +23,9 @@ use kube::{Client, Resource, ResourceExt};
 use kubeairunway_sdk::compact::Compact;
 use kubeairunway_sdk::conditions::{self, PROVIDER_SELECTED, VALIDATED, reasons};
 use kubeairunway_sdk::events::{Event, EventType, Recorder, Reporter};
-use kubeairunway_sdk::{API_VERSION, InferenceProviderConfig, ModelDeployment, labels, reflect};
+use kubeairunway_sdk::{
+    API_VERSION, InferenceProviderConfig, ModelDeployment, finalizers, labels, reflect,
+};
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
@@ -460,26 +462,14 @@ async fn release_gone_providers(
             timeout.saturating_sub(waited) + Duration::from_secs(1),
         ));
     }
-    let keep: Vec<String> = md
-        .finalizers()
-        .iter()
-        .filter(|f| !gone.iter().any(|(g, _)| g == *f))
-        .cloned()
-        .collect();
+    let keep = finalizers::without(md, |f| gone.iter().any(|(g, _)| g == f));
     let api: Api<ModelDeployment> =
         Api::namespaced(ctx.client.clone(), &md.namespace().unwrap_or_default());
-    let patch = json!({"metadata": {"finalizers": keep, "resourceVersion": md.resource_version()}});
-    match api
-        .patch(
-            &md.name_any(),
-            &PatchParams::default(),
-            &Patch::Merge(&patch),
-        )
+    if !finalizers::replace(&api, md, &keep)
         .await
+        .map_err(Error::Finalizer)?
     {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Action::await_change()),
-        Err(e) => return Err(Error::Finalizer(e)),
+        return Ok(Action::await_change());
     }
     for (finalizer, provider) in gone {
         let note = format!(

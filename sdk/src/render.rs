@@ -273,6 +273,15 @@ pub fn finalize<P: Provider + ?Sized>(
     })
 }
 
+/// Whether `object` is owned by `md` (an owner reference with its uid).
+pub fn owned_by(object: &impl Resource, md: &ModelDeployment) -> bool {
+    let uid = md.uid();
+    object
+        .owner_references()
+        .iter()
+        .any(|o| Some(&o.uid) == uid.as_ref())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

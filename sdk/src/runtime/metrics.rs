@@ -12,7 +12,7 @@ use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 use tokio::sync::watch;
 
-use super::UpstreamState;
+use crate::upstream::UpstreamState;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ProviderLabel {
@@ -47,7 +47,7 @@ impl Metrics {
         let reconciliations = Family::<OutcomeLabels, Counter>::default();
         let errors = Family::<ErrorLabels, Counter>::default();
         let duration = Family::<ProviderLabel, Histogram>::new_with_constructor(
-            crate::process::reconciliation_duration_histogram,
+            crate::reconciles::reconciliation_duration_histogram,
         );
         let upstream_ready = Family::<ProviderLabel, Gauge>::default();
         registry.register(
@@ -61,7 +61,7 @@ impl Metrics {
             errors.clone(),
         );
         registry.register(
-            crate::process::RECONCILIATION_DURATION,
+            crate::reconciles::RECONCILIATION_DURATION,
             "Time per reconciliation",
             duration.clone(),
         );

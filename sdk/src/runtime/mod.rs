@@ -15,8 +15,8 @@
 //!    upstream API;
 //! 5. render, check every rendered field path against the installed schema; with
 //!    `spec.warmup`, stop here (reporting why) until its Warmup (named, or made by the
-//!    runtime for an inline `spec.warmup`) is `Completed` (the warmup gate,
-//!    `runtime/warmup.rs`); recreate the primary object when an
+//!    runtime for an inline `spec.warmup`) is `Completed` (the warmup gate, decided in
+//!    `runtime/gate.rs`); recreate the primary object when an
 //!    identity field changed, report drift, and server-side-apply everything (field
 //!    manager `<name>-provider`, forced);
 //! 6. observe the live objects ([`crate::Live`]: every rendered object, by kind and
@@ -37,21 +37,30 @@
 //! ModelDeployment.)
 
 mod cache;
+mod cleanup;
+mod context;
+mod delete;
+mod drift;
+mod error;
 pub mod fit;
+#[cfg(test)]
+mod fixtures;
+mod gate;
 mod memory;
 mod metrics;
 mod reconcile;
 mod registration;
 mod release;
 mod status;
+#[cfg(test)]
+mod testing;
+mod view;
 mod warmup;
+mod warmups;
 
-use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
-use std::time::Duration;
 
-use crate::events::{Recorder, Reporter};
 use futures::StreamExt;
 use kube::api::Api;
 use kube::runtime::controller::Controller;
@@ -64,198 +73,14 @@ use crate::api::ModelDeployment;
 use crate::process::{self, Readiness, Runtime, Shutdown, Term};
 use crate::provider::Provider;
 use crate::reflect;
-use crate::upstream::UpstreamApi;
 
+pub use crate::upstream::UpstreamState;
+pub use context::{Context, Options, field_manager, finalizer};
+pub use error::Error;
 pub use metrics::Metrics;
-pub use reconcile::{Error, reconcile_once};
+pub use reconcile::reconcile_once;
 
-/// The provider runtime's flags (each also an environment variable), with the process
-/// flags every binary shares ([`process::Options`]). Durations as `90s`, `5m`, `1h 30m`.
-/// Its clap group has a name of its own: flattened together, two groups both named after
-/// their struct (`Options`) make clap's debug assertions abort the binary at start.
-#[derive(Clone, Debug, clap::Args)]
-#[group(id = "ProviderRuntimeOptions")]
-pub struct Options {
-    /// Flags every binary shares: metrics address, log format, leader election.
-    #[command(flatten)]
-    pub process: process::Options,
-    /// How long deletion waits for upstream objects to go before giving up.
-    #[arg(long, env = "FINALIZER_TIMEOUT", default_value = "5m", value_parser = crate::process::parse_duration)]
-    pub finalizer_timeout: Duration,
-    /// How long the upstream status may stand still, while not Running, before the
-    /// `StaleStatus` condition is set.
-    #[arg(long, env = "STALE_STATUS_AFTER", default_value = "5m", value_parser = crate::process::parse_duration)]
-    pub stale_status_after: Duration,
-    /// How often the InferenceProviderConfig heartbeat is refreshed.
-    #[arg(long, env = "HEARTBEAT_INTERVAL", default_value = "30s", value_parser = crate::process::parse_duration)]
-    pub heartbeat_interval: Duration,
-    /// How often every ModelDeployment is looked at again without any change (from the
-    /// caches: it costs no API request unless something drifted).
-    #[arg(long, env = "RESYNC_PERIOD", default_value = "5m", value_parser = crate::process::parse_duration)]
-    pub resync_period: Duration,
-    /// The cluster's DNS domain, for `status.url`
-    /// (`http://<service>.<namespace>.svc.<domain>:<port>/v1`).
-    #[arg(long, env = "CLUSTER_DOMAIN", default_value = "cluster.local")]
-    pub cluster_domain: String,
-}
-
-impl Default for Options {
-    fn default() -> Self {
-        Self {
-            process: process::Options::default(),
-            finalizer_timeout: Duration::from_secs(300),
-            stale_status_after: Duration::from_secs(300),
-            heartbeat_interval: Duration::from_secs(30),
-            resync_period: Duration::from_secs(300),
-            cluster_domain: "cluster.local".into(),
-        }
-    }
-}
-
-/// The detected upstream API: `None` while the API server does not serve the kind, `Err`
-/// with the reason when no adapter fits it.
-pub type UpstreamState = Option<Result<UpstreamApi, String>>;
-
-/// Shared state of one provider's runtime, for one term of leadership.
-pub struct Context<P: Provider> {
-    pub(crate) provider: Arc<P>,
-    pub(crate) client: Client,
-    pub(crate) options: Options,
-    pub(crate) upstream: watch::Receiver<UpstreamState>,
-    pub(crate) recorder: Recorder,
-    pub(crate) metrics: Arc<Metrics>,
-    /// The objects this provider owns, from watch caches.
-    pub(crate) owned: cache::OwnedCache,
-    /// The Warmups of `spec.warmup` (named or made for an inline one), from a watch cache.
-    pub(crate) warmups: warmup::Warmups,
-    /// What is remembered of each ModelDeployment between reconciles.
-    pub(crate) memory: memory::Memory,
-}
-
-impl<P: Provider> std::fmt::Debug for Context<P> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Context")
-            .field("provider", &self.provider.name())
-            .finish_non_exhaustive()
-    }
-}
-
-impl<P: Provider> Context<P> {
-    /// A context for `provider` whose caches never fill: for driving single
-    /// [`reconcile_once`] steps against a mock API in unit tests (every owned object
-    /// reads as absent). `upstream` carries the detected upstream API.
-    pub fn new(
-        provider: Arc<P>,
-        client: Client,
-        options: Options,
-        upstream: watch::Receiver<UpstreamState>,
-    ) -> Self {
-        let owned = cache::OwnedCache::new(client.clone(), provider.name(), None);
-        let warmups = warmup::Warmups::new(client.clone(), None);
-        Self::with_cache(
-            provider,
-            client,
-            options,
-            upstream,
-            (owned, warmups),
-            Arc::new(Metrics::new(
-                &mut prometheus_client::registry::Registry::default(),
-                "",
-            )),
-        )
-    }
-
-    /// This context with `objects` as the live objects it owns (instead of its caches),
-    /// for single [`reconcile_once`] steps in unit tests. Objects are grouped by their
-    /// `apiVersion` and kind (the plural guessed from the kind); pass the upstream
-    /// objects with the [`UpstreamApi::api_resource`] of their kind through
-    /// [`Context::with_live_of`] when the guess is wrong.
-    #[must_use]
-    pub fn with_live(self, objects: Vec<kube::api::DynamicObject>) -> Self {
-        let mut by_kind: HashMap<(String, String), Vec<kube::api::DynamicObject>> = HashMap::new();
-        for o in objects {
-            let t = o.types.clone().unwrap_or_default();
-            by_kind.entry((t.api_version, t.kind)).or_default().push(o);
-        }
-        let mut ctx = self;
-        for ((api_version, kind), objects) in by_kind {
-            let (group, version) = api_version
-                .rsplit_once('/')
-                .unwrap_or(("", api_version.as_str()));
-            let resource = kube::discovery::ApiResource::from_gvk(
-                &kube::core::GroupVersionKind::gvk(group, version, &kind),
-            );
-            ctx = ctx.with_live_of(&resource, objects);
-        }
-        ctx
-    }
-
-    /// This context with `objects` as the live objects of `resource` it owns.
-    #[must_use]
-    pub fn with_live_of(
-        self,
-        resource: &kube::discovery::ApiResource,
-        objects: Vec<kube::api::DynamicObject>,
-    ) -> Self {
-        self.owned.fixed(resource, objects);
-        self
-    }
-
-    /// This context with `warmups` (`cache.kubeairunway.ai/v1alpha1` Warmups) as the
-    /// Warmups `spec.warmup` can name, for single [`reconcile_once`] steps in unit tests.
-    #[must_use]
-    pub fn with_warmups(self, warmups: Vec<kube::api::DynamicObject>) -> Self {
-        self.warmups.fixed(warmups);
-        self
-    }
-
-    fn with_cache(
-        provider: Arc<P>,
-        client: Client,
-        options: Options,
-        upstream: watch::Receiver<UpstreamState>,
-        (owned, warmups): (cache::OwnedCache, warmup::Warmups),
-        metrics: Arc<Metrics>,
-    ) -> Self {
-        let reporter = Reporter {
-            controller: field_manager(provider.name()),
-            instance: Some(options.process.identity(&field_manager(provider.name()))),
-        };
-        Self {
-            recorder: Recorder::new(client.clone(), reporter),
-            metrics,
-            provider,
-            client,
-            options,
-            upstream,
-            owned,
-            warmups,
-            memory: memory::Memory::default(),
-        }
-    }
-
-    pub(crate) fn name(&self) -> &str {
-        self.provider.name()
-    }
-
-    pub(crate) fn field_manager(&self) -> String {
-        field_manager(self.name())
-    }
-
-    pub(crate) fn finalizer(&self) -> String {
-        finalizer(self.name())
-    }
-}
-
-/// The field manager of a provider: `<name>-provider`.
-pub fn field_manager(provider: &str) -> String {
-    format!("{provider}-provider")
-}
-
-/// The finalizer of a provider: `kubeairunway.ai/<name>-provider`.
-pub fn finalizer(provider: &str) -> String {
-    format!("kubeairunway.ai/{provider}-provider")
-}
+use context::{Cached, owned_kinds};
 
 /// Parse flags and environment, start the process runtime (logging, client, signals,
 /// endpoints) and [`run`] until SIGTERM or Ctrl-C. The whole `main` of a provider binary
@@ -277,6 +102,84 @@ pub async fn main<P: Provider>(provider: P) -> anyhow::Result<()> {
     let options = Cli::parse().options;
     let rt = Runtime::start(&field_manager(provider.name()), options.process.clone()).await?;
     run(provider, rt, options).await
+}
+
+/// A provider binary's command line: the provider runtime's flags (with the process
+/// runtime's) and the provider's own, `F` (see [`main_with`]).
+#[derive(Debug, clap::Parser)]
+#[command(version)]
+pub struct Cli<F: clap::Args> {
+    /// The provider runtime's flags.
+    #[command(flatten)]
+    pub options: Options,
+    /// The provider's own flags.
+    #[command(flatten)]
+    pub flags: F,
+}
+
+/// A provider's own flags, and the provider they configure (see [`main_with`]).
+pub trait ProviderFlags: clap::Args + Send + Sync + 'static {
+    /// The provider these flags configure.
+    type Provider: Provider;
+    /// What `--help` says the binary does.
+    const ABOUT: &'static str;
+    /// The provider these flags configure, on `client`'s cluster (most providers read
+    /// nothing of it; KAITO looks for its InferenceSet CRD).
+    fn provider_for(
+        &self,
+        client: &Client,
+    ) -> impl std::future::Future<Output = anyhow::Result<Self::Provider>> + Send;
+}
+
+/// The whole `main` of a provider binary named `binary` with flags of its own (`F`):
+/// the command line and environment parsed ([`Cli`]), the process runtime started, and
+/// the provider `F` configures [`run`] until SIGTERM or Ctrl-C.
+///
+/// ```no_run
+/// use kubeairunway_sdk::runtime::ProviderFlags;
+/// # use kubeairunway_sdk::{InferenceProviderConfigSpec, Live, ModelDeployment, Observed};
+/// # use kubeairunway_sdk::{Provider, RenderError, Rendered, UpstreamApi, UpstreamRef};
+/// # struct Mine { image: String }
+/// # impl Provider for Mine {
+/// #     fn name(&self) -> &str { "mine" }
+/// #     fn config(&self) -> InferenceProviderConfigSpec { InferenceProviderConfigSpec::default() }
+/// #     fn upstream(&self) -> UpstreamRef { UpstreamRef::new("apps", "Deployment", "deployments", &["v1"]) }
+/// #     fn render(&self, _: &ModelDeployment, _: &UpstreamApi) -> Result<Rendered, RenderError> { Ok(Rendered::default()) }
+/// #     fn observe(&self, _: &ModelDeployment, _: &Live) -> Observed { Observed::deploying("") }
+/// # }
+///
+/// /// My provider's own flags (each also an environment variable).
+/// #[derive(clap::Args)]
+/// struct Flags {
+///     /// The serving image.
+///     #[arg(long, env = "IMAGE", default_value = "vllm/vllm-openai:v0.11.0")]
+///     image: String,
+/// }
+///
+/// impl ProviderFlags for Flags {
+///     type Provider = Mine;
+///     const ABOUT: &'static str = "serves ModelDeployments with my provider";
+///
+///     async fn provider_for(&self, _: &kube::Client) -> anyhow::Result<Mine> {
+///         Ok(Mine { image: self.image.clone() })
+///     }
+/// }
+///
+/// #[tokio::main]
+/// async fn main() -> anyhow::Result<()> {
+///     kubeairunway_sdk::runtime::main_with::<Flags>("my-provider").await
+/// }
+/// ```
+pub async fn main_with<F: ProviderFlags>(binary: &'static str) -> anyhow::Result<()> {
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = Cli::<F>::command()
+        .name(binary)
+        .about(F::ABOUT)
+        .get_matches();
+    let cli = Cli::<F>::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let rt = Runtime::start(binary, cli.options.process.clone()).await?;
+    let provider = cli.flags.provider_for(&rt.client()).await?;
+    run(provider, rt, cli.options).await
 }
 
 /// Run `provider` on the process runtime `rt` until the process stops.
@@ -370,10 +273,6 @@ fn reconcile_relevant(md: &Cached, ours: &str) -> u64 {
     h.finish()
 }
 
-/// A ModelDeployment as the runtime caches it: metadata parsed, the rest as JSON text,
-/// parsed when a reconcile reads it ([`crate::compact`]).
-pub(crate) type Cached = crate::compact::Compact<ModelDeployment>;
-
 /// One term of leadership: the heartbeat, the caches and the ModelDeployment controller,
 /// until the term ends.
 async fn lead<P: Provider>(
@@ -400,7 +299,7 @@ async fn lead<P: Provider>(
         }
     }
     let (owned_tx, owned_rx) = mpsc::unbounded_channel::<ObjectRef<ModelDeployment>>();
-    let warmups = warmup::Warmups::new(client.clone(), Some(owned_tx.clone()));
+    let warmups = warmups::Warmups::new(client.clone(), Some(owned_tx.clone()));
     let owned = cache::OwnedCache::new(client.clone(), &name, Some(owned_tx));
     let ctx = Arc::new(Context::with_cache(
         provider.clone(),
@@ -509,19 +408,6 @@ async fn mark_synced<P: Provider>(
     }
 }
 
-/// The kinds the provider may own objects of: the detected upstream kind and
-/// [`Provider::owned_kinds`].
-pub(crate) fn owned_kinds<P: Provider>(
-    ctx: &Context<P>,
-    upstream: Option<&Result<UpstreamApi, String>>,
-) -> Vec<kube::discovery::ApiResource> {
-    let mut kinds = ctx.provider.owned_kinds();
-    if let Some(Ok(api)) = upstream {
-        kinds.insert(0, api.api_resource());
-    }
-    kinds
-}
-
 /// One item each time the detected upstream API changes.
 fn upstream_changes(
     rx: watch::Receiver<UpstreamState>,
@@ -535,34 +421,6 @@ fn receiver_stream<T: Send + 'static>(
     mut rx: mpsc::UnboundedReceiver<T>,
 ) -> impl futures::Stream<Item = T> + Send + 'static {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
-}
-
-/// A provider that renders nothing, for unit tests that drive single steps of the
-/// runtime.
-#[cfg(test)]
-pub(crate) struct Nothing;
-
-#[cfg(test)]
-impl crate::Provider for Nothing {
-    fn name(&self) -> &'static str {
-        "nothing"
-    }
-    fn config(&self) -> crate::InferenceProviderConfigSpec {
-        crate::InferenceProviderConfigSpec::default()
-    }
-    fn upstream(&self) -> crate::provider::UpstreamRef {
-        crate::provider::UpstreamRef::new("example.com", "Widget", "widgets", &["v1"])
-    }
-    fn render(
-        &self,
-        _: &crate::ModelDeployment,
-        _: &crate::UpstreamApi,
-    ) -> Result<crate::Rendered, crate::RenderError> {
-        Ok(crate::Rendered::default())
-    }
-    fn observe(&self, _: &crate::ModelDeployment, _: &crate::Live) -> crate::Observed {
-        crate::Observed::deploying("")
-    }
 }
 
 #[cfg(test)]
@@ -614,7 +472,7 @@ mod tests {
             "nothing",
         ));
         let running = tokio::spawn(super::lead(
-            std::sync::Arc::new(super::Nothing),
+            std::sync::Arc::new(super::testing::Nothing),
             client,
             super::Options::default(),
             detected,

@@ -14,11 +14,12 @@ use kube::{Client, Resource};
 use serde_json::json;
 use tokio::sync::watch;
 
-use super::{Options, UpstreamState, field_manager};
+use super::context::{Options, field_manager};
 use crate::api::{InferenceProviderConfig, InferenceProviderConfigStatus};
 use crate::conditions::{self, reasons};
 use crate::labels;
 use crate::provider::{Provider, UpstreamRef};
+use crate::upstream::UpstreamState;
 use crate::upstream::{UpstreamApi, not_served_message};
 
 /// Keep `tx` in step with the upstream kind as the API server serves it.

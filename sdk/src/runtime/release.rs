@@ -21,8 +21,9 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use tokio::sync::mpsc;
 
-use super::Context;
-use super::reconcile::{delete_owned, event, release_finalizer};
+use super::cleanup::{delete_owned, release_finalizer};
+use super::context::{Cached, Context};
+use super::error::Error;
 use crate::api::ModelDeployment;
 use crate::provider::Provider;
 use crate::reflect;
@@ -34,7 +35,7 @@ const RETRY: Duration = Duration::from_secs(2);
 /// Release every ModelDeployment sent on `requests`, and those a sweep finds.
 pub(super) async fn run<P: Provider>(
     ctx: Arc<Context<P>>,
-    mds: reflect::Cache<super::Cached>,
+    mds: reflect::Cache<Cached>,
     mut requests: mpsc::UnboundedReceiver<(String, String)>,
 ) {
     if !mds.synced().await {
@@ -79,10 +80,7 @@ pub(super) async fn run<P: Provider>(
 
 /// ModelDeployments that own objects of ours but are not served by us (as the caches
 /// see it).
-fn orphans<P: Provider>(
-    ctx: &Context<P>,
-    mds: &Store<super::Cached>,
-) -> BTreeSet<(String, String)> {
+fn orphans<P: Provider>(ctx: &Context<P>, mds: &Store<Cached>) -> BTreeSet<(String, String)> {
     ctx.owned
         .model_deployments()
         .into_iter()
@@ -94,10 +92,10 @@ fn orphans<P: Provider>(
 /// `Ok(false)` while its objects are still being deleted.
 async fn release<P: Provider>(
     ctx: &Context<P>,
-    mds: &Store<super::Cached>,
+    mds: &Store<Cached>,
     ns: &str,
     name: &str,
-) -> Result<bool, super::Error> {
+) -> Result<bool, Error> {
     if mds.get(&ObjectRef::new(name).within(ns)).is_some() {
         return Ok(true); // ours after all
     }
@@ -121,7 +119,8 @@ async fn release<P: Provider>(
             "{} released this ModelDeployment: it is served by {now} now",
             ctx.name()
         );
-        event(ctx, &md, EventType::Normal, "Released", &message).await;
+        ctx.event(&md, EventType::Normal, "Released", &message)
+            .await;
         tracing::info!(namespace = %ns, name = %md.name_any(), uid = ?md.meta().uid, "released to another provider");
     }
     Ok(true)
