@@ -38,10 +38,7 @@ use std::path::PathBuf;
 
 use clap::{CommandFactory, Parser, Subcommand};
 
-pub use terminal::Terminal;
-
-/// Exit code of a command that failed (usage errors exit with 2, as clap does).
-pub const FAILURE: i32 = 1;
+pub use terminal::{FAILURE, Terminal};
 
 /// `kubeairunway`: run, preview and explain kubeairunway deployments.
 #[derive(Debug, Parser)]

@@ -229,7 +229,7 @@ pub fn run(args: &Args, term: &mut Terminal) -> anyhow::Result<i32> {
         }
     }
     term.out(&print(&objects, &table, args.output)?);
-    Ok(if failed { crate::FAILURE } else { 0 })
+    Ok(if failed { crate::terminal::FAILURE } else { 0 })
 }
 
 fn print(objects: &[DynamicObject], table: &Table, format: Format) -> anyhow::Result<String> {

@@ -2,6 +2,9 @@
 //! error for progress, warnings and errors. In memory for tests and embedding.
 
 use std::io::Write;
+
+/// Exit code of a command that failed (usage errors exit with 2, as clap does).
+pub const FAILURE: i32 = 1;
 use std::sync::{Arc, Mutex, PoisonError};
 
 /// A command's two output streams.

@@ -245,7 +245,7 @@ async fn install_crds(
     let started = Instant::now();
     let client = &target.client;
     let mut ours = kubeairunway_sdk::api::crds::all();
-    ours.extend(kubeairunway_kernelcache::api::crds());
+    ours.extend(kubeairunway_kernelcache_api::crds());
     let mut installed: Vec<String> = ours.iter().map(ResourceExt::name_any).collect();
     crds::install(client, &ours).await?;
     if target.local {
@@ -522,7 +522,7 @@ async fn watch(
                     ));
                 }
                 term.err("`kubeairunway explain md NAME` says why\n");
-                return Ok(crate::FAILURE);
+                return Ok(crate::terminal::FAILURE);
             }
         }
         tokio::select! {

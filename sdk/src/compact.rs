@@ -35,6 +35,9 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use squeeze::Squeezed;
 
+/// The last-applied annotation of `kubectl apply`, which no cache keeps.
+pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+
 /// An object of kind `K`, its metadata parsed and the rest kept as JSON text.
 pub struct Compact<K> {
     /// The metadata without `managedFields` and `annotations`.
@@ -124,7 +127,7 @@ impl<K: Resource + Serialize> Compact<K> {
         object.meta_mut().managed_fields = metadata.managed_fields.take();
         let mut annotations = metadata.annotations.take();
         if let Some(a) = annotations.as_mut() {
-            a.remove(crate::reflect::LAST_APPLIED);
+            a.remove(LAST_APPLIED);
         }
         object.meta_mut().annotations = annotations;
         let text = serde_json::to_string(&object)?;

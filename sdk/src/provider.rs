@@ -15,6 +15,7 @@ use crate::api::{
     EndpointStatus, InferenceProviderConfigSpec, ModelDeployment, Phase, ReplicaStatus,
 };
 use crate::upstream::UpstreamApi;
+pub use crate::upstream::UpstreamRef;
 
 /// A provider: a translation from ModelDeployment to an upstream API, and back for status.
 pub trait Provider: Send + Sync + 'static {
@@ -81,65 +82,6 @@ pub trait Provider: Send + Sync + 'static {
     fn immutable_fields(&self, kind: &str) -> &'static [&'static str] {
         let _ = kind;
         &[]
-    }
-}
-
-/// The upstream kind a provider renders as its primary object: any kind the API server
-/// serves, found by API discovery:
-///
-/// - a custom resource, whose CRD (`<plural>.<group>`) the runtime watches: served and
-///   storage versions and the schema come from it, and a CRD installed, changed or
-///   removed later is noticed at once;
-/// - a built-in kind (`apps/v1` Deployment, core `v1` Service: group `""`) or one served
-///   by an aggregated API server, whose schema comes from the cluster's OpenAPI v3
-///   document (`/openapi/v3/apis/<group>/<version>`, `/openapi/v3/api/v1`).
-///
-/// When the API server serves none of [`UpstreamRef::versions`] the provider's
-/// InferenceProviderConfig is not ready (condition `UpstreamReady=False`, a warning in
-/// the log) and its ModelDeployments get `ProviderCompatible=False` saying so.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UpstreamRef {
-    /// API group, e.g. `kaito.sh`, `apps`; `""` for the core group (`v1`).
-    pub group: String,
-    /// Kind, e.g. `Workspace`.
-    pub kind: String,
-    /// Plural resource name, e.g. `workspaces`.
-    pub plural: String,
-    /// Versions the provider has adapters for, most preferred first. The runtime picks the
-    /// first one the installed CRD serves.
-    pub versions: Vec<String>,
-}
-
-impl UpstreamRef {
-    /// `group`, `kind`, `plural`, and versions in order of preference.
-    pub fn new(group: &str, kind: &str, plural: &str, versions: &[&str]) -> Self {
-        Self {
-            group: group.to_string(),
-            kind: kind.to_string(),
-            plural: plural.to_string(),
-            versions: versions.iter().map(ToString::to_string).collect(),
-        }
-    }
-
-    /// The path of the API server's OpenAPI v3 document of this kind's group at
-    /// `version` (`/openapi/v3/apis/<group>/<version>`, `/openapi/v3/api/<version>` for
-    /// the core group): where a built-in kind's schema is read.
-    pub fn openapi_path(&self, version: &str) -> String {
-        if self.group.is_empty() {
-            format!("/openapi/v3/api/{version}")
-        } else {
-            format!("/openapi/v3/apis/{}/{version}", self.group)
-        }
-    }
-
-    /// The name a CRD of this kind has, `<plural>.<group>` (the resource's name in
-    /// messages: `deployments.apps`; the core group's kinds are just `services`).
-    pub fn crd_name(&self) -> String {
-        if self.group.is_empty() {
-            self.plural.clone()
-        } else {
-            format!("{}.{}", self.plural, self.group)
-        }
     }
 }
 

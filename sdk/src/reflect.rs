@@ -20,8 +20,7 @@ use tokio::sync::watch;
 
 use crate::compact::Compact;
 
-/// The last-applied annotation of `kubectl apply`.
-pub const LAST_APPLIED: &str = "kubectl.kubernetes.io/last-applied-configuration";
+pub use crate::compact::LAST_APPLIED;
 
 /// Drop what no reconcile reads and what takes most of a cached object's memory:
 /// `managedFields` and the last-applied annotation.

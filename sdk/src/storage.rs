@@ -151,12 +151,6 @@ pub fn mount(name: &str, path: &str, read_only: bool) -> Value {
     mount
 }
 
-/// vLLM's cache variables ([`crate::engine::VLLM`]): `HF_HOME` and `VLLM_CACHE_ROOT`
-/// for the first volume of each purpose, unless `spec.env` sets them.
-pub fn env(md: &ModelDeployment) -> Vec<Value> {
-    env_for(md, crate::engine::VLLM.cache_variables)
-}
-
 /// For each `(purpose, variable)`, the variable set to the mount path of the first
 /// volume of that purpose, unless `spec.env` sets it.
 pub fn env_for(md: &ModelDeployment, variables: &[(VolumePurpose, &str)]) -> Vec<Value> {

@@ -17,6 +17,7 @@ pub mod immutable;
 pub mod nodes;
 pub mod overrides;
 pub mod render;
+pub mod settings;
 pub mod status;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
@@ -31,14 +32,7 @@ use kubeairunway_sdk::{
 };
 
 pub use nodes::NodeProvisioning;
-
-/// The provider's name: `status.provider.name`, its InferenceProviderConfig, field manager
-/// stem.
-pub const NAME: &str = "kaito";
-/// KAITO's API group.
-pub const GROUP: &str = "kaito.sh";
-/// The InferenceSet CRD, which serves more than one replica.
-pub const INFERENCE_SET_CRD: &str = "inferencesets.kaito.sh";
+pub use settings::{GROUP, INFERENCE_SET_CRD, KaitoProvider, NAME};
 
 /// Whether an installed InferenceSet CRD serves the version this provider renders: what
 /// `--inference-set auto` decides at start.
@@ -49,16 +43,6 @@ pub fn inference_set_served(crd: Option<&CustomResourceDefinition>) -> bool {
             .iter()
             .any(|v| v.served && v.name == render::INFERENCE_SET_VERSION)
     })
-}
-
-/// The KAITO provider.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct KaitoProvider {
-    /// Whether KAITO's InferenceSet CRD is available: `scaling.replicas` other than 1 is
-    /// served by an InferenceSet when true, and refused when false.
-    pub inference_set: bool,
-    /// How KAITO gets nodes, and the instance types it provisions.
-    pub nodes: NodeProvisioning,
 }
 
 impl Provider for KaitoProvider {

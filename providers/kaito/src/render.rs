@@ -45,7 +45,8 @@ use kubeairunway_sdk::render::{pod_annotations, pod_labels};
 use kubeairunway_sdk::{RenderError, Rendered, UpstreamApi, Warning};
 use serde_json::{Map, Value, json};
 
-use crate::{GROUP, KaitoProvider, overrides};
+use crate::overrides;
+use crate::settings::{GROUP, KaitoProvider};
 
 /// The Workspace annotation that selects KAITO's inference runtime.
 pub const RUNTIME_ANNOTATION: &str = "kaito.sh/runtime";
@@ -568,7 +569,7 @@ fn container_resources(md: &ModelDeployment) -> Map<String, Value> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::NodeProvisioning;
+    use crate::nodes::NodeProvisioning;
     use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
     use kubeairunway_sdk::{Provider, UpstreamRef};
 

@@ -154,36 +154,6 @@ mod tests {
         assert_eq!(check(&ModelDeploymentBuilder::new("m").build()), Ok(()));
     }
 
-    /// Engines other than vLLM and CPU-only specs are refused by the runtime from
-    /// KubeRay's registered capabilities, before [`check`] runs.
-    #[test]
-    fn what_the_capabilities_exclude_is_refused_by_the_runtime() {
-        let provider = crate::KubeRayProvider::default();
-        let refused = |md: &ModelDeployment| {
-            kubeairunway_sdk::runtime::fit::check(&provider, md)
-                .unwrap_err()
-                .0
-        };
-        let sglang = ModelDeploymentBuilder::new("m")
-            .engine(kubeairunway_sdk::api::EngineType::Sglang)
-            .build();
-        assert_eq!(
-            refused(&sglang),
-            "spec.engine.type is sglang, which provider kuberay does not support: it serves the engines vllm"
-        );
-        assert_eq!(
-            refused(&ModelDeploymentBuilder::new("m").gpus(0).build()),
-            "spec.resources.gpu.count is 0 (CPU only), but provider kuberay requires GPU (set resources.gpu.count > 0)"
-        );
-        assert_eq!(
-            kubeairunway_sdk::runtime::fit::check(
-                &provider,
-                &ModelDeploymentBuilder::new("m").build()
-            ),
-            Ok(())
-        );
-    }
-
     #[test]
     fn names_longer_than_kuberay_accepts_are_refused() {
         let ok = "a".repeat(MAX_NAME_LENGTH);

@@ -22,6 +22,7 @@ pub mod cli;
 pub mod overrides;
 pub mod rayservice;
 pub mod serve_config;
+pub mod settings;
 pub mod status;
 pub mod storage;
 
@@ -37,55 +38,7 @@ use kubeairunway_sdk::{
     Warning,
 };
 
-/// The provider's name (`spec.provider.name: kuberay`).
-pub const NAME: &str = "kuberay";
-/// The default Ray version: the tag of `rayproject/ray-llm` (and, up to its first `-`,
-/// the cluster's `rayVersion`).
-pub const DEFAULT_RAY_VERSION: &str = "2.52.0-py311-cu128";
-/// The default image repository of the Ray LLM image.
-pub const DEFAULT_RAY_IMAGE: &str = "rayproject/ray-llm";
-
-/// The KubeRay provider.
-#[derive(Clone, Debug)]
-pub struct KubeRayProvider {
-    /// Image repository of the Ray LLM image, without tag.
-    pub image: String,
-    /// Ray version: the image tag.
-    pub ray_version: String,
-}
-
-impl Default for KubeRayProvider {
-    fn default() -> Self {
-        Self {
-            image: DEFAULT_RAY_IMAGE.to_string(),
-            ray_version: DEFAULT_RAY_VERSION.to_string(),
-        }
-    }
-}
-
-impl KubeRayProvider {
-    /// The provider with this image repository and Ray version (image tag).
-    pub fn new(image: impl Into<String>, ray_version: impl Into<String>) -> Self {
-        Self {
-            image: image.into(),
-            ray_version: ray_version.into(),
-        }
-    }
-
-    /// The default serving image, `<image>:<ray version>`.
-    pub fn default_image(&self) -> String {
-        format!("{}:{}", self.image, self.ray_version)
-    }
-
-    /// The cluster's `rayVersion`: the Ray version up to its first `-` (`2.52.0` of
-    /// `2.52.0-py311-cu128`).
-    pub fn cluster_ray_version(&self) -> &str {
-        self.ray_version
-            .split('-')
-            .next()
-            .unwrap_or(&self.ray_version)
-    }
-}
+pub use settings::{DEFAULT_RAY_IMAGE, DEFAULT_RAY_VERSION, KubeRayProvider, NAME};
 
 impl Provider for KubeRayProvider {
     fn name(&self) -> &str {
@@ -167,5 +120,42 @@ impl Provider for KubeRayProvider {
 
     fn observe(&self, md: &ModelDeployment, live: &Live) -> Observed {
         status::observe(md, live.primary())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use kubeairunway_sdk::testing::ModelDeploymentBuilder;
+
+    use super::*;
+
+    /// Engines other than vLLM and CPU-only specs are refused by the runtime from
+    /// KubeRay's registered capabilities, before `check` runs.
+    #[test]
+    fn what_the_capabilities_exclude_is_refused_by_the_runtime() {
+        let provider = KubeRayProvider::default();
+        let refused = |md: &ModelDeployment| {
+            kubeairunway_sdk::runtime::fit::check(&provider, md)
+                .unwrap_err()
+                .0
+        };
+        let sglang = ModelDeploymentBuilder::new("m")
+            .engine(kubeairunway_sdk::api::EngineType::Sglang)
+            .build();
+        assert_eq!(
+            refused(&sglang),
+            "spec.engine.type is sglang, which provider kuberay does not support: it serves the engines vllm"
+        );
+        assert_eq!(
+            refused(&ModelDeploymentBuilder::new("m").gpus(0).build()),
+            "spec.resources.gpu.count is 0 (CPU only), but provider kuberay requires GPU (set resources.gpu.count > 0)"
+        );
+        assert_eq!(
+            kubeairunway_sdk::runtime::fit::check(
+                &provider,
+                &ModelDeploymentBuilder::new("m").build()
+            ),
+            Ok(())
+        );
     }
 }

@@ -48,9 +48,9 @@ use kubeairunway_sdk::provider::object;
 use kubeairunway_sdk::render::{pod_annotations, pod_labels};
 use serde_json::{Map, Value, json};
 
-use crate::KubeRayProvider;
 use crate::overrides::KubeRayOverrides;
 use crate::serve_config::{self, Role};
+use crate::settings::KubeRayProvider;
 use crate::storage;
 
 /// The port Ray Serve's HTTP proxies listen on, and the serve Service's port.

@@ -22,7 +22,7 @@ use kubeairunway_sdk::testing::ModelDeploymentBuilder;
 use kubeairunway_sdk::{Provider, UpstreamApi, Warning};
 use serde_json::{Value, json};
 
-use crate::KubeRayProvider;
+use crate::settings::KubeRayProvider;
 
 fn upstream(file: &str) -> UpstreamApi {
     let path = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -16,7 +16,7 @@ use kubeairunway_sdk::api::ModelDeployment;
 use kubeairunway_sdk::storage::{self, Reserved};
 
 pub use kubeairunway_sdk::storage::{
-    COMPILATION_CACHE_PATH, MODEL_CACHE_PATH, env, env_for, pod_volumes, volume_mounts,
+    COMPILATION_CACHE_PATH, MODEL_CACHE_PATH, env_for, pod_volumes, volume_mounts,
 };
 
 /// Volume names KubeRay gives its own volumes in Ray pods: `shared-mem` and `ray-logs`
@@ -93,7 +93,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            env(&md),
+            env_for(&md, kubeairunway_sdk::engine::VLLM.cache_variables),
             [
                 json!({"name": "HF_HOME", "value": "/model-cache"}),
                 json!({"name": "VLLM_CACHE_ROOT", "value": "/compilation-cache"}),
@@ -110,7 +110,7 @@ mod tests {
             value: Some("/somewhere".into()),
             value_from: None,
         }]);
-        assert!(env(&md).is_empty());
+        assert!(env_for(&md, kubeairunway_sdk::engine::VLLM.cache_variables).is_empty());
     }
 
     #[test]
