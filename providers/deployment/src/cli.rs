@@ -3,7 +3,7 @@
 //! and [`Cli`], the binary's (with the SDK runtime's), which the chart tests parse the
 //! chart's arguments with.
 
-use clap::Parser;
+use kubeairunway_sdk::runtime::ProviderFlags;
 
 use crate::{
     DEFAULT_LLAMACPP_GPU_IMAGE, DEFAULT_LLAMACPP_IMAGE, DEFAULT_VLLM_IMAGE, DeploymentProvider,
@@ -56,22 +56,19 @@ impl Flags {
     }
 }
 
-/// Flags of `deployment-provider`.
-#[derive(Debug, Parser)]
-#[command(name = "deployment-provider", version, about)]
-pub struct Cli {
-    /// The SDK runtime's flags.
-    #[command(flatten)]
-    pub options: kubeairunway_sdk::runtime::Options,
-    /// Its own.
-    #[command(flatten)]
-    pub flags: Flags,
-}
+/// The binary's command line: the SDK runtime's flags and [`Flags`] (the chart tests
+/// parse the chart's arguments with it).
+pub type Cli = kubeairunway_sdk::runtime::Cli<Flags>;
 
-impl Cli {
-    /// The provider these flags configure.
-    pub fn provider(&self) -> DeploymentProvider {
-        self.flags.provider()
+impl ProviderFlags for Flags {
+    type Provider = DeploymentProvider;
+    const ABOUT: &'static str = "Serves ModelDeployments whose provider is `deployment` with a plain Deployment and Service.";
+
+    async fn provider_for(
+        &self,
+        _: &kubeairunway_sdk::kube::Client,
+    ) -> anyhow::Result<DeploymentProvider> {
+        Ok(self.provider())
     }
 }
 
@@ -81,21 +78,21 @@ mod tests {
 
     #[test]
     fn defaults_are_the_providers_defaults() {
-        let cli = Cli::try_parse_from(["deployment-provider"]).unwrap();
-        let p = cli.provider();
+        let cli = <Cli as clap::Parser>::try_parse_from(["deployment-provider"]).unwrap();
+        let p = cli.flags.provider();
         assert_eq!(p.name, NAME);
         assert_eq!(p.images, Images::default());
         assert_eq!(
             format!("{:?}", cli.flags),
             format!("{:?}", Flags::default())
         );
-        let cli = Cli::try_parse_from([
+        let cli = <Cli as clap::Parser>::try_parse_from([
             "deployment-provider",
             "--sglang-image=lmsysorg/sglang:v0.5.5",
             "--vllm-image=",
         ])
         .unwrap();
-        let images = cli.provider().images;
+        let images = cli.flags.provider().images;
         assert_eq!(images.sglang.as_deref(), Some("lmsysorg/sglang:v0.5.5"));
         assert_eq!(images.vllm, None, "empty: spec.image required");
     }

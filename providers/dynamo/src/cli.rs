@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use clap::Parser;
+use kubeairunway_sdk::runtime::ProviderFlags;
 
 use crate::{DEFAULT_DYNAMO_VERSION, Dynamo, Settings};
 
@@ -42,22 +42,17 @@ impl Flags {
     }
 }
 
-/// Serves ModelDeployments whose provider is `dynamo` as DynamoGraphDeployments.
-#[derive(Debug, Parser)]
-#[command(name = "dynamo-provider", version, about)]
-pub struct Cli {
-    /// The SDK runtime's flags.
-    #[command(flatten)]
-    pub options: kubeairunway_sdk::runtime::Options,
-    /// Its own.
-    #[command(flatten)]
-    pub flags: Flags,
-}
+/// The binary's command line: the SDK runtime's flags and [`Flags`] (the chart tests
+/// parse the chart's arguments with it).
+pub type Cli = kubeairunway_sdk::runtime::Cli<Flags>;
 
-impl Cli {
-    /// The provider these flags configure.
-    pub fn provider(&self) -> Dynamo {
-        self.flags.provider()
+impl ProviderFlags for Flags {
+    type Provider = Dynamo;
+    const ABOUT: &'static str =
+        "Serves ModelDeployments whose provider is `dynamo` as DynamoGraphDeployments.";
+
+    async fn provider_for(&self, _: &kube::Client) -> anyhow::Result<Dynamo> {
+        Ok(self.provider())
     }
 }
 
@@ -67,7 +62,7 @@ mod tests {
 
     #[test]
     fn default_is_the_flags_defaults() {
-        let cli = Cli::try_parse_from(["dynamo-provider"]).unwrap();
+        let cli = <Cli as clap::Parser>::try_parse_from(["dynamo-provider"]).unwrap();
         assert_eq!(
             format!("{:?}", cli.flags),
             format!("{:?}", Flags::default())

@@ -3,10 +3,13 @@
 //! [`Cli`], the binary's (with the SDK runtime's), which the chart tests parse the chart's
 //! arguments with.
 
-use clap::{Parser, ValueEnum};
+use clap::ValueEnum;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kubeairunway_sdk::runtime::ProviderFlags;
 
-use crate::{INFERENCE_SET_CRD, KaitoProvider, NodeProvisioning, inference_set_served};
+use crate::inference_set_served;
+use crate::nodes::NodeProvisioning;
+use crate::settings::{INFERENCE_SET_CRD, KaitoProvider};
 
 /// Whether replicas other than 1 are served by KAITO's InferenceSet.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -97,28 +100,19 @@ impl Flags {
     }
 }
 
-/// Flags of `kaito-provider`.
-#[derive(Debug, Parser)]
-#[command(
-    name = "kaito-provider",
-    version,
-    about = "kubeairunway provider for KAITO"
-)]
-pub struct Cli {
-    /// The SDK runtime's flags.
-    #[command(flatten)]
-    pub options: kubeairunway_sdk::runtime::Options,
-    /// Its own.
-    #[command(flatten)]
-    pub flags: Flags,
-}
+/// The binary's command line: the SDK runtime's flags and [`Flags`] (the chart tests
+/// parse the chart's arguments with it).
+pub type Cli = kubeairunway_sdk::runtime::Cli<Flags>;
 
-impl Cli {
-    /// The provider these flags configure on `client`'s cluster: with `--inference-set=auto`,
-    /// whether the installed InferenceSet CRD (one read of it) serves the version rendered;
-    /// node provisioning `auto` unless set.
-    pub async fn provider(&self, client: &kube::Client) -> anyhow::Result<KaitoProvider> {
-        let crd = match self.flags.inference_set {
+impl ProviderFlags for Flags {
+    type Provider = KaitoProvider;
+    const ABOUT: &'static str = "kubeairunway provider for KAITO";
+
+    /// The provider these flags configure on `client`'s cluster: with
+    /// `--inference-set=auto`, whether the installed InferenceSet CRD (one read of it)
+    /// serves the version rendered; node provisioning `auto` unless set.
+    async fn provider_for(&self, client: &kube::Client) -> anyhow::Result<KaitoProvider> {
+        let crd = match self.inference_set {
             InferenceSetMode::Auto => {
                 kube::Api::<CustomResourceDefinition>::all(client.clone())
                     .get_opt(INFERENCE_SET_CRD)
@@ -126,9 +120,7 @@ impl Cli {
             }
             InferenceSetMode::Enabled | InferenceSetMode::Disabled => None,
         };
-        let provider = self
-            .flags
-            .provider(crd.as_ref(), NodeProvisioningMode::Auto);
+        let provider = self.provider(crd.as_ref(), NodeProvisioningMode::Auto);
         tracing::info!(
             inference_set = provider.inference_set,
             "KAITO InferenceSet for replicas other than 1"
@@ -144,18 +136,25 @@ mod tests {
 
     #[test]
     fn unset_node_provisioning_is_auto_for_the_binary_and_default_is_the_flags_defaults() {
-        let cli = Cli::try_parse_from(["kaito-provider", "--gpu-instance-type=Standard_NC6s_v3"])
-            .unwrap();
+        let cli = <Cli as clap::Parser>::try_parse_from([
+            "kaito-provider",
+            "--gpu-instance-type=Standard_NC6s_v3",
+        ])
+        .unwrap();
         assert_eq!(
             cli.flags.provider(None, NodeProvisioningMode::Auto).nodes,
             NodeProvisioning::auto("Standard_NC6s_v3", "")
         );
-        let cli = Cli::try_parse_from(["kaito-provider", "--node-provisioning=byo"]).unwrap();
+        let cli =
+            <Cli as clap::Parser>::try_parse_from(["kaito-provider", "--node-provisioning=byo"])
+                .unwrap();
         assert_eq!(
             cli.flags.provider(None, NodeProvisioningMode::Auto).nodes,
             NodeProvisioning::Byo
         );
-        let defaults = Cli::try_parse_from(["kaito-provider"]).unwrap().flags;
+        let defaults = <Cli as clap::Parser>::try_parse_from(["kaito-provider"])
+            .unwrap()
+            .flags;
         assert_eq!(format!("{defaults:?}"), format!("{:?}", Flags::default()));
     }
 }

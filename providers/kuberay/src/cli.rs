@@ -3,9 +3,9 @@
 //! and [`Cli`], the binary's (with the SDK runtime's), which the chart tests parse the
 //! chart's arguments with.
 
-use clap::Parser;
+use kubeairunway_sdk::runtime::ProviderFlags;
 
-use crate::{DEFAULT_RAY_IMAGE, DEFAULT_RAY_VERSION, KubeRayProvider};
+use crate::settings::{DEFAULT_RAY_IMAGE, DEFAULT_RAY_VERSION, KubeRayProvider};
 
 /// The KubeRay provider's own flags.
 #[derive(Clone, Debug, clap::Args)]
@@ -37,22 +37,17 @@ impl Flags {
     }
 }
 
-/// Flags of `kuberay-provider`.
-#[derive(Debug, Parser)]
-#[command(name = "kuberay-provider", version, about)]
-pub struct Cli {
-    /// The SDK runtime's flags.
-    #[command(flatten)]
-    pub options: kubeairunway_sdk::runtime::Options,
-    /// Its own.
-    #[command(flatten)]
-    pub flags: Flags,
-}
+/// The binary's command line: the SDK runtime's flags and [`Flags`] (the chart tests
+/// parse the chart's arguments with it).
+pub type Cli = kubeairunway_sdk::runtime::Cli<Flags>;
 
-impl Cli {
-    /// The provider these flags configure.
-    pub fn provider(&self) -> KubeRayProvider {
-        self.flags.provider()
+impl ProviderFlags for Flags {
+    type Provider = KubeRayProvider;
+    const ABOUT: &'static str =
+        "Serves ModelDeployments whose provider is `kuberay` as KubeRay RayServices.";
+
+    async fn provider_for(&self, _: &kube::Client) -> anyhow::Result<KubeRayProvider> {
+        Ok(self.provider())
     }
 }
 
@@ -62,7 +57,7 @@ mod tests {
 
     #[test]
     fn default_is_the_flags_defaults() {
-        let cli = Cli::try_parse_from(["kuberay-provider"]).unwrap();
+        let cli = <Cli as clap::Parser>::try_parse_from(["kuberay-provider"]).unwrap();
         assert_eq!(
             format!("{:?}", cli.flags),
             format!("{:?}", Flags::default())

@@ -26,6 +26,7 @@ use kube::{Client, ResourceExt};
 use kubeairunway_e2e::{eventually, fixtures_dir, helm, rbac, read_crd};
 use kubeairunway_sdk::api::{DeploymentWarmup, ModelDeployment};
 use kubeairunway_sdk::conditions::{WARMED_UP, reasons};
+use kubeairunway_sdk::runtime::ProviderFlags as _;
 use kubeairunway_sdk::testing::{self, ModelDeploymentBuilder, TestCluster, condition};
 use serde_json::{Value, json};
 
@@ -171,7 +172,7 @@ async fn start(
         "deployment-provider" => {
             let cli = kubeairunway_deployment_provider::cli::Cli::try_parse_from(args).unwrap();
             tokio::spawn(run(
-                cli.provider(),
+                cli.flags.provider(),
                 rt(cli.options.process.clone()),
                 cli.options,
             ))
@@ -179,20 +180,20 @@ async fn start(
         "dynamo-provider" => {
             let cli = kubeairunway_dynamo_provider::cli::Cli::try_parse_from(args).unwrap();
             tokio::spawn(run(
-                cli.provider(),
+                cli.flags.provider(),
                 rt(cli.options.process.clone()),
                 cli.options,
             ))
         }
         "kaito-provider" => {
             let cli = kubeairunway_kaito_provider::cli::Cli::try_parse_from(args).unwrap();
-            let provider = cli.provider(&client).await.unwrap();
+            let provider = cli.flags.provider_for(&client).await.unwrap();
             tokio::spawn(run(provider, rt(cli.options.process.clone()), cli.options))
         }
         "kuberay-provider" => {
             let cli = kubeairunway_kuberay_provider::cli::Cli::try_parse_from(args).unwrap();
             tokio::spawn(run(
-                cli.provider(),
+                cli.flags.provider(),
                 rt(cli.options.process.clone()),
                 cli.options,
             ))
@@ -461,7 +462,7 @@ async fn provider_charts_grant_what_the_providers_use_and_nothing_more() {
     .iter()
     .map(|f| upstream_crd(f))
     .collect();
-    crds.extend(kubeairunway_kernelcache::api::crds());
+    crds.extend(kubeairunway_kernelcache_api::crds());
     let (cluster, admin) = testing::private_cluster("providers-rbac", &crds)
         .await
         .unwrap();
