@@ -170,7 +170,7 @@ mod tests {
     {
         use clap::CommandFactory;
         let readme = std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"),
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/kernelcache.md"),
         )
         .unwrap()
         .replace('\n', " ");
