@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The project's test command (README.md, docs/testing.md, .ci/run): sets up everything the tests need on a
-# fresh machine, then checks formatting, lints, and runs every test, the real-API-server
-# end-to-end tests included.
+# The project's test command (README.md, docs/testing.md, .ci/run): sets up everything
+# the tests need on a fresh machine, then checks formatting, lints, and runs every test,
+# the real-API-server end-to-end tests included.
 #
 # Caches (safe to delete): the test API server and etcd under
 # ${XDG_CACHE_HOME:-~/.cache}/kubeairunway/testcluster; helm and kubectl under
