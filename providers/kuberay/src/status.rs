@@ -333,7 +333,7 @@ mod tests {
         assert_eq!(deploying.phase, Phase::Deploying);
     }
 
-    /// Issue #12, defect 5: during a first deployment KubeRay writes the application
+    /// During a first deployment KubeRay writes the application
     /// statuses to `pendingServiceStatus` and never promotes a cluster whose applications
     /// are not all RUNNING (ray-operator/controllers/ray/rayservice_controller.go:145-187,
     /// 242-244@v1.3.0 and :229-306,666-668@v1.7.0), so the failure is only there.

@@ -644,7 +644,7 @@ fn trtllm_transceiver(flags: &Flags) -> bool {
 
 /// The engine's ranks (tensor x pipeline x data parallel, each 1 unless set) against the
 /// pod's GPUs: more ranks than GPUs cannot start; fewer leave GPUs idle, so a model sized
-/// for all of them does not fit (issue #12 item 3). Flag spellings: vLLM
+/// for all of them does not fit. Flag spellings: vLLM
 /// `--tensor-parallel-size`/`--pipeline-parallel-size`/`--data-parallel-size`; SGLang also
 /// `--tp`/`--tp-size`, `--pp-size`, `--dp-size`; TensorRT-LLM
 /// `--tensor-parallel-size`/`--pipeline-parallel-size`
