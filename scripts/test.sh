@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The project's test command (README, .ci/run): sets up everything the tests need on a
-# fresh machine, then checks formatting, lints, and runs every test, the real-API-server
-# end-to-end tests included.
+# The project's test command (README.md, docs/testing.md, .ci/run): sets up everything
+# the tests need on a fresh machine, then checks formatting, lints, and runs every test,
+# the real-API-server end-to-end tests included.
 #
 # Caches (safe to delete): the test API server and etcd under
 # ${XDG_CACHE_HOME:-~/.cache}/kubeairunway/testcluster; helm and kubectl under
@@ -33,7 +33,7 @@ bash tests/cluster/build.sh >/dev/null
 bash tests/cluster/fetch-registry.sh >/dev/null
 bash tests/cluster/fetch-cosign.sh >/dev/null
 
-step "helm (for the chart checks) and kubectl (for the README walk-through), cached"
+step "helm (for the chart checks) and kubectl (for the kernel-cache walk-through), cached"
 HELM="$(bash scripts/install-helm.sh)"
 KUBECTL="$(dirname "$HELM")/kubectl"
 export HELM KUBECTL

@@ -427,7 +427,7 @@ pub fn verify_text(v: &Verified) -> String {
     out.push_str(if v.verdict.usable {
         "Nodes may stage it: a KernelCache naming it becomes usable.\n"
     } else if v.verdict.reason == reasons::NO_POLICY {
-        "Every cache is refused until the policy exists (see the README's Kernel caches section).\n"
+        "Every cache is refused until the policy exists (see docs/kernelcache.md, \"Controller\").\n"
     } else {
         "A KernelCache naming it stays unusable: no node stages it.\n"
     });

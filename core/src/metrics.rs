@@ -1,5 +1,5 @@
-//! core's Prometheus metrics (the names the platform documents in the README), in the text
-//! exposition format (prometheus-client).
+//! core's Prometheus metrics (the names docs/core.md lists), in the text exposition format
+//! (prometheus-client).
 //!
 //! Counters and the duration histogram are updated by the reconciler. The gauges that
 //! describe the current ModelDeployments (`kubeairunway_modeldeployment_total`,

@@ -11,7 +11,7 @@
 //! fields that are absent, plus its strings and status. Every controller holds one
 //! ModelDeployment per ModelDeployment in the cluster, and a provider one object per kind
 //! it renders. Measured with the scale benchmark's heap profile (`--features
-//! heap-profile`, README "Testing").
+//! heap-profile`, docs/benchmarks.md#where-the-memory-goes).
 //!
 //! The annotations are kept in the text too: on the objects a provider renders they are
 //! long (the identity, the images, hashes), and a map of them parsed costs a B-tree node

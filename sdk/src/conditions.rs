@@ -1,7 +1,7 @@
 //! Condition types, reasons, and the one way every controller sets a condition.
 //!
 //! Each condition type has exactly one writer (the table "Who writes which status
-//! fields" in the repository's README): core writes [`VALIDATED`] and
+//! fields" in the repository's docs/api.md): core writes [`VALIDATED`] and
 //! [`PROVIDER_SELECTED`]; the serving provider writes [`PROVIDER_COMPATIBLE`],
 //! [`RESOURCE_CREATED`], [`READY`], [`STALE_STATUS`] and (with `spec.warmup`)
 //! [`WARMED_UP`]; the kernel-cache provider writes

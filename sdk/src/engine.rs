@@ -15,48 +15,36 @@
 //! | TensorRT-LLM | `trtllm-serve` | its argument / its argument | (none: served as [`served_as`]) | `--tp_size` | `--max_seq_len` | `--trust_remote_code` |
 //! | llama.cpp | `llama-server` | `--hf-repo` / `--model` | `--alias` | (splits layers over all GPUs itself) | `--ctx-size` | (runs no model code) |
 //!
-//! (The flags as each server documents them: vLLM's `vllm/engine/arg_utils.py` and
-//! `vllm/entrypoints/openai/cli_args.py`, SGLang's `python/sglang/srt/server_args.py`
-//! (`--tp` as SGLang's and Dynamo's examples spell it; it also accepts `--tp-size` and
-//! `--tensor-parallel-size`), TensorRT-LLM's `tensorrt_llm/commands/serve.py@00209af1`
-//! (NVIDIA/TensorRT-LLM; click options, taken only as spelled, in snake case),
-//! llama.cpp's `tools/server/README.md`.) `trtllm-serve` serves the model under its
-//! argument: a Hugging Face id whole, a checkpoint directory by its last component; it
-//! has no served-name option, so a `model.servedName` other than that is named as
-//! ignored. Dynamo's TensorRT-LLM worker does not use this row: it has a parser of its
-//! own (see the Dynamo provider's `args` module).
+//! `trtllm-serve` serves the model under its argument (a Hugging Face id whole, a
+//! checkpoint directory by its last component) and has no served-name option, so a
+//! `model.servedName` other than that is named as ignored. Dynamo's TensorRT-LLM worker
+//! does not use this row: it has a parser of its own (the Dynamo provider's `args`
+//! module). Where each server defines these flags: docs/upstream.md#engine-flags.
 //!
 //! Who uses what:
 //! - [`Flags`] and [`Parallelism`]: [`container`]; the Dynamo provider for its vLLM and
-//!   SGLang workers, whose `python3 -m dynamo.vllm` and `python3 -m dynamo.sglang` parse
-//!   the engines' own flags (`AsyncEngineArgs.add_cli_args` in
-//!   `components/src/dynamo/vllm/args.py@000a36a7`, `ServerArgs.add_cli_args` in
-//!   `components/src/dynamo/sglang/args.py@010ba752`, ai-dynamo/dynamo); the KubeRay
-//!   provider, whose Ray Serve LLM takes vLLM's engine arguments as keyword arguments
-//!   (the same names in snake case: `max_model_len`, `tensor_parallel_size`,
-//!   `trust_remote_code`); the KAITO provider, whose vLLM wrapper passes each key of its
-//!   inference config as `--key value` (`max-model-len`, `served-model-name`).
+//!   SGLang workers, which parse the engines' own flags; the KubeRay provider, whose Ray
+//!   Serve LLM takes vLLM's engine arguments as keyword arguments (the same names in snake
+//!   case); the KAITO provider, whose vLLM wrapper passes each key of its inference config
+//!   as `--key value`.
 //! - [`hf_token_secret`] / [`hf_token_env_from`]: [`container`], KubeRay (every Ray pod),
 //!   Dynamo (`envFromSecret` in v1alpha1, `envFrom` in v1beta1), KAITO (the llama.cpp
 //!   template's `envFrom`, the vLLM preset's `modelAccessSecret`).
 //! - [`Flags::cache_variables`] with [`crate::storage::env_for`]: [`container`] and
 //!   KubeRay (vLLM's). Dynamo sets `HF_HOME` itself and leaves `VLLM_CACHE_ROOT` to its
 //!   operator's compilation cache.
-//! - [`shm_volume`]: [`container`] only. KubeRay mounts its own `/dev/shm` in every Ray
-//!   pod (`ray-operator/controllers/ray/common/pod.go:26-31@v1.7.0`), Dynamo's operator
-//!   gives every component an 8Gi one (`deploy/operator/docs/footer.md@20612125`, "Shared
-//!   Memory"), KAITO builds its preset pods itself, and its llama.cpp template runs one
-//!   process that shares no tensors.
+//! - [`shm_volume`]: [`container`] only. KubeRay and Dynamo's operator mount their own
+//!   `/dev/shm` in every pod, KAITO builds its preset pods itself, and its llama.cpp
+//!   template runs one process that shares no tensors (docs/upstream.md#shared-memory).
 //! - [`container`] and [`gpu_resources`]: the operator-free Deployment provider. The
 //!   operators build their own containers, so the others take the pieces above.
 //!
 //! The container: each engine is started by its own OpenAI-compatible server, listening
 //! on all addresses at [`PORT`] (or the port given), with the readiness probe on its
-//! `/health` (`trtllm-serve`'s: `register_routes` in
-//! `tensorrt_llm/serve/openai_server.py@00057725`). Tensor parallelism is the replica's
-//! GPU count, divided by the pipeline and data parallelism (TensorRT-LLM: pipeline and
-//! context parallelism) `engine.args` set, unless `engine.args` sets it (with `_` or
-//! `-`: vLLM's parser takes both); `engine.trustRemoteCode` adds the engine's flag
+//! `/health`. Tensor parallelism is the replica's GPU count, divided by the pipeline and
+//! data parallelism (TensorRT-LLM: pipeline and context parallelism) `engine.args` set,
+//! unless `engine.args` sets it (with `_` or `-`: vLLM's parser takes both);
+//! `engine.trustRemoteCode` adds the engine's flag
 //! (llama.cpp runs no model code: named as ignored); llama.cpp offloads every layer to
 //! the GPUs (`--n-gpu-layers 999`) when it has any, and loads a `source: custom` model
 //! from its path with `--model`. `engine.args` follow in key order

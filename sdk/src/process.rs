@@ -231,7 +231,7 @@ pub use std::alloc::System as Allocator;
 /// Why: a controller keeps one long-lived cached object per object it watches and makes
 /// short-lived ones on every watch event in between, and glibc's allocator, with an arena
 /// per thread, leaves the holes between them resident. Measured with the scale benchmark
-/// (README "Testing"), debug build, from 10 to 2,000 ModelDeployments: the Dynamo provider's
+/// (docs/benchmarks.md#scale), debug build, from 10 to 2,000 ModelDeployments: the Dynamo provider's
 /// resident memory grew by about 6 kB per ModelDeployment with glibc and 2.3 kB with
 /// jemalloc, for about 4 kB of live heap; mimalloc started 28 MB higher.
 #[cfg(not(target_env = "msvc"))]
@@ -241,7 +241,7 @@ pub use tikv_jemallocator::Jemalloc as Allocator;
 /// jemalloc purges pages freed for ten seconds only when the process allocates again, and
 /// a controller idle after a burst (a rollout of thousands of ModelDeployments, then
 /// steady state with nothing to do) keeps the pages of the burst resident. Measured with
-/// the scale benchmark (README "Testing"): the Deployment provider at 2,000
+/// the scale benchmark (docs/benchmarks.md#scale): the Deployment provider at 2,000
 /// ModelDeployments held 19.1 MB of anonymous memory after 20 s of steady state without
 /// it and 17.1 MB with it. (Nothing to do with the system allocator, on MSVC.)
 fn purge_freed_memory_in_the_background() {

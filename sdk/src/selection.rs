@@ -1207,7 +1207,7 @@ mod tests {
         assert!(RuleInput::new(&applied).widest < 100);
     }
 
-    /// As the README says: `metadata.labels` and `metadata.annotations` are present
+    /// As the SDK's README says: `metadata.labels` and `metadata.annotations` are present
     /// (empty) on a ModelDeployment without any, so a rule guarded by `in` is safe there,
     /// while indexing a missing key fails.
     #[test]

@@ -4,9 +4,8 @@
 //! for vLLM, both roles in disaggregated mode, ...) is written once: as a CEL rule
 //! (`x-kubernetes-validations`) on the API type, from which the CRD is generated. The API
 //! server enforces it on every create and update before any admission webhook is called
-//! (`k8s.io/apiserver/pkg/registry/generic/registry/store.go@v0.36.4`: `rest.BeforeCreate`,
-//! which runs the CRD's schema and CEL validation, comes before `createValidation`), so
-//! the rule holds whether or not a webhook is up.
+//! (docs/upstream.md#kubernetes-validation-order), so the rule holds whether or not a
+//! webhook is up.
 //!
 //! Code that must judge a spec with no API server at hand (core's reconciler, for objects
 //! stored before a rule existed or kept by validation ratcheting; `kubeairunway render`,

@@ -1,12 +1,10 @@
 //! Reading plain Kubernetes workloads as our status: for providers whose upstream is a
 //! built-in kind (an `apps/v1` Deployment) rather than an operator's custom resource.
 //!
-//! [`deployment`] reads a live Deployment the way `kubectl rollout status` does
-//! (`staging/src/k8s.io/kubectl/pkg/polymorphichelpers/rollout_status.go@v1.36.0`,
-//! `DeploymentStatusViewer.Status`), with the conditions the Deployment controller writes
-//! (`pkg/controller/deployment/util/deployment_util.go@v1.36.0`: `Progressing` with reason
+//! [`deployment`] reads a live Deployment the way `kubectl rollout status` does, with the
+//! conditions the Deployment controller writes: `Progressing` with reason
 //! `ProgressDeadlineExceeded` once `spec.progressDeadlineSeconds` has passed without
-//! progress, `Available`, `ReplicaFailure`).
+//! progress, `Available`, `ReplicaFailure` (docs/upstream.md#kubernetes-deployment-status).
 
 use kube::api::DynamicObject;
 use serde_json::Value;

@@ -2,65 +2,30 @@
 //! model, the ModelDeployment's engine options, tensor parallelism from the worker's GPUs,
 //! what its disaggregation role needs, then `engine.args` in key order.
 //!
-//! Facts, as read in ai-dynamo/dynamo (through its mirror wxsms/dynamo, which has no
-//! tags) at `3e3b3b187`, the commit that bumped main to 1.2.0 right after the 1.1 branch
-//! cut (PR #8698; it changes only version numbers, so its `components/` are the 1.1.0
-//! code), and at `2a6da14c8` (main, 2026-08-21); the CRDs in
-//! tests/fixtures/crds/upstream are from these two commits:
-//! - the operator adds no arguments to a single-node worker: `UpdateContainer` of
-//!   `deploy/operator/internal/dynamo/backend_{vllm,sglang,trtllm}.go` only touches
-//!   multinode workers, and the worker's default container is `/bin/sh -c` with no
-//!   arguments (`component_common.go:87-94`, `component_worker.go`), which our command
-//!   replaces. So the engine runs exactly what is rendered here.
-//! - vLLM refuses a prefill worker without `--kv-transfer-config`
-//!   (`components/src/dynamo/vllm/args.py:192-207@3e3b3b187`, `:230-245@2a6da14c8`); the
-//!   disaggregated example passes NixlConnector to both roles
-//!   (`examples/backends/vllm/deploy/disagg.yaml@2a6da14c8`). Its roles are
-//!   `--disaggregation-mode agg|prefill|decode|encode` (`vllm/backend_args.py:30-38`,
-//!   `common/constants.py:9-15@3e3b3b187`).
-//! - SGLang's disaggregation backend defaults to `mooncake` and its bootstrap server binds
-//!   `--host`, which defaults to 127.0.0.1 (sgl-project/sglang
-//!   `python/sglang/srt/server_args.py`, `managers/disagg_service.py@0351c1fa`), so a
-//!   decode pod could not reach it; the example passes `--disaggregation-transfer-backend
-//!   nixl` and `--host 0.0.0.0` to both roles (`examples/backends/sglang/deploy/disagg.yaml`
-//!   at both commits). The bootstrap port need not be set: Dynamo reserves one and
-//!   advertises it (`components/src/dynamo/sglang/args.py:236-241@3e3b3b187`).
-//! - TensorRT-LLM transfers no KV cache unless `cache_transceiver_config` is set
-//!   (`docs/.../tensorrt-llm-details/kv-cache-transfer.md@2a6da14c8`; workers "assert on the
-//!   first request" without it, release notes of 1.2.0, PR #8954); the example engine
-//!   configs set `cache_transceiver_config.backend: DEFAULT` on both roles and
-//!   `disable_overlap_scheduler: true` on prefill
-//!   (`examples/backends/trtllm/engine_configs/qwen3/{prefill,decode}.yaml`). They are
-//!   passed inline with `--override-engine-args` (JSON, deep-merged over the engine
-//!   arguments: `components/src/dynamo/trtllm/workers/llm_worker.py:289-299@3e3b3b187`), or
-//!   as `--trtllm.<path> <value>` flags when the user uses those, since the two are
-//!   mutually exclusive (`components/src/dynamo/trtllm/args.py:103-108@3e3b3b187`).
-//! - The vLLM and SGLang workers parse the engines' own flags: `dynamo.vllm` adds vLLM's
-//!   `AsyncEngineArgs.add_cli_args` to its parser (`components/src/dynamo/vllm/args.py:93`
-//!   `@3e3b3b187`), `dynamo.sglang` SGLang's `ServerArgs.add_cli_args`
-//!   (`components/src/dynamo/sglang/args.py:186@3e3b3b187`). So their model, served name,
-//!   tensor parallelism (vLLM `--tensor-parallel-size`, SGLang `--tp`, as Dynamo's SGLang
-//!   guide and examples spell it), context length and trust-remote-code flags, and the
+//! The operator adds no arguments to a single-node worker, so the engine runs exactly
+//! what is rendered here (docs/upstream.md#dynamo-worker-command). Per backend:
+//!
+//! - vLLM and SGLang workers parse the engines' own flags, so their model, served name,
+//!   tensor parallelism, context length and trust-remote-code flags, and the
 //!   `engine.args` keys that set parallelism, are the SDK's table
 //!   ([`kubeairunway_sdk::engine::Flags`]), shared with every provider.
-//! - The TensorRT-LLM worker has a parser of its own, so its flags are Dynamo's and stay
-//!   here ([`TRTLLM_FLAGS`]; `DynamoTrtllmArgGroup`,
-//!   `components/src/dynamo/trtllm/backend_args.py@3e3b3b187`): `--model` (`:32-38`),
-//!   `--served-model-name` (`:40-45`), `--tensor-parallel-size` (`:47-54`),
-//!   `--pipeline-parallel-size` (`:55-62`), `--max-seq-len` (`:110-117`),
-//!   `--override-engine-args` (`:141-147`), `--disaggregation-mode
-//!   prefill_and_decode|prefill|decode|encode` (`:173-179`, `constants.py:12-18`); no data
-//!   parallelism flag (only `--enable-attention-dp`) and no trust-remote-code flag, so
-//!   `trust_remote_code` goes into the engine arguments (see above). `--model-path` is
-//!   `--model`'s `obsolete_flag`: still parsed as an alias, marked "deprecating flag" in
-//!   the help (`components/src/dynamo/common/configuration/utils.py:93-95,152-153`
-//!   `@3e3b3b187`), although the deploy examples still spell it that way. We render
-//!   `--model`: `--model` and its alias came together (PR #6297, 2026-02-18, a week
-//!   before main became 1.0.0, PR #6613) and both are unchanged at `2a6da14c8`; Dynamo's
-//!   planner reads a worker's model from `--served-model-name` or `--model` only
-//!   (`components/src/dynamo/planner/monitoring/dgd_services.py:53-73@3e3b3b187`). An
-//!   unknown flag stops the worker: what its parser does not know must be a `--trtllm.*`
-//!   flag (`args.py:97-101`, `dynamic_flags.py:58-70@3e3b3b187`).
+//! - vLLM: both disaggregated roles get `--kv-transfer-config` with NixlConnector
+//!   ([`VLLM_KV_TRANSFER_CONFIG`]): vLLM refuses a prefill worker without one
+//!   (docs/upstream.md#dynamo-vllm-flags).
+//! - SGLang: both roles get `--disaggregation-transfer-backend nixl` and
+//!   `--host 0.0.0.0`: the default backend is mooncake and the default bootstrap host
+//!   127.0.0.1, which a decode pod cannot reach; the bootstrap port is Dynamo's own
+//!   (docs/upstream.md#dynamo-sglang-flags).
+//! - TensorRT-LLM: the worker has a parser of its own, so its flags are Dynamo's and stay
+//!   here ([`TRTLLM_FLAGS`]): `--model` (not its obsolete alias `--model-path`), no data
+//!   parallelism and no trust-remote-code flag, so `trust_remote_code` goes into the
+//!   engine arguments. A role transfers no KV cache without `cache_transceiver_config`,
+//!   so both roles get it, and prefill `disable_overlap_scheduler`, as Dynamo's examples
+//!   set them: merged under the user's own into `--override-engine-args`, or rendered as
+//!   `--trtllm.*` flags when the user uses those (the two are mutually exclusive, and an
+//!   unknown flag stops the worker) (docs/upstream.md#dynamo-tensorrt-llm-flags).
+//!
+//! The user's own setting of any of these wins.
 
 use std::collections::BTreeMap;
 

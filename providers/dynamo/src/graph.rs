@@ -2,15 +2,11 @@
 //! (aggregated), or a frontend with prefill and decode workers (disaggregated). Built
 //! once from the ModelDeployment, independent of the DynamoGraphDeployment version.
 //!
-//! The frontend is rendered with its image only, as in every upstream example
-//! (`examples/backends/*/deploy/*.yaml` at ai-dynamo/dynamo `3e3b3b187` and `2a6da14c8`):
-//! the operator's frontend container already runs `python3 -m dynamo.frontend`
-//! (`deploy/operator/internal/dynamo/component_frontend.go:30-31`, both commits) and
-//! merges ours over it with mergo `WithOverride`, where an empty list keeps the default
-//! (`graph.go:1175@3e3b3b187`, `graph.go:1826-1843@2a6da14c8`). A command of
-//! `[python3, -m, dynamo.frontend]` with no arguments therefore ran
-//! `python3 -m dynamo.frontend -m dynamo.frontend`, which the frontend refuses
-//! ("Unknown arguments specified", `components/src/dynamo/frontend/main.py:109-152`).
+//! The frontend is rendered with its image only, as in every upstream example: the
+//! operator's frontend container already runs `python3 -m dynamo.frontend` and merges ours
+//! over it, where an empty list keeps the default: a command `[python3, -m,
+//! dynamo.frontend]` without arguments would run `python3 -m dynamo.frontend -m
+//! dynamo.frontend`, which the frontend refuses (docs/upstream.md#dynamo-frontend).
 //!
 //! Node selector and tolerations go on the workers only: the frontend needs no GPU node,
 //! and no upstream example places it on one.

@@ -14,10 +14,10 @@
 //! ([`kubeairunway_sdk::gpu::per_replica`]), the Hugging Face token Secret
 //! ([`kubeairunway_sdk::engine::hf_token_secret`]), and the storage defaults, checks and
 //! volume shapes ([`kubeairunway_sdk::storage`]). What it leaves to the operator instead,
-//! because the operator adds it to every component itself (`deploy/operator/docs/footer.md`
-//! "Operator Default Values Injection"@20612125, ai-dynamo/dynamo): `/dev/shm` (an 8Gi
-//! memory-backed volume), the probes (the workers' on Dynamo's system port 9090, not an
-//! engine port), and `VLLM_CACHE_ROOT` for the compilation cache. Dynamo v1alpha1's resources are its own
+//! because the operator adds it to every component itself
+//! (docs/upstream.md#dynamo-operator-defaults): `/dev/shm` (an 8Gi memory-backed volume),
+//! the probes (the workers' on Dynamo's system port 9090, not an engine port), and
+//! `VLLM_CACHE_ROOT` for the compilation cache. Dynamo v1alpha1's resources are its own
 //! shape (`gpu`, `gpuType`), so only the GPU count and resource name are shared.
 
 pub mod args;

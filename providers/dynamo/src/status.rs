@@ -1,19 +1,12 @@
-//! Reading a DynamoGraphDeployment's status: `status.state` is one of
-//! initializing, pending, successful, failed; detail is in the `Ready` condition's reason
-//! and message; replicas per component are in `status.services` (v1alpha1) or
-//! `status.components` (v1beta1). Dynamo sets `failed` on any reconcile error, so a
-//! failure counts only once it has lasted `failed_after`.
+//! Reading a DynamoGraphDeployment's status (docs/upstream.md#dynamo-status):
+//! `status.state` is one of initializing, pending, successful, failed; detail is in the
+//! `Ready` condition's reason and message (`Resources not ready: <resource>: <why>; ...`
+//! while pending, a crash-looping pod included); replicas per component are in
+//! `status.services` (v1alpha1) or `status.components` (v1beta1), as `readyReplicas`, or
+//! `availableReplicas` for a multinode PodCliqueScalingGroup.
 //!
-//! As ai-dynamo/dynamo writes it (`deploy/operator/internal/controller/
-//! dynamographdeployment_controller.go:112-240,1098-1134@3e3b3b187`;
-//! `dgd_workload_result.go:48-80`, `dgd_workload_program.go:128-170@2a6da14c8`): `pending`
-//! with `Ready=False`, reason `some_resources_are_not_ready` and message
-//! `Resources not ready: <resource>: <why>; ...` while any component is not available (a
-//! crash-looping pod included); `successful` with `Ready=True`,
-//! `all_resources_are_ready`, "All resources are ready"; `failed` with the reconcile
-//! error's reason and message. Per component, `readyReplicas` is absent for a
-//! PodCliqueScalingGroup (multinode), which reports `availableReplicas` instead (the CRD's
-//! field descriptions in tests/fixtures/crds/upstream).
+//! Dynamo sets `failed` on any reconcile error, so a failure counts only once it has
+//! lasted `failed_after`.
 
 use std::time::Duration;
 

@@ -1,27 +1,18 @@
 //! `spec.model.storage` on Dynamo: which claim each volume mounts, where, and on which
-//! components; what a DynamoGraphDeployment version can and cannot do with it.
+//! components; what a DynamoGraphDeployment version can and cannot do with it
+//! (docs/upstream.md#dynamo-storage).
 //!
-//! Upstream (ai-dynamo/dynamo, read through wxsms/dynamo):
-//! - PVC volumes in the pod template work in both versions: the operator merges
-//!   `extraPodSpec` (v1alpha1) / `podTemplate.spec` (v1beta1) over its base pod spec, which
-//!   has no volumes, and our main container's `volumeMounts` over its base container, which
-//!   has none at that point (`deploy/operator/internal/dynamo/graph.go:1148-1310@3e3b3b187`,
-//!   `graph.go:1641-1725,1822-1843@2a6da14c8`; `component_common.go:76-85`). The v1beta1
-//!   example mounts a model cache this way on the frontend and the workers with `HF_HOME`
-//!   pointing at it (`examples/deployments/EKS/manifests/vllm/disagg.yaml@2a6da14c8`), as
-//!   the v1alpha1 recipes do with `volumeMounts` (`recipes/llama-3-70b/vllm/agg/deploy.yaml`).
+//! - PVC volumes in the pod template work in both versions: the operator merges our pod
+//!   spec and main container over its own, which have no volumes. Model caches go on the
+//!   frontend and the workers with `HF_HOME` at the first one, as Dynamo's examples do.
 //! - A compilation cache is Dynamo's own setting, which also sets the backend's cache
 //!   variable (`VLLM_CACHE_ROOT` for vLLM): v1alpha1 `volumeMounts[]{name: <claim>,
-//!   mountPoint, useAsCompilationCache: true}` (the volume is the claim of that name,
-//!   `graph.go:1225-1259@3e3b3b187`), v1beta1 `compilationCache{pvcName, mountPath}`
-//!   (`graph.go:1846-1910@2a6da14c8`); one per component, always writable.
-//! - Creating a claim: only v1alpha1 can, through `spec.pvcs[]{name, create: true, size,
-//!   storageClass, volumeAccessMode}`, whose webhook requires all three
-//!   (`webhook/validation/dynamographdeployment.go:480-503@3e3b3b187`); the operator then
-//!   creates it owned by the DynamoGraphDeployment (`controller/common.go:26-50`). Existing
-//!   claims are listed with `create: false`, so that a missing one fails the graph with its
-//!   name (`dynamographdeployment_controller.go:1234-1330@3e3b3b187`). v1beta1 has no
-//!   `pvcs` (see the CRD in tests/fixtures/crds/upstream).
+//!   mountPoint, useAsCompilationCache: true}`, v1beta1 `compilationCache{pvcName,
+//!   mountPath}`; one per component, always writable.
+//! - Only v1alpha1 can create a claim, through `spec.pvcs[]{name, create: true, size,
+//!   storageClass, volumeAccessMode}`, whose webhook requires all three. Existing claims
+//!   are listed with `create: false`, so that a missing one fails the graph with its name.
+//!   v1beta1 has no `pvcs`.
 
 use kubeairunway_sdk::api::{StorageVolume, VolumePurpose};
 use kubeairunway_sdk::storage as sdk_storage;

@@ -330,7 +330,7 @@ fn gateway_is_named_as_ignored() {
     );
 }
 
-/// Issue #12 item 1: the frontend is rendered with its image only, as every upstream
+/// The frontend is rendered with its image only, as every upstream
 /// example does (`examples/backends/vllm/deploy/agg.yaml` at `3e3b3b187` and `2a6da14c8`),
 /// so the operator's `python3` + `-m dynamo.frontend` stays whole.
 #[test]
@@ -347,7 +347,7 @@ fn the_frontend_keeps_the_operators_command() {
     }
 }
 
-/// Issue #12 item 11: node selector and tolerations place the GPU workers, not the
+/// Node selector and tolerations place the GPU workers, not the
 /// frontend.
 #[test]
 fn placement_is_for_the_workers() {
@@ -372,7 +372,7 @@ fn placement_is_for_the_workers() {
     }
 }
 
-/// Issue #12 item 7: a custom image without a semantic-version tag carries
+/// A custom image without a semantic-version tag carries
 /// `runtimeVersionOverride` on v1beta1 (the provider's version, or the override).
 #[test]
 fn custom_images_carry_a_runtime_version_on_v1beta1() {
@@ -418,7 +418,7 @@ fn custom_images_carry_a_runtime_version_on_v1beta1() {
     assert!(!old.to_string().contains("runtimeVersionOverride"));
 }
 
-/// Issue #12 item 3: a worker's GPUs become its tensor parallelism.
+/// A worker's GPUs become its tensor parallelism.
 #[test]
 fn gpus_become_tensor_parallelism() {
     for (engine, flag) in [
@@ -743,7 +743,7 @@ fn first_sighting_of_failed_is_remembered_and_forgotten() {
     );
 }
 
-/// Issue #12 item 6: a PodCliqueScalingGroup (multinode) component reports
+/// A PodCliqueScalingGroup (multinode) component reports
 /// `availableReplicas` and no `readyReplicas` (the CRD's descriptions of
 /// `status.services.*` / `status.components.*` in tests/fixtures/crds/upstream).
 #[test]

@@ -6,10 +6,8 @@
 //!
 //! Dynamo's webhook requires the main container's image on every component and, when its
 //! tag is not a semantic version, `runtimeVersionOverride`
-//! (`deploy/operator/internal/webhook/validation/shared_v1beta1.go:173-185`,
-//! `shared_helpers.go:116-123`, `internal/runtimeversion/runtimeversion.go:55-71` at
-//! ai-dynamo/dynamo `2a6da14c8`, read through wxsms/dynamo; added by PR #10494, Dynamo
-//! 1.4). A custom image such as `registry.example/dynamo:dev` gets the override from
+//! (docs/upstream.md#dynamo-v1beta1-images). A custom image such as
+//! `registry.example/dynamo:dev` gets the override from
 //! `provider.overrides.runtimeVersion`, else from the provider's `--dynamo-version`.
 
 use serde_json::{Map, Value, json};

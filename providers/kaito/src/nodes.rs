@@ -1,26 +1,14 @@
-//! How KAITO gets nodes, and so what `resource.instanceType` must be.
+//! How KAITO gets nodes, and so what `resource.instanceType` must be. KAITO's webhook
+//! ties the instance type to its node provisioning (docs/upstream.md#kaito-node-provisioning):
 //!
-//! KAITO's webhook ties `resource.instanceType` to its node provisioning
-//! (api/v1beta1/workspace_validation.go:172-184@v0.12.0, :139-151@v0.10.0):
+//! - node auto-provisioning (KAITO's default): every Workspace must name an instance type
+//!   KAITO's SKU table knows, and KAITO creates a node of that type for it;
+//! - bring-your-own nodes: the instance type must be empty; the Workspace runs on the
+//!   nodes its `resource.labelSelector` matches, which for a preset must carry NVIDIA GPU
+//!   Feature Discovery labels (`nvidia.com/gpu.product`, `gpu.count`, `gpu.memory`).
 //!
-//! - node auto-provisioning (KAITO's default: `--node-provisioner=azure-gpu-provisioner`
-//!   or `karpenter`, cmd/workspace/main.go:131,173-187@v0.12.0; before v0.11 the feature
-//!   gate `disableNodeAutoProvisioning=false`, cmd/workspace/main.go:107@v0.10.0): every
-//!   Workspace must name an instance type ("instanceType is required when node
-//!   auto-provisioning is enabled"), one KAITO's SKU table knows (on Azure any
-//!   `Standard_N*` GPU or `Standard_D*` CPU size, workspace_validation.go:620-628@v0.12.0);
-//!   KAITO creates a node of that type for it;
-//! - bring-your-own nodes (`--node-provisioner=byo`, which sets
-//!   `disableNodeAutoProvisioning=true`, main.go:178-179@v0.12.0): the instance type must
-//!   be empty ("instanceType must be empty when node auto-provisioning is disabled (BYO
-//!   scenario)"); the Workspace runs on the nodes its `resource.labelSelector` matches,
-//!   which for a preset must carry NVIDIA GPU Feature Discovery labels
-//!   (`nvidia.com/gpu.product`, `gpu.count`, `gpu.memory`; workspace_validation.go:550-602
-//!   and pkg/sku/helpers.go:75-82@v0.12.0). `resource.preferredNodes` is deprecated in
-//!   v1beta1 and unused, so it is never rendered.
-//!
-//! The InferenceSet webhook has the same rule for `spec.template.resource.instanceType`
-//! (api/v1alpha1/inferenceset_validation.go:92-112@v0.12.0).
+//! `resource.preferredNodes` is deprecated in v1beta1 and unused, so it is never rendered.
+//! The InferenceSet webhook has the same rule for `spec.template.resource.instanceType`.
 
 use kubeairunway_sdk::api::ModelDeployment;
 

@@ -12,7 +12,7 @@
 //!   reads (`inference.config`, key `inference_config.yaml`, section `vllm`), rendered as
 //!   a supporting object: the SDK runtime applies it before the Workspace, whose admission
 //!   KAITO's webhook refuses while the ConfigMap does not exist
-//!   (api/v1beta1/inference_config_validation.go:56-70@v0.12.0).
+//!   (docs/upstream.md#kaito-inference-config).
 //! - llama.cpp runs the user's image from `inference.template`, serving on port 5000 (the
 //!   port KAITO's Service targets).
 //!

@@ -1,4 +1,5 @@
-//! KAITO's status, read as ours, from the values KAITO's controllers really write.
+//! KAITO's status, read as ours, from the values KAITO's controllers really write
+//! (docs/upstream.md#kaito-status).
 //!
 //! Workspace:
 //! - `status.state` (KAITO >= v0.9): `Ready` is Running; `Pending` and `NotReady` are
@@ -7,18 +8,15 @@
 //! - Failed for `InferenceReady=False` with a hard reason (image pull, crash loop,
 //!   OOM kill, container start error), with that condition's message; and for KAITO
 //!   v0.12's terminal benchmark failure, `WorkspaceSucceeded` or `BenchmarkCompleted`
-//!   False `BenchmarkFailed` (workspace_controller.go:1270-1280,1319-1329@v0.12.0: the
-//!   inference is up, but KAITO holds the Workspace NotReady for good).
+//!   False `BenchmarkFailed` (the inference is up, but KAITO holds the Workspace NotReady
+//!   for good).
 //! - Endpoint: KAITO's Service `<name>`, port 80 (targeting 5000 in the pods).
 //!
-//! InferenceSet (pkg/inferenceset/inferenceset_controller.go:426-522@v0.12.0,
-//! :350-400@v0.10.0): `status.readyReplicas` of `spec.replicas` Workspaces, and only the
-//! conditions `InferenceSetReady` (True `inferencesetReady`; False `inferencesetNotReady`
-//! with "inferenceset is not ready, r/d replicas are ready", or False `inferencesetFailed`
-//! with the error of its Gateway API resources), `BenchmarkCompleted` and
-//! `InferenceSetDeleting` (api/v1beta1/condition_types.go:47-55@v0.12.0). The
-//! Workspaces' own failures (image pull, crash loop) stay on those Workspaces.
-//! Endpoint: our Service `<name>-iset`, port 80 (KAITO makes none for a set).
+//! InferenceSet: `status.readyReplicas` of `spec.replicas` Workspaces, and the condition
+//! `InferenceSetReady` (True `inferencesetReady`; False `inferencesetNotReady`, or False
+//! `inferencesetFailed` with the error of its Gateway API resources). The Workspaces' own
+//! failures (image pull, crash loop) stay on those Workspaces. Endpoint: our Service
+//! `<name>-iset`, port 80 (KAITO makes none for a set).
 
 use kube::ResourceExt;
 use kube::api::DynamicObject;

@@ -1,9 +1,6 @@
 //! The RayService: `serveConfigV2` and a Ray cluster of one head and a GPU worker group
-//! per serving role, shaped after KubeRay's own Ray Serve LLM sample
-//! (`ray-operator/config/samples/ray-service.llm-serve.yaml@v1.7.0`: head `num-gpus: "0"`,
-//! the head's `serve` port, workers with `num-gpus` and their GPU limits) and its
-//! autoscaling RayService sample (`ray-service.incremental-upgrade.yaml:51,76-79@v1.7.0`:
-//! `enableInTreeAutoscaling`, worker groups from `minReplicas: 0`).
+//! per serving role, shaped after KubeRay's own Ray Serve LLM and autoscaling samples
+//! (docs/upstream.md#kuberay-rayservice-shape).
 //!
 //! - Every group gets the image, env (the user's, then the storage caches'), the Hugging
 //!   Face token Secret, volumes, pod labels and annotations, node selector and
@@ -15,22 +12,18 @@
 //! - The head declares the container port `serve` (8000), which makes KubeRay create the
 //!   serve Service, plus `gcs-server`, `dashboard` (KubeRay reaches the Ray dashboard
 //!   through the head Service's port of that name) and `client`, named as KubeRay names
-//!   its defaults (`utils/constant.go:66-77@v1.3.0`). It keeps its CPUs for the Serve
-//!   ingress (and the P/D proxy) but advertises no GPUs: the CUDA image could otherwise
-//!   see a GPU node's devices it was never given.
+//!   its defaults. It keeps its CPUs for the Serve ingress (and the P/D proxy) but
+//!   advertises no GPUs: the CUDA image could otherwise see a GPU node's devices it was
+//!   never given.
 //! - Workers: one pod per Serve replica, with the replica's GPUs as `num-gpus` (KubeRay
 //!   would derive it from the limits, but not when `rayStartParams.resources` is set and
-//!   fails its JSON parse, `pod.go:1432-1440@v1.7.0`); `num-cpus: "1"` when no CPU is
-//!   given, because the Ray autoscaler must know each group's CPUs
-//!   (`python/ray/autoscaler/_private/kuberay/autoscaling_config.py:336-366@ray-2.52.0`)
-//!   and a replica's actor needs one (`llm_server.py:478-505@ray-2.52.0`).
-//! - Scaling: KubeRay never passes a RayService's worker `replicas`, `minReplicas` or
-//!   `maxReplicas` to an existing RayCluster (they are left out of the spec hash,
-//!   `rayservice_controller.go:1098-1111@v1.3.0`; "intended", the maintainers say in
-//!   ray-project/kuberay#2333), so a fixed-size cluster would never follow
-//!   `scaling.replicas`. The Ray autoscaler does: Serve's `num_replicas` (updated in
-//!   place) asks for placement groups and the autoscaler adds or removes worker pods
-//!   between `minReplicas: 0` and `maxReplicas` 2147483647 (the CRD's default), starting
+//!   fails its JSON parse); `num-cpus: "1"` when no CPU is given, because the Ray
+//!   autoscaler must know each group's CPUs and a replica's actor needs one.
+//! - Scaling: KubeRay never passes a RayService's worker replica counts to an existing
+//!   RayCluster, so a fixed-size cluster would never follow `scaling.replicas`
+//!   (docs/upstream.md#kuberay-scaling). The Ray autoscaler does: Serve's `num_replicas`
+//!   (updated in place) asks for placement groups and the autoscaler adds or removes
+//!   worker pods between `minReplicas: 0` and `maxReplicas` (the CRD's default), starting
 //!   from `replicas` = the replicas asked for.
 //! - Disaggregated: each role's group advertises a custom resource named after the role,
 //!   one per GPU, which its LLMConfig's placement group asks for, so that prefill replicas

@@ -3,8 +3,8 @@
 //!
 //! Aggregated: `ray.serve.llm:build_openai_app` with `args.llm_configs: [LLMConfig]`.
 //! Disaggregated: `ray.serve.llm:build_pd_openai_app` with `args.prefill_config` and
-//! `args.decode_config` (two LLMConfigs whose engines exchange the KV cache through
-//! vLLM's NIXL connector).
+//! `args.decode_config` (two LLMConfigs with the same model whose engines exchange the KV
+//! cache through vLLM's NIXL connector, `kv_role: kv_both`).
 //!
 //! An `LLMConfig` here sets `model_loading_config{model_id, model_source}` (the served
 //! name and the Hugging Face id or path), `engine_kwargs` (vLLM engine arguments:
@@ -15,26 +15,13 @@
 //! table ([`kubeairunway_sdk::engine::VLLM`]); the GPUs of a role are the SDK's
 //! ([`kubeairunway_sdk::gpu::per_replica`]).
 //!
-//! Checked against Ray 2.52.0 (the default image; `python/ray/llm/_internal/serve/` of
-//! the `ray==2.52.0` wheel, commit 9527a555280fb9837ce73dabf01559c20656a456):
-//! - `LLMConfig` and `ModelLoadingConfig` forbid unknown keys
-//!   (`common/base_pydantic.py:16-19`, `core/configs/llm_config.py:114-226`);
-//! - `build_openai_app` takes `llm_configs` (`core/ingress/builder.py:46-101`);
-//!   `build_pd_openai_app` takes `prefill_config` and `decode_config` with the same
-//!   `model_id` and a `kv_transfer_config` in both (`serving_patterns/prefill_decode/builder.py:48-115`);
-//!   `NixlConnector` with `kv_role: kv_both` is what Ray's NIXL backend sets up
-//!   (`engines/vllm/kv_transfer/nixl.py`);
-//! - each `engine_kwargs` key must be a vLLM `AsyncEngineArgs` or `FrontendArgs` field
-//!   (`engines/vllm/vllm_models.py:175-193`), never `model` or `served_model_name`
-//!   (`:120-123`, refused by `check`);
-//! - a replica's placement group is one `{GPU: 1}` bundle per tensor x pipeline parallel
-//!   rank, `PACK` (`vllm_models.py:213-254`), plus the replica actor's CPU in the first
-//!   (`core/server/llm_server.py:478-505`); `placement_group_config` replaces the bundles
-//!   and strategy (`vllm_models.py:35-61,226-245`). Disaggregated roles ask for their
-//!   role's custom resource in each bundle, `STRICT_PACK`, so that a prefill replica
-//!   never takes a decode pod's GPUs (and the reverse) and a replica's GPUs stay on one
-//!   pod;
-//! - `disable_log_stats: true` needs `log_engine_metrics: false` (`llm_config.py:429-438`).
+//! What Ray Serve LLM accepts (docs/upstream.md#ray-serve-llm-config): no unknown keys in
+//! an `LLMConfig`; `engine_kwargs` only of vLLM's engine and frontend arguments, never
+//! `model` or `served_model_name` (refused by `check`); `disable_log_stats` only with
+//! `log_engine_metrics: false`. A replica's placement group is one GPU bundle per tensor
+//! x pipeline parallel rank; disaggregated roles ask for their role's custom resource in
+//! each bundle, `STRICT_PACK`, so that a prefill replica never takes a decode pod's GPUs
+//! (and the reverse) and a replica's GPUs stay on one pod.
 
 use kubeairunway_sdk::RenderError;
 use kubeairunway_sdk::api::{ModelDeployment, ModelSource, ServingMode};

@@ -1,23 +1,13 @@
-//! The RayService status read as ours. What KubeRay writes, as read in
-//! ray-project/kuberay `ray-operator/controllers/ray/rayservice_controller.go` at v1.3.0
-//! and v1.7.0 (and played by the e2e stand-in `tests/e2e/src/operators/kuberay.rs`):
+//! The RayService status read as ours, from what KubeRay 1.3 and 1.7 write
+//! (docs/upstream.md#kuberay-status; played by the e2e stand-in
+//! `tests/e2e/src/operators/kuberay.rs`).
 //!
-//! - A RayService has an *active* cluster (serving) and a *pending* one (being prepared:
-//!   the first deployment, or a zero-downtime upgrade). Application statuses are written
-//!   to the slot of the cluster whose Serve was reconciled: `pendingServiceStatus` while a
-//!   pending cluster exists, `activeServiceStatus` otherwise
-//!   (`rayservice_controller.go:145-164,242-244@v1.3.0`, `:229-256,666-668@v1.7.0`). The
-//!   pending slot moves to the active one only when the Services switch to it, which
-//!   happens only once all its applications are `RUNNING` (`:168-187,263-271@v1.3.0`,
-//!   `reconcilePromotionAndServingStatus` `:583-641@v1.7.0`). So a first deployment whose
-//!   application fails keeps that failure in `pendingServiceStatus`, with `Ready=False`
-//!   `Initializing`, for good.
-//! - Conditions (`rayservice_types.go:129-146@v1.3.0`, `:205-238@v1.7.0`): `Ready`
-//!   (reasons `Initializing`, `NonZeroServeEndpoints`, `ZeroServeEndpoints`, and since
-//!   v1.5/v1.6 the terminal `InitializingTimeout` and `ValidationFailed`) and
-//!   `UpgradeInProgress` (`BothActivePendingClustersExist`, `NoPendingCluster`,
-//!   `NoActiveCluster`, `Initializing`); `serviceStatus` is `Running` exactly when `Ready`
-//!   is true (`:299-303@v1.3.0`).
+//! A RayService has an *active* cluster (serving) and a *pending* one (the first
+//! deployment, or a zero-downtime upgrade). KubeRay writes application statuses to the
+//! slot of the cluster whose Serve it reconciled, and moves the pending slot to the active
+//! one only once all its applications run. So a first deployment whose application fails
+//! keeps that failure in `pendingServiceStatus`, with `Ready=False` `Initializing`, for
+//! good: it is read there while no cluster is active.
 //!
 //! | RayService status | phase |
 //! |---|---|
@@ -343,7 +333,7 @@ mod tests {
         assert_eq!(deploying.phase, Phase::Deploying);
     }
 
-    /// Issue #12, defect 5: during a first deployment KubeRay writes the application
+    /// During a first deployment KubeRay writes the application
     /// statuses to `pendingServiceStatus` and never promotes a cluster whose applications
     /// are not all RUNNING (ray-operator/controllers/ray/rayservice_controller.go:145-187,
     /// 242-244@v1.3.0 and :229-306,666-668@v1.7.0), so the failure is only there.

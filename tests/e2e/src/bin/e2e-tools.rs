@@ -1,9 +1,9 @@
-//! The commands the README's kernel-cache walk-through runs, in one binary that behaves
-//! as the one its name (`argv[0]`) says, each exactly as its own binary's `main`:
-//! `kubeairunway` (cli/src/main.rs), `kernelcache-controller` and `kernelcache-agent`
-//! (providers/kernelcache/src/bin/). The walk-through test
-//! (`tests/e2e/tests/e2e/readme_walkthrough.rs`) puts links of those names on `PATH`: it
-//! runs under cargo, so it cannot build the binaries of other packages itself.
+//! The commands the kernel-cache walk-through (docs/kernelcache.md) runs, in one binary
+//! that behaves as the one its name (`argv[0]`) says, each exactly as its own binary's
+//! `main`: `kubeairunway` (cli/src/main.rs), `kernelcache-controller` and
+//! `kernelcache-agent`. The walk-through test
+//! (`tests/e2e/tests/e2e/kernelcache_walkthrough.rs`) puts links of those names on `PATH`:
+//! it runs under cargo, so it cannot build the binaries of other packages itself.
 
 use std::process::ExitCode;
 

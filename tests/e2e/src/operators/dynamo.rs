@@ -2,14 +2,9 @@
 //! DynamoGraphDeployment we render, as pure functions, and [`StandIn`], the loop that
 //! applies them to the objects on a test API server.
 //!
-//! Read in ai-dynamo/dynamo (through its mirror wxsms/dynamo, same history) at two
-//! commits, one per CRD in tests/fixtures/crds/upstream: `3e3b3b187` (main right after the
-//! 1.1 branch cut, PR #8698; the v1alpha1-only CRD) and `2a6da14c8` (main, 2026-08-21; the
-//! v1beta1 CRD). Paths are under `deploy/operator/` unless they start with `components/`.
-//! Cross-checked in the stored ai-dynamo/dynamo files: `component_frontend.go@132ccbe3`
-//! (same default command), `webhook/validation/shared_v1beta1.go@96cbc81f` (same image and
-//! `runtimeVersionOverride` rule for graph components), `components/src/dynamo/vllm/
-//! args.py@b6d5e487` (same prefill rule).
+//! Read in ai-dynamo/dynamo at `3e3b3b187` (Dynamo 1.1, the v1alpha1-only CRD) and
+//! `2a6da14c8` (the v1beta1 CRD), as docs/upstream.md#dynamo-versions says; paths are under
+//! `deploy/operator/` unless they start with `components/`.
 //!
 //! - [`admit`]: the validating webhook `vdynamographdeployment.kb.io` on the fields we set,
 //!   served to the test API server by [`serve_webhook`].
@@ -649,7 +644,7 @@ fn trtllm_transceiver(flags: &Flags) -> bool {
 
 /// The engine's ranks (tensor x pipeline x data parallel, each 1 unless set) against the
 /// pod's GPUs: more ranks than GPUs cannot start; fewer leave GPUs idle, so a model sized
-/// for all of them does not fit (issue #12 item 3). Flag spellings: vLLM
+/// for all of them does not fit. Flag spellings: vLLM
 /// `--tensor-parallel-size`/`--pipeline-parallel-size`/`--data-parallel-size`; SGLang also
 /// `--tp`/`--tp-size`, `--pp-size`, `--dp-size`; TensorRT-LLM
 /// `--tensor-parallel-size`/`--pipeline-parallel-size`

@@ -75,12 +75,12 @@ fn disaggregated(engine: EngineType, prefill_gpus: i32, decode_gpus: i32) -> Mod
 
 const ENGINES: [EngineType; 3] = [EngineType::Vllm, EngineType::Sglang, EngineType::Trtllm];
 
-// ---- the defects of issue #12, against the stand-in ----
+// ---- what the operator does with what we render, against the stand-in ----
 
-/// Issue #12 item 1: the frontend's command merged over the operator's default
+/// The frontend's command merged over the operator's default
 /// (`component_frontend.go:30-31` + mergo `WithOverride`) must start.
 #[test]
-fn issue12_1_the_frontend_starts_after_the_operators_merge() {
+fn the_frontend_starts_after_the_operators_merge() {
     for version in VERSIONS {
         for engine in ENGINES {
             let md = ModelDeploymentBuilder::new("fe").engine(engine).build();
@@ -91,11 +91,11 @@ fn issue12_1_the_frontend_starts_after_the_operators_merge() {
     }
 }
 
-/// Issue #12 item 2: prefill and decode workers carry what their engine needs to
+/// Prefill and decode workers carry what their engine needs to
 /// transfer KV cache (vLLM `--kv-transfer-config`, SGLang `--host` for the bootstrap
 /// server, TensorRT-LLM `cache_transceiver_config`).
 #[test]
-fn issue12_2_disaggregated_workers_transfer_kv_cache() {
+fn disaggregated_workers_transfer_kv_cache() {
     for version in VERSIONS {
         for engine in ENGINES {
             for (name, kind, outcome) in outcomes(&disaggregated(engine, 1, 1), version) {
@@ -107,9 +107,9 @@ fn issue12_2_disaggregated_workers_transfer_kv_cache() {
     }
 }
 
-/// Issue #12 item 3: a worker's GPUs are its tensor parallelism.
+/// A worker's GPUs are its tensor parallelism.
 #[test]
-fn issue12_3_workers_use_all_their_gpus() {
+fn workers_use_all_their_gpus() {
     for version in VERSIONS {
         for engine in ENGINES {
             let md = ModelDeploymentBuilder::new("tp")
@@ -127,10 +127,10 @@ fn issue12_3_workers_use_all_their_gpus() {
     }
 }
 
-/// Issue #12 item 6: ready replicas of a multinode (PodCliqueScalingGroup) component,
+/// Ready replicas of a multinode (PodCliqueScalingGroup) component,
 /// which reports `availableReplicas` only.
 #[test]
-fn issue12_6_scaling_groups_report_ready_replicas() {
+fn scaling_groups_report_ready_replicas() {
     for version in VERSIONS {
         let per = if version == "v1beta1" {
             "components"
@@ -159,10 +159,10 @@ fn issue12_6_scaling_groups_report_ready_replicas() {
     }
 }
 
-/// Issue #12 item 7: v1beta1's webhook admits a custom image without a semantic-version
+/// v1beta1's webhook admits a custom image without a semantic-version
 /// tag only with `runtimeVersionOverride`.
 #[test]
-fn issue12_7_a_custom_image_is_admitted() {
+fn a_custom_image_is_admitted() {
     for version in VERSIONS {
         let md = ModelDeploymentBuilder::new("img")
             .image("registry.example/dynamo:dev")

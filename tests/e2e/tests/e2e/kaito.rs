@@ -205,7 +205,8 @@ async fn walk(tag: &str, crd_file: &str) {
         Some(api.schema_hash.as_str())
     );
 
-    // The seed's CPU llama.cpp example: a Workspace, owned, labelled, valid.
+    // The CPU llama.cpp sample (config/samples/cpu-llamacpp.yaml): a Workspace, owned,
+    // labelled, valid.
     let ns = "llama";
     let md = deploy(
         &client,

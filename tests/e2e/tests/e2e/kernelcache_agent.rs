@@ -644,10 +644,10 @@ async fn pull_credentials_come_from_real_secrets() {
 /// The agent and the controller share flags (registries, credentials): each flag has one
 /// environment variable in both binaries, and the docs name every one.
 #[test]
-fn every_flag_has_one_environment_variable_shared_with_the_controller_and_named_in_the_readme() {
+fn every_flag_has_one_environment_variable_shared_with_the_controller_and_named_in_the_docs() {
     use clap::CommandFactory;
     let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../README.md"))
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/kernelcache.md"))
             .unwrap()
             .replace('\n', " ");
     // long flag -> (environment variable, value delimiter), across both binaries.
@@ -670,7 +670,7 @@ fn every_flag_has_one_environment_variable_shared_with_the_controller_and_named_
                 })
                 .to_string();
             let named = format!("`--{long}` (`{env}`");
-            assert!(readme.contains(&named), "the README does not name {named})");
+            assert!(readme.contains(&named), "docs/kernelcache.md does not name {named})");
             let this = (env, arg.get_value_delimiter());
             if let Some(other) = seen.insert(long.to_string(), this.clone()) {
                 assert_eq!(other, this, "--{long} differs between the binaries");

@@ -1,12 +1,12 @@
-//! The README's kernel-cache walk-through, run as written: its ```` ```sh walkthrough ````
-//! blocks in order in one `bash` (`set -euo pipefail`, from the repository root), each
-//! block's output checked against the ```` ```text walkthrough:output ```` block after it
-//! (`...` stands for any text). The setup block (```` ```sh walkthrough:setup ````: cargo
-//! builds, the local API server, a registry) is not run: this test runs under cargo and
-//! gives the same variables instead, its own API server (`KUBECONFIG`), registry
-//! (`REGISTRY`) and directory (`WORK`), and on `PATH` the commands as the binaries run
-//! them (`e2e-tools` linked as `kubeairunway`, `kernelcache-controller`,
-//! `kernelcache-agent`), the fetched cosign CLI and `kubectl`.
+//! The kernel-cache walk-through of docs/kernelcache.md, run as written: its blocks
+//! marked ```` ```sh walkthrough ```` in order in one `bash` (`set -euo pipefail`, from
+//! the repository root), each block's output checked against the block after it marked
+//! as ```` ```text walkthrough:output ```` (`...` stands for any text). The setup block
+//! (```` ```sh walkthrough:setup ````: cargo builds, the local API server, a
+//! registry) is not run: this test runs under cargo and gives the same variables instead,
+//! its own API server (`KUBECONFIG`), registry (`REGISTRY`) and directory (`WORK`), and on
+//! `PATH` the commands as the binaries run them (`e2e-tools` linked as `kubeairunway`,
+//! `kernelcache-controller`, `kernelcache-agent`), the fetched cosign CLI and `kubectl`.
 
 use std::fmt::Write as _;
 use std::os::unix::process::CommandExt as _;
@@ -27,10 +27,10 @@ enum Block {
     Output(String),
 }
 
-/// The walk-through's blocks in `readme`, in order.
-fn blocks(readme: &str) -> Vec<Block> {
+/// The walk-through's blocks in `doc`, in order.
+fn blocks(doc: &str) -> Vec<Block> {
     let mut out = Vec::new();
-    let mut lines = readme.lines();
+    let mut lines = doc.lines();
     while let Some(line) = lines.next() {
         let kind = match line.trim_end() {
             "```sh walkthrough" => Block::Run,
@@ -92,9 +92,9 @@ fn on_path(name: &str) -> Option<PathBuf> {
 
 #[test]
 fn blocks_are_read_in_order_and_outputs_match_with_ellipses() {
-    let readme = "x\n```sh walkthrough:setup\nsetup\n```\n```sh walkthrough\na\nb\n```\n```text walkthrough:output\nout ...\n```\n```sh\nnot\n```\n";
+    let doc = "x\n```sh walkthrough:setup\nsetup\n```\n```sh walkthrough\na\nb\n```\n```text walkthrough:output\nout ...\n```\n```sh\nnot\n```\n";
     assert_eq!(
-        blocks(readme),
+        blocks(doc),
         vec![
             Block::Setup("setup\n".into()),
             Block::Run("a\nb\n".into()),
@@ -114,7 +114,7 @@ fn blocks_are_read_in_order_and_outputs_match_with_ellipses() {
     ));
     assert!(!shows("...x", "y"));
     assert_eq!(
-        script(&blocks(readme)),
+        script(&blocks(doc)),
         format!("set -euo pipefail\necho '{}'\na\nb\n", marker(1))
     );
 }
@@ -124,12 +124,12 @@ fn repository() -> PathBuf {
 }
 
 #[tokio::test]
-async fn the_readme_walkthrough_runs_as_written() {
-    let readme = std::fs::read_to_string(repository().join("README.md")).unwrap();
-    let blocks = blocks(&readme);
+async fn the_kernelcache_walkthrough_runs_as_written() {
+    let doc = std::fs::read_to_string(repository().join("docs/kernelcache.md")).unwrap();
+    let blocks = blocks(&doc);
     assert!(
         blocks.iter().filter(|b| matches!(b, Block::Run(_))).count() >= 5,
-        "the README's walk-through blocks are missing: {blocks:?}"
+        "the walk-through blocks of docs/kernelcache.md are missing: {blocks:?}"
     );
     // kubectl: `KUBECTL` (scripts/test.sh installs one), else the one on PATH.
     let kubectl = std::env::var_os("KUBECTL")
@@ -145,7 +145,7 @@ async fn the_readme_walkthrough_runs_as_written() {
                 std::env::var_os("CI").is_none(),
                 "the walk-through needs cosign and kubectl in CI: {reason}"
             );
-            println!("skipping the README walk-through (outside CI): {reason}");
+            println!("skipping the kernel-cache walk-through (outside CI): {reason}");
             return;
         }
     };
@@ -215,7 +215,7 @@ async fn the_readme_walkthrough_runs_as_written() {
     let status = status.unwrap_or_else(|| panic!("the walk-through hung\n{context}"));
     assert!(status.success(), "the walk-through failed\n{context}");
 
-    // Each block printed what the README shows after it.
+    // Each block printed what the document shows after it.
     let mut checked = 0;
     for (n, pair) in blocks.windows(2).enumerate() {
         let [Block::Run(_), Block::Output(expected)] = pair else {
@@ -232,15 +232,15 @@ async fn the_readme_walkthrough_runs_as_written() {
         assert_eq!(
             printed.len(),
             expected.len(),
-            "block {n} printed {printed:#?}, the README shows {expected:#?}\n{context}"
+            "block {n} printed {printed:#?}, the document shows {expected:#?}\n{context}"
         );
         for (line, shown) in printed.iter().zip(&expected) {
             assert!(
                 shows(shown, line),
-                "block {n} printed {line:?}, the README shows {shown:?}\n{context}"
+                "block {n} printed {line:?}, the document shows {shown:?}\n{context}"
             );
         }
         checked += 1;
     }
-    assert!(checked >= 3, "the README shows too few outputs: {checked}");
+    assert!(checked >= 3, "too few outputs shown: {checked}");
 }

@@ -756,7 +756,7 @@ async fn kuberay_refuses_the_rayservice(client: &Client, operator: &Operator, ve
     }
 }
 
-/// The defect 5: a first deployment whose application fails keeps its statuses in
+/// A first deployment whose application fails keeps its statuses in
 /// `pendingServiceStatus`; the ModelDeployment must say Failed with Ray Serve's message.
 async fn first_deployment_failure(client: &Client, operator: &Operator) {
     let ns = "first";

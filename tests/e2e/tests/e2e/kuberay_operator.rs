@@ -218,7 +218,7 @@ fn operator_validation_surfaces_where_each_release_reports_it() {
     ));
 }
 
-/// The defect 5, as upstream has it: a first deployment keeps its application
+/// As upstream has it, a first deployment keeps its application
 /// statuses in `pendingServiceStatus` (rayservice_controller.go:243-244 and 151-156@v1.3.0,
 /// :666-668@v1.7.0); the Services never switch to a cluster whose applications are not
 /// all RUNNING (:168-187@v1.3.0), so nothing is promoted to `activeServiceStatus`.
