@@ -8,7 +8,7 @@
 //! owns; a field left out is released (and removed unless another manager owns it), which
 //! is how core gives the phase up once a provider is selected.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -22,137 +22,25 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use kubeairunway_sdk::compact::Compact;
 use kubeairunway_sdk::conditions::{self, PROVIDER_SELECTED, VALIDATED, reasons};
-use kubeairunway_sdk::events::{Event, EventType, Recorder, Reporter};
-use kubeairunway_sdk::{
-    API_VERSION, InferenceProviderConfig, ModelDeployment, finalizers, labels, reflect,
-};
+use kubeairunway_sdk::events::{Event, EventType};
+use kubeairunway_sdk::{API_VERSION, InferenceProviderConfig, ModelDeployment, labels, reflect};
 use serde_json::{Value, json};
 use tracing::{debug, info, warn};
 
 use crate::FIELD_MANAGER;
 use crate::metrics::Metrics;
-use crate::selection::{self, Outcome, RuleCache, RuleError};
+use crate::selection::{self, Outcome, RuleCache};
 use crate::validation::{self, validate};
 
+pub use crate::context::{Context, Error, Settings};
+use crate::gone::release_gone_providers;
+use crate::rules::report_rule_errors;
+pub use crate::rules::{INVALID_SELECTION_RULE, SELECTION_RULE_FAILED, SELECTION_RULES_VALID};
 /// `selectedReason` of a provider named in `spec.provider.name`: the SDK's, so that
 /// `kubeairunway_sdk::testing::select` writes what core writes.
 pub use kubeairunway_sdk::selection::EXPLICIT_REASON;
-/// Condition core sets on an InferenceProviderConfig about its selection rules.
-pub const SELECTION_RULES_VALID: &str = "SelectionRulesValid";
-/// `SelectionRulesValid=False` reason: a rule does not compile, or is over the budget
-/// checked when it is compiled.
-pub const INVALID_SELECTION_RULE: &str = "InvalidSelectionRule";
-/// `SelectionRulesValid=False` reason: a rule compiles but fails when evaluated.
-pub const SELECTION_RULE_FAILED: &str = "SelectionRuleFailed";
 /// Message while the built-in selector is off and nobody has selected yet.
 pub const AWAITING_SELECTOR_MESSAGE: &str = "No provider specified and provider-selector not installed: a custom selector must set status.provider.name";
-
-/// Controller settings.
-#[derive(Clone, Debug)]
-pub struct Settings {
-    /// Run the built-in provider selection (`--enable-provider-selector`).
-    pub enable_provider_selector: bool,
-    /// Selection settings.
-    pub selection: selection::Settings,
-    /// Only this namespace (all when `None`).
-    pub namespace: Option<String>,
-    /// How often to look again at a ModelDeployment that waits for a provider.
-    pub pending_requeue: Duration,
-    /// How long a deleted ModelDeployment waits for a provider that is gone to remove its
-    /// finalizer before core removes it.
-    pub finalizer_timeout: Duration,
-    /// Reporter name for events.
-    pub reporter: Reporter,
-}
-
-impl Default for Settings {
-    fn default() -> Self {
-        Self {
-            enable_provider_selector: true,
-            selection: selection::Settings::default(),
-            namespace: None,
-            pending_requeue: Duration::from_secs(30),
-            finalizer_timeout: Duration::from_secs(300),
-            reporter: Reporter {
-                controller: FIELD_MANAGER.into(),
-                instance: None,
-            },
-        }
-    }
-}
-
-/// Reconciliation errors.
-#[derive(Debug, thiserror::Error)]
-pub enum Error {
-    /// Applying status failed.
-    #[error("applying status: {0}")]
-    Apply(#[source] kube::Error),
-    /// Removing a finalizer failed.
-    #[error("removing a finalizer: {0}")]
-    Finalizer(#[source] kube::Error),
-    /// The decision did not complete.
-    #[error("deciding: {0}")]
-    Decide(String),
-    /// Serialising failed.
-    #[error("serialising: {0}")]
-    Serialize(#[from] serde_json::Error),
-    /// The cached ModelDeployment did not read back.
-    #[error("{0}")]
-    Cache(#[from] kubeairunway_sdk::compact::Error),
-}
-
-impl Error {
-    fn kind(&self) -> &'static str {
-        match self {
-            Error::Apply(_) => "apply",
-            Error::Finalizer(_) => "finalizer",
-            Error::Decide(_) => "decide",
-            Error::Serialize(_) => "serialize",
-            Error::Cache(_) => "cache",
-        }
-    }
-}
-
-/// Shared state of the reconciler.
-pub struct Context {
-    client: Client,
-    providers: Store<InferenceProviderConfig>,
-    rules: RuleCache,
-    settings: Settings,
-    recorder: Recorder,
-    metrics: Arc<Metrics>,
-    /// Consecutive failures, for backoff.
-    failures: std::sync::Mutex<std::collections::HashMap<ObjectRef<ModelDeployment>, u32>>,
-}
-
-impl std::fmt::Debug for Context {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Context")
-            .field("settings", &self.settings)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Context {
-    /// A context over a provider cache.
-    pub fn new(
-        client: Client,
-        providers: Store<InferenceProviderConfig>,
-        settings: Settings,
-        metrics: Arc<Metrics>,
-    ) -> Self {
-        let recorder = Recorder::new(client.clone(), settings.reporter.clone());
-        Self {
-            client,
-            providers,
-            rules: RuleCache::default(),
-            settings,
-            recorder,
-            metrics,
-            failures: std::sync::Mutex::default(),
-        }
-    }
-}
 
 /// Keep only what core reads of a cached ModelDeployment's `managedFields`: of its own
 /// entry, the status fields it owns ([`owned_status`]: top-level names, condition keys,
@@ -403,92 +291,6 @@ async fn reconcile_inner(md: &Arc<ModelDeployment>, ctx: &Arc<Context>) -> Resul
     Ok(desired
         .requeue
         .map_or_else(Action::await_change, Action::requeue))
-}
-
-/// The providers whose finalizer a ModelDeployment carries (`kubeairunway.ai/<name>-provider`).
-fn provider_finalizers(md: &ModelDeployment) -> Vec<(String, String)> {
-    md.finalizers()
-        .iter()
-        .filter_map(|f| {
-            let name = f
-                .strip_prefix("kubeairunway.ai/")?
-                .strip_suffix("-provider")?;
-            Some((f.clone(), name.to_string()))
-        })
-        .collect()
-}
-
-/// Whether `provider` is gone: its InferenceProviderConfig deleted, or its heartbeat
-/// older than `max_age`.
-fn provider_gone(
-    providers: &Store<InferenceProviderConfig>,
-    provider: &str,
-    max_age: Duration,
-    now: Timestamp,
-) -> bool {
-    let Some(config) = providers.get(&ObjectRef::new(provider)) else {
-        return true;
-    };
-    let beat = config
-        .status
-        .as_ref()
-        .and_then(|s| s.last_heartbeat.as_ref());
-    beat.is_none_or(|t| Duration::try_from(now.duration_since(t.0)).is_ok_and(|age| age > max_age))
-}
-
-/// A deleted ModelDeployment held by the finalizer of a provider that is gone (uninstalled,
-/// or silent for longer than the finalizer timeout) would wait forever: once it has waited
-/// the finalizer timeout, core removes that finalizer with a warning event. What the
-/// provider made is owned by the ModelDeployment, so the garbage collector still removes it.
-async fn release_gone_providers(
-    md: &ModelDeployment,
-    ctx: &Context,
-    now: Timestamp,
-) -> Result<Action, Error> {
-    let timeout = ctx.settings.finalizer_timeout;
-    // Silent for longer than it may be to still be selected, and than the timeout.
-    let silent = timeout.max(ctx.settings.selection.heartbeat_max_age);
-    let gone: Vec<(String, String)> = provider_finalizers(md)
-        .into_iter()
-        .filter(|(_, p)| provider_gone(&ctx.providers, p, silent, now))
-        .collect();
-    if gone.is_empty() {
-        return Ok(Action::await_change());
-    }
-    let since = md.metadata.deletion_timestamp.as_ref().map_or(now, |t| t.0);
-    let waited = Duration::try_from(now.duration_since(since)).unwrap_or_default();
-    if waited < timeout {
-        return Ok(Action::requeue(
-            timeout.saturating_sub(waited) + Duration::from_secs(1),
-        ));
-    }
-    let keep = finalizers::without(md, |f| gone.iter().any(|(g, _)| g == f));
-    let api: Api<ModelDeployment> =
-        Api::namespaced(ctx.client.clone(), &md.namespace().unwrap_or_default());
-    if !finalizers::replace(&api, md, &keep)
-        .await
-        .map_err(Error::Finalizer)?
-    {
-        return Ok(Action::await_change());
-    }
-    for (finalizer, provider) in gone {
-        let note = format!(
-            "Removed finalizer {finalizer} after {}s: provider {provider} is not installed or not running; what it made is left to the garbage collector",
-            timeout.as_secs()
-        );
-        warn!(name = %md.name_any(), namespace = ?md.namespace(), %provider, "removed the finalizer of a provider that is gone");
-        let ev = Event {
-            type_: EventType::Warning,
-            reason: "FinalizerTimeout".into(),
-            note: Some(note),
-            action: "RemoveFinalizer".into(),
-            secondary: None,
-        };
-        if let Err(e) = ctx.recorder.publish(&ev, &md.object_ref(&())).await {
-            warn!(error = %e, "publishing event failed");
-        }
-    }
-    Ok(Action::await_change())
 }
 
 fn cond(
@@ -860,113 +662,6 @@ async fn publish_events(md: &ModelDeployment, ctx: &Context, d: &Desired) {
     }
 }
 
-/// One `SelectionRulesValid` report core wants on a provider's InferenceProviderConfig.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct RuleReport {
-    provider: String,
-    ok: bool,
-    reason: &'static str,
-    message: String,
-}
-
-/// The reports of one selection: a failure per provider with failing rules (naming each
-/// rule, its text and why), "valid" for each provider whose rules all held.
-fn rule_reports(errors: &[RuleError], clean: &[(String, Option<i64>)]) -> Vec<RuleReport> {
-    let mut by_provider: BTreeMap<&str, Vec<&RuleError>> = BTreeMap::new();
-    for e in errors {
-        by_provider.entry(e.provider.as_str()).or_default().push(e);
-    }
-    let failing = by_provider.into_iter().map(|(provider, errs)| RuleReport {
-        provider: provider.to_string(),
-        ok: false,
-        reason: if errs.iter().any(|e| e.compile) {
-            INVALID_SELECTION_RULE
-        } else {
-            SELECTION_RULE_FAILED
-        },
-        message: errs
-            .iter()
-            .map(|e| format!("rule {} `{}`: {}", e.index, e.condition, e.error))
-            .collect::<Vec<_>>()
-            .join("; "),
-    });
-    let valid = clean.iter().map(|(provider, _)| RuleReport {
-        provider: provider.clone(),
-        ok: true,
-        reason: SELECTION_RULES_VALID,
-        message: "Every selection rule compiles and evaluates to a bool".into(),
-    });
-    failing.chain(valid).collect()
-}
-
-/// Whether `next` need not be written over `previous`. Reported at most once per
-/// generation each way, so ModelDeployments that evaluate a rule differently cannot flip
-/// the condition back and forth (each write of the config wakes every waiting
-/// ModelDeployment): a failure is written unless one is already recorded for this
-/// generation; "valid" is written only over a report of an older generation.
-fn already_reported(previous: Option<&Condition>, next: &Condition, ok: bool) -> bool {
-    let same_generation =
-        previous.is_some_and(|p| p.observed_generation == next.observed_generation);
-    match previous {
-        None => ok,
-        Some(p) if ok => same_generation || p.status == "True",
-        Some(p) => same_generation && p.status == "False",
-    }
-}
-
-/// Write the selection's rule reports to the providers' InferenceProviderConfigs, each
-/// unless already reported.
-async fn report_rule_errors(
-    ctx: &Context,
-    configs: &[Arc<InferenceProviderConfig>],
-    errors: &[RuleError],
-    clean: &[(String, Option<i64>)],
-    now: Timestamp,
-) {
-    let api: Api<InferenceProviderConfig> = Api::all(ctx.client.clone());
-    for report in rule_reports(errors, clean) {
-        let Some(config) = configs.iter().find(|c| c.name_any() == report.provider) else {
-            continue;
-        };
-        let previous = config
-            .status
-            .as_ref()
-            .and_then(|s| conditions::find(&s.conditions, SELECTION_RULES_VALID));
-        let c = conditions::new(
-            previous,
-            SELECTION_RULES_VALID,
-            report.ok,
-            report.reason,
-            report.message,
-            config.metadata.generation,
-            now,
-        );
-        if already_reported(previous, &c, report.ok) {
-            continue;
-        }
-        let provider = report.provider;
-        if !report.ok {
-            warn!(provider = %provider, message = %c.message, "selection rule failed");
-        }
-        let body = json!({
-            "apiVersion": API_VERSION,
-            "kind": "InferenceProviderConfig",
-            "metadata": {"name": provider},
-            "status": {"conditions": [c]},
-        });
-        if let Err(e) = api
-            .patch_status(
-                &provider,
-                &PatchParams::apply(FIELD_MANAGER),
-                &Patch::Apply(&body),
-            )
-            .await
-        {
-            warn!(provider = %provider, error = %e, "reporting selection rule errors failed");
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1088,76 +783,6 @@ mod tests {
         )
         .await;
         assert!(matches!(returned, Ok(Ok(()))), "{returned:?}");
-    }
-
-    #[test]
-    fn rule_reports_name_each_failing_rule_and_each_clean_provider() {
-        let error = |provider: &str, index, compile| RuleError {
-            provider: provider.into(),
-            generation: Some(1),
-            index,
-            condition: format!("c{index}"),
-            error: "e".into(),
-            compile,
-        };
-        let reports = rule_reports(
-            &[
-                error("a", 0, false),
-                error("a", 2, true),
-                error("b", 1, false),
-            ],
-            &[("c".into(), Some(1))],
-        );
-        let summary: Vec<_> = reports
-            .iter()
-            .map(|r| (r.provider.as_str(), r.ok, r.reason, r.message.as_str()))
-            .collect();
-        assert_eq!(
-            summary,
-            [
-                (
-                    "a",
-                    false,
-                    INVALID_SELECTION_RULE,
-                    "rule 0 `c0`: e; rule 2 `c2`: e"
-                ),
-                ("b", false, SELECTION_RULE_FAILED, "rule 1 `c1`: e"),
-                (
-                    "c",
-                    true,
-                    SELECTION_RULES_VALID,
-                    "Every selection rule compiles and evaluates to a bool"
-                ),
-            ]
-        );
-    }
-
-    #[test]
-    fn a_rule_report_is_written_once_per_generation_each_way() {
-        let now = Timestamp::now();
-        let at = |generation, ok| {
-            conditions::new(
-                None,
-                SELECTION_RULES_VALID,
-                ok,
-                "r",
-                "m",
-                Some(generation),
-                now,
-            )
-        };
-        // Nothing recorded: only a failure is worth writing.
-        assert!(already_reported(None, &at(1, true), true));
-        assert!(!already_reported(None, &at(1, false), false));
-        // A failure of this generation is not written again, nor replaced by "valid".
-        assert!(already_reported(Some(&at(1, false)), &at(1, false), false));
-        assert!(already_reported(Some(&at(1, false)), &at(1, true), true));
-        // A failure of an older generation is replaced either way.
-        assert!(!already_reported(Some(&at(1, false)), &at(2, false), false));
-        assert!(!already_reported(Some(&at(1, false)), &at(2, true), true));
-        // "Valid" is not written again; a failure replaces it.
-        assert!(already_reported(Some(&at(1, true)), &at(2, true), true));
-        assert!(!already_reported(Some(&at(1, true)), &at(1, false), false));
     }
 
     /// A spec the API server stored before a rule of the CRD existed (or kept through

@@ -84,7 +84,7 @@ type MdKey = (String, String);
 /// The index's key of a ModelDeployment: a hash of its namespace and name, not the two
 /// strings (with the names, an entry per owned object cost about 260 bytes, a third of
 /// what the provider kept per object at 10,000 ModelDeployments; the scale benchmark's
-/// heap profile, README "Testing"). Two ModelDeployments whose hashes collide share an
+/// heap profile, docs/benchmarks.md#where-the-memory-goes). Two ModelDeployments whose hashes collide share an
 /// entry: [`OwnedCache::names_for`] keeps only the names whose objects are labelled for
 /// the ModelDeployment asked about.
 fn md_hash(ns: &str, md: &str) -> u64 {
@@ -111,7 +111,7 @@ struct Index {
 /// rest of the object kept: a label map is a B-tree node of about 540 bytes whatever few
 /// labels it holds, an owner reference a struct and four strings of about 230 bytes, and
 /// the store's key copies the uid. Measured with the scale benchmark's heap profile
-/// (README "Testing"). [`OwnedCache::get`] puts them back.
+/// (docs/benchmarks.md#where-the-memory-goes). [`OwnedCache::get`] puts them back.
 const METADATA_IN_TEXT: &str = "kubeairunway.ai/metadata";
 
 /// The metadata a kept object holds in its text ([`METADATA_IN_TEXT`]).

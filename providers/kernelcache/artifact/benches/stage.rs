@@ -2,8 +2,8 @@
 //! verification while streaming, safe extraction, manifest check, Triton rewrite) against
 //! `tar -xzf` of the same layer from disk, and the safe extraction alone from disk.
 //!
-//! A benchmark that prints figures, not a test: `cargo bench -p kubeairunway-kernelcache
-//! --bench stage` (needs the loopback registry binary the e2e harness fetches into
+//! A benchmark that prints figures, not a test: `cargo bench -p
+//! kubeairunway-kernelcache-artifact --bench stage` (needs the loopback registry binary the e2e harness fetches into
 //! `~/.cache/kubeairunway/`). `STAGE_BENCH_MB` sets the layer's content size (default 64).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::cast_precision_loss)] // a benchmark: failing loudly is the point
 

@@ -5,17 +5,9 @@
 //!   envelope of an in-toto statement with predicate type
 //!   `https://sigstore.dev/cosign/sign/v1` whose subject is the image digest, and the
 //!   key's hint as verification material; no transparency-log entry) stored as an OCI
-//!   artifact whose `subject` is the image. A registry with the referrers API lists it by
-//!   itself; on one without, it is added to the image index under the fallback tag
-//!   `sha256-<hex>`, as cosign does (`cosign sign --key K --use-signing-config=false
-//!   --tlog-upload=false`, cosign 3.1.1, the version `tests/cluster/fetch-cosign.sh`
-//!   fetches). The layout follows cosign's code: the bundle with a public-key hint and
-//!   no certificate (`MakeProtobufBundle`, `pkg/cosign/bundle/protobundle.go@v3.1.1`),
-//!   written by `cmd/cosign/cli/sign/sign.go@v3.1.1` through
-//!   `WriteAttestationNewBundleFormat` and `WriteReferrer`
-//!   (`pkg/oci/remote/write.go@v3.1.1`): one layer of the bundle media type v0.3, the
-//!   empty config, `subject` the image, and the annotations `dev.sigstore.bundle.content`,
-//!   `dev.sigstore.bundle.predicateType` and `org.opencontainers.image.created`.
+//!   artifact whose `subject` is the image: listed by a registry with the referrers API,
+//!   else added to the image index under the fallback tag `sha256-<hex>`, laid out as
+//!   cosign lays it out (upstream facts: docs/upstream.md#cosign);
 //! - [`Format::Legacy`]: cosign's simple-signing object under the tag `sha256-<hex>.sig`
 //!   (`cosign sign --new-bundle-format=false`), through the sigstore crate's cosign client.
 

@@ -646,10 +646,11 @@ async fn pull_credentials_come_from_real_secrets() {
 #[test]
 fn every_flag_has_one_environment_variable_shared_with_the_controller_and_named_in_the_docs() {
     use clap::CommandFactory;
-    let readme =
-        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/kernelcache.md"))
-            .unwrap()
-            .replace('\n', " ");
+    let readme = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/kernelcache.md"),
+    )
+    .unwrap()
+    .replace('\n', " ");
     // long flag -> (environment variable, value delimiter), across both binaries.
     let mut seen: std::collections::BTreeMap<String, (String, Option<char>)> =
         std::collections::BTreeMap::new();
@@ -670,7 +671,10 @@ fn every_flag_has_one_environment_variable_shared_with_the_controller_and_named_
                 })
                 .to_string();
             let named = format!("`--{long}` (`{env}`");
-            assert!(readme.contains(&named), "docs/kernelcache.md does not name {named})");
+            assert!(
+                readme.contains(&named),
+                "docs/kernelcache.md does not name {named})"
+            );
             let this = (env, arg.get_value_delimiter());
             if let Some(other) = seen.insert(long.to_string(), this.clone()) {
                 assert_eq!(other, this, "--{long} differs between the binaries");
