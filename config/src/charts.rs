@@ -527,8 +527,24 @@ pub struct KernelCacheWebhook {
     /// namespaces enforcing the baseline Pod Security level then get caches through them
     /// (--image-volumes); namespaces enforcing restricted never get a cache.
     pub image_volumes: bool,
+    /// Where caches may come from the node's disk (hostPath) in namespaces that enforce
+    /// no Pod Security level (--host-paths): only in namespaces labelled
+    /// cache.kubeairunway.ai/host-path=allowed, or everywhere when no other policy of the
+    /// cluster (Pod Security defaults, SCCs, policy engines) refuses hostPath volumes.
+    pub host_paths: HostPathsMode,
     #[serde(flatten)]
     pub workload: Workload,
+}
+
+/// Where the pod webhook may mount caches from the node's disk.
+#[derive(Debug, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum HostPathsMode {
+    /// Namespaces labelled cache.kubeairunway.ai/host-path=allowed (and those enforcing
+    /// privileged).
+    Labelled,
+    /// Every namespace whose Pod Security level does not forbid it.
+    Everywhere,
 }
 
 /// The warmup controller (`kernelcache-warmup`).
@@ -537,8 +553,27 @@ pub struct KernelCacheWebhook {
 pub struct KernelCacheWarmup {
     /// Install the warmup controller.
     pub enabled: bool,
+    /// What custom actions may do beyond the Pod Security baseline rules (the controller
+    /// creates their pods with its own identity, on every node the target reaches).
+    pub custom_actions: CustomActions,
     #[serde(flatten)]
     pub controller: ControllerNoAccount,
+}
+
+/// What a Warmup's custom action may do beyond the Pod Security baseline rules.
+#[derive(Debug, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CustomActions {
+    /// Let custom actions run privileged pods: the node's namespaces, privileged
+    /// containers, any capability, any hostPath (--allow-privileged-custom-actions). Anyone
+    /// who may write a Warmup or a ModelDeployment then has root on every GPU node.
+    pub allow_privileged: bool,
+    /// Host paths (and what is below them) custom actions may mount
+    /// (--custom-action-host-path).
+    pub host_paths: Vec<String>,
+    /// Service accounts custom actions may run as besides their namespace's default
+    /// (--custom-action-service-account).
+    pub service_accounts: Vec<String>,
 }
 
 /// Values of the kernel-cache chart (`charts/kernelcache-provider`).

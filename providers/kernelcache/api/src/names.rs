@@ -23,14 +23,71 @@ pub fn triton_dir(name: &str, path: Option<&str>) -> String {
     path.map_or_else(|| format!("{DEFAULT_MOUNT_ROOT}/{name}"), str::to_string)
 }
 
-/// The node label the agent sets (to `"true"`) when a cache is ready on a node:
-/// `kernelcache.kubeairunway.ai/<namespace>.<name>`, the name part cut to the 63
-/// characters a label name may have.
+/// The node label set (to `"true"`) on a node where a cache is ready:
+/// `kernelcache.kubeairunway.ai/<namespace>.<name>`. A label name has at most 63
+/// characters: a longer `<namespace>.<name>` keeps its first 54 and ends with `-` and 8
+/// hex digits of the SHA-256 of the whole, so two caches whose names share a long prefix
+/// never share a label (and no pod lands on a node that only has the other's cache).
 pub fn ready_label(namespace: &str, name: &str) -> String {
-    let mut key = format!("{namespace}.{name}");
-    key.truncate(63);
-    format!(
-        "kernelcache.kubeairunway.ai/{}",
-        key.trim_end_matches(['.', '-'])
-    )
+    const MAX: usize = 63;
+    let key = format!("{namespace}.{name}");
+    let key = if key.len() <= MAX {
+        key
+    } else {
+        use sha2::Digest as _;
+        let hash = sha2::Sha256::digest(key.as_bytes());
+        let suffix: String = hash[..4].iter().fold(String::new(), |mut s, b| {
+            use std::fmt::Write as _;
+            let _ = write!(s, "{b:02x}");
+            s
+        });
+        // Namespaces and names are DNS labels or subdomains: ASCII, so any byte is a
+        // character boundary.
+        let kept = key[..MAX - 1 - suffix.len()].trim_end_matches(['.', '-']);
+        format!("{kept}-{suffix}")
+    };
+    format!("kernelcache.kubeairunway.ai/{key}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A valid label name part: at most 63 characters, alphanumerics, `-`, `_` and `.`,
+    /// starting and ending alphanumeric.
+    fn valid_name(label: &str) -> bool {
+        let (prefix, name) = label.split_once('/').unwrap();
+        prefix == "kernelcache.kubeairunway.ai"
+            && !name.is_empty()
+            && name.len() <= 63
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && name.ends_with(|c: char| c.is_ascii_alphanumeric())
+    }
+
+    #[test]
+    fn ready_labels_are_valid_and_distinct_for_names_sharing_a_long_prefix() {
+        assert_eq!(
+            ready_label("ml", "vadd"),
+            "kernelcache.kubeairunway.ai/ml.vadd",
+            "short names keep the label they always had"
+        );
+        let long = "llama-3-1-70b-instruct-triton-kernels-for-h100-sxm";
+        let a = ready_label("inference-team", &format!("{long}-v1"));
+        let b = ready_label("inference-team", &format!("{long}-v2"));
+        assert_ne!(a, b);
+        for label in [&a, &b, &ready_label(&"n".repeat(63), &"c".repeat(253))] {
+            assert!(valid_name(label), "{label}");
+        }
+        // Cut where a '.' or '-' would end the kept part: it never ends the name.
+        let dotted = ready_label(&"a".repeat(53), "b-long-name-beyond-the-limit");
+        assert!(valid_name(&dotted), "{dotted}");
+        assert_eq!(
+            a,
+            ready_label("inference-team", &format!("{long}-v1")),
+            "stable"
+        );
+    }
 }

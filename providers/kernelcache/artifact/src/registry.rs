@@ -17,6 +17,9 @@
 //! retry may help ([`RegistryError::transient`]: timeouts, connection failures, `429` and
 //! `5xx`).
 
+mod guard;
+
+use guard::{error_codes, redirects};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
@@ -156,7 +159,7 @@ impl Client {
         let http = reqwest::Client::builder()
             .connect_timeout(timeouts.connect)
             .read_timeout(timeouts.idle)
-            .redirect(reqwest::redirect::Policy::limited(5))
+            .redirect(redirects())
             .user_agent(concat!(
                 "kubeairunway-kernelcache/",
                 env!("CARGO_PKG_VERSION")
@@ -478,8 +481,7 @@ impl Client {
                 )
                 .await
                 .unwrap_or_default();
-            let text = String::from_utf8_lossy(&body);
-            let message = format!("fetching {what}: {status} {}", text.trim());
+            let message = format!("fetching {what}: {status}{}", error_codes(&body));
             return Err(RegistryError {
                 transient: status.is_server_error()
                     || status == reqwest::StatusCode::TOO_MANY_REQUESTS
@@ -677,10 +679,7 @@ fn token_answer(
         return Err(RegistryError {
             transient: status.is_server_error(),
             not_found: false,
-            message: format!(
-                "fetching {token_what}: {status} {}",
-                String::from_utf8_lossy(&body[..body.len().min(512)]).trim()
-            ),
+            message: format!("fetching {token_what}: {status}{}", error_codes(body)),
         });
     }
     let answer: serde_json::Value = serde_json::from_slice(body)
@@ -838,7 +837,8 @@ mod tests {
         assert!(token_answer(ok, b"<html>", "a token").is_err());
         let down = token_answer(reqwest::StatusCode::BAD_GATEWAY, b"down", "a token").unwrap_err();
         assert!(down.transient);
-        assert_eq!(down.message, "fetching a token: 502 Bad Gateway down");
+        // The body (anyone's text) never reaches the message, which lands in a status.
+        assert_eq!(down.message, "fetching a token: 502 Bad Gateway");
         let denied = token_answer(reqwest::StatusCode::UNAUTHORIZED, b"", "a token").unwrap_err();
         assert!(!denied.transient);
     }

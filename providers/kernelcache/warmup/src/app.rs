@@ -9,6 +9,7 @@ use kubeairunway_sdk::process::Runtime;
 use tracing::info;
 
 use crate::metrics::Metrics;
+use crate::policy::Policy;
 use crate::reconcile::Settings;
 
 /// The component's name: its Lease, its events' reporter.
@@ -26,6 +27,29 @@ pub struct Cli {
     /// static no-op from it to run any image without a shell.
     #[arg(long, env = "TOOLS_IMAGE")]
     pub tools_image: String,
+    /// Let custom actions run privileged pods: the node's namespaces, privileged
+    /// containers, any capability, any hostPath. Off: a custom action's pod keeps to the
+    /// Pod Security baseline rules.
+    #[arg(long, env = "ALLOW_PRIVILEGED_CUSTOM_ACTIONS", default_value_t = false, action = clap::ArgAction::Set)]
+    pub allow_privileged_custom_actions: bool,
+    /// A host path (and what is below it) custom actions may mount; repeatable (the
+    /// environment variable takes a comma-separated list).
+    #[arg(
+        long = "custom-action-host-path",
+        env = "CUSTOM_ACTION_HOST_PATHS",
+        value_name = "PATH",
+        value_delimiter = ','
+    )]
+    pub custom_action_host_paths: Vec<String>,
+    /// A service account custom actions may run as besides their namespace's default;
+    /// repeatable (the environment variable takes a comma-separated list).
+    #[arg(
+        long = "custom-action-service-account",
+        env = "CUSTOM_ACTION_SERVICE_ACCOUNTS",
+        value_name = "NAME",
+        value_delimiter = ','
+    )]
+    pub custom_action_service_accounts: Vec<String>,
     /// Flags every binary shares: metrics address, log format, leader election.
     #[command(flatten)]
     pub process: kubeairunway_sdk::process::Options,
@@ -37,6 +61,11 @@ impl Cli {
         Settings {
             tools_image: self.tools_image.clone(),
             instance: Some(self.process.identity(COMPONENT)),
+            custom_actions: Policy {
+                privileged: self.allow_privileged_custom_actions,
+                host_paths: self.custom_action_host_paths.clone(),
+                service_accounts: self.custom_action_service_accounts.clone(),
+            },
         }
     }
 }

@@ -18,6 +18,7 @@ pub mod caches;
 pub mod decide;
 pub mod metrics;
 pub mod pod;
+pub mod policy;
 pub mod reconcile;
 pub mod resolve;
 pub mod targets;

@@ -16,6 +16,8 @@
 //! The no-op containers run as nobody, without privileges or capabilities, on a read-only
 //! root filesystem.
 
+use crate::policy::{self, Policy};
+use kube::Resource as _;
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{
@@ -27,6 +29,7 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use sha2::{Digest, Sha256};
 
+use kubeairunway_sdk::api::Warmup;
 use kubeairunway_sdk::api::warmup::reasons;
 
 /// Label on every warmup pod: the UID of its Warmup (the controller's pod cache selects
@@ -79,9 +82,27 @@ pub struct Owner {
     pub uid: String,
 }
 
+/// The UID of the Warmup `pod` was made for, if the warmup controller made it: the
+/// warmup-uid label alone is not enough (any pod template can carry it), the pod must also
+/// be managed by this controller and owned by a Warmup of that UID. Only such pods are
+/// ever deleted as a Warmup's.
+pub fn made_for(pod: &k8s_openapi::api::core::v1::Pod) -> Option<&str> {
+    let labels = pod.metadata.labels.as_ref()?;
+    let uid = labels.get(WARMUP_UID_LABEL)?;
+    let managed = labels.get(MANAGED_BY_LABEL).map(String::as_str) == Some(MANAGED_BY);
+    let owned = pod.metadata.owner_references.iter().flatten().any(|o| {
+        o.kind == Warmup::kind(&()) && o.api_version == Warmup::api_version(&()) && &o.uid == uid
+    });
+    (managed && owned).then_some(uid.as_str())
+}
+
 /// Parse `customAction.podTemplate` strictly: a field Kubernetes would not know is
-/// refused with its path, never dropped.
-pub fn parse_template(value: &serde_json::Value) -> Result<PodTemplateSpec, String> {
+/// refused with its path, never dropped; and a pod the cluster operator's policy does not
+/// let custom actions run ([`policy::violations`]) is refused naming every rule it breaks.
+pub fn parse_template(
+    value: &serde_json::Value,
+    policy: &Policy,
+) -> Result<PodTemplateSpec, String> {
     let mut unknown = Vec::new();
     let template: PodTemplateSpec = serde_ignored::deserialize(value.clone(), |path| {
         // serde_ignored writes `?` for each `Option` on the way; a user never sees those.
@@ -104,6 +125,13 @@ pub fn parse_template(value: &serde_json::Value) -> Result<PodTemplateSpec, Stri
         return Err(
             "customAction.podTemplate.spec.containers must name at least one container".into(),
         );
+    }
+    let refused = policy::violations(&template, policy);
+    if !refused.is_empty() {
+        return Err(format!(
+            "customAction.podTemplate asks for more than a custom action may do: {}",
+            refused.join("; ")
+        ));
     }
     Ok(template)
 }
@@ -550,7 +578,11 @@ mod tests {
                 "volumes": [{"name": "models", "hostPath": {"path": "/models"}}],
                 "affinity": {"podAntiAffinity": {}},
             },
-        }))
+        }), &Policy {
+            host_paths: vec!["/models".into()],
+            service_accounts: vec!["downloader".into()],
+            ..Policy::default()
+        })
         .unwrap();
         let a = Actions {
             custom: Some(template),
@@ -572,15 +604,23 @@ mod tests {
 
     #[test]
     fn templates_with_unknown_fields_or_no_container_are_refused() {
-        let e = parse_template(&json!({"spec": {"contianers": [], "containers": [{"name": "c"}]}}))
-            .unwrap_err();
+        let e = parse_template(
+            &json!({"spec": {"contianers": [], "containers": [{"name": "c"}]}}),
+            &Policy::default(),
+        )
+        .unwrap_err();
         assert!(e.contains("spec.contianers"), "{e}");
-        let e = parse_template(&json!({"spec": {"containers": [{"name": "c", "imgae": "x"}]}}))
-            .unwrap_err();
+        let e = parse_template(
+            &json!({"spec": {"containers": [{"name": "c", "imgae": "x"}]}}),
+            &Policy::default(),
+        )
+        .unwrap_err();
         assert!(e.contains("imgae"), "{e}");
-        let e = parse_template(&json!({"spec": {"containers": []}})).unwrap_err();
+        let e =
+            parse_template(&json!({"spec": {"containers": []}}), &Policy::default()).unwrap_err();
         assert!(e.contains("at least one container"), "{e}");
-        let e = parse_template(&json!({"spec": {"containers": "nope"}})).unwrap_err();
+        let e = parse_template(&json!({"spec": {"containers": "nope"}}), &Policy::default())
+            .unwrap_err();
         assert!(e.contains("customAction.podTemplate"), "{e}");
     }
 
@@ -640,5 +680,32 @@ mod tests {
         );
         let foreign: Pod = serde_json::from_value(json!({"metadata": {"name": "x"}})).unwrap();
         assert_eq!(super::read(&foreign), None);
+    }
+
+    /// Only a pod this controller made (managed by it, owned by the Warmup of the uid its
+    /// label names) counts as a Warmup's: the label alone is anyone's to set.
+    #[test]
+    fn a_pod_is_a_warmups_only_when_made_by_this_controller() {
+        let ours = build(&owner(), "gpu-1", 0, &actions(), "tools:1");
+        assert_eq!(made_for(&ours), Some(owner().uid.as_str()));
+        let mut labelled_only = ours.clone();
+        labelled_only.metadata.owner_references = None;
+        assert_eq!(made_for(&labelled_only), None);
+        let mut not_managed = ours.clone();
+        not_managed
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .remove(MANAGED_BY_LABEL);
+        assert_eq!(made_for(&not_managed), None);
+        let mut other_uid = ours.clone();
+        other_uid
+            .metadata
+            .labels
+            .as_mut()
+            .unwrap()
+            .insert(WARMUP_UID_LABEL.into(), "another".into());
+        assert_eq!(made_for(&other_uid), None);
     }
 }

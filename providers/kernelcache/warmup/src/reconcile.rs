@@ -36,6 +36,7 @@ use super::caches::{self, OnNode};
 use super::decide::{self, Inputs, NodeEvent, Plan};
 use super::metrics::Metrics;
 use super::pod::{self, Attempt, Outcome, Owner, WARMUP_UID_LABEL};
+use super::policy::Policy;
 use super::resolve::{Resolved, resolve};
 use super::targets;
 use kubeairunway_kernelcache_api::{KernelCache, KernelCacheNode};
@@ -49,6 +50,8 @@ pub struct Settings {
     pub tools_image: String,
     /// This replica's name, for events.
     pub instance: Option<String>,
+    /// What custom actions may do beyond the Pod Security `baseline` rules.
+    pub custom_actions: Policy,
 }
 
 /// How long a created pod counts as running before the pod cache shows it.
@@ -118,7 +121,7 @@ impl Ctx {
             .state()
             .iter()
             .filter(|p| p.namespace().as_deref() == Some(ns))
-            .filter(|p| p.labels().get(WARMUP_UID_LABEL).map(String::as_str) == Some(uid))
+            .filter(|p| pod::made_for(p) == Some(uid))
             .filter_map(|p| pod::read(p))
             .collect();
         if let Ok(mut expected) = self.expected.lock()
@@ -353,18 +356,16 @@ pub async fn run(
                 ) {
                     let _ = wu_tx.send(ObjectRef::new(&owner.name).within(&ns));
                 }
-                let uid = p
-                    .labels()
-                    .get(WARMUP_UID_LABEL)
-                    .cloned()
-                    .unwrap_or_default();
+                let Some(uid) = pod::made_for(p) else {
+                    return;
+                };
                 if ctx.is_synced()
                     && !ctx
                         .warmups
                         .store
                         .state()
                         .iter()
-                        .any(|w| w.uid().as_deref() == Some(uid.as_str()))
+                        .any(|w| w.uid().as_deref() == Some(uid))
                     && let Some(ns) = p.namespace()
                 {
                     let _ = sweep_tx.send((ns, p.name_any()));
@@ -447,7 +448,7 @@ pub async fn run(
                 .store
                 .state()
                 .iter()
-                .filter(|p| p.labels().get(WARMUP_UID_LABEL) == Some(&uid))
+                .filter(|p| pod::made_for(p) == Some(uid.as_str()))
             {
                 let _ = sweep_tx.send((ns.clone(), p.name_any()));
             }
@@ -505,11 +506,7 @@ async fn sweep(ctx: Arc<Ctx>, mut rx: mpsc::UnboundedReceiver<(String, String)>)
             .store
             .state()
             .iter()
-            .filter(|p| {
-                p.labels()
-                    .get(WARMUP_UID_LABEL)
-                    .is_some_and(|u| !uids.contains(u))
-            })
+            .filter(|p| pod::made_for(p).is_some_and(|u| !uids.contains(u)))
             .filter_map(|p| Some((p.namespace()?, p.name_any())))
             .collect();
         for (ns, name) in orphans {
@@ -612,7 +609,7 @@ async fn reconcile_warmup(w: Arc<Warmup>, ctx: Arc<Ctx>) -> Result<Action, Error
             .map(|a| a.pod.clone())
             .collect::<Vec<_>>()
     };
-    let plan = match resolve(&current, md.as_ref()) {
+    let plan = match resolve(&current, md.as_ref(), &ctx.settings.custom_actions) {
         Resolved::Invalid(message) => Plan {
             status: decide::invalid(&previous, generation, &message, now),
             delete: running_pods(),

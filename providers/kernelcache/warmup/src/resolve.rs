@@ -10,6 +10,7 @@
 use kubeairunway_sdk::ModelDeployment;
 
 use super::pod::{Actions, parse_template};
+use super::policy::Policy;
 use kubeairunway_sdk::api::warmup::reasons;
 use kubeairunway_sdk::api::{Warmup, WarmupPhase};
 
@@ -25,13 +26,14 @@ pub enum Resolved {
 }
 
 /// The actions of `warmup`, whose target ModelDeployment is `md` (looked up in the
-/// Warmup's namespace; `None` when absent or when the target is nodes).
-pub fn resolve(warmup: &Warmup, md: Option<&ModelDeployment>) -> Resolved {
+/// Warmup's namespace; `None` when absent or when the target is nodes), its custom
+/// action held to `policy`.
+pub fn resolve(warmup: &Warmup, md: Option<&ModelDeployment>, policy: &Policy) -> Resolved {
     let spec = &warmup.spec;
     let custom = match spec
         .custom_action
         .as_ref()
-        .map(|c| parse_template(&c.pod_template))
+        .map(|c| parse_template(&c.pod_template, policy))
     {
         None => None,
         Some(Ok(t)) => Some(t),
@@ -175,7 +177,7 @@ mod tests {
                    "kernelCaches": ["vadd"]}),
             None,
         );
-        let Resolved::Ready(a) = resolve(&w, None) else {
+        let Resolved::Ready(a) = resolve(&w, None, &Policy::default()) else {
             panic!()
         };
         assert_eq!(a.images, ["b:1", "a:1"]);
@@ -188,20 +190,20 @@ mod tests {
     fn a_model_target_preloads_its_image_and_stages_its_cache_fixed_at_the_start() {
         let w = warmup(json!({"targetModelDeployment": {"name": "llama"}}), None);
         assert!(
-            matches!(resolve(&w, None), Resolved::Waiting(r, _) if r == reasons::TARGET_NOT_FOUND)
+            matches!(resolve(&w, None, &Policy::default()), Resolved::Waiting(r, _) if r == reasons::TARGET_NOT_FOUND)
         );
         assert!(
-            matches!(resolve(&w, Some(&md(Some("llama.cpp:b1"), None))), Resolved::Waiting(r, m) if r == reasons::IMAGES_NOT_REPORTED && m.contains("generation 2")),
+            matches!(resolve(&w, Some(&md(Some("llama.cpp:b1"), None)), &Policy::default()), Resolved::Waiting(r, m) if r == reasons::IMAGES_NOT_REPORTED && m.contains("generation 2")),
             "without imagesPreload, the images the provider renders are waited for"
         );
         let stale = reported(md(Some("llama.cpp:b1"), None), 1, &["old:1"]);
         assert!(
-            matches!(resolve(&w, Some(&stale)), Resolved::Waiting(r, _) if r == reasons::IMAGES_NOT_REPORTED),
+            matches!(resolve(&w, Some(&stale), &Policy::default()), Resolved::Waiting(r, _) if r == reasons::IMAGES_NOT_REPORTED),
             "images reported for an older generation are not the model's"
         );
         let nothing = reported(md(None, None), 2, &[]);
         assert!(
-            matches!(resolve(&w, Some(&nothing)), Resolved::Waiting(r, m) if r == reasons::NOTHING_TO_WARM && m.contains("renders no image")),
+            matches!(resolve(&w, Some(&nothing), &Policy::default()), Resolved::Waiting(r, m) if r == reasons::NOTHING_TO_WARM && m.contains("renders no image")),
             "a provider rendering no image, no cache, no action: nothing to do"
         );
         let rendered = reported(
@@ -209,7 +211,7 @@ mod tests {
             2,
             &["busybox:1", "llama.cpp:b1"],
         );
-        let Resolved::Ready(a) = resolve(&w, Some(&rendered)) else {
+        let Resolved::Ready(a) = resolve(&w, Some(&rendered), &Policy::default()) else {
             panic!()
         };
         assert_eq!(
@@ -223,8 +225,11 @@ mod tests {
             json!({"targetModelDeployment": {"name": "llama"}, "imagesPreload": {"items": ["sidecar:1", "llama.cpp:b1"]}, "kernelCaches": ["vadd"]}),
             None,
         );
-        let Resolved::Ready(a) = resolve(&with_own, Some(&md(Some("llama.cpp:b1"), Some("vadd"))))
-        else {
+        let Resolved::Ready(a) = resolve(
+            &with_own,
+            Some(&md(Some("llama.cpp:b1"), Some("vadd"))),
+            &Policy::default(),
+        ) else {
             panic!()
         };
         assert_eq!(a.images, ["sidecar:1", "llama.cpp:b1"], "each image once");
@@ -233,7 +238,9 @@ mod tests {
             json!({"targetModelDeployment": {"name": "llama"}}),
             Some("InProgress"),
         );
-        let Resolved::Ready(a) = resolve(&running, Some(&md(Some("new:2"), None))) else {
+        let Resolved::Ready(a) =
+            resolve(&running, Some(&md(Some("new:2"), None)), &Policy::default())
+        else {
             panic!()
         };
         assert_eq!(a.images, ["frozen:1"], "a running warmup keeps its images");
@@ -255,6 +262,8 @@ mod tests {
             json!({"targetNodes": {"nodeNames": ["a"]}, "customAction": {"podTemplate": {"spec": {"containers": [{"name": "c", "imagee": "x"}]}}}}),
             None,
         );
-        assert!(matches!(resolve(&w, None), Resolved::Invalid(m) if m.contains("imagee")));
+        assert!(
+            matches!(resolve(&w, None, &Policy::default()), Resolved::Invalid(m) if m.contains("imagee"))
+        );
     }
 }

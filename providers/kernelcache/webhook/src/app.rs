@@ -29,7 +29,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use tracing::info;
 
-use super::{Lookup, Outcome, PATH, Settings, Stores, review};
+use super::{HostPaths, Lookup, Outcome, PATH, Settings, Stores, review};
 use kubeairunway_kernelcache_api::names::DEFAULT_CACHE_ROOT;
 
 type Labels = Vec<(&'static str, String)>;
@@ -175,6 +175,12 @@ pub struct Cli {
     /// namespaces enforcing the `baseline` Pod Security level through them.
     #[arg(long, env = "IMAGE_VOLUMES", default_value_t = false, action = clap::ArgAction::Set)]
     pub image_volumes: bool,
+    /// Where caches may come from the node's disk (hostPath) in namespaces that enforce
+    /// no Pod Security level: `labelled` (namespaces labelled
+    /// cache.kubeairunway.ai/host-path=allowed), or `everywhere` when no other policy of
+    /// the cluster refuses hostPath volumes.
+    #[arg(long, env = "HOST_PATHS", value_enum, default_value_t = HostPaths::Labelled)]
+    pub host_paths: HostPaths,
     /// Name of the MutatingWebhookConfiguration to patch the CA bundle into.
     #[arg(
         long,
@@ -232,6 +238,7 @@ pub async fn run(cli: Cli, mut rt: Runtime) -> anyhow::Result<()> {
             cache_root: cli.cache_root.clone(),
             seed_image: cli.seed_image.clone(),
             image_volumes: cli.image_volumes,
+            host_paths: cli.host_paths,
         },
         metrics,
     };

@@ -10,10 +10,17 @@
 //! `failurePolicy: Ignore` covers the webhook being down. Look-ups come from reflector
 //! caches ([`Lookup`]), so admission makes no API round trip.
 //!
-//! Pod Security: `baseline` and `restricted` forbid hostPath volumes. In a namespace that
-//! enforces `baseline` the cache comes from an image volume instead when the cluster
-//! supports them (`--image-volumes`); `restricted` allows neither, so pods there are left
-//! alone (the engine compiles its kernels as usual).
+//! Pod Security: `baseline` and `restricted` forbid hostPath volumes, and so may what the
+//! webhook cannot see (cluster-wide Pod Security defaults, OpenShift's SCCs, GKE
+//! Autopilot, Kyverno or Gatekeeper policies) in a namespace that enforces no level of its
+//! own: a pod mutated into one such a policy refuses would not be created at all. So the
+//! cache comes from the node's disk (hostPath) only where that is known to be allowed: a
+//! namespace that enforces `privileged`, or one labelled
+//! `cache.kubeairunway.ai/host-path: allowed` by its operator, or anywhere its level does
+//! not forbid it when the cluster operator says so (`--host-paths=everywhere`). Elsewhere
+//! it comes from an image volume when the cluster serves them (`--image-volumes`;
+//! `restricted` allows neither), else the pod is left alone (the engine compiles its
+//! kernels as usual).
 
 pub mod app;
 pub mod inject;
@@ -53,6 +60,22 @@ pub trait Lookup: Send + Sync {
 
 /// The label of the Pod Security level a namespace enforces.
 pub const POD_SECURITY_ENFORCE: &str = "pod-security.kubernetes.io/enforce";
+/// The namespace label (value `allowed`) with which its operator lets caches come from
+/// the node's disk (hostPath) in a namespace that enforces no Pod Security level.
+pub const HOST_PATH_LABEL: &str = "cache.kubeairunway.ai/host-path";
+
+/// Where caches may come from the node's disk (hostPath) when the namespace enforces no
+/// Pod Security level.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum HostPaths {
+    /// Only in namespaces labelled `cache.kubeairunway.ai/host-path: allowed` (and those
+    /// enforcing `privileged`): a namespace's other policies are unknown to the webhook.
+    #[default]
+    Labelled,
+    /// In every namespace whose Pod Security level does not forbid it: for clusters whose
+    /// operator knows no other policy refuses hostPath volumes.
+    Everywhere,
+}
 
 /// Look-ups in reflector stores.
 #[derive(Clone)]
@@ -103,9 +126,10 @@ pub struct Settings {
     pub cache_root: String,
     /// The image with `kernelcache-seed`.
     pub seed_image: String,
-    /// The cluster serves Kubernetes image volumes (used where Pod Security forbids
-    /// hostPath).
+    /// The cluster serves Kubernetes image volumes (used where hostPath is not allowed).
     pub image_volumes: bool,
+    /// Where hostPath is allowed in namespaces that enforce no Pod Security level.
+    pub host_paths: HostPaths,
 }
 
 /// What happened to one pod (a metrics label).
@@ -127,7 +151,8 @@ pub enum Outcome {
     AlreadyInjected,
     /// The pod uses one of our names or mount paths: left as it is.
     Conflict,
-    /// The namespace's Pod Security level forbids the volume the cache needs.
+    /// The namespace's Pod Security level forbids the volume the cache needs, or hostPath
+    /// is not known to be allowed there and the cluster serves no image volumes.
     PodSecurity,
     /// Not a Pod CREATE, or a request that could not be read.
     Skipped,
@@ -160,10 +185,8 @@ pub fn decide(
     settings: &Settings,
 ) -> Result<Vec<Value>, Outcome> {
     let (cache_name, cache) = named_cache(pod, namespace, lookup)?;
-    let level = lookup
-        .namespace_labels(namespace)
-        .and_then(|l| l.get(POD_SECURITY_ENFORCE).cloned());
-    let planned = plan_mount(&cache, &cache_name, namespace, level.as_deref(), settings)?;
+    let labels = lookup.namespace_labels(namespace).unwrap_or_default();
+    let planned = plan_mount(&cache, &cache_name, namespace, &labels, settings)?;
     pod_patch(pod, namespace, &planned)
 }
 
@@ -203,13 +226,26 @@ struct PlannedMount {
     digest: String,
 }
 
-/// How `cache` is mounted in a namespace enforcing Pod Security `level`: refused when its
-/// pin is not usable or the level forbids every source the cache can come from.
+/// Whether a cache may come from the node's disk in a namespace with `labels`.
+fn host_path_allowed(labels: &BTreeMap<String, String>, settings: &Settings) -> bool {
+    match labels.get(POD_SECURITY_ENFORCE).map(String::as_str) {
+        Some("privileged") => true,
+        Some(_) => false,
+        None => {
+            settings.host_paths == HostPaths::Everywhere
+                || labels.get(HOST_PATH_LABEL).map(String::as_str) == Some("allowed")
+        }
+    }
+}
+
+/// How `cache` is mounted in a namespace with `labels` (its Pod Security level and our
+/// hostPath opt-in): refused when its pin is not usable or no source the cache can come
+/// from is allowed there.
 fn plan_mount(
     cache: &KernelCache,
     cache_name: &str,
     namespace: &str,
-    level: Option<&str>,
+    labels: &BTreeMap<String, String>,
     settings: &Settings,
 ) -> Result<PlannedMount, Outcome> {
     let status = cache.status.clone().unwrap_or_default();
@@ -221,14 +257,15 @@ fn plan_mount(
     };
     let digest = status.resolved_digest.clone().unwrap_or_default();
     let mount_spec = cache.spec.mount.clone().unwrap_or_default();
+    let level = labels.get(POD_SECURITY_ENFORCE).map(String::as_str);
+    let host_path = host_path_allowed(labels, settings);
     let source = match (mount_spec.source.unwrap_or_default(), level) {
         (_, Some("restricted")) => return Err(Outcome::PodSecurity),
-        (MountSource::HostPath, Some("baseline")) if !settings.image_volumes => {
+        (MountSource::HostPath, _) if !host_path && !settings.image_volumes => {
             return Err(Outcome::PodSecurity);
         }
-        (MountSource::HostPath, Some("baseline")) | (MountSource::ImageVolume, _) => {
-            Source::Image(image.to_string())
-        }
+        (MountSource::HostPath, _) if !host_path => Source::Image(image.to_string()),
+        (MountSource::ImageVolume, _) => Source::Image(image.to_string()),
         (MountSource::HostPath, _) => Source::HostPath {
             dir: format!(
                 "{}/{namespace}/{cache_name}",
@@ -359,6 +396,8 @@ mod tests {
         mds: BTreeMap<String, Arc<ModelDeployment>>,
         caches: BTreeMap<String, Arc<KernelCache>>,
         levels: BTreeMap<String, &'static str>,
+        /// Namespaces labelled `cache.kubeairunway.ai/host-path: allowed`.
+        host_path: Vec<&'static str>,
     }
 
     impl Lookup for Fake {
@@ -369,9 +408,14 @@ mod tests {
             self.caches.get(&format!("{ns}/{name}")).cloned()
         }
         fn namespace_labels(&self, ns: &str) -> Option<BTreeMap<String, String>> {
-            self.levels
-                .get(ns)
-                .map(|l| BTreeMap::from([(POD_SECURITY_ENFORCE.to_string(), (*l).to_string())]))
+            let mut labels = BTreeMap::new();
+            if let Some(l) = self.levels.get(ns) {
+                labels.insert(POD_SECURITY_ENFORCE.to_string(), (*l).to_string());
+            }
+            if self.host_path.contains(&ns) {
+                labels.insert(HOST_PATH_LABEL.to_string(), "allowed".to_string());
+            }
+            Some(labels)
         }
     }
 
@@ -403,6 +447,7 @@ mod tests {
             mds: [("ml/llama".to_string(), Arc::new(md))].into(),
             caches: [("ml/vllm-h100".to_string(), Arc::new(kc))].into(),
             levels: BTreeMap::new(),
+            host_path: vec!["ml"],
         }
     }
 
@@ -411,7 +456,64 @@ mod tests {
             cache_root: "/var/lib/kc".into(),
             image_volumes: false,
             seed_image: "seed:1".into(),
+            host_paths: HostPaths::Labelled,
         }
+    }
+
+    /// A namespace that enforces no Pod Security level may still refuse hostPath volumes
+    /// (cluster-wide defaults, SCCs, policy engines): the cache comes from the node's disk
+    /// only where that is known to be allowed, else from an image volume, else not at all,
+    /// so the mutation never makes a pod its namespace refuses.
+    #[test]
+    fn host_paths_only_where_known_to_be_allowed() {
+        let mut f = fake(Some("vllm-h100"), true, None);
+        f.host_path.clear();
+        let source = |f: &Fake, s: &Settings| {
+            decide(&pod(Some("llama")), "ml", f, s).map(|ops| {
+                let volumes = ops.iter().find(|o| o["path"] == "/spec/volumes").unwrap();
+                let source = &volumes["value"][0];
+                if source.get("hostPath").is_some() {
+                    "hostPath"
+                } else {
+                    "image"
+                }
+            })
+        };
+        assert_eq!(
+            source(&f, &settings()),
+            Err(Outcome::PodSecurity),
+            "unknown"
+        );
+        let images = Settings {
+            image_volumes: true,
+            ..settings()
+        };
+        assert_eq!(source(&f, &images), Ok("image"));
+        let everywhere = Settings {
+            host_paths: HostPaths::Everywhere,
+            ..settings()
+        };
+        assert_eq!(source(&f, &everywhere), Ok("hostPath"));
+        f.host_path.push("ml");
+        assert_eq!(
+            source(&f, &settings()),
+            Ok("hostPath"),
+            "labelled by its operator"
+        );
+        f.levels.insert("ml".into(), "baseline");
+        assert_eq!(
+            source(&f, &everywhere),
+            Err(Outcome::PodSecurity),
+            "the level wins"
+        );
+        assert_eq!(source(&f, &images), Ok("image"));
+        f.host_path.clear();
+        f.levels.insert("ml".into(), "privileged");
+        assert_eq!(
+            source(&f, &settings()),
+            Ok("hostPath"),
+            "privileged allows it"
+        );
     }
 
     fn pod(label: Option<&str>) -> Value {
@@ -718,6 +820,7 @@ mod properties {
                 cache_root: "/var/lib/kc".into(),
                 seed_image: "seed".into(),
                 image_volumes: false,
+                host_paths: HostPaths::Everywhere,
             };
             let review_body = serde_json::to_vec(&json!({
                 "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
@@ -745,6 +848,7 @@ mod properties {
                 cache_root: "/r".into(),
                 seed_image: "s".into(),
                 image_volumes: true,
+                host_paths: HostPaths::Labelled,
             };
             prop_assert!(review(&body, &lookup, &settings).0.allowed);
         }

@@ -708,8 +708,51 @@ async fn core_chart_webhooks_are_called_by_the_api_server_through_rotation() {
     })
     .await
     .unwrap();
+    // A ModelDeployment some other controller holds with a finalizer, to be deleted once
+    // core is down.
+    let held = apply(
+        "held",
+        json!({"model": {"id": "a/b"}, "engine": {"type": "llamacpp"}}),
+    );
+    held.await.unwrap();
+    mds.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": ["example.com/hold"]}})),
+    )
+    .await
+    .unwrap();
     let _ = stop_tx.send(());
     core.await.unwrap().unwrap();
+
+    // Core is down and its validating webhook fails closed: changes are refused...
+    let refused = mds
+        .patch(
+            "valid",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})),
+        )
+        .await;
+    assert!(
+        matches!(&refused, Err(kube::Error::Api(s)) if s.message.contains("validate.modeldeployments.kubeairunway.ai")),
+        "{refused:?}"
+    );
+    // ...but not those of an object being deleted: its finalizer goes, and so does it.
+    mds.delete("held", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    mds.patch(
+        "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    kubeairunway_e2e::eventually(30, "the deleted ModelDeployment gone", || async {
+        matches!(mds.get("held").await, Err(kube::Error::Api(s)) if s.code == 404).then_some(())
+    })
+    .await
+    .unwrap();
 
     let rules = rbac::granted_rules(&objects, system, account);
     let measured = rbac::measure(

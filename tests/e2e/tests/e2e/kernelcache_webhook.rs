@@ -18,6 +18,22 @@ use serde_json::{Value, json};
 const NS: &str = "serving";
 const HOST: &str = "kernelcache-webhook.kubeairunway-system.svc";
 
+/// Label the namespace `ns` as its operator does to let caches come from the node's disk
+/// (the pod webhook mounts no hostPath in a namespace that enforces no Pod Security level
+/// without it).
+async fn allow_host_paths(client: &Client, ns: &str) {
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+    let body = json!({"apiVersion": "v1", "kind": "Namespace",
+                      "metadata": {"name": ns, "labels": {kubeairunway_kernelcache_webhook::HOST_PATH_LABEL: "allowed"}}});
+    api.patch(
+        ns,
+        &PatchParams::apply("test-operator").force(),
+        &Patch::Apply(&body),
+    )
+    .await
+    .unwrap();
+}
+
 async fn apply(
     client: &Client,
     resource: &ApiResource,
@@ -117,6 +133,7 @@ async fn serving_pods_get_usable_caches_and_nothing_else_is_touched() {
     .await
     .unwrap();
     cluster.ensure_namespace("serving");
+    allow_host_paths(&client, "serving").await;
     let mds = ApiResource::erase::<kubeairunway_sdk::ModelDeployment>(&());
     let caches = ApiResource::erase::<KernelCache>(&());
     let usable = |cache_type: &str, digest: &str| {
@@ -177,6 +194,7 @@ async fn serving_pods_get_usable_caches_and_nothing_else_is_touched() {
             cache_root: "/var/lib/kubeairunway/kernel-caches".into(),
             seed_image: "ghcr.io/kubeairunway/kernelcache-provider:v1".into(),
             image_volumes: false,
+            host_paths: kubeairunway_kernelcache_webhook::HostPaths::Labelled,
         },
         metrics: metrics.clone(),
     });
@@ -342,6 +360,7 @@ async fn the_api_server_calls_the_pod_webhook_installed_from_the_chart() {
     .unwrap();
     cluster.ensure_namespace(system);
     cluster.ensure_namespace(NS);
+    allow_host_paths(&admin, NS).await;
     helm::apply_kinds(
         &admin,
         &objects,

@@ -189,6 +189,7 @@ async fn start(tag: &str) -> (TestCluster, Client, tokio::sync::oneshot::Sender<
         Settings {
             tools_image: TOOLS_IMAGE.into(),
             instance: Some("test".into()),
+            custom_actions: warmup::policy::Policy::default(),
         },
         Arc::new(Metrics::default()),
         synced,
@@ -1436,4 +1437,96 @@ async fn an_inline_warmup_is_made_held_on_made_again_for_an_upgrade_and_goes_wit
     })
     .await
     .unwrap();
+}
+
+/// Whoever may write a Warmup cannot make the warmup controller run a pod that owns its
+/// node: a custom action asking for the node's namespaces, a privileged container, the
+/// node's disk, another service account or the platform's own labels fails the Warmup
+/// naming each rule, and no pod is created. And a pod that only carries the warmup-uid
+/// label (anyone's pod can) is never taken for an orphaned warmup pod and deleted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_custom_action_that_would_own_its_node_is_refused_and_others_pods_are_never_swept() {
+    let (cluster, client, _stop) = start("warmup-policy").await;
+    node(&client, "gpu-1", json!({"pool": "a100"})).await;
+    let ns = cluster.namespace("warmup-policy");
+    create_warmup(
+        &client,
+        &ns,
+        "root",
+        json!({
+            "targetNodes": {"nodeNames": ["gpu-1"]},
+            "customAction": {"podTemplate": {
+                "metadata": {"labels": {"kubeairunway.ai/model-deployment": "other"}},
+                "spec": {
+                    "hostPID": true,
+                    "serviceAccountName": "admin",
+                    "volumes": [{"name": "root", "hostPath": {"path": "/"}}],
+                    "containers": [{"name": "c", "image": "busybox:1.36",
+                                    "securityContext": {"privileged": true}}],
+                },
+            }},
+        }),
+    )
+    .await
+    .unwrap();
+    let s = status_where(&client, &ns, "root", "Failed", |s| {
+        s.phase == Some(WarmupPhase::Failed)
+    })
+    .await;
+    let failed = s.conditions.iter().find(|c| c.type_ == "Failed").unwrap();
+    assert_eq!(failed.reason, "InvalidSpec", "{s:?}");
+    for rule in [
+        "metadata.labels[kubeairunway.ai/model-deployment]",
+        "spec.serviceAccountName: admin",
+        "spec.hostPID",
+        "spec.volumes[0].hostPath: /",
+        "spec.containers[0].securityContext.privileged",
+    ] {
+        assert!(
+            failed.message.contains(rule),
+            "{rule} in {}",
+            failed.message
+        );
+    }
+    assert!(warmup_pods(&client, &ns).await.is_empty());
+
+    // A pod of someone else's that carries the warmup-uid label of no Warmup: not ours
+    // (no Warmup owner, no managed-by), so the sweep leaves it alone.
+    let pods: Api<Pod> = Api::namespaced(client.clone(), &ns);
+    let theirs: Pod = serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "serving", "labels": {warmup::pod::WARMUP_UID_LABEL: "no-such-warmup"}},
+        "spec": {"containers": [{"name": "c", "image": "vllm/vllm-openai:v0.11.0"}]},
+    }))
+    .unwrap();
+    pods.create(&PostParams::default(), &theirs).await.unwrap();
+    // A Warmup created and deleted after it: the controller has seen the pod by then.
+    create_warmup(
+        &client,
+        &ns,
+        "later",
+        json!({"targetNodes": {"nodeNames": ["gpu-1"]}, "imagesPreload": {"items": ["busybox:1.36"]}}),
+    )
+    .await
+    .unwrap();
+    eventually(30, "the later Warmup's pod", || async {
+        (warmup_pods(&client, &ns).await.len() == 2).then_some(())
+    })
+    .await
+    .unwrap();
+    Api::<Warmup>::namespaced(client.clone(), &ns)
+        .delete("later", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(30, "the later Warmup's pod deleted with it", || async {
+        (warmup_pods(&client, &ns).await.len() == 1).then_some(())
+    })
+    .await
+    .unwrap();
+    let left = warmup_pods(&client, &ns).await;
+    assert_eq!(
+        left[0].metadata.name.as_deref(),
+        Some("serving"),
+        "{left:?}"
+    );
 }
