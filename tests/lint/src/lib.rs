@@ -7,6 +7,9 @@
 //! a path inside a macro's tokens. Re-exports are followed to the file that defines the
 //! item, so a `pub use` in a parent does not make every user of it depend on the parent.
 //!
+//! [`lock_closure`]: the packages a crate links (from `Cargo.lock`), so that a test can say
+//! what a process must not link (the privileged node agent no signature verification).
+//!
 //! Hand-written on `syn` (the parser rustc's proc macros use): no maintained tool answers
 //! this question for a whole workspace without building it (cargo-modules needs
 //! rust-analyzer and minutes per crate).
@@ -95,6 +98,48 @@ pub fn workspace_members(root: &Path) -> Result<Vec<PathBuf>, String> {
         .filter(|m| !m.is_empty())
         .map(|m| root.join(m))
         .collect())
+}
+
+/// Every package `root` depends on, directly or not, as `Cargo.lock` at `lock` records
+/// them (normal, build and dev dependencies alike: an over-approximation of what it links).
+pub fn lock_closure(lock: &Path, root: &str) -> Result<BTreeSet<String>, String> {
+    let text = std::fs::read_to_string(lock).map_err(|e| format!("{}: {e}", lock.display()))?;
+    let mut deps: HashMap<String, Vec<String>> = HashMap::new();
+    for package in text.split("[[package]]").skip(1) {
+        let mut name = None;
+        let mut list = Vec::new();
+        let mut in_deps = false;
+        for line in package.lines() {
+            let line = line.trim();
+            if let Some(n) = line.strip_prefix("name = ") {
+                name = Some(n.trim_matches('"').to_string());
+            } else if line.starts_with("dependencies = [") {
+                in_deps = true;
+            } else if in_deps && line.starts_with(']') {
+                in_deps = false;
+            } else if in_deps {
+                // "name" or "name version" (when two versions are locked).
+                let entry = line.trim_end_matches(',').trim_matches('"');
+                list.push(entry.split(' ').next().unwrap_or(entry).to_string());
+            }
+        }
+        if let Some(name) = name {
+            deps.entry(name).or_default().extend(list);
+        }
+    }
+    if !deps.contains_key(root) {
+        return Err(format!("{root} is not in {}", lock.display()));
+    }
+    let mut seen = BTreeSet::new();
+    let mut stack = vec![root.to_string()];
+    while let Some(next) = stack.pop() {
+        for dep in deps.get(&next).into_iter().flatten() {
+            if seen.insert(dep.clone()) {
+                stack.push(dep.clone());
+            }
+        }
+    }
+    Ok(seen)
 }
 
 fn crate_roots(dir: &Path) -> Vec<PathBuf> {
@@ -636,6 +681,29 @@ mod tests {
         ]);
         // a's tests name b, b names a: a circle (tests are code too).
         assert_eq!(found.len(), 1, "{found:?}");
+    }
+
+    /// Each kernel-cache process links what it runs: the privileged node agent no
+    /// signature verification (sigstore and its TUF, X.509 and protobuf stacks), the pod
+    /// webhook neither that nor GPU detection.
+    #[test]
+    fn the_node_agent_links_no_signature_verification() {
+        let lock = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../Cargo.lock");
+        let agent = lock_closure(&lock, "kubeairunway-kernelcache-agent").unwrap();
+        assert!(
+            agent.contains("kubeairunway-kernelcache-artifact"),
+            "{agent:?}"
+        );
+        assert!(!agent.contains("sigstore"), "the agent links sigstore");
+        assert!(!agent.contains("kubeairunway-kernelcache-signing"));
+        let webhook = lock_closure(&lock, "kubeairunway-kernelcache-webhook").unwrap();
+        assert!(!webhook.contains("sigstore") && !webhook.contains("nvml-wrapper"));
+        let controller = lock_closure(&lock, "kubeairunway-kernelcache-controller").unwrap();
+        assert!(
+            controller.contains("sigstore"),
+            "the check can see sigstore"
+        );
+        assert!(lock_closure(&lock, "no-such-crate").is_err());
     }
 
     /// The workspace: no file imports one that imports it back.
