@@ -33,7 +33,12 @@ pub(crate) fn recreate_reason(
     None
 }
 
-/// Paths whose live value differs from what we render (metadata and status aside).
+/// Paths whose live value differs from what we render (metadata and status aside): a
+/// field we manage that holds another value, as server-side apply sees it. A rendered
+/// zero value (`false`, `0`, `""`, `[]`, `{}`, `null`, or an object of only those) that the
+/// live object lacks is no drift: the API server omits such values for Go's `omitempty`
+/// fields (a Service's `publishNotReadyAddresses: false`), and reporting them would patch
+/// the object again at every reconcile.
 pub(crate) fn drifted_paths(rendered: &DynamicObject, live: &DynamicObject) -> Vec<String> {
     match (serde_json::to_value(rendered), serde_json::to_value(live)) {
         (Ok(r), Ok(l)) => drifted_value_paths(&r, &l),
@@ -66,12 +71,26 @@ pub(crate) fn drifted_value_paths(rendered: &Value, live: &Value) -> Vec<String>
             }
             (Value::Number(a), Some(Value::Number(b))) if a.as_f64() == b.as_f64() => {}
             (w, Some(h)) if w == h => {}
+            (w, None) if is_zero(w) => {}
             _ => out.push(path.to_string()),
         }
     }
     let mut out = Vec::new();
     walk("", rendered, Some(live), &mut out);
     out
+}
+
+/// Whether `value` is what Go's `encoding/json` leaves out of an `omitempty` field: `false`,
+/// `0`, `""`, an empty list or object, `null`; and an object of nothing but such values.
+fn is_zero(value: &Value) -> bool {
+    match value {
+        Value::Null => true,
+        Value::Bool(b) => !b,
+        Value::Number(n) => n.as_f64() == Some(0.0),
+        Value::String(s) => s.is_empty(),
+        Value::Array(a) => a.is_empty(),
+        Value::Object(o) => o.values().all(is_zero),
+    }
 }
 
 #[cfg(test)]
@@ -98,6 +117,38 @@ mod tests {
         assert_eq!(
             drifted_value_paths(&rendered, &removed),
             ["spec.containers"]
+        );
+    }
+
+    /// A provider that renders default values (a Service's `publishNotReadyAddresses:
+    /// false`, `0`, `""`, `[]`) converges: the API server leaves them out, and that is no
+    /// drift. A real edit of a field we set still is.
+    #[test]
+    fn rendered_zero_values_the_server_omits_are_no_drift() {
+        let rendered = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"},
+            "spec": {"publishNotReadyAddresses": false, "sessionAffinityConfig": {"clientIP": {"timeoutSeconds": 0}},
+                     "externalName": "", "externalIPs": [], "selector": {}, "type": "ClusterIP",
+                     "ports": [{"name": "http", "port": 80, "nodePort": 0}]}});
+        let live = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"},
+            "spec": {"type": "ClusterIP", "clusterIP": "10.0.0.7",
+                     "ports": [{"name": "http", "port": 80, "protocol": "TCP", "targetPort": 80}]}});
+        assert!(
+            drifted_value_paths(&rendered, &live).is_empty(),
+            "{:?}",
+            drifted_value_paths(&rendered, &live)
+        );
+        let edited = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"},
+            "spec": {"type": "ClusterIP", "publishNotReadyAddresses": true,
+                     "ports": [{"name": "http", "port": 80}]}});
+        assert_eq!(
+            drifted_value_paths(&rendered, &edited),
+            ["spec.publishNotReadyAddresses"]
+        );
+        let gone =
+            json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "s"}, "spec": {}});
+        assert_eq!(
+            drifted_value_paths(&rendered, &gone),
+            ["spec.ports", "spec.type"]
         );
     }
 }
