@@ -63,6 +63,9 @@ pub mod reasons {
     pub const UPSTREAM_SCHEMA_MISMATCH: &str = "UpstreamSchemaMismatch";
     /// `ProviderCompatible=False`: the upstream CRD is not installed.
     pub const UPSTREAM_CRD_MISSING: &str = "UpstreamCRDMissing";
+    /// `ProviderCompatible=False`: the upstream is a built-in kind the API server does not
+    /// serve (no CRD can add it).
+    pub const UPSTREAM_API_MISSING: &str = "UpstreamAPIMissing";
     /// `UpstreamReady=True`.
     pub const UPSTREAM_DETECTED: &str = "UpstreamDetected";
     /// `ProviderCompatible=False`: the spec has a value this provider cannot use.

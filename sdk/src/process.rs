@@ -65,13 +65,23 @@ pub enum LogFormat {
     Text,
 }
 
+/// The default of `--metrics-bind-address`: `0.0.0.0:8080` ([`METRICS_ADDRESS`]) when it
+/// is free, else a free port, logged: core and a provider started side by side on one
+/// machine both serve their endpoints. An address given explicitly that is taken is an
+/// error, as it always was (the charts always give one).
+pub const AUTO_METRICS_ADDRESS: &str = "auto";
+/// The address `auto` binds when it is free.
+pub const METRICS_ADDRESS: &str = "0.0.0.0:8080";
+
 /// Flags shared by every binary of the platform; flatten them into a binary's own with
 /// `#[command(flatten)]`. Each is also read from the environment variable named.
 #[derive(Clone, Debug, clap::Args)]
 #[group(id = "ProcessOptions")]
 pub struct Options {
-    /// Address of `/metrics`, `/healthz` and `/readyz` (HTTP); empty to serve none.
-    #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8080")]
+    /// Address of `/metrics`, `/healthz` and `/readyz` (HTTP); empty to serve none;
+    /// `auto`: `0.0.0.0:8080`, or a free port (logged) when another process holds 8080,
+    /// as a second binary run on the same machine does.
+    #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = AUTO_METRICS_ADDRESS)]
     pub metrics_bind_address: String,
     /// Log format (the level comes from `RUST_LOG`, default `info`).
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value = "json")]
@@ -104,7 +114,7 @@ pub struct Options {
 impl Default for Options {
     fn default() -> Self {
         Self {
-            metrics_bind_address: "0.0.0.0:8080".into(),
+            metrics_bind_address: AUTO_METRICS_ADDRESS.into(),
             log_format: LogFormat::Json,
             leader_elect: false,
             leader_elect_resource_name: None,
@@ -573,12 +583,30 @@ pub async fn serve_endpoints(
     if addr.is_empty() {
         return Ok(());
     }
-    let addr: SocketAddr = addr
-        .parse()
-        .with_context(|| format!("--metrics-bind-address {addr:?}"))?;
-    let listener = tokio::net::TcpListener::bind(addr)
-        .await
-        .with_context(|| format!("binding {addr}"))?;
+    let listener = if addr == AUTO_METRICS_ADDRESS {
+        match tokio::net::TcpListener::bind(METRICS_ADDRESS).await {
+            Ok(l) => l,
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                let l = tokio::net::TcpListener::bind("0.0.0.0:0")
+                    .await
+                    .context("binding a free port for the endpoints")?;
+                tracing::warn!(
+                    taken = METRICS_ADDRESS,
+                    serving = %l.local_addr().map(|a| a.to_string()).unwrap_or_default(),
+                    "another process serves on the default endpoints address: /metrics, /healthz and /readyz are on a free port (set --metrics-bind-address to choose one)"
+                );
+                l
+            }
+            Err(e) => return Err(e).with_context(|| format!("binding {METRICS_ADDRESS}")),
+        }
+    } else {
+        let addr: SocketAddr = addr
+            .parse()
+            .with_context(|| format!("--metrics-bind-address {addr:?}"))?;
+        tokio::net::TcpListener::bind(addr)
+            .await
+            .with_context(|| format!("binding {addr}"))?
+    };
     let state = Arc::new((registry, readiness));
     let app = Router::new()
         .route(
@@ -611,6 +639,9 @@ pub async fn serve_endpoints(
             }),
         )
         .with_state(state);
+    let addr = listener
+        .local_addr()
+        .map_or_else(|_| addr.to_string(), |a| a.to_string());
     tracing::info!(address = %addr, "serving /metrics, /healthz and /readyz");
     tokio::spawn(async move {
         if let Err(e) = axum::serve(listener, app)
@@ -626,6 +657,33 @@ pub async fn serve_endpoints(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two binaries on one machine with the default address both serve their endpoints
+    /// (the second on a free port); an address given explicitly that is taken is an error.
+    #[tokio::test]
+    async fn the_default_endpoints_address_makes_room_and_an_explicit_one_does_not() {
+        let shutdown = Shutdown::on(std::future::pending());
+        for _ in 0..2 {
+            serve_endpoints(
+                AUTO_METRICS_ADDRESS,
+                Registry::default(),
+                Readiness::default(),
+                shutdown.clone(),
+            )
+            .await
+            .unwrap();
+        }
+        let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let err = serve_endpoints(
+            &taken.local_addr().unwrap().to_string(),
+            Registry::default(),
+            Readiness::default(),
+            shutdown,
+        )
+        .await
+        .unwrap_err();
+        assert!(err.to_string().starts_with("binding 127.0.0.1:"), "{err}");
+    }
 
     #[test]
     fn readiness_counts_term_checks_only_while_leading() {

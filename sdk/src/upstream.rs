@@ -50,8 +50,31 @@ pub enum SchemaSource {
     Given,
 }
 
-/// What the runtime says while the API server serves none of the versions of `wanted`.
+/// The reason the runtime gives while the API server serves none of the versions of
+/// `wanted`: `UpstreamCRDMissing`, or `UpstreamAPIMissing` for a built-in kind.
+pub fn not_served_reason(wanted: &UpstreamRef) -> &'static str {
+    if wanted.is_built_in() {
+        crate::conditions::reasons::UPSTREAM_API_MISSING
+    } else {
+        crate::conditions::reasons::UPSTREAM_CRD_MISSING
+    }
+}
+
+/// What the runtime says while the API server serves none of the versions of `wanted`: a
+/// built-in kind of Kubernetes has no CRD to install, so that is not suggested for one.
 pub fn not_served_message(wanted: &UpstreamRef) -> String {
+    if wanted.is_built_in() {
+        let group = if wanted.group.is_empty() {
+            "core".to_string()
+        } else {
+            wanted.group.clone()
+        };
+        return format!(
+            "the API server does not serve {} of the {group} API group (versions {}), a built-in kind of Kubernetes: this cluster's Kubernetes is too old for it or has the API disabled",
+            wanted.kind,
+            wanted.versions.join(", ")
+        );
+    }
     format!(
         "the API server does not serve {} ({}, versions {}): install its CRD or enable its API",
         wanted.kind,
@@ -512,6 +535,14 @@ impl UpstreamRef {
         }
     }
 
+    /// Whether this is a built-in kind of Kubernetes, served by the API server itself.
+    pub fn is_built_in(&self) -> bool {
+        // Kubernetes' own groups are the core group, groups without a dot (`apps`,
+        // `batch`, `policy`, ...) and those under `k8s.io`, which CRDs may not claim
+        // without an approval annotation.
+        self.group.is_empty() || !self.group.contains('.') || self.group.ends_with(".k8s.io")
+    }
+
     /// The name a CRD of this kind has, `<plural>.<group>` (the resource's name in
     /// messages: `deployments.apps`; the core group's kinds are just `services`).
     pub fn crd_name(&self) -> String {
@@ -677,7 +708,17 @@ mod tests {
         assert_eq!(service.crd_name(), "services");
         assert_eq!(
             not_served_message(&want),
-            "the API server does not serve Deployment (deployments.apps, versions v1): install its CRD or enable its API"
+            "the API server does not serve Deployment of the apps API group (versions v1), a built-in kind of Kubernetes: this cluster's Kubernetes is too old for it or has the API disabled"
+        );
+        assert!(!not_served_message(&service).contains("CRD"));
+        assert!(
+            not_served_message(&UpstreamRef::new(
+                "kaito.sh",
+                "Workspace",
+                "workspaces",
+                &["v1beta1"]
+            ))
+            .ends_with("install its CRD or enable its API")
         );
     }
 

@@ -215,11 +215,13 @@ async fn prepare<P: Provider>(
             return terminal_status(Phase::Failed, reasons::UPSTREAM_SCHEMA_MISMATCH, reason).await;
         }
         None => {
+            let wanted = ctx.provider.upstream();
             let message = format!(
                 "{}; waiting for it",
-                crate::upstream::not_served_message(&ctx.provider.upstream())
+                crate::upstream::not_served_message(&wanted)
             );
-            return terminal_status(Phase::Pending, reasons::UPSTREAM_CRD_MISSING, message).await;
+            let reason = crate::upstream::not_served_reason(&wanted);
+            return terminal_status(Phase::Pending, reason, message).await;
         }
     };
     let rendered = match ctx.provider.render(md, &api) {

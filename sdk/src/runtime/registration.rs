@@ -276,7 +276,7 @@ pub(crate) fn provider_status<P: Provider>(
         Some(Err(e)) => (false, reasons::UPSTREAM_SCHEMA_MISMATCH, e.clone()),
         None => (
             false,
-            reasons::UPSTREAM_CRD_MISSING,
+            crate::upstream::not_served_reason(&wanted),
             not_served_message(&wanted),
         ),
     };
