@@ -115,7 +115,12 @@ fn bench_selection() -> anyhow::Result<()> {
     }
     let mut times = Vec::new();
     let start = Instant::now();
-    for _ in 0..10 {
+    // SELECTION_ROUNDS: more rounds for a profiler to sample.
+    let rounds: usize = std::env::var("SELECTION_ROUNDS")
+        .ok()
+        .and_then(|r| r.parse().ok())
+        .unwrap_or(10);
+    for _ in 0..rounds {
         for md in &mds {
             let t = Instant::now();
             let s = selection::select(md, &configs, &cache, &settings, Timestamp::now());
@@ -275,7 +280,18 @@ async fn drive(
 
 fn main() -> anyhow::Result<()> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    bench_selection()?;
+    // `cargo bench -p kubeairunway-core -- selection` (or `webhook`) runs one part.
+    let only: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let runs = |part: &str| only.is_empty() || only.iter().any(|o| o == part);
+    if runs("selection") {
+        bench_selection()?;
+    }
+    if !runs("webhook") {
+        return Ok(());
+    }
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?

@@ -288,7 +288,7 @@ pub struct RuleVerdict {
     /// Index of the rule in `spec.selectionRules`.
     pub index: usize,
     /// The CEL source.
-    pub condition: String,
+    pub condition: Arc<str>,
     /// Its priority.
     pub priority: i32,
     /// Its value, or why it has none (does not compile, fails, is not a bool).
@@ -356,7 +356,7 @@ pub fn evaluate(
         .map(AsRef::as_ref)
         .filter(|c| c.spec.serves())
         .collect();
-    sorted.sort_by_key(|c| c.name_any());
+    sorted.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
     sorted
         .into_iter()
         .map(|config| {
@@ -370,8 +370,9 @@ pub fn evaluate(
                 verdict.standing = Standing::Unhealthy(r);
                 return verdict;
             }
-            let caps = config.spec.capabilities.clone().unwrap_or_default();
-            if let Err(misfit) = fits(&caps, &md.spec) {
+            let none = Capabilities::default();
+            let caps = config.spec.capabilities.as_ref().unwrap_or(&none);
+            if let Err(misfit) = fits(caps, &md.spec) {
                 verdict.standing = Standing::DoesNotFit(misfit.to_string());
                 return verdict;
             }
@@ -384,7 +385,7 @@ pub fn evaluate(
                 }
                 verdict.rules.push(RuleVerdict {
                     index,
-                    condition: rule.condition.clone(),
+                    condition: Arc::clone(&rule.condition),
                     priority: rule.priority,
                     value,
                     compile_error: rule.program.is_err(),
@@ -434,7 +435,7 @@ pub fn decide(md: &ModelDeployment, verdicts: &[Verdict]) -> Selection {
                     provider: name.to_string(),
                     generation: verdict.generation,
                     index: r.index,
-                    condition: r.condition.clone(),
+                    condition: r.condition.to_string(),
                     error: error.clone(),
                     compile: r.compile_error,
                 })
@@ -911,7 +912,7 @@ mod tests {
         c2.spec.selection_rules[0].condition = "false".into();
         let d = cache.rules(&c2);
         assert!(!Arc::ptr_eq(&a, &d));
-        assert_eq!(d[0].condition, "false");
+        assert_eq!(&*d[0].condition, "false");
     }
 
     #[test]

@@ -7,6 +7,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, Mutex};
 
 use crate::{InferenceProviderConfig, ModelDeployment};
+use cel::common::value::Val;
 use cel::objects::{Key, Map as CelMap};
 use cel::{Context, Env, Program, Value as CelValue};
 use kube::ResourceExt;
@@ -42,8 +43,8 @@ pub fn to_cel(value: &serde_json::Value) -> CelValue {
 /// object, which core's cache drops: a rule must see what core sees).
 #[derive(Debug, Clone)]
 pub struct RuleInput {
-    spec: CelValue,
-    metadata: CelValue,
+    spec: serde_json::Value,
+    metadata: serde_json::Value,
     /// The most items a comprehension can iterate over in this input (see [`widest`]).
     pub(crate) widest: u64,
 }
@@ -80,17 +81,43 @@ impl RuleInput {
         });
         Self {
             widest: widest(&spec).max(widest(&metadata)),
-            spec: to_cel(&spec),
-            metadata: to_cel(&metadata),
+            spec,
+            metadata,
         }
     }
 
-    /// The CEL context holding `spec` and `metadata`; build it once per selection.
+    /// The CEL context holding `spec` and `metadata`; build it once per selection. Its
+    /// values borrow this input's strings: nothing is copied but the containers.
     pub fn context(&self) -> Context<'_, '_> {
         let mut ctx = Context::with_env(Arc::clone(&ENV));
-        ctx.add_variable_from_value("spec", self.spec.clone());
-        ctx.add_variable_from_value("metadata", self.metadata.clone());
+        ctx.add_variable_as_val("spec", to_val(&self.spec));
+        ctx.add_variable_as_val("metadata", to_val(&self.metadata));
         ctx
+    }
+}
+
+/// JSON as CEL values, the way [`to_cel`] types it, built in one pass and borrowing the
+/// strings: [`Context::add_variable_from_value`] would convert a [`CelValue`] again,
+/// copying every map and string (the larger part of a selection's time).
+fn to_val(value: &serde_json::Value) -> Box<dyn Val + '_> {
+    use cel::common::types::{
+        CelBool, CelDouble, CelInt, CelList, CelMap, CelMapKey, CelNull, CelString,
+    };
+    use serde_json::Value as J;
+    match value {
+        J::Null => Box::new(CelNull),
+        J::Bool(b) => Box::new(CelBool::from(*b)),
+        J::Number(n) => match n.as_i64() {
+            Some(i) => Box::new(CelInt::from(i)),
+            None => Box::new(CelDouble::from(n.as_f64().unwrap_or(f64::NAN))),
+        },
+        J::String(s) => Box::new(CelString::from(s.as_str())),
+        J::Array(items) => Box::new(CelList::from(items.iter().map(to_val).collect::<Vec<_>>())),
+        J::Object(map) => Box::new(CelMap::from(
+            map.iter()
+                .map(|(k, v)| (CelMapKey::from(k.as_str()), to_val(v)))
+                .collect::<HashMap<_, _>>(),
+        )),
     }
 }
 
@@ -255,8 +282,8 @@ fn over_budget(measure: Measure) -> Option<String> {
 /// One compiled rule of a config.
 #[derive(Debug)]
 pub struct CompiledRule {
-    /// The CEL source.
-    pub condition: String,
+    /// The CEL source (shared with every verdict on it).
+    pub condition: Arc<str>,
     /// Its priority.
     pub priority: i32,
     /// The program, or why it does not compile (or is over its budget).
@@ -307,7 +334,7 @@ impl CompiledRule {
             }),
         };
         Self {
-            condition: condition.to_string(),
+            condition: Arc::from(condition),
             priority,
             program,
             measure,
@@ -346,9 +373,12 @@ impl CompiledRule {
                 budget::MAX_COST
             ));
         }
-        let started = std::time::Instant::now();
+        // Only a comprehension can run longer than its estimate (lists it concatenates
+        // grow); a rule without one evaluates each node once, so is not timed.
+        let timed = self.measure.comprehensions > 0;
+        let started = timed.then(std::time::Instant::now);
         let result = program.execute(ctx);
-        let took = started.elapsed();
+        let took = started.map(|s| s.elapsed()).unwrap_or_default();
         if took > budget::RUNAWAY {
             let why = format!(
                 "runaway: one evaluation took {} ms (its estimated cost was {cost} steps); it is no longer evaluated",
@@ -440,4 +470,39 @@ pub struct RuleError {
     pub error: String,
     /// Whether it failed to compile (true) or at evaluation (false).
     pub compile: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The borrowed values the context binds are the values [`to_cel`] makes: every
+    /// kind of JSON value, typed the same (integers `int`, a number past `i64` `double`).
+    #[test]
+    fn bound_values_are_typed_as_to_cel_types_them() {
+        let json = serde_json::json!({
+            "s": "text", "i": -3, "big": u64::MAX, "f": 1.5, "t": true, "n": null,
+            "list": [1, "two", [3.0], {"k": "v"}], "map": {"a": {"b": [false]}}, "empty": {},
+        });
+        let mut ctx = Context::with_env(Arc::clone(&ENV));
+        ctx.add_variable_as_val("bound", to_val(&json));
+        ctx.add_variable_from_value("converted", to_cel(&json));
+        for expr in [
+            "bound == converted",
+            "type(bound.i) == int && type(converted.i) == int",
+            "type(bound.big) == double && type(converted.big) == double",
+            "bound.list[3].k == 'v' && size(bound.list) == 4",
+            "bound.map.a.b[0] == false && bound.n == null && size(bound.empty) == 0",
+            "bound.s.startsWith('te') && 's' in bound",
+        ] {
+            let program = ENV.compile(expr).unwrap();
+            assert_eq!(
+                program.execute(&ctx).unwrap(),
+                CelValue::Bool(true),
+                "{expr}"
+            );
+        }
+        let differs = ENV.compile("bound.s == converted.i").unwrap();
+        assert_eq!(differs.execute(&ctx).unwrap(), CelValue::Bool(false));
+    }
 }
