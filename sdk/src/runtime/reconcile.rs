@@ -337,20 +337,26 @@ async fn apply_changed<P: Provider>(
             }
         }
         let target: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, resource);
-        if live[i].is_none()
-            && let Some(owner) = foreign_owner(md, &target, &object.name_any()).await?
-        {
-            let message = format!(
-                "{} '{}' already exists and is not owned by this ModelDeployment ({owner}); it is left alone: delete or rename it",
-                resource.kind,
-                object.name_any()
-            );
-            return conflict(md, ctx, &prepared.api, &message).await.map(Err);
-        }
         ctx.owned.writing(resource, &ns, &object.name_any());
-        let result = target
-            .patch(&object.name_any(), &pp, &Patch::Apply(object))
-            .await;
+        let result = if live[i].is_some() {
+            target
+                .patch(&object.name_any(), &pp, &Patch::Apply(object))
+                .await
+        } else {
+            match first_write(md, &target, &pp, object).await? {
+                FirstWrite::Done(result) => *result,
+                FirstWrite::Foreign(owner) => {
+                    ctx.owned
+                        .write_failed(resource, &ns, &object.name_any(), &md.name_any());
+                    let message = format!(
+                        "{} '{}' already exists and is not owned by this ModelDeployment ({owner}); it is left alone: delete or rename it",
+                        resource.kind,
+                        object.name_any()
+                    );
+                    return conflict(md, ctx, &prepared.api, &message).await.map(Err);
+                }
+            }
+        };
         if result.is_err() {
             ctx.owned
                 .write_failed(resource, &ns, &object.name_any(), &md.name_any());
@@ -375,10 +381,45 @@ async fn apply_changed<P: Provider>(
     Ok(Ok(live))
 }
 
-/// Who owns the object named `name` that this provider's caches do not hold, if it
-/// exists and `md` does not own it: server-side apply with `force` would take it over (a
-/// ConfigMap of someone else's with the name we render). One read per object this
-/// provider creates, never in steady state.
+/// A resourceVersion no stored object has (etcd's first write is revision 2): applied
+/// with it, server-side apply creates the object or fails with 409 Conflict.
+const CREATE_ONLY: &str = "1";
+
+/// How the first write of an object went.
+enum FirstWrite {
+    /// Applied (created, or ours and not yet in the cache), or failed.
+    Done(Box<Result<DynamicObject, kube::Error>>),
+    /// An object of that name exists and is not `md`'s: who owns it.
+    Foreign(String),
+}
+
+/// The first write of an object this provider's caches do not hold. Server-side apply
+/// with `force` would take over an object of the same name that is someone else's (a
+/// ConfigMap of theirs with the name we render), so the apply only creates
+/// ([`CREATE_ONLY`]); only when the name is taken is the object read, to tell one of
+/// ours the cache has not seen yet from someone else's. One request per object created.
+async fn first_write(
+    md: &ModelDeployment,
+    api: &Api<DynamicObject>,
+    pp: &PatchParams,
+    object: &DynamicObject,
+) -> Result<FirstWrite, Error> {
+    let name = object.name_any();
+    let mut create = object.clone();
+    create.metadata.resource_version = Some(CREATE_ONLY.to_string());
+    match api.patch(&name, pp, &Patch::Apply(&create)).await {
+        Err(kube::Error::Api(s)) if s.code == 409 => {}
+        done => return Ok(FirstWrite::Done(Box::new(done))),
+    }
+    if let Some(owner) = foreign_owner(md, api, &name).await? {
+        return Ok(FirstWrite::Foreign(owner));
+    }
+    Ok(FirstWrite::Done(Box::new(
+        api.patch(&name, pp, &Patch::Apply(object)).await,
+    )))
+}
+
+/// Who owns the object named `name`, if it exists and `md` does not own it.
 async fn foreign_owner(
     md: &ModelDeployment,
     api: &Api<DynamicObject>,

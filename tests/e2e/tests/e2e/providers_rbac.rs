@@ -20,12 +20,13 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, DeleteParams, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
 use kubeairunway_e2e::{eventually, fixtures_dir, helm, rbac, read_crd};
 use kubeairunway_sdk::api::{DeploymentWarmup, ModelDeployment};
-use kubeairunway_sdk::conditions::{WARMED_UP, reasons};
+use kubeairunway_sdk::conditions::{RESOURCE_CREATED, WARMED_UP, reasons};
 use kubeairunway_sdk::runtime::ProviderFlags as _;
 use kubeairunway_sdk::testing::{self, ModelDeploymentBuilder, TestCluster, condition};
 use serde_json::{Value, json};
@@ -36,9 +37,34 @@ const SYSTEM: &str = "kubeairunway-system";
 const WAIT: u64 = 90;
 
 /// Grants no request of this walk uses, as `(chart, the grant as rbac::measure names it,
-/// the path that needs it and why the walk does not take it)`. None at present: every
-/// verb the four charts grant is used above.
-const UNEXERCISED: &[(&str, &str, &str)] = &[];
+/// the path that needs it and why the walk does not take it)`.
+///
+/// A provider reads an object only when its first write (an apply that only creates)
+/// finds the name taken, to tell one of its own from someone else's; the walk takes that
+/// path for the primary kind, not for each supporting kind.
+const TAKEN_NAME: &str = "the first write of an object whose name is taken reads it; the walk takes a name of the primary kind only";
+const UNEXERCISED: &[(&str, &str, &str)] = &[
+    (
+        "deployment-provider",
+        "ClusterRole release-deployment-provider: get [\"\"]/[\"services\"] names []",
+        TAKEN_NAME,
+    ),
+    (
+        "kaito-provider",
+        "ClusterRole release-kaito-provider: get [\"\"]/[\"configmaps\"] names []",
+        TAKEN_NAME,
+    ),
+    (
+        "kaito-provider",
+        "ClusterRole release-kaito-provider: get [\"\"]/[\"services\"] names []",
+        TAKEN_NAME,
+    ),
+    (
+        "kaito-provider",
+        "ClusterRole release-kaito-provider: get [\"kaito.sh\"]/[\"workspaces\"] names []",
+        "the first write of a Workspace whose name is taken reads it; the walk takes a name of the primary kind (an InferenceSet) only",
+    ),
+];
 
 /// A ModelDeployment in a namespace.
 type MdIn = fn(&str) -> ModelDeployment;
@@ -357,6 +383,39 @@ async fn walk(
         }
         None => None,
     };
+
+    // A name someone else's object holds: the first apply only creates, so it fails;
+    // the provider reads the object (`get`), finds it is not its own and leaves it alone.
+    let taken = format!("{name}-taken");
+    let mut theirs = primaries.get(&name).await.unwrap();
+    theirs.metadata = ObjectMeta {
+        name: Some(taken.clone()),
+        namespace: Some(ns.clone()),
+        ..ObjectMeta::default()
+    };
+    primaries
+        .create(&PostParams::default(), &theirs)
+        .await
+        .unwrap();
+    let mut other = (case.md)(&ns);
+    other.metadata.name = Some(taken.clone());
+    other
+        .spec
+        .provider
+        .get_or_insert_with(Default::default)
+        .name = Some(case.provider.into());
+    testing::deploy(admin, &other, case.provider).await.unwrap();
+    testing::md_where(admin, &ns, &taken, "refused: the name is taken", |m| {
+        condition(m, RESOURCE_CREATED).is_some_and(|c| c.reason == reasons::RESOURCE_CONFLICT)
+    })
+    .await;
+    let left = primaries.get(&taken).await.unwrap();
+    assert!(
+        left.owner_references().is_empty(),
+        "{chart}: someone else's {} is left alone",
+        case.primary.kind
+    );
+    mds.delete(&taken, &DeleteParams::default()).await.unwrap();
 
     // A spec change reaches the upstream object.
     let mut changed = md.clone();
