@@ -124,10 +124,10 @@ pub fn all() -> Vec<Sample> {
         },
         rejected(
             "vllm-without-gpu",
-            "vLLM needs a GPU; no resources means CPU-only.",
+            "vLLM needs a GPU; an explicit count of 0 is CPU-only (with no GPU request at all, core's webhook asks for one).",
             "spec.resources.gpu.count",
             "vLLM engine requires GPU (set resources.gpu.count > 0)",
-            json!({"model": {"id": "meta-llama/Llama-3.1-8B-Instruct"}, "engine": {"type": "vllm"}}),
+            json!({"model": {"id": "meta-llama/Llama-3.1-8B-Instruct"}, "engine": {"type": "vllm"}, "resources": {"gpu": {"count": 0}}}),
         ),
         rejected(
             "sglang-zero-gpus",
@@ -141,7 +141,7 @@ pub fn all() -> Vec<Sample> {
             "TensorRT-LLM needs a GPU.",
             "spec.resources.gpu.count",
             "TensorRT-LLM engine requires GPU (set resources.gpu.count > 0)",
-            json!({"model": {"id": "meta-llama/Llama-3.1-8B-Instruct"}, "engine": {"type": "trtllm"}, "resources": {"memory": "32Gi"}}),
+            json!({"model": {"id": "meta-llama/Llama-3.1-8B-Instruct"}, "engine": {"type": "trtllm"}, "resources": {"gpu": {"count": 0}, "memory": "32Gi"}}),
         ),
         rejected(
             "disaggregated-with-resources-gpu",

@@ -135,7 +135,7 @@ mod tests {
                 "model.id is required when source is huggingface",
             ),
             (
-                json!({"model": {"id": "a/b"}, "engine": {"type": "vllm"}}),
+                json!({"model": {"id": "a/b"}, "engine": {"type": "vllm"}, "resources": {"gpu": {"count": 0}}}),
                 "vLLM engine requires GPU (set resources.gpu.count > 0)",
             ),
             (
@@ -143,7 +143,7 @@ mod tests {
                 "SGLang engine requires GPU (set resources.gpu.count > 0)",
             ),
             (
-                json!({"model": {"id": "a/b"}, "engine": {"type": "trtllm"}}),
+                json!({"model": {"id": "a/b"}, "engine": {"type": "trtllm"}, "resources": {"gpu": {"count": 0}, "memory": "32Gi"}}),
                 "TensorRT-LLM engine requires GPU (set resources.gpu.count > 0)",
             ),
             (
@@ -170,6 +170,18 @@ mod tests {
         ];
         for (s, want) in cases {
             assert_eq!(messages(s.clone()), vec![want.to_string()], "{s}");
+        }
+    }
+
+    /// A GPU engine with no GPU request is valid as stored: core's mutating webhook (and
+    /// this validation, which reads the spec defaulted) gives it one GPU.
+    #[test]
+    fn a_gpu_engine_without_a_gpu_request_is_valid_once_defaulted() {
+        for engine in ["vllm", "sglang", "trtllm"] {
+            assert!(
+                validate(&spec(json!({"model": {"id": "a/b"}, "engine": {"type": engine}}))).is_valid(),
+                "{engine}"
+            );
         }
     }
 

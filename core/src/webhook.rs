@@ -408,6 +408,41 @@ mod tests {
         }
     }
 
+    /// A vLLM spec with no GPU request is patched to one GPU (the default AI Runway's
+    /// webhook gives); one with `gpu.count: 0` keeps it, for the CRD's rule to refuse.
+    #[test]
+    fn a_gpu_engine_without_a_gpu_request_is_patched_to_one_gpu() {
+        let patched = |spec: Value| {
+            let mut v = review();
+            v["request"]["operation"] = json!("CREATE");
+            v["request"]["object"]["spec"] = spec;
+            let resp = mutate_body(&serde_json::to_vec(&v).unwrap());
+            assert!(resp.allowed);
+            let mut object = v["request"]["object"].clone();
+            if let Some(patch) = resp.patch {
+                let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
+                json_patch::patch(&mut object, &patch).unwrap();
+            }
+            object["spec"]["resources"].clone()
+        };
+        assert_eq!(
+            patched(json!({"model": {"id": "a/b"}, "engine": {"type": "vllm"}})),
+            json!({"gpu": {"count": 1, "type": "nvidia.com/gpu"}})
+        );
+        assert_eq!(
+            patched(json!({"model": {"id": "a/b"}, "engine": {"type": "trtllm"}, "resources": {"memory": "8Gi"}})),
+            json!({"memory": "8Gi", "gpu": {"count": 1, "type": "nvidia.com/gpu"}})
+        );
+        assert_eq!(
+            patched(json!({"model": {"id": "a/b"}, "engine": {"type": "sglang"}, "resources": {"gpu": {"count": 0}}})),
+            json!({"gpu": {"count": 0, "type": "nvidia.com/gpu"}})
+        );
+        assert_eq!(
+            patched(json!({"model": {"id": "a/b"}, "engine": {"type": "llamacpp"}})),
+            Value::Null
+        );
+    }
+
     #[test]
     fn patch_is_base64_in_the_review() {
         let mut v = review();

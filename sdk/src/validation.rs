@@ -205,7 +205,8 @@ mod tests {
             }]
         );
         // Two rules at once are both reported, in the schema's order.
-        let broken = check(&json!({"model": {"id": ""}, "engine": {"type": "vllm"}}));
+        let broken = check(&json!({"model": {"id": ""}, "engine": {"type": "vllm"},
+                                   "resources": {"gpu": {"count": 0}}}));
         let fields: Vec<_> = broken.iter().map(|v| v.field.as_str()).collect();
         assert_eq!(fields, ["spec.model.id", "spec.resources.gpu.count"]);
     }
