@@ -236,6 +236,18 @@ pub fn all() -> Vec<Sample> {
             }),
         ),
         rejected(
+            "image-and-engine-image-differ",
+            "spec.image and spec.engine.image are one setting (AI Runway's engine.image is the preferred name): set one, or both to the same image.",
+            "spec.engine.image",
+            "spec.image and spec.engine.image name different images: they are the same setting, so set one of them (spec.engine.image is preferred) or both to the same image",
+            json!({
+                "model": {"id": "meta-llama/Llama-3.1-8B-Instruct"},
+                "engine": {"type": "vllm", "image": "vllm/vllm-openai:v0.11.0"},
+                "image": "vllm/vllm-openai:v0.10.2",
+                "resources": {"gpu": {"count": 1}},
+            }),
+        ),
+        rejected(
             "huggingface-without-model-id",
             "A Hugging Face model needs its id.",
             "spec.model.id",
