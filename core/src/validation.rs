@@ -195,7 +195,10 @@ mod tests {
     fn a_gpu_engine_without_a_gpu_request_is_valid_once_defaulted() {
         for engine in ["vllm", "sglang", "trtllm"] {
             assert!(
-                validate(&spec(json!({"model": {"id": "a/b"}, "engine": {"type": engine}}))).is_valid(),
+                validate(&spec(
+                    json!({"model": {"id": "a/b"}, "engine": {"type": engine}})
+                ))
+                .is_valid(),
                 "{engine}"
             );
         }
@@ -216,7 +219,9 @@ mod tests {
         assert_eq!(image_conflict.len(), 1);
         assert_eq!(image_conflict[0].field, "spec.engine.image");
         assert!(
-            image_conflict[0].message.starts_with("spec.image and spec.engine.image name different images"),
+            image_conflict[0]
+                .message
+                .starts_with("spec.image and spec.engine.image name different images"),
             "{image_conflict:?}"
         );
         assert!(base(json!({"type": "vllm", "image": "a:1"}), Some("a:1")).is_empty());
@@ -229,7 +234,12 @@ mod tests {
         );
         assert_eq!(both.len(), 1);
         assert_eq!(both[0].field, "spec.engine.extraArgs");
-        assert!(both[0].message.starts_with("the flag --max-model-len is set both"), "{both:?}");
+        assert!(
+            both[0]
+                .message
+                .starts_with("the flag --max-model-len is set both"),
+            "{both:?}"
+        );
     }
 
     #[test]

@@ -23,7 +23,9 @@ use kubeairunway_sdk::{InferenceProviderConfig, ModelDeployment};
 use serde_json::Value;
 use tracing::{debug, warn};
 
-use crate::validation::{provider_does_not_serve, provider_not_installed, warnings, webhook_errors};
+use crate::validation::{
+    provider_does_not_serve, provider_not_installed, warnings, webhook_errors,
+};
 
 /// Path of the validating webhook.
 pub const VALIDATE_PATH: &str = "/validate-modeldeployment";
@@ -424,9 +426,9 @@ mod tests {
         let resp = validate_body(&serde_json::to_vec(&v).unwrap(), &state);
         assert!(!resp.allowed);
         assert!(
-            resp.result
-                .message
-                .starts_with("spec.engine.extraArgs: the flag --k is set both in spec.engine.args (\"k\")"),
+            resp.result.message.starts_with(
+                "spec.engine.extraArgs: the flag --k is set both in spec.engine.args (\"k\")"
+            ),
             "{}",
             resp.result.message
         );
@@ -457,11 +459,15 @@ mod tests {
             json!({"gpu": {"count": 1, "type": "nvidia.com/gpu"}})
         );
         assert_eq!(
-            patched(json!({"model": {"id": "a/b"}, "engine": {"type": "trtllm"}, "resources": {"memory": "8Gi"}})),
+            patched(
+                json!({"model": {"id": "a/b"}, "engine": {"type": "trtllm"}, "resources": {"memory": "8Gi"}})
+            ),
             json!({"memory": "8Gi", "gpu": {"count": 1, "type": "nvidia.com/gpu"}})
         );
         assert_eq!(
-            patched(json!({"model": {"id": "a/b"}, "engine": {"type": "sglang"}, "resources": {"gpu": {"count": 0}}})),
+            patched(
+                json!({"model": {"id": "a/b"}, "engine": {"type": "sglang"}, "resources": {"gpu": {"count": 0}}})
+            ),
             json!({"gpu": {"count": 0, "type": "nvidia.com/gpu"}})
         );
         assert_eq!(

@@ -222,7 +222,9 @@ mod tests {
             "an explicit 0 stays, for the CRD to refuse"
         );
         assert_eq!(
-            kept(json!({"engine": {"type": "sglang"}, "resources": {"gpu": {"count": 2, "type": "amd.com/gpu"}}})),
+            kept(
+                json!({"engine": {"type": "sglang"}, "resources": {"gpu": {"count": 2, "type": "amd.com/gpu"}}})
+            ),
             Some(json!({"gpu": {"count": 2, "type": "amd.com/gpu"}}))
         );
         assert_eq!(kept(json!({"engine": {"type": "llamacpp"}})), None);

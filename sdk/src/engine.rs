@@ -156,7 +156,11 @@ impl Toggle {
 
     /// Its flags as [`arg_key`] spells them.
     pub fn keys(&self) -> Vec<String> {
-        [self.on, self.off].into_iter().flatten().map(arg_key).collect()
+        [self.on, self.off]
+            .into_iter()
+            .flatten()
+            .map(arg_key)
+            .collect()
     }
 }
 
@@ -1160,26 +1164,60 @@ mod tests {
         let none: Vec<String> = Vec::new();
         let strs = |a: &[&str]| a.iter().map(|s| (*s).to_string()).collect::<Vec<_>>();
         // vLLM: both values of prefix caching, eager when true.
-        assert_eq!(render("vllm", Some(true), Some(true)), (strs(&["--enable-prefix-caching", "--enforce-eager"]), none.clone()));
-        assert_eq!(render("vllm", Some(false), Some(false)), (strs(&["--no-enable-prefix-caching"]), none.clone()));
+        assert_eq!(
+            render("vllm", Some(true), Some(true)),
+            (
+                strs(&["--enable-prefix-caching", "--enforce-eager"]),
+                none.clone()
+            )
+        );
+        assert_eq!(
+            render("vllm", Some(false), Some(false)),
+            (strs(&["--no-enable-prefix-caching"]), none.clone())
+        );
         // SGLang: on is its default; eager turns CUDA graphs off.
-        assert_eq!(render("sglang", Some(true), Some(true)), (strs(&["--disable-cuda-graph"]), none.clone()));
-        assert_eq!(render("sglang", Some(false), None), (strs(&["--disable-radix-cache"]), none.clone()));
+        assert_eq!(
+            render("sglang", Some(true), Some(true)),
+            (strs(&["--disable-cuda-graph"]), none.clone())
+        );
+        assert_eq!(
+            render("sglang", Some(false), None),
+            (strs(&["--disable-radix-cache"]), none.clone())
+        );
         // llama.cpp: its prompt cache; no eager option.
         assert_eq!(
             render("llamacpp", Some(false), Some(true)),
-            (strs(&["--no-cache-prompt"]), strs(&["spec.engine.enforceEager"]))
+            (
+                strs(&["--no-cache-prompt"]),
+                strs(&["spec.engine.enforceEager"])
+            )
         );
-        assert_eq!(render("llamacpp", Some(true), Some(false)), (strs(&["--cache-prompt"]), none.clone()));
+        assert_eq!(
+            render("llamacpp", Some(true), Some(false)),
+            (strs(&["--cache-prompt"]), none.clone())
+        );
         // TensorRT-LLM: neither; false eager asks for nothing.
         assert_eq!(
             render("trtllm", Some(true), Some(true)),
-            (none.clone(), strs(&["spec.engine.enablePrefixCaching", "spec.engine.enforceEager"]))
+            (
+                none.clone(),
+                strs(&[
+                    "spec.engine.enablePrefixCaching",
+                    "spec.engine.enforceEager"
+                ])
+            )
         );
-        assert_eq!(render("trtllm", None, Some(false)), (none.clone(), none.clone()));
+        assert_eq!(
+            render("trtllm", None, Some(false)),
+            (none.clone(), none.clone())
+        );
         // Unset: nothing, for every engine.
         for engine in ["vllm", "sglang", "trtllm", "llamacpp"] {
-            assert_eq!(render(engine, None, None), (none.clone(), none.clone()), "{engine}");
+            assert_eq!(
+                render(engine, None, None),
+                (none.clone(), none.clone()),
+                "{engine}"
+            );
         }
     }
 
@@ -1200,7 +1238,11 @@ mod tests {
             ["--enforce_eager", "--no-enable-prefix-caching"]
         );
         assert!(!args.contains(&"--enable-prefix-caching"), "{args:?}");
-        assert_eq!(args.iter().filter(|a| a.contains("eager")).count(), 1, "{args:?}");
+        assert_eq!(
+            args.iter().filter(|a| a.contains("eager")).count(),
+            1,
+            "{args:?}"
+        );
     }
 
     /// `engine.extraArgs` go last, as given; their flags count as the user's (here
@@ -1255,11 +1297,13 @@ mod tests {
              so that the engine does not get two values"
         );
         assert_eq!(container(&md, "img", PORT).unwrap_err().0, conflict);
-        let fine = md_with(json!({"type": "vllm", "args": {"dtype": "half"}, "extraArgs": ["--max-model-len", "dtype"]}));
+        let fine = md_with(
+            &json!({"type": "vllm", "args": {"dtype": "half"}, "extraArgs": ["--max-model-len", "dtype"]}),
+        );
         assert_eq!(args_conflict(&fine.spec), None, "a value is no flag");
     }
 
-    fn md_with(engine: Value) -> ModelDeployment {
+    fn md_with(engine: &Value) -> ModelDeployment {
         md(json!({"model": {"id": "a/b"}, "engine": engine, "resources": {"gpu": {"count": 1}}}))
     }
 }

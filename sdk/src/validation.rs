@@ -199,8 +199,10 @@ mod tests {
     #[test]
     fn image_and_engine_image_must_agree() {
         let spec = |image: Value, engine_image: Value| {
-            check(&json!({"model": {"id": "a/b"}, "engine": {"type": "llamacpp", "image": engine_image},
-                          "image": image}))
+            check(
+                &json!({"model": {"id": "a/b"}, "engine": {"type": "llamacpp", "image": engine_image},
+                          "image": image}),
+            )
         };
         let differ = spec(json!("a:1"), json!("b:1"));
         assert_eq!(differ.len(), 1, "{differ:?}");
@@ -212,7 +214,11 @@ mod tests {
             (Value::Null, json!("b:1")),
             (json!("a:1"), Value::Null),
         ] {
-            assert_eq!(spec(image.clone(), engine_image.clone()), [], "{image} {engine_image}");
+            assert_eq!(
+                spec(image.clone(), engine_image.clone()),
+                [],
+                "{image} {engine_image}"
+            );
         }
     }
 
