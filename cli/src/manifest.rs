@@ -152,10 +152,25 @@ mod tests {
         assert!(loaded.warnings.is_empty(), "{:?}", loaded.warnings);
     }
 
+    /// `kubeairunway render` shows the default core's webhook writes: a GPU engine with no
+    /// GPU request gets one GPU.
+    #[test]
+    fn a_gpu_engine_without_a_gpu_request_renders_with_one_gpu() {
+        let loaded = one(&format!(
+            "{HEAD}spec:\n  model: {{id: a/b}}\n  engine: {{type: vllm}}\n"
+        ))
+        .unwrap();
+        assert_eq!(loaded.md.spec.gpu_count(), 1);
+        assert_eq!(
+            loaded.md.spec.resources.unwrap().gpu.unwrap().type_,
+            "nvidia.com/gpu"
+        );
+    }
+
     #[test]
     fn invalid_specs_give_the_validation_messages() {
         let errors = one(&format!(
-            "{HEAD}spec:\n  model: {{id: a/b}}\n  engine: {{type: vllm}}\n"
+            "{HEAD}spec:\n  model: {{id: a/b}}\n  engine: {{type: vllm}}\n  resources: {{gpu: {{count: 0}}}}\n"
         ))
         .unwrap_err();
         assert_eq!(

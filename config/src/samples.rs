@@ -124,10 +124,10 @@ pub fn all() -> Vec<Sample> {
         },
         rejected(
             "vllm-without-gpu",
-            "vLLM needs a GPU; no resources means CPU-only.",
+            "vLLM needs a GPU; an explicit count of 0 is CPU-only (with no GPU request at all, core's webhook asks for one).",
             "spec.resources.gpu.count",
             "vLLM engine requires GPU (set resources.gpu.count > 0)",
-            json!({"model": {"id": "meta-llama/Llama-3.1-8B-Instruct"}, "engine": {"type": "vllm"}}),
+            json!({"model": {"id": "meta-llama/Llama-3.1-8B-Instruct"}, "engine": {"type": "vllm"}, "resources": {"gpu": {"count": 0}}}),
         ),
         rejected(
             "sglang-zero-gpus",
@@ -141,7 +141,7 @@ pub fn all() -> Vec<Sample> {
             "TensorRT-LLM needs a GPU.",
             "spec.resources.gpu.count",
             "TensorRT-LLM engine requires GPU (set resources.gpu.count > 0)",
-            json!({"model": {"id": "meta-llama/Llama-3.1-8B-Instruct"}, "engine": {"type": "trtllm"}, "resources": {"memory": "32Gi"}}),
+            json!({"model": {"id": "meta-llama/Llama-3.1-8B-Instruct"}, "engine": {"type": "trtllm"}, "resources": {"gpu": {"count": 0}, "memory": "32Gi"}}),
         ),
         rejected(
             "disaggregated-with-resources-gpu",
@@ -233,6 +233,18 @@ pub fn all() -> Vec<Sample> {
                 "engine": {"type": "vllm"},
                 "resources": {"gpu": {"count": 1}},
                 "warmup": {"policies": {"ttlSecondsAfterFinished": 600}},
+            }),
+        ),
+        rejected(
+            "image-and-engine-image-differ",
+            "spec.image and spec.engine.image are one setting (AI Runway's engine.image is the preferred name): set one, or both to the same image.",
+            "spec.engine.image",
+            "spec.image and spec.engine.image name different images: they are the same setting, so set one of them (spec.engine.image is preferred) or both to the same image",
+            json!({
+                "model": {"id": "meta-llama/Llama-3.1-8B-Instruct"},
+                "engine": {"type": "vllm", "image": "vllm/vllm-openai:v0.11.0"},
+                "image": "vllm/vllm-openai:v0.10.2",
+                "resources": {"gpu": {"count": 1}},
             }),
         ),
         rejected(

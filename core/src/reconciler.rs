@@ -790,7 +790,7 @@ mod tests {
     #[test]
     fn a_spec_that_breaks_a_rule_of_the_crd_is_reported_and_not_selected_for() {
         let m = md(
-            json!({"model": {"id": "a/b"}, "engine": {"type": "vllm"}}),
+            json!({"model": {"id": "a/b"}, "engine": {"type": "vllm"}, "resources": {"gpu": {"count": 0}}}),
             None,
         );
         let (d, sel) = run(&m, &Settings::default());

@@ -75,6 +75,20 @@ pub fn warnings(spec: &ModelDeploymentSpec) -> Vec<String> {
     }
 }
 
+/// The refusals a CRD rule cannot state, which core's validating webhook gives (and the
+/// reconciler reports for an object stored while the webhook was down): a flag set both
+/// in `engine.args` and in `engine.extraArgs`
+/// ([`kubeairunway_sdk::engine::args_conflict`]).
+pub fn webhook_errors(spec: &ModelDeploymentSpec) -> Vec<FieldError> {
+    kubeairunway_sdk::engine::args_conflict(spec)
+        .map(|message| FieldError {
+            field: "spec.engine.extraArgs".to_string(),
+            message,
+        })
+        .into_iter()
+        .collect()
+}
+
 /// Validate a spec: the rules of the ModelDeployment CRD it breaks, and its warnings.
 pub fn validate(spec: &ModelDeploymentSpec) -> Validation {
     let errors = match serde_json::to_value(spec) {
@@ -90,6 +104,8 @@ pub fn validate(spec: &ModelDeploymentSpec) -> Validation {
             message: format!("the spec cannot be read: {e}"),
         }],
     };
+    let mut errors = errors;
+    errors.extend(webhook_errors(spec));
     Validation {
         errors,
         warnings: warnings(spec),
@@ -135,7 +151,7 @@ mod tests {
                 "model.id is required when source is huggingface",
             ),
             (
-                json!({"model": {"id": "a/b"}, "engine": {"type": "vllm"}}),
+                json!({"model": {"id": "a/b"}, "engine": {"type": "vllm"}, "resources": {"gpu": {"count": 0}}}),
                 "vLLM engine requires GPU (set resources.gpu.count > 0)",
             ),
             (
@@ -143,7 +159,7 @@ mod tests {
                 "SGLang engine requires GPU (set resources.gpu.count > 0)",
             ),
             (
-                json!({"model": {"id": "a/b"}, "engine": {"type": "trtllm"}}),
+                json!({"model": {"id": "a/b"}, "engine": {"type": "trtllm"}, "resources": {"gpu": {"count": 0}, "memory": "32Gi"}}),
                 "TensorRT-LLM engine requires GPU (set resources.gpu.count > 0)",
             ),
             (
@@ -171,6 +187,59 @@ mod tests {
         for (s, want) in cases {
             assert_eq!(messages(s.clone()), vec![want.to_string()], "{s}");
         }
+    }
+
+    /// A GPU engine with no GPU request is valid as stored: core's mutating webhook (and
+    /// this validation, which reads the spec defaulted) gives it one GPU.
+    #[test]
+    fn a_gpu_engine_without_a_gpu_request_is_valid_once_defaulted() {
+        for engine in ["vllm", "sglang", "trtllm"] {
+            assert!(
+                validate(&spec(
+                    json!({"model": {"id": "a/b"}, "engine": {"type": engine}})
+                ))
+                .is_valid(),
+                "{engine}"
+            );
+        }
+    }
+
+    /// The image rule of the CRD, and the webhook's refusal of a flag set in both
+    /// `engine.args` and `engine.extraArgs`.
+    #[test]
+    fn engine_image_and_extra_args_refusals() {
+        let base = |engine: serde_json::Value, image: Option<&str>| {
+            let mut v = json!({"model": {"id": "a/b"}, "engine": engine, "resources": {"gpu": {"count": 1}}});
+            if let Some(image) = image {
+                v["image"] = json!(image);
+            }
+            validate(&spec(v)).errors
+        };
+        let image_conflict = base(json!({"type": "vllm", "image": "a:1"}), Some("b:1"));
+        assert_eq!(image_conflict.len(), 1);
+        assert_eq!(image_conflict[0].field, "spec.engine.image");
+        assert!(
+            image_conflict[0]
+                .message
+                .starts_with("spec.image and spec.engine.image name different images"),
+            "{image_conflict:?}"
+        );
+        assert!(base(json!({"type": "vllm", "image": "a:1"}), Some("a:1")).is_empty());
+        assert!(base(json!({"type": "vllm", "image": "a:1"}), Some("")).is_empty());
+        assert!(base(json!({"type": "vllm"}), Some("a:1")).is_empty());
+
+        let both = base(
+            json!({"type": "vllm", "args": {"max-model-len": "1"}, "extraArgs": ["--max-model-len", "2"]}),
+            None,
+        );
+        assert_eq!(both.len(), 1);
+        assert_eq!(both[0].field, "spec.engine.extraArgs");
+        assert!(
+            both[0]
+                .message
+                .starts_with("the flag --max-model-len is set both"),
+            "{both:?}"
+        );
     }
 
     #[test]

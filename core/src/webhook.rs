@@ -1,6 +1,7 @@
 //! Admission webhooks for ModelDeployment, speaking `admission.k8s.io/v1`
 //! AdmissionReview: validating (`/validate-modeldeployment`: the check that an explicitly
-//! named provider is registered and serves, a field that does not decode, and warnings;
+//! named provider is registered and serves, a field that does not decode, a flag set both
+//! in `engine.args` and `engine.extraArgs`, and warnings;
 //! the rules a CRD can state are the CRD's, enforced by the API server before this webhook
 //! is called) and mutating (`/mutate-modeldeployment`, defaults as a JSON patch).
 //!
@@ -22,7 +23,9 @@ use kubeairunway_sdk::{InferenceProviderConfig, ModelDeployment};
 use serde_json::Value;
 use tracing::{debug, warn};
 
-use crate::validation::{provider_does_not_serve, provider_not_installed, warnings};
+use crate::validation::{
+    provider_does_not_serve, provider_not_installed, warnings, webhook_errors,
+};
 
 /// Path of the validating webhook.
 pub const VALIDATE_PATH: &str = "/validate-modeldeployment";
@@ -187,6 +190,10 @@ pub fn review_validate(
     // repeated here: the API server evaluates them before it calls this webhook and
     // refuses a spec that breaks one, so a copy here would never refuse anything. What is
     // left is what a CRD cannot say: warnings, and whether a named provider is registered.
+    // What a CRD rule cannot say: a flag set both in engine.args and engine.extraArgs.
+    if let Some(error) = webhook_errors(&md.spec).into_iter().next() {
+        return resp.deny(format!("{}: {}", error.field, error.message));
+    }
     let mut resp = resp;
     let warnings = warnings(&md.spec);
     if !warnings.is_empty() {
@@ -406,6 +413,67 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// A flag set both in `engine.args` and `engine.extraArgs` is refused, naming the
+    /// field and both spellings, as AI Runway's webhook refuses it.
+    #[test]
+    fn a_flag_in_both_args_and_extra_args_is_denied() {
+        let state = WebhookState::new(None);
+        let mut v = review();
+        v["request"]["object"]["spec"]["provider"] = json!({});
+        v["request"]["object"]["spec"]["engine"]["extraArgs"] = json!(["--k=w"]);
+        let resp = validate_body(&serde_json::to_vec(&v).unwrap(), &state);
+        assert!(!resp.allowed);
+        assert!(
+            resp.result.message.starts_with(
+                "spec.engine.extraArgs: the flag --k is set both in spec.engine.args (\"k\")"
+            ),
+            "{}",
+            resp.result.message
+        );
+        v["request"]["object"]["spec"]["engine"]["extraArgs"] = json!(["--other", "k"]);
+        let resp = validate_body(&serde_json::to_vec(&v).unwrap(), &state);
+        assert!(resp.allowed, "{}", resp.result.message);
+    }
+
+    /// A vLLM spec with no GPU request is patched to one GPU (the default AI Runway's
+    /// webhook gives); one with `gpu.count: 0` keeps it, for the CRD's rule to refuse.
+    #[test]
+    fn a_gpu_engine_without_a_gpu_request_is_patched_to_one_gpu() {
+        let patched = |spec: Value| {
+            let mut v = review();
+            v["request"]["operation"] = json!("CREATE");
+            v["request"]["object"]["spec"] = spec;
+            let resp = mutate_body(&serde_json::to_vec(&v).unwrap());
+            assert!(resp.allowed);
+            let mut object = v["request"]["object"].clone();
+            if let Some(patch) = resp.patch {
+                let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
+                json_patch::patch(&mut object, &patch).unwrap();
+            }
+            object["spec"]["resources"].clone()
+        };
+        assert_eq!(
+            patched(json!({"model": {"id": "a/b"}, "engine": {"type": "vllm"}})),
+            json!({"gpu": {"count": 1, "type": "nvidia.com/gpu"}})
+        );
+        assert_eq!(
+            patched(
+                json!({"model": {"id": "a/b"}, "engine": {"type": "trtllm"}, "resources": {"memory": "8Gi"}})
+            ),
+            json!({"memory": "8Gi", "gpu": {"count": 1, "type": "nvidia.com/gpu"}})
+        );
+        assert_eq!(
+            patched(
+                json!({"model": {"id": "a/b"}, "engine": {"type": "sglang"}, "resources": {"gpu": {"count": 0}}})
+            ),
+            json!({"gpu": {"count": 0, "type": "nvidia.com/gpu"}})
+        );
+        assert_eq!(
+            patched(json!({"model": {"id": "a/b"}, "engine": {"type": "llamacpp"}})),
+            Value::Null
+        );
     }
 
     #[test]

@@ -7,6 +7,14 @@
 //! ModelDeployment; core's mutating webhook and selection (the `spec` CEL rules see)
 //! apply the same ones with [`apply`], by the API server's own algorithm, so no default is
 //! written twice.
+//!
+//! One default depends on other fields, which a schema `default` cannot say, so it is
+//! only [`apply`]'s (core's mutating webhook writes it at admission; selection and
+//! `kubeairunway render` see it): a GPU engine (vLLM, SGLang, TensorRT-LLM) served
+//! aggregated with no GPU request (`resources.gpu` absent) gets one GPU,
+//! `resources.gpu: {count: 1, type: nvidia.com/gpu}`, as AI Runway's webhook gives one
+//! ([`GPU_ENGINES`]). An explicit `gpu.count: 0` is kept, and refused by the CRD's rule;
+//! without the webhook the API server refuses a spec with no GPU request by the same rule.
 
 use std::sync::LazyLock;
 
@@ -35,6 +43,44 @@ pub fn spec_schema() -> &'static Value {
 /// alone (validation reports it).
 pub fn apply(spec: &mut Value) {
     default(spec, &SPEC_SCHEMA);
+    one_gpu(spec);
+    // The new GPU request's own defaults (its `type`).
+    default(spec, &SPEC_SCHEMA);
+}
+
+/// The engines that need a GPU (the CRD refuses them without one in aggregated mode), as
+/// the API writes them.
+pub const GPU_ENGINES: [&str; 3] = ["vllm", "sglang", "trtllm"];
+
+/// One GPU for a GPU engine served aggregated that asks for none: `resources.gpu` absent
+/// (a `gpu` with `count: 0` is the user's, and the CRD refuses it). Runs after the schema
+/// defaults, so an absent `serving.mode` already reads aggregated. AI Runway's webhook
+/// does the same when `resources` is absent (`controller/internal/webhook/v1alpha1/
+/// modeldeployment_webhook.go`, `Default`, at b0d3fb7), except for a spec with its own
+/// image, which it leaves without a GPU; here the CRD refuses these engines without one
+/// whatever the image, so such a spec gets one too.
+fn one_gpu(spec: &mut Value) {
+    let engine = spec.pointer("/engine/type").and_then(Value::as_str);
+    let mode = spec.pointer("/serving/mode").and_then(Value::as_str);
+    if !engine.is_some_and(|e| GPU_ENGINES.contains(&e)) || mode != Some("aggregated") {
+        return;
+    }
+    let Some(map) = spec.as_object_mut() else {
+        return;
+    };
+    let resources = map
+        .entry("resources")
+        .and_modify(|r| {
+            if r.is_null() {
+                *r = Value::Object(serde_json::Map::new());
+            }
+        })
+        .or_insert_with(|| Value::Object(serde_json::Map::new()));
+    if let Some(resources) = resources.as_object_mut()
+        && resources.get("gpu").is_none_or(Value::is_null)
+    {
+        resources.insert("gpu".into(), serde_json::json!({"count": 1}));
+    }
 }
 
 /// Structural defaulting: a property with a `default` that is absent (or null: our
@@ -143,12 +189,64 @@ mod tests {
         assert_eq!(defaulted, serde_json::to_value(&typed).unwrap());
     }
 
+    /// A GPU engine served aggregated with no GPU request gets one GPU, whether it has no
+    /// `resources` or `resources` without `gpu`; an explicit count (0 included), llama.cpp,
+    /// and disaggregated serving (GPUs per role) are left alone.
+    #[test]
+    fn a_gpu_engine_without_a_gpu_request_gets_one_gpu() {
+        let one = json!({"count": 1, "type": "nvidia.com/gpu"});
+        for engine in GPU_ENGINES {
+            let mut spec = json!({"model": {"id": "a/b"}, "engine": {"type": engine}});
+            apply(&mut spec);
+            assert_eq!(spec["resources"], json!({"gpu": one}), "{engine}");
+            let mut memory_only = json!({"model": {"id": "a/b"}, "engine": {"type": engine},
+                "resources": {"memory": "32Gi"}});
+            apply(&mut memory_only);
+            assert_eq!(
+                memory_only["resources"],
+                json!({"memory": "32Gi", "gpu": one}),
+                "{engine}"
+            );
+            let again = memory_only.clone();
+            apply(&mut memory_only);
+            assert_eq!(memory_only, again, "idempotent");
+        }
+        let kept = |spec: Value| {
+            let mut defaulted = spec.clone();
+            apply(&mut defaulted);
+            defaulted.get("resources").cloned()
+        };
+        assert_eq!(
+            kept(json!({"engine": {"type": "vllm"}, "resources": {"gpu": {"count": 0}}})),
+            Some(json!({"gpu": {"count": 0, "type": "nvidia.com/gpu"}})),
+            "an explicit 0 stays, for the CRD to refuse"
+        );
+        assert_eq!(
+            kept(
+                json!({"engine": {"type": "sglang"}, "resources": {"gpu": {"count": 2, "type": "amd.com/gpu"}}})
+            ),
+            Some(json!({"gpu": {"count": 2, "type": "amd.com/gpu"}}))
+        );
+        assert_eq!(kept(json!({"engine": {"type": "llamacpp"}})), None);
+        assert_eq!(kept(json!({"model": {"id": "a/b"}})), None, "no engine");
+        assert_eq!(
+            kept(json!({"engine": {"type": "vllm"}, "serving": {"mode": "disaggregated"}})),
+            None,
+            "disaggregated roles carry their own GPUs"
+        );
+        let mut with_image = json!({"engine": {"type": "trtllm"}, "image": "my/trtllm:1"});
+        apply(&mut with_image);
+        assert_eq!(with_image["resources"]["gpu"]["count"], 1);
+    }
+
     #[test]
     fn odd_shapes_do_not_panic() {
         for mut v in [
             json!(null),
             json!([]),
             json!({"model": 3, "scaling": "x", "resources": []}),
+            json!({"engine": {"type": "vllm"}, "serving": {"mode": "aggregated"}, "resources": 3}),
+            json!({"engine": {"type": "vllm"}, "resources": null}),
         ] {
             apply(&mut v);
         }

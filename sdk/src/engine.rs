@@ -15,6 +15,19 @@
 //! | TensorRT-LLM | `trtllm-serve` | its argument / its argument | (none: served as [`served_as`]) | `--tp_size` | `--max_seq_len` | `--trust_remote_code` |
 //! | llama.cpp | `llama-server` | `--hf-repo` / `--model` | `--alias` | (splits layers over all GPUs itself) | `--ctx-size` | (runs no model code) |
 //!
+//! | engine | prefix caching on / off | eager (no CUDA graphs) |
+//! |---|---|---|
+//! | vLLM | `--enable-prefix-caching` / `--no-enable-prefix-caching` | `--enforce-eager` |
+//! | SGLang | (its default: the radix cache) / `--disable-radix-cache` | `--disable-cuda-graph` |
+//! | TensorRT-LLM | (no option) | (no option) |
+//! | llama.cpp | `--cache-prompt` / `--no-cache-prompt` | (no option) |
+//!
+//! `engine.enforceEager` asks for something only when true: false, like unset, leaves the
+//! engine as it runs by default. What a server has no option for is named as ignored
+//! ([`Toggle::flag`], [`toggle_flags`]). `engine.extraArgs` go last, as given
+//! ([`extra_args`]), and count as the user's setting of their flags ([`user_flags`]);
+//! a flag set both there and in `engine.args` is refused ([`args_conflict`]).
+//!
 //! `trtllm-serve` serves the model under its argument (a Hugging Face id whole, a
 //! checkpoint directory by its last component) and has no served-name option, so a
 //! `model.servedName` other than that is named as ignored. Dynamo's TensorRT-LLM worker
@@ -47,8 +60,9 @@
 //! `engine.trustRemoteCode` adds the engine's flag
 //! (llama.cpp runs no model code: named as ignored); llama.cpp offloads every layer to
 //! the GPUs (`--n-gpu-layers 999`) when it has any, and loads a `source: custom` model
-//! from its path with `--model`. `engine.args` follow in key order
-//! ([`crate::provider::engine_flags`]). The Hugging Face token Secret
+//! from its path with `--model`; the prefix caching and eager flags follow. `engine.args`
+//! follow in key order ([`crate::provider::engine_flags`]), then `engine.extraArgs` as
+//! given. The Hugging Face token Secret
 //! (`secrets.huggingFaceToken`, key `HF_TOKEN`) is passed as `envFrom`, `spec.env` as
 //! `env`, and `/dev/shm` is a memory-backed `emptyDir` (engines share tensors between
 //! processes through it; the container runtime's default is 64 MiB). The storage volumes
@@ -56,7 +70,9 @@
 //! `/model-cache` and `/compilation-cache`), with the engine's cache variables: vLLM
 //! `HF_HOME` and `VLLM_CACHE_ROOT`, SGLang and TensorRT-LLM `HF_HOME`, llama.cpp
 //! `LLAMA_CACHE` (where `--hf-repo` downloads go) for the model cache. The image is the
-//! caller's: the SDK knows no default for any engine.
+//! caller's (the spec names one with
+//! [`crate::api::ModelDeploymentSpec::effective_image`]): the SDK knows no default for
+//! any engine.
 
 use std::collections::BTreeMap;
 
@@ -113,6 +129,41 @@ impl Parallelism {
     }
 }
 
+/// How an engine's server turns a boolean option on and off.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Toggle {
+    /// The flag that turns it on; `None`: the server has none.
+    pub on: Option<&'static str>,
+    /// The flag that turns it off; `None`: the server has none.
+    pub off: Option<&'static str>,
+    /// The engine's own setting when neither flag is passed, where its source says so.
+    pub default: Option<bool>,
+    /// Why a value the server has no flag for (and that is not its default) cannot be
+    /// passed.
+    pub missing: &'static str,
+}
+
+impl Toggle {
+    /// The flag that asks for `value`: `Ok(None)` when none is needed (the engine's
+    /// default), `Err` with the reason when the server cannot be told.
+    pub fn flag(&self, value: bool) -> Result<Option<&'static str>, &'static str> {
+        match (if value { self.on } else { self.off }, self.default) {
+            (Some(flag), _) => Ok(Some(flag)),
+            (None, Some(default)) if default == value => Ok(None),
+            (None, _) => Err(self.missing),
+        }
+    }
+
+    /// Its flags as [`arg_key`] spells them.
+    pub fn keys(&self) -> Vec<String> {
+        [self.on, self.off]
+            .into_iter()
+            .flatten()
+            .map(arg_key)
+            .collect()
+    }
+}
+
 /// How an engine's server spells the options a ModelDeployment sets.
 #[derive(Debug, PartialEq, Eq)]
 pub struct Flags {
@@ -135,6 +186,11 @@ pub struct Flags {
     /// The variables that point the engine at a storage volume of a purpose (the first
     /// volume of each), unless `spec.env` sets them.
     pub cache_variables: &'static [(VolumePurpose, &'static str)],
+    /// Prefix caching (`engine.enablePrefixCaching`).
+    pub prefix_caching: Toggle,
+    /// Eager execution without CUDA graphs (`engine.enforceEager`; only `true` is asked
+    /// for).
+    pub eager: Toggle,
 }
 
 /// vLLM (`vllm/engine/arg_utils.py`, `vllm/entrypoints/openai/cli_args.py`).
@@ -155,6 +211,21 @@ pub const VLLM: Flags = Flags {
         (VolumePurpose::ModelCache, "HF_HOME"),
         (VolumePurpose::CompilationCache, "VLLM_CACHE_ROOT"),
     ],
+    // A boolean option of vLLM's configs is an `argparse.BooleanOptionalAction`, so each
+    // has a `--no-` spelling; prefix caching is on and eager off by default
+    // (docs/upstream.md#engine-flags).
+    prefix_caching: Toggle {
+        on: Some("--enable-prefix-caching"),
+        off: Some("--no-enable-prefix-caching"),
+        default: Some(true),
+        missing: "",
+    },
+    eager: Toggle {
+        on: Some("--enforce-eager"),
+        off: Some("--no-enforce-eager"),
+        default: Some(false),
+        missing: "",
+    },
 };
 
 /// SGLang (`python/sglang/srt/server_args.py`).
@@ -172,6 +243,21 @@ pub const SGLANG: Flags = Flags {
     context_length: "--context-length",
     trust_remote_code: Some("--trust-remote-code"),
     cache_variables: &[(VolumePurpose::ModelCache, "HF_HOME")],
+    // Its prefix cache is the radix cache, on unless `--disable-radix-cache`; CUDA graphs
+    // are on unless `--disable-cuda-graph`; both flags are `store_true`
+    // (docs/upstream.md#engine-flags).
+    prefix_caching: Toggle {
+        on: None,
+        off: Some("--disable-radix-cache"),
+        default: Some(true),
+        missing: "",
+    },
+    eager: Toggle {
+        on: Some("--disable-cuda-graph"),
+        off: None,
+        default: Some(false),
+        missing: "",
+    },
 };
 
 /// llama.cpp's `llama-server` (`tools/server/README.md`): it splits a model's layers over
@@ -190,6 +276,19 @@ pub const LLAMACPP: Flags = Flags {
     context_length: "--ctx-size",
     trust_remote_code: None,
     cache_variables: &[(VolumePurpose::ModelCache, "LLAMA_CACHE")],
+    // Its prompt cache reuses the KV cache of a prompt's common prefix (on by default).
+    prefix_caching: Toggle {
+        on: Some("--cache-prompt"),
+        off: Some("--no-cache-prompt"),
+        default: Some(true),
+        missing: "",
+    },
+    eager: Toggle {
+        on: None,
+        off: None,
+        default: None,
+        missing: "llama-server has no option for it",
+    },
 };
 
 /// TensorRT-LLM's `trtllm-serve` (`tensorrt_llm/commands/serve.py@00209af1`,
@@ -212,6 +311,20 @@ pub const TRTLLM: Flags = Flags {
     context_length: "--max_seq_len",
     trust_remote_code: Some("--trust_remote_code"),
     cache_variables: &[(VolumePurpose::ModelCache, "HF_HOME")],
+    prefix_caching: Toggle {
+        on: None,
+        off: None,
+        default: None,
+        missing: "trtllm-serve has no option for it (KV cache block reuse is an engine \
+                  argument, which only an --extra_llm_api_options file sets)",
+    },
+    eager: Toggle {
+        on: None,
+        off: None,
+        default: None,
+        missing: "trtllm-serve has no option for it (CUDA graphs are an engine argument, \
+                  which only an --extra_llm_api_options file sets)",
+    },
 };
 
 impl Flags {
@@ -258,6 +371,123 @@ fn int(args: Option<&BTreeMap<String, String>>, keys: &[&str]) -> Option<i32> {
     keys.iter()
         .find_map(|k| args.get(*k))
         .and_then(|v| v.trim().parse().ok())
+}
+
+/// The long flags of `engine.extraArgs`, read as the engines' parsers read them: each
+/// `--key=value`, `--key value` (the next token, when it is no long flag), or a bare
+/// `--key` (`"true"`, as `engine.args` writes a bare flag). Keys are without their dashes
+/// (compare them with [`arg_key`]); other tokens are values or positional arguments.
+pub fn extra_arg_flags(extra: &[String]) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut tokens = extra.iter().peekable();
+    while let Some(token) = tokens.next() {
+        let Some(key) = long_flag(token) else {
+            continue;
+        };
+        let value = match token.split_once('=') {
+            Some((_, value)) => value.to_string(),
+            None => match tokens.peek() {
+                Some(next) if long_flag(next).is_none() => {
+                    tokens.next().cloned().unwrap_or_default()
+                }
+                _ => "true".to_string(),
+            },
+        };
+        out.insert(key, value);
+    }
+    out
+}
+
+/// The key of a long flag token (`--key` or `--key=value`, without the dashes), `None`
+/// for anything else (a value, a short flag, `--`, `---x`).
+fn long_flag(token: &str) -> Option<String> {
+    let body = token.strip_prefix("--")?;
+    if body.starts_with('-') {
+        return None;
+    }
+    let key = body.split_once('=').map_or(body, |(k, _)| k).trim();
+    (!key.is_empty()).then(|| key.to_string())
+}
+
+/// Every flag the user sets: `engine.args`, and the long flags of `engine.extraArgs`
+/// ([`extra_arg_flags`]). What the providers check before adding a flag of their own
+/// (the user's setting wins) and count parallelism from.
+pub fn user_flags(spec: &crate::api::ModelDeploymentSpec) -> BTreeMap<String, String> {
+    let mut out: BTreeMap<String, String> = spec.engine.args.clone().unwrap_or_default();
+    out.extend(extra_arg_flags(
+        spec.engine.extra_args.as_deref().unwrap_or_default(),
+    ));
+    out
+}
+
+/// The refusal of a flag set both in `engine.args` and in `engine.extraArgs` (compared as
+/// [`arg_key`] spells them: the engine would get it twice, and one value would silently
+/// win), as AI Runway refuses it (`ValidateEngineArgs` in
+/// `controller/api/v1alpha1/modeldeployment_validation.go`, at b0d3fb7). Core's
+/// validating webhook refuses such a spec; a provider that renders `extraArgs` refuses
+/// to render it ([`extra_args`]).
+pub fn args_conflict(spec: &crate::api::ModelDeploymentSpec) -> Option<String> {
+    let args = spec.engine.args.as_ref()?;
+    spec.engine.extra_args.iter().flatten().find_map(|token| {
+        let key = arg_key(&long_flag(token)?);
+        let (given, _) = args.iter().find(|(k, _)| arg_key(k) == key)?;
+        Some(format!(
+            "the flag --{key} is set both in spec.engine.args (\"{given}\") and in \
+             spec.engine.extraArgs (\"{token}\"): set it in one of them only, so that the \
+             engine does not get two values"
+        ))
+    })
+}
+
+/// `engine.extraArgs`, to pass as given after the rendered flags and `engine.args`; an
+/// error for a flag set in both ([`args_conflict`]).
+pub fn extra_args(md: &ModelDeployment) -> Result<Vec<String>, RenderError> {
+    if let Some(conflict) = args_conflict(&md.spec) {
+        return Err(RenderError(conflict));
+    }
+    Ok(md.spec.engine.extra_args.clone().unwrap_or_default())
+}
+
+/// The flags for `engine.enablePrefixCaching` and `engine.enforceEager` (only `true`
+/// asks for something) as `flags` spells them, and a warning naming each field the server
+/// cannot be told. A toggle whose flag `user` ([`user_flags`]) sets is the user's: nothing
+/// is added for it.
+pub fn toggle_flags(
+    flags: &Flags,
+    prefix_caching: Option<bool>,
+    enforce_eager: Option<bool>,
+    user: &BTreeMap<String, String>,
+) -> (Vec<String>, Vec<Warning>) {
+    let mut args = Vec::new();
+    let mut warnings = Vec::new();
+    let set_by_user = |toggle: &Toggle| {
+        let keys = toggle.keys();
+        user.keys().any(|k| keys.contains(&arg_key(k)))
+    };
+    for (field, toggle, value) in [
+        (
+            "spec.engine.enablePrefixCaching",
+            &flags.prefix_caching,
+            prefix_caching,
+        ),
+        (
+            "spec.engine.enforceEager",
+            &flags.eager,
+            enforce_eager.filter(|eager| *eager),
+        ),
+    ] {
+        let Some(value) = value else {
+            continue;
+        };
+        if set_by_user(toggle) {
+            continue;
+        }
+        match toggle.flag(value) {
+            Ok(flag) => args.extend(flag.map(str::to_string)),
+            Err(why) => warnings.push(Warning::unsupported_field(field, why)),
+        }
+    }
+    (args, warnings)
 }
 
 /// The Secret holding the Hugging Face token (`secrets.huggingFaceToken`, key
@@ -341,7 +571,9 @@ pub fn container(
                 }
             })
         })?;
-    let (command, args, warnings) = command_line(md, engine, flags, model, port);
+    let extra = extra_args(md)?;
+    let (command, mut args, warnings) = command_line(md, engine, flags, model, port);
+    args.extend(extra);
     let mut container = json!({
         "name": CONTAINER_NAME,
         "image": image,
@@ -414,7 +646,7 @@ fn command_line(
     port: i32,
 ) -> (Vec<&'static str>, Vec<String>, Vec<Warning>) {
     let spec = &md.spec;
-    let user_args = spec.engine.args.as_ref();
+    let user = user_flags(spec);
     let gpus = gpu::per_replica(spec, Role::Aggregated).count;
     let mut warnings = Vec::new();
     let command = match engine {
@@ -436,13 +668,13 @@ fn command_line(
     }
     args.extend(strings(&["--host", "0.0.0.0", "--port", &port.to_string()]));
     // Tensor parallelism 1 is every engine's default.
-    let tp = flags.parallelism.tensor_parallel(gpus, user_args);
+    let tp = flags.parallelism.tensor_parallel(gpus, Some(&user));
     if let (Some(flag), Some(tp)) = (flags.tensor_parallel, tp.filter(|tp| *tp > 1)) {
         args.extend(strings(&[flag, &tp.to_string()]));
     }
     if engine == EngineType::Llamacpp
         && gpus > 0
-        && !sets(user_args, &["n-gpu-layers", "ngl", "gpu-layers"])
+        && !sets(Some(&user), &["n-gpu-layers", "ngl", "gpu-layers"])
     {
         args.extend(strings(&["--n-gpu-layers", "999"]));
     }
@@ -458,7 +690,15 @@ fn command_line(
             )),
         }
     }
-    args.extend(engine_flags(user_args));
+    let (toggles, more) = toggle_flags(
+        flags,
+        spec.engine.enable_prefix_caching,
+        spec.engine.enforce_eager,
+        &user,
+    );
+    args.extend(toggles);
+    warnings.extend(more);
+    args.extend(engine_flags(spec.engine.args.as_ref()));
     (command, args, warnings)
 }
 
@@ -887,5 +1127,183 @@ mod tests {
         );
         assert_eq!(served_as("/models/llama", ModelSource::Custom), "llama");
         assert_eq!(served_as("a/b", ModelSource::Huggingface), "a/b");
+    }
+
+    /// `engine.enablePrefixCaching` and `engine.enforceEager` as each server's parser
+    /// defines them (docs/upstream.md#engine-flags): vLLM's are
+    /// `argparse.BooleanOptionalAction`s with a `--no-` spelling
+    /// (`vllm/engine/arg_utils.py:207-208,550-551,773-774@v0.11.0`,
+    /// `:309-310,720,996-1001@v0.19.1`); SGLang's radix cache and CUDA graphs are on unless
+    /// `--disable-radix-cache` / `--disable-cuda-graph`
+    /// (`python/sglang/srt/server_args.py:609,612,5335-5356@0.5.10.post1`); llama-server
+    /// has `--cache-prompt, --no-cache-prompt` and no eager option
+    /// (`tools/server/README.md@00dc8057`, ggml-org/llama.cpp); `trtllm-serve` has neither
+    /// (`tensorrt_llm/commands/serve.py@00209af1`, NVIDIA/TensorRT-LLM).
+    #[test]
+    fn prefix_caching_and_eager_are_spelled_as_each_engine_parses_them() {
+        let render = |engine: &str, prefix: Option<bool>, eager: Option<bool>| {
+            let md = md(json!({
+                "model": {"id": "a/b"},
+                "engine": {"type": engine, "enablePrefixCaching": prefix, "enforceEager": eager},
+                "resources": {"gpu": {"count": 1}},
+            }));
+            let c = container(&md, "img", PORT).unwrap();
+            let all = args_of(&c);
+            let start = all.iter().position(|a| *a == "8000").unwrap() + 1;
+            let args: Vec<String> = all[start..]
+                .iter()
+                .filter(|a| !["--n-gpu-layers", "999"].contains(a))
+                .map(|a| (*a).to_string())
+                .collect();
+            let ignored: Vec<String> = Warning::ignored_fields(&c.warnings)
+                .iter()
+                .map(|f| (*f).to_string())
+                .collect();
+            (args, ignored)
+        };
+        let none: Vec<String> = Vec::new();
+        let strs = |a: &[&str]| a.iter().map(|s| (*s).to_string()).collect::<Vec<_>>();
+        // vLLM: both values of prefix caching, eager when true.
+        assert_eq!(
+            render("vllm", Some(true), Some(true)),
+            (
+                strs(&["--enable-prefix-caching", "--enforce-eager"]),
+                none.clone()
+            )
+        );
+        assert_eq!(
+            render("vllm", Some(false), Some(false)),
+            (strs(&["--no-enable-prefix-caching"]), none.clone())
+        );
+        // SGLang: on is its default; eager turns CUDA graphs off.
+        assert_eq!(
+            render("sglang", Some(true), Some(true)),
+            (strs(&["--disable-cuda-graph"]), none.clone())
+        );
+        assert_eq!(
+            render("sglang", Some(false), None),
+            (strs(&["--disable-radix-cache"]), none.clone())
+        );
+        // llama.cpp: its prompt cache; no eager option.
+        assert_eq!(
+            render("llamacpp", Some(false), Some(true)),
+            (
+                strs(&["--no-cache-prompt"]),
+                strs(&["spec.engine.enforceEager"])
+            )
+        );
+        assert_eq!(
+            render("llamacpp", Some(true), Some(false)),
+            (strs(&["--cache-prompt"]), none.clone())
+        );
+        // TensorRT-LLM: neither; false eager asks for nothing.
+        assert_eq!(
+            render("trtllm", Some(true), Some(true)),
+            (
+                none.clone(),
+                strs(&[
+                    "spec.engine.enablePrefixCaching",
+                    "spec.engine.enforceEager"
+                ])
+            )
+        );
+        assert_eq!(
+            render("trtllm", None, Some(false)),
+            (none.clone(), none.clone())
+        );
+        // Unset: nothing, for every engine.
+        for engine in ["vllm", "sglang", "trtllm", "llamacpp"] {
+            assert_eq!(
+                render(engine, None, None),
+                (none.clone(), none.clone()),
+                "{engine}"
+            );
+        }
+    }
+
+    /// A toggle the user sets in `engine.args` or `engine.extraArgs` (either spelling) is
+    /// theirs: no flag of ours is added for it.
+    #[test]
+    fn the_user_s_own_prefix_caching_flag_wins() {
+        let md = md(json!({
+            "model": {"id": "a/b"},
+            "engine": {"type": "vllm", "enablePrefixCaching": true, "enforceEager": true,
+                       "extraArgs": ["--no-enable-prefix-caching"], "args": {"enforce_eager": "true"}},
+            "resources": {"gpu": {"count": 1}},
+        }));
+        let c = container(&md, "img", PORT).unwrap();
+        let args = args_of(&c);
+        assert_eq!(
+            args[args.len() - 2..],
+            ["--enforce_eager", "--no-enable-prefix-caching"]
+        );
+        assert!(!args.contains(&"--enable-prefix-caching"), "{args:?}");
+        assert_eq!(
+            args.iter().filter(|a| a.contains("eager")).count(),
+            1,
+            "{args:?}"
+        );
+    }
+
+    /// `engine.extraArgs` go last, as given; their flags count as the user's (here
+    /// pipeline parallelism, which tensor parallelism leaves room for).
+    #[test]
+    fn extra_args_go_last_as_given_and_count_as_the_user_s_flags() {
+        let md = md(json!({
+            "model": {"id": "a/b"},
+            "engine": {"type": "vllm", "args": {"max-num-seqs": "8"},
+                       "extraArgs": ["--pipeline-parallel-size=2", "--allowed-origins", "[\"a\", \"b\"]", "--enable-auto-tool-choice"]},
+            "resources": {"gpu": {"count": 4}},
+        }));
+        let c = container(&md, "img", PORT).unwrap();
+        let args = args_of(&c).join(" ");
+        assert!(
+            args.ends_with(
+                "--tensor-parallel-size 2 --max-num-seqs 8 --pipeline-parallel-size=2 \
+                 --allowed-origins [\"a\", \"b\"] --enable-auto-tool-choice"
+            ),
+            "{args}"
+        );
+        let flags = extra_arg_flags(md.spec.engine.extra_args.as_deref().unwrap());
+        assert_eq!(flags["pipeline-parallel-size"], "2");
+        assert_eq!(flags["allowed-origins"], "[\"a\", \"b\"]");
+        assert_eq!(flags["enable-auto-tool-choice"], "true");
+        assert_eq!(
+            extra_arg_flags(&[
+                "-x".to_string(),
+                "--".to_string(),
+                "---y".to_string(),
+                "value".to_string()
+            ]),
+            BTreeMap::new()
+        );
+    }
+
+    /// A flag in both `engine.args` and `engine.extraArgs` is refused, whatever its
+    /// spelling in each, with a message naming both; distinct flags pass.
+    #[test]
+    fn a_flag_in_both_args_and_extra_args_is_refused() {
+        let md = md(json!({
+            "model": {"id": "a/b"},
+            "engine": {"type": "vllm", "args": {"max_model_len": "4096", "dtype": "half"},
+                       "extraArgs": ["--served-model-name", "x", "--max-model-len=8192"]},
+            "resources": {"gpu": {"count": 1}},
+        }));
+        let conflict = args_conflict(&md.spec).unwrap();
+        assert_eq!(
+            conflict,
+            "the flag --max-model-len is set both in spec.engine.args (\"max_model_len\") and \
+             in spec.engine.extraArgs (\"--max-model-len=8192\"): set it in one of them only, \
+             so that the engine does not get two values"
+        );
+        assert_eq!(container(&md, "img", PORT).unwrap_err().0, conflict);
+        let fine = md_with(
+            &json!({"type": "vllm", "args": {"dtype": "half"}, "extraArgs": ["--max-model-len", "dtype"]}),
+        );
+        assert_eq!(args_conflict(&fine.spec), None, "a value is no flag");
+    }
+
+    fn md_with(engine: &Value) -> ModelDeployment {
+        md(json!({"model": {"id": "a/b"}, "engine": engine, "resources": {"gpu": {"count": 1}}}))
     }
 }

@@ -194,6 +194,34 @@ mod tests {
         }
     }
 
+    /// `image` and `engine.image` are one setting: different images are refused, the same
+    /// one (or an empty one) is not; read here with the CEL interpreter the SDK embeds.
+    #[test]
+    fn image_and_engine_image_must_agree() {
+        let spec = |image: Value, engine_image: Value| {
+            check(
+                &json!({"model": {"id": "a/b"}, "engine": {"type": "llamacpp", "image": engine_image},
+                          "image": image}),
+            )
+        };
+        let differ = spec(json!("a:1"), json!("b:1"));
+        assert_eq!(differ.len(), 1, "{differ:?}");
+        assert_eq!(differ[0].field, "spec.engine.image");
+        for (image, engine_image) in [
+            (json!("a:1"), json!("a:1")),
+            (json!(""), json!("b:1")),
+            (json!("a:1"), json!("")),
+            (Value::Null, json!("b:1")),
+            (json!("a:1"), Value::Null),
+        ] {
+            assert_eq!(
+                spec(image.clone(), engine_image.clone()),
+                [],
+                "{image} {engine_image}"
+            );
+        }
+    }
+
     #[test]
     fn a_broken_rule_names_its_field_and_message_and_nulls_are_absent() {
         let broken = check(&json!({"model": {"id": "a/b"}, "engine": {"type": null}}));
@@ -205,7 +233,8 @@ mod tests {
             }]
         );
         // Two rules at once are both reported, in the schema's order.
-        let broken = check(&json!({"model": {"id": ""}, "engine": {"type": "vllm"}}));
+        let broken = check(&json!({"model": {"id": ""}, "engine": {"type": "vllm"},
+                                   "resources": {"gpu": {"count": 0}}}));
         let fields: Vec<_> = broken.iter().map(|v| v.field.as_str()).collect();
         assert_eq!(fields, ["spec.model.id", "spec.resources.gpu.count"]);
     }

@@ -12,7 +12,8 @@
 //!   no operator's rule takes, and anything that names it (`spec.provider.name:
 //!   deployment`).
 //! - The serving container is the SDK's ([`kubeairunway_sdk::engine::container`]) with
-//!   an image per engine ([`Images`]: `spec.image` wins; SGLang has none unless given,
+//!   an image per engine ([`Images`]: the spec's own image wins, `spec.engine.image` or
+//!   `spec.image`; SGLang has none unless given,
 //!   TensorRT-LLM none at all, so its ModelDeployments name theirs); the pods get
 //!   `spec.nodeSelector` and `spec.tolerations`; the Service (port [`SERVICE_PORT`])
 //!   selects them by the ModelDeployment's label and is the endpoint.
@@ -23,6 +24,9 @@
 //!   autoscaler that targets the Deployment itself: `spec.replicas` is not rendered, so an
 //!   apply never resets its count. The ModelDeployment API has no autoscaling settings, so
 //!   this provider renders no autoscaler of its own.
+//! - The engine fields are the SDK container's: prefix caching and eager execution as the
+//!   engine's flags, named as ignored where its server has none (TensorRT-LLM, llama.cpp's
+//!   eager), and `engine.extraArgs` last on the command line.
 //! - `spec.gateway` is named as unsupported (no HTTPRoute is made), and so are the claim
 //!   settings of `model.storage` (claims are mounted, never created). `spec.kernelCache`
 //!   is served by the kernel-cache provider's pod webhook (the pods carry the
@@ -113,9 +117,10 @@ impl Images {
         }
     }
 
-    /// The image for `md` (`spec.image` first), or why there is none.
+    /// The image for `md` (the spec's own first: `spec.engine.image`, or `spec.image`,
+    /// one setting), or why there is none.
     pub fn for_spec(&self, md: &ModelDeployment) -> Result<String, String> {
-        if let Some(image) = md.spec.image.as_deref().filter(|i| !i.is_empty()) {
+        if let Some(image) = md.spec.effective_image() {
             return Ok(image.to_string());
         }
         let engine = md.spec.engine.type_;
@@ -128,8 +133,8 @@ impl Images {
         };
         default.filter(|i| !i.is_empty()).cloned().ok_or_else(|| {
             format!(
-                "spec.image is required for the {} engine: the Deployment provider has no \
-                 default image for it",
+                "spec.engine.image (or spec.image) is required for the {} engine: the \
+                 Deployment provider has no default image for it",
                 engine.map_or("unset", EngineType::as_str)
             )
         })

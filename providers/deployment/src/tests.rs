@@ -108,16 +108,21 @@ fn it_refuses_what_a_deployment_cannot_serve() {
     // SGLang has no default image unless the flag gives one, TensorRT-LLM none at all.
     assert_eq!(
         refused(&md(EngineType::Sglang, 1).build()),
-        "spec.image is required for the sglang engine: the Deployment provider has no \
-         default image for it"
+        "spec.engine.image (or spec.image) is required for the sglang engine: the \
+         Deployment provider has no default image for it"
     );
     assert_eq!(
         refused(&md(EngineType::Trtllm, 1).build()),
-        "spec.image is required for the trtllm engine: the Deployment provider has no \
-         default image for it"
+        "spec.engine.image (or spec.image) is required for the trtllm engine: the \
+         Deployment provider has no default image for it"
     );
     let sglang = md(EngineType::Sglang, 1)
         .image("lmsysorg/sglang:v0.5.5")
+        .build();
+    assert_eq!(fit::check(&provider, &sglang), Ok(()));
+    // spec.engine.image is the same setting.
+    let sglang = md(EngineType::Sglang, 1)
+        .spec(|s| s.engine.image = Some("lmsysorg/sglang:v0.5.5".into()))
         .build();
     assert_eq!(fit::check(&provider, &sglang), Ok(()));
 }
@@ -165,7 +170,15 @@ fn full_spec_renders_a_deployment_and_a_service() {
         .label("kubeairunway.ai/team", "ml")
         .overrides(json!({"progressDeadlineSeconds": 3600}))
         .spec(|s| {
-            s.engine.args = Some([("enforce-eager".into(), "true".into())].into());
+            s.engine.image = Some("vllm/vllm-openai:v0.11.0".into());
+            s.engine.args = Some([("max-num-seqs".into(), "64".into())].into());
+            s.engine.enable_prefix_caching = Some(true);
+            s.engine.enforce_eager = Some(true);
+            s.engine.extra_args = Some(vec![
+                "--enable-auto-tool-choice".into(),
+                "--tool-call-parser".into(),
+                "hermes".into(),
+            ]);
             s.node_selector = Some([("pool".into(), "gpu".into())].into());
             s.tolerations = Some(vec![
                 serde_json::from_value(
@@ -205,6 +218,76 @@ fn llama_cpp_gets_the_cuda_image_only_with_gpus() {
         own.objects[0].data["spec"]["template"]["spec"]["containers"][0]["image"],
         "my/llama:1"
     );
+}
+
+/// The engine fields per engine: `engine.image` as the container's image, prefix caching
+/// and eager execution as each server's flags (cited by the SDK's
+/// `prefix_caching_and_eager_are_spelled_as_each_engine_parses_them`), named as ignored
+/// where the server has none, `extraArgs` last; a flag in both `args` and `extraArgs` is
+/// refused.
+#[test]
+fn engine_fields_render_per_engine_or_are_named() {
+    let render_args = |engine: EngineType, image: &str| {
+        let md = md(engine, 1)
+            .spec(|s| {
+                s.engine.image = Some(image.into());
+                s.engine.enable_prefix_caching = Some(false);
+                s.engine.enforce_eager = Some(true);
+                s.engine.extra_args = Some(vec!["--x".into(), "1".into()]);
+            })
+            .build();
+        let rendered = render(&md);
+        let container = &rendered.objects[0].data["spec"]["template"]["spec"]["containers"][0];
+        assert_eq!(container["image"], image);
+        let args: Vec<String> = container["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_string())
+            .collect();
+        let ignored: Vec<String> = Warning::ignored_fields(&rendered.warnings)
+            .into_iter()
+            .map(String::from)
+            .collect();
+        (args.join(" "), ignored)
+    };
+    let (vllm, ignored) = render_args(EngineType::Vllm, "my/vllm:1");
+    assert!(
+        vllm.ends_with("--no-enable-prefix-caching --enforce-eager --x 1"),
+        "{vllm}"
+    );
+    assert!(ignored.is_empty(), "{ignored:?}");
+    let (sglang, ignored) = render_args(EngineType::Sglang, "my/sglang:1");
+    assert!(
+        sglang.ends_with("--disable-radix-cache --disable-cuda-graph --x 1"),
+        "{sglang}"
+    );
+    assert!(ignored.is_empty(), "{ignored:?}");
+    let (llama, ignored) = render_args(EngineType::Llamacpp, "my/llama:1");
+    assert!(llama.ends_with("--no-cache-prompt --x 1"), "{llama}");
+    assert_eq!(ignored, ["spec.engine.enforceEager"]);
+    let (trtllm, ignored) = render_args(EngineType::Trtllm, "my/trtllm:1");
+    assert!(
+        trtllm.ends_with("--tp_size 1 --x 1") || trtllm.ends_with("8000 --x 1"),
+        "{trtllm}"
+    );
+    assert_eq!(
+        ignored,
+        [
+            "spec.engine.enablePrefixCaching",
+            "spec.engine.enforceEager"
+        ]
+    );
+
+    let both = md(EngineType::Vllm, 1)
+        .spec(|s| {
+            s.engine.args = Some([("x".into(), "2".into())].into());
+            s.engine.extra_args = Some(vec!["--x=1".into()]);
+        })
+        .build();
+    let provider = DeploymentProvider::default();
+    let err = provider.render(&both, &api(&provider)).unwrap_err();
+    assert!(err.0.starts_with("the flag --x is set both"), "{err}");
 }
 
 #[test]

@@ -25,13 +25,18 @@
 //!   `--trtllm.*` flags when the user uses those (the two are mutually exclusive, and an
 //!   unknown flag stops the worker) (docs/upstream.md#dynamo-tensorrt-llm-flags).
 //!
-//! The user's own setting of any of these wins.
+//! - Prefix caching and eager execution: vLLM's and SGLang's own flags, from the SDK's
+//!   table ([`engine::toggle_flags`]); Dynamo's TensorRT-LLM worker has none
+//!   ([`TRTLLM_FLAGS`]), so the fields are named as ignored there.
+//! - `engine.extraArgs` go last, as given; their flags count as the user's setting.
+//!
+//! The user's own setting of any of these (in `engine.args` or `engine.extraArgs`) wins.
 
 use std::collections::BTreeMap;
 
 use kubeairunway_sdk::RenderError;
 use kubeairunway_sdk::api::EngineType;
-use kubeairunway_sdk::engine::{self, Flags, Parallelism, arg_key};
+use kubeairunway_sdk::engine::{self, Flags, Parallelism, Toggle, arg_key};
 use kubeairunway_sdk::provider::engine_flags;
 use serde_json::{Map, Value, json};
 
@@ -101,6 +106,20 @@ pub const TRTLLM_FLAGS: Flags = Flags {
     context_length: "--max-seq-len",
     trust_remote_code: None,
     cache_variables: &[],
+    prefix_caching: Toggle {
+        on: None,
+        off: None,
+        default: None,
+        missing: "Dynamo's TensorRT-LLM worker has no flag for it, and its \
+                  --override-engine-args would replace the worker's own kv_cache_config whole",
+    },
+    eager: Toggle {
+        on: None,
+        off: None,
+        default: None,
+        missing: "Dynamo's TensorRT-LLM worker has no flag for it (its --enable-cuda-graph is \
+                  for diffusion models)",
+    },
 };
 
 const TRTLLM: Backend = Backend {
@@ -169,6 +188,22 @@ pub struct EngineOptions {
     pub trust_remote_code: bool,
     /// `engine.args`.
     pub args: Option<BTreeMap<String, String>>,
+    /// `engine.enablePrefixCaching`.
+    pub enable_prefix_caching: Option<bool>,
+    /// `engine.enforceEager`.
+    pub enforce_eager: Option<bool>,
+    /// `engine.extraArgs`, passed last as given.
+    pub extra_args: Vec<String>,
+}
+
+impl EngineOptions {
+    /// Every flag the user sets: `engine.args` and the flags of `engine.extraArgs`
+    /// ([`engine::extra_arg_flags`]).
+    fn user_flags(&self) -> BTreeMap<String, String> {
+        let mut out = self.args.clone().unwrap_or_default();
+        out.extend(engine::extra_arg_flags(&self.extra_args));
+        out
+    }
 }
 
 /// The command and arguments of one worker.
@@ -178,7 +213,8 @@ pub fn worker(
     mode: Mode,
     gpus: i32,
 ) -> Result<(Vec<String>, Vec<String>), RenderError> {
-    let user = UserArgs::new(opts.args.as_ref());
+    let all_user_flags = opts.user_flags();
+    let user = UserArgs::new(Some(&all_user_flags));
     let flags = b.flags;
     // vLLM, SGLang and Dynamo's TensorRT-LLM take an id or a path with the same flag,
     // and each has a served-name option.
@@ -199,9 +235,19 @@ pub fn worker(
     {
         push(flag, None);
     }
+    // The warnings are the graph's, given once (`graph::build`).
+    let (toggles, _warnings) = engine::toggle_flags(
+        flags,
+        opts.enable_prefix_caching,
+        opts.enforce_eager,
+        &all_user_flags,
+    );
+    for toggle in toggles {
+        push(&toggle, None);
+    }
     if let (Some(flag), Some(tp)) = (
         flags.tensor_parallel,
-        tensor_parallel(b, gpus, opts.args.as_ref()),
+        tensor_parallel(b, gpus, Some(&all_user_flags)),
     ) {
         push(flag, Some(tp.to_string()));
     }
@@ -229,12 +275,19 @@ pub fn worker(
         }
         "trtllm" => {
             let engine = trtllm_engine_overrides(opts, mode);
+            let in_extra_args = user.has(&["override-engine-args"])
+                && !user_args
+                    .keys()
+                    .any(|k| arg_key(k) == "override-engine-args");
             if user.trtllm_dynamic() {
                 for (path, value) in flatten("trtllm", &engine) {
                     if !user.args.contains_key(&arg_key(&path)) {
                         push(&format!("--{path}"), Some(value));
                     }
                 }
+            } else if in_extra_args {
+                // The user's own --override-engine-args, in engine.extraArgs, comes last
+                // and replaces any of ours: theirs wins.
             } else if let Some(merged) = merge_override_engine_args(&engine, &mut user_args)? {
                 push("--override-engine-args", Some(merged));
             }
@@ -242,6 +295,7 @@ pub fn worker(
         _ => {}
     }
     args.extend(engine_flags(Some(&user_args)));
+    args.extend(opts.extra_args.iter().cloned());
     Ok((vec!["python3".into(), "-m".into(), b.module.into()], args))
 }
 

@@ -161,7 +161,7 @@ pub fn build(
     dynamo_version: &str,
 ) -> Result<(Graph, Vec<Warning>), RenderError> {
     let spec = &md.spec;
-    let warnings = unsupported(md);
+    let mut warnings = unsupported(md);
     let engine = spec
         .engine
         .type_
@@ -175,9 +175,8 @@ pub fn build(
         .filter(|id| !id.is_empty())
         .ok_or_else(|| RenderError("model.id is required for Dynamo".into()))?;
     let image = spec
-        .image
-        .clone()
-        .filter(|i| !i.is_empty())
+        .effective_image()
+        .map(str::to_string)
         .or_else(|| default_image(engine, dynamo_version))
         .unwrap_or_default();
     let options = EngineOptions {
@@ -186,7 +185,18 @@ pub fn build(
         context_length: spec.engine.context_length,
         trust_remote_code: spec.engine.trust_remote_code,
         args: spec.engine.args.clone(),
+        enable_prefix_caching: spec.engine.enable_prefix_caching,
+        enforce_eager: spec.engine.enforce_eager,
+        extra_args: engine::extra_args(md)?,
     };
+    // What the backend's workers cannot be told, once for the graph.
+    let (_, toggle_warnings) = engine::toggle_flags(
+        backend.flags,
+        spec.engine.enable_prefix_caching,
+        spec.engine.enforce_eager,
+        &engine::user_flags(spec),
+    );
+    warnings.extend(toggle_warnings);
     let user_env = spec.env.clone().unwrap_or_default();
 
     let mut frontend_env = vec![env("DYN_ROUTER_MODE", &overrides.router_mode)];

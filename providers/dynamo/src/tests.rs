@@ -223,6 +223,138 @@ fn each_override() {
     );
 }
 
+/// The engine fields AI Runway users bring: `engine.image` as the image of every
+/// component, prefix caching and eager execution as the engines' own flags (the vLLM and
+/// SGLang workers add the engines' parsers: `components/src/dynamo/vllm/args.py:93` and
+/// `components/src/dynamo/sglang/args.py:186@3e3b3b187`; the flags themselves are cited
+/// by the SDK's `prefix_caching_and_eager_are_spelled_as_each_engine_parses_them`), and
+/// `extraArgs` last on each worker. Dynamo's TensorRT-LLM worker has no flag for prefix
+/// caching or eager execution (`components/src/dynamo/trtllm/backend_args.py@3e3b3b187`:
+/// its `--enable-cuda-graph` is for diffusion), so both are named as ignored there.
+fn engine_fields(engine: EngineType) -> ModelDeployment {
+    let extra = match engine {
+        EngineType::Sglang => r#"["--max-running-requests", "64", "--enable-metrics"]"#,
+        EngineType::Trtllm => r#"["--max-batch-size", "64"]"#,
+        _ => r#"["--max-num-seqs", "64", "--enable-auto-tool-choice"]"#,
+    };
+    let mut m = md(&format!(
+        r"
+apiVersion: kubeairunway.ai/v1alpha1
+kind: ModelDeployment
+metadata: {{name: fields, namespace: default}}
+spec:
+  model: {{id: Qwen/Qwen3-0.6B}}
+  engine:
+    image: registry.example/dynamo-runtime:1.1.0
+    enablePrefixCaching: false
+    enforceEager: true
+    extraArgs: {extra}
+  resources: {{gpu: {{count: 1}}}}
+"
+    ));
+    m.spec.engine.type_ = Some(engine);
+    m
+}
+
+#[test]
+fn engine_fields_snapshots() {
+    snapshot("engine_fields_vllm", &engine_fields(EngineType::Vllm));
+    snapshot("engine_fields_sglang", &engine_fields(EngineType::Sglang));
+    snapshot("engine_fields_trtllm", &engine_fields(EngineType::Trtllm));
+}
+
+#[test]
+fn engine_fields_reach_the_workers_or_are_named() {
+    let worker_args = |m: &ModelDeployment| {
+        let (object, warnings) = render(m, "v1beta1");
+        let args = object["spec"]["components"][1]["podTemplate"]["spec"]["containers"][0]["args"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap().to_string())
+            .collect::<Vec<_>>()
+            .join(" ");
+        assert!(
+            object
+                .to_string()
+                .contains("registry.example/dynamo-runtime:1.1.0"),
+            "engine.image is the image"
+        );
+        (args, warnings)
+    };
+    let (vllm, warnings) = worker_args(&engine_fields(EngineType::Vllm));
+    assert!(
+        vllm.contains("--no-enable-prefix-caching --enforce-eager")
+            && vllm.ends_with("--max-num-seqs 64 --enable-auto-tool-choice"),
+        "{vllm}"
+    );
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let (sglang, warnings) = worker_args(&engine_fields(EngineType::Sglang));
+    assert!(
+        sglang.contains("--disable-radix-cache --disable-cuda-graph")
+            && sglang.ends_with("--max-running-requests 64 --enable-metrics"),
+        "{sglang}"
+    );
+    assert!(warnings.is_empty(), "{warnings:?}");
+    let (trtllm, _) = worker_args(&engine_fields(EngineType::Trtllm));
+    assert!(trtllm.ends_with("--max-batch-size 64"), "{trtllm}");
+    assert!(
+        !trtllm.contains("prefix") && !trtllm.contains("eager"),
+        "{trtllm}"
+    );
+    let rendered = Dynamo::default()
+        .render(&engine_fields(EngineType::Trtllm), api("v1beta1"))
+        .unwrap();
+    assert_eq!(
+        Warning::ignored_fields(&rendered.warnings),
+        [
+            "spec.engine.enablePrefixCaching",
+            "spec.engine.enforceEager"
+        ]
+    );
+}
+
+/// `extraArgs` count as the user's flags: pipeline parallelism there leaves room in
+/// tensor parallelism, an `--override-engine-args` there replaces the TensorRT-LLM
+/// worker's own (it comes last), and a flag set both there and in `engine.args` is refused.
+#[test]
+fn extra_args_are_the_user_s_flags() {
+    let mut m = engine_fields(EngineType::Vllm);
+    m.spec.resources = serde_json::from_value(json!({"gpu": {"count": 4}})).unwrap();
+    m.spec.engine.extra_args = Some(vec!["--pipeline-parallel-size=2".into()]);
+    let (object, _) = render(&m, "v1beta1");
+    let text = object.to_string();
+    assert!(text.contains(r#""--tensor-parallel-size","2""#), "{text}");
+
+    let mut trt = example3();
+    trt.spec.engine.type_ = Some(EngineType::Trtllm);
+    trt.spec.engine.extra_args = Some(vec![
+        "--override-engine-args".into(),
+        r#"{"cache_transceiver_config": {"backend": "NIXL"}}"#.into(),
+    ]);
+    let (object, _) = render(&trt, "v1beta1");
+    let prefill = object["spec"]["components"][1]["podTemplate"]["spec"]["containers"][0]["args"]
+        .as_array()
+        .unwrap()
+        .clone();
+    assert_eq!(
+        prefill
+            .iter()
+            .filter(|a| a.as_str() == Some("--override-engine-args"))
+            .count(),
+        1,
+        "{prefill:?}"
+    );
+
+    let mut both = engine_fields(EngineType::Vllm);
+    both.spec.engine.args = Some([("max-num-seqs".to_string(), "8".to_string())].into());
+    let err = Dynamo::default().render(&both, api("v1beta1")).unwrap_err();
+    assert!(
+        err.0.starts_with("the flag --max-num-seqs is set both"),
+        "{err}"
+    );
+}
+
 #[test]
 fn custom_image_overrides_the_runtime_image() {
     let m = ModelDeploymentBuilder::new("img")

@@ -13,8 +13,9 @@
 //!   a supporting object: the SDK runtime applies it before the Workspace, whose admission
 //!   KAITO's webhook refuses while the ConfigMap does not exist
 //!   (docs/upstream.md#kaito-inference-config).
-//! - llama.cpp runs the user's image from `inference.template`, serving on port 5000 (the
-//!   port KAITO's Service targets).
+//! - llama.cpp runs the user's image (`spec.engine.image` or `spec.image`) from
+//!   `inference.template`, serving on port 5000 (the port KAITO's Service targets), with
+//!   `engine.args` and then `engine.extraArgs` on its command line.
 //!
 //! Every spec field KAITO cannot honour gives a [`Warning::unsupported_field`] naming it.
 //!
@@ -238,6 +239,7 @@ fn vllm(
         .filter(|id| !id.is_empty())
         .ok_or_else(|| RenderError("model.id is required: it names KAITO's vLLM preset".into()))?;
     warnings.extend(vllm_unsupported(md));
+    warnings.extend(vllm_engine_fields(md));
     let mut preset = json!({ "name": id });
     if let Some(secret) = engine::hf_token_secret(md) {
         preset["presetOptions"] = json!({ "modelAccessSecret": secret });
@@ -268,11 +270,17 @@ fn vllm_unsupported(md: &ModelDeployment) -> Vec<Warning> {
             out.push(unsupported(field, why));
         }
     };
-    warn(
-        "spec.image",
-        spec.image.is_some(),
-        "KAITO runs vLLM from its own preset image",
-    );
+    // One setting under two names: each name set is named.
+    for (field, image) in [
+        ("spec.image", &spec.image),
+        ("spec.engine.image", &spec.engine.image),
+    ] {
+        warn(
+            field,
+            image.is_some(),
+            "KAITO runs vLLM from its own preset image",
+        );
+    }
     warn(
         "spec.env",
         spec.env.as_ref().is_some_and(|e| !e.is_empty()),
@@ -319,6 +327,46 @@ fn vllm_unsupported(md: &ModelDeployment) -> Vec<Warning> {
             .is_some_and(|g| gpu::resource_name(g) != DEFAULT_GPU_TYPE),
         "KAITO's vLLM presets request nvidia.com/gpu",
     );
+    out
+}
+
+/// The engine fields KAITO's vLLM cannot be given: its inference config passes each key
+/// as `--key value` (see [`inference_config`]), so vLLM's boolean flags
+/// (`--enable-prefix-caching`, `--no-enable-prefix-caching`, `--enforce-eager`) cannot be
+/// passed, nor can raw arguments. What vLLM does by default is honoured without a flag:
+/// prefix caching on, eager off ([`VLLM`]'s toggles; KAITO v0.12.0 pins vLLM 0.25.1,
+/// `presets/workspace/dependencies/requirements.txt:4`, whose defaults are
+/// `vllm/config/cache.py:93` and `vllm/config/model.py:215@v0.25.1`, and its presets pass
+/// neither flag, `presets/workspace/models/vllm_model.go:178-225@v0.12.0`).
+fn vllm_engine_fields(md: &ModelDeployment) -> Vec<Warning> {
+    let engine = &md.spec.engine;
+    let no_bare = "KAITO passes each vLLM option as `--key value` and cannot pass vLLM's \
+                   boolean flag for it";
+    let mut out = Vec::new();
+    for (field, toggle, value) in [
+        (
+            "spec.engine.enablePrefixCaching",
+            &VLLM.prefix_caching,
+            engine.enable_prefix_caching,
+        ),
+        (
+            "spec.engine.enforceEager",
+            &VLLM.eager,
+            engine.enforce_eager.filter(|eager| *eager),
+        ),
+    ] {
+        if value.is_some_and(|v| toggle.default != Some(v)) {
+            out.push(unsupported(field, no_bare));
+        }
+    }
+    if engine.extra_args.as_ref().is_some_and(|a| !a.is_empty()) {
+        out.push(unsupported(
+            "spec.engine.extraArgs",
+            "KAITO passes vLLM options from its inference config, a map of `--key value` \
+             pairs, which cannot carry raw arguments faithfully (bare, repeated or \
+             positional ones); set them in spec.engine.args",
+        ));
+    }
     out
 }
 
@@ -402,13 +450,22 @@ pub fn inference_config(md: &ModelDeployment, warnings: &mut Vec<Warning>) -> St
 /// its own tolerations (pkg/workspace/manifests/manifests.go:277-342@v0.12.0).
 fn llamacpp(md: &ModelDeployment, warnings: &mut Vec<Warning>) -> Result<Value, RenderError> {
     let spec = &md.spec;
-    let image = spec.image.as_deref().filter(|i| !i.is_empty()).ok_or_else(|| {
+    let image = spec.effective_image().ok_or_else(|| {
         RenderError(
-            "spec.image is required for llamacpp on KAITO: a llama.cpp server image that serves on port 5000 \
+            "spec.engine.image (or spec.image) is required for llamacpp on KAITO: a llama.cpp server image that serves on port 5000 \
              (for example ghcr.io/sozercan/llama-cpp-runner:latest)"
                 .into(),
         )
     })?;
+    let extra_args = engine::extra_args(md)?;
+    let image_flags = "a llama.cpp image's own flags are not known to the provider; set the \
+                       image's flag in spec.engine.args or spec.engine.extraArgs";
+    if spec.engine.enable_prefix_caching.is_some() {
+        warnings.push(unsupported("spec.engine.enablePrefixCaching", image_flags));
+    }
+    if spec.engine.enforce_eager == Some(true) {
+        warnings.push(unsupported("spec.engine.enforceEager", image_flags));
+    }
     if spec.engine.context_length.is_some() {
         warnings.push(unsupported(
             "spec.engine.contextLength",
@@ -463,6 +520,7 @@ fn llamacpp(md: &ModelDeployment, warnings: &mut Vec<Warning>) -> Result<Value, 
     }
     args.push(format!("--address=:{PORT}"));
     args.extend(engine_flags(Some(&flags)));
+    args.extend(extra_args);
 
     let mut container = json!({
         "name": CONTAINER,

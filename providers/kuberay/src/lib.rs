@@ -111,6 +111,21 @@ impl Provider for KubeRayProvider {
                 "the KubeRay provider creates no InferencePool or HTTPRoute; route to the serve Service",
             ));
         }
+        if md
+            .spec
+            .engine
+            .extra_args
+            .as_ref()
+            .is_some_and(|a| !a.is_empty())
+        {
+            warnings.push(Warning::unsupported_field(
+                "spec.engine.extraArgs",
+                "Ray Serve LLM takes vLLM's engine arguments as typed keywords \
+                 (engine_kwargs), not a command line, and raw arguments cannot be read as \
+                 keywords faithfully (bare and --no- flags, repeated flags); set them in \
+                 spec.engine.args",
+            ));
+        }
         let object = rayservice::render(self, md, &upstream.api_version(), &o)?;
         Ok(Rendered {
             objects: vec![object],

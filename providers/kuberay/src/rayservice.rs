@@ -88,10 +88,8 @@ pub fn render(
     let serve_config = serve_config::serve_config_yaml(md)?;
     let image = md
         .spec
-        .image
-        .clone()
-        .filter(|i| !i.is_empty())
-        .unwrap_or_else(|| provider.default_image());
+        .effective_image()
+        .map_or_else(|| provider.default_image(), str::to_string);
     let pod = PodParts::of(md, &image)?;
     let workers: Vec<Value> = serve_config::roles(md)
         .into_iter()

@@ -80,11 +80,12 @@ fn full() -> ModelDeployment {
                 "rayStartParams": {"num-cpus": "0", "dashboard-host": "0.0.0.0"},
             }}},
             "engine": {"type": "vllm", "contextLength": 8192, "trustRemoteCode": true,
-                       "args": {"--enforce-eager": "true", "gpu-memory-utilization": "0.9",
+                       "image": "registry.example.com/ray-llm:custom",
+                       "enablePrefixCaching": true, "enforceEager": true,
+                       "args": {"gpu-memory-utilization": "0.9",
                                 "max-num-seqs": "64", "quantization": "awq", "tokenizer-mode": "on"}},
             "scaling": {"replicas": 2},
             "resources": {"gpu": {"count": 2, "type": "amd.com/gpu"}, "memory": "64Gi", "cpu": "8"},
-            "image": "registry.example.com/ray-llm:custom",
             "env": [{"name": "VLLM_LOGGING_LEVEL", "value": "DEBUG"}],
             "podTemplate": {"metadata": {"labels": {"tier": "gold"}, "annotations": {"note": "n"}}},
             "secrets": {"huggingFaceToken": "hf-token"},
@@ -224,6 +225,7 @@ fn full_aggregated() {
     assert_eq!(
         config["engine_kwargs"],
         json!({
+            "enable_prefix_caching": true,
             "enforce_eager": true,
             "gpu_memory_utilization": 0.9,
             "max_model_len": 8192,
@@ -433,6 +435,49 @@ fn image_and_ray_version_come_from_the_flags() {
     assert_eq!(
         cluster["headGroupSpec"]["template"]["spec"]["containers"][0]["image"],
         "mirror.example.com/ray-llm:2.49.1-py311-cu128"
+    );
+}
+
+/// `spec.image` and `spec.engine.image` are one setting: either names every pod's image.
+#[test]
+fn either_image_field_names_the_image() {
+    let provider = KubeRayProvider::default();
+    for md in [
+        ModelDeploymentBuilder::new("m")
+            .image("my/ray-llm:1")
+            .build(),
+        ModelDeploymentBuilder::new("m")
+            .spec(|s| s.engine.image = Some("my/ray-llm:1".into()))
+            .build(),
+    ] {
+        let object =
+            serde_json::to_value(&provider.render(&md, &apis()[0].1).unwrap().objects[0]).unwrap();
+        assert_eq!(
+            object["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"]
+                [0]["image"],
+            "my/ray-llm:1"
+        );
+    }
+}
+
+/// `engine.extraArgs` cannot become `engine_kwargs` faithfully: named as ignored, and
+/// left out of the Serve config.
+#[test]
+fn extra_args_are_named_as_ignored() {
+    let md = ModelDeploymentBuilder::new("m")
+        .spec(|s| s.engine.extra_args = Some(vec!["--max-num-seqs".into(), "8".into()]))
+        .build();
+    let rendered = KubeRayProvider::default()
+        .render(&md, &apis()[0].1)
+        .unwrap();
+    assert_eq!(
+        Warning::ignored_fields(&rendered.warnings),
+        ["spec.engine.extraArgs"]
+    );
+    assert!(
+        !serde_json::to_string(&rendered.objects[0])
+            .unwrap()
+            .contains("max_num_seqs")
     );
 }
 

@@ -9,8 +9,11 @@
 //! An `LLMConfig` here sets `model_loading_config{model_id, model_source}` (the served
 //! name and the Hugging Face id or path), `engine_kwargs` (vLLM engine arguments:
 //! `max_model_len` from `engine.contextLength`, `trust_remote_code`,
-//! `tensor_parallel_size` from the GPUs per replica, then `engine.args` with their keys in
-//! snake case and their values typed) and `deployment_config.num_replicas`. The keywords
+//! `enable_prefix_caching` and `enforce_eager` from `engine.enablePrefixCaching` and
+//! `engine.enforceEager`, `tensor_parallel_size` from the GPUs per replica, then
+//! `engine.args` with their keys in snake case and their values typed) and
+//! `deployment_config.num_replicas`. `engine.extraArgs` are no keywords: the provider
+//! names them as ignored. The keywords
 //! are vLLM's flags in snake case (`AsyncEngineArgs` fields), named once in the SDK's
 //! table ([`kubeairunway_sdk::engine::VLLM`]); the GPUs of a role are the SDK's
 //! ([`kubeairunway_sdk::gpu::per_replica`]).
@@ -149,6 +152,14 @@ fn llm_config(
     {
         kwargs.insert(kwarg_key(flag), json!(true));
     }
+    // Prefix caching either way, eager only when asked for (false is vLLM's default): the
+    // fields of vLLM's `AsyncEngineArgs` its flags name (docs/upstream.md#engine-flags).
+    if let (Some(on), Some(flag)) = (md.spec.engine.enable_prefix_caching, VLLM.prefix_caching.on) {
+        kwargs.insert(kwarg_key(flag), json!(on));
+    }
+    if let (Some(true), Some(flag)) = (md.spec.engine.enforce_eager, VLLM.eager.on) {
+        kwargs.insert(kwarg_key(flag), json!(true));
+    }
     kwargs.insert(TENSOR_PARALLEL_KWARG.into(), json!(role.gpus));
     if let Some(kv) = kv_transfer {
         kwargs.insert("kv_transfer_config".into(), kv);
@@ -231,6 +242,40 @@ mod tests {
             PIPELINE_PARALLEL_KWARG
         );
         assert_eq!(kwarg_key(VLLM.context_length), "max_model_len");
+    }
+
+    /// `engine.enablePrefixCaching` and `engine.enforceEager` as the `AsyncEngineArgs`
+    /// fields vLLM's flags set (`enable_prefix_caching`, `enforce_eager`:
+    /// `vllm/engine/arg_utils.py:350,377@v0.11.0`, the lowest vLLM `ray[llm]==2.52.0`
+    /// takes); the user's `engine.args` win.
+    #[test]
+    fn prefix_caching_and_eager_are_engine_keywords() {
+        let kwargs = |engine: Value| {
+            let md: ModelDeployment = serde_json::from_value(json!({
+                "apiVersion": "kubeairunway.ai/v1alpha1", "kind": "ModelDeployment",
+                "metadata": {"name": "m", "namespace": "ns"},
+                "spec": {"model": {"id": "a/b"}, "engine": engine, "resources": {"gpu": {"count": 1}}},
+            }))
+            .unwrap();
+            serve_config(&md).unwrap()["applications"][0]["args"]["llm_configs"][0]["engine_kwargs"]
+                .clone()
+        };
+        let k = kwargs(json!({"type": "vllm", "enablePrefixCaching": false, "enforceEager": true}));
+        assert_eq!(k["enable_prefix_caching"], json!(false));
+        assert_eq!(k["enforce_eager"], json!(true));
+        let k = kwargs(json!({"type": "vllm", "enablePrefixCaching": true, "enforceEager": false}));
+        assert_eq!(k["enable_prefix_caching"], json!(true));
+        assert!(k.get("enforce_eager").is_none(), "{k}");
+        let k = kwargs(json!({"type": "vllm"}));
+        assert!(k.get("enable_prefix_caching").is_none(), "{k}");
+        let k = kwargs(
+            json!({"type": "vllm", "enforceEager": true, "args": {"enforce-eager": "false"}}),
+        );
+        assert_eq!(
+            k["enforce_eager"],
+            json!(false),
+            "the user's engine.args win"
+        );
     }
 
     #[test]

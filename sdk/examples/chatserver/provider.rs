@@ -114,9 +114,17 @@ impl Provider for ChatServerProvider {
                 "a ChatServer has no tolerations",
             ));
         }
-        let image = md.spec.image.clone().ok_or_else(|| {
-            RenderError("spec.image is required: ChatServer runs your llama.cpp image".into())
-        })?;
+        let image = md
+            .spec
+            .effective_image()
+            .map(str::to_string)
+            .ok_or_else(|| {
+                RenderError(
+                "spec.engine.image (or spec.image) is required: ChatServer runs your llama.cpp \
+                 image"
+                    .into(),
+            )
+            })?;
         let server = object(serde_json::json!({
             "apiVersion": upstream.api_version(),
             "kind": "ChatServer",

@@ -76,6 +76,11 @@ use super::warmup::DeploymentWarmup;
         "fieldPath": ".resources.gpu.count"
     },
     {
+        "rule": "!has(self.image) || size(self.image) == 0 || !has(self.engine) || !has(self.engine.image) || size(self.engine.image) == 0 || self.image == self.engine.image",
+        "message": "spec.image and spec.engine.image name different images: they are the same setting, so set one of them (spec.engine.image is preferred) or both to the same image",
+        "fieldPath": ".engine.image"
+    },
+    {
         "rule": "!(has(self.serving) && has(self.serving.mode) && self.serving.mode == 'disaggregated') || !has(self.resources) || !has(self.resources.gpu)",
         "message": "Cannot specify both resources.gpu and scaling.prefill/decode",
         "fieldPath": ".resources.gpu",
@@ -125,7 +130,8 @@ pub struct ModelDeploymentSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceSpec>,
 
-    /// A custom serving image; providers pick their own default when empty.
+    /// A custom serving image; providers pick their own default when empty. The same
+    /// setting as `engine.image`: set one of them, or both to the same image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
 
@@ -299,15 +305,38 @@ pub struct EngineSpec {
     /// Engine type.
     #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
     pub type_: Option<EngineType>,
+    /// The engine container's image: the same setting as `spec.image`, under the name AI
+    /// Runway prefers. Set one of the two, or both to the same image; empty: the
+    /// provider's default image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
     /// Maximum context length (vLLM `--max-model-len`, SGLang `--context-length`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context_length: Option<i32>,
     /// Allow remote code from Hugging Face (vLLM and SGLang).
     #[serde(default)]
     pub trust_remote_code: bool,
+    /// Prefix caching: reuse the KV cache already computed for a prompt's prefix. Unset:
+    /// the engine's default. vLLM `--enable-prefix-caching` / `--no-enable-prefix-caching`;
+    /// SGLang's radix cache (on by default, off with `--disable-radix-cache`); llama.cpp
+    /// `--cache-prompt` / `--no-cache-prompt`. A provider that cannot pass it (TensorRT-LLM
+    /// has no such option) names it as ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enable_prefix_caching: Option<bool>,
+    /// Eager execution, without CUDA graphs: vLLM `--enforce-eager`, SGLang
+    /// `--disable-cuda-graph`. Unset or false: the engine runs as it does by default. A
+    /// provider that cannot pass it names it as ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enforce_eager: Option<bool>,
     /// Engine flags passed through as `--key value`, in key order.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub args: Option<BTreeMap<String, String>>,
+    /// Raw arguments for the engine's command line, passed as given after the rendered
+    /// flags and `args` (for what a map cannot say: repeated flags, values of their own).
+    /// A flag may not be set both here and in `args`. A provider whose engine takes no
+    /// command line names them as ignored.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extra_args: Option<Vec<String>>,
 }
 
 /// Inference engines.
@@ -710,6 +739,27 @@ impl ModelDeploymentSpec {
         }
     }
 
+    /// The engine container's image the user names: `engine.image`, else `image` (the
+    /// two are one setting; the CRD refuses them set to different images). `None`: the
+    /// provider's default. Every provider reads the image through this.
+    pub fn effective_image(&self) -> Option<&str> {
+        self.engine
+            .image
+            .as_deref()
+            .filter(|i| !i.is_empty())
+            .or_else(|| self.image.as_deref().filter(|i| !i.is_empty()))
+    }
+
+    /// The field that names the image [`Self::effective_image`] returns, for messages:
+    /// `spec.engine.image` or `spec.image`.
+    pub fn image_field(&self) -> &'static str {
+        if self.engine.image.as_deref().is_some_and(|i| !i.is_empty()) {
+            "spec.engine.image"
+        } else {
+            "spec.image"
+        }
+    }
+
     /// The provider named in the spec, if any (an empty name counts as none).
     pub fn provider_name(&self) -> Option<&str> {
         self.provider
@@ -777,6 +827,22 @@ mod tests {
             ..ComponentScaling::default()
         });
         assert!(spec.uses_gpu());
+    }
+
+    #[test]
+    fn the_effective_image_is_engine_image_else_image() {
+        let mut spec = ModelDeploymentSpec::default();
+        assert_eq!(spec.effective_image(), None);
+        spec.image = Some("legacy:1".into());
+        assert_eq!(spec.effective_image(), Some("legacy:1"));
+        assert_eq!(spec.image_field(), "spec.image");
+        spec.engine.image = Some("engine:2".into());
+        assert_eq!(spec.effective_image(), Some("engine:2"));
+        assert_eq!(spec.image_field(), "spec.engine.image");
+        spec.engine.image = Some(String::new());
+        assert_eq!(spec.effective_image(), Some("legacy:1"), "empty is unset");
+        spec.image = None;
+        assert_eq!(spec.effective_image(), None);
     }
 
     #[test]

@@ -233,8 +233,97 @@ fn llamacpp_needs_an_image() {
         .unwrap_err();
     assert!(
         err.0
-            .starts_with("spec.image is required for llamacpp on KAITO"),
+            .starts_with("spec.engine.image (or spec.image) is required for llamacpp on KAITO"),
         "{err}"
+    );
+}
+
+/// llama.cpp on KAITO runs the image `spec.engine.image` names (the same setting as
+/// `spec.image`) with `extraArgs` after `args`; prefix caching and eager execution are the
+/// image's own flags, unknown here, so they are named; a flag in both `args` and
+/// `extraArgs` is refused.
+#[test]
+fn llamacpp_takes_engine_image_and_extra_args() {
+    let mut m = cpu_llamacpp();
+    m.spec.image = None;
+    m.spec.engine.image = Some("ghcr.io/sozercan/llama-cpp-runner:latest".into());
+    m.spec.engine.args = Some([("threads".to_string(), "4".to_string())].into());
+    m.spec.engine.extra_args = Some(vec!["--ctx-size".into(), "4096".into()]);
+    m.spec.engine.enable_prefix_caching = Some(true);
+    m.spec.engine.enforce_eager = Some(true);
+    let r = render_with(&byo(), &m);
+    let o = objects(&r);
+    let c = &o[0]["inference"]["template"]["spec"]["containers"][0];
+    assert_eq!(c["image"], "ghcr.io/sozercan/llama-cpp-runner:latest");
+    let args: Vec<&str> = c["args"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(
+        args[args.len() - 4..],
+        ["--threads", "4", "--ctx-size", "4096"]
+    );
+    assert_eq!(
+        Warning::ignored_fields(&r.warnings),
+        [
+            "spec.engine.enablePrefixCaching",
+            "spec.engine.enforceEager"
+        ]
+    );
+    m.spec.engine.extra_args = Some(vec!["--threads=8".into()]);
+    let err = byo()
+        .render(&m, &api("kaito.sh_workspaces.yaml"))
+        .unwrap_err();
+    assert!(err.0.starts_with("the flag --threads is set both"), "{err}");
+}
+
+/// KAITO's vLLM inference config passes `--key value` only: vLLM's boolean flags cannot be
+/// passed, so a value other than vLLM's default is named (prefix caching on and eager off
+/// are vLLM 0.25.1's defaults, the version KAITO v0.12.0 pins: honoured without a flag),
+/// and so are raw `extraArgs` and either image field. Nothing of them reaches the config.
+#[test]
+fn vllm_engine_fields_are_honoured_by_default_or_named() {
+    let fields = |engine: Value, image: Option<&str>| {
+        let mut m = gpu_vllm();
+        m.spec.engine = serde_json::from_value(engine).unwrap();
+        m.spec.image = image.map(String::from);
+        let r = render_with(&byo(), &m);
+        let config = objects(&r)[1]["data"][CONFIG_KEY]
+            .as_str()
+            .unwrap()
+            .to_string();
+        assert!(
+            !config.contains("prefix") && !config.contains("eager") && !config.contains("seqs"),
+            "{config}"
+        );
+        Warning::ignored_fields(&r.warnings)
+            .into_iter()
+            .filter(|f| f.starts_with("spec.engine") || *f == "spec.image")
+            .map(String::from)
+            .collect::<Vec<_>>()
+    };
+    assert!(
+        fields(
+            json!({"type": "vllm", "enablePrefixCaching": true, "enforceEager": false}),
+            None
+        )
+        .is_empty()
+    );
+    assert_eq!(
+        fields(
+            json!({"type": "vllm", "enablePrefixCaching": false, "enforceEager": true,
+                   "extraArgs": ["--max-num-seqs", "8"], "image": "x"}),
+            Some("x")
+        ),
+        [
+            "spec.image",
+            "spec.engine.image",
+            "spec.engine.enablePrefixCaching",
+            "spec.engine.enforceEager",
+            "spec.engine.extraArgs",
+        ]
     );
 }
 

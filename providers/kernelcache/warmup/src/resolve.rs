@@ -1,7 +1,7 @@
 //! What a Warmup does on each node, from its spec and its target: pure.
 //!
-//! Images come from `imagesPreload`; for a `targetModelDeployment`, its `spec.image` is
-//! added and its `spec.kernelCache` staged too. A `targetModelDeployment` without
+//! Images come from `imagesPreload`; for a `targetModelDeployment`, its image
+//! (`spec.engine.image`, or `spec.image`) is added and its `spec.kernelCache` staged too. A `targetModelDeployment` without
 //! `imagesPreload` preloads the images its provider renders for it, as the provider
 //! runtime reports them (`status.provider.images` for the current generation); the
 //! warmup waits until they are reported. Images are fixed in `status.images` when the
@@ -54,7 +54,7 @@ pub fn resolve(warmup: &Warmup, md: Option<&ModelDeployment>, policy: &Policy) -
             status.images.clone()
         } else if let Some(preload) = &spec.images_preload {
             let mut images = preload.items.clone();
-            images.extend(md.spec.image.clone());
+            images.extend(md.spec.effective_image().map(str::to_string));
             images
         } else if let Some(images) = reported_images(md) {
             images

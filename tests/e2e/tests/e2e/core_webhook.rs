@@ -599,11 +599,13 @@ async fn core_chart_webhooks_are_called_by_the_api_server_through_rotation() {
     );
 
     // A spec that breaks a rule of the CRD and names the same unregistered provider: the
-    // API server refuses it with the CRD's message before it calls the webhook (which is
-    // why the webhook does not repeat the CRD's rules).
+    // API server refuses it with the CRD's message before it calls the validating webhook
+    // (which is why the webhook does not repeat the CRD's rules). An explicit count of 0 is
+    // kept by the mutating webhook, so the rule still sees it.
     let refused = apply(
         "no-gpu-and-unknown-provider",
-        json!({"model": {"id": "a/b"}, "engine": {"type": "vllm"}, "provider": {"name": "nonesuch"}}),
+        json!({"model": {"id": "a/b"}, "engine": {"type": "vllm"}, "resources": {"gpu": {"count": 0}},
+               "provider": {"name": "nonesuch"}}),
     )
     .await
     .unwrap_err();
@@ -629,6 +631,19 @@ async fn core_chart_webhooks_are_called_by_the_api_server_through_rotation() {
     assert_eq!(stored.data["spec"]["serving"]["mode"], "aggregated");
     assert_eq!(stored.data["spec"]["scaling"]["replicas"], 1);
     assert_eq!(stored.data["spec"]["model"]["source"], "huggingface");
+
+    // A vLLM spec without resources: the mutating webhook runs before the CRD's rules, and
+    // gives it the one GPU the rule asks for, so it is stored with one GPU.
+    let one_gpu = apply(
+        "vllm-without-resources",
+        json!({"model": {"id": "a/b"}, "engine": {"type": "vllm"}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        one_gpu.data["spec"]["resources"],
+        json!({"gpu": {"count": 1, "type": "nvidia.com/gpu"}})
+    );
 
     // Rotation under load.
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(admin.clone(), system);

@@ -74,11 +74,11 @@ async fn rejection_samples_are_refused_with_the_exact_message() {
         .into_iter()
         .filter(|s| s.rejection.is_some())
         .collect();
-    // The nine rules of the spec itself, and three of spec.warmup: a name or inline
+    // The ten rules of the spec itself, and three of spec.warmup: a name or inline
     // fields, no time to live inline, and the inline policies' own rule.
     assert_eq!(
         rejected.len(),
-        12,
+        13,
         "one sample per schema rule of the specification"
     );
     for sample in &rejected {
