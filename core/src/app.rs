@@ -93,7 +93,15 @@ pub async fn run(cli: Cli, mut rt: Runtime) -> anyhow::Result<()> {
             validating: Some(cli.validating_webhook_configuration.clone()),
             mutating: Some(cli.mutating_webhook_configuration.clone()),
         };
-        let router = webhook::router(webhook::WebhookState::new(Some(providers.clone())));
+        let foresight = webhook::Foresight::new(
+            cli.enable_provider_selector,
+            selection::Settings {
+                heartbeat_max_age: cli.provider_heartbeat_max_age,
+            },
+        );
+        let router = webhook::router(
+            webhook::WebhookState::new(Some(providers.clone())).foreseeing(foresight),
+        );
         admission::serve(&rt, &options, &configurations, router).await?;
     }
     let settings = Settings {

@@ -1,5 +1,7 @@
-//! The finalizer of a provider that is gone: a deleted ModelDeployment held by it is
-//! released once it has waited the finalizer timeout.
+//! Provider finalizers core removes: those of providers that never served a
+//! ModelDeployment (written at admission for the provider core was expected to select),
+//! and, on deletion, that of a provider that is gone once it has waited the finalizer
+//! timeout.
 
 use std::time::Duration;
 
@@ -10,7 +12,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Resource, ResourceExt};
 use kubeairunway_sdk::events::{Event, EventType};
 use kubeairunway_sdk::{InferenceProviderConfig, ModelDeployment, finalizers};
-use tracing::warn;
+use tracing::{debug, warn};
 
 use crate::context::{Context, Error};
 
@@ -18,13 +20,43 @@ use crate::context::{Context, Error};
 fn provider_finalizers(md: &ModelDeployment) -> Vec<(String, String)> {
     md.finalizers()
         .iter()
-        .filter_map(|f| {
-            let name = f
-                .strip_prefix("kubeairunway.ai/")?
-                .strip_suffix("-provider")?;
-            Some((f.clone(), name.to_string()))
-        })
+        .filter_map(|f| Some((f.clone(), finalizers::provider_of(f)?.to_string())))
         .collect()
+}
+
+/// Finalizers of providers that never served `md`. Core's mutating webhook writes the
+/// finalizer of the provider it expects core to select; until core has selected one
+/// (`status.provider.name` unset) no provider acts on `md`, so the finalizer of any
+/// provider but `selecting` (the one selected now, if any) holds nothing.
+pub(crate) fn unserved(md: &ModelDeployment, selecting: Option<&str>) -> Vec<String> {
+    if md.selected_provider().is_some() {
+        return Vec::new();
+    }
+    provider_finalizers(md)
+        .into_iter()
+        .filter(|(_, p)| Some(p.as_str()) != selecting)
+        .map(|(f, _)| f)
+        .collect()
+}
+
+/// Remove the finalizers [`unserved`] names (nothing when there are none); whether `md`
+/// still exists.
+pub(crate) async fn release_unserved(
+    md: &ModelDeployment,
+    ctx: &Context,
+    selecting: Option<&str>,
+) -> Result<bool, Error> {
+    let unserved = unserved(md, selecting);
+    if unserved.is_empty() {
+        return Ok(true);
+    }
+    let keep = finalizers::without(md, |f| unserved.iter().any(|u| u == f));
+    let api: Api<ModelDeployment> =
+        Api::namespaced(ctx.client.clone(), &md.namespace().unwrap_or_default());
+    debug!(name = %md.name_any(), namespace = ?md.namespace(), ?unserved, "removing the finalizers of providers that never served it");
+    finalizers::replace(&api, md, &keep)
+        .await
+        .map_err(Error::Finalizer)
 }
 
 /// Whether `provider` is gone: its InferenceProviderConfig deleted, or its heartbeat
@@ -54,6 +86,10 @@ pub(crate) async fn release_gone_providers(
     ctx: &Context,
     now: Timestamp,
 ) -> Result<Action, Error> {
+    if md.selected_provider().is_none() {
+        release_unserved(md, ctx, None).await?;
+        return Ok(Action::await_change());
+    }
     let timeout = ctx.settings.finalizer_timeout;
     // Silent for longer than it may be to still be selected, and than the timeout.
     let silent = timeout.max(ctx.settings.selection.heartbeat_max_age);

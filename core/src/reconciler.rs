@@ -33,7 +33,7 @@ use crate::selection::{self, Outcome, RuleCache};
 use crate::validation::{self, validate};
 
 pub use crate::context::{Context, Error, Settings};
-use crate::gone::release_gone_providers;
+use crate::gone::{release_gone_providers, release_unserved};
 use crate::rules::report_rule_errors;
 pub use crate::rules::{INVALID_SELECTION_RULE, SELECTION_RULE_FAILED, SELECTION_RULES_VALID};
 /// `selectedReason` of a provider named in `spec.provider.name`: the SDK's, so that
@@ -282,6 +282,12 @@ async fn reconcile_inner(md: &Arc<ModelDeployment>, ctx: &Arc<Context>) -> Resul
     };
     if let Some(sel) = rules {
         report_rule_errors(ctx, &configs, &sel.rule_errors, &sel.clean_providers, now).await;
+    }
+    // Selected now: the finalizer written at admission for another provider holds nothing.
+    if let Some((selecting, _)) = &desired.provider
+        && !release_unserved(md, ctx, Some(selecting)).await?
+    {
+        return Ok(Action::await_change());
     }
     let body = status_body(md, &desired);
     if !is_current(md, &body) {

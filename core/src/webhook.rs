@@ -3,7 +3,8 @@
 //! named provider is registered and serves, a field that does not decode, a flag set both
 //! in `engine.args` and `engine.extraArgs`, and warnings;
 //! the rules a CRD can state are the CRD's, enforced by the API server before this webhook
-//! is called) and mutating (`/mutate-modeldeployment`, defaults as a JSON patch).
+//! is called) and mutating (`/mutate-modeldeployment`: defaults, and on creation the
+//! finalizer of the provider core will select, as a JSON patch).
 //!
 //! Every request gets an AdmissionReview back, malformed ones included (`allowed: false`
 //! with the reason); nothing a client sends makes the handler panic.
@@ -16,15 +17,17 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
 use kube::runtime::reflector::ObjectRef;
-use kubeairunway_sdk::{InferenceProviderConfig, ModelDeployment};
+use kubeairunway_sdk::{InferenceProviderConfig, ModelDeployment, finalizers, labels};
 use serde_json::Value;
 use tracing::{debug, warn};
 
+use crate::selection::{self, Outcome, RuleCache};
 use crate::validation::{
-    provider_does_not_serve, provider_not_installed, warnings, webhook_errors,
+    provider_does_not_serve, provider_not_installed, validate, warnings, webhook_errors,
 };
 
 /// Path of the validating webhook.
@@ -46,16 +49,41 @@ enum Registration {
     CapabilityOnly,
 }
 
+/// How the mutating webhook foresees the provider core will select: core's own selection
+/// settings, over a rule cache of its own.
+#[derive(Clone, Debug)]
+pub struct Foresight {
+    /// Whether core runs the built-in selector (`--enable-provider-selector`); without it
+    /// only an explicitly named provider is foreseen.
+    pub selector: bool,
+    /// Core's selection settings.
+    pub settings: selection::Settings,
+    rules: Arc<RuleCache>,
+}
+
+impl Foresight {
+    /// Foresee as core selects with these settings.
+    pub fn new(selector: bool, settings: selection::Settings) -> Self {
+        Self {
+            selector,
+            settings,
+            rules: Arc::default(),
+        }
+    }
+}
+
 /// Where the webhook looks up registered providers.
 #[derive(Clone)]
 pub struct WebhookState {
     providers: Option<kubeairunway_sdk::reflect::Cache<InferenceProviderConfig>>,
+    foresight: Option<Foresight>,
 }
 
 impl std::fmt::Debug for WebhookState {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WebhookState")
             .field("providers", &self.providers.is_some())
+            .field("foresight", &self.foresight)
             .finish()
     }
 }
@@ -66,7 +94,48 @@ impl WebhookState {
     pub fn new(
         providers: Option<kubeairunway_sdk::reflect::Cache<InferenceProviderConfig>>,
     ) -> Self {
-        Self { providers }
+        Self {
+            providers,
+            foresight: None,
+        }
+    }
+
+    /// Also write, when a ModelDeployment is created, the finalizer of the provider core
+    /// will select ([`Foresight`]), so that the provider does not have to add it: one
+    /// request fewer per ModelDeployment. A wrong guess (the providers changed in
+    /// between) holds nothing: core removes it when it selects another provider.
+    pub fn foreseeing(mut self, foresight: Foresight) -> Self {
+        self.foresight = Some(foresight);
+        self
+    }
+
+    /// The provider core will select for `md` (defaults applied), when the cache of
+    /// providers has synced and one will be.
+    fn foreseen_provider(&self, md: &ModelDeployment) -> Option<String> {
+        let foresight = self.foresight.as_ref()?;
+        let store = self.providers.as_ref().filter(|s| s.is_synced())?;
+        if labels::is_paused(md.metadata.annotations.as_ref()) || !validate(&md.spec).is_valid() {
+            return None;
+        }
+        if let Some(name) = md.spec.provider_name() {
+            return matches!(self.provider_registered(name), Registration::Serving)
+                .then(|| name.to_string());
+        }
+        if !foresight.selector {
+            return None;
+        }
+        let configs = store.store.state();
+        let chosen = selection::select(
+            md,
+            &configs,
+            &foresight.rules,
+            &foresight.settings,
+            Timestamp::now(),
+        );
+        match chosen.outcome {
+            Outcome::Selected { provider, .. } => Some(provider),
+            _ => None,
+        }
     }
 
     /// What the cache knows of a provider.
@@ -221,8 +290,12 @@ pub fn review_validate(
     resp
 }
 
-/// Decide a mutating request: the defaults as a JSON patch.
-pub fn review_mutate(req: &AdmissionRequest<DynamicObject>) -> AdmissionResponse {
+/// Decide a mutating request: the defaults, and on creation the finalizer of the
+/// provider core will select, as a JSON patch.
+pub fn review_mutate(
+    req: &AdmissionRequest<DynamicObject>,
+    state: &WebhookState,
+) -> AdmissionResponse {
     let resp = AdmissionResponse::from(req);
     let Some(obj) = req.object.as_ref() else {
         return resp;
@@ -242,6 +315,9 @@ pub fn review_mutate(req: &AdmissionRequest<DynamicObject>) -> AdmissionResponse
     if let Some(spec) = defaulted.get_mut("spec") {
         crate::defaults::apply(spec);
     }
+    if req.operation == Operation::Create {
+        add_foreseen_finalizer(&mut defaulted, state);
+    }
     let patch = json_patch::diff(&original, &defaulted);
     if patch.0.is_empty() {
         return resp;
@@ -249,6 +325,23 @@ pub fn review_mutate(req: &AdmissionRequest<DynamicObject>) -> AdmissionResponse
     match resp.clone().with_patch(patch) {
         Ok(r) => r,
         Err(e) => resp.deny(format!("building patch: {e}")),
+    }
+}
+
+/// Add the finalizer of the provider core will select to `object` (a ModelDeployment
+/// with its defaults), if one is foreseen.
+fn add_foreseen_finalizer(object: &mut Value, state: &WebhookState) {
+    let Some(md) = serde_json::from_value::<ModelDeployment>(object.clone()).ok() else {
+        return;
+    };
+    let Some(provider) = state.foreseen_provider(&md) else {
+        return;
+    };
+    let Some(finalizers) = finalizers::with(&md, &finalizers::of_provider(&provider)) else {
+        return;
+    };
+    if let Some(metadata) = object.get_mut("metadata").and_then(Value::as_object_mut) {
+        metadata.insert("finalizers".into(), Value::from(finalizers));
     }
 }
 
@@ -268,9 +361,9 @@ pub fn validate_body(body: &[u8], state: &WebhookState) -> AdmissionResponse {
 }
 
 /// Answer a mutating request body (what the HTTP handler does, without HTTP).
-pub fn mutate_body(body: &[u8]) -> AdmissionResponse {
+pub fn mutate_body(body: &[u8], state: &WebhookState) -> AdmissionResponse {
     match parse(body) {
-        Ok(req) => review_mutate(&req),
+        Ok(req) => review_mutate(&req, state),
         Err(r) => {
             warn!(reason = %r.result.message, "rejected a malformed mutating request");
             *r
@@ -282,8 +375,8 @@ async fn validate_handler(State(state): State<Arc<WebhookState>>, body: Bytes) -
     respond(validate_body(&body, &state))
 }
 
-async fn mutate_handler(body: Bytes) -> Response {
-    respond(mutate_body(&body))
+async fn mutate_handler(State(state): State<Arc<WebhookState>>, body: Bytes) -> Response {
+    respond(mutate_body(&body, &state))
 }
 
 #[cfg(test)]
@@ -357,7 +450,7 @@ mod tests {
                     *slot = r.clone();
                 }
                 let body = serde_json::to_vec(&v).unwrap();
-                for resp in [validate_body(&body, &state), mutate_body(&body)] {
+                for resp in [validate_body(&body, &state), mutate_body(&body, &state)] {
                     assert!(review_json(resp).is_ok());
                     answered += 1;
                 }
@@ -401,7 +494,7 @@ mod tests {
             let body = serde_json::to_vec(&v).unwrap();
             let validated = validate_body(&body, &state);
             proptest::prop_assert_eq!(&validated.uid, "u");
-            let mutated = mutate_body(&body);
+            let mutated = mutate_body(&body, &state);
             proptest::prop_assert_eq!(&mutated.uid, "u");
             let message = validated.result.message.clone();
             if let Some(rest) = message.strip_prefix("invalid ModelDeployment: ") {
@@ -445,7 +538,7 @@ mod tests {
             let mut v = review();
             v["request"]["operation"] = json!("CREATE");
             v["request"]["object"]["spec"] = spec;
-            let resp = mutate_body(&serde_json::to_vec(&v).unwrap());
+            let resp = mutate_body(&serde_json::to_vec(&v).unwrap(), &WebhookState::new(None));
             assert!(resp.allowed);
             let mut object = v["request"]["object"].clone();
             if let Some(patch) = resp.patch {
@@ -480,9 +573,115 @@ mod tests {
     fn patch_is_base64_in_the_review() {
         let mut v = review();
         v["request"]["operation"] = json!("CREATE");
-        let resp = mutate_body(&serde_json::to_vec(&v).unwrap());
+        let resp = mutate_body(&serde_json::to_vec(&v).unwrap(), &WebhookState::new(None));
         let json = review_json(resp).unwrap();
         assert!(json["response"]["patch"].is_string(), "{json}");
         assert_eq!(json["response"]["patchType"], "JSONPatch");
+    }
+
+    /// A ready provider with a fresh heartbeat, serving vLLM on GPUs, with `rules`.
+    #[allow(clippy::needless_pass_by_value)] // reads better at the call sites
+    fn provider(name: &str, rules: Value) -> InferenceProviderConfig {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+        let spec = serde_json::from_value(json!({
+            "capabilities": {"engines": ["vllm"], "servingModes": ["aggregated"], "gpuSupport": true},
+            "selectionRules": rules,
+        }))
+        .unwrap();
+        let mut c = InferenceProviderConfig::new(name, spec);
+        c.metadata.generation = Some(1);
+        c.metadata.uid = Some(name.into());
+        c.status = Some(kubeairunway_sdk::InferenceProviderConfigStatus {
+            ready: Some(true),
+            last_heartbeat: Some(Time(Timestamp::now())),
+            ..Default::default()
+        });
+        c
+    }
+
+    /// The finalizers of the object `mutate_body` returns for `spec` and `operation`.
+    fn finalizers_after(
+        state: &WebhookState,
+        operation: &str,
+        metadata: Value,
+        spec: Value,
+    ) -> Value {
+        let mut v = review();
+        v["request"]["operation"] = json!(operation);
+        v["request"]["object"]["metadata"] = metadata;
+        v["request"]["object"]["spec"] = spec;
+        let resp = mutate_body(&serde_json::to_vec(&v).unwrap(), state);
+        assert!(resp.allowed, "{}", resp.result.message);
+        let mut object = v["request"]["object"].clone();
+        if let Some(patch) = resp.patch {
+            let patch: json_patch::Patch = serde_json::from_slice(&patch).unwrap();
+            json_patch::patch(&mut object, &patch).unwrap();
+        }
+        object["metadata"]["finalizers"].clone()
+    }
+
+    /// On creation, the finalizer of the provider core will select is written: the one
+    /// named, or the one the rules choose; none when none will be, when the caches cannot
+    /// tell, when the ModelDeployment is paused, and never on an update.
+    #[test]
+    fn creation_gets_the_finalizer_of_the_provider_core_will_select() {
+        let providers = [
+            provider("low", json!([{"condition": "true", "priority": 10}])),
+            provider(
+                "high",
+                json!([{"condition": "spec.model.id.startsWith('big/')", "priority": 50}]),
+            ),
+        ];
+        let cache = kubeairunway_sdk::reflect::Cache::fixed(providers, ());
+        let settings = selection::Settings::default();
+        let state = WebhookState::new(Some(cache.clone()))
+            .foreseeing(Foresight::new(true, settings.clone()));
+        let meta = json!({"name": "m", "namespace": "ns", "finalizers": ["user.example/keep"]});
+        let vllm = |id: &str| json!({"model": {"id": id}, "engine": {"type": "vllm"}});
+        assert_eq!(
+            finalizers_after(&state, "CREATE", meta.clone(), vllm("big/m")),
+            json!(["user.example/keep", "kubeairunway.ai/high-provider"])
+        );
+        assert_eq!(
+            finalizers_after(&state, "CREATE", meta.clone(), vllm("small/m")),
+            json!(["user.example/keep", "kubeairunway.ai/low-provider"])
+        );
+        let mut named = vllm("big/m");
+        named["provider"] = json!({"name": "low"});
+        assert_eq!(
+            finalizers_after(&state, "CREATE", meta.clone(), named.clone()),
+            json!(["user.example/keep", "kubeairunway.ai/low-provider"])
+        );
+        let keep = json!(["user.example/keep"]);
+        // No provider fits a CPU-only llama.cpp spec.
+        let cpu = json!({"model": {"id": "a/b"}, "engine": {"type": "llamacpp"}});
+        assert_eq!(finalizers_after(&state, "CREATE", meta.clone(), cpu), keep);
+        assert_eq!(
+            finalizers_after(&state, "UPDATE", meta.clone(), vllm("big/m")),
+            keep
+        );
+        let paused = json!({"name": "m", "namespace": "ns", "finalizers": ["user.example/keep"],
+            "annotations": {"kubeairunway.ai/reconcile-paused": "true"}});
+        assert_eq!(
+            finalizers_after(&state, "CREATE", paused, vllm("big/m")),
+            keep
+        );
+        // Without the built-in selector only a named provider is foreseen.
+        let custom = WebhookState::new(Some(cache)).foreseeing(Foresight::new(false, settings));
+        assert_eq!(
+            finalizers_after(&custom, "CREATE", meta.clone(), vllm("big/m")),
+            keep
+        );
+        assert_eq!(
+            finalizers_after(&custom, "CREATE", meta.clone(), named),
+            json!(["user.example/keep", "kubeairunway.ai/low-provider"])
+        );
+        // Without a cache (or one not synced) nothing is foreseen.
+        let blind = WebhookState::new(None)
+            .foreseeing(Foresight::new(true, selection::Settings::default()));
+        assert_eq!(
+            finalizers_after(&blind, "CREATE", meta, vllm("big/m")),
+            keep
+        );
     }
 }

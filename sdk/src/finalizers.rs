@@ -11,6 +11,22 @@ use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use serde_json::json;
 
+/// The finalizer of the provider named `provider`: `kubeairunway.ai/<provider>-provider`.
+/// It holds a ModelDeployment until that provider has deleted what it made for it. Core's
+/// mutating webhook writes it at admission for the provider core will select; a provider
+/// adds it itself before its first write when it is missing.
+pub fn of_provider(provider: &str) -> String {
+    format!("kubeairunway.ai/{provider}-provider")
+}
+
+/// The provider whose finalizer `finalizer` is, if it is a provider's.
+pub fn provider_of(finalizer: &str) -> Option<&str> {
+    finalizer
+        .strip_prefix("kubeairunway.ai/")?
+        .strip_suffix("-provider")
+        .filter(|p| !p.is_empty())
+}
+
 /// The finalizers of `object` with `finalizer` added; `None` when it is there already.
 pub fn with(object: &impl Resource, finalizer: &str) -> Option<Vec<String>> {
     let finalizers = object.finalizers();

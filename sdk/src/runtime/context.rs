@@ -225,7 +225,7 @@ pub fn field_manager(provider: &str) -> String {
 
 /// The finalizer of a provider: `kubeairunway.ai/<name>-provider`.
 pub fn finalizer(provider: &str) -> String {
-    format!("kubeairunway.ai/{provider}-provider")
+    crate::finalizers::of_provider(provider)
 }
 
 /// A ModelDeployment as the runtime caches it: metadata parsed, the rest as JSON text,

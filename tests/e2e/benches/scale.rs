@@ -10,13 +10,16 @@
 //!
 //! It starts a private test API server (etcd + the upstream apiserver code), installs the
 //! platform's CRDs and the provider's upstream CRD (Dynamo's by default), then:
-//! 1. **raw**: a plain client makes, per ModelDeployment, the requests the platform makes
-//!    for it, in the same order (create the ModelDeployment, core's status and event, the
-//!    provider's finalizer, for each object rendered the read that it is not someone
-//!    else's and its apply, the provider's event and status), over `--connections`
-//!    connections;
-//! 2. **platform**: core (`kubeairunway-controller`) and `dynamo-provider` run as child
-//!    processes, each with the flags its Deployment gives it; the same number of
+//! 1. **raw**, two baselines made by a plain client over `--connections` connections:
+//!    - *the platform's requests*: per ModelDeployment, the requests the platform makes for
+//!      it, in the same order (create the ModelDeployment with the finalizer core's
+//!      webhook gives it, core's status and event, the provider's create-only apply of
+//!      each object rendered, the provider's event and status);
+//!    - *the minimal writes*: the smallest useful set (create, one core status, the upstream
+//!      apply, one provider status);
+//! 2. **platform**: core (`kubeairunway-controller`, its webhooks installed from its chart
+//!    and called by the API server) and `dynamo-provider` run as child processes, each
+//!    with the flags its Deployment gives it; the same number of
 //!    ModelDeployments is created over as many connections, and the clock stops when every
 //!    one has its DynamoGraphDeployment and the provider's status. With `--kernel-cache`,
 //!    the kernel-cache provider's two controllers run too, each of which caches every
@@ -74,6 +77,7 @@ use kube::api::{
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
 use kubeairunway_cli::builtin::{BuiltIns, NodeProvisioningMode, ProviderFlags};
+use kubeairunway_e2e::helm;
 use kubeairunway_kernelcache_api::names::PROVIDER_NAME as KERNEL_CACHE;
 use kubeairunway_sdk::api::{EngineType, InferenceProviderConfig, ModelDeployment};
 use kubeairunway_sdk::process::Runtime;
@@ -84,6 +88,8 @@ use kubeairunway_testcluster::{Lifetime, TestCluster, install_crds};
 use serde_json::json;
 
 const ROLE: &str = "SCALE_BENCH_ROLE";
+/// The namespace core's chart is rendered for.
+const SYSTEM: &str = "kubeairunway-system";
 
 struct Args {
     n: usize,
@@ -232,18 +238,22 @@ impl Role {
         }
     }
 
-    /// Its flags, as its chart gives them (core without webhooks: nothing calls them
-    /// here), with its metrics on `metrics`.
+    /// Its flags, as its chart gives them (core's are its chart's, [`core_webhooks`]),
+    /// with its metrics on `metrics`.
     fn flags(self, metrics: &str) -> Vec<String> {
         let mut flags = vec![
             "--log-format=text".to_string(),
             format!("--metrics-bind-address={metrics}"),
         ];
         match self {
-            Self::Core => flags.push("--enable-webhooks=false".into()),
             // Required; no Warmup runs here, so no pod is ever made from it.
             Self::Warmup => flags.push("--tools-image=tools.invalid/kernelcache:0".into()),
-            Self::Dynamo | Self::KubeRay | Self::Kaito | Self::Deployment | Self::KernelCache => {}
+            Self::Core
+            | Self::Dynamo
+            | Self::KubeRay
+            | Self::Kaito
+            | Self::Deployment
+            | Self::KernelCache => {}
         }
         flags.extend(self.provider_flags().iter().map(ToString::to_string));
         flags
@@ -381,6 +391,8 @@ struct Controller {
     name: &'static str,
     child: Child,
     metrics: String,
+    /// Where its metrics and health endpoints listen.
+    address: std::net::SocketAddr,
 }
 
 impl Drop for Controller {
@@ -403,11 +415,15 @@ impl Drop for Controller {
     }
 }
 
-/// Start `role`'s controller: its binary from `bin_dir`, or else this binary in the role.
-fn spawn(role: Role, cluster: &TestCluster, bin_dir: Option<&Path>) -> anyhow::Result<Controller> {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
+/// Start `role`'s controller with `extra` flags: its binary from `bin_dir`, or else this
+/// binary in the role.
+fn spawn(
+    role: Role,
+    cluster: &TestCluster,
+    bin_dir: Option<&Path>,
+    extra: &[String],
+) -> anyhow::Result<Controller> {
+    let port = free_port()?;
     let log = std::fs::File::create(cluster.dir().join(format!("{}.log", role.name())))?;
     let mut command = if let Some(dir) = bin_dir {
         Command::new(dir.join(role.binary()))
@@ -418,6 +434,7 @@ fn spawn(role: Role, cluster: &TestCluster, bin_dir: Option<&Path>) -> anyhow::R
     };
     let child = command
         .args(role.flags(&format!("127.0.0.1:{port}")))
+        .args(extra)
         .env("KUBECONFIG", cluster.kubeconfig())
         .env("RUST_LOG", "warn")
         .stdin(Stdio::null())
@@ -428,7 +445,78 @@ fn spawn(role: Role, cluster: &TestCluster, bin_dir: Option<&Path>) -> anyhow::R
         name: role.name(),
         child,
         metrics: format!("http://127.0.0.1:{port}/metrics"),
+        address: std::net::SocketAddr::from(([127, 0, 0, 1], port)),
     })
+}
+
+fn free_port() -> anyhow::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// Core's webhooks as its chart installs them (Service and webhook configurations),
+/// for core to serve on `port`: the API server calls them for every ModelDeployment
+/// created (the mutating one gives it its defaults and the finalizer of the provider core
+/// will select). Returns core's flags from its chart's Deployment and the Service's name.
+async fn core_webhooks(client: &Client, port: u16) -> anyhow::Result<(Vec<String>, String)> {
+    let helm_bin = helm::binary().context(
+        "the benchmark installs core's webhooks from its chart with helm: run scripts/install-helm.sh",
+    )?;
+    let objects = helm::template(&helm_bin, &helm::chart("kubeairunway"), &[])?;
+    kubeairunway_testcluster::ensure_namespace(client, SYSTEM).await?;
+    helm::apply_kinds(
+        client,
+        &objects,
+        &[
+            "Service",
+            "ValidatingWebhookConfiguration",
+            "MutatingWebhookConfiguration",
+        ],
+    )
+    .await?;
+    let name_of = |kind: &str| {
+        objects
+            .iter()
+            .find(|o| o["kind"] == kind)
+            .and_then(|o| o["metadata"]["name"].as_str())
+            .with_context(|| format!("core's chart renders no {kind}"))
+    };
+    let container = helm::container(&objects, name_of("Deployment")?, "controller")
+        .context("core's chart has no controller container")?;
+    let mut args: Vec<String> = helm::args_with(
+        container,
+        &[("webhook-bind-address", format!("127.0.0.1:{port}"))],
+    )
+    .into_iter()
+    .filter(|a| !a.starts_with("--metrics-bind-address=") && !a.starts_with("--log-format="))
+    .collect();
+    // The Downward API values of the chart's env.
+    args.push(format!("--namespace={SYSTEM}"));
+    args.push("--pod-name=core-0".into());
+    Ok((args, name_of("Service")?.to_string()))
+}
+
+/// Wait until the API server calls core's mutating webhook: a ModelDeployment created
+/// (as a dry run, so nothing is stored) comes back with a provider's finalizer.
+async fn wait_webhooks(client: &Client, provider: Role) -> anyhow::Result<()> {
+    let mds: Api<ModelDeployment> = Api::namespaced(client.clone(), "scale");
+    let dry = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let probe = mds.create(&dry, &vllm("probe", "scale", provider)).await;
+        if probe.is_ok_and(|md| !md.finalizers().is_empty()) {
+            return Ok(());
+        }
+        anyhow::ensure!(
+            Instant::now() < deadline,
+            "core's mutating webhook was never called"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// A vLLM ModelDeployment for `provider`: Dynamo is selected by core's rules; the others
@@ -523,34 +611,58 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
     } else {
         tokio::task::JoinSet::new()
     };
-    let cpu_before = cpu_use(cluster, &[]);
-    let raw = raw_writes(cluster, args, api.clone(), builtins).await?;
+    let mut baselines = Vec::new();
+    for baseline in [Baseline::Platform, Baseline::Minimal] {
+        let cpu_before = cpu_use(cluster, &[]);
+        let raw = raw_writes(cluster, args, api.clone(), builtins.clone(), baseline).await?;
+        print_cpu(
+            &format!("the raw requests ({})", baseline.name()),
+            &cpu_before,
+            &cpu_use(cluster, &[]),
+            raw,
+        );
+        let per = baseline.requests(kinds.len());
+        println!(
+            "raw requests ({}): {} ({per} per ModelDeployment, {} objects rendered) in {:.1} s ({:.0}/s)",
+            baseline.name(),
+            per * args.n,
+            kinds.len(),
+            raw.as_secs_f64(),
+            (per * args.n) as f64 / raw.as_secs_f64()
+        );
+        // The plain client's objects go before the next phase: the providers would
+        // otherwise cache them, and the ModelDeployments' objects (created without an
+        // owner) would be refused as someone else's and retried for the whole run.
+        remove_raw(cluster, args, &kinds).await?;
+        baselines.push((baseline, raw));
+    }
     drop(watches);
-    print_cpu("the raw requests", &cpu_before, &cpu_use(cluster, &[]), raw);
-    let requests = raw_requests(kinds.len()) * args.n;
-    println!(
-        "raw requests: {requests} ({} per ModelDeployment, {} objects rendered) in {:.1} s ({:.0}/s)",
-        raw_requests(kinds.len()),
-        kinds.len(),
-        raw.as_secs_f64(),
-        requests as f64 / raw.as_secs_f64()
-    );
-
-    // The plain client's objects go before the platform starts: the providers would
-    // otherwise cache them, and the ModelDeployments' objects (created without an owner)
-    // would be refused as someone else's and retried for the whole run, in the figures.
-    remove_raw(cluster, args, &kinds).await?;
 
     // 2. The platform.
     let mut roles = vec![Role::Core, args.provider];
     if args.kernel_cache {
         roles.extend([Role::KernelCache, Role::Warmup]);
     }
+    let webhook_port = free_port()?;
+    let (core_flags, service) = core_webhooks(&client, webhook_port).await?;
     let controllers = roles
         .into_iter()
-        .map(|role| spawn(role, cluster, args.bin_dir.as_deref()))
+        .map(|role| {
+            let extra: &[String] = if matches!(role, Role::Core) {
+                &core_flags
+            } else {
+                &[]
+            };
+            spawn(role, cluster, args.bin_dir.as_deref(), extra)
+        })
         .collect::<anyhow::Result<Vec<_>>>()?;
+    // Routed once core is ready, as the endpoints controller would.
+    kubeairunway_e2e::ready(controllers[0].address, 120).await?;
+    cluster
+        .route_service(&client, SYSTEM, &service, 443, webhook_port)
+        .await?;
     wait_registered(&client, args.provider.name(), |c| c.status?.ready).await?;
+    wait_webhooks(&client, args.provider).await?;
     if args.kernel_cache {
         // Registered once it leads, as its caches fill.
         wait_registered(&client, KERNEL_CACHE, |c| Some(c.status.is_some())).await?;
@@ -578,10 +690,13 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
         created.as_secs_f64(),
         end_to_end.as_secs_f64()
     );
-    println!(
-        "ratio end-to-end / raw requests: {:.2}x",
-        end_to_end.as_secs_f64() / raw.as_secs_f64()
-    );
+    for (baseline, raw) in &baselines {
+        println!(
+            "ratio end-to-end / {} made raw: {:.2}x",
+            baseline.name(),
+            end_to_end.as_secs_f64() / raw.as_secs_f64()
+        );
+    }
     print_cpu(
         "the platform's rollout",
         &cpu_before,
@@ -694,29 +809,52 @@ async fn remove_raw(
     }
 }
 
-/// Requests per ModelDeployment in [`raw_writes`], where the provider renders `objects`:
-/// six, and a read and an apply of each object.
-fn raw_requests(objects: usize) -> usize {
-    6 + 2 * objects
+/// What the plain client writes per ModelDeployment.
+#[derive(Clone, Copy, Debug)]
+enum Baseline {
+    /// The requests the platform makes (as the API server's audit log shows them), in the
+    /// same order: creating it with the finalizer core's webhook gives it, core's status
+    /// and event, for each object rendered (supporting objects first, the primary last)
+    /// the provider's apply that only creates, then the provider's event and status.
+    Platform,
+    /// The smallest useful set: creating it, one core status, the upstream applies and
+    /// one provider status.
+    Minimal,
 }
 
-/// Per ModelDeployment, the requests the platform makes for it (as the API server's audit
-/// log shows them), made by a plain client in the same order: creating it, core's status
-/// and event, the provider's finalizer, for each object it renders (supporting objects
-/// first, its primary last) the read that it is not someone else's and the apply, then
-/// the provider's event and status.
+impl Baseline {
+    fn name(self) -> &'static str {
+        match self {
+            Self::Platform => "the platform's requests",
+            Self::Minimal => "the minimal writes",
+        }
+    }
+
+    /// Requests per ModelDeployment, where the provider renders `objects`.
+    fn requests(self, objects: usize) -> usize {
+        match self {
+            Self::Platform => 5 + objects,
+            Self::Minimal => 3 + objects,
+        }
+    }
+}
+
+/// Per ModelDeployment, the requests of `baseline`, made by a plain client.
 async fn raw_writes(
     cluster: &TestCluster,
     args: &Args,
     api: Arc<UpstreamApi>,
     builtins: Arc<BuiltIns>,
+    baseline: Baseline,
 ) -> anyhow::Result<Duration> {
     let role = args.provider;
+    let events = matches!(baseline, Baseline::Platform);
     fan_out(cluster, args.n, args.connections, move |client, i| {
         let (api, builtins) = (api.clone(), builtins.clone());
         async move {
             let name = format!("raw-{i}");
             let mut md = vllm(&name, "raw", role);
+            md.metadata.finalizers = Some(vec!["kubeairunway.ai/raw".into()]);
             let mds: Api<ModelDeployment> = Api::namespaced(client.clone(), "raw");
             let created = mds.create(&PostParams::default(), &md).await?;
             md.metadata.uid = created.metadata.uid.clone();
@@ -731,19 +869,18 @@ async fn raw_writes(
                 &Patch::Apply(&core_status),
             )
             .await?;
-            raw_event(&client, &created, "ProviderSelected").await?;
-            let finalizer = json!({"metadata": {"finalizers": ["kubeairunway.ai/raw"]}});
-            mds.patch(&name, &PatchParams::default(), &Patch::Merge(&finalizer))
-                .await?;
+            if events {
+                raw_event(&client, &created, "ProviderSelected").await?;
+            }
             for mut object in rendered_in_order(provider(&builtins, role)?, &md, &api)? {
                 object.metadata.namespace = Some("raw".into());
+                if events {
+                    // Create-only, as the provider's first write.
+                    object.metadata.resource_version = Some("1".into());
+                }
                 let objects: Api<DynamicObject> =
                     Api::namespaced_with(client.clone(), "raw", &api.resource_of(&object));
                 let object_name = object.name_any();
-                anyhow::ensure!(
-                    objects.get_opt(&object_name).await?.is_none(),
-                    "{object_name} exists"
-                );
                 objects
                     .patch(
                         &object_name,
@@ -752,7 +889,9 @@ async fn raw_writes(
                     )
                     .await?;
             }
-            raw_event(&client, &created, "ResourceCreated").await?;
+            if events {
+                raw_event(&client, &created, "ResourceCreated").await?;
+            }
             let provider_status = json!({
                 "apiVersion": "kubeairunway.ai/v1alpha1", "kind": "ModelDeployment",
                 "status": {"phase": "Deploying", "message": "raw",

@@ -520,7 +520,6 @@ async fn the_finalizer_of_an_uninstalled_provider_is_removed_after_the_timeout()
     let (cluster, client) = core_cluster().await.unwrap();
     register_providers(&client).await;
     let ns = cluster.namespace("core-gone");
-    start_controller_with(&client, &ns, true, Duration::from_secs(2)).await;
     let mut manifest = md(
         "held",
         json!({"model": {"id": "a/b"}, "engine": {"type": "llamacpp"}}),
@@ -531,7 +530,19 @@ async fn the_finalizer_of_an_uninstalled_provider_is_removed_after_the_timeout()
         "kubeairunway.ai/kaito-provider"
     ]);
     apply_md(&client, &ns, "user", &manifest).await.unwrap();
+    // Served by `ghost` (a custom selector chose it), before core starts.
     let api: Api<ModelDeployment> = Api::namespaced(client.clone(), &ns);
+    api.patch_status(
+        "held",
+        &PatchParams::apply("custom-selector"),
+        &Patch::Apply(
+            json!({"apiVersion": "kubeairunway.ai/v1alpha1", "kind": "ModelDeployment",
+            "status": {"provider": {"name": "ghost", "selectedReason": "chosen elsewhere"}}}),
+        ),
+    )
+    .await
+    .unwrap();
+    start_controller_with(&client, &ns, true, Duration::from_secs(2)).await;
     api.delete("held", &kube::api::DeleteParams::default())
         .await
         .unwrap();
@@ -563,6 +574,64 @@ async fn the_finalizer_of_an_uninstalled_provider_is_removed_after_the_timeout()
     assert_eq!(still.finalizers(), ["kubeairunway.ai/kaito-provider"]);
     api.patch(
         "held",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+}
+
+/// Core's mutating webhook writes the finalizer of the provider it expects core to select.
+/// A wrong guess holds nothing: core removes it when it selects another provider, and
+/// when a ModelDeployment no provider ever served is deleted.
+#[tokio::test]
+async fn finalizers_of_providers_that_never_served_are_removed() {
+    let (cluster, client) = core_cluster().await.unwrap();
+    register_providers(&client).await;
+    let ns = cluster.namespace("core-unserved");
+    start_controller(&client, &ns, true).await;
+    let api: Api<ModelDeployment> = Api::namespaced(client.clone(), &ns);
+
+    // Expected to go to dynamo; selected for kaito.
+    let mut guessed = md(
+        "guessed",
+        json!({"model": {"id": "a/b"}, "engine": {"type": "llamacpp"}}),
+    );
+    guessed["metadata"]["finalizers"] = json!([
+        "kubeairunway.ai/dynamo-provider",
+        "kubeairunway.ai/kaito-provider",
+        "user.example/keep"
+    ]);
+    apply_md(&client, &ns, "user", &guessed).await.unwrap();
+    let got = wait_md(&api, "guessed", "the wrong guess dropped", |m| {
+        m.finalizers() == ["kubeairunway.ai/kaito-provider", "user.example/keep"]
+    })
+    .await;
+    assert_eq!(got.selected_provider(), Some("kaito"));
+
+    // No provider fits, so none is ever selected: deleted, it goes at once.
+    let mut unserved = md(
+        "unserved",
+        json!({"model": {"id": "a/b"}, "engine": {"type": "llamacpp"}, "serving": {"mode": "disaggregated"},
+               "scaling": {"prefill": {"gpu": {"count": 1}}, "decode": {"gpu": {"count": 1}}}}),
+    );
+    unserved["metadata"]["finalizers"] = json!(["kubeairunway.ai/kaito-provider"]);
+    apply_md(&client, &ns, "user", &unserved).await.unwrap();
+    wait_md(&api, "unserved", "Pending", |m| {
+        m.status.as_ref().and_then(|s| s.phase).is_some()
+    })
+    .await;
+    api.delete("unserved", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(30, "the unserved ModelDeployment gone", || async {
+        api.get_opt("unserved").await.ok()?.is_none().then_some(())
+    })
+    .await
+    .unwrap();
+
+    api.patch(
+        "guessed",
         &PatchParams::default(),
         &Patch::Merge(json!({"metadata": {"finalizers": null}})),
     )

@@ -459,6 +459,7 @@ async fn core_webhook_ca_bundle_is_patched_into_the_configurations() {
 /// every rule of it must have been used.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn core_chart_webhooks_are_called_by_the_api_server_through_rotation() {
+    use kube::ResourceExt as _;
     use kube::api::{Api, DynamicObject, Patch, PatchParams};
     use kubeairunway_e2e::{helm, rbac};
     use kubeairunway_sdk::ModelDeployment;
@@ -644,6 +645,31 @@ async fn core_chart_webhooks_are_called_by_the_api_server_through_rotation() {
         one_gpu.data["spec"]["resources"],
         json!({"gpu": {"count": 1, "type": "nvidia.com/gpu"}})
     );
+    // Each is stored with the finalizer of the provider core then selects, so that the
+    // provider need not add it.
+    for (name, stored, provider) in [
+        ("valid", &stored, "kaito"),
+        ("vllm-without-resources", &one_gpu, "dynamo"),
+    ] {
+        assert_eq!(
+            stored.finalizers(),
+            [format!("kubeairunway.ai/{provider}-provider")],
+            "{name}"
+        );
+        let typed: Api<ModelDeployment> = Api::namespaced(admin.clone(), &ns);
+        let selected = kubeairunway_e2e::eventually(60, &format!("{name} selected"), || async {
+            let md = typed.get(name).await.ok()?;
+            md.selected_provider().map(str::to_string)
+        })
+        .await
+        .unwrap();
+        assert_eq!(selected, provider, "{name}");
+        assert_eq!(
+            typed.get(name).await.unwrap().finalizers(),
+            [format!("kubeairunway.ai/{provider}-provider")],
+            "{name}: the finalizer is kept"
+        );
+    }
 
     // Rotation under load.
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(admin.clone(), system);
