@@ -144,7 +144,18 @@ fn args() -> Args {
                     }
                 };
             }
-            "--bin-dir" => out.bin_dir = Some(it.next().expect("--bin-dir DIR").into()),
+            "--bin-dir" => {
+                // `cargo bench` runs the benchmark in the package's directory: a relative
+                // path is read from the workspace's root.
+                let dir = PathBuf::from(it.next().expect("--bin-dir DIR"));
+                out.bin_dir = Some(if dir.is_absolute() {
+                    dir
+                } else {
+                    Path::new(env!("CARGO_MANIFEST_DIR"))
+                        .join("../..")
+                        .join(dir)
+                });
+            }
             _ => {} // `cargo bench` passes `--bench`
         }
     }
