@@ -86,10 +86,10 @@ pub enum Lifetime {
 pub enum Authorization {
     /// As kube-apiserver's `--authorization-mode=RBAC`: a request is allowed when a Role or
     /// ClusterRole bound to its user or one of its groups allows it; `system:masters` (the
-    /// admin kubeconfig) is always allowed.
-    Rbac,
-    /// Every request is allowed. The default.
+    /// admin kubeconfig) is always allowed. The default.
     #[default]
+    Rbac,
+    /// Every request is allowed.
     AlwaysAllow,
 }
 
@@ -102,12 +102,12 @@ impl Authorization {
         }
     }
 
-    /// [`Authorization::AlwaysAllow`] unless `KUBEAIRUNWAY_TESTCLUSTER_AUTHORIZATION` is
-    /// `RBAC`.
+    /// [`Authorization::Rbac`] unless `KUBEAIRUNWAY_TESTCLUSTER_AUTHORIZATION` is
+    /// `AlwaysAllow` (to tell whether a failing test fails on a permission, say).
     pub fn from_env() -> Self {
         match std::env::var("KUBEAIRUNWAY_TESTCLUSTER_AUTHORIZATION").as_deref() {
-            Ok("RBAC") => Self::Rbac,
-            _ => Self::AlwaysAllow,
+            Ok("AlwaysAllow") => Self::AlwaysAllow,
+            _ => Self::Rbac,
         }
     }
 }

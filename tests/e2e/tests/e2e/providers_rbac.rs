@@ -217,22 +217,14 @@ async fn events(admin: &Client, ns: &str, name: &str, reason: &str) -> Vec<Event
         .collect()
 }
 
-/// Run `case`'s provider through its life; the chart's rules for its account and the
-/// account's user name.
-async fn walk(
-    helm_bin: &std::path::Path,
-    cluster: &TestCluster,
-    admin: &Client,
-    case: &Case,
-) -> (Vec<rbac::Rule>, String) {
-    let chart = case.chart;
-    let objects = helm::template(helm_bin, &helm::chart(chart), case.values).unwrap();
-    let deployment = helm::of_kind(&objects, "Deployment")[0];
+/// The service account the provider of the rendered `chart` runs as, its command line
+/// (the chart's flags, with timings short enough for a test, no metrics server, and the
+/// Downward API values of its env as flags; its pod is `<chart>-0`), and its Lease.
+fn provider_args(chart: &str, objects: &[Value]) -> (String, Vec<String>, String) {
+    let deployment = helm::of_kind(objects, "Deployment")[0];
     let pod = &deployment["spec"]["template"]["spec"];
     let account = pod["serviceAccountName"].as_str().unwrap().to_string();
     let container = &pod["containers"][0];
-    // The chart's flags, with timings short enough for a test and no metrics server; the
-    // Downward API values of its env as flags.
     let mut args = vec![chart.to_string()];
     args.extend(helm::args_with(
         container,
@@ -243,19 +235,35 @@ async fn walk(
             ("finalizer-timeout", "10s".into()),
         ],
     ));
-    let identity = format!("{chart}-0");
     args.push(format!("--namespace={SYSTEM}"));
-    args.push(format!("--pod-name={identity}"));
+    args.push(format!("--pod-name={chart}-0"));
     let lease = args
         .iter()
         .find_map(|a| a.strip_prefix("--leader-elect-resource-name="))
         .unwrap_or_else(|| panic!("{chart}: the chart elects a leader"))
         .to_string();
+    (account, args, lease)
+}
 
-    let client = cluster
-        .client_as_service_account(SYSTEM, &account)
-        .await
-        .unwrap();
+/// Run `case`'s provider through its life; the chart's rules for its account and the
+/// account's user name.
+async fn walk(
+    helm_bin: &std::path::Path,
+    cluster: &TestCluster,
+    admin: &Client,
+    case: &Case,
+) -> (Vec<rbac::Rule>, String) {
+    let chart = case.chart;
+    let objects = helm::template(helm_bin, &helm::chart(chart), case.values).unwrap();
+    let (account, args, lease) = provider_args(chart, &objects);
+    let pod_name = format!("{chart}-0");
+
+    // The provider runs as its chart's service account, under the RBAC the chart grants it.
+    let chart_identity =
+        rbac::ChartIdentity::apply(cluster, admin, &objects, chart, SYSTEM, &account)
+            .await
+            .unwrap();
+    let client = chart_identity.client(cluster).await.unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel();
     let running = start(chart, &args, client, stopped).await;
 
@@ -266,7 +274,7 @@ async fn walk(
         &format!("{chart} holds the Lease {lease}"),
         || async {
             let l = leases.get_opt(&lease).await.ok()??;
-            (l.spec?.holder_identity? == identity).then_some(())
+            (l.spec?.holder_identity? == pod_name).then_some(())
         },
     )
     .await
@@ -442,6 +450,7 @@ async fn walk(
         released.holder_identity, None,
         "{chart}: the Lease is released on shutdown"
     );
+    chart_identity.assert_none_refused();
     (
         rbac::granted_rules(&objects, SYSTEM, &account),
         kubeairunway_testcluster::service_account_user(SYSTEM, &account),
