@@ -517,3 +517,88 @@ async fn provider_charts_grant_what_the_providers_use_and_nothing_more() {
     }
     assert!(findings.is_empty(), "{findings:#?}");
 }
+
+/// Enforcement, proved: the Deployment provider's chart without the rule that lets it read
+/// and renew its leader-election Lease. The provider runs under exactly that RBAC: the API
+/// server refuses its Lease read with 403, and the guard every chart test runs its
+/// component under fails the test naming the component, the verb and the resource.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_missing_a_grant_is_refused_and_its_test_fails_naming_the_grant() {
+    let Some(helm_bin) = helm::require() else {
+        return;
+    };
+    let chart = "deployment-provider";
+    let mut objects = helm::template(&helm_bin, &helm::chart(chart), &[]).unwrap();
+    let (account, args, lease) = provider_args(chart, &objects);
+    let names_lease = |r: &Value| {
+        r["resources"] == json!(["leases"]) && r["resourceNames"] == json!([lease.as_str()])
+    };
+    let role = objects
+        .iter_mut()
+        .find(|o| {
+            o["kind"] == "Role"
+                && o["rules"]
+                    .as_array()
+                    .is_some_and(|rules| rules.iter().any(names_lease))
+        })
+        .expect("the chart grants get and update of its Lease");
+    let rules = role["rules"].as_array_mut().unwrap();
+    rules.retain(|r| !names_lease(r));
+    assert!(!rules.is_empty(), "the Role keeps its create rule");
+
+    let (cluster, admin) = testing::private_cluster("rbac-missing-grant", &[])
+        .await
+        .unwrap();
+    let identity = rbac::ChartIdentity::apply(&cluster, &admin, &objects, chart, SYSTEM, &account)
+        .await
+        .unwrap();
+    let client = identity.client(&cluster).await.unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let running = start(chart, &args, client, stopped).await;
+
+    let refused = eventually(WAIT, "the Lease read refused", || async {
+        let refused = identity.refused().ok()?;
+        (!refused.is_empty()).then_some(refused)
+    })
+    .await
+    .unwrap();
+    let expected = format!("get coordination.k8s.io/leases in {SYSTEM} named {lease}");
+    let refused: Vec<String> = refused.iter().map(ToString::to_string).collect();
+    assert!(refused.contains(&expected), "{refused:#?}");
+    assert!(
+        refused
+            .iter()
+            .all(|r| r.contains("coordination.k8s.io/leases")),
+        "only the dropped grant is missing: {refused:#?}"
+    );
+    // The API server's answer names the user, verb and resource, as kube-apiserver's does.
+    let leases: Api<Lease> = Api::namespaced(identity.client(&cluster).await.unwrap(), SYSTEM);
+    let Err(kube::Error::Api(answer)) = leases.get(&lease).await else {
+        panic!("the Lease read must be refused");
+    };
+    assert_eq!(answer.code, 403);
+    assert_eq!(
+        answer.message,
+        format!(
+            "leases.coordination.k8s.io \"{lease}\" is forbidden: User \"{}\" cannot get resource \"leases\" in API group \"coordination.k8s.io\" in the namespace \"{SYSTEM}\"",
+            identity.user
+        )
+    );
+    // The guard fails the test, naming the component and the request.
+    let failure = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        identity.assert_none_refused();
+    }))
+    .expect_err("a refused request fails the test");
+    let message = failure
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        message.contains(&format!("{chart} ({})", identity.user)) && message.contains(&expected),
+        "{message}"
+    );
+    identity.expect_refusals();
+
+    let _ = stop.send(());
+    let _ = running.await;
+}
