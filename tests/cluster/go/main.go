@@ -169,6 +169,13 @@ func serve(c *cobra.Command, opts *options.CustomResourceDefinitionsServerOption
 	if err := opts.ServerRunOptions.ApplyTo(&cfg.Config); err != nil {
 		return err
 	}
+	// Serving and the loopback certificate, with ECDSA keys (loopback.go); ApplyTo would
+	// generate RSA ones.
+	secure := rec.SecureServing
+	rec.SecureServing = nil
+	if err := applySecureServing(secure, &cfg.Config); err != nil {
+		return err
+	}
 	if err := rec.ApplyTo(cfg); err != nil {
 		return err
 	}
@@ -288,7 +295,8 @@ func installBuiltins(s *genericapiserver.GenericAPIServer, etcd genericoptions.E
 		if err != nil {
 			return err
 		}
-		return wait.PollUntilContextCancel(hook, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		// A short interval: /readyz waits for this hook (NamespaceLifecycle refuses until its informer syncs).
+		return wait.PollUntilContextCancel(hook, 10*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 			for _, name := range []string{metav1.NamespaceDefault, metav1.NamespaceSystem, metav1.NamespacePublic, corev1.NamespaceNodeLease} {
 				ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 				if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {

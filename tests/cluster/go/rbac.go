@@ -689,7 +689,12 @@ func addRBACHooks(s *genericapiserver.GenericAPIServer, roles *informerRoles) er
 		if err != nil {
 			return err
 		}
-		return wait.PollUntilContextTimeout(hook, 100*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		created := false
+		// A short interval: /readyz waits for this hook, and every test process starts a server.
+		return wait.PollUntilContextTimeout(hook, 10*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+			if created {
+				return roles == nil || roles.hasSynced(), nil
+			}
 			for _, role := range bootstrapClusterRoles() {
 				if _, err := client.RbacV1().ClusterRoles().Create(ctx, &role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 					klog.V(2).InfoS("creating a bootstrap ClusterRole", "name", role.Name, "err", err)
@@ -702,6 +707,7 @@ func addRBACHooks(s *genericapiserver.GenericAPIServer, roles *informerRoles) er
 					return false, nil
 				}
 			}
+			created = true
 			return roles == nil || roles.hasSynced(), nil
 		})
 	})
