@@ -183,6 +183,10 @@ impl TestCluster {
                 format!("--initial-cluster=testcluster={peer_url}"),
                 "--initial-cluster-state=new".into(),
                 "--unsafe-no-fsync".into(),
+                // One member elects itself at once; etcd's defaults (100 ms heartbeats, a 1 s
+                // election timeout) made it take 0.1-0.8 s of every start.
+                "--heartbeat-interval=10".into(),
+                "--election-timeout=100".into(),
                 "--log-level=warn".into(),
             ],
         )?;
@@ -290,7 +294,8 @@ impl TestCluster {
                     self.log_tail(name)
                 );
             }
-            thread::sleep(Duration::from_millis(100));
+            // Short: every test process waits here for its server (each poll is cheap).
+            thread::sleep(Duration::from_millis(20));
         }
     }
 
