@@ -139,8 +139,9 @@ var builtinResources = []*resource{
 	{gv: rbacV1, plural: "clusterroles", kind: "ClusterRole", newObj: obj[rbacv1.ClusterRole], newList: obj[rbacv1.ClusterRoleList]},
 	{gv: rbacV1, plural: "clusterrolebindings", kind: "ClusterRoleBinding", newObj: obj[rbacv1.ClusterRoleBinding],
 		newList: obj[rbacv1.ClusterRoleBindingList]},
-	// HPA: pkg/registry/autoscaling/horizontalpodautoscaler/strategy.go of Kubernetes v1.36 (status
-	// cleared on create; metadata.generation only behind the HPAGeneration feature gate, not set here).
+	// HPA: pkg/registry/autoscaling/horizontalpodautoscaler/strategy.go (status cleared on
+	// create; metadata.generation only behind the HPAGeneration feature gate, whose v1.36
+	// default is unchecked: not set here).
 	{gv: autoscaleV2, plural: "horizontalpodautoscalers", kind: "HorizontalPodAutoscaler",
 		newObj: obj[autoscalingv2.HorizontalPodAutoscaler], newList: obj[autoscalingv2.HorizontalPodAutoscalerList],
 		namespaced: true, status: true, clearStatusOnCreate: true, shortNames: []string{"hpa"}},
