@@ -16,11 +16,15 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
+	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	eventsv1 "k8s.io/api/events/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/conversion"
@@ -30,6 +34,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apiserver/pkg/authorization/authorizer"
 	"k8s.io/apiserver/pkg/registry/generic"
 	genericregistry "k8s.io/apiserver/pkg/registry/generic/registry"
 	"k8s.io/apiserver/pkg/registry/rest"
@@ -54,6 +59,8 @@ type resource struct {
 	selectableFields func(runtime.Object) fields.Set
 	onCreate         func(runtime.Object)
 	onUpdate         func(obj, old runtime.Object)
+	// onStatusUpdate runs on a write of the status subresource.
+	onStatusUpdate func(obj, old runtime.Object)
 }
 
 var (
@@ -64,6 +71,9 @@ var (
 	eventsV1    = eventsv1.SchemeGroupVersion
 	admissionV1 = admissionregistrationv1.SchemeGroupVersion
 	discoveryV1 = discoveryv1.SchemeGroupVersion
+	rbacV1      = rbacv1.SchemeGroupVersion
+	autoscaleV2 = autoscalingv2.SchemeGroupVersion
+	policyV1    = policyv1.SchemeGroupVersion
 )
 
 // builtinResources is every built-in resource this server serves.
@@ -96,8 +106,18 @@ var builtinResources = []*resource{
 		newList: obj[corev1.ServiceAccountList], namespaced: true, shortNames: []string{"sa"}},
 	{gv: appsV1, plural: "deployments", kind: "Deployment", newObj: obj[appsv1.Deployment], newList: obj[appsv1.DeploymentList],
 		namespaced: true, status: true, clearStatusOnCreate: true, generation: true, shortNames: []string{"deploy"}},
+	{gv: coreV1, plural: "persistentvolumeclaims", kind: "PersistentVolumeClaim", newObj: obj[corev1.PersistentVolumeClaim],
+		newList: obj[corev1.PersistentVolumeClaimList], namespaced: true, status: true, clearStatusOnCreate: true,
+		shortNames: []string{"pvc"}},
+	{gv: coreV1, plural: "persistentvolumes", kind: "PersistentVolume", newObj: obj[corev1.PersistentVolume],
+		newList: obj[corev1.PersistentVolumeList], status: true, clearStatusOnCreate: true, shortNames: []string{"pv"},
+		onCreate: persistentVolumeOnCreate, onStatusUpdate: persistentVolumePhaseTransition},
 	{gv: appsV1, plural: "daemonsets", kind: "DaemonSet", newObj: obj[appsv1.DaemonSet], newList: obj[appsv1.DaemonSetList],
 		namespaced: true, status: true, clearStatusOnCreate: true, generation: true, shortNames: []string{"ds"}},
+	{gv: appsV1, plural: "statefulsets", kind: "StatefulSet", newObj: obj[appsv1.StatefulSet], newList: obj[appsv1.StatefulSetList],
+		namespaced: true, status: true, clearStatusOnCreate: true, generation: true, shortNames: []string{"sts"}},
+	{gv: appsV1, plural: "replicasets", kind: "ReplicaSet", newObj: obj[appsv1.ReplicaSet], newList: obj[appsv1.ReplicaSetList],
+		namespaced: true, status: true, clearStatusOnCreate: true, generation: true, shortNames: []string{"rs"}},
 	{gv: batchV1, plural: "jobs", kind: "Job", newObj: obj[batchv1.Job], newList: obj[batchv1.JobList], namespaced: true,
 		status: true, clearStatusOnCreate: true, generation: true, selectableFields: func(o runtime.Object) fields.Set {
 			return fields.Set{"status.successful": strconv.Itoa(int(o.(*batchv1.Job).Status.Succeeded))}
@@ -112,6 +132,55 @@ var builtinResources = []*resource{
 		newObj: obj[admissionregistrationv1.MutatingWebhookConfiguration], newList: obj[admissionregistrationv1.MutatingWebhookConfigurationList]},
 	{gv: discoveryV1, plural: "endpointslices", kind: "EndpointSlice", newObj: obj[discoveryv1.EndpointSlice],
 		newList: obj[discoveryv1.EndpointSliceList], namespaced: true},
+	// RBAC: writes go through the escalation checks of rbac.go (kube-apiserver's policybased storage).
+	{gv: rbacV1, plural: "roles", kind: "Role", newObj: obj[rbacv1.Role], newList: obj[rbacv1.RoleList], namespaced: true},
+	{gv: rbacV1, plural: "rolebindings", kind: "RoleBinding", newObj: obj[rbacv1.RoleBinding],
+		newList: obj[rbacv1.RoleBindingList], namespaced: true},
+	{gv: rbacV1, plural: "clusterroles", kind: "ClusterRole", newObj: obj[rbacv1.ClusterRole], newList: obj[rbacv1.ClusterRoleList]},
+	{gv: rbacV1, plural: "clusterrolebindings", kind: "ClusterRoleBinding", newObj: obj[rbacv1.ClusterRoleBinding],
+		newList: obj[rbacv1.ClusterRoleBindingList]},
+	// HPA: pkg/registry/autoscaling/horizontalpodautoscaler/strategy.go (status cleared on
+	// create; metadata.generation only behind the HPAGeneration feature gate, whose v1.36
+	// default is unchecked: not set here).
+	{gv: autoscaleV2, plural: "horizontalpodautoscalers", kind: "HorizontalPodAutoscaler",
+		newObj: obj[autoscalingv2.HorizontalPodAutoscaler], newList: obj[autoscalingv2.HorizontalPodAutoscalerList],
+		namespaced: true, status: true, clearStatusOnCreate: true, shortNames: []string{"hpa"}},
+	// PDB: pkg/registry/policy/poddisruptionbudget/strategy.go of Kubernetes v1.36.
+	{gv: policyV1, plural: "poddisruptionbudgets", kind: "PodDisruptionBudget", newObj: obj[policyv1.PodDisruptionBudget],
+		newList: obj[policyv1.PodDisruptionBudgetList], namespaced: true, status: true, clearStatusOnCreate: true,
+		generation: true, shortNames: []string{"pdb"}},
+}
+
+// The review kinds of authorization.k8s.io (sar.go): created, answered by the authorizer and
+// never stored. Registered on the scheme like the stored kinds.
+var reviewKinds = []runtime.Object{
+	&authorizationv1.SubjectAccessReview{}, &authorizationv1.SelfSubjectAccessReview{},
+	&authorizationv1.LocalSubjectAccessReview{},
+}
+
+// persistentVolumeOnCreate: a new PersistentVolume is Pending since now
+// (pkg/registry/core/persistentvolume/strategy.go of Kubernetes v1.36, PrepareForCreate; the
+// PersistentVolumeLastPhaseTransitionTime feature is GA).
+func persistentVolumeOnCreate(o runtime.Object) {
+	pv := o.(*corev1.PersistentVolume)
+	now := metav1.Now()
+	pv.Status.Phase = corev1.VolumePending
+	pv.Status.LastPhaseTransitionTime = &now
+}
+
+// persistentVolumePhaseTransition: the status subresource keeps lastPhaseTransitionTime while
+// the phase stays, and sets it to now when the phase changes and the writer did not set it
+// (the same file, persistentvolumeStatusStrategy.PrepareForUpdate).
+func persistentVolumePhaseTransition(o, old runtime.Object) {
+	pv, oldPv := o.(*corev1.PersistentVolume), old.(*corev1.PersistentVolume)
+	switch {
+	case oldPv.Status.Phase == pv.Status.Phase && pv.Status.LastPhaseTransitionTime == nil:
+		pv.Status.LastPhaseTransitionTime = oldPv.Status.LastPhaseTransitionTime
+	case oldPv.Status.Phase != pv.Status.Phase && (pv.Status.LastPhaseTransitionTime == nil ||
+		pv.Status.LastPhaseTransitionTime.Equal(oldPv.Status.LastPhaseTransitionTime)):
+		now := metav1.Now()
+		pv.Status.LastPhaseTransitionTime = &now
+	}
 }
 
 func obj[T any, P interface {
@@ -202,8 +271,13 @@ func init() {
 	for _, add := range []func(*runtime.Scheme) error{
 		corev1.AddToScheme, appsv1.AddToScheme, batchv1.AddToScheme, coordinationv1.AddToScheme,
 		eventsv1.AddToScheme, admissionregistrationv1.AddToScheme, discoveryv1.AddToScheme,
+		rbacv1.AddToScheme, autoscalingv2.AddToScheme, policyv1.AddToScheme, authorizationv1.AddToScheme,
 	} {
 		utilruntime.Must(add(Scheme))
+	}
+	for _, o := range reviewKinds {
+		Scheme.AddKnownTypes(schema.GroupVersion{Group: authorizationv1.GroupName, Version: runtime.APIVersionInternal}, o)
+		utilruntime.Must(Scheme.AddConversionFunc(o, o, copyObject))
 	}
 	for _, r := range builtinResources {
 		internal := schema.GroupVersion{Group: r.gv.Group, Version: runtime.APIVersionInternal}
@@ -339,27 +413,50 @@ func singular(kind string) string {
 }
 
 // builtinGroups builds the API groups to install: the legacy core group first, then the
-// named groups.
-func builtinGroups(optsGetter generic.RESTOptionsGetter) (core *genericapiserver.APIGroupInfo, named []*genericapiserver.APIGroupInfo, err error) {
+// named groups. The RBAC resources are wrapped in their escalation checks (rbac.go), which
+// ask authz; authorization.k8s.io serves the reviews answered by authz (sar.go).
+func builtinGroups(optsGetter generic.RESTOptionsGetter, authz authorizer.Authorizer) (core *genericapiserver.APIGroupInfo, named []*genericapiserver.APIGroupInfo, err error) {
 	byGroup := map[string]*genericapiserver.APIGroupInfo{}
 	var order []string
-	for _, r := range builtinResources {
-		info, ok := byGroup[r.gv.Group]
+	group := func(gv schema.GroupVersion) map[string]rest.Storage {
+		info, ok := byGroup[gv.Group]
 		if !ok {
-			i := genericapiserver.NewDefaultAPIGroupInfo(r.gv.Group, Scheme, metav1.ParameterCodec, Codecs)
+			i := genericapiserver.NewDefaultAPIGroupInfo(gv.Group, Scheme, metav1.ParameterCodec, Codecs)
 			info = &i
-			info.PrioritizedVersions = []schema.GroupVersion{r.gv}
-			info.VersionedResourcesStorageMap[r.gv.Version] = map[string]rest.Storage{}
-			byGroup[r.gv.Group] = info
-			order = append(order, r.gv.Group)
+			info.PrioritizedVersions = []schema.GroupVersion{gv}
+			info.VersionedResourcesStorageMap[gv.Version] = map[string]rest.Storage{}
+			byGroup[gv.Group] = info
+			order = append(order, gv.Group)
 		}
+		return info.VersionedResourcesStorageMap[gv.Version]
+	}
+	roles := &registryRoles{}
+	for _, r := range builtinResources {
 		stores, err := newStores(r, optsGetter)
 		if err != nil {
 			return nil, nil, err
 		}
-		for path, s := range stores {
-			info.VersionedResourcesStorageMap[r.gv.Version][path] = s
+		if r.gv.Group == rbacv1.GroupName {
+			main := stores[r.plural].(*mainREST)
+			switch r.plural {
+			case "roles":
+				roles.roles = main.Store
+			case "rolebindings":
+				roles.roleBindings = main.Store
+			case "clusterroles":
+				roles.clusterRoles = main.Store
+			case "clusterrolebindings":
+				roles.clusterRoleBindings = main.Store
+			}
+			stores[r.plural] = &rbacREST{mainREST: main, authz: authz, resolver: ruleResolver{source: roles}}
 		}
+		storage := group(r.gv)
+		for path, s := range stores {
+			storage[path] = s
+		}
+	}
+	for path, s := range reviewStores(authz) {
+		group(authorizationv1.SchemeGroupVersion)[path] = s
 	}
 	for _, g := range order {
 		if g == "" {
@@ -374,6 +471,9 @@ func builtinGroups(optsGetter generic.RESTOptionsGetter) (core *genericapiserver
 // isBuiltinGroup reports whether a group is served by this file (CRDs of such a group
 // are not added to discovery a second time).
 func isBuiltinGroup(group string) bool {
+	if group == authorizationv1.GroupName {
+		return true
+	}
 	for _, r := range builtinResources {
 		if r.gv.Group == group {
 			return true

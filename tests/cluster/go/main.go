@@ -8,12 +8,15 @@
 //     structural schemas, CEL validation, defaulting, status and scale subresources,
 //     conversion webhooks);
 //   - the built-in kinds the platform uses (builtin.go): core/v1 namespaces, pods,
-//     secrets, configmaps, services, nodes, events, serviceaccounts; apps/v1 deployments,
-//     daemonsets; batch/v1 jobs; coordination.k8s.io/v1 leases; events.k8s.io/v1 events;
-//     admissionregistration.k8s.io/v1 validating and mutating webhook configurations;
-//     discovery.k8s.io/v1 endpointslices. Each through the generic registry with the
-//     k8s.io/api Go types, status subresources, strategic-merge patch (from the Go types'
-//     patch tags), server-side apply (OpenAPI definitions generated at build time by
+//     secrets, configmaps, services, nodes, events, serviceaccounts,
+//     persistentvolumeclaims, persistentvolumes; apps/v1 deployments, daemonsets,
+//     statefulsets, replicasets; batch/v1 jobs; coordination.k8s.io/v1 leases;
+//     events.k8s.io/v1 events; admissionregistration.k8s.io/v1 validating and mutating
+//     webhook configurations; discovery.k8s.io/v1 endpointslices;
+//     rbac.authorization.k8s.io/v1 roles, rolebindings, clusterroles, clusterrolebindings;
+//     autoscaling/v2 horizontalpodautoscalers; policy/v1 poddisruptionbudgets. Each through
+//     the generic registry with the k8s.io/api Go types, status subresources,
+//     strategic-merge patch (from the Go types' patch tags), server-side apply (OpenAPI definitions generated at build time by
 //     openapi-gen over k8s.io/api, so lists merge by their real keys), watches, and the
 //     field selectors kube-apiserver offers for those kinds;
 //   - kube-apiserver's admission chain for all of them: NamespaceLifecycle,
@@ -24,6 +27,13 @@
 //     on 127.0.0.1:<port> writes the Service and an EndpointSlice pointing there, playing
 //     the EndpointSlice controller. TLS is verified against the caBundle with the server
 //     name <service>.<namespace>.svc, as kube-apiserver does;
+//   - RBAC authorization as kube-apiserver's --authorization-mode=RBAC does it (rbac.go):
+//     system:masters always allowed, then the rules of the Roles and ClusterRoles bound to
+//     the user or its groups; writes of Roles and bindings that would grant permissions
+//     their author does not hold are forbidden; the bootstrap ClusterRoles for discovery and
+//     cluster-admin exist. authorization.k8s.io/v1 SubjectAccessReview,
+//     LocalSubjectAccessReview and SelfSubjectAccessReview are answered by the same
+//     authorizer (sar.go). --authorization-mode=AlwaysAllow allows every request;
 //   - audit logging (--audit-log-path, --audit-policy-file), so tests can see which user
 //     made which request.
 //
@@ -33,15 +43,15 @@
 //     a Pod without containers is stored as sent. Object metadata is validated. The
 //     exceptions are what admission and routing read (defaults.go) and a Secret's
 //     stringData merged into data (builtin.go);
-//   - no authorization: every authenticated request is allowed (the RBAC authorizer is in
-//     k8s.io/kubernetes too). x509 client certificates and anonymous requests
-//     authenticate; tests measure what each identity did from the audit log instead;
+//   - x509 client certificates and anonymous requests authenticate (no tokens); no Node
+//     authorizer, no ClusterRole aggregation (a kube-controller-manager controller), no
+//     SelfSubjectRulesReview;
 //   - no controllers, kubelet or scheduler: nothing runs pods, schedules them, fills Job,
 //     Deployment or Node status, garbage-collects owned objects or empties a terminating
 //     namespace. Tests write those statuses themselves, as envtest users do;
 //   - core/v1 and events.k8s.io/v1 Events are stored apart (kube-apiserver converts one
-//     into the other); no other built-in kinds, no aggregation, no API priority and
-//     fairness, no ValidatingAdmissionPolicy.
+//     into the other); no other built-in kinds, no scale subresources of built-in kinds, no
+//     aggregation, no API priority and fairness, no ValidatingAdmissionPolicy.
 package main
 
 import (
@@ -75,7 +85,9 @@ import (
 	mutatingpolicy "k8s.io/apiserver/pkg/admission/plugin/policy/mutating"
 	validatingpolicy "k8s.io/apiserver/pkg/admission/plugin/policy/validating"
 	webhookinit "k8s.io/apiserver/pkg/admission/plugin/webhook/initializer"
+	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
+	"k8s.io/apiserver/pkg/authorization/union"
 	openapinamer "k8s.io/apiserver/pkg/endpoints/openapi"
 	genericapiserver "k8s.io/apiserver/pkg/server"
 	genericoptions "k8s.io/apiserver/pkg/server/options"
@@ -111,7 +123,7 @@ func main() {
 	rec.Authorization.RemoteKubeConfigFileOptional = true
 	rec.SecureServing.BindAddress = netutils.ParseIPSloppy("127.0.0.1")
 
-	alwaysAllow := true
+	authorizationMode := modeRBAC
 	cmd := &cobra.Command{
 		Use:   "kubeairunway-apiserver",
 		Short: "Kubernetes API server (CRDs, the built-in kinds kubeairunway uses, webhook admission) for kubeairunway's integration tests",
@@ -128,17 +140,27 @@ func main() {
 			if errs := admission.Validate(); len(errs) > 0 {
 				return errs[0]
 			}
-			return serve(c, opts, admission, alwaysAllow)
+			if authorizationMode != modeRBAC && authorizationMode != modeAlwaysAllow {
+				return fmt.Errorf("--authorization-mode: %q is neither %s nor %s", authorizationMode, modeRBAC, modeAlwaysAllow)
+			}
+			return serve(c, opts, admission, authorizationMode)
 		},
 	}
 	cmd.SetContext(genericapiserver.SetupSignalContext())
 	opts.AddFlags(cmd.Flags())
-	cmd.Flags().BoolVar(&alwaysAllow, "always-allow", true,
-		"authorize every request; when false only system:masters is authorized")
+	cmd.Flags().StringVar(&authorizationMode, "authorization-mode", modeRBAC,
+		"RBAC: authorize requests by the served RBAC objects, as kube-apiserver's RBAC mode does "+
+			"(system:masters is always allowed); AlwaysAllow: authorize every request")
 	os.Exit(cli.Run(cmd))
 }
 
-func serve(c *cobra.Command, opts *options.CustomResourceDefinitionsServerOptions, admission *genericoptions.AdmissionOptions, alwaysAllow bool) error {
+// The values of --authorization-mode.
+const (
+	modeRBAC        = "RBAC"
+	modeAlwaysAllow = "AlwaysAllow"
+)
+
+func serve(c *cobra.Command, opts *options.CustomResourceDefinitionsServerOptions, admission *genericoptions.AdmissionOptions, authorizationMode string) error {
 	rec := opts.RecommendedOptions
 	if err := rec.SecureServing.MaybeDefaultWithSelfSignedCerts("localhost", nil, []net.IP{netutils.ParseIPSloppy("127.0.0.1")}); err != nil {
 		return fmt.Errorf("self-signed certificates: %w", err)
@@ -147,14 +169,18 @@ func serve(c *cobra.Command, opts *options.CustomResourceDefinitionsServerOption
 	if err := opts.ServerRunOptions.ApplyTo(&cfg.Config); err != nil {
 		return err
 	}
+	// Serving and the loopback certificate, with ECDSA keys (loopback.go); ApplyTo would
+	// generate RSA ones.
+	secure := rec.SecureServing
+	rec.SecureServing = nil
+	if err := applySecureServing(secure, &cfg.Config); err != nil {
+		return err
+	}
 	if err := rec.ApplyTo(cfg); err != nil {
 		return err
 	}
 	if err := opts.APIEnablement.ApplyTo(&cfg.Config, apiserver.DefaultAPIResourceConfigSource(), apiserver.Scheme); err != nil {
 		return err
-	}
-	if alwaysAllow {
-		cfg.Authorization.Authorizer = authorizerfactory.NewAlwaysAllowAuthorizer()
 	}
 	defs := openapi.GetOpenAPIDefinitionsWithoutDisabledFeatures(func(ref common.ReferenceCallback) map[string]common.OpenAPIDefinition {
 		all := generatedopenapi.GetOpenAPIDefinitions(ref)
@@ -182,6 +208,21 @@ func serve(c *cobra.Command, opts *options.CustomResourceDefinitionsServerOption
 	}
 	informers := clientgoinformers.NewSharedInformerFactory(client, 10*time.Minute)
 	cfg.SharedInformerFactory = informers
+	// Authorization as kube-apiserver's --authorization-mode=RBAC: system:masters first
+	// (pkg/kubeapiserver/authorizer/config.go), then RBAC over the served objects, read
+	// through informers (rbac.go). The server's own loopback requests are allowed by the
+	// generic server (AuthorizeClientBearerToken).
+	var rbacRoles *informerRoles
+	if authorizationMode == modeRBAC {
+		rbac := informers.Rbac().V1()
+		rbacRoles = &informerRoles{roles: rbac.Roles(), roleBindings: rbac.RoleBindings(),
+			clusterRoles: rbac.ClusterRoles(), clusterRoleBindings: rbac.ClusterRoleBindings()}
+		rbacRoles.hasSynced() // registers the informers before the factory starts
+		cfg.Authorization.Authorizer = union.New(authorizerfactory.NewPrivilegedGroups(user.SystemPrivilegedGroup),
+			rbacAuthorizer{resolver: ruleResolver{source: rbacRoles}})
+	} else {
+		cfg.Authorization.Authorizer = authorizerfactory.NewAlwaysAllowAuthorizer()
+	}
 	cfg.ClientConfig = loopback
 	slices, err := proxy.NewEndpointSliceIndexerGetter(informers.Discovery().V1().EndpointSlices())
 	if err != nil {
@@ -211,6 +252,9 @@ func serve(c *cobra.Command, opts *options.CustomResourceDefinitionsServerOption
 	if err := installBuiltins(server.GenericAPIServer, *rec.Etcd, cfg); err != nil {
 		return err
 	}
+	if err := addRBACHooks(server.GenericAPIServer, rbacRoles); err != nil {
+		return err
+	}
 
 	crds := server.Informers.Apiextensions().V1().CustomResourceDefinitions()
 	groups := &discoveredGroups{manager: server.GenericAPIServer.DiscoveryGroupManager, known: map[string]bool{}}
@@ -236,7 +280,7 @@ func installBuiltins(s *genericapiserver.GenericAPIServer, etcd genericoptions.E
 	etcd.StorageConfig.Codec = Codecs.LegacyCodec(versions...)
 	etcd.StorageConfig.StorageObjectCountTracker = cfg.StorageObjectCountTracker
 	getter := etcd.CreateRESTOptionsGetter(&genericoptions.SimpleStorageFactory{StorageConfig: etcd.StorageConfig}, cfg.ResourceTransformers)
-	core, named, err := builtinGroups(getter)
+	core, named, err := builtinGroups(getter, cfg.Authorization.Authorizer)
 	if err != nil {
 		return err
 	}
@@ -251,7 +295,8 @@ func installBuiltins(s *genericapiserver.GenericAPIServer, etcd genericoptions.E
 		if err != nil {
 			return err
 		}
-		return wait.PollUntilContextCancel(hook, 100*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		// A short interval: /readyz waits for this hook (NamespaceLifecycle refuses until its informer syncs).
+		return wait.PollUntilContextCancel(hook, 10*time.Millisecond, true, func(ctx context.Context) (bool, error) {
 			for _, name := range []string{metav1.NamespaceDefault, metav1.NamespaceSystem, metav1.NamespacePublic, corev1.NamespaceNodeLease} {
 				ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name}}
 				if _, err := client.CoreV1().Namespaces().Create(ctx, ns, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -325,4 +370,3 @@ func (d *discoveredGroups) sync(list []*crdv1.CustomResourceDefinition, err erro
 		}
 	}
 }
-

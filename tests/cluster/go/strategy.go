@@ -130,6 +130,9 @@ func (s statusStrategy) PrepareForUpdate(_ context.Context, obj, old runtime.Obj
 	if err1 == nil && err2 == nil {
 		metav1.ResetObjectMetaForStatus(newMeta, oldMeta)
 	}
+	if s.res.onStatusUpdate != nil {
+		s.res.onStatusUpdate(obj, old)
+	}
 }
 
 func (s statusStrategy) GetResetFields() map[fieldpath.APIVersion]*fieldpath.Set {

@@ -9,10 +9,13 @@
 //!   validation, defaulting, status subresources, conversion webhooks);
 //! - the built-in kinds the platform uses, through `k8s.io/apiserver`'s generic
 //!   registry: core/v1 namespaces, pods, secrets, configmaps, services, nodes, events,
-//!   serviceaccounts; apps/v1 deployments, daemonsets; batch/v1 jobs;
-//!   coordination.k8s.io/v1 leases; events.k8s.io/v1 events;
-//!   admissionregistration.k8s.io/v1 validating and mutating webhook configurations;
-//!   discovery.k8s.io/v1 endpointslices; with status subresources, strategic-merge
+//!   serviceaccounts, persistentvolumeclaims, persistentvolumes; apps/v1 deployments,
+//!   daemonsets, statefulsets, replicasets; batch/v1 jobs; coordination.k8s.io/v1 leases;
+//!   events.k8s.io/v1 events; admissionregistration.k8s.io/v1 validating and mutating
+//!   webhook configurations; discovery.k8s.io/v1 endpointslices;
+//!   rbac.authorization.k8s.io/v1 roles, rolebindings, clusterroles, clusterrolebindings;
+//!   autoscaling/v2 horizontalpodautoscalers; policy/v1 poddisruptionbudgets; with status
+//!   subresources, strategic-merge
 //!   patch, server-side apply merging lists by their real keys, watches, and kube's field
 //!   selectors (`spec.nodeName`, `metadata.name`, ...);
 //! - kube-apiserver's admission chain on all of them: NamespaceLifecycle (objects go into
@@ -25,12 +28,14 @@
 //!   `<service>.<namespace>.svc`;
 //! - an audit log of every request with its user ([`TestCluster::audit_events`]); give
 //!   each component its own identity with [`TestCluster::client_as`] or
-//!   [`TestCluster::kubeconfig_as`].
+//!   [`TestCluster::kubeconfig_as`];
+//! - RBAC authorization as kube-apiserver's `--authorization-mode=RBAC` ([`Authorization`]:
+//!   `system:masters`, the admin kubeconfig's group, is always allowed), with the escalation
+//!   checks on writes of Roles and bindings, and SubjectAccessReviews answered by it.
 //!
 //! What it does not do, compared with kube-apiserver: no validation or defaulting of
 //! built-in kinds (they live in k8s.io/kubernetes, which Debian does not package; object
-//! metadata is validated), no authorization (every request is allowed: the audit log is
-//! how tests check RBAC), and no controllers, kubelet or scheduler: tests write Pod, Job,
+//! metadata is validated), and no controllers, kubelet or scheduler: tests write Pod, Job,
 //! Deployment, DaemonSet and Node status themselves, as envtest users do, nothing
 //! garbage-collects owned objects, and a deleted namespace stays Terminating. core/v1 and
 //! events.k8s.io/v1 Events are stored apart.
@@ -76,6 +81,37 @@ pub enum Lifetime {
     Detached,
 }
 
+/// How the API server authorizes requests.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Authorization {
+    /// As kube-apiserver's `--authorization-mode=RBAC`: a request is allowed when a Role or
+    /// ClusterRole bound to its user or one of its groups allows it; `system:masters` (the
+    /// admin kubeconfig) is always allowed. The default.
+    #[default]
+    Rbac,
+    /// Every request is allowed.
+    AlwaysAllow,
+}
+
+impl Authorization {
+    /// The `--authorization-mode` value of the API server.
+    pub fn mode(self) -> &'static str {
+        match self {
+            Self::Rbac => "RBAC",
+            Self::AlwaysAllow => "AlwaysAllow",
+        }
+    }
+
+    /// [`Authorization::Rbac`] unless `KUBEAIRUNWAY_TESTCLUSTER_AUTHORIZATION` is
+    /// `AlwaysAllow` (to tell whether a failing test fails on a permission, say).
+    pub fn from_env() -> Self {
+        match std::env::var("KUBEAIRUNWAY_TESTCLUSTER_AUTHORIZATION").as_deref() {
+            Ok("AlwaysAllow") => Self::AlwaysAllow,
+            _ => Self::Rbac,
+        }
+    }
+}
+
 /// A running etcd + API server pair.
 #[derive(Debug)]
 pub struct TestCluster {
@@ -89,12 +125,22 @@ pub struct TestCluster {
 static NAMESPACE_SEQ: AtomicU32 = AtomicU32::new(0);
 
 impl TestCluster {
-    /// Start a cluster in `dir` (created; its previous content is removed).
+    /// Start a cluster in `dir` (created; its previous content is removed), authorizing
+    /// requests as [`Authorization::from_env`] says.
     pub fn start(dir: &Path, lifetime: Lifetime) -> anyhow::Result<Self> {
+        Self::start_with(dir, lifetime, Authorization::from_env())
+    }
+
+    /// Start a cluster in `dir` that authorizes requests as `authorization` says.
+    pub fn start_with(
+        dir: &Path,
+        lifetime: Lifetime,
+        authorization: Authorization,
+    ) -> anyhow::Result<Self> {
         let bin = binaries()?;
         let mut last_err = None;
         for _ in 0..3 {
-            match Self::start_once(&bin, dir, lifetime) {
+            match Self::start_once(&bin, dir, lifetime, authorization) {
                 Ok(c) => return Ok(c),
                 Err(e) => last_err = Some(e),
             }
@@ -102,7 +148,12 @@ impl TestCluster {
         Err(last_err.unwrap_or_else(|| anyhow::anyhow!("cluster did not start")))
     }
 
-    fn start_once(bin: &Path, dir: &Path, lifetime: Lifetime) -> anyhow::Result<Self> {
+    fn start_once(
+        bin: &Path,
+        dir: &Path,
+        lifetime: Lifetime,
+        authorization: Authorization,
+    ) -> anyhow::Result<Self> {
         if dir.exists() {
             fs::remove_dir_all(dir).with_context(|| format!("cleaning {}", dir.display()))?;
         }
@@ -132,6 +183,10 @@ impl TestCluster {
                 format!("--initial-cluster=testcluster={peer_url}"),
                 "--initial-cluster-state=new".into(),
                 "--unsafe-no-fsync".into(),
+                // One member elects itself at once; etcd's defaults (100 ms heartbeats, a 1 s
+                // election timeout) made it take 0.1-0.8 s of every start.
+                "--heartbeat-interval=10".into(),
+                "--election-timeout=100".into(),
                 "--log-level=warn".into(),
             ],
         )?;
@@ -162,6 +217,7 @@ impl TestCluster {
                 ),
                 "--audit-log-format=json".into(),
                 "--audit-log-mode=blocking".into(),
+                format!("--authorization-mode={}", authorization.mode()),
             ],
         )?;
         fs::write(
@@ -238,7 +294,8 @@ impl TestCluster {
                     self.log_tail(name)
                 );
             }
-            thread::sleep(Duration::from_millis(100));
+            // Short: every test process waits here for its server (each poll is cheap).
+            thread::sleep(Duration::from_millis(20));
         }
     }
 

@@ -1,10 +1,16 @@
-//! Least privilege, measured: a component's requests, as the test API server's audit log
-//! recorded them under the component's own identity, against the RBAC rules its chart
-//! grants that identity (`helm template` output). The test server authorizes everything
-//! (the RBAC authorizer lives in k8s.io/kubernetes), so this is where a chart's Roles are
-//! checked: every request must be allowed by some rule, and every verb of every rule must
-//! be used on every resource of the rule by some request (an unused grant is a privilege
-//! the component does not need).
+//! A component's chart's RBAC, enforced and measured.
+//!
+//! Enforced: the test API server authorizes requests with RBAC, as kube-apiserver does.
+//! [`ChartIdentity::apply`] applies a chart's ServiceAccounts, Roles, ClusterRoles and
+//! bindings from `helm template` output and gives a client that authenticates as the
+//! component's service account; a request the chart does not grant is refused with 403,
+//! and the guard fails the test naming the component, the verb and the resource of every
+//! refused request ([`refused`]).
+//!
+//! Measured: a component's requests, as the audit log recorded them under its identity,
+//! against the RBAC rules its chart grants that identity: every request must be allowed
+//! by some rule, and every verb of every rule must be used on every resource of the rule
+//! by some request (an unused grant is a privilege the component does not need).
 //!
 //! The matching follows RBAC's rules (k8s.io/kubernetes plugin/pkg/auth/authorizer/rbac):
 //! a rule allows a request when its apiGroups, resources (`resource/subresource`) and
@@ -15,9 +21,14 @@
 
 use std::collections::BTreeSet;
 use std::fmt;
+use std::path::PathBuf;
 
-use kubeairunway_testcluster::AuditEvent;
-use serde_json::Value;
+use anyhow::Context;
+use kube::Client;
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::discovery::ApiResource;
+use kubeairunway_testcluster::{AuditEvent, TestCluster};
+use serde_json::{Value, json};
 
 /// One rule of a Role or ClusterRole, with where it applies.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -247,4 +258,282 @@ pub fn measure(rules: &[Rule], events: &[AuditEvent], user: &str) -> Measured {
         }
     }
     out
+}
+
+/// The requests of `user` in `events` that the API server refused with 403 Forbidden.
+pub fn refused(events: &[AuditEvent], user: &str) -> BTreeSet<Request> {
+    events
+        .iter()
+        .filter(|e| {
+            e.user.username == user
+                && e.stage == "ResponseComplete"
+                && e.response_status.as_ref().is_some_and(|s| s.code == 403)
+        })
+        .filter_map(Request::from_audit)
+        .collect()
+}
+
+/// The RBAC kinds a chart renders, applied by [`ChartIdentity::apply`].
+pub const RBAC_KINDS: &[&str] = &[
+    "ServiceAccount",
+    "Role",
+    "ClusterRole",
+    "RoleBinding",
+    "ClusterRoleBinding",
+];
+
+/// A component running as its chart's service account, under the RBAC its chart grants.
+/// When dropped outside a panic it fails the test if the API server refused any request
+/// of the component (and prints them when the test fails otherwise), naming the component,
+/// the verb and the resource.
+#[derive(Debug)]
+pub struct ChartIdentity {
+    /// What the test calls the component (`kernelcache-provider warmup`, say).
+    pub component: String,
+    /// The service account's namespace.
+    pub namespace: String,
+    /// The service account.
+    pub account: String,
+    /// Its user name, `system:serviceaccount:<namespace>:<account>`.
+    pub user: String,
+    /// The rules the chart grants it.
+    pub rules: Vec<Rule>,
+    audit_log: PathBuf,
+    /// Whether dropping it checks for refused requests.
+    armed: bool,
+}
+
+impl ChartIdentity {
+    /// Apply the RBAC objects of the rendered chart `objects` ([`RBAC_KINDS`]) as `admin`,
+    /// creating the namespaces they go in, and wait until the API server's authorizer
+    /// has them: until a SubjectAccessReview of each rule granted to `namespace/account`
+    /// is allowed.
+    pub async fn apply(
+        cluster: &TestCluster,
+        admin: &Client,
+        objects: &[Value],
+        component: &str,
+        namespace: &str,
+        account: &str,
+    ) -> anyhow::Result<Self> {
+        let mut namespaces: BTreeSet<&str> = objects
+            .iter()
+            .filter(|o| RBAC_KINDS.iter().any(|k| o["kind"] == *k))
+            .filter_map(|o| o["metadata"]["namespace"].as_str())
+            .collect();
+        namespaces.insert(namespace);
+        for ns in namespaces {
+            kubeairunway_testcluster::ensure_namespace(admin, ns).await?;
+        }
+        crate::helm::apply_kinds(admin, objects, RBAC_KINDS).await?;
+        let identity = Self {
+            component: component.to_string(),
+            namespace: namespace.to_string(),
+            account: account.to_string(),
+            user: kubeairunway_testcluster::service_account_user(namespace, account),
+            rules: granted_rules(objects, namespace, account),
+            audit_log: cluster.dir().join("audit.log"),
+            armed: true,
+        };
+        anyhow::ensure!(
+            !identity.rules.is_empty(),
+            "{component}: the chart grants {namespace}/{account} nothing"
+        );
+        for rule in &identity.rules {
+            let review = identity.review(rule);
+            crate::eventually(
+                30,
+                &format!("{component}: {} in effect", rule.source),
+                || {
+                    let review = review.clone();
+                    async move {
+                        subject_access_review(admin, &review)
+                            .await
+                            .ok()?
+                            .then_some(())
+                    }
+                },
+            )
+            .await?;
+        }
+        Ok(identity)
+    }
+
+    /// A SubjectAccessReview of the first verb, resource and name of `rule` for this
+    /// identity, in the rule's namespace (a namespace of its own for a cluster-wide rule:
+    /// a ClusterRoleBinding grants in every namespace).
+    fn review(&self, rule: &Rule) -> Value {
+        let first = |list: &[String]| list.first().cloned().unwrap_or_default();
+        let (resource, subresource) = match first(&rule.resources).split_once('/') {
+            Some((r, s)) => (r.to_string(), s.to_string()),
+            None => (first(&rule.resources), String::new()),
+        };
+        let group = first(&rule.api_groups);
+        json!({
+            "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+            "spec": {
+                "user": self.user,
+                "groups": ["system:serviceaccounts", "system:authenticated"],
+                "resourceAttributes": {
+                    "namespace": rule.namespace.clone().unwrap_or_else(|| "default".into()),
+                    "group": if group == "*" { String::new() } else { group },
+                    "resource": if resource == "*" { "pods".into() } else { resource },
+                    "subresource": subresource,
+                    "verb": first(&rule.verbs),
+                    "name": first(&rule.resource_names),
+                },
+            },
+        })
+    }
+
+    /// A client that authenticates as the service account, as the component's pod would.
+    pub async fn client(&self, cluster: &TestCluster) -> anyhow::Result<Client> {
+        cluster
+            .client_as_service_account(&self.namespace, &self.account)
+            .await
+    }
+
+    /// The component's requests the API server refused so far.
+    pub fn refused(&self) -> anyhow::Result<BTreeSet<Request>> {
+        let events = kubeairunway_testcluster::audit::read(&self.audit_log)?;
+        Ok(refused(&events, &self.user))
+    }
+
+    /// Fail naming every request of the component that was refused.
+    pub fn assert_none_refused(&self) {
+        let refused = self
+            .refused()
+            .unwrap_or_else(|e| panic!("{}: reading the audit log: {e:#}", self.component));
+        assert!(refused.is_empty(), "{}", self.describe_refusals(&refused));
+    }
+
+    /// Drop it without failing on refused requests: for a test that means them.
+    pub fn expect_refusals(mut self) {
+        self.armed = false;
+    }
+
+    fn describe_refusals(&self, refused: &BTreeSet<Request>) -> String {
+        let list: Vec<String> = refused.iter().map(|r| format!("  {r}")).collect();
+        format!(
+            "{} ({}) was refused (403) by the API server; its chart does not grant:\n{}",
+            self.component,
+            self.user,
+            list.join("\n")
+        )
+    }
+}
+
+impl Drop for ChartIdentity {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        if std::thread::panicking() {
+            if let Ok(refused) = self.refused()
+                && !refused.is_empty()
+            {
+                eprintln!("{}", self.describe_refusals(&refused));
+            }
+            return;
+        }
+        self.assert_none_refused();
+    }
+}
+
+/// Whether the API server's authorizer allows what the SubjectAccessReview `review` asks.
+pub async fn subject_access_review(client: &Client, review: &Value) -> anyhow::Result<bool> {
+    let api: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource {
+            group: "authorization.k8s.io".into(),
+            version: "v1".into(),
+            api_version: "authorization.k8s.io/v1".into(),
+            kind: "SubjectAccessReview".into(),
+            plural: "subjectaccessreviews".into(),
+        },
+    );
+    let answer = api
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(review.clone())?,
+        )
+        .await
+        .context("creating a SubjectAccessReview")?;
+    Ok(answer.data["status"]["allowed"] == true)
+}
+
+/// Grant `rules` in `namespace` to `subjects` (RBAC subjects: `{"kind": "User" | "Group" |
+/// "ServiceAccount", "name": ..., ...}`) with a Role and a RoleBinding named `name`,
+/// applied as `admin`, and wait until the API server's authorizer allows each subject the
+/// first verb of each rule: for a test's own identities that are no chart's.
+pub async fn grant(
+    admin: &Client,
+    namespace: &str,
+    name: &str,
+    subjects: Value,
+    rules: Value,
+) -> anyhow::Result<()> {
+    use kube::api::{Patch, PatchParams};
+    let role = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": name, "namespace": namespace}, "rules": rules});
+    let binding = json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": name, "namespace": namespace},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+        "subjects": subjects});
+    let pp = PatchParams::apply("kubeairunway-tests").force();
+    for (kind, plural, body) in [
+        ("Role", "roles", &role),
+        ("RoleBinding", "rolebindings", &binding),
+    ] {
+        let api: Api<DynamicObject> = Api::namespaced_with(
+            admin.clone(),
+            namespace,
+            &ApiResource {
+                group: "rbac.authorization.k8s.io".into(),
+                version: "v1".into(),
+                api_version: "rbac.authorization.k8s.io/v1".into(),
+                kind: kind.into(),
+                plural: plural.into(),
+            },
+        );
+        api.patch(name, &pp, &Patch::Apply(body))
+            .await
+            .with_context(|| format!("applying {kind} {namespace}/{name}"))?;
+    }
+    for subject in subjects.as_array().into_iter().flatten() {
+        let subject_name = subject["name"].as_str().unwrap_or_default();
+        let (user, groups) = match subject["kind"].as_str() {
+            Some("Group") => (String::new(), vec![subject_name.to_string()]),
+            Some("ServiceAccount") => (
+                kubeairunway_testcluster::service_account_user(
+                    subject["namespace"].as_str().unwrap_or(namespace),
+                    subject_name,
+                ),
+                Vec::new(),
+            ),
+            _ => (subject_name.to_string(), Vec::new()),
+        };
+        for rule in rules.as_array().into_iter().flatten() {
+            let first = |field: &str| rule[field][0].as_str().unwrap_or_default().to_string();
+            let review = json!({
+                "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+                "spec": {"user": user, "groups": groups, "resourceAttributes": {
+                    "namespace": namespace, "group": first("apiGroups"),
+                    "resource": first("resources"), "verb": first("verbs"),
+                    "name": first("resourceNames"),
+                }},
+            });
+            crate::eventually(30, &format!("{name} granted to {subject}"), || {
+                let review = review.clone();
+                async move {
+                    subject_access_review(admin, &review)
+                        .await
+                        .ok()?
+                        .then_some(())
+                }
+            })
+            .await?;
+        }
+    }
+    Ok(())
 }

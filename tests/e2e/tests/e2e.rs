@@ -4,6 +4,10 @@
 
 #[path = "e2e/builtin_api.rs"]
 mod builtin_api;
+#[path = "e2e/builtin_api_kinds.rs"]
+mod builtin_api_kinds;
+#[path = "e2e/builtin_api_rbac.rs"]
+mod builtin_api_rbac;
 #[path = "e2e/charts.rs"]
 mod charts;
 #[path = "e2e/charts_rbac.rs"]

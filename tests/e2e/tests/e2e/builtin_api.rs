@@ -661,6 +661,18 @@ async fn admission_webhooks_are_called_by_the_api_server() {
         .client_as(&user, Some("builtin-api-testers"))
         .await
         .unwrap();
+    rbac::grant(
+        &admin,
+        &ns,
+        "creates-pods-and-widgets",
+        json!([{"kind": "User", "name": user, "apiGroup": "rbac.authorization.k8s.io"}]),
+        json!([
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "get"]},
+            {"apiGroups": ["builtin-api.test.kubeairunway.ai"], "resources": ["widgets"], "verbs": ["create"]},
+        ]),
+    )
+    .await
+    .unwrap();
     let hook = serve_webhook("test-webhook", &ns);
     cluster
         .route_service(&admin, &ns, "test-webhook", 443, hook.addr.port())
@@ -890,8 +902,17 @@ async fn admission_webhooks_are_called_by_the_api_server() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn audit_log_records_each_identity() {
-    let (cluster, _admin) = cluster().await;
+    let (cluster, admin) = cluster().await;
     let ns = cluster.namespace("builtin-audit");
+    rbac::grant(
+        &admin,
+        &ns,
+        "configmaps",
+        json!([{"kind": "ServiceAccount", "name": "component", "namespace": ns}]),
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create", "get"]}]),
+    )
+    .await
+    .unwrap();
     let user = kubeairunway_testcluster::service_account_user(&ns, "component");
     let client = cluster
         .client_as_service_account(&ns, "component")

@@ -203,6 +203,9 @@ async fn core_two_replicas_one_leader() {
     .unwrap();
 }
 
+/// The group of the compared candidates, granted the Lease API in the test's namespace.
+const CANDIDATES: &str = "lease-candidates";
+
 /// One candidate of a comparison: its task and leadership channel.
 struct Candidate {
     task: tokio::task::AbortHandle,
@@ -215,7 +218,10 @@ async fn candidate(
     ours: bool,
     identity: String,
 ) -> Candidate {
-    let client = cluster.client_as(&identity, None).await.unwrap();
+    let client = cluster
+        .client_as(&identity, Some(CANDIDATES))
+        .await
+        .unwrap();
     if ours {
         let (tx, rx) = tokio::sync::watch::channel(false);
         let elector = LeaderElector::new(
@@ -260,8 +266,18 @@ struct Measured {
 /// Three candidates on one Lease; every 4 s the leader crashes (its task aborted, no
 /// release) and a new candidate joins; sampled every 20 ms for 16 s.
 async fn measure_elector(ours: bool) -> Measured {
-    let (cluster, _client) = core_cluster().await.unwrap();
+    let (cluster, admin) = core_cluster().await.unwrap();
     let ns = cluster.namespace(if ours { "elect-ours" } else { "elect-klm" });
+    kubeairunway_e2e::rbac::grant(
+        &admin,
+        &ns,
+        "lease-candidates",
+        json!([{"kind": "Group", "name": CANDIDATES, "apiGroup": "rbac.authorization.k8s.io"}]),
+        json!([{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+            "verbs": ["get", "list", "watch", "create", "update", "patch"]}]),
+    )
+    .await
+    .unwrap();
     let prefix = format!("{ns}-candidate");
     let mut seq = 0;
     let mut live = Vec::new();

@@ -525,10 +525,11 @@ async fn core_chart_webhooks_are_called_by_the_api_server_through_rotation() {
     args.push(format!("--namespace={system}"));
     args.push("--pod-name=core-0".into());
     let cli = <kubeairunway_core::app::Cli as clap::Parser>::try_parse_from(&args).unwrap();
-    let core_client = cluster
-        .client_as_service_account(system, account)
+    // Core runs as its chart's service account, under the RBAC the chart grants it.
+    let identity = rbac::ChartIdentity::apply(&cluster, &admin, &objects, "core", system, account)
         .await
         .unwrap();
+    let core_client = identity.client(&cluster).await.unwrap();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let rt = kubeairunway_sdk::process::Runtime::with_client(
         kubeairunway_core::app::COMPONENT,

@@ -90,6 +90,42 @@ fn start_agent_with(
     }
 }
 
+/// The kernel-cache chart's RBAC applied to `cluster`, and the identity of its `component`
+/// (`agent`, `controller`): the service account its workload runs as. `None` when helm is
+/// missing outside CI.
+async fn chart_identity(
+    cluster: &TestCluster,
+    admin: &Client,
+    component: &str,
+) -> Option<kubeairunway_e2e::rbac::ChartIdentity> {
+    use kubeairunway_e2e::helm;
+    let helm_bin = helm::require()?;
+    let objects = helm::template(&helm_bin, &helm::chart("kernelcache-provider"), &[]).unwrap();
+    let workload = objects
+        .iter()
+        .find(|o| {
+            matches!(o["kind"].as_str(), Some("DaemonSet" | "Deployment"))
+                && o["metadata"]["labels"]["app.kubernetes.io/component"] == component
+        })
+        .unwrap_or_else(|| panic!("the chart runs a {component}"));
+    let account = workload["spec"]["template"]["spec"]["serviceAccountName"]
+        .as_str()
+        .unwrap();
+    let namespace = workload["metadata"]["namespace"].as_str().unwrap();
+    Some(
+        kubeairunway_e2e::rbac::ChartIdentity::apply(
+            cluster,
+            admin,
+            &objects,
+            &format!("the kernel-cache {component}"),
+            namespace,
+            account,
+        )
+        .await
+        .unwrap(),
+    )
+}
+
 async fn setup(tag: &str) -> (TestCluster, Client, Registry) {
     let (cluster, client) =
         kubeairunway_sdk::testing::private_cluster(tag, &kubeairunway_kernelcache_api::crds())
@@ -256,11 +292,12 @@ async fn the_agent_stages_what_fits_reports_labels_survives_restarts_and_cleans_
     .await
     .unwrap();
     cache(&client, &registry, ns, "elsewhere", &triton, true).await;
-    // The agent runs under its own identity, as its DaemonSet's service account.
-    let agent = cluster
-        .client_as_service_account("kubeairunway-system", "kernelcache-agent")
-        .await
-        .unwrap();
+    // The agent runs as its DaemonSet's service account, under the RBAC the chart grants
+    // it (a request the chart does not grant fails the test).
+    let Some(identity) = chart_identity(&cluster, &client, "agent").await else {
+        return;
+    };
+    let agent = identity.client(&cluster).await.unwrap();
     let running = start_agent(&agent, node_name, root.path(), &registry, H100X2);
 
     let report = node_where(
@@ -612,12 +649,38 @@ async fn pull_credentials_come_from_real_secrets() {
             .await
             .unwrap();
     }
-    let reader = KubeSecrets(
-        cluster
-            .client_as_service_account(&ns, "kernelcache-controller")
-            .await
-            .unwrap(),
-    );
+    // Read as the chart's controller account, under the Role the chart renders for the
+    // pull Secrets it is told about (only that Role: the shared cluster's other tests
+    // render the chart too).
+    let Some(helm_bin) = kubeairunway_e2e::helm::require() else {
+        return;
+    };
+    let objects = kubeairunway_e2e::helm::template(
+        &helm_bin,
+        &kubeairunway_e2e::helm::chart("kernelcache-provider"),
+        &[
+            ("controller.pullSecrets[0].namespace", &ns),
+            ("controller.pullSecrets[0].names[0]", "missing"),
+            ("controller.pullSecrets[0].names[1]", "pull"),
+            ("controller.pullSecrets[0].names[2]", "opaque"),
+        ],
+    )
+    .unwrap();
+    let pull_role: Vec<Value> = objects
+        .into_iter()
+        .filter(|o| o["metadata"]["namespace"] == ns.as_str())
+        .collect();
+    let identity = kubeairunway_e2e::rbac::ChartIdentity::apply(
+        cluster,
+        &client,
+        &pull_role,
+        "the kernel-cache controller",
+        "kubeairunway-system",
+        "release-kernelcache-provider-controller",
+    )
+    .await
+    .unwrap();
+    let reader = KubeSecrets(identity.client(cluster).await.unwrap());
     let names = ["missing".to_string(), "pull".to_string()];
     let auth = auth_for(&reader, &ns, &names, "reg.example:5000/c@sha256:ab")
         .await

@@ -431,10 +431,18 @@ async fn the_api_server_calls_the_pod_webhook_installed_from_the_chart() {
     ]);
     let cli = <kubeairunway_kernelcache_webhook::app::Cli as clap::Parser>::try_parse_from(&args)
         .unwrap();
-    let client = cluster
-        .client_as_service_account(system, account)
-        .await
-        .unwrap();
+    // The webhook runs as its chart's service account, under the RBAC the chart grants it.
+    let identity = rbac::ChartIdentity::apply(
+        &cluster,
+        &admin,
+        &objects,
+        "the kernel-cache pod webhook",
+        system,
+        account,
+    )
+    .await
+    .unwrap();
+    let client = identity.client(&cluster).await.unwrap();
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let rt = kubeairunway_sdk::process::Runtime::with_client(
         kubeairunway_kernelcache_webhook::app::COMPONENT,

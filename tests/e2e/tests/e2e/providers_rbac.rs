@@ -243,22 +243,14 @@ async fn events(admin: &Client, ns: &str, name: &str, reason: &str) -> Vec<Event
         .collect()
 }
 
-/// Run `case`'s provider through its life; the chart's rules for its account and the
-/// account's user name.
-async fn walk(
-    helm_bin: &std::path::Path,
-    cluster: &TestCluster,
-    admin: &Client,
-    case: &Case,
-) -> (Vec<rbac::Rule>, String) {
-    let chart = case.chart;
-    let objects = helm::template(helm_bin, &helm::chart(chart), case.values).unwrap();
-    let deployment = helm::of_kind(&objects, "Deployment")[0];
+/// The service account the provider of the rendered `chart` runs as, its command line
+/// (the chart's flags, with timings short enough for a test, no metrics server, and the
+/// Downward API values of its env as flags; its pod is `<chart>-0`), and its Lease.
+fn provider_args(chart: &str, objects: &[Value]) -> (String, Vec<String>, String) {
+    let deployment = helm::of_kind(objects, "Deployment")[0];
     let pod = &deployment["spec"]["template"]["spec"];
     let account = pod["serviceAccountName"].as_str().unwrap().to_string();
     let container = &pod["containers"][0];
-    // The chart's flags, with timings short enough for a test and no metrics server; the
-    // Downward API values of its env as flags.
     let mut args = vec![chart.to_string()];
     args.extend(helm::args_with(
         container,
@@ -269,19 +261,35 @@ async fn walk(
             ("finalizer-timeout", "10s".into()),
         ],
     ));
-    let identity = format!("{chart}-0");
     args.push(format!("--namespace={SYSTEM}"));
-    args.push(format!("--pod-name={identity}"));
+    args.push(format!("--pod-name={chart}-0"));
     let lease = args
         .iter()
         .find_map(|a| a.strip_prefix("--leader-elect-resource-name="))
         .unwrap_or_else(|| panic!("{chart}: the chart elects a leader"))
         .to_string();
+    (account, args, lease)
+}
 
-    let client = cluster
-        .client_as_service_account(SYSTEM, &account)
-        .await
-        .unwrap();
+/// Run `case`'s provider through its life; the chart's rules for its account and the
+/// account's user name.
+async fn walk(
+    helm_bin: &std::path::Path,
+    cluster: &TestCluster,
+    admin: &Client,
+    case: &Case,
+) -> (Vec<rbac::Rule>, String) {
+    let chart = case.chart;
+    let objects = helm::template(helm_bin, &helm::chart(chart), case.values).unwrap();
+    let (account, args, lease) = provider_args(chart, &objects);
+    let pod_name = format!("{chart}-0");
+
+    // The provider runs as its chart's service account, under the RBAC the chart grants it.
+    let chart_identity =
+        rbac::ChartIdentity::apply(cluster, admin, &objects, chart, SYSTEM, &account)
+            .await
+            .unwrap();
+    let client = chart_identity.client(cluster).await.unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel();
     let running = start(chart, &args, client, stopped).await;
 
@@ -292,7 +300,7 @@ async fn walk(
         &format!("{chart} holds the Lease {lease}"),
         || async {
             let l = leases.get_opt(&lease).await.ok()??;
-            (l.spec?.holder_identity? == identity).then_some(())
+            (l.spec?.holder_identity? == pod_name).then_some(())
         },
     )
     .await
@@ -501,6 +509,7 @@ async fn walk(
         released.holder_identity, None,
         "{chart}: the Lease is released on shutdown"
     );
+    chart_identity.assert_none_refused();
     (
         rbac::granted_rules(&objects, SYSTEM, &account),
         kubeairunway_testcluster::service_account_user(SYSTEM, &account),
@@ -566,4 +575,89 @@ async fn provider_charts_grant_what_the_providers_use_and_nothing_more() {
         }
     }
     assert!(findings.is_empty(), "{findings:#?}");
+}
+
+/// Enforcement, proved: the Deployment provider's chart without the rule that lets it read
+/// and renew its leader-election Lease. The provider runs under exactly that RBAC: the API
+/// server refuses its Lease read with 403, and the guard every chart test runs its
+/// component under fails the test naming the component, the verb and the resource.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provider_missing_a_grant_is_refused_and_its_test_fails_naming_the_grant() {
+    let Some(helm_bin) = helm::require() else {
+        return;
+    };
+    let chart = "deployment-provider";
+    let mut objects = helm::template(&helm_bin, &helm::chart(chart), &[]).unwrap();
+    let (account, args, lease) = provider_args(chart, &objects);
+    let names_lease = |r: &Value| {
+        r["resources"] == json!(["leases"]) && r["resourceNames"] == json!([lease.as_str()])
+    };
+    let role = objects
+        .iter_mut()
+        .find(|o| {
+            o["kind"] == "Role"
+                && o["rules"]
+                    .as_array()
+                    .is_some_and(|rules| rules.iter().any(names_lease))
+        })
+        .expect("the chart grants get and update of its Lease");
+    let rules = role["rules"].as_array_mut().unwrap();
+    rules.retain(|r| !names_lease(r));
+    assert!(!rules.is_empty(), "the Role keeps its create rule");
+
+    let (cluster, admin) = testing::private_cluster("rbac-missing-grant", &[])
+        .await
+        .unwrap();
+    let identity = rbac::ChartIdentity::apply(&cluster, &admin, &objects, chart, SYSTEM, &account)
+        .await
+        .unwrap();
+    let client = identity.client(&cluster).await.unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel();
+    let running = start(chart, &args, client, stopped).await;
+
+    let refused = eventually(WAIT, "the Lease read refused", || async {
+        let refused = identity.refused().ok()?;
+        (!refused.is_empty()).then_some(refused)
+    })
+    .await
+    .unwrap();
+    let expected = format!("get coordination.k8s.io/leases in {SYSTEM} named {lease}");
+    let refused: Vec<String> = refused.iter().map(ToString::to_string).collect();
+    assert!(refused.contains(&expected), "{refused:#?}");
+    assert!(
+        refused
+            .iter()
+            .all(|r| r.contains("coordination.k8s.io/leases")),
+        "only the dropped grant is missing: {refused:#?}"
+    );
+    // The API server's answer names the user, verb and resource, as kube-apiserver's does.
+    let leases: Api<Lease> = Api::namespaced(identity.client(&cluster).await.unwrap(), SYSTEM);
+    let Err(kube::Error::Api(answer)) = leases.get(&lease).await else {
+        panic!("the Lease read must be refused");
+    };
+    assert_eq!(answer.code, 403);
+    assert_eq!(
+        answer.message,
+        format!(
+            "leases.coordination.k8s.io \"{lease}\" is forbidden: User \"{}\" cannot get resource \"leases\" in API group \"coordination.k8s.io\" in the namespace \"{SYSTEM}\"",
+            identity.user
+        )
+    );
+    // The guard fails the test, naming the component and the request.
+    let failure = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        identity.assert_none_refused();
+    }))
+    .expect_err("a refused request fails the test");
+    let message = failure
+        .downcast_ref::<String>()
+        .cloned()
+        .unwrap_or_default();
+    assert!(
+        message.contains(&format!("{chart} ({})", identity.user)) && message.contains(&expected),
+        "{message}"
+    );
+    identity.expect_refusals();
+
+    let _ = stop.send(());
+    let _ = running.await;
 }

@@ -17,6 +17,7 @@ use k8s_openapi::api::events::v1::Event as K8sEvent;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use kubeairunway_e2e::eventually;
+use kubeairunway_e2e::rbac::ChartIdentity;
 use kubeairunway_kernelcache_warmup::metrics::Metrics;
 use kubeairunway_kernelcache_warmup::pod::{ATTEMPT_ANNOTATION, NODE_ANNOTATION};
 use kubeairunway_kernelcache_warmup::{self as warmup, Settings};
@@ -171,17 +172,40 @@ fn kubelet_status(pod: &Pod, run: Run) -> Option<Value> {
 const CHART_NAMESPACE: &str = "kubeairunway-system";
 const CHART_ACCOUNT: &str = "release-kernelcache-provider-warmup";
 
+/// The warmup controller started by [`start`]: stopped, and checked for refused requests,
+/// when dropped.
+struct Controller {
+    _stop: tokio::sync::oneshot::Sender<()>,
+    _identity: ChartIdentity,
+}
+
 /// A private API server with our CRDs, and the warmup controller running on it under the
-/// chart's service account (its requests are in the audit log under that name).
-async fn start(tag: &str) -> (TestCluster, Client, tokio::sync::oneshot::Sender<()>) {
+/// chart's service account and the RBAC the chart grants it (its requests are in the
+/// audit log under that name; one the chart does not grant fails the test). `None` when
+/// helm is missing outside CI.
+async fn start(tag: &str) -> Option<(TestCluster, Client, Controller)> {
+    let helm = kubeairunway_e2e::helm::require()?;
+    let objects = kubeairunway_e2e::helm::template(
+        &helm,
+        &kubeairunway_e2e::helm::chart("kernelcache-provider"),
+        &[],
+    )
+    .unwrap();
     let (cluster, client) =
         kubeairunway_sdk::testing::private_cluster(tag, &kubeairunway_kernelcache_api::crds())
             .await
             .unwrap();
-    let controller = cluster
-        .client_as_service_account(CHART_NAMESPACE, CHART_ACCOUNT)
-        .await
-        .unwrap();
+    let identity = ChartIdentity::apply(
+        &cluster,
+        &client,
+        &objects,
+        "the warmup controller",
+        CHART_NAMESPACE,
+        CHART_ACCOUNT,
+    )
+    .await
+    .unwrap();
+    let controller = identity.client(&cluster).await.unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let synced = kubeairunway_sdk::process::Check::default();
     tokio::spawn(warmup::run(
@@ -197,7 +221,14 @@ async fn start(tag: &str) -> (TestCluster, Client, tokio::sync::oneshot::Sender<
             let _ = stopped.await;
         },
     ));
-    (cluster, client, stop)
+    Some((
+        cluster,
+        client,
+        Controller {
+            _stop: stop,
+            _identity: identity,
+        },
+    ))
 }
 
 async fn node(client: &Client, name: &str, labels: Value) {
@@ -270,7 +301,9 @@ async fn warmup_pods(client: &Client, ns: &str) -> Vec<Pod> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nodes_are_warmed_in_parallel_retried_joined_and_cleaned_up_after_the_ttl() {
-    let (cluster, client, _stop) = start("warmup-nodes").await;
+    let Some((cluster, client, _controller)) = start("warmup-nodes").await else {
+        return;
+    };
     let ns = cluster.namespace("warmup");
     for n in ["gpu-1", "gpu-2", "gpu-3", "gpu-4"] {
         node(&client, n, json!({"pool": "a100"})).await;
@@ -485,7 +518,9 @@ async fn nodes_are_warmed_in_parallel_retried_joined_and_cleaned_up_after_the_tt
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failed_nodes_the_global_timeout_and_deletion_stop_a_warmup() {
-    let (cluster, client, _stop) = start("warmup-stop").await;
+    let Some((cluster, client, _controller)) = start("warmup-stop").await else {
+        return;
+    };
     for n in ["n-1", "n-2", "n-3", "n-4"] {
         node(&client, n, json!({"pool": "h100"})).await;
     }
@@ -679,7 +714,9 @@ async fn provider_reports_images(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_model_deployments_nodes_get_its_image_and_its_kernel_cache() {
-    let (cluster, client, _stop) = start("warmup-model").await;
+    let Some((cluster, client, _controller)) = start("warmup-model").await else {
+        return;
+    };
     let ns = cluster.namespace("warmup-model");
     let tainted = json!([{"key": "dedicated", "value": "llm", "effect": "NoSchedule"}]);
     gpu_node(&client, "h100-1", json!({"pool": "h100"}), 8, json!([])).await;
@@ -852,7 +889,9 @@ async fn a_model_deployments_nodes_get_its_image_and_its_kernel_cache() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn node_names_without_a_node_fail_at_once_and_count_against_max_failed_nodes() {
-    let (cluster, client, _stop) = start("warmup-names").await;
+    let Some((cluster, client, _controller)) = start("warmup-names").await else {
+        return;
+    };
     let ns = cluster.namespace("warmup-names");
     node(&client, "real-1", json!({})).await;
     let _kubelet = Kubelet::start(client.clone(), &ns, |_, _| Run::Succeed);
@@ -932,7 +971,9 @@ async fn a_gated_model_deployment_waits_for_its_warmup_then_scales_up() {
     use kubeairunway_sdk::testing::{self, ModelDeploymentBuilder, condition, md_where};
     use std::sync::atomic::{AtomicBool, Ordering};
 
-    let (cluster, client, _stop) = start("warmup-gate").await;
+    let Some((cluster, client, _controller)) = start("warmup-gate").await else {
+        return;
+    };
     let ns = cluster.namespace("warmup-gate");
     gpu_node(&client, "h100-1", json!({"pool": "h100"}), 8, json!([])).await;
     let release = Arc::new(AtomicBool::new(false));
@@ -1088,7 +1129,9 @@ async fn a_scale_up_and_an_upgrade_wait_for_a_warmup_that_covers_them() {
     use kubeairunway_sdk::testing::{self, ModelDeploymentBuilder, condition, md_where};
     use std::sync::atomic::{AtomicBool, Ordering};
 
-    let (cluster, client, _stop) = start("warmup-scale").await;
+    let Some((cluster, client, _controller)) = start("warmup-scale").await else {
+        return;
+    };
     let ns = cluster.namespace("warmup-scale");
     gpu_node(&client, "h100-1", json!({"pool": "h100"}), 8, json!([])).await;
     let release = Arc::new(AtomicBool::new(false));
@@ -1289,7 +1332,9 @@ async fn an_inline_warmup_is_made_held_on_made_again_for_an_upgrade_and_goes_wit
     use kubeairunway_sdk::testing::{self, ModelDeploymentBuilder, condition, md_where};
     use std::sync::atomic::{AtomicBool, Ordering};
 
-    let (cluster, client, _stop) = start("warmup-inline").await;
+    let Some((cluster, client, _controller)) = start("warmup-inline").await else {
+        return;
+    };
     let ns = cluster.namespace("warmup-inline");
     gpu_node(&client, "h100-1", json!({"pool": "h100"}), 8, json!([])).await;
     let release = Arc::new(AtomicBool::new(false));
@@ -1446,7 +1491,9 @@ async fn an_inline_warmup_is_made_held_on_made_again_for_an_upgrade_and_goes_wit
 /// label (anyone's pod can) is never taken for an orphaned warmup pod and deleted.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_custom_action_that_would_own_its_node_is_refused_and_others_pods_are_never_swept() {
-    let (cluster, client, _stop) = start("warmup-policy").await;
+    let Some((cluster, client, _controller)) = start("warmup-policy").await else {
+        return;
+    };
     node(&client, "gpu-1", json!({"pool": "a100"})).await;
     let ns = cluster.namespace("warmup-policy");
     create_warmup(
