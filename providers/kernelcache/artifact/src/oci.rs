@@ -246,10 +246,17 @@ impl Puller {
         tokio::task::spawn_blocking(move || -> Result<Extracted, PullError> {
             let reader =
                 std::io::BufReader::new(blob.reopen().map_err(|e| PullError::Io(e.to_string()))?);
-            // The manifest check and the Triton rewrite run in the staging directory, so
-            // the cache directory appears only complete (a restart can trust it).
-            extract::extract_checked(reader, &root, &target, limits, |staging| {
-                finish(staging, cache_type, mount.as_deref())
+            // Triton group files are written already pointing at the mount (not rewritten
+            // after: a second pass over every group file); the manifest check runs in the
+            // staging directory, so the cache directory appears only complete (a restart
+            // can trust it).
+            let groups = mount.as_deref().map(|mount| triton::GroupFiles { mount });
+            let rewrite = groups
+                .as_ref()
+                .filter(|_| cache_type == CacheType::Triton)
+                .map(|g| g as &dyn extract::Rewrite);
+            extract::extract_checked(reader, &root, &target, limits, rewrite, |staging| {
+                finish(staging, cache_type, None)
             })
         })
         .await
@@ -279,7 +286,8 @@ async fn link(
 }
 
 /// After extraction: the layer must hold the cache directory and a manifest that parses;
-/// Triton group files are rewritten to the mount path.
+/// Triton group files are rewritten to `triton_mount` when given (those of a cache linked
+/// from another: extraction writes them right in the first place).
 fn finish(dir: &Path, cache_type: CacheType, triton_mount: Option<&str>) -> Result<(), PullError> {
     let manifest = files::read_bounded(
         &dir.join(cache_type.manifest_path()),
