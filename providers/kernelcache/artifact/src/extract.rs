@@ -13,11 +13,11 @@
 //! only: no setuid, setgid or sticky bit survives.
 
 use std::fs::{self, OpenOptions};
-use std::io::{self, Read, Write as _};
+use std::io::{self, BufRead, Read, Write as _};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
 
-use flate2::read::GzDecoder;
+use flate2::bufread::GzDecoder;
 use tar::{Archive, Entry, EntryType};
 
 /// Caps on one layer.
@@ -133,9 +133,12 @@ pub trait Rewrite {
 }
 
 /// Extract the gzip tar `layer` into `target` (created atomically; its parent is created),
-/// staging inside `root`. `target` must lie inside `root`.
+/// staging inside `root`. `target` must lie inside `root`. `layer` is read to its end
+/// (past the tar's end-of-archive blocks and gzip's trailer) before the directory is
+/// renamed into place: a reader that checks its content at its end (a digest, as
+/// [`crate::registry::BlobReader`] does) fails the extraction if that check fails.
 pub fn extract(
-    layer: impl Read,
+    layer: impl BufRead,
     root: &Path,
     target: &Path,
     limits: Limits,
@@ -151,7 +154,7 @@ pub fn extract(
 /// it appears. So `target` existing always means complete and checked. The byte counts
 /// (and the limit) are of the layer's content, before any rewrite.
 pub fn extract_checked<E: From<ExtractError>>(
-    layer: impl Read,
+    layer: impl BufRead,
     root: &Path,
     target: &Path,
     limits: Limits,
@@ -254,7 +257,25 @@ fn link_tree(source: &Path, dir: &Path) -> Result<Extracted, ExtractError> {
 }
 
 fn unpack(
-    layer: impl Read,
+    mut layer: impl BufRead,
+    dir: &Path,
+    limits: Limits,
+    rewrite: Option<&dyn Rewrite>,
+) -> Result<Extracted, ExtractError> {
+    let stats = unpack_entries(&mut layer, dir, limits, rewrite)?;
+    // The rest (end-of-archive blocks, padding, gzip's trailer), so that the layer's
+    // reader sees its end before the cache can appear.
+    loop {
+        let rest = layer.fill_buf().map_err(io_err("reading the layer"))?.len();
+        if rest == 0 {
+            return Ok(stats);
+        }
+        layer.consume(rest);
+    }
+}
+
+fn unpack_entries(
+    layer: impl BufRead,
     dir: &Path,
     limits: Limits,
     rewrite: Option<&dyn Rewrite>,

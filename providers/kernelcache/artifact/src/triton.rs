@@ -233,20 +233,6 @@ mod tests {
         assert_eq!(names, ["__grp__k.json"]);
     }
 
-    fn layer(files: &[(&str, &[u8])]) -> Vec<u8> {
-        let mut tar = tar::Builder::new(flate2::write::GzEncoder::new(
-            Vec::new(),
-            flate2::Compression::fast(),
-        ));
-        for (path, data) in files {
-            let mut header = tar::Header::new_gnu();
-            header.set_size(data.len() as u64);
-            header.set_mode(0o644);
-            tar.append_data(&mut header, path, *data).unwrap();
-        }
-        tar.into_inner().unwrap().finish().unwrap()
-    }
-
     /// Every file below `dir` with its content.
     fn tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
         let mut out = Vec::new();
@@ -283,7 +269,7 @@ mod tests {
             ("io.triton.cache/H1/deeper/__grp__k.json", h1.as_bytes()),
             ("io.triton.manifest/manifest.json", h1.as_bytes()),
         ];
-        let gz = layer(&files);
+        let gz = crate::testing::tar_gz(&files);
         let root = tempfile::tempdir().unwrap();
         let (during, after) = (root.path().join("during"), root.path().join("after"));
         let groups = GroupFiles { mount: "/m/" };
@@ -313,7 +299,7 @@ mod tests {
 
         // A group file too large to be Triton's is refused, as after extraction.
         let big = vec![b' '; usize::try_from(MAX_GROUP_FILE_BYTES).unwrap() + 1];
-        let gz = layer(&[("io.triton.cache/H/__grp__k.json", &big)]);
+        let gz = crate::testing::tar_gz(&[("io.triton.cache/H/__grp__k.json", &big)]);
         let target = root.path().join("big");
         let e = extract::extract_checked(
             &gz[..],
