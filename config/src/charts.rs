@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::{
     Affinity, EnvVar, LocalObjectReference, PodSecurityContext, ResourceRequirements,
     SecurityContext, Toleration,
 };
+use k8s_openapi::api::networking::v1::NetworkPolicyPeer;
 use schemars::JsonSchema;
 use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
@@ -223,6 +224,24 @@ pub struct DisruptionBudget {
     pub enabled: bool,
 }
 
+/// A NetworkPolicy letting only the API server reach a webhook: a forged AdmissionReview
+/// from another pod would otherwise be answered. Off by default: the API server's address
+/// differs per cluster (control-plane nodes, a konnectivity agent, a managed VPC range),
+/// and a policy that leaves it out refuses every admission the webhook takes part in.
+/// Takes effect only where the CNI enforces NetworkPolicies.
+#[derive(Debug, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookNetworkPolicy {
+    /// Install the NetworkPolicy (apiServer must then name at least one peer).
+    pub enabled: bool,
+    /// Where the API server's webhook calls come from, as NetworkPolicy peers: an
+    /// ipBlock of the control plane's addresses, or the pods of a konnectivity agent.
+    pub api_server: Vec<NetworkPolicyPeer>,
+    /// Peers allowed to scrape the metrics port (a Prometheus namespace, say); empty:
+    /// none besides the node's own kubelet probes, which NetworkPolicies never block.
+    pub metrics_from: Vec<NetworkPolicyPeer>,
+}
+
 /// RBAC for users.
 #[derive(Debug, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -255,6 +274,8 @@ pub struct CoreValues {
     pub webhook: CoreWebhook,
     /// The controller's PodDisruptionBudget.
     pub pod_disruption_budget: DisruptionBudget,
+    /// Who may reach the webhooks and metrics.
+    pub network_policy: WebhookNetworkPolicy,
     #[serde(flatten)]
     pub controller: Controller,
 }
@@ -532,6 +553,8 @@ pub struct KernelCacheWebhook {
     /// cache.kubeairunway.ai/host-path=allowed, or everywhere when no other policy of the
     /// cluster (Pod Security defaults, SCCs, policy engines) refuses hostPath volumes.
     pub host_paths: HostPathsMode,
+    /// Who may reach the webhook and its metrics.
+    pub network_policy: WebhookNetworkPolicy,
     #[serde(flatten)]
     pub workload: Workload,
 }
