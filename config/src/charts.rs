@@ -610,6 +610,11 @@ pub struct KernelCacheValues {
     /// Registries (host:port) the controller and the agents speak to over plain HTTP
     /// (--plain-http-registry; air-gapped mirrors, tests).
     pub plain_http_registries: Vec<String>,
+    /// Registries cache images may come from (host, host:port, or with a repository
+    /// prefix: ghcr.io/acme), checked by the controller before it resolves an image and
+    /// by the agents before they pull (--allowed-registry). Empty: any registry, so a
+    /// KernelCache's author can make them speak to any host and port.
+    pub allowed_registries: Vec<String>,
     /// The registry-credentials handover namespace.
     pub credentials: Credentials,
     /// The controller.

@@ -13,6 +13,7 @@ use super::gpu::{GpuSource, Nvml, Static};
 use super::metrics::Metrics;
 use super::node::KubeNode;
 use super::{Seams, Settings};
+use kubeairunway_kernelcache_artifact::allow::{AllowedRegistries, AllowedRegistry};
 use kubeairunway_kernelcache_artifact::extract::Limits;
 use kubeairunway_kernelcache_artifact::secrets::KubeSecrets;
 
@@ -56,6 +57,16 @@ pub struct Cli {
         value_delimiter = ','
     )]
     pub plain_http_registries: Vec<String>,
+    /// A registry (host, host:port, or with a repository prefix: ghcr.io/acme) cache
+    /// images may come from; repeatable. None given: any registry. The controller refuses
+    /// the others before pinning them; the agent checks again before it pulls.
+    #[arg(
+        long = "allowed-registry",
+        env = "ALLOWED_REGISTRIES",
+        value_name = "REGISTRY[/PREFIX]",
+        value_delimiter = ','
+    )]
+    pub allowed_registries: Vec<AllowedRegistry>,
     /// The namespace where the controller hands over the registry credentials of caches
     /// that name imagePullSecrets (the agent reads Secrets there only).
     #[arg(long, env = "CREDENTIALS_NAMESPACE")]
@@ -89,6 +100,7 @@ impl Cli {
                 max_entries: self.max_cache_files,
             },
             plain_http: self.plain_http_registries.clone(),
+            allowed: AllowedRegistries::new(self.allowed_registries.clone()),
             resync: self.resync,
             status_refresh: self.status_refresh,
             parallel_stages: self.parallel_stages,
@@ -162,5 +174,28 @@ mod tests {
         assert_eq!(s.limits, Limits::default());
         assert!(cli.gpu_inventory.is_none());
         assert!(Cli::try_parse_from(["kernelcache-agent", "--node-name=n", "--resync=0"]).is_err());
+        assert!(s.allowed.is_any());
+    }
+
+    #[test]
+    fn allowed_registries_are_checked_before_a_pull_and_bad_entries_refused_at_start() {
+        let cli = Cli::try_parse_from([
+            "kernelcache-agent",
+            "--node-name=gpu-1",
+            "--allowed-registry=ghcr.io/acme",
+            "--allowed-registry=mirror:5000",
+        ])
+        .unwrap();
+        let allowed = cli.settings().allowed;
+        assert!(allowed.check("mirror:5000/any/cache:1").is_ok());
+        assert!(allowed.check("ghcr.io/acme/cache:1").is_ok());
+        assert!(allowed.check("ghcr.io/other/cache:1").is_err());
+        let bad = Cli::try_parse_from([
+            "kernelcache-agent",
+            "--node-name=gpu-1",
+            "--allowed-registry=https://ghcr.io",
+        ])
+        .unwrap_err();
+        assert!(bad.to_string().contains("https://ghcr.io"), "{bad}");
     }
 }

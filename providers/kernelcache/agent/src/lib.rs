@@ -43,6 +43,7 @@ use gpu::{Detected, GpuSource};
 use kubeairunway_kernelcache_api::{
     CacheState, KernelCache, KernelCacheNode, KernelCacheNodeStatus, NodeCache,
 };
+use kubeairunway_kernelcache_artifact::allow::AllowedRegistries;
 use kubeairunway_kernelcache_artifact::extract::Limits;
 use kubeairunway_kernelcache_artifact::image::Target;
 use kubeairunway_kernelcache_artifact::secrets::SecretApi;
@@ -63,6 +64,8 @@ pub struct Settings {
     pub limits: Limits,
     /// Registries spoken to over plain HTTP (tests, air-gapped mirrors).
     pub plain_http: Vec<String>,
+    /// The registries caches may come from (empty: any).
+    pub allowed: AllowedRegistries,
     /// How often everything is reconciled without a change (GPUs detected again, failed
     /// caches retried when due).
     pub resync: Duration,
@@ -86,6 +89,7 @@ impl Settings {
             cache_root,
             limits: Limits::default(),
             plain_http: Vec::new(),
+            allowed: AllowedRegistries::default(),
             resync: Duration::from_secs(120),
             status_refresh: Duration::from_secs(600),
             parallel_stages: 2,
@@ -270,6 +274,7 @@ impl Agent {
                 root: settings.cache_root.clone(),
                 limits: settings.limits,
                 plain_http: settings.plain_http.clone(),
+                allowed: settings.allowed.clone(),
                 secrets: Arc::clone(&seams.secrets),
                 credentials_namespace: settings.credentials_namespace.clone(),
             },

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use super::plan::Wanted;
 use oci_client::secrets::RegistryAuth;
 
+use kubeairunway_kernelcache_artifact::allow::AllowedRegistries;
 use kubeairunway_kernelcache_artifact::credentials::{handover_name, registry_auth, registry_of};
 use kubeairunway_kernelcache_artifact::extract::{ExtractError, Extracted, Limits};
 use kubeairunway_kernelcache_artifact::image::Target;
@@ -71,6 +72,8 @@ pub struct Stager {
     pub limits: Limits,
     /// Registries spoken to over plain HTTP.
     pub plain_http: Vec<String>,
+    /// The registries caches may come from.
+    pub allowed: AllowedRegistries,
     /// Where the handed-over credentials are read.
     pub secrets: Arc<dyn SecretApi>,
     /// The namespace of the handed-over credentials.
@@ -90,6 +93,9 @@ impl Stager {
     /// A puller with the credentials the controller handed over for `w` (anonymous when
     /// the cache names no pull Secret).
     async fn puller(&self, w: &Wanted) -> Result<Puller, String> {
+        // Checked again here (the controller pins only allowed images): no request for an
+        // image of a registry the operator does not allow leaves the node.
+        self.allowed.check(&w.pinned)?;
         if w.pull_secrets.is_empty() {
             return Ok(Puller::new(
                 RegistryAuth::Anonymous,

@@ -10,6 +10,7 @@ use tracing::info;
 
 use crate::metrics::Metrics;
 use crate::settings::Settings;
+use kubeairunway_kernelcache_artifact::allow::{AllowedRegistries, AllowedRegistry};
 use kubeairunway_kernelcache_artifact::secrets::KubeSecrets;
 
 /// Flags of `kernelcache-controller` (each also from an environment variable).
@@ -30,6 +31,15 @@ pub struct Cli {
         value_delimiter = ','
     )]
     pub plain_http_registries: Vec<String>,
+    /// A registry (host, host:port, or with a repository prefix: ghcr.io/acme) cache
+    /// images may come from; repeatable. None given: any registry.
+    #[arg(
+        long = "allowed-registry",
+        env = "ALLOWED_REGISTRIES",
+        value_name = "REGISTRY[/PREFIX]",
+        value_delimiter = ','
+    )]
+    pub allowed_registries: Vec<AllowedRegistry>,
     /// The namespace where registry credentials are handed over to the node agents (the
     /// agents read Secrets there only).
     #[arg(long, env = "CREDENTIALS_NAMESPACE")]
@@ -51,6 +61,7 @@ impl Cli {
         Settings {
             policy: self.policy.clone(),
             plain_http: self.plain_http_registries.clone(),
+            allowed: AllowedRegistries::new(self.allowed_registries.clone()),
             resync: self.resync,
             instance: Some(self.process.identity(COMPONENT)),
             credentials_namespace: self.credentials_namespace.clone(),

@@ -373,21 +373,31 @@ fn schemas_refuse_wrong_types_unknown_keys_and_replicas_without_leader_election(
 }
 
 #[test]
-fn plain_http_registries_reach_the_controller_and_the_agent() {
+fn plain_http_and_allowed_registries_reach_the_controller_and_the_agent() {
     let Some(helm) = helm::require() else { return };
     let objects = helm::template(
         &helm,
         &helm::chart("kernelcache-provider"),
-        &[("plainHttpRegistries[0]", "mirror:5000")],
+        &[
+            ("plainHttpRegistries[0]", "mirror:5000"),
+            ("allowedRegistries[0]", "mirror:5000"),
+            ("allowedRegistries[1]", "ghcr.io/acme"),
+        ],
     )
     .unwrap();
     for (workload, container) in containers(&objects) {
-        let has = helm::args_with(container, &[])
-            .contains(&"--plain-http-registry=mirror:5000".to_string());
+        let args = helm::args_with(container, &[]);
+        let has = |flag: &str| args.contains(&flag.to_string());
         // The webhook and the warmup controller never speak to a registry (kubelets
         // pull the images of the pods they make).
         let expected = workload.ends_with("-controller") || workload.ends_with("-agent");
-        assert_eq!(has, expected, "{workload}");
+        for flag in [
+            "--plain-http-registry=mirror:5000",
+            "--allowed-registry=mirror:5000",
+            "--allowed-registry=ghcr.io/acme",
+        ] {
+            assert_eq!(has(flag), expected, "{workload}: {flag}");
+        }
     }
 }
 
@@ -516,7 +526,7 @@ fn webhook_network_policies_admit_only_the_api_server_and_the_metrics_peers() {
                 let ports = rule.ports.unwrap();
                 assert_eq!(ports.len(), 1, "{chart}");
                 (
-                    serde_json::to_value(&rule.from.unwrap()).unwrap(),
+                    serde_json::to_value(rule.from.unwrap()).unwrap(),
                     serde_json::to_value(&ports[0].port).unwrap(),
                 )
             })

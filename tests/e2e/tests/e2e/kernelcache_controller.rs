@@ -187,8 +187,12 @@ async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments
     .unwrap();
 
     cluster.ensure_namespace("kc-credentials");
+    // The operator allows the test registry's `caches/` repositories only.
     let settings = Settings {
         plain_http: vec![registry.addr().to_string()],
+        allowed: kubeairunway_kernelcache_artifact::allow::AllowedRegistries::new(vec![
+            format!("{}/caches", registry.addr()).parse().unwrap(),
+        ]),
         resync: Duration::from_secs(2),
         credentials_namespace: Some("kc-credentials".into()),
         ..Settings::default()
@@ -216,6 +220,39 @@ async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments
     })
     .await
     .unwrap();
+
+    // An image from elsewhere (another repository of the same registry, another host) is
+    // refused before any request for it, with the operator's list in the message.
+    for (name, image) in [
+        ("elsewhere", format!("{}/other/cache:v1", registry.addr())),
+        ("far", "registry.example:6443/caches/signed:v1".to_string()),
+    ] {
+        apply(
+            &client,
+            "cache.kubeairunway.ai/v1alpha1",
+            "KernelCache",
+            "kernelcaches",
+            name,
+            json!({"spec": {"image": image}}),
+        )
+        .await;
+        let s = status_where(&client, name, "refused: registry not allowed", |s| {
+            conditions::find(&s.conditions, "Resolved").is_some()
+        })
+        .await;
+        let (status, reason, message) = condition(&s, "Resolved");
+        assert_eq!(
+            (status, reason),
+            ("False", "RegistryNotAllowed"),
+            "{message}"
+        );
+        assert!(
+            message.contains(&format!("allowed: {}/caches", registry.addr())),
+            "{message}"
+        );
+        assert_eq!(condition(&s, "Ready").1, "RegistryNotAllowed");
+        assert!(s.usable_image().is_none() && s.resolved_digest.is_none());
+    }
 
     // A cache naming a pull Secret: the controller hands the registry's entry over to the
     // agents in the credentials namespace, and takes it back when the cache goes.
