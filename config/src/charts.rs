@@ -494,6 +494,15 @@ pub struct KernelCacheAgent {
     /// Caches pulled and extracted at the same time on one node (--parallel-stages).
     #[schemars(range(min = 1))]
     pub parallel_stages: i32,
+    /// What all caches together may take on a node (--disk-budget): bytes, a quantity
+    /// (20Gi) or a share of the cache root's filesystem (20%); empty: no budget.
+    #[schemars(regex(pattern = r"^([0-9]+(Ki|Mi|Gi|Ti|k|M|G|T)?|[0-9]{1,3}%)?$"))]
+    pub disk_budget: String,
+    /// Free space no stage goes below on the cache root's filesystem (--min-free): bytes,
+    /// a quantity or a share. At or above the kubelet's nodefs eviction threshold (10% by
+    /// default) where the cache root is on the kubelet's filesystem.
+    #[schemars(regex(pattern = r"^([0-9]+(Ki|Mi|Gi|Ti|k|M|G|T)?|[0-9]{1,3}%)$"))]
+    pub min_free: String,
     /// GPUs of nodes NVML cannot see, used on every node of this DaemonSet (--gpu-inventory),
     /// e.g. [{name: AMD Instinct MI210, backend: hip, arch: gfx90a}].
     pub gpu_inventory: Vec<GpuEntry>,

@@ -12,6 +12,7 @@ use tracing::info;
 use super::gpu::{GpuSource, Nvml, Static};
 use super::metrics::Metrics;
 use super::node::KubeNode;
+use super::space::Size;
 use super::{Seams, Settings};
 use kubeairunway_kernelcache_artifact::allow::{AllowedRegistries, AllowedRegistry};
 use kubeairunway_kernelcache_artifact::extract::Limits;
@@ -40,11 +41,18 @@ pub struct Cli {
     /// Largest cache content accepted, in bytes.
     #[arg(long, env = "MAX_CACHE_BYTES", default_value_t = Limits::default().max_bytes)]
     pub max_cache_bytes: u64,
-    /// Bytes all staged caches together may take on this node, each digest counted once
-    /// (caches of one image share their files); a cache that does not fit fails with the
-    /// numbers. Unset: no budget (the free space is still checked before each stage).
+    /// What all staged caches together may take on this node, each digest counted once
+    /// (caches of one image share their files): bytes, a quantity (20Gi) or a share of the
+    /// cache root's filesystem (20%). A cache that does not fit fails with the numbers.
+    /// Unset: no budget (the free-space floor still holds).
     #[arg(long, env = "DISK_BUDGET")]
-    pub disk_budget: Option<u64>,
+    pub disk_budget: Option<Size>,
+    /// Free space no stage goes below on the cache root's filesystem (bytes, a quantity or
+    /// a share: 10%), checked before a stage and bounding what it writes. Where the cache
+    /// root shares the kubelet's filesystem, keep it at or above the kubelet's eviction
+    /// threshold (nodefs.available, 10% by default).
+    #[arg(long, env = "MIN_FREE", default_value = "5%")]
+    pub min_free: Size,
     /// Most entries (files, directories, links) accepted in one cache layer.
     #[arg(long, env = "MAX_CACHE_FILES", default_value_t = Limits::default().max_entries)]
     pub max_cache_files: u64,
@@ -106,6 +114,7 @@ impl Cli {
             parallel_stages: self.parallel_stages,
             credentials_namespace: self.credentials_namespace.clone(),
             disk_budget: self.disk_budget,
+            min_free: self.min_free,
         }
     }
 
