@@ -58,13 +58,13 @@ pub use provider::{
 };
 pub use upstream::UpstreamApi;
 
+/// The Kubernetes API types `kube` is built with (feature `v1_37`), for the same reason:
+/// a second version of them would not be the types `kube` takes.
+pub use k8s_openapi;
 /// The Kubernetes client library the SDK is built on, at the version it uses: a provider
 /// names `kube::Client` and the like through it, without a version of its own to keep in
 /// step.
 pub use kube;
-/// The Kubernetes API types `kube` is built with (feature `v1_37`), for the same reason:
-/// a second version of them would not be the types `kube` takes.
-pub use k8s_openapi;
 
 /// The crate's README, whose Rust code is compiled as a doc test: as a crate of its own
 /// would compile it, from the public API alone.
