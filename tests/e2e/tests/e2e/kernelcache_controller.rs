@@ -197,12 +197,57 @@ async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments
         credentials_namespace: Some("kc-credentials".into()),
         ..Settings::default()
     };
+    // The controller runs as its chart's service account, under the RBAC the chart renders
+    // for the pull Secrets and handover namespace it is told about: a request the chart
+    // does not grant fails the test.
+    let identity = match kubeairunway_e2e::helm::require() {
+        Some(helm_bin) => {
+            let objects = kubeairunway_e2e::helm::template(
+                &helm_bin,
+                &kubeairunway_e2e::helm::chart("kernelcache-provider"),
+                &[
+                    ("credentials.namespace", "kc-credentials"),
+                    ("controller.pullSecrets[0].namespace", NS),
+                    ("controller.pullSecrets[0].names[0]", "regcred"),
+                ],
+            )
+            .unwrap();
+            let account = objects
+                .iter()
+                .find(|o| {
+                    o["kind"] == "Deployment"
+                        && o["metadata"]["name"]
+                            .as_str()
+                            .is_some_and(|n| n.ends_with("-controller"))
+                })
+                .and_then(|d| d["spec"]["template"]["spec"]["serviceAccountName"].as_str())
+                .unwrap()
+                .to_string();
+            Some(
+                kubeairunway_e2e::rbac::ChartIdentity::apply(
+                    &cluster,
+                    &client,
+                    &objects,
+                    "kernelcache-controller",
+                    "kubeairunway-system",
+                    &account,
+                )
+                .await
+                .unwrap(),
+            )
+        }
+        None => None,
+    };
+    let controller_client = match &identity {
+        Some(identity) => identity.client(&cluster).await.unwrap(),
+        None => client.clone(),
+    };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let synced = kubeairunway_sdk::process::Check::default();
     let task = tokio::spawn(controller::run(
-        client.clone(),
+        controller_client.clone(),
         settings,
-        Arc::new(KubeSecrets(client.clone())),
+        Arc::new(KubeSecrets(controller_client.clone())),
         Arc::new(Metrics::default()),
         synced.clone(),
         async move {
