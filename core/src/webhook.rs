@@ -372,17 +372,16 @@ pub fn validate_body(body: &[u8], state: &WebhookState) -> AdmissionResponse {
 pub async fn validate_checked(body: &[u8], state: &WebhookState) -> AdmissionResponse {
     let (r, review) = validate_parsed(body, state);
     match (review, &state.access) {
-        (Some(review), Some(client)) => match access::ask(client, &review).await {
-            Some(refusal) => {
-                debug!(uid = %r.uid, %refusal, "refused a custom action");
-                // Forbidden, as the API server's own authorizer answers.
-                let mut r = r.deny(refusal);
-                r.result.code = 403;
-                r.result.reason = "Forbidden".into();
-                r
+        (Some(review), Some(client)) => {
+            match kubeairunway_sdk::access::ask(client, access::CUSTOM_ACTION_FIELD, &review).await
+            {
+                Some(refusal) => {
+                    debug!(uid = %r.uid, %refusal, "refused a custom action");
+                    kubeairunway_sdk::access::forbidden(r, refusal)
+                }
+                None => r,
             }
-            None => r,
-        },
+        }
         _ => r,
     }
 }

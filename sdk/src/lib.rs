@@ -26,6 +26,7 @@
 //! for it) is in the crate's README.
 #![deny(missing_docs)]
 
+pub mod access;
 pub mod admission;
 pub mod api;
 pub mod compact;
