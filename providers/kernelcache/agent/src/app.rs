@@ -14,7 +14,7 @@ use super::metrics::Metrics;
 use super::node::KubeNode;
 use super::space::Size;
 use super::{Seams, Settings};
-use kubeairunway_kernelcache_artifact::allow::{AllowedRegistries, AllowedRegistry};
+use kubeairunway_kernelcache_artifact::allow::RegistryOptions;
 use kubeairunway_kernelcache_artifact::extract::Limits;
 use kubeairunway_kernelcache_artifact::secrets::KubeSecrets;
 
@@ -56,25 +56,9 @@ pub struct Cli {
     /// Most entries (files, directories, links) accepted in one cache layer.
     #[arg(long, env = "MAX_CACHE_FILES", default_value_t = Limits::default().max_entries)]
     pub max_cache_files: u64,
-    /// A registry (`host:port`) spoken to over plain HTTP; repeatable (the environment
-    /// variable takes a comma-separated list). For tests and local mirrors only.
-    #[arg(
-        long = "plain-http-registry",
-        env = "PLAIN_HTTP_REGISTRIES",
-        value_name = "HOST:PORT",
-        value_delimiter = ','
-    )]
-    pub plain_http_registries: Vec<String>,
-    /// A registry (host, host:port, or with a repository prefix: ghcr.io/acme) cache
-    /// images may come from; repeatable. None given: any registry. The controller refuses
-    /// the others before pinning them; the agent checks again before it pulls.
-    #[arg(
-        long = "allowed-registry",
-        env = "ALLOWED_REGISTRIES",
-        value_name = "REGISTRY[/PREFIX]",
-        value_delimiter = ','
-    )]
-    pub allowed_registries: Vec<AllowedRegistry>,
+    /// Registries: plain HTTP, and those images may come from.
+    #[command(flatten)]
+    pub registries: RegistryOptions,
     /// The namespace where the controller hands over the registry credentials of caches
     /// that name imagePullSecrets (the agent reads Secrets there only).
     #[arg(long, env = "CREDENTIALS_NAMESPACE")]
@@ -107,8 +91,8 @@ impl Cli {
                 max_bytes: self.max_cache_bytes,
                 max_entries: self.max_cache_files,
             },
-            plain_http: self.plain_http_registries.clone(),
-            allowed: AllowedRegistries::new(self.allowed_registries.clone()),
+            plain_http: self.registries.plain_http_registries.clone(),
+            allowed: self.registries.allowed(),
             resync: self.resync,
             status_refresh: self.status_refresh,
             parallel_stages: self.parallel_stages,

@@ -21,6 +21,38 @@ pub struct AllowedRegistry {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct AllowedRegistries(Vec<AllowedRegistry>);
 
+/// The registry flags the kernel-cache controller and the node agents share (one
+/// definition, so that both read the same names and environment variables).
+#[derive(Clone, Debug, Default, clap::Args)]
+pub struct RegistryOptions {
+    /// A registry (`host:port`) spoken to over plain HTTP; repeatable (the environment
+    /// variable takes a comma-separated list). For tests and local mirrors only.
+    #[arg(
+        long = "plain-http-registry",
+        env = "PLAIN_HTTP_REGISTRIES",
+        value_name = "HOST:PORT",
+        value_delimiter = ','
+    )]
+    pub plain_http_registries: Vec<String>,
+    /// A registry (host, host:port, or with a repository prefix: ghcr.io/acme) cache
+    /// images may come from; repeatable. None given: any registry. The controller refuses
+    /// the others before pinning them; the agents check again before they pull.
+    #[arg(
+        long = "allowed-registry",
+        env = "ALLOWED_REGISTRIES",
+        value_name = "REGISTRY[/PREFIX]",
+        value_delimiter = ','
+    )]
+    pub allowed_registries: Vec<AllowedRegistry>,
+}
+
+impl RegistryOptions {
+    /// The allow-list the flags give.
+    pub fn allowed(&self) -> AllowedRegistries {
+        AllowedRegistries::new(self.allowed_registries.clone())
+    }
+}
+
 /// Docker Hub's names, as one.
 fn registry_name(host: &str) -> String {
     let host = host.to_ascii_lowercase();
