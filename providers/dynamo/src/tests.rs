@@ -223,6 +223,44 @@ fn each_override() {
     );
 }
 
+/// Keys other than the typed ones are merged into the DynamoGraphDeployment, checked
+/// against the installed CRD: v1alpha1's `spec.services` is a map by component name, so
+/// `spec.services.VllmWorker.replicas` reaches the worker; v1beta1 has no `services` but
+/// a list `spec.components` (`nvidia.com_dynamographdeployments.yaml`, `2a6da14c8`), which
+/// a merge patch can only replace whole: both mistakes are refused naming the path.
+#[test]
+fn other_overrides_merge_into_the_graph_checked_against_its_schema() {
+    let with = |patch: Value| {
+        ModelDeploymentBuilder::new("ov")
+            .namespace("ns")
+            .overrides(json!({"routerMode": "kv", "spec": patch}))
+            .build()
+    };
+    let finalize = |md: &ModelDeployment, version: &str| {
+        let rendered = Dynamo::default().render(md, api(version)).unwrap();
+        kubeairunway_sdk::render::finalize(&Dynamo::default(), md, api(version), rendered.objects)
+    };
+    let services = with(json!({"services": {"VllmWorker": {"replicas": 3}}}));
+    let merged = finalize(&services, "v1alpha1").unwrap();
+    let rendered = &merged[0].data["spec"]["services"];
+    assert_eq!(rendered["VllmWorker"]["replicas"], 3);
+    assert_eq!(rendered["Frontend"]["replicas"], 1, "untouched");
+    for (md, named) in [
+        (
+            &services,
+            "provider.overrides.spec.services (no such field)",
+        ),
+        (
+            &with(json!({"components": {"VllmWorker": {"replicas": 3}}})),
+            "provider.overrides.spec.components (must be array, not object)",
+        ),
+    ] {
+        let err = finalize(md, "v1beta1").unwrap_err();
+        assert_eq!(err.reason(), "InvalidOverride");
+        assert!(err.to_string().contains(named), "{err}");
+    }
+}
+
 /// The engine fields AI Runway users bring: `engine.image` as the image of every
 /// component, prefix caching and eager execution as the engines' own flags (the vLLM and
 /// SGLang workers add the engines' parsers: `components/src/dynamo/vllm/args.py:93` and
