@@ -77,6 +77,10 @@ pub mod reasons {
     /// owns on the upstream object (its name, namespace, owner references, the
     /// platform's labels and annotations).
     pub const RUNTIME_OWNED_OVERRIDE: &str = "RuntimeOwnedOverride";
+    /// `ProviderCompatible=False`: `spec.provider.overrides` sets a pod field the Pod
+    /// Security Standards' baseline keeps from tenants (host namespaces, privileged
+    /// containers, host paths, another service account or node).
+    pub const UNSAFE_OVERRIDE: &str = "UnsafeOverride";
     /// `ResourceCreated=True`.
     pub const RESOURCE_CREATED: &str = "ResourceCreated";
     /// `ResourceCreated=False`: the API server or an upstream admission webhook refused

@@ -11,8 +11,9 @@
 //!   anything else, lists included, replaces) of the primary rendered object, from its
 //!   root, which [`apply`] merges (the runtime and `kubeairunway render` alike, in
 //!   [`crate::render::finalize`]). The patch is checked against the installed upstream
-//!   schema (a field it lacks or a value of another type is refused, naming its path)
-//!   and may not touch what the runtime owns ([`runtime_owned`]).
+//!   schema (a field it lacks or a value of another type is refused, naming its path),
+//!   may not touch what the runtime owns ([`runtime_owned`]), and may not set the pod
+//!   fields a tenant could take over a node with ([`unsafe_pod_fields`]).
 //!
 //! Nothing is ignored: every key is read, merged or refused.
 //!
@@ -129,6 +130,16 @@ pub enum Refused {
         /// The paths, from the object's root.
         paths: Vec<String>,
     },
+    /// Pod fields that would let a tenant take over a node or another identity (see
+    /// [`unsafe_pod_fields`]).
+    #[error(
+        "{} may not be set: a pod field the Pod Security Standards' baseline keeps from tenants (host namespaces, privileged containers, added capabilities, host paths and ports, another service account or node); nothing was applied",
+        paths.iter().map(|p| format!("{PREFIX}.{p}")).collect::<Vec<_>>().join(", ")
+    )]
+    UnsafePodField {
+        /// The paths, from the object's root.
+        paths: Vec<String>,
+    },
     /// Paths the installed upstream schema refuses.
     #[error(
         "{} not accepted by the installed {kind} {version} (schema {schema_hash}): {}; nothing was applied",
@@ -160,12 +171,14 @@ pub enum Refused {
 }
 
 impl Refused {
-    /// The condition reason: [`RUNTIME_OWNED_OVERRIDE`](crate::conditions::reasons::RUNTIME_OWNED_OVERRIDE)
-    /// or [`INVALID_OVERRIDE`](crate::conditions::reasons::INVALID_OVERRIDE).
+    /// The condition reason: [`RUNTIME_OWNED_OVERRIDE`](crate::conditions::reasons::RUNTIME_OWNED_OVERRIDE),
+    /// [`UNSAFE_OVERRIDE`](crate::conditions::reasons::UNSAFE_OVERRIDE) or
+    /// [`INVALID_OVERRIDE`](crate::conditions::reasons::INVALID_OVERRIDE).
     pub fn reason(&self) -> &'static str {
         use crate::conditions::reasons;
         match self {
             Refused::RuntimeOwned { .. } => reasons::RUNTIME_OWNED_OVERRIDE,
+            Refused::UnsafePodField { .. } => reasons::UNSAFE_OVERRIDE,
             Refused::Schema { .. } | Refused::Unchecked { .. } => reasons::INVALID_OVERRIDE,
         }
     }
@@ -202,6 +215,63 @@ pub fn runtime_owned(patch: &Map<String, Value>, rendered: &Value) -> Vec<String
         }
     }
     owned.into_iter().collect()
+}
+
+/// Pod fields a tenant may not set through an override, at any depth, with any value but
+/// `false` or `null`: what the Pod Security Standards' baseline forbids (host namespaces,
+/// privileged containers, host paths and ports, `/proc` mounts, sysctls, Windows host
+/// processes) and another service account or node, the rules Warmup custom actions are
+/// held to. The provider creates the object with its own identity, so admission policies
+/// keyed on the user would not see them. Added capabilities are `capabilities.add`.
+const UNSAFE_POD_FIELDS: [&str; 12] = [
+    "privileged",
+    "hostNetwork",
+    "hostPID",
+    "hostIPC",
+    "hostPath",
+    "hostPort",
+    "procMount",
+    "sysctls",
+    "hostProcess",
+    "serviceAccountName",
+    "serviceAccount",
+    "nodeName",
+];
+
+/// Paths of `patch` that set an unsafe pod field ([`UNSAFE_POD_FIELDS`], or a non-empty
+/// `capabilities.add`), sorted.
+pub fn unsafe_pod_fields(patch: &Map<String, Value>) -> Vec<String> {
+    fn walk(value: &Value, path: &str, parent: &str, out: &mut Vec<String>) {
+        match value {
+            Value::Object(map) => {
+                for (k, v) in map {
+                    let sub = if path.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{path}.{k}")
+                    };
+                    let harmless = matches!(v, Value::Null | Value::Bool(false))
+                        || v.as_array().is_some_and(Vec::is_empty);
+                    let unsafe_key = UNSAFE_POD_FIELDS.contains(&k.as_str())
+                        || (parent == "capabilities" && k == "add");
+                    if unsafe_key && !harmless {
+                        out.push(sub);
+                    } else {
+                        walk(v, &sub, k, out);
+                    }
+                }
+            }
+            Value::Array(items) => items
+                .iter()
+                .for_each(|i| walk(i, &format!("{path}[]"), parent, out)),
+            _ => {}
+        }
+    }
+    let mut out = Vec::new();
+    walk(&Value::Object(patch.clone()), "", "", &mut out);
+    out.sort();
+    out.dedup();
+    out
 }
 
 /// `metadata` of a patch: only non-platform entries of `labels` and `annotations`.
@@ -298,8 +368,9 @@ fn dotted_pointer(pointer: &str) -> String {
 
 /// Merge the overrides patch into the primary rendered object `primary` (as the provider
 /// rendered it), after checking it: the primary of the upstream kind, every path and
-/// value one the installed schema of `api` accepts, and nothing the runtime owns
-/// ([`runtime_owned`]). On a refusal `primary` is left as it was.
+/// value one the installed schema of `api` accepts, nothing the runtime owns
+/// ([`runtime_owned`]) and no unsafe pod field ([`unsafe_pod_fields`]). On a refusal
+/// `primary` is left as it was.
 pub fn apply(
     primary: &mut Value,
     patch: &Map<String, Value>,
@@ -329,6 +400,10 @@ pub fn apply(
     let paths = runtime_owned(patch, primary);
     if !paths.is_empty() {
         return Err(Refused::RuntimeOwned { paths });
+    }
+    let paths = unsafe_pod_fields(patch);
+    if !paths.is_empty() {
+        return Err(Refused::UnsafePodField { paths });
     }
     json_patch::merge(primary, &Value::Object(patch.clone()));
     Ok(())

@@ -267,3 +267,39 @@ fn a_primary_object_of_another_kind_is_never_merged_unchecked() {
     );
     assert_eq!(object, before);
 }
+
+/// The rules Warmup custom actions are held to (docs/security.md), for overrides, which
+/// reach pod templates the provider creates with its own identity.
+#[test]
+fn pod_fields_that_take_over_a_node_are_refused() {
+    let patch = json!({"inference": {"template": {"spec": {
+        "hostNetwork": true,
+        "hostPID": false,
+        "serviceAccountName": "admin",
+        "volumes": [{"name": "root", "hostPath": {"path": "/"}}],
+        "containers": [{"name": "c", "securityContext": {
+            "privileged": true,
+            "capabilities": {"add": ["SYS_ADMIN"], "drop": ["ALL"]}}}],
+    }}}});
+    let err = apply_to_rendered(&patch).unwrap_err();
+    assert_eq!(err.reason(), crate::conditions::reasons::UNSAFE_OVERRIDE);
+    let Refused::UnsafePodField { paths } = err else {
+        panic!("{err}")
+    };
+    assert_eq!(
+        paths,
+        [
+            "inference.template.spec.containers[].securityContext.capabilities.add",
+            "inference.template.spec.containers[].securityContext.privileged",
+            "inference.template.spec.hostNetwork",
+            "inference.template.spec.serviceAccountName",
+            "inference.template.spec.volumes[].hostPath",
+        ]
+    );
+    let safe = json!({"inference": {"template": {"spec": {
+        "hostNetwork": false,
+        "containers": [{"name": "c", "securityContext": {
+            "privileged": false, "capabilities": {"add": [], "drop": ["ALL"]}}}],
+    }}}});
+    assert!(apply_to_rendered(&safe).is_ok());
+}
