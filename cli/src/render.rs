@@ -324,6 +324,37 @@ mod tests {
         }
     }
 
+    /// `render` goes through the runtime's `finalize`, so it shows the overrides merged, and
+    /// refuses them as the provider's status would.
+    #[test]
+    fn overrides_are_merged_and_checked_as_the_runtime_does() {
+        let crds = UpstreamCrds::default();
+        let builtins = BuiltIns::for_crds(&ProviderFlags::default(), &crds).unwrap();
+        let with = |overrides: serde_json::Value| {
+            let mut m = sample("cpu-llamacpp");
+            m.spec.provider = Some(
+                serde_json::from_value(
+                    serde_json::json!({"name": "kaito", "overrides": overrides}),
+                )
+                .unwrap(),
+            );
+            preview(&m, None, &builtins, &crds, now())
+        };
+        let p = with(serde_json::json!({"resource": {"count": 10}})).unwrap();
+        assert_eq!(p.objects[0].data["resource"]["count"], 10);
+        let err = with(serde_json::json!({"resource": {"cuont": 10}})).unwrap_err();
+        assert!(
+            err.starts_with("kaito: override is not accepted by the installed Workspace")
+                && err.contains("provider.overrides.resource.cuont (no such field)"),
+            "{err}"
+        );
+        let err = with(serde_json::json!({"metadata": {"name": "x"}})).unwrap_err();
+        assert!(
+            err.contains("provider.overrides.metadata.name may not be overridden"),
+            "{err}"
+        );
+    }
+
     #[test]
     fn what_a_provider_cannot_serve_is_its_own_message() {
         let crds = UpstreamCrds::default();
