@@ -118,7 +118,7 @@ pub struct Rendered {
 /// A warning about the spec that does not stop the deployment.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Warning {
-    /// Event reason, PascalCase (e.g. `UnknownOverride`).
+    /// Event reason, PascalCase (e.g. `UnsupportedField`).
     pub reason: String,
     /// Human-readable message.
     pub message: String,

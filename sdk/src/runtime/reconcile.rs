@@ -665,8 +665,8 @@ mod tests {
         let (ctx, mut server) = context(Vec::new());
         let md = Arc::new(md_with(&json!({})));
         let warnings = Arc::new(vec![Warning::new(
-            "UnknownOverride",
-            "x is not a known key",
+            "UnsupportedField",
+            "spec.x is ignored: not served",
         )]);
         let publish = || {
             let (ctx, md, warnings) = (ctx.clone(), md.clone(), warnings.clone());
@@ -676,7 +676,7 @@ mod tests {
 
         let refused = paths(
             requests_of(&mut server, publish(), |_, _, body| {
-                assert_eq!(body["reason"], "UnknownOverride");
+                assert_eq!(body["reason"], "UnsupportedField");
                 (500, failure(500, "InternalError"))
             })
             .await,
