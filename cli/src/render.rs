@@ -353,6 +353,21 @@ mod tests {
             err.contains("provider.overrides.metadata.name may not be overridden"),
             "{err}"
         );
+        // Dynamo's typed settings are no fields of a RayService.
+        let err = preview(
+            &sample("disaggregated-kv-routing"),
+            Some("kuberay"),
+            &builtins,
+            &crds,
+            now(),
+        )
+        .unwrap_err();
+        assert!(
+            err.contains(
+                "provider.overrides.frontend (no such field), provider.overrides.routerMode (no such field)"
+            ),
+            "{err}"
+        );
     }
 
     #[test]
