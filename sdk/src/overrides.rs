@@ -156,6 +156,13 @@ pub enum Refused {
         /// The problems, each a path and what is wrong there.
         problems: Vec<crate::upstream::SchemaProblem>,
     },
+    /// The merged object no longer reads as an object of the API (a cause the checks
+    /// above do not name).
+    #[error("{PREFIX} leave an object that does not read back: {message}; nothing was applied")]
+    Unreadable {
+        /// Why it does not read.
+        message: String,
+    },
     /// The primary object is not of the upstream kind, so no schema checks the patch.
     #[error(
         "{PREFIX} cannot be merged into {kind} '{name}': the provider holds the schema of {upstream} only, and an override is never applied unchecked; nothing was applied"
@@ -179,7 +186,9 @@ impl Refused {
         match self {
             Refused::RuntimeOwned { .. } => reasons::RUNTIME_OWNED_OVERRIDE,
             Refused::UnsafePodField { .. } => reasons::UNSAFE_OVERRIDE,
-            Refused::Schema { .. } | Refused::Unchecked { .. } => reasons::INVALID_OVERRIDE,
+            Refused::Schema { .. } | Refused::Unreadable { .. } | Refused::Unchecked { .. } => {
+                reasons::INVALID_OVERRIDE
+            }
         }
     }
 }
@@ -271,6 +280,27 @@ pub fn unsafe_pod_fields(patch: &Map<String, Value>) -> Vec<String> {
     walk(&Value::Object(patch.clone()), "", "", &mut out);
     out.sort();
     out.dedup();
+    out
+}
+
+/// Label and annotation values of a patch that are not strings (the schema check leaves
+/// `metadata` out: it is the same for every kind).
+fn metadata_problems(patch: &Map<String, Value>) -> Vec<crate::upstream::SchemaProblem> {
+    let mut out = Vec::new();
+    for field in ["labels", "annotations"] {
+        let entries = patch
+            .get("metadata")
+            .and_then(|m| m.get(field))
+            .and_then(Value::as_object);
+        for (key, value) in entries.into_iter().flatten() {
+            if !(value.is_string() || value.is_null()) {
+                out.push(crate::upstream::SchemaProblem {
+                    path: format!("metadata.{field}.{key}"),
+                    wrong_type: Some(("string", crate::upstream::json_type(value))),
+                });
+            }
+        }
+    }
     out
 }
 
@@ -388,7 +418,9 @@ pub fn apply(
             upstream: format!("{} {}", api.kind, api.api_version()),
         });
     }
-    let problems = api.problems(&Value::Object(patch.clone()));
+    let mut problems = api.problems(&Value::Object(patch.clone()));
+    problems.extend(metadata_problems(patch));
+    problems.sort();
     if !problems.is_empty() {
         return Err(Refused::Schema {
             kind: api.kind.clone(),

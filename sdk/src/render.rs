@@ -312,10 +312,10 @@ fn merge_overrides<P: Provider + ?Sized>(
     };
     let mut value = serde_json::to_value(&*primary).unwrap_or_default();
     crate::overrides::apply(&mut value, &patch, api)?;
-    // The merged object is the rendered one with JSON merged in: it reads back.
-    if let Ok(merged) = serde_json::from_value(value) {
-        *primary = merged;
-    }
+    *primary =
+        serde_json::from_value(value).map_err(|e| crate::overrides::Refused::Unreadable {
+            message: e.to_string(),
+        })?;
     Ok(())
 }
 

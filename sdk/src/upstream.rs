@@ -535,7 +535,7 @@ struct Findings {
 }
 
 /// The JSON type of `value`, as a schema's `type` names it (`integer` for a whole number).
-fn json_type(value: &Value) -> &'static str {
+pub(crate) fn json_type(value: &Value) -> &'static str {
     match value {
         Value::Null => "null",
         Value::Bool(_) => "boolean",

@@ -303,3 +303,20 @@ fn pod_fields_that_take_over_a_node_are_refused() {
     }}}});
     assert!(apply_to_rendered(&safe).is_ok());
 }
+
+#[test]
+fn label_and_annotation_values_are_strings() {
+    let err = apply_to_rendered(&json!({"metadata": {
+        "labels": {"team": 1, "tier": "gold", "old": null},
+        "annotations": {"note": {"a": "b"}},
+    }}))
+    .unwrap_err();
+    assert_eq!(err.reason(), crate::conditions::reasons::INVALID_OVERRIDE);
+    let message = err.to_string();
+    for named in [
+        "provider.overrides.metadata.annotations.note (must be string, not object)",
+        "provider.overrides.metadata.labels.team (must be string, not integer)",
+    ] {
+        assert!(message.contains(named), "{message}");
+    }
+}
