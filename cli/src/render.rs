@@ -277,6 +277,11 @@ mod tests {
         "2026-06-01T00:00:00Z".parse().unwrap()
     }
 
+    /// The refusal of the sample `name` rendered by `provider`.
+    fn refusal(name: &str, provider: &str, builtins: &BuiltIns, crds: &UpstreamCrds) -> String {
+        preview(&sample(name), Some(provider), builtins, crds, now()).unwrap_err()
+    }
+
     #[test]
     fn selection_is_core_s_over_the_built_in_registrations() {
         let crds = UpstreamCrds::default();
@@ -354,14 +359,7 @@ mod tests {
             "{err}"
         );
         // Dynamo's typed settings are no fields of a RayService.
-        let err = preview(
-            &sample("disaggregated-kv-routing"),
-            Some("kuberay"),
-            &builtins,
-            &crds,
-            now(),
-        )
-        .unwrap_err();
+        let err = refusal("disaggregated-kv-routing", "kuberay", &builtins, &crds);
         assert!(
             err.contains(
                 "provider.overrides.frontend (no such field), provider.overrides.routerMode (no such field)"
@@ -442,14 +440,7 @@ mod tests {
         std::fs::write(&file, serde_json::to_string(&crd).unwrap()).unwrap();
         let crds = UpstreamCrds::with_files(&[&file]).unwrap();
         let builtins = BuiltIns::for_crds(&ProviderFlags::default(), &crds).unwrap();
-        let err = preview(
-            &sample("gpu-vllm"),
-            Some("kuberay"),
-            &builtins,
-            &crds,
-            now(),
-        )
-        .unwrap_err();
+        let err = refusal("gpu-vllm", "kuberay", &builtins, &crds);
         assert!(
             err.starts_with("kuberay: installed rayservices.ray.io v1 (schema ")
                 && err.ends_with("has no field spec.serveConfigV2; nothing was applied"),
