@@ -685,6 +685,8 @@ async fn render_prints_exactly_what_the_running_providers_apply() {
     }
     controllers.stop().await;
     // 3 samples as written, and 3 x 4 named: KAITO and the Deployment provider cannot
-    // serve disaggregated serving, Dynamo and KubeRay cannot serve llama.cpp.
-    assert_eq!((rendered, refused), (11, 4));
+    // serve disaggregated serving, Dynamo and KubeRay cannot serve llama.cpp, and the
+    // disaggregated sample's Dynamo overrides (routerMode, frontend) are no RayService
+    // fields, so KubeRay refuses them (InvalidOverride) and render says the same.
+    assert_eq!((rendered, refused), (10, 5));
 }
