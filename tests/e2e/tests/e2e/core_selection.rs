@@ -635,8 +635,10 @@ async fn finalizers_of_providers_that_never_served_are_removed() {
         "user.example/keep"
     ]);
     apply_md(&client, &ns, "user", &guessed).await.unwrap();
+    // Core drops the wrong guess as it selects, then writes the selection: wait for both.
     let got = wait_md(&api, "guessed", "the wrong guess dropped", |m| {
         m.finalizers() == ["kubeairunway.ai/kaito-provider", "user.example/keep"]
+            && m.selected_provider().is_some()
     })
     .await;
     assert_eq!(got.selected_provider(), Some("kaito"));

@@ -584,8 +584,11 @@ async fn overrides_are_typed_or_merged_and_checked_and_wrong_types_fail() {
         .overrides(json!({"port": "high"}))
         .build();
     deploy(&client, &bad).await;
-    let md = md_where(&client, &ns, "ov", "Failed", |m| {
+    // Failed already (the previous overrides): wait for the verdict on these.
+    let md = md_where(&client, &ns, "ov", "Failed over port", |m| {
         phase(m) == Some(Phase::Failed)
+            && condition(m, PROVIDER_COMPATIBLE)
+                .is_some_and(|c| c.message.contains("provider.overrides.port"))
     })
     .await;
     let compatible = condition(&md, PROVIDER_COMPATIBLE).unwrap();
