@@ -27,6 +27,7 @@ pub mod down;
 pub mod explain;
 pub mod logging;
 pub mod manifest;
+pub mod modelcache;
 pub mod output;
 pub mod providers;
 pub mod render;
@@ -78,7 +79,7 @@ pub enum Command {
     Explain(explain::Args),
     /// List the registered providers, their health, and how to install missing ones.
     Providers(providers::Args),
-    /// Kernel-cache images: build (package, push, sign) and verify.
+    /// Kernel-cache images (build, verify) and model caches (`cache model pull`).
     Cache(cache::Args),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completion {
@@ -134,6 +135,12 @@ pub async fn run(args: Vec<OsString>, term: &mut Terminal) -> i32 {
         Command::Cache(cache::Args {
             command: cache::Command::Verify(a),
         }) => cache::run_verify(&a, &cli.state_dir, term).await,
+        Command::Cache(cache::Args {
+            command:
+                cache::Command::Model(modelcache::Args {
+                    command: modelcache::Command::Pull(a),
+                }),
+        }) => modelcache::run_pull(&a, term).await,
         Command::Completion { shell } => {
             let mut buf = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), name, &mut buf);
