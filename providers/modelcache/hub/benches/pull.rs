@@ -23,12 +23,12 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-/// `VmHWM` (peak resident set) of this process, in KiB.
-fn peak_rss_kib() -> u64 {
+/// A `kB` field of `/proc/self/status` (`VmHWM`: peak resident set; `VmRSS`: now), in KiB.
+fn status_kib(field: &str) -> u64 {
     let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
 }
@@ -36,15 +36,6 @@ fn peak_rss_kib() -> u64 {
 /// Resets `VmHWM` to the current RSS (Linux: `5` into `clear_refs`); false if refused.
 fn reset_peak_rss() -> bool {
     std::fs::write("/proc/self/clear_refs", "5").is_ok()
-}
-
-fn current_rss_kib() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
 }
 
 fn judge() -> Option<PathBuf> {
@@ -180,9 +171,9 @@ async fn run() {
         stand_in.commit(&repo, "main", &commit_id(&repo), vec![file]);
         let dir = tempfile::tempdir().unwrap();
         let reset = reset_peak_rss();
-        let before = current_rss_kib();
+        let before = status_kib("VmRSS");
         let t = ours(&stand_in.url, &repo, dir.path(), parallel).await;
-        let peak = peak_rss_kib();
+        let peak = status_kib("VmHWM");
         println!(
             "one file of {large} MiB: {t:.2} s ({:.1} MiB/s); RSS before {:.1} MiB, peak during the pull {:.1} MiB{}",
             large as f64 / t,

@@ -257,7 +257,7 @@ async fn attempt_once(
 /// Takes the exclusive lock huggingface_hub takes around a blob (`flock` on
 /// `.locks/<repo>/<etag>.lock`, Python's `filelock` on Unix), so a pull and a Python
 /// download of the same blob never write it at once.
-async fn lock(path: &Path) -> Result<std::fs::File, Error> {
+pub(crate) async fn lock(path: &Path) -> Result<std::fs::File, Error> {
     let path = path.to_path_buf();
     tokio::task::spawn_blocking(move || {
         let f = std::fs::OpenOptions::new()

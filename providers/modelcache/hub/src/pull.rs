@@ -14,7 +14,7 @@ use futures::{StreamExt as _, TryStreamExt as _};
 
 use crate::Error;
 use crate::client::{Hub, HubFile};
-use crate::download::fetch_blob;
+use crate::download::{fetch_blob, lock};
 use crate::layout::{RepoId, RepoLayout, check_revision, link_target};
 
 /// How to pull.
@@ -230,6 +230,11 @@ async fn publish_snapshot(
         .collect::<Result<_, Error>>()?;
     let snapshot = layout.snapshot(commit);
     let staging = layout.staging(commit);
+    // One pull at a time builds a commit's snapshot (the staging directory is shared).
+    tokio::fs::create_dir_all(&layout.locks)
+        .await
+        .map_err(|e| Error::io(&layout.locks, e))?;
+    let _lock = lock(&layout.locks.join(format!("{commit}.snapshot.lock"))).await?;
     let target = snapshot.clone();
     tokio::task::spawn_blocking(move || {
         if !target.is_dir() {
@@ -341,5 +346,21 @@ mod tests {
             ["config.json", "model.safetensors"]
         );
         assert!(picked(&["nothing*"]).is_empty());
+    }
+
+    #[test]
+    fn missing_bytes_count_each_blob_once_less_what_is_on_disk() {
+        let cache = tempfile::tempdir().unwrap();
+        let layout = RepoLayout::new(cache.path(), &RepoId::parse("o/n").unwrap());
+        let blob = |etag: char, size| HubFile {
+            path: format!("{etag}.bin"),
+            size,
+            expected: Expected::Sha256(etag.to_string().repeat(64)),
+        };
+        let (a, a_again, b, c) = (blob('a', 100), blob('a', 100), blob('b', 50), blob('c', 7));
+        std::fs::create_dir_all(layout.blobs()).unwrap();
+        std::fs::write(layout.incomplete(b.etag()), [0u8; 20]).unwrap();
+        std::fs::write(layout.blob(c.etag()), [0u8; 7]).unwrap();
+        assert_eq!(missing_bytes(&layout, &[&a, &a_again, &b, &c]), 100 + 30);
     }
 }

@@ -321,45 +321,93 @@ fn json(value: &serde_json::Value) -> Response<Body> {
         .unwrap()
 }
 
-async fn model_info(
-    State(inner): State<Shared>,
-    Path((org, name, rev)): Path<(String, String, String)>,
-    method: Method,
-    headers: HeaderMap,
+/// Which listing an API request asks for.
+#[derive(Clone, Copy)]
+enum Listing {
+    /// `/api/models/{repo}/revision/{rev}?blobs=true` (hfpy `ModelInfo`, `RepoSibling`).
+    Info,
+    /// `/api/models/{repo}/tree/{rev}` (hfpy `RepoFile`).
+    Tree,
+}
+
+/// One file as `listing` describes it: LFS files by their pointer's blob id plus
+/// `lfs{sha256|oid, size, pointerSize}`, others by their blob id.
+fn entry(listing: Listing, f: &StandInFile) -> serde_json::Value {
+    let (blob_id, lfs) = if f.lfs {
+        let p = pointer(f);
+        let digest = match listing {
+            Listing::Info => "sha256",
+            Listing::Tree => "oid",
+        };
+        let lfs =
+            serde_json::json!({digest: f.sha256, "size": f.content.len(), "pointerSize": p.len()});
+        (git_blob_sha1(p.as_bytes()), Some(lfs))
+    } else {
+        (f.etag.clone(), None)
+    };
+    let mut e = match listing {
+        Listing::Info => {
+            serde_json::json!({"rfilename": f.path, "size": f.content.len(), "blobId": blob_id})
+        }
+        Listing::Tree => {
+            serde_json::json!({"type": "file", "path": f.path, "size": f.content.len(), "oid": blob_id})
+        }
+    };
+    if let Some(lfs) = lfs {
+        e["lfs"] = lfs;
+    }
+    e
+}
+
+fn list(
+    listing: Listing,
+    inner: &Shared,
+    (org, name, rev): (String, String, String),
+    method: &Method,
+    headers: &HeaderMap,
 ) -> Response<Body> {
     let repo = format!("{org}/{name}");
     let answer = {
         let guard = inner.lock().unwrap();
-        lookup(&guard, &repo, &rev, &headers)
+        lookup(&guard, &repo, &rev, headers)
     };
     let response = match answer {
         Err(e) => e,
         Ok((commit, files)) => {
-            let siblings: Vec<serde_json::Value> = files
-                .iter()
-                .map(|f| {
-                    if f.lfs {
-                        serde_json::json!({"rfilename": f.path, "size": f.content.len(),
-                            "blobId": git_blob_sha1(pointer(f).as_bytes()),
-                            "lfs": {"sha256": f.sha256, "size": f.content.len(), "pointerSize": pointer(f).len()}})
-                    } else {
-                        serde_json::json!({"rfilename": f.path, "size": f.content.len(), "blobId": f.etag})
-                    }
-                })
-                .collect();
-            json(
-                &serde_json::json!({"id": repo, "modelId": repo, "sha": commit, "private": false, "siblings": siblings}),
-            )
+            let entries: Vec<serde_json::Value> = files.iter().map(|f| entry(listing, f)).collect();
+            json(&match listing {
+                Listing::Info => {
+                    serde_json::json!({"id": repo, "modelId": repo, "sha": commit, "private": false, "siblings": entries})
+                }
+                Listing::Tree => serde_json::Value::Array(entries),
+            })
         }
     };
-    log(
-        &inner,
-        &method,
-        format!("/api/models/{repo}/revision/{rev}"),
-        None,
-        response.status().as_u16(),
-    );
+    let kind = match listing {
+        Listing::Info => "revision",
+        Listing::Tree => "tree",
+    };
+    let path = format!("/api/models/{repo}/{kind}/{rev}");
+    log(inner, method, path, None, response.status().as_u16());
     response
+}
+
+async fn model_info(
+    State(inner): State<Shared>,
+    Path(params): Path<(String, String, String)>,
+    method: Method,
+    headers: HeaderMap,
+) -> Response<Body> {
+    list(Listing::Info, &inner, params, &method, &headers)
+}
+
+async fn tree(
+    State(inner): State<Shared>,
+    Path(params): Path<(String, String, String)>,
+    method: Method,
+    headers: HeaderMap,
+) -> Response<Body> {
+    list(Listing::Tree, &inner, params, &method, &headers)
 }
 
 /// The git-lfs pointer of an LFS file (what its `blobId` names).
@@ -369,46 +417,6 @@ fn pointer(f: &StandInFile) -> String {
         f.sha256,
         f.content.len()
     )
-}
-
-async fn tree(
-    State(inner): State<Shared>,
-    Path((org, name, rev)): Path<(String, String, String)>,
-    method: Method,
-    headers: HeaderMap,
-) -> Response<Body> {
-    let repo = format!("{org}/{name}");
-    let answer = {
-        let guard = inner.lock().unwrap();
-        lookup(&guard, &repo, &rev, &headers)
-    };
-    let response = match answer {
-        Err(e) => e,
-        Ok((_, files)) => {
-            let entries: Vec<serde_json::Value> = files
-                .iter()
-                .map(|f| {
-                    if f.lfs {
-                        let p = pointer(f);
-                        serde_json::json!({"type": "file", "path": f.path, "size": f.content.len(),
-                            "oid": git_blob_sha1(p.as_bytes()),
-                            "lfs": {"oid": f.sha256, "size": f.content.len(), "pointerSize": p.len()}})
-                    } else {
-                        serde_json::json!({"type": "file", "path": f.path, "size": f.content.len(), "oid": f.etag})
-                    }
-                })
-                .collect();
-            json(&serde_json::Value::Array(entries))
-        }
-    };
-    log(
-        &inner,
-        &method,
-        format!("/api/models/{repo}/tree/{rev}"),
-        None,
-        response.status().as_u16(),
-    );
-    response
 }
 
 /// `bytes=<from>-[<to>]` -> (from, inclusive end).

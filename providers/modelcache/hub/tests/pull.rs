@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use kubeairunway_modelcache_hub::testing::{Content, StandIn, StandInFile, commit_id};
-use kubeairunway_modelcache_hub::{Error, Hub, HubOptions, PullOptions, RepoId, pull};
+use kubeairunway_modelcache_hub::{Error, Hub, HubOptions, PullOptions, PullReport, RepoId, pull};
+use tempfile::TempDir;
 
 const REPO: &str = "acme/tiny-model";
 const BIG: &str = "model.safetensors";
@@ -32,10 +33,6 @@ fn hub(stand_in: &StandIn, token: Option<&str>) -> Hub {
         ..HubOptions::default()
     })
     .unwrap()
-}
-
-fn repo() -> RepoId {
-    RepoId::parse(REPO).unwrap()
 }
 
 fn sha256_file(path: &Path) -> String {
@@ -72,382 +69,283 @@ fn blob_names(cache: &Path) -> Vec<String> {
     names
 }
 
+/// A stand-in serving `REPO` with `files(seed)` at `main` = commit "one", and an empty cache.
+struct Fixture {
+    stand_in: StandIn,
+    commit: String,
+    files: Vec<StandInFile>,
+    cache: TempDir,
+}
+
+impl Fixture {
+    async fn new(seed: u8) -> Self {
+        let stand_in = StandIn::start().await;
+        let commit = commit_id("one");
+        let files = files(seed);
+        stand_in.commit(REPO, "main", &commit, files.clone());
+        Self {
+            stand_in,
+            commit,
+            files,
+            cache: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    async fn pull_with(
+        &self,
+        token: Option<&str>,
+        revision: &str,
+        options: &PullOptions,
+    ) -> Result<PullReport, Error> {
+        let repo = RepoId::parse(REPO).unwrap();
+        pull(
+            &hub(&self.stand_in, token),
+            self.cache.path(),
+            &repo,
+            revision,
+            options,
+        )
+        .await
+    }
+
+    /// `main`, default options, expected to succeed.
+    async fn pull(&self) -> PullReport {
+        self.pull_with(None, "main", &PullOptions::default())
+            .await
+            .unwrap()
+    }
+
+    /// `models--acme--tiny-model`.
+    fn root(&self) -> PathBuf {
+        self.cache.path().join("models--acme--tiny-model")
+    }
+
+    fn file(&self, path: &str) -> &StandInFile {
+        self.files.iter().find(|f| f.path == path).unwrap()
+    }
+
+    /// The `Range` starts of the `GET`s of `path`, in order.
+    fn gets(&self, path: &str) -> Vec<(Option<u64>, u16)> {
+        self.stand_in
+            .log()
+            .into_iter()
+            .filter(|l| l.method == "GET" && l.path.ends_with(path))
+            .map(|l| (l.range_from, l.status))
+            .collect()
+    }
+}
+
 #[tokio::test]
 async fn a_pull_writes_the_cache_layout_and_a_second_pull_downloads_nothing() {
-    let stand_in = StandIn::start().await;
-    let commit = commit_id("one");
-    let expected = files(1);
-    stand_in.commit(REPO, "main", &commit, expected.clone());
-    let cache = tempfile::tempdir().unwrap();
-
-    let report = pull(
-        &hub(&stand_in, None),
-        cache.path(),
-        &repo(),
-        "main",
-        &PullOptions::default(),
-    )
-    .await
-    .unwrap();
-    assert_eq!(report.commit, commit);
-    assert_eq!(
-        report.snapshot,
-        cache
-            .path()
-            .join(format!("models--acme--tiny-model/snapshots/{commit}"))
-    );
-    assert_eq!(report.files.len(), expected.len());
-    let total: u64 = expected.iter().map(|f| f.content.len()).sum();
+    let f = Fixture::new(1).await;
+    let report = f.pull().await;
+    assert_eq!(report.commit, f.commit);
+    assert_eq!(report.snapshot, f.root().join("snapshots").join(&f.commit));
+    assert_eq!(report.files.len(), f.files.len());
+    let total: u64 = f.files.iter().map(|f| f.content.len()).sum();
     assert_eq!((report.bytes_total, report.bytes_received), (total, total));
-    assert_snapshot(&report.snapshot, &expected);
-    let refs = cache.path().join("models--acme--tiny-model/refs/main");
-    assert_eq!(std::fs::read_to_string(refs).unwrap(), commit);
+    assert_snapshot(&report.snapshot, &f.files);
+    assert_eq!(
+        std::fs::read_to_string(f.root().join("refs/main")).unwrap(),
+        f.commit
+    );
     // Nothing but finished blobs, each named by its etag.
-    let mut etags: Vec<String> = expected.iter().map(|f| f.etag.clone()).collect();
+    let mut etags: Vec<String> = f.files.iter().map(|f| f.etag.clone()).collect();
     etags.sort();
-    assert_eq!(blob_names(cache.path()), etags);
+    assert_eq!(blob_names(f.cache.path()), etags);
 
-    let again = pull(
-        &hub(&stand_in, None),
-        cache.path(),
-        &repo(),
-        "main",
-        &PullOptions::default(),
-    )
-    .await
-    .unwrap();
+    let again = f.pull().await;
     assert_eq!(again.bytes_received, 0);
     assert!(again.files.iter().all(|f| f.cached));
 }
 
 #[tokio::test]
 async fn include_patterns_pull_only_what_they_match() {
-    let stand_in = StandIn::start().await;
-    let commit = commit_id("one");
-    stand_in.commit(REPO, "main", &commit, files(1));
-    let cache = tempfile::tempdir().unwrap();
+    let f = Fixture::new(1).await;
     let options = PullOptions {
         include: vec!["*.json".into(), "tokenizer/".into()],
         ..PullOptions::default()
     };
-    let report = pull(
-        &hub(&stand_in, None),
-        cache.path(),
-        &repo(),
-        "main",
-        &options,
-    )
-    .await
-    .unwrap();
+    let report = f.pull_with(None, "main", &options).await.unwrap();
     let paths: Vec<&str> = report.files.iter().map(|f| f.path.as_str()).collect();
     assert_eq!(paths, ["config.json", "tokenizer/vocab.txt"]);
     assert!(!report.snapshot.join(BIG).exists());
-    assert_eq!(stand_in.sent(BIG), 0);
+    assert_eq!(f.stand_in.sent(BIG), 0);
 }
 
 #[tokio::test]
 async fn a_file_cut_off_midway_is_resumed_with_range() {
-    let stand_in = StandIn::start().await;
-    let commit = commit_id("one");
-    let expected = files(2);
-    stand_in.commit(REPO, "main", &commit, expected.clone());
+    let f = Fixture::new(2).await;
     let cut = BIG_LEN / 3;
-    stand_in.die_after(BIG, cut);
-    let cache = tempfile::tempdir().unwrap();
-
-    let report = pull(
-        &hub(&stand_in, None),
-        cache.path(),
-        &repo(),
-        "main",
-        &PullOptions::default(),
-    )
-    .await
-    .unwrap();
-    assert_snapshot(&report.snapshot, &expected);
-    let big = report.files.iter().find(|f| f.path == BIG).unwrap();
+    f.stand_in.die_after(BIG, cut);
+    let report = f.pull().await;
+    assert_snapshot(&report.snapshot, &f.files);
+    let big = report.files.iter().find(|r| r.path == BIG).unwrap();
     assert_eq!(big.resumed, 1);
-    let gets: Vec<Option<u64>> = stand_in
-        .log()
-        .into_iter()
-        .filter(|l| l.method == "GET" && l.path.ends_with(BIG))
-        .map(|l| l.range_from)
-        .collect();
+    let gets = f.gets(BIG);
     assert_eq!(gets.len(), 2, "{gets:?}");
-    assert_eq!(gets[0], None);
+    assert_eq!(gets[0], (None, 200));
     assert!(
-        gets[1].is_some_and(|from| from > 0 && from <= cut),
+        gets[1].0.is_some_and(|from| from > 0 && from <= cut),
         "{gets:?}"
     );
+    assert_eq!(gets[1].1, 206);
     // Resumed, not restarted: fewer than twice the file crossed the wire.
-    assert!(stand_in.sent(BIG) < 2 * BIG_LEN, "{}", stand_in.sent(BIG));
+    assert!(
+        f.stand_in.sent(BIG) < 2 * BIG_LEN,
+        "{}",
+        f.stand_in.sent(BIG)
+    );
     assert!(big.received < 2 * BIG_LEN);
 }
 
 #[tokio::test]
-async fn a_pull_killed_midway_leaves_nothing_visible_and_the_next_one_resumes() {
-    let stand_in = StandIn::start().await;
-    let commit = commit_id("one");
-    let expected = files(3);
-    stand_in.commit(REPO, "main", &commit, expected.clone());
+async fn a_pull_stopped_midway_leaves_nothing_visible_and_the_next_one_resumes() {
+    let f = Fixture::new(3).await;
     let cut = BIG_LEN / 2;
-    stand_in.die_after(BIG, cut);
-    let cache = tempfile::tempdir().unwrap();
+    f.stand_in.die_after(BIG, cut);
     let no_retry = PullOptions {
         retries: 0,
         ..PullOptions::default()
     };
-
-    let first = pull(
-        &hub(&stand_in, None),
-        cache.path(),
-        &repo(),
-        "main",
-        &no_retry,
-    )
-    .await;
-    let err = first.unwrap_err();
+    let err = f.pull_with(None, "main", &no_retry).await.unwrap_err();
     assert!(err.transient(), "{err}");
-    let snapshots = cache.path().join("models--acme--tiny-model/snapshots");
-    assert!(!snapshots.join(&commit).exists());
-    assert!(
-        !cache
-            .path()
-            .join("models--acme--tiny-model/refs/main")
-            .exists()
-    );
-    let big_etag = &expected.iter().find(|f| f.path == BIG).unwrap().etag;
-    assert!(!blobs_dir(cache.path()).join(big_etag).exists());
-    let partial = std::fs::metadata(blobs_dir(cache.path()).join(format!("{big_etag}.incomplete")))
+    assert!(!f.root().join("snapshots").join(&f.commit).exists());
+    assert!(!f.root().join("refs/main").exists());
+    let etag = &f.file(BIG).etag;
+    assert!(!blobs_dir(f.cache.path()).join(etag).exists());
+    let partial = std::fs::metadata(blobs_dir(f.cache.path()).join(format!("{etag}.incomplete")))
         .unwrap()
         .len();
     assert!(partial > 0 && partial <= cut, "{partial}");
 
     // As after an agent restart: a new pull picks the partial file up.
-    let report = pull(
-        &hub(&stand_in, None),
-        cache.path(),
-        &repo(),
-        "main",
-        &no_retry,
-    )
-    .await
-    .unwrap();
-    assert_snapshot(&report.snapshot, &expected);
-    let last = stand_in
-        .log()
-        .into_iter()
-        .rev()
-        .find(|l| l.method == "GET" && l.path.ends_with(BIG))
-        .unwrap();
-    assert_eq!(last.range_from, Some(partial));
-    assert_eq!(last.status, 206);
-    assert!(stand_in.sent(BIG) < 2 * BIG_LEN);
+    let report = f.pull_with(None, "main", &no_retry).await.unwrap();
+    assert_snapshot(&report.snapshot, &f.files);
+    assert_eq!(f.gets(BIG).last(), Some(&(Some(partial), 206)));
+    assert!(f.stand_in.sent(BIG) < 2 * BIG_LEN);
 }
 
 #[tokio::test]
 async fn wrong_bytes_are_refused_and_nothing_is_published() {
-    let stand_in = StandIn::start().await;
-    let commit = commit_id("one");
-    let expected = files(4);
-    stand_in.commit(REPO, "main", &commit, expected.clone());
+    let f = Fixture::new(4).await;
     for path in [BIG, "config.json"] {
-        stand_in.corrupt(path);
-        let cache = tempfile::tempdir().unwrap();
+        f.stand_in.corrupt(path);
         let options = PullOptions {
             include: vec![path.into()],
             ..PullOptions::default()
         };
-        let err = pull(
-            &hub(&stand_in, None),
-            cache.path(),
-            &repo(),
-            "main",
-            &options,
-        )
-        .await
-        .unwrap_err();
-        let file = expected.iter().find(|f| f.path == path).unwrap();
-        match &err {
-            Error::Digest {
-                path: p,
-                algorithm,
-                expected,
-                actual,
-            } => {
-                assert_eq!(p, path);
-                assert_eq!(*algorithm, if file.lfs { "sha256" } else { "git-sha1" });
-                assert_eq!(expected, &file.etag);
-                assert_ne!(actual, &file.etag);
-                let message = err.to_string();
-                assert!(
-                    message.contains(path)
-                        && message.contains(expected.as_str())
-                        && message.contains(actual.as_str()),
-                    "{message}"
-                );
-            }
-            other => panic!("{path}: {other}"),
+        let err = f.pull_with(None, "main", &options).await.unwrap_err();
+        let file = f.file(path);
+        let Error::Digest {
+            path: p,
+            algorithm,
+            expected,
+            actual,
+        } = &err
+        else {
+            panic!("{path}: {err}");
+        };
+        assert_eq!(p, path);
+        assert_eq!(*algorithm, if file.lfs { "sha256" } else { "git-sha1" });
+        assert_eq!(expected, &file.etag);
+        assert_ne!(actual, &file.etag);
+        let message = err.to_string();
+        for part in [path, expected.as_str(), actual.as_str()] {
+            assert!(message.contains(part), "{message}");
         }
         assert!(
-            blob_names(cache.path()).is_empty(),
+            blob_names(f.cache.path()).is_empty(),
             "{:?}",
-            blob_names(cache.path())
+            blob_names(f.cache.path())
         );
-        assert!(
-            !cache
-                .path()
-                .join("models--acme--tiny-model/snapshots")
-                .join(&commit)
-                .exists()
-        );
-        assert!(
-            !cache
-                .path()
-                .join("models--acme--tiny-model/refs/main")
-                .exists()
-        );
+        assert!(!f.root().join("snapshots").join(&f.commit).exists());
+        assert!(!f.root().join("refs/main").exists());
     }
 }
 
 #[tokio::test]
 async fn a_gated_repo_needs_its_token() {
-    let stand_in = StandIn::start().await;
-    let commit = commit_id("one");
-    stand_in.commit(REPO, "main", &commit, files(5));
-    stand_in.gate(REPO, "hf_right");
-    let cache = tempfile::tempdir().unwrap();
+    let f = Fixture::new(5).await;
+    f.stand_in.gate(REPO, "hf_right");
+    let default = PullOptions::default();
     for (token, with_token) in [(None, false), (Some("hf_wrong"), true)] {
-        let err = pull(
-            &hub(&stand_in, token),
-            cache.path(),
-            &repo(),
-            "main",
-            &PullOptions::default(),
-        )
-        .await
-        .unwrap_err();
+        let err = f.pull_with(token, "main", &default).await.unwrap_err();
         assert!(
             matches!(err, Error::Gated { with_token: w, .. } if w == with_token),
             "{err}"
         );
         assert!(err.to_string().contains("gated"), "{err}");
     }
-    assert!(
-        !cache
-            .path()
-            .join("models--acme--tiny-model/snapshots")
-            .exists()
-    );
-    let report = pull(
-        &hub(&stand_in, Some("hf_right")),
-        cache.path(),
-        &repo(),
-        "main",
-        &PullOptions::default(),
-    )
-    .await
-    .unwrap();
-    assert_eq!(report.commit, commit);
+    assert!(!f.root().join("snapshots").exists());
+    let report = f
+        .pull_with(Some("hf_right"), "main", &default)
+        .await
+        .unwrap();
+    assert_eq!(report.commit, f.commit);
+    let err = f
+        .pull_with(Some("hf_right"), "v9", &default)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::RevisionNotFound { .. }), "{err}");
 
     let missing = RepoId::parse("acme/nothing").unwrap();
     let err = pull(
-        &hub(&stand_in, None),
-        cache.path(),
+        &hub(&f.stand_in, None),
+        f.cache.path(),
         &missing,
         "main",
-        &PullOptions::default(),
+        &default,
     )
     .await
     .unwrap_err();
     assert!(matches!(err, Error::RepoNotFound { .. }), "{err}");
-    let err = pull(
-        &hub(&stand_in, Some("hf_right")),
-        cache.path(),
-        &repo(),
-        "v9",
-        &PullOptions::default(),
-    )
-    .await
-    .unwrap_err();
-    assert!(matches!(err, Error::RevisionNotFound { .. }), "{err}");
 }
 
 #[tokio::test]
 async fn a_moved_revision_updates_its_ref_and_keeps_the_old_snapshot() {
-    let stand_in = StandIn::start().await;
-    let (one, two) = (commit_id("one"), commit_id("two"));
-    let old = files(6);
-    stand_in.commit(REPO, "main", &one, old.clone());
-    let cache = tempfile::tempdir().unwrap();
-    pull(
-        &hub(&stand_in, None),
-        cache.path(),
-        &repo(),
-        "main",
-        &PullOptions::default(),
-    )
-    .await
-    .unwrap();
+    let f = Fixture::new(6).await;
+    f.pull().await;
+    let two = commit_id("two");
     let new = files(7);
-    stand_in.commit(REPO, "main", &two, new.clone());
-    let report = pull(
-        &hub(&stand_in, None),
-        cache.path(),
-        &repo(),
-        "main",
-        &PullOptions::default(),
-    )
-    .await
-    .unwrap();
+    f.stand_in.commit(REPO, "main", &two, new.clone());
+    let report = f.pull().await;
     assert_eq!(report.commit, two);
-    let root = cache.path().join("models--acme--tiny-model");
     assert_eq!(
-        std::fs::read_to_string(root.join("refs/main")).unwrap(),
+        std::fs::read_to_string(f.root().join("refs/main")).unwrap(),
         two
     );
-    assert_snapshot(&root.join("snapshots").join(&one), &old);
-    assert_snapshot(&root.join("snapshots").join(&two), &new);
+    assert_snapshot(&f.root().join("snapshots").join(&f.commit), &f.files);
+    assert_snapshot(&f.root().join("snapshots").join(&two), &new);
     // The unchanged file was not downloaded again.
     let vocab = report
         .files
         .iter()
-        .find(|f| f.path == "tokenizer/vocab.txt")
+        .find(|r| r.path == "tokenizer/vocab.txt")
         .unwrap();
     assert!(vocab.cached);
 
     // A pull by commit writes no ref.
-    let by_commit = pull(
-        &hub(&stand_in, None),
-        cache.path(),
-        &repo(),
-        &one,
-        &PullOptions::default(),
-    )
-    .await
-    .unwrap();
+    let by_commit = f
+        .pull_with(None, &f.commit, &PullOptions::default())
+        .await
+        .unwrap();
     assert_eq!(by_commit.bytes_received, 0);
-    assert!(!root.join("refs").join(&one).exists());
+    assert!(!f.root().join("refs").join(&f.commit).exists());
 }
 
 #[tokio::test]
 async fn hostile_names_are_refused_before_any_request() {
-    let stand_in = StandIn::start().await;
-    let cache = tempfile::tempdir().unwrap();
+    let f = Fixture::new(1).await;
     for revision in ["../../etc", "/abs", "a//b", "a\\b"] {
-        let err = pull(
-            &hub(&stand_in, None),
-            cache.path(),
-            &repo(),
-            revision,
-            &PullOptions::default(),
-        )
-        .await
-        .unwrap_err();
+        let err = f
+            .pull_with(None, revision, &PullOptions::default())
+            .await
+            .unwrap_err();
         assert!(matches!(err, Error::Invalid { .. }), "{err}");
     }
-    assert!(stand_in.log().is_empty());
-    assert_eq!(std::fs::read_dir(cache.path()).unwrap().count(), 0);
+    assert!(f.stand_in.log().is_empty());
+    assert_eq!(std::fs::read_dir(f.cache.path()).unwrap().count(), 0);
 }
 
 // --- the judge: the real huggingface_hub client ---------------------------------------
@@ -519,10 +417,8 @@ fn expected_shas(files: &[StandInFile]) -> serde_json::Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_stand_in_serves_huggingface_hub_snapshot_download() {
     let Some(py) = judge() else { return };
-    let stand_in = StandIn::start().await;
-    let commit = commit_id("one");
-    let expected = files(8);
-    stand_in.commit(REPO, "main", &commit, expected.clone());
+    let f = Fixture::new(8).await;
+    let (stand_in, commit, expected) = (&f.stand_in, &f.commit, &f.files);
     let cache = tempfile::tempdir().unwrap();
     let dir = cache.path().to_str().unwrap().to_string();
     let url = stand_in.url.clone();
@@ -536,7 +432,7 @@ async fn the_stand_in_serves_huggingface_hub_snapshot_download() {
     })
     .await
     .unwrap();
-    assert_eq!(answer["walked"], expected_shas(&expected));
+    assert_eq!(answer["walked"], expected_shas(expected));
     assert_eq!(answer["single"]["config.json"], expected[0].sha256.as_str());
     assert!(
         answer["folder"]
@@ -556,20 +452,14 @@ async fn the_stand_in_serves_huggingface_hub_snapshot_download() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn huggingface_hub_reads_our_cache_offline() {
     let Some(py) = judge() else { return };
-    let stand_in = StandIn::start().await;
-    let commit = commit_id("one");
-    let expected = files(9);
-    stand_in.commit(REPO, "main", &commit, expected.clone());
-    let cache = tempfile::tempdir().unwrap();
-    let report = pull(
-        &hub(&stand_in, None),
-        cache.path(),
-        &repo(),
-        "main",
-        &PullOptions::default(),
-    )
-    .await
-    .unwrap();
+    let f = Fixture::new(9).await;
+    let report = f.pull().await;
+    let Fixture {
+        stand_in,
+        files: expected,
+        cache,
+        ..
+    } = f;
     drop(stand_in); // offline means offline
     let dir = cache.path().to_str().unwrap().to_string();
     let mut args = vec![REPO.to_string(), "main".into(), dir];
