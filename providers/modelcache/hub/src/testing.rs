@@ -164,6 +164,8 @@ struct Inner {
     repos: BTreeMap<String, Repo>,
     /// Path in repo -> bytes after which the connection dies (once).
     die_after: BTreeMap<String, u64>,
+    /// Path in repo -> bytes after which the body stalls, the connection kept (once).
+    stall_after: BTreeMap<String, u64>,
     /// Paths whose bytes are served wrong.
     corrupt: std::collections::BTreeSet<String>,
     log: Vec<Logged>,
@@ -228,6 +230,16 @@ impl StandIn {
             .lock()
             .unwrap()
             .die_after
+            .insert(path.to_string(), bytes);
+    }
+
+    /// The next `GET` of `path` (in any repo) sends `bytes` bytes of body, then nothing
+    /// more, the connection kept open (a process to kill midway).
+    pub fn stall_after(&self, path: &str, bytes: u64) {
+        self.inner
+            .lock()
+            .unwrap()
+            .stall_after
             .insert(path.to_string(), bytes);
     }
 
@@ -507,9 +519,13 @@ async fn resolve(
     if method == Method::HEAD {
         return builder.body(Body::empty()).unwrap();
     }
-    let (die_at, corrupt) = {
+    let (die_at, stall_at, corrupt) = {
         let mut guard = inner.lock().unwrap();
-        (guard.die_after.remove(&path), guard.corrupt.contains(&path))
+        (
+            guard.die_after.remove(&path),
+            guard.stall_after.remove(&path),
+            guard.corrupt.contains(&path),
+        )
     };
     let state = (from, inner.clone());
     let body = futures::stream::unfold(state, move |(at, inner)| {
@@ -526,6 +542,12 @@ async fn resolve(
                     return Some((Err(e), (to, inner)));
                 }
                 end = end.min(from + die);
+            }
+            if let Some(stall) = stall_at {
+                if at >= from + stall {
+                    futures::future::pending::<()>().await;
+                }
+                end = end.min(from + stall);
             }
             let mut chunk = content.slice(at, end);
             if corrupt {

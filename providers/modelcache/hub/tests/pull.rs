@@ -226,6 +226,74 @@ async fn a_pull_stopped_midway_leaves_nothing_visible_and_the_next_one_resumes()
     assert!(f.stand_in.sent(BIG) < 2 * BIG_LEN);
 }
 
+/// The child half of the SIGKILL test: a pull as the node agent would run it, in a
+/// process of its own (this test binary run again), which the parent kills midway.
+/// Does nothing unless the parent set `MODELCACHE_CHILD_ENDPOINT`.
+#[tokio::test]
+async fn child_pull_for_the_sigkill_test() {
+    let (Ok(endpoint), Ok(cache)) = (
+        std::env::var("MODELCACHE_CHILD_ENDPOINT"),
+        std::env::var("MODELCACHE_CHILD_CACHE"),
+    ) else {
+        return;
+    };
+    let hub = Hub::new(&HubOptions {
+        endpoint,
+        ..HubOptions::default()
+    })
+    .unwrap();
+    let repo = RepoId::parse(REPO).unwrap();
+    let _ = pull(
+        &hub,
+        Path::new(&cache),
+        &repo,
+        "main",
+        &PullOptions::default(),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pull_killed_with_sigkill_midway_shows_nothing_and_the_next_one_resumes() {
+    let f = Fixture::new(10).await;
+    // The hub sends part of the big file and then nothing: the child is mid-file when killed.
+    let stall = BIG_LEN / 2;
+    f.stand_in.stall_after(BIG, stall);
+    let mut child = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_pull_for_the_sigkill_test", "--nocapture"])
+        .env("MODELCACHE_CHILD_ENDPOINT", &f.stand_in.url)
+        .env("MODELCACHE_CHILD_CACHE", f.cache.path())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let etag = f.file(BIG).etag.clone();
+    let incomplete = blobs_dir(f.cache.path()).join(format!("{etag}.incomplete"));
+    // Wait until the child has written part of the file (its 1 MiB write buffer flushed).
+    let mut waited = 0;
+    while std::fs::metadata(&incomplete).map_or(0, |m| m.len()) < (1 << 20) {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the child pull ended early"
+        );
+        assert!(waited < 1200, "the child wrote nothing in 120 s");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        waited += 1;
+    }
+    child.kill().unwrap(); // SIGKILL
+    child.wait().unwrap();
+
+    let partial = std::fs::metadata(&incomplete).unwrap().len();
+    assert!(partial >= 1 << 20 && partial <= stall, "{partial}");
+    assert!(!blobs_dir(f.cache.path()).join(&etag).exists());
+    assert!(!f.root().join("snapshots").join(&f.commit).exists());
+    assert!(!f.root().join("refs/main").exists());
+
+    let report = f.pull().await;
+    assert_snapshot(&report.snapshot, &f.files);
+    assert_eq!(f.gets(BIG).last(), Some(&(Some(partial), 206)));
+    assert!(f.stand_in.sent(BIG) < 2 * BIG_LEN);
+}
+
 #[tokio::test]
 async fn wrong_bytes_are_refused_and_nothing_is_published() {
     let f = Fixture::new(4).await;
