@@ -4,7 +4,7 @@
 # the real-API-server end-to-end tests included.
 #
 # Caches (safe to delete): the test API server and etcd under
-# ${XDG_CACHE_HOME:-~/.cache}/kubeairunway/testcluster; helm and kubectl under
+# ${XDG_CACHE_HOME:-~/.cache}/kubeairunway/testcluster; huggingface_hub under .../kubeairunway/hfhub-venv; helm and kubectl under
 # ${XDG_CACHE_HOME:-~/.cache}/kubeairunway/helm; actionlint under .../kubeairunway/actionlint;
 # the image's Debian packages under .../kubeairunway/image-apt; cargo's registry as usual.
 set -euo pipefail
@@ -18,15 +18,20 @@ for tool in apt-get dpkg-deb flock sha256sum python3 make cc; do
   command -v "$tool" >/dev/null || missing+=("$tool")
 done
 [ -r /usr/share/keyrings/debian-archive-keyring.gpg ] || missing+=(debian-archive-keyring)
+# The model-cache tests' judge, huggingface_hub, goes into a venv (tests/hfhub-venv.sh).
+python3 -c "import ensurepip, venv" >/dev/null 2>&1 || missing+=(python3-venv)
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "missing: ${missing[*]}; installing Debian packages"
   sudo_=""; [ "$(id -u)" = 0 ] || sudo_="sudo"
   $sudo_ apt-get update -qq
-  $sudo_ apt-get install -y -qq debian-archive-keyring util-linux python3 python3-pip coreutils dpkg \
+  $sudo_ apt-get install -y -qq debian-archive-keyring util-linux python3 python3-pip python3-venv coreutils dpkg \
     make gcc
 fi
 python3 -m pip --version >/dev/null 2>&1 || python3 -m ensurepip --user >/dev/null 2>&1 || {
   echo "python3 has no pip; install python3-pip" >&2; exit 1; }
+
+step "huggingface_hub (the model-cache tests' judge) in a venv, cached"
+bash providers/modelcache/hub/tests/hfhub-venv.sh >/dev/null
 
 step "test API server (etcd + the upstream apiserver code), OCI registry and cosign CLI, cached"
 bash tests/cluster/build.sh >/dev/null

@@ -43,6 +43,8 @@ pub enum Command {
     /// The verdict the kernel-cache controller would reach on an image under the cluster's
     /// KernelCachePolicy (or a policy file).
     Verify(VerifyArgs),
+    /// Model caches: Hugging Face models in the standard cache layout (`pull`).
+    Model(crate::modelcache::Args),
 }
 
 /// `--type`.

@@ -27,6 +27,7 @@ pub mod down;
 pub mod explain;
 pub mod logging;
 pub mod manifest;
+pub mod modelcache;
 pub mod output;
 pub mod providers;
 pub mod render;
@@ -78,7 +79,7 @@ pub enum Command {
     Explain(explain::Args),
     /// List the registered providers, their health, and how to install missing ones.
     Providers(providers::Args),
-    /// Kernel-cache images: build (package, push, sign) and verify.
+    /// Kernel-cache images (build, verify) and model caches (`cache model pull`).
     Cache(cache::Args),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completion {
@@ -134,6 +135,12 @@ pub async fn run(args: Vec<OsString>, term: &mut Terminal) -> i32 {
         Command::Cache(cache::Args {
             command: cache::Command::Verify(a),
         }) => cache::run_verify(&a, &cli.state_dir, term).await,
+        Command::Cache(cache::Args {
+            command:
+                cache::Command::Model(modelcache::Args {
+                    command: modelcache::Command::Pull(a),
+                }),
+        }) => modelcache::run_pull(&a, term).await,
         Command::Completion { shell } => {
             let mut buf = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), name, &mut buf);
@@ -176,5 +183,81 @@ mod tests {
             bin_name(Some(&OsString::from("target/debug/kubeairunway"))),
             "kubeairunway"
         );
+    }
+
+    #[tokio::test]
+    async fn cache_model_pull_fills_a_cache_and_says_where_it_is() {
+        // `modelcache::run_pull` through the command line, against the hub's stand-in.
+        use kubeairunway_modelcache_hub::testing::{StandIn, StandInFile, commit_id};
+        let stand_in = StandIn::start().await;
+        let commit = commit_id("cli");
+        let files = vec![
+            StandInFile::regular("config.json", b"{}\n"),
+            StandInFile::lfs("model.safetensors", &[7u8; 4096]),
+        ];
+        stand_in.commit("acme/m", "main", &commit, files.clone());
+        stand_in.gate("acme/m", "hf_ok");
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("hub");
+        let token = dir.path().join("token");
+        let argv = |extra: &[&str]| -> Vec<std::ffi::OsString> {
+            let mut a: Vec<std::ffi::OsString> = [
+                "kubeairunway",
+                "cache",
+                "model",
+                "pull",
+                "hf://acme/m",
+                "--cache-dir",
+            ]
+            .into_iter()
+            .map(Into::into)
+            .collect();
+            a.push(cache.clone().into());
+            a.extend(["--hf-endpoint", stand_in.url.as_str()].map(Into::into));
+            a.extend(extra.iter().map(Into::into));
+            a
+        };
+
+        let (mut term, captured) = Terminal::capture();
+        assert_eq!(run(argv(&[]), &mut term).await, 1);
+        assert!(captured.err().contains("gated"), "{}", captured.err());
+
+        std::fs::write(&token, "hf_ok\n").unwrap();
+        let token = token.to_str().unwrap().to_string();
+        let (mut term, captured) = Terminal::capture();
+        assert_eq!(
+            run(argv(&["--token-file", &token]), &mut term).await,
+            0,
+            "{}",
+            captured.err()
+        );
+        let out = captured.out();
+        assert!(out.contains(&format!("commit {commit}")), "{out}");
+        assert!(out.contains("2 files, 4099 bytes (4099 received)"), "{out}");
+        assert!(
+            out.contains(&format!(
+                "HF_HUB_CACHE={}",
+                cache.canonicalize().unwrap().display()
+            )),
+            "{out}"
+        );
+        let snapshot = cache.join(format!("models--acme--m/snapshots/{commit}"));
+        assert_eq!(
+            std::fs::read(snapshot.join("config.json")).unwrap(),
+            b"{}\n"
+        );
+        assert_eq!(
+            std::fs::read(snapshot.join("model.safetensors")).unwrap(),
+            vec![7u8; 4096]
+        );
+
+        let (mut term, captured) = Terminal::capture();
+        assert_eq!(
+            run(argv(&["--token-file", &token, "-o", "json"]), &mut term).await,
+            0
+        );
+        let json: serde_json::Value = serde_json::from_str(&captured.out()).unwrap();
+        assert_eq!(json["commit"], commit.as_str());
+        assert_eq!(json["bytesReceived"], 0);
     }
 }
