@@ -661,16 +661,15 @@ pub mod mock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{Capabilities, InferenceProviderConfigSpec, SelectionRule};
+    use crate::api::{Capabilities, EngineCapability, InferenceProviderConfigSpec, SelectionRule};
 
     fn registration(rules: &[(&str, i32)]) -> InferenceProviderConfigSpec {
         InferenceProviderConfigSpec {
-            capabilities: Some(Capabilities {
-                engines: vec![EngineType::Vllm],
-                serving_modes: vec![ServingMode::Aggregated],
-                gpu_support: true,
-                ..Capabilities::default()
-            }),
+            capabilities: Some(Capabilities::serving([EngineCapability::new(
+                EngineType::Vllm,
+            )
+            .serving_modes([ServingMode::Aggregated])
+            .gpu(true)])),
             selection_rules: rules
                 .iter()
                 .map(|(condition, priority)| SelectionRule {

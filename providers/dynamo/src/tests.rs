@@ -684,14 +684,22 @@ fn registration() {
     let config = Dynamo::default().config();
     let caps = config.capabilities.unwrap();
     assert_eq!(
-        caps.engines,
+        caps.engine_names(),
         [EngineType::Vllm, EngineType::Sglang, EngineType::Trtllm]
     );
-    assert_eq!(
-        caps.serving_modes,
-        [ServingMode::Aggregated, ServingMode::Disaggregated]
-    );
-    assert!(caps.gpu_support && !caps.cpu_support);
+    for engine in caps.engine_names() {
+        let served = caps.engine(engine).unwrap();
+        assert_eq!(
+            served.serving_modes,
+            [ServingMode::Aggregated, ServingMode::Disaggregated],
+            "{engine}"
+        );
+        assert!(served.gpu_support && !served.cpu_support, "{engine}");
+        assert_eq!(
+            served.api_formats,
+            kubeairunway_sdk::api::ApiFormat::native(engine)
+        );
+    }
     let rules: Vec<_> = config
         .selection_rules
         .iter()
