@@ -3,7 +3,8 @@
 //! a ModelDeployment with a model id and nothing else, is accepted, core chooses its
 //! engine and records it (`status.engine`, `EngineSelected`), selects a provider over that
 //! engine, and the provider creates the upstream object for it; a spec no engine fits
-//! gets `EngineSelected=False` and no provider.
+//! gets `EngineSelected=False` and no provider. A config stored in the earlier shape (bare
+//! engine names) is rewritten per engine by its provider after the CRD is upgraded.
 
 use std::time::Duration;
 
@@ -153,5 +154,59 @@ async fn the_ai_runway_readme_example_gets_an_engine_a_provider_and_an_upstream_
     assert_eq!(status.message.as_deref(), Some(selected.message.as_str()));
     assert_eq!(none.selected_provider(), None);
     assert!(status.engine.is_none());
+    controllers.stop().await;
+}
+
+/// An InferenceProviderConfig stored by an earlier version (bare engine names, the
+/// provider-wide lists, under the earlier CRD) is rewritten per engine by its provider
+/// once the CRD is upgraded: registration works over the stored legacy shape.
+#[tokio::test]
+async fn a_config_stored_with_bare_engine_names_is_rewritten_per_engine() {
+    let upstream = crds::all_bundled().unwrap();
+    let (_cluster, client) = testing::private_cluster("core-engine-legacy", &upstream)
+        .await
+        .unwrap();
+    // The earlier CRD (flat capabilities), with a config as its providers wrote it.
+    let earlier = kubeairunway_e2e::read_crd(
+        &kubeairunway_e2e::fixtures_dir()
+            .join("crds/reference/kubeairunway.ai_inferenceproviderconfigs.yaml"),
+    )
+    .unwrap();
+    kubeairunway_testcluster::install_crds(&client, &[earlier])
+        .await
+        .unwrap();
+    let configs: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource::erase::<kubeairunway_sdk::InferenceProviderConfig>(&()),
+    );
+    let legacy = json!({"apiVersion": "kubeairunway.ai/v1alpha1", "kind": "InferenceProviderConfig",
+        "metadata": {"name": "kaito"},
+        "spec": {"capabilities": {"engines": ["vllm", "llamacpp"], "servingModes": ["aggregated"],
+                                  "cpuSupport": true, "gpuSupport": true}}});
+    configs
+        .patch(
+            "kaito",
+            &kube::api::PatchParams::apply("kaito-provider").force(),
+            &kube::api::Patch::Apply(&legacy),
+        )
+        .await
+        .unwrap();
+    // Upgrade: today's CRD, then the provider starts.
+    kubeairunway_testcluster::install_crds(&client, &kubeairunway_sdk::api::crds::all())
+        .await
+        .unwrap();
+    let builtins = BuiltIns::new(&ProviderFlags::default(), None, NodeProvisioningMode::Byo);
+    let wanted = kubeairunway_sdk::Provider::config(&builtins.kaito).capabilities;
+    let controllers = Controllers::start(&client, builtins, &["kaito"]).unwrap();
+    let config = testing::registered(&client, "kaito").await;
+    assert_eq!(config.spec.capabilities, wanted);
+    let stored = configs.get("kaito").await.unwrap();
+    assert!(
+        stored.data["spec"]["capabilities"]
+            .get("servingModes")
+            .is_none(),
+        "the provider-wide lists are released: {:?}",
+        stored.data
+    );
     controllers.stop().await;
 }
