@@ -60,13 +60,14 @@ pub struct InferenceProviderConfigSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct Capabilities {
-    /// Supported engines, each once, with per-engine capabilities.
+    /// Supported engines, each once (so at most the four there are), with per-engine
+    /// capabilities.
     #[serde(
         default,
         skip_serializing_if = "Vec::is_empty",
         deserialize_with = "engines_or_names"
     )]
-    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    #[schemars(length(max = 4), extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     pub engines: Vec<EngineCapability>,
     /// Deprecated: serving modes of every engine that lists none of its own.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -86,6 +87,7 @@ pub struct Capabilities {
 /// What a provider serves with one engine.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(transform = native_api_formats_rule)]
 pub struct EngineCapability {
     /// The engine.
     pub name: EngineType,
@@ -93,8 +95,10 @@ pub struct EngineCapability {
     /// aggregated only.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub serving_modes: Vec<ServingMode>,
-    /// API formats the engine serves here; empty: `openai-chat` only.
+    /// API formats the engine serves here, among those its own server has; empty:
+    /// `openai-chat` only.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 3))]
     pub api_formats: Vec<ApiFormat>,
     /// Serves GPU deployments with this engine; unset: the provider-wide `gpuSupport`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -173,6 +177,41 @@ pub struct ResolvedEngine {
     pub gpu_support: bool,
     /// Serves CPU-only deployments.
     pub cpu_support: bool,
+}
+
+/// The CRD's rule that an engine declares only API formats its own server has
+/// ([`ApiFormat::native`]), so a config that claims more is refused with the list.
+fn native_api_formats_rule(schema: &mut schemars::Schema) {
+    let engines = crate::selection::ENGINE_PREFERENCE;
+    let quoted = |e: EngineType| {
+        let formats: Vec<String> = ApiFormat::native(e)
+            .iter()
+            .map(|f| format!("'{}'", f.as_str()))
+            .collect();
+        formats.join(", ")
+    };
+    let allowed: Vec<String> = engines
+        .iter()
+        .map(|&e| format!("(self.name == '{e}' && f in [{}])", quoted(e)))
+        .collect();
+    let listed: Vec<String> = engines
+        .iter()
+        .map(|&e| {
+            let formats: Vec<&str> = ApiFormat::native(e).iter().map(|f| f.as_str()).collect();
+            format!("{e}: {}", formats.join(", "))
+        })
+        .collect();
+    schema.insert(
+        "x-kubernetes-validations".into(),
+        serde_json::json!([{
+            "rule": format!("!has(self.apiFormats) || self.apiFormats.all(f, {})", allowed.join(" || ")),
+            "message": format!(
+                "apiFormats names a format the engine's own server does not serve ({})",
+                listed.join("; ")
+            ),
+            "fieldPath": ".apiFormats",
+        }]),
+    );
 }
 
 /// `engines` of either shape: objects, or (stored by an earlier version) bare names.

@@ -228,6 +228,11 @@ async fn provider_config_is_cluster_scoped_and_round_trips() {
             json!([{"name": "vllm", "apiFormats": ["grpc"]}]),
             "spec.capabilities.engines[0].apiFormats[0]",
         ),
+        // More than the engine's own server serves.
+        (
+            json!([{"name": "sglang", "apiFormats": ["openai-chat", "openai-responses"]}]),
+            "spec.capabilities.engines[0].apiFormats: Invalid value: apiFormats names a format the engine's own server does not serve (vllm: openai-chat, openai-responses, anthropic-messages; sglang: openai-chat, anthropic-messages;",
+        ),
     ] {
         let err = api
             .patch("e2e-bad", &pp, &kube::api::Patch::Apply(&bad(engines)))
