@@ -310,6 +310,11 @@ mod tests {
         "2026-06-01T00:00:00Z".parse().unwrap()
     }
 
+    /// The refusal of the sample `name` rendered by `provider`.
+    fn refusal(name: &str, provider: &str, builtins: &BuiltIns, crds: &UpstreamCrds) -> String {
+        preview(&sample(name), Some(provider), builtins, crds, now()).unwrap_err()
+    }
+
     #[test]
     fn selection_is_core_s_over_the_built_in_registrations() {
         let crds = UpstreamCrds::default();
@@ -374,6 +379,45 @@ mod tests {
             assert_eq!(o.labels()[labels::PROVIDER], "kaito");
             assert_eq!(o.namespace().as_deref(), Some("default"));
         }
+    }
+
+    /// `render` goes through the runtime's `finalize`, so it shows the overrides merged, and
+    /// refuses them as the provider's status would.
+    #[test]
+    fn overrides_are_merged_and_checked_as_the_runtime_does() {
+        let crds = UpstreamCrds::default();
+        let builtins = BuiltIns::for_crds(&ProviderFlags::default(), &crds).unwrap();
+        let with = |overrides: serde_json::Value| {
+            let mut m = sample("cpu-llamacpp");
+            m.spec.provider = Some(
+                serde_json::from_value(
+                    serde_json::json!({"name": "kaito", "overrides": overrides}),
+                )
+                .unwrap(),
+            );
+            preview(&m, None, &builtins, &crds, now())
+        };
+        let p = with(serde_json::json!({"resource": {"count": 10}})).unwrap();
+        assert_eq!(p.objects[0].data["resource"]["count"], 10);
+        let err = with(serde_json::json!({"resource": {"cuont": 10}})).unwrap_err();
+        assert!(
+            err.starts_with("kaito: override is not accepted by the installed Workspace")
+                && err.contains("provider.overrides.resource.cuont (no such field)"),
+            "{err}"
+        );
+        let err = with(serde_json::json!({"metadata": {"name": "x"}})).unwrap_err();
+        assert!(
+            err.contains("provider.overrides.metadata.name may not be overridden"),
+            "{err}"
+        );
+        // Dynamo's typed settings are no fields of a RayService.
+        let err = refusal("disaggregated-kv-routing", "kuberay", &builtins, &crds);
+        assert!(
+            err.contains(
+                "provider.overrides.frontend (no such field), provider.overrides.routerMode (no such field)"
+            ),
+            "{err}"
+        );
     }
 
     #[test]
@@ -448,14 +492,7 @@ mod tests {
         std::fs::write(&file, serde_json::to_string(&crd).unwrap()).unwrap();
         let crds = UpstreamCrds::with_files(&[&file]).unwrap();
         let builtins = BuiltIns::for_crds(&ProviderFlags::default(), &crds).unwrap();
-        let err = preview(
-            &sample("gpu-vllm"),
-            Some("kuberay"),
-            &builtins,
-            &crds,
-            now(),
-        )
-        .unwrap_err();
+        let err = refusal("gpu-vllm", "kuberay", &builtins, &crds);
         assert!(
             err.starts_with("kuberay: installed rayservices.ray.io v1 (schema ")
                 && err.ends_with("has no field spec.serveConfigV2; nothing was applied"),

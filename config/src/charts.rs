@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::{
     Affinity, EnvVar, LocalObjectReference, PodSecurityContext, ResourceRequirements,
     SecurityContext, Toleration,
 };
+use k8s_openapi::api::networking::v1::NetworkPolicyPeer;
 use schemars::JsonSchema;
 use schemars::generate::SchemaSettings;
 use serde_json::{Map, Value, json};
@@ -223,6 +224,24 @@ pub struct DisruptionBudget {
     pub enabled: bool,
 }
 
+/// A NetworkPolicy letting only the API server reach a webhook: a forged AdmissionReview
+/// from another pod would otherwise be answered. Off by default: the API server's address
+/// differs per cluster (control-plane nodes, a konnectivity agent, a managed VPC range),
+/// and a policy that leaves it out refuses every admission the webhook takes part in.
+/// Takes effect only where the CNI enforces NetworkPolicies.
+#[derive(Debug, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WebhookNetworkPolicy {
+    /// Install the NetworkPolicy (apiServer must then name at least one peer).
+    pub enabled: bool,
+    /// Where the API server's webhook calls come from, as NetworkPolicy peers: an
+    /// ipBlock of the control plane's addresses, or the pods of a konnectivity agent.
+    pub api_server: Vec<NetworkPolicyPeer>,
+    /// Peers allowed to scrape the metrics port (a Prometheus namespace, say); empty:
+    /// none besides the node's own kubelet probes, which NetworkPolicies never block.
+    pub metrics_from: Vec<NetworkPolicyPeer>,
+}
+
 /// RBAC for users.
 #[derive(Debug, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -255,6 +274,8 @@ pub struct CoreValues {
     pub webhook: CoreWebhook,
     /// The controller's PodDisruptionBudget.
     pub pod_disruption_budget: DisruptionBudget,
+    /// Who may reach the webhooks and metrics.
+    pub network_policy: WebhookNetworkPolicy,
     #[serde(flatten)]
     pub controller: Controller,
 }
@@ -473,6 +494,15 @@ pub struct KernelCacheAgent {
     /// Caches pulled and extracted at the same time on one node (--parallel-stages).
     #[schemars(range(min = 1))]
     pub parallel_stages: i32,
+    /// What all caches together may take on a node (--disk-budget): bytes, a quantity
+    /// (20Gi) or a share of the cache root's filesystem (20%); empty: no budget.
+    #[schemars(regex(pattern = r"^([0-9]+(Ki|Mi|Gi|Ti|k|M|G|T)?|[0-9]{1,3}%)?$"))]
+    pub disk_budget: String,
+    /// Free space no stage goes below on the cache root's filesystem (--min-free): bytes,
+    /// a quantity or a share. At or above the kubelet's nodefs eviction threshold (10% by
+    /// default) where the cache root is on the kubelet's filesystem.
+    #[schemars(regex(pattern = r"^([0-9]+(Ki|Mi|Gi|Ti|k|M|G|T)?|[0-9]{1,3}%)$"))]
+    pub min_free: String,
     /// GPUs of nodes NVML cannot see, used on every node of this DaemonSet (--gpu-inventory),
     /// e.g. [{name: AMD Instinct MI210, backend: hip, arch: gfx90a}].
     pub gpu_inventory: Vec<GpuEntry>,
@@ -532,6 +562,8 @@ pub struct KernelCacheWebhook {
     /// cache.kubeairunway.ai/host-path=allowed, or everywhere when no other policy of the
     /// cluster (Pod Security defaults, SCCs, policy engines) refuses hostPath volumes.
     pub host_paths: HostPathsMode,
+    /// Who may reach the webhook and its metrics.
+    pub network_policy: WebhookNetworkPolicy,
     #[serde(flatten)]
     pub workload: Workload,
 }
@@ -587,6 +619,11 @@ pub struct KernelCacheValues {
     /// Registries (host:port) the controller and the agents speak to over plain HTTP
     /// (--plain-http-registry; air-gapped mirrors, tests).
     pub plain_http_registries: Vec<String>,
+    /// Registries cache images may come from (host, host:port, or with a repository
+    /// prefix: ghcr.io/acme), checked by the controller before it resolves an image and
+    /// by the agents before they pull (--allowed-registry). Empty: any registry, so a
+    /// KernelCache's author can make them speak to any host and port.
+    pub allowed_registries: Vec<String>,
     /// The registry-credentials handover namespace.
     pub credentials: Credentials,
     /// The controller.

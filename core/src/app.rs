@@ -100,7 +100,9 @@ pub async fn run(cli: Cli, mut rt: Runtime) -> anyhow::Result<()> {
             },
         );
         let router = webhook::router(
-            webhook::WebhookState::new(Some(providers.clone())).foreseeing(foresight),
+            webhook::WebhookState::new(Some(providers.clone()))
+                .foreseeing(foresight)
+                .reviewing_access(rt.client()),
         );
         admission::serve(&rt, &options, &configurations, router).await?;
     }

@@ -13,6 +13,7 @@ pub use kubeairunway_sdk::{defaults, selection};
 
 /// The field manager core applies its status fields with.
 pub const FIELD_MANAGER: &str = kubeairunway_sdk::CORE_FIELD_MANAGER;
+pub mod access;
 pub mod app;
 pub mod context;
 mod gone;

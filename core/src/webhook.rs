@@ -1,10 +1,13 @@
 //! Admission webhooks for ModelDeployment, speaking `admission.k8s.io/v1`
-//! AdmissionReview: validating (`/validate-modeldeployment`: the check that an explicitly
-//! named provider is registered and serves, a field that does not decode, a flag set both
-//! in `engine.args` and `engine.extraArgs`, and warnings;
-//! the rules a CRD can state are the CRD's, enforced by the API server before this webhook
-//! is called) and mutating (`/mutate-modeldeployment`: defaults, and on creation the
-//! finalizer of the provider core will select, as a JSON patch).
+//! AdmissionReview.
+//!
+//! - Validating (`/validate-modeldeployment`): that an explicitly named provider is
+//!   registered and serves, a field that does not decode, a flag set both in `engine.args`
+//!   and `engine.extraArgs`, warnings, and for an inline warmup custom action whether its
+//!   author may create pods there, asked of the API server ([`crate::access`]). The rules a
+//!   CRD can state are the CRD's, enforced by the API server before this webhook is called.
+//! - Mutating (`/mutate-modeldeployment`): defaults, and on creation the finalizer of the
+//!   provider core will select, as a JSON patch.
 //!
 //! Every request gets an AdmissionReview back, malformed ones included (`allowed: false`
 //! with the reason); nothing a client sends makes the handler panic.
@@ -17,6 +20,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::DynamicObject;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
@@ -25,6 +29,7 @@ use kubeairunway_sdk::{InferenceProviderConfig, ModelDeployment, finalizers, lab
 use serde_json::Value;
 use tracing::{debug, warn};
 
+use crate::access;
 use crate::selection::{self, Outcome, RuleCache};
 use crate::validation::{
     provider_does_not_serve, provider_not_installed, validate, warnings, webhook_errors,
@@ -77,6 +82,7 @@ impl Foresight {
 pub struct WebhookState {
     providers: Option<kubeairunway_sdk::reflect::Cache<InferenceProviderConfig>>,
     foresight: Option<Foresight>,
+    access: Option<kube::Client>,
 }
 
 impl std::fmt::Debug for WebhookState {
@@ -84,6 +90,7 @@ impl std::fmt::Debug for WebhookState {
         f.debug_struct("WebhookState")
             .field("providers", &self.providers.is_some())
             .field("foresight", &self.foresight)
+            .field("access", &self.access.is_some())
             .finish()
     }
 }
@@ -97,7 +104,16 @@ impl WebhookState {
         Self {
             providers,
             foresight: None,
+            access: None,
         }
+    }
+
+    /// Also ask the API server, with this client, whether the author of an inline warmup
+    /// custom action may create pods in its namespace ([`crate::access`]); without it (a
+    /// webhook answering offline) nobody is asked.
+    pub fn reviewing_access(mut self, client: kube::Client) -> Self {
+        self.access = Some(client);
+        self
     }
 
     /// Also write, when a ModelDeployment is created, the finalizer of the provider core
@@ -350,19 +366,56 @@ fn add_foreseen_finalizer(object: &mut Value, state: &WebhookState) {
     }
 }
 
-/// Answer a validating request body (what the HTTP handler does, without HTTP).
+/// Answer a validating request body with the checks that need no request of their own
+/// (what [`validate_checked`] does before it asks the API server anything).
 pub fn validate_body(body: &[u8], state: &WebhookState) -> AdmissionResponse {
+    validate_parsed(body, state).0
+}
+
+/// Answer a validating request body (what the HTTP handler does, without HTTP): the pure
+/// checks, then, for an inline custom action, the author's right to create pods.
+pub async fn validate_checked(body: &[u8], state: &WebhookState) -> AdmissionResponse {
+    let (r, review) = validate_parsed(body, state);
+    match (review, &state.access) {
+        (Some(review), Some(client)) => {
+            match kubeairunway_sdk::access::ask(client, access::CUSTOM_ACTION_FIELD, &review).await
+            {
+                Some(refusal) => {
+                    debug!(uid = %r.uid, %refusal, "refused a custom action");
+                    kubeairunway_sdk::access::forbidden(r, refusal)
+                }
+                None => r,
+            }
+        }
+        _ => r,
+    }
+}
+
+/// The pure answer, and the SubjectAccessReview to ask when it admits.
+fn validate_parsed(
+    body: &[u8],
+    state: &WebhookState,
+) -> (AdmissionResponse, Option<SubjectAccessReview>) {
     match parse(body) {
         Ok(req) => {
             let r = review_validate(&req, state);
             debug!(uid = %req.uid, allowed = r.allowed, name = %req.name, namespace = ?req.namespace, "validated");
-            r
+            let review = r.allowed.then(|| access_review(&req)).flatten();
+            (r, review)
         }
         Err(r) => {
             warn!(reason = %r.result.message, "rejected a malformed validating request");
-            *r
+            (*r, None)
         }
     }
+}
+
+/// The SubjectAccessReview `req` needs ([`access::review_for`]), for an object that
+/// decodes (one that does not was denied already).
+fn access_review(req: &AdmissionRequest<DynamicObject>) -> Option<SubjectAccessReview> {
+    let new = typed(req.object.as_ref()?).ok()?;
+    let old = req.old_object.as_ref().and_then(|o| typed(o).ok());
+    access::review_for(req, &new, old.as_ref())
 }
 
 /// Answer a mutating request body (what the HTTP handler does, without HTTP).
@@ -377,7 +430,7 @@ pub fn mutate_body(body: &[u8], state: &WebhookState) -> AdmissionResponse {
 }
 
 async fn validate_handler(State(state): State<Arc<WebhookState>>, body: Bytes) -> Response {
-    respond(validate_body(&body, &state))
+    respond(validate_checked(&body, &state).await)
 }
 
 async fn mutate_handler(State(state): State<Arc<WebhookState>>, body: Bytes) -> Response {

@@ -78,6 +78,17 @@ pub mod reasons {
     pub const UPSTREAM_DETECTED: &str = "UpstreamDetected";
     /// `ProviderCompatible=False`: the spec has a value this provider cannot use.
     pub const INVALID_CONFIGURATION: &str = "InvalidConfiguration";
+    /// `ProviderCompatible=False`: `spec.provider.overrides` sets a path the installed
+    /// upstream schema lacks, or a value of another type, there (the message names each).
+    pub const INVALID_OVERRIDE: &str = "InvalidOverride";
+    /// `ProviderCompatible=False`: `spec.provider.overrides` touches a field the runtime
+    /// owns on the upstream object (its name, namespace, owner references, the
+    /// platform's labels and annotations).
+    pub const RUNTIME_OWNED_OVERRIDE: &str = "RuntimeOwnedOverride";
+    /// `ProviderCompatible=False`: `spec.provider.overrides` sets a pod field the Pod
+    /// Security Standards' baseline keeps from tenants (host namespaces, privileged
+    /// containers, host paths, another service account or node).
+    pub const UNSAFE_OVERRIDE: &str = "UnsafeOverride";
     /// `ResourceCreated=True`.
     pub const RESOURCE_CREATED: &str = "ResourceCreated";
     /// `ResourceCreated=False`: the API server or an upstream admission webhook refused

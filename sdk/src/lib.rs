@@ -26,6 +26,7 @@
 //! for it) is in the crate's README.
 #![deny(missing_docs)]
 
+pub mod access;
 pub mod admission;
 pub mod api;
 pub mod compact;
@@ -58,6 +59,9 @@ pub use provider::{
 };
 pub use upstream::UpstreamApi;
 
+/// The Kubernetes API types `kube` is built with (feature `v1_37`), for the same reason:
+/// a second version of them would not be the types `kube` takes.
+pub use k8s_openapi;
 /// The Kubernetes client library the SDK is built on, at the version it uses: a provider
 /// names `kube::Client` and the like through it, without a version of its own to keep in
 /// step.

@@ -47,6 +47,15 @@ pub trait Provider: Send + Sync + 'static {
         Ok(())
     }
 
+    /// The top-level keys of `spec.provider.overrides` this provider reads itself in
+    /// [`Provider::render`] (with [`crate::overrides::parse`]): its own typed settings,
+    /// such as Dynamo's `routerMode`. Every other key is a merge patch of the primary
+    /// object, which the runtime merges after `render`, checked against the installed
+    /// upstream schema ([`crate::overrides`]). Default: none.
+    fn typed_overrides(&self) -> &'static [&'static str] {
+        &[]
+    }
+
     /// The objects to apply for `md`, for the detected upstream API. The first object is
     /// the primary one (observed for status, recreated on identity changes); the others
     /// (ConfigMaps, ...) are the objects it depends on: the runtime applies them first, in
@@ -101,7 +110,7 @@ pub struct RenderError(pub String);
 pub struct Rendered {
     /// Objects to apply; the first is the primary upstream object.
     pub objects: Vec<DynamicObject>,
-    /// Warnings for the user (unknown override keys, ignored settings); each becomes a
+    /// Warnings for the user (ignored settings); each becomes a
     /// Warning event once per spec generation.
     pub warnings: Vec<Warning>,
 }
@@ -109,7 +118,7 @@ pub struct Rendered {
 /// A warning about the spec that does not stop the deployment.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Warning {
-    /// Event reason, PascalCase (e.g. `UnknownOverride`).
+    /// Event reason, PascalCase (e.g. `UnsupportedField`).
     pub reason: String,
     /// Human-readable message.
     pub message: String,

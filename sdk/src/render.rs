@@ -213,17 +213,40 @@ pub struct SchemaMismatch {
     pub missing: Vec<String>,
 }
 
+/// Why [`finalize`] applies nothing.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Unappliable {
+    /// `spec.provider.overrides` was refused.
+    #[error(transparent)]
+    Override(#[from] crate::overrides::Refused),
+    /// The rendered objects set fields the installed schema lacks.
+    #[error(transparent)]
+    Schema(#[from] SchemaMismatch),
+}
+
+impl Unappliable {
+    /// The `ProviderCompatible=False` reason.
+    pub fn reason(&self) -> &'static str {
+        match self {
+            Unappliable::Override(refused) => refused.reason(),
+            Unappliable::Schema(_) => crate::conditions::reasons::UPSTREAM_SCHEMA_MISMATCH,
+        }
+    }
+}
+
 /// The objects applied for `md`: `objects` as [`Provider::render`] returned them (primary
-/// first), each [`finish`]ed in its role (the primary with the provider's
+/// first), the primary with the overrides' merge patch merged in ([`crate::overrides`]),
+/// each [`finish`]ed in its role (the primary with the provider's
 /// [`Provider::immutable_fields`] for its kind, the others as supporting objects),
-/// stamped with [`rendered_hash`], and checked against the installed upstream schema. The runtime applies exactly this, and
-/// previews (`kubeairunway render`) print exactly this.
+/// stamped with [`rendered_hash`], and checked against the installed upstream schema. The
+/// runtime applies exactly this, and previews (`kubeairunway render`) print exactly this.
 pub fn finalize<P: Provider + ?Sized>(
     provider: &P,
     md: &ModelDeployment,
     api: &UpstreamApi,
     mut objects: Vec<DynamicObject>,
-) -> Result<Vec<DynamicObject>, SchemaMismatch> {
+) -> Result<Vec<DynamicObject>, Unappliable> {
+    merge_overrides(provider, md, api, &mut objects)?;
     let primary_kind = objects
         .first()
         .and_then(|o| o.types.as_ref())
@@ -265,12 +288,35 @@ pub fn finalize<P: Provider + ?Sized>(
     if missing.is_empty() {
         return Ok(objects);
     }
-    Err(SchemaMismatch {
+    Err(Unappliable::Schema(SchemaMismatch {
         crd: provider.upstream().crd_name(),
         version: api.version.clone(),
         schema_hash: api.schema_hash.clone(),
         missing: missing.into_iter().collect(),
-    })
+    }))
+}
+
+/// Merge the merge patch of `md`'s overrides (all but the provider's typed keys) into the
+/// primary object, checked ([`crate::overrides::apply`]).
+fn merge_overrides<P: Provider + ?Sized>(
+    provider: &P,
+    md: &ModelDeployment,
+    api: &UpstreamApi,
+    objects: &mut [DynamicObject],
+) -> Result<(), crate::overrides::Refused> {
+    let (Some(patch), Some(primary)) = (
+        crate::overrides::patch(md, provider.typed_overrides()),
+        objects.first_mut(),
+    ) else {
+        return Ok(());
+    };
+    let mut value = serde_json::to_value(&*primary).unwrap_or_default();
+    crate::overrides::apply(&mut value, &patch, api)?;
+    *primary =
+        serde_json::from_value(value).map_err(|e| crate::overrides::Refused::Unreadable {
+            message: e.to_string(),
+        })?;
+    Ok(())
 }
 
 /// Whether `object` is owned by `md` (an owner reference with its uid).
@@ -497,6 +543,9 @@ mod tests {
             objects(&json!({"size": 1, "colour": "red"})),
         )
         .unwrap_err();
+        let Unappliable::Schema(err) = err else {
+            panic!("{err}")
+        };
         assert_eq!(err.missing, ["spec.colour"]);
         assert_eq!(
             err.to_string(),

@@ -155,8 +155,12 @@ impl ModelDeploymentBuilder {
 }
 
 /// The shared test cluster of this process with the platform's CRDs installed, and a
-/// client for the caller. The server also serves the built-in kinds a provider uses
-/// (Events, Leases, Pods, Secrets, ...; see `kubeairunway_testcluster`).
+/// client for the caller. The server also serves the built-in kinds a provider may render
+/// or read: `apps/v1` Deployments, StatefulSets, DaemonSets and ReplicaSets, `batch/v1`
+/// Jobs, Services, ConfigMaps, Secrets, ServiceAccounts, PersistentVolumeClaims and
+/// PersistentVolumes, Pods, Events, Leases, RBAC, HorizontalPodAutoscalers and
+/// PodDisruptionBudgets. No controller of them runs: a test plays the one it needs with
+/// [`write_upstream_status`].
 pub async fn cluster() -> anyhow::Result<(&'static TestCluster, Client)> {
     static INSTALLED: tokio::sync::OnceCell<()> = tokio::sync::OnceCell::const_new();
     let cluster = shared();

@@ -277,22 +277,73 @@ impl UpstreamApi {
     /// Field paths `object` sets that the installed schema does not have (sorted, list
     /// items written `[]`). `apiVersion`, `kind`, `metadata` and `status` are not checked.
     pub fn missing_paths(&self, object: &Value) -> Vec<String> {
-        let mut missing = BTreeSet::new();
+        let mut found = Findings::default();
+        self.check(object, &mut found);
+        found.missing.into_iter().collect()
+    }
+
+    /// What is wrong with `partial` (a part of an object, such as a merge patch, shaped
+    /// like the object from its root) for the installed schema: the paths it sets that
+    /// the schema lacks, and those whose value is not of the schema's type (`null` values
+    /// are not checked: in a merge patch they delete). `apiVersion`, `kind`, `metadata`
+    /// and `status` are not checked.
+    pub fn problems(&self, partial: &Value) -> Vec<SchemaProblem> {
+        let mut found = Findings {
+            types: true,
+            ..Findings::default()
+        };
+        self.check(partial, &mut found);
+        let missing = found.missing.into_iter().map(|path| SchemaProblem {
+            path,
+            wrong_type: None,
+        });
+        let mistyped = found
+            .mistyped
+            .into_iter()
+            .map(|(path, want, got)| SchemaProblem {
+                path,
+                wrong_type: Some((want, got)),
+            });
+        let mut all: Vec<SchemaProblem> = missing.chain(mistyped).collect();
+        all.sort();
+        all
+    }
+
+    fn check(&self, object: &Value, found: &mut Findings) {
         if let Value::Object(map) = object {
             for (key, value) in map {
                 if ["apiVersion", "kind", "metadata", "status"].contains(&key.as_str()) {
                     continue;
                 }
                 match self.schema.get("properties").and_then(|p| p.get(key)) {
-                    Some(sub) => walk(sub, value, key, &mut missing),
+                    Some(sub) => walk(sub, value, key, found),
                     None if keeps_unknown(&self.schema) => {}
                     None => {
-                        missing.insert(key.clone());
+                        found.missing.insert(key.clone());
                     }
                 }
             }
         }
-        missing.into_iter().collect()
+    }
+}
+
+/// A path of an object the installed schema refuses: it has no such field, or the value
+/// there is of another type.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SchemaProblem {
+    /// Dot path from the object's root, list items written `[]`.
+    pub path: String,
+    /// `(the schema's type, the value's type)` when the field exists but the value is of
+    /// another type; `None` when the schema has no such field.
+    pub wrong_type: Option<(&'static str, &'static str)>,
+}
+
+impl std::fmt::Display for SchemaProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.wrong_type {
+            None => write!(f, "{} (no such field)", self.path),
+            Some((want, got)) => write!(f, "{} (must be {want}, not {got})", self.path),
+        }
     }
 }
 
@@ -311,6 +362,12 @@ mod openapi {
 
     /// How deep a schema is inlined; below, anything is accepted.
     const MAX_DEPTH: usize = 64;
+
+    /// The types that decode from a number or a string.
+    const INT_OR_STRING: [&str; 2] = [
+        "io.k8s.apimachinery.pkg.api.resource.Quantity",
+        "io.k8s.apimachinery.pkg.util.intstr.IntOrString",
+    ];
 
     /// `schema` with every `$ref` (and Kubernetes' `allOf: [{$ref}]` wrapping) replaced by
     /// the referenced schema from `schemas`, and descriptions dropped. A reference back
@@ -348,6 +405,15 @@ mod openapi {
             let name = r.trim_start_matches("#/components/schemas/");
             if path.iter().any(|p| p == name) {
                 return anything();
+            }
+            // A quantity or an IntOrString takes a number or a string (their own JSON
+            // decoding), whatever type the document gives them.
+            if INT_OR_STRING.contains(&name) {
+                merge(
+                    &mut out,
+                    serde_json::json!({"x-kubernetes-int-or-string": true}),
+                );
+                continue;
             }
             let Some(target) = schemas.get(name) else {
                 return anything();
@@ -412,25 +478,34 @@ pub(crate) fn short_hash(data: &[u8]) -> String {
 }
 
 /// The keywords of a schema [`walk`] reads.
-const STRUCTURE: [&str; 5] = [
+const STRUCTURE: [&str; 7] = [
     "properties",
     "additionalProperties",
     "items",
+    "type",
     "x-kubernetes-preserve-unknown-fields",
     "x-kubernetes-embedded-resource",
+    "x-kubernetes-int-or-string",
 ];
 
 /// `schema` with only the keywords [`walk`] reads, at every level. The provider keeps its
 /// upstream schema for as long as it runs: Dynamo's, whole, is about 1,100 JSON objects
 /// with their descriptions, validations and enums (1.2 MB of heap); what is left is the
-/// tree of field names, most of whose leaves are empty objects, which allocate nothing.
+/// tree of field names with their types. An OpenAPI `format: int-or-string` (the
+/// built-in kinds' IntOrString, a `type: string` that takes numbers too) is kept as
+/// `x-kubernetes-int-or-string`, the CRDs' spelling, without the type.
 fn structure(schema: &Value) -> Value {
     let Value::Object(map) = schema else {
         return schema.clone();
     };
+    let int_or_string = map.get("format").and_then(Value::as_str) == Some("int-or-string");
     let mut kept = serde_json::Map::new();
     for key in STRUCTURE {
         let Some(value) = map.get(key) else { continue };
+        if key == "type" && int_or_string {
+            kept.insert("x-kubernetes-int-or-string".to_string(), Value::Bool(true));
+            continue;
+        }
         let value = match (key, value) {
             ("properties", Value::Object(fields)) => Value::Object(
                 fields
@@ -450,7 +525,49 @@ fn keeps_unknown(schema: &Value) -> bool {
     schema.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true))
 }
 
-fn walk(schema: &Value, value: &Value, path: &str, missing: &mut BTreeSet<String>) {
+/// What [`walk`] found: fields the schema lacks and, when `types`, values of another type
+/// (`(path, the schema's type, the value's type)`).
+#[derive(Default)]
+struct Findings {
+    types: bool,
+    missing: BTreeSet<String>,
+    mistyped: BTreeSet<(String, &'static str, &'static str)>,
+}
+
+/// The JSON type of `value`, as a schema's `type` names it (`integer` for a whole number).
+pub(crate) fn json_type(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(n) if n.is_i64() || n.is_u64() => "integer",
+        Value::Number(n) if n.as_f64().is_some_and(|f| f.fract() == 0.0) => "integer",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+/// `Some((want, got))` when `value` is not of `schema`'s type. Null is not checked, nor a
+/// value where the schema has no type or takes an integer or a string.
+fn wrong_type(schema: &Value, value: &Value) -> Option<(&'static str, &'static str)> {
+    const TYPES: [&str; 6] = ["object", "array", "string", "integer", "number", "boolean"];
+    let want = schema.get("type").and_then(Value::as_str)?;
+    let want = TYPES.into_iter().find(|t| *t == want)?;
+    let int_or_string = schema.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true));
+    let got = json_type(value);
+    let fits =
+        got == want || got == "null" || int_or_string || (want, got) == ("number", "integer");
+    (!fits).then_some((want, got))
+}
+
+fn walk(schema: &Value, value: &Value, path: &str, found: &mut Findings) {
+    if found.types
+        && let Some((want, got)) = wrong_type(schema, value)
+    {
+        found.mistyped.insert((path.to_string(), want, got));
+        return;
+    }
     match value {
         Value::Object(map) => {
             if keeps_unknown(schema) && schema.get("properties").is_none() {
@@ -464,22 +581,22 @@ fn walk(schema: &Value, value: &Value, path: &str, missing: &mut BTreeSet<String
             for (key, v) in map {
                 let sub_path = format!("{path}.{key}");
                 if let Some(sub) = schema.get("properties").and_then(|p| p.get(key)) {
-                    walk(sub, v, &sub_path, missing);
+                    walk(sub, v, &sub_path, found);
                 } else if let Some(additional) = schema.get("additionalProperties") {
                     if additional.is_object() {
-                        walk(additional, v, &sub_path, missing);
+                        walk(additional, v, &sub_path, found);
                     } else if additional == &Value::Bool(false) {
-                        missing.insert(sub_path);
+                        found.missing.insert(sub_path);
                     }
                 } else if !keeps_unknown(schema) {
-                    missing.insert(sub_path);
+                    found.missing.insert(sub_path);
                 }
             }
         }
         Value::Array(items) => {
             if let Some(item_schema) = schema.get("items") {
                 for item in items {
-                    walk(item_schema, item, &format!("{path}[]"), missing);
+                    walk(item_schema, item, &format!("{path}[]"), found);
                 }
             }
         }
@@ -754,22 +871,95 @@ mod tests {
         let kept = structure(&full);
         assert_eq!(
             kept,
-            json!({"properties": {"spec": {"properties": {
-                "n": {},
-                "tags": {"items": {}},
-                "env": {"additionalProperties": {"properties": {"v": {}}}},
-                "free": {"x-kubernetes-preserve-unknown-fields": true},
-                "pod": {"x-kubernetes-embedded-resource": true}}}}})
+            json!({"type": "object", "properties": {"spec": {"type": "object", "properties": {
+                "n": {"type": "integer"},
+                "tags": {"type": "array", "items": {"type": "string"}},
+                "env": {"type": "object", "additionalProperties": {"type": "object", "properties": {"v": {"type": "string"}}}},
+                "free": {"type": "object", "x-kubernetes-preserve-unknown-fields": true},
+                "pod": {"type": "object", "x-kubernetes-embedded-resource": true}}}}})
         );
-        let object = json!({"spec": {"n": 1, "x": 1, "tags": ["a"], "env": {"e": {"v": "1", "w": 2}},
+        let object = json!({"spec": {"n": 1, "x": 1, "tags": ["a", 2], "env": {"e": {"v": "1", "w": 2}},
             "free": {"any": 1}, "pod": {"any": 1}}, "extra": 1});
-        let (mut a, mut b) = (BTreeSet::new(), BTreeSet::new());
+        let mut a = Findings {
+            types: true,
+            ..Findings::default()
+        };
+        let mut b = Findings {
+            types: true,
+            ..Findings::default()
+        };
         walk(&full, &object, "", &mut a);
         walk(&kept, &object, "", &mut b);
-        assert_eq!(a, b);
+        assert_eq!((&a.missing, &a.mistyped), (&b.missing, &b.mistyped));
         assert_eq!(
-            a.into_iter().collect::<Vec<_>>(),
+            a.missing.into_iter().collect::<Vec<_>>(),
             [".extra", ".spec.env.e.w", ".spec.x"]
+        );
+        assert_eq!(
+            a.mistyped.into_iter().collect::<Vec<_>>(),
+            [(".spec.tags[]".to_string(), "string", "integer")]
+        );
+    }
+
+    #[test]
+    fn problems_name_unknown_and_mistyped_paths() {
+        let want = UpstreamRef::new("example.com", "Widget", "widgets", &["v1"]);
+        let api = UpstreamApi::detect(&crd(&json!([version("v1", true, &widget_schema())])), &want)
+            .unwrap();
+        let partial = json!({"metadata": {"name": 1}, "spec": {
+            "size": "ten", "colour": "red", "labels": {"a": 1}, "items": [{"name": null}],
+            "free": {"anything": [1]}}});
+        let found: Vec<String> = api
+            .problems(&partial)
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(
+            found,
+            [
+                "spec.colour (no such field)",
+                "spec.labels.a (must be string, not integer)",
+                "spec.size (must be integer, not string)",
+            ]
+        );
+        assert!(
+            api.problems(&json!({"spec": {"size": 3.0, "items": []}}))
+                .is_empty()
+        );
+        assert_eq!(
+            api.problems(&json!({"spec": {"size": 3.5, "items": {}}}))
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>(),
+            [
+                "spec.items (must be array, not object)",
+                "spec.size (must be integer, not number)"
+            ]
+        );
+    }
+
+    #[test]
+    fn quantities_and_int_or_strings_take_numbers_and_strings() {
+        let document = json!({"components": {"schemas": {
+            "io.k8s.api.apps.v1.Deployment": {"type": "object",
+                "properties": {"spec": {"type": "object", "properties": {
+                    "cpu": {"allOf": [{"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.api.resource.Quantity"}]},
+                    "port": {"allOf": [{"$ref": "#/components/schemas/io.k8s.apimachinery.pkg.util.intstr.IntOrString"}]},
+                    "surge": {"type": "string", "format": "int-or-string"},
+                    "name": {"type": "string"}}}},
+                "x-kubernetes-group-version-kind": [{"group": "apps", "kind": "Deployment", "version": "v1"}]},
+            "io.k8s.apimachinery.pkg.api.resource.Quantity": {"type": "string"},
+            "io.k8s.apimachinery.pkg.util.intstr.IntOrString": {"type": "string", "format": "int-or-string"},
+        }}});
+        let want = UpstreamRef::new("apps", "Deployment", "deployments", &["v1"]);
+        let api = UpstreamApi::from_openapi(&document, &want, "v1", vec!["v1".into()]).unwrap();
+        for value in [json!(2), json!("2")] {
+            let partial = json!({"spec": {"cpu": value, "port": value, "surge": value}});
+            assert!(api.problems(&partial).is_empty(), "{partial}");
+        }
+        assert_eq!(
+            api.problems(&json!({"spec": {"name": 2}}))[0].to_string(),
+            "spec.name (must be string, not integer)"
         );
     }
 

@@ -1,16 +1,16 @@
-//! The README's quick start compiles as a third party's crate would build it: the
-//! README's `Cargo.toml` dependencies and `src/main.rs`, taken from the README itself,
-//! as a crate outside this workspace that reaches the SDK by a path dependency, so only
-//! the published API (no `testing` feature, no private paths) is in reach.
+//! The README's quick start builds and passes its test as a third party's crate would:
+//! the README's `Cargo.toml`, `src/lib.rs`, `src/main.rs` and `tests/provider.rs`, taken
+//! from the README itself, as a crate outside this workspace that reaches the SDK by a
+//! path dependency, so only the published API (and the `testing` feature, for its test) is
+//! in reach.
 //!
 //! To cost little on warm caches it shares this workspace's target directory, its
 //! `Cargo.lock` (copied, so every dependency resolves to the same version and reuses the
 //! same artifacts), its build profiles and `.cargo/config.toml` (cargo runs from the
-//! workspace root), and only checks (`cargo check --offline`: no code generation, no
-//! network). The crate lives at `<target>/tmp/readme-quickstart` (its own `[workspace]`),
+//! workspace root), and never reaches the network (`--offline`). The crate lives at `<target>/tmp/readme-quickstart` (its own `[workspace]`),
 //! so its own fingerprints survive from one run to the next.
 //!
-//! What that leaves: the first run in a target directory checks about 110 dependency
+//! What that leaves: the first run in a target directory builds about 110 dependency
 //! units the workspace's own builds do not make, since a crate that depends on the SDK
 //! alone resolves other features than the whole workspace (tokio without `test-util`,
 //! serde_json without `float_roundtrip`, and everything above them); later runs check
@@ -77,17 +77,18 @@ fn profiles(manifest: &str) -> String {
     out
 }
 
-/// The README's `[dependencies]` with the SDK reached by path instead of the registry.
+/// The README's dependencies with the SDK reached by path instead of the registry (its
+/// other keys, `features`, kept).
 fn dependencies(toml: &str, sdk: &Path) -> String {
+    let path = format!("path = {:?}", sdk.display().to_string());
     toml.lines()
         .map(|line| {
-            if line.trim_start().starts_with("kubeairunway-sdk") {
-                format!(
-                    "kubeairunway-sdk = {{ path = {:?} }}",
-                    sdk.display().to_string()
-                )
-            } else {
-                line.to_string()
+            if !line.trim_start().starts_with("kubeairunway-sdk") {
+                return line.to_string();
+            }
+            match line.split_once("version = \"0.1\"") {
+                Some((before, after)) => format!("{before}{path}{after}"),
+                None => format!("kubeairunway-sdk = {{ {path} }}"),
             }
         })
         .collect::<Vec<_>>()
@@ -95,30 +96,39 @@ fn dependencies(toml: &str, sdk: &Path) -> String {
         + "\n"
 }
 
-#[test]
-fn the_readme_quick_start_compiles_outside_the_workspace() {
+/// The README's crate (`Cargo.toml`, `src/lib.rs`, `src/main.rs`, `tests/provider.rs`)
+/// written to `<target>/tmp/readme-quickstart`, outside the workspace; its directory.
+fn write_crate() -> PathBuf {
     let toml = fenced(README, "toml", "[dependencies]").expect("the README's Cargo.toml");
     assert!(
-        toml.contains("kubeairunway-sdk"),
-        "the quick start depends on the SDK:\n{toml}"
+        toml.contains("kubeairunway-sdk") && toml.contains("[dev-dependencies]"),
+        "the quick start depends on the SDK, and on its testing feature to test:\n{toml}"
     );
-    let main = fenced(README, "rust", "impl Provider for").expect("the README's provider");
-    assert!(main.contains("fn main()"), "a whole binary:\n{main}");
-
+    let lib = fenced(README, "rust", "impl Provider for").expect("the README's provider");
+    let main = fenced(README, "rust", "fn main()").expect("the README's binary");
+    let test = fenced(README, "rust", "#[tokio::test]").expect("the README's test");
     let root = workspace();
-    let target = target_dir();
     let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("readme-quickstart");
-    std::fs::create_dir_all(dir.join("src")).unwrap();
+    for sub in ["src", "tests"] {
+        std::fs::create_dir_all(dir.join(sub)).unwrap();
+    }
     let manifest = format!(
-        "[package]\nname = \"readme-quickstart\"\nversion = \"0.0.0\"\nedition = \"2024\"\n\
+        "[package]\nname = \"my-provider\"\nversion = \"0.0.0\"\nedition = \"2024\"\n\
          publish = false\n\n# Not a member of the SDK's workspace.\n[workspace]\n\n{}\n{}",
         dependencies(&toml, Path::new(env!("CARGO_MANIFEST_DIR"))),
         profiles(&std::fs::read_to_string(root.join("Cargo.toml")).unwrap()),
     );
     write_if_changed(&dir.join("Cargo.toml"), &manifest);
+    write_if_changed(&dir.join("src/lib.rs"), &lib);
     write_if_changed(&dir.join("src/main.rs"), &main);
+    write_if_changed(&dir.join("tests/provider.rs"), &test);
     std::fs::copy(root.join("Cargo.lock"), dir.join("Cargo.lock")).unwrap();
+    dir
+}
 
+/// Cargo `args` on the README's crate, from the workspace root (its .cargo/config.toml
+/// applies, as to every build here) into this workspace's target directory.
+fn cargo(dir: &Path, args: &[&str]) -> std::process::Output {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     let mut command = Command::new(cargo);
     // Without the variables cargo sets for this test process (CARGO_PKG_NAME, ...): build
@@ -141,21 +151,37 @@ fn the_readme_quick_start_compiles_outside_the_workspace() {
             command.env_remove(key.as_ref());
         }
     }
-    let output = command
-        // From the workspace root: its .cargo/config.toml applies, as to every build here.
-        .current_dir(&root)
-        .args(["check", "--offline", "--quiet", "--message-format=short"])
+    command
+        .current_dir(workspace())
+        .args(args)
+        .args(["--offline", "--message-format=short"])
         .arg("--manifest-path")
         .arg(dir.join("Cargo.toml"))
         .arg("--target-dir")
-        .arg(&target)
+        .arg(target_dir())
         .output()
-        .unwrap();
+        .unwrap()
+}
+
+/// The README's crate builds outside the workspace, and its test passes: its provider
+/// (a StatefulSet and a headless Service) reaches `Running` on the SDK's test API server,
+/// and writes nothing more once converged.
+#[test]
+fn the_readme_provider_builds_and_passes_its_test_outside_the_workspace() {
+    let dir = write_crate();
+    let output = cargo(&dir, &["test", "--quiet"]);
     assert!(
         output.status.success(),
-        "the README's quick start does not compile as a crate of its own ({}):\n{}",
+        "the README's provider crate ({}) does not build or its test fails:\n{}\n{}",
         dir.display(),
+        String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        stdout.contains("test a_model_deployment_runs_on_a_statefulset_and_converges ... ok")
+            || stdout.contains("1 passed"),
+        "the README's test ran:\n{stdout}"
     );
 }
 
@@ -177,9 +203,9 @@ fn fenced_blocks_are_found_by_language_and_content() {
     assert_eq!(fenced(md, "rust", "fn b"), None);
     assert_eq!(
         dependencies(
-            "kubeairunway-sdk = \"0.1\"\nanyhow = \"1\"",
+            "kubeairunway-sdk = \"0.1\"\nanyhow = \"1\"\nkubeairunway-sdk = { version = \"0.1\", features = [\"testing\"] }",
             Path::new("/s")
         ),
-        "kubeairunway-sdk = { path = \"/s\" }\nanyhow = \"1\"\n"
+        "kubeairunway-sdk = { path = \"/s\" }\nanyhow = \"1\"\nkubeairunway-sdk = { path = \"/s\", features = [\"testing\"] }\n"
     );
 }

@@ -209,3 +209,41 @@ subjects:
     name: {{ include "kubeairunway-lib.serviceAccountName" . }}
     namespace: {{ .root.Release.Namespace }}
 {{- end -}}
+
+{{/* A NetworkPolicy for a webhook's pods (values: a networkPolicy block): the webhook
+port only from .networkPolicy.apiServer, the metrics port only from .metricsFrom. Takes
+the context dict of _names.tpl plus "name", "networkPolicy", "webhookPort" and
+"metricsPort". */}}
+{{- define "kubeairunway-lib.webhookNetworkPolicy" -}}
+{{- $np := .networkPolicy -}}
+{{- if $np.enabled }}
+{{- if not $np.apiServer }}
+{{- fail "networkPolicy.apiServer: name the API server's addresses (an ipBlock of the control plane, or a konnectivity agent's pods) before enabling the NetworkPolicy, or every admission the webhook takes part in is refused" }}
+{{- end }}
+apiVersion: networking.k8s.io/v1
+kind: NetworkPolicy
+metadata:
+  name: {{ .name }}
+  namespace: {{ .root.Release.Namespace }}
+  labels:
+    {{- include "kubeairunway-lib.labels" . | nindent 4 }}
+spec:
+  podSelector:
+    matchLabels:
+      {{- include "kubeairunway-lib.selectorLabels" . | nindent 6 }}
+  policyTypes: [Ingress]
+  ingress:
+    - from:
+        {{- toYaml $np.apiServer | nindent 8 }}
+      ports:
+        - port: {{ .webhookPort }}
+          protocol: TCP
+    {{- with $np.metricsFrom }}
+    - from:
+        {{- toYaml . | nindent 8 }}
+      ports:
+        - port: {{ $.metricsPort }}
+          protocol: TCP
+    {{- end }}
+{{- end }}
+{{- end -}}

@@ -64,6 +64,10 @@ pub const DEFAULT_LLAMACPP_IMAGE: &str = "ghcr.io/ggml-org/llama.cpp:server";
 /// build (llama.cpp's `docs/docker.md`); the CPU build ignores GPUs.
 pub const DEFAULT_LLAMACPP_GPU_IMAGE: &str = "ghcr.io/ggml-org/llama.cpp:server-cuda";
 
+/// The top-level override keys the provider reads itself (`Provider::typed_overrides`);
+/// every other key is merged into the Deployment by the runtime.
+pub const TYPED_OVERRIDES: [&str; 2] = ["progressDeadlineSeconds", "autoscaled"];
+
 /// The documented `provider.overrides` keys.
 #[derive(Debug, Deserialize, Default)]
 #[serde(default, rename_all = "camelCase")]
@@ -238,16 +242,20 @@ impl Provider for DeploymentProvider {
         self.images.for_spec(md).map(drop).map_err(Incompatible)
     }
 
+    fn typed_overrides(&self) -> &'static [&'static str] {
+        &TYPED_OVERRIDES
+    }
+
     fn render(
         &self,
         md: &ModelDeployment,
         upstream: &UpstreamApi,
     ) -> Result<Rendered, RenderError> {
-        let (o, mut warnings) = overrides::parse::<Overrides>(md)?;
+        let o = overrides::parse::<Overrides>(md, &TYPED_OVERRIDES)?;
         let spec = &md.spec;
         let image = self.images.for_spec(md).map_err(RenderError)?;
         let engine = engine::container(md, &image, engine::PORT)?;
-        warnings.extend(engine.warnings);
+        let mut warnings = engine.warnings;
         // The claims of `model.storage` are mounted; this provider creates none.
         warnings.extend(storage::unmanaged_claim_warnings(
             md,

@@ -300,8 +300,8 @@ fn a_gateway_is_named_as_unsupported() {
     assert!(warnings[0].message.contains("spec.gateway"), "{warnings:?}");
 }
 
-/// Any overrides a user may write: never a panic, wrong types refused naming the key,
-/// unknown keys warned about, and what is accepted rendered as documented.
+/// Any typed overrides a user may write: never a panic, wrong types refused naming the
+/// key, and what is accepted rendered as documented.
 #[test]
 fn any_overrides() {
     let provider = DeploymentProvider::default();

@@ -10,7 +10,9 @@
 //!   `engine.args` keys that set parallelism, are the SDK's table
 //!   ([`kubeairunway_sdk::engine::Flags`]), shared with every provider.
 //! - vLLM: both disaggregated roles get `--kv-transfer-config` with NixlConnector
-//!   ([`VLLM_KV_TRANSFER_CONFIG`]): vLLM refuses a prefill worker without one
+//!   ([`VLLM_KV_TRANSFER_CONFIG`]): vLLM refuses a prefill worker without one; a
+//!   `connector` is refused, as the worker stops on it since Dynamo 1.0
+//!   ([`refuse_worker_settings`]); a NIXL worker advertises its pod IP ([`uses_nixl`])
 //!   (docs/upstream.md#dynamo-vllm-flags).
 //! - SGLang: both roles get `--disaggregation-transfer-backend nixl` and
 //!   `--host 0.0.0.0`: the default backend is mooncake and the default bootstrap host
@@ -138,6 +140,57 @@ pub fn backend(engine: EngineType) -> Option<&'static Backend> {
         EngineType::Llamacpp => None,
     }
 }
+
+/// Refuse what a backend's worker refuses at start, before anything is applied: Dynamo's
+/// vLLM worker stops on `--connector` (or `DYN_CONNECTOR`) since Dynamo 1.0, and takes
+/// the KV connector from vLLM's own `--kv-transfer-config`
+/// (docs/upstream.md#dynamo-vllm-flags). `user_flags` are those of `engine.args` and
+/// `engine.extraArgs` ([`engine::user_flags`]), `env` the names of `spec.env`.
+pub fn refuse_worker_settings<'a>(
+    b: &Backend,
+    user_flags: &BTreeMap<String, String>,
+    mut env: impl Iterator<Item = &'a str>,
+) -> Result<(), RenderError> {
+    if b.framework != VLLM.framework {
+        return Ok(());
+    }
+    let flag = user_flags.keys().any(|k| arg_key(k) == "connector");
+    let variable = env.any(|name| name == "DYN_CONNECTOR");
+    if !flag && !variable {
+        return Ok(());
+    }
+    let field = if flag {
+        "spec.engine.args.connector (--connector)"
+    } else {
+        "spec.env DYN_CONNECTOR"
+    };
+    Err(RenderError(format!(
+        "{field} is refused: Dynamo's vLLM worker stops on it since Dynamo 1.0; set the KV \
+         connector with engine.args.kv-transfer-config instead (disaggregated workers get \
+         {VLLM_KV_TRANSFER_CONFIG} already, and no connector is the default)"
+    )))
+}
+
+/// Whether a worker's vLLM uses NIXL to move the KV cache: the provider's
+/// `--kv-transfer-config` of a disaggregated role ([`VLLM_KV_TRANSFER_CONFIG`]), or the
+/// user's naming `NixlConnector`. Such a worker must advertise an address the other role's
+/// pods reach, [`NIXL_SIDE_CHANNEL_HOST`] (docs/upstream.md#dynamo-vllm-flags).
+pub fn uses_nixl(b: &Backend, user_flags: &BTreeMap<String, String>, mode: Mode) -> bool {
+    if b.framework != VLLM.framework {
+        return false;
+    }
+    match user_flags
+        .iter()
+        .find(|(k, _)| arg_key(k) == "kv-transfer-config")
+    {
+        Some((_, config)) => config.contains("NixlConnector"),
+        None => mode != Mode::Aggregated,
+    }
+}
+
+/// The address vLLM's NIXL connector advertises to the other role's workers; set from the
+/// pod's IP (`status.podIP`) on every worker that [`uses_nixl`].
+pub const NIXL_SIDE_CHANNEL_HOST: &str = "VLLM_NIXL_SIDE_CHANNEL_HOST";
 
 /// The user's `engine.args`, by normalized key.
 struct UserArgs<'a> {

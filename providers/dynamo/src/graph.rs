@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{EnvVar, Toleration};
+use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, ObjectFieldSelector, Toleration};
 use kubeairunway_sdk::api::{EngineType, ServingMode};
 use kubeairunway_sdk::engine;
 use kubeairunway_sdk::gpu::{self, Gpus};
@@ -142,6 +142,21 @@ pub fn env(name: &str, value: &str) -> EnvVar {
     }
 }
 
+/// An environment variable from a field of the pod (the downward API).
+pub fn env_from_field(name: &str, field_path: &str) -> EnvVar {
+    EnvVar {
+        name: name.to_string(),
+        value: None,
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                api_version: None,
+                field_path: field_path.to_string(),
+            }),
+            ..EnvVarSource::default()
+        }),
+    }
+}
+
 /// Fields of the ModelDeployment the Dynamo provider does not serve.
 fn unsupported(md: &ModelDeployment) -> Vec<Warning> {
     let mut out = Vec::new();
@@ -154,7 +169,7 @@ fn unsupported(md: &ModelDeployment) -> Vec<Warning> {
     out
 }
 
-/// Build the graph of `md`.
+/// Build the graph of `md`: its engine options, the frontend, then the workers.
 pub fn build(
     md: &ModelDeployment,
     overrides: &Overrides,
@@ -189,84 +204,23 @@ pub fn build(
         enforce_eager: spec.engine.enforce_eager,
         extra_args: engine::extra_args(md)?,
     };
+    let user_flags = engine::user_flags(spec);
     // What the backend's workers cannot be told, once for the graph.
     let (_, toggle_warnings) = engine::toggle_flags(
         backend.flags,
         spec.engine.enable_prefix_caching,
         spec.engine.enforce_eager,
-        &engine::user_flags(spec),
+        &user_flags,
     );
     warnings.extend(toggle_warnings);
     let user_env = spec.env.clone().unwrap_or_default();
-
-    let mut frontend_env = vec![env("DYN_ROUTER_MODE", &overrides.router_mode)];
-    frontend_env.extend(user_env.iter().cloned());
-    let mut components = vec![Component {
-        name: FRONTEND.to_string(),
-        role: Role::Frontend,
-        replicas: overrides.frontend_replicas,
-        command: vec![],
-        args: vec![],
-        env: frontend_env,
-        cpu: Some(overrides.frontend_cpu.clone()),
-        memory: Some(overrides.frontend_memory.clone()),
-        gpu: Gpus::none(),
-    }];
-    let resources = spec.resources.clone().unwrap_or_default();
-    let worker = |name: String, role: Role, mode: Mode, replicas, memory, gpu_role| {
-        let gpu = gpu::per_replica(spec, gpu_role);
-        let (command, args) = args::worker(backend, &options, mode, gpu.count)?;
-        Ok::<_, RenderError>(Component {
-            name,
-            role,
-            replicas,
-            command,
-            args,
-            env: user_env.clone(),
-            cpu: resources.cpu.clone(),
-            memory,
-            gpu,
-        })
-    };
-    let prefix = backend.prefix;
-    match spec.serving.mode {
-        ServingMode::Aggregated => components.push(worker(
-            format!("{prefix}Worker"),
-            Role::Worker,
-            Mode::Aggregated,
-            spec.scaling.replicas,
-            resources.memory.clone(),
-            gpu::Role::Aggregated,
-        )?),
-        ServingMode::Disaggregated => {
-            for (role, mode, label, scaling, gpu_role) in [
-                (
-                    Role::Prefill,
-                    Mode::Prefill,
-                    "Prefill",
-                    &spec.scaling.prefill,
-                    gpu::Role::Prefill,
-                ),
-                (
-                    Role::Decode,
-                    Mode::Decode,
-                    "Decode",
-                    &spec.scaling.decode,
-                    gpu::Role::Decode,
-                ),
-            ] {
-                let scaling = scaling.clone().unwrap_or_default();
-                components.push(worker(
-                    format!("{prefix}{label}Worker"),
-                    role,
-                    mode,
-                    scaling.replicas,
-                    scaling.memory.or_else(|| resources.memory.clone()),
-                    gpu_role,
-                )?);
-            }
-        }
-    }
+    args::refuse_worker_settings(
+        backend,
+        &user_flags,
+        user_env.iter().map(|e| e.name.as_str()),
+    )?;
+    let mut components = vec![frontend(overrides, &user_env)];
+    components.extend(workers(md, backend, &options, &user_flags)?);
     Ok((
         Graph {
             name: md.metadata.name.clone().unwrap_or_default(),
@@ -284,4 +238,95 @@ pub fn build(
         },
         warnings,
     ))
+}
+
+/// The frontend: the router mode, replicas and resources of the overrides, the user's env.
+fn frontend(overrides: &Overrides, user_env: &[EnvVar]) -> Component {
+    let mut env = vec![env("DYN_ROUTER_MODE", &overrides.router_mode)];
+    env.extend(user_env.iter().cloned());
+    Component {
+        name: FRONTEND.to_string(),
+        role: Role::Frontend,
+        replicas: overrides.frontend_replicas,
+        command: vec![],
+        args: vec![],
+        env,
+        cpu: Some(overrides.frontend_cpu.clone()),
+        memory: Some(overrides.frontend_memory.clone()),
+        gpu: Gpus::none(),
+    }
+}
+
+/// The workers of `md`'s serving mode, each with its command line and environment: the
+/// user's, and the pod IP as the NIXL side-channel host where its vLLM uses NIXL.
+fn workers(
+    md: &ModelDeployment,
+    backend: &args::Backend,
+    options: &EngineOptions,
+    user_flags: &BTreeMap<String, String>,
+) -> Result<Vec<Component>, RenderError> {
+    let spec = &md.spec;
+    let user_env = spec.env.clone().unwrap_or_default();
+    let resources = spec.resources.clone().unwrap_or_default();
+    let worker = |name: String, role: Role, mode: Mode, replicas, memory, gpu_role| {
+        let gpu = gpu::per_replica(spec, gpu_role);
+        let (command, args) = args::worker(backend, options, mode, gpu.count)?;
+        let mut env = user_env.clone();
+        if args::uses_nixl(backend, user_flags, mode)
+            && !env.iter().any(|e| e.name == args::NIXL_SIDE_CHANNEL_HOST)
+        {
+            env.push(env_from_field(args::NIXL_SIDE_CHANNEL_HOST, "status.podIP"));
+        }
+        Ok::<_, RenderError>(Component {
+            name,
+            role,
+            replicas,
+            command,
+            args,
+            env,
+            cpu: resources.cpu.clone(),
+            memory,
+            gpu,
+        })
+    };
+    let prefix = backend.prefix;
+    match spec.serving.mode {
+        ServingMode::Aggregated => Ok(vec![worker(
+            format!("{prefix}Worker"),
+            Role::Worker,
+            Mode::Aggregated,
+            spec.scaling.replicas,
+            resources.memory.clone(),
+            gpu::Role::Aggregated,
+        )?]),
+        ServingMode::Disaggregated => [
+            (
+                Role::Prefill,
+                Mode::Prefill,
+                "Prefill",
+                &spec.scaling.prefill,
+                gpu::Role::Prefill,
+            ),
+            (
+                Role::Decode,
+                Mode::Decode,
+                "Decode",
+                &spec.scaling.decode,
+                gpu::Role::Decode,
+            ),
+        ]
+        .into_iter()
+        .map(|(role, mode, label, scaling, gpu_role)| {
+            let scaling = scaling.clone().unwrap_or_default();
+            worker(
+                format!("{prefix}{label}Worker"),
+                role,
+                mode,
+                scaling.replicas,
+                scaling.memory.or_else(|| resources.memory.clone()),
+                gpu_role,
+            )
+        })
+        .collect(),
+    }
 }

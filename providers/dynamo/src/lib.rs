@@ -153,9 +153,8 @@ impl Provider for Dynamo {
         md: &ModelDeployment,
         upstream: &UpstreamApi,
     ) -> Result<Rendered, RenderError> {
-        let (o, mut warnings) = overrides::parse(md)?;
-        let (graph, more) = graph::build(md, &o, &self.settings.dynamo_version)?;
-        warnings.extend(more);
+        let o = overrides::parse(md)?;
+        let (graph, mut warnings) = graph::build(md, &o, &self.settings.dynamo_version)?;
         let (spec, more) = match upstream.version.as_str() {
             "v1beta1" => v1beta1::spec(&graph),
             "v1alpha1" => v1alpha1::spec(&graph),
@@ -176,6 +175,10 @@ impl Provider for Dynamo {
             objects: vec![dgd],
             warnings,
         })
+    }
+
+    fn typed_overrides(&self) -> &'static [&'static str] {
+        &overrides::TYPED
     }
 
     /// `spec.backendFramework` may not change (`webhook/validation/dynamographdeployment.go:

@@ -1,10 +1,14 @@
 //! `provider.overrides` the Dynamo provider reads: `routerMode`,
 //! `frontend.replicas`, `frontend.resources.cpu`, `frontend.resources.memory`, and
 //! `runtimeVersion` (the Dynamo runtime version of a custom image, rendered as v1beta1's
-//! `runtimeVersionOverride`).
+//! `runtimeVersionOverride`). Every other key is merged into the DynamoGraphDeployment by
+//! the runtime (`kubeairunway_sdk::overrides`), e.g. `spec.services.VllmWorker.replicas`.
 
-use kubeairunway_sdk::{ModelDeployment, RenderError, Warning, overrides};
+use kubeairunway_sdk::{ModelDeployment, RenderError, overrides};
 use serde::Deserialize;
+
+/// The top-level override keys the provider reads itself (`Provider::typed_overrides`).
+pub const TYPED: [&str; 3] = ["routerMode", "frontend", "runtimeVersion"];
 
 /// Dynamo's router modes (`DYN_ROUTER_MODE` of `dynamo.frontend`).
 pub const ROUTER_MODES: [&str; 7] = [
@@ -77,10 +81,10 @@ pub fn is_runtime_version(v: &str) -> bool {
         })
 }
 
-/// Parse and validate `md`'s overrides: unknown keys give warnings, wrong types and
+/// Parse and validate `md`'s typed overrides: unknown keys under them, wrong types and
 /// unknown router modes fail.
-pub fn parse(md: &ModelDeployment) -> Result<(Overrides, Vec<Warning>), RenderError> {
-    let (raw, warnings) = overrides::parse::<Raw>(md)?;
+pub fn parse(md: &ModelDeployment) -> Result<Overrides, RenderError> {
+    let raw = overrides::parse::<Raw>(md, &TYPED)?;
     let router_mode = raw
         .router_mode
         .unwrap_or_else(|| DEFAULT_ROUTER_MODE.to_string());
@@ -111,16 +115,13 @@ pub fn parse(md: &ModelDeployment) -> Result<(Overrides, Vec<Warning>), RenderEr
         v.filter(|s| !s.is_empty())
             .unwrap_or_else(|| default.to_string())
     };
-    Ok((
-        Overrides {
-            router_mode,
-            frontend_replicas,
-            frontend_cpu: nonempty(resources.cpu, DEFAULT_FRONTEND_CPU),
-            frontend_memory: nonempty(resources.memory, DEFAULT_FRONTEND_MEMORY),
-            runtime_version: raw.runtime_version,
-        },
-        warnings,
-    ))
+    Ok(Overrides {
+        router_mode,
+        frontend_replicas,
+        frontend_cpu: nonempty(resources.cpu, DEFAULT_FRONTEND_CPU),
+        frontend_memory: nonempty(resources.memory, DEFAULT_FRONTEND_MEMORY),
+        runtime_version: raw.runtime_version,
+    })
 }
 
 #[cfg(test)]
@@ -129,13 +130,13 @@ mod tests {
     use kubeairunway_sdk::testing::ModelDeploymentBuilder;
     use serde_json::json;
 
-    fn parsed(o: serde_json::Value) -> Result<(Overrides, Vec<Warning>), RenderError> {
+    fn parsed(o: serde_json::Value) -> Result<Overrides, RenderError> {
         parse(&ModelDeploymentBuilder::new("m").overrides(o).build())
     }
 
     #[test]
     fn defaults_when_absent() {
-        let (o, w) = parse(&ModelDeploymentBuilder::new("m").build()).unwrap();
+        let o = parse(&ModelDeploymentBuilder::new("m").build()).unwrap();
         assert_eq!(
             o,
             Overrides {
@@ -146,14 +147,13 @@ mod tests {
                 runtime_version: None,
             }
         );
-        assert!(w.is_empty());
     }
 
     #[test]
     fn every_router_mode_is_accepted_and_others_refused() {
         for mode in ROUTER_MODES {
             assert_eq!(
-                parsed(json!({"routerMode": mode})).unwrap().0.router_mode,
+                parsed(json!({"routerMode": mode})).unwrap().router_mode,
                 mode
             );
         }
@@ -165,9 +165,9 @@ mod tests {
     }
 
     #[test]
-    fn unknown_keys_warn_and_wrong_types_fail() {
-        let (o, w) = parsed(json!({
-            "frontend": {"replicas": 2, "resources": {"cpu": "4", "memory": "8Gi", "gpu": 1}},
+    fn unknown_keys_under_typed_ones_and_wrong_types_fail_the_rest_is_merged() {
+        let o = parsed(json!({
+            "frontend": {"replicas": 2, "resources": {"cpu": "4", "memory": "8Gi"}},
             "router-mode": "kv",
         }))
         .unwrap();
@@ -179,13 +179,20 @@ mod tests {
             ),
             (2, "4", "8Gi")
         );
-        let messages: Vec<_> = w.iter().map(|w| w.message.as_str()).collect();
+        let md = ModelDeploymentBuilder::new("m")
+            .overrides(json!({"frontend": {"replicas": 2}, "router-mode": "kv"}))
+            .build();
         assert_eq!(
-            messages,
-            [
-                "unknown override provider.overrides.frontend.resources.gpu is ignored",
-                "unknown override provider.overrides.router-mode is ignored",
-            ]
+            overrides::patch(&md, &TYPED).map(serde_json::Value::Object),
+            Some(json!({"router-mode": "kv"})),
+            "left to the runtime's merge, which the schema refuses"
+        );
+        let err = parsed(json!({"frontend": {"resources": {"gpu": 1}}})).unwrap_err();
+        assert!(
+            err.0
+                .starts_with("unknown override provider.overrides.frontend.resources.gpu:"),
+            "{}",
+            err.0
         );
         let err = parsed(json!({"frontend": {"replicas": "two"}})).unwrap_err();
         assert!(
@@ -204,7 +211,6 @@ mod tests {
             assert_eq!(
                 parsed(json!({"runtimeVersion": ok}))
                     .unwrap()
-                    .0
                     .runtime_version
                     .as_deref(),
                 Some(ok)

@@ -10,6 +10,7 @@ use std::path::Path;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use k8s_openapi::api::core::v1::EnvVar;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::jiff::Timestamp;
 use kubeairunway_sdk::api::{EngineType, Phase, ServingMode};
@@ -221,6 +222,44 @@ fn each_override() {
             )
             .build(),
     );
+}
+
+/// Keys other than the typed ones are merged into the DynamoGraphDeployment, checked
+/// against the installed CRD: v1alpha1's `spec.services` is a map by component name, so
+/// `spec.services.VllmWorker.replicas` reaches the worker; v1beta1 has no `services` but
+/// a list `spec.components` (`nvidia.com_dynamographdeployments.yaml`, `2a6da14c8`), which
+/// a merge patch can only replace whole: both mistakes are refused naming the path.
+#[test]
+fn other_overrides_merge_into_the_graph_checked_against_its_schema() {
+    let with = |patch: Value| {
+        ModelDeploymentBuilder::new("ov")
+            .namespace("ns")
+            .overrides(json!({"routerMode": "kv", "spec": patch}))
+            .build()
+    };
+    let finalize = |md: &ModelDeployment, version: &str| {
+        let rendered = Dynamo::default().render(md, api(version)).unwrap();
+        kubeairunway_sdk::render::finalize(&Dynamo::default(), md, api(version), rendered.objects)
+    };
+    let services = with(json!({"services": {"VllmWorker": {"replicas": 3}}}));
+    let merged = finalize(&services, "v1alpha1").unwrap();
+    let rendered = &merged[0].data["spec"]["services"];
+    assert_eq!(rendered["VllmWorker"]["replicas"], 3);
+    assert_eq!(rendered["Frontend"]["replicas"], 1, "untouched");
+    for (md, named) in [
+        (
+            &services,
+            "provider.overrides.spec.services (no such field)",
+        ),
+        (
+            &with(json!({"components": {"VllmWorker": {"replicas": 3}}})),
+            "provider.overrides.spec.components (must be array, not object)",
+        ),
+    ] {
+        let err = finalize(md, "v1beta1").unwrap_err();
+        assert_eq!(err.reason(), "InvalidOverride");
+        assert!(err.to_string().contains(named), "{err}");
+    }
 }
 
 /// The engine fields AI Runway users bring: `engine.image` as the image of every
@@ -938,6 +977,124 @@ fn any_overrides_render_or_are_refused_by_name() {
                 }
                 Ok(())
             },
+        );
+    }
+}
+
+/// The environment of each worker of `md`'s graph, by component name.
+fn worker_env(md: &ModelDeployment) -> Vec<(String, Vec<EnvVar>)> {
+    let overrides = crate::overrides::parse(md).unwrap();
+    let (graph, _) = crate::graph::build(md, &overrides, "1.1.0").unwrap();
+    graph
+        .components
+        .into_iter()
+        .filter(|c| c.role.is_worker())
+        .map(|c| (c.name, c.env))
+        .collect()
+}
+
+/// Dynamo's vLLM worker refuses `--connector` and `DYN_CONNECTOR` since Dynamo 1.0: it
+/// raises "--connector is no longer supported for the vLLM backend"
+/// (`_reject_connector_flag`, `components/src/dynamo/vllm/args.py:189-190,439-475@3e3b3b187`,
+/// `:227-228@2a6da14c8`; the flag and its variable are Dynamo's runtime arguments,
+/// `components/src/dynamo/common/configuration/groups/runtime_args.py:111-118@3e3b3b187`).
+/// So the render refuses it, naming the field, rather than start a worker that stops (AI
+/// Runway drops it silently, dfa64a4). The TensorRT-LLM worker still takes it
+/// (`components/src/dynamo/trtllm/args.py:42-50@3e3b3b187`).
+#[test]
+fn a_vllm_connector_is_refused_as_dynamo_refuses_it() {
+    let with = |engine: EngineType, spec: &dyn Fn(&mut kubeairunway_sdk::ModelDeploymentSpec)| {
+        let md = ModelDeploymentBuilder::new("c")
+            .engine(engine)
+            .gpus(1)
+            .spec(spec)
+            .build();
+        Dynamo::default().render(&md, api("v1beta1"))
+    };
+    let args = |s: &mut kubeairunway_sdk::ModelDeploymentSpec| {
+        s.engine.args = Some([("connector".to_string(), "nixl".to_string())].into());
+    };
+    let extra = |s: &mut kubeairunway_sdk::ModelDeploymentSpec| {
+        s.engine.extra_args = Some(vec!["--connector".into(), "none".into()]);
+    };
+    let env = |s: &mut kubeairunway_sdk::ModelDeploymentSpec| {
+        s.env = Some(vec![crate::graph::env("DYN_CONNECTOR", "nixl")]);
+    };
+    for (spec, field) in [
+        (
+            &args as &dyn Fn(&mut _),
+            "spec.engine.args.connector (--connector)",
+        ),
+        (&extra, "spec.engine.args.connector (--connector)"),
+        (&env, "spec.env DYN_CONNECTOR"),
+    ] {
+        let err = with(EngineType::Vllm, spec).unwrap_err();
+        assert!(
+            err.0
+                .starts_with(&format!("{field} is refused: Dynamo's vLLM worker")),
+            "{err}"
+        );
+        assert!(err.0.contains("engine.args.kv-transfer-config"), "{err}");
+    }
+    let rendered = with(EngineType::Trtllm, &args).unwrap();
+    let object = serde_json::to_string(&rendered.objects[0]).unwrap();
+    assert!(object.contains("--connector"), "TensorRT-LLM takes it");
+}
+
+/// vLLM's NIXL connector advertises `VLLM_NIXL_SIDE_CHANNEL_HOST` to the other role's
+/// workers; vLLM's default is `localhost` (`VLLM_NIXL_SIDE_CHANNEL_HOST: str =
+/// "localhost"`, `vllm/envs.py@001f69f8`: read there, Dynamo 1.1's v0.19.1 was not
+/// reachable), and Dynamo fills it
+/// only from the worker's resolved hostname when unset (`ensure_side_channel_host`,
+/// `components/src/dynamo/vllm/args.py:237-238,604-614@3e3b3b187`). AI Runway sets it
+/// from the pod IP (3759d4f), and so do we, on every worker whose vLLM uses NIXL: both
+/// disaggregated roles (ours is NixlConnector), and an aggregated one only when the user's
+/// own `kv-transfer-config` names NixlConnector; never on SGLang, whose NIXL backend has
+/// no such variable; a value the user sets wins.
+#[test]
+fn nixl_workers_advertise_their_pod_ip() {
+    let pod_ip = crate::graph::env_from_field("VLLM_NIXL_SIDE_CHANNEL_HOST", "status.podIP");
+    let nixl = |env: &Vec<EnvVar>| {
+        env.iter()
+            .filter(|e| e.name == "VLLM_NIXL_SIDE_CHANNEL_HOST")
+            .cloned()
+            .collect::<Vec<_>>()
+    };
+    for (name, env) in worker_env(&example3()) {
+        assert_eq!(nixl(&env), std::slice::from_ref(&pod_ip), "{name}");
+    }
+    assert_eq!(
+        serde_json::to_value(&pod_ip).unwrap(),
+        json!({"name": "VLLM_NIXL_SIDE_CHANNEL_HOST", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}})
+    );
+    for (name, env) in worker_env(&example1()) {
+        assert!(nixl(&env).is_empty(), "{name}: aggregated, no connector");
+    }
+    let mut own = example1();
+    own.spec.engine.args = Some(
+        [(
+            "kv-transfer-config".to_string(),
+            r#"{"kv_connector":"NixlConnector","kv_role":"kv_both"}"#.to_string(),
+        )]
+        .into(),
+    );
+    for (_, env) in worker_env(&own) {
+        assert_eq!(nixl(&env), std::slice::from_ref(&pod_ip));
+    }
+    let mut sglang = example3();
+    sglang.spec.engine.type_ = Some(EngineType::Sglang);
+    for (name, env) in worker_env(&sglang) {
+        assert!(nixl(&env).is_empty(), "{name}");
+    }
+    let mut theirs = example3();
+    theirs.spec.env = Some(vec![crate::graph::env(
+        "VLLM_NIXL_SIDE_CHANNEL_HOST",
+        "10.0.0.1",
+    )]);
+    for (_, env) in worker_env(&theirs) {
+        assert_eq!(
+            nixl(&env),
+            [crate::graph::env("VLLM_NIXL_SIDE_CHANNEL_HOST", "10.0.0.1")]
         );
     }
 }

@@ -5,7 +5,9 @@
 //! - [`render`]: the translation (Workspace, InferenceSet, inference-config ConfigMap, the
 //!   InferenceSet's Service).
 //! - [`status`]: KAITO's real status values read as ours.
-//! - [`overrides`]: KAITO has no documented overrides; every key warns.
+//! - `provider.overrides`: KAITO has no typed settings of its own; every key is merged
+//!   into the Workspace by the runtime (`kubeairunway_sdk::overrides`), e.g.
+//!   `resource.count`.
 //! - [`nodes`]: how KAITO gets its nodes (node auto-provisioning or bring-your-own), which
 //!   decides `resource.instanceType`.
 //! - [`immutable`]: the rendered fields KAITO's webhook refuses to update.
@@ -15,7 +17,6 @@
 pub mod cli;
 pub mod immutable;
 pub mod nodes;
-pub mod overrides;
 pub mod render;
 pub mod settings;
 pub mod status;

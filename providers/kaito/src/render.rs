@@ -46,7 +46,6 @@ use kubeairunway_sdk::render::{pod_annotations, pod_labels};
 use kubeairunway_sdk::{RenderError, Rendered, UpstreamApi, Warning};
 use serde_json::{Map, Value, json};
 
-use crate::overrides;
 use crate::settings::{GROUP, KaitoProvider};
 
 /// The Workspace annotation that selects KAITO's inference runtime.
@@ -101,8 +100,7 @@ pub fn render(
     md: &ModelDeployment,
     upstream: &UpstreamApi,
 ) -> Result<Rendered, RenderError> {
-    let (_none, mut warnings) = overrides::parse(md)?;
-    warnings.extend(unsupported_everywhere(md));
+    let mut warnings = unsupported_everywhere(md);
     let name = md.name_any();
     let (inference, config_map) = match md.spec.engine.type_ {
         Some(EngineType::Vllm) => vllm(md, &mut warnings)?,

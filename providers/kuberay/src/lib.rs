@@ -91,15 +91,21 @@ impl Provider for KubeRayProvider {
         check::check(md)
     }
 
+    fn typed_overrides(&self) -> &'static [&'static str] {
+        &overrides::TYPED
+    }
+
     fn render(
         &self,
         md: &ModelDeployment,
         upstream: &UpstreamApi,
     ) -> Result<Rendered, RenderError> {
-        let (o, mut warnings) =
-            kubeairunway_sdk::overrides::parse::<overrides::KubeRayOverrides>(md)?;
+        let o = kubeairunway_sdk::overrides::parse::<overrides::KubeRayOverrides>(
+            md,
+            &overrides::TYPED,
+        )?;
         o.check()?;
-        warnings.extend(storage::warnings(md));
+        let mut warnings = storage::warnings(md);
         if md
             .spec
             .gateway

@@ -1,11 +1,15 @@
 //! `provider.overrides` for KubeRay: the Ray head's resources and start
-//! parameters. Parsed with [`kubeairunway_sdk::overrides::parse`]: unknown keys warn,
-//! wrong types fail.
+//! parameters (`head`). Parsed with [`kubeairunway_sdk::overrides::parse`]: unknown keys
+//! under `head` and wrong types fail. Every other key is merged into the RayService by the
+//! runtime (`kubeairunway_sdk::overrides`).
 
 use std::collections::BTreeMap;
 
 use kubeairunway_sdk::RenderError;
 use serde::Deserialize;
+
+/// The top-level override keys the provider reads itself (`Provider::typed_overrides`).
+pub const TYPED: [&str; 1] = ["head"];
 
 /// `rayStartParams` KubeRay refuses on the head (see [`KubeRayOverrides::check`]).
 pub const REFUSED_HEAD_PARAMS: [&str; 2] = ["labels", "redis-username"];
@@ -90,7 +94,7 @@ impl KubeRayOverrides {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kubeairunway_sdk::overrides::{UNKNOWN_OVERRIDE, parse_value};
+    use kubeairunway_sdk::overrides::parse_value;
     use serde_json::json;
 
     #[test]
@@ -105,12 +109,11 @@ mod tests {
 
     #[test]
     fn head_keys_are_typed() {
-        let (o, warnings) = parse_value::<KubeRayOverrides>(json!({
+        let o = parse_value::<KubeRayOverrides>(json!({
             "head": {"resources": {"cpu": "8", "memory": "8Gi"},
                      "rayStartParams": {"num-cpus": "0", "dashboard-host": "0.0.0.0"}},
         }))
         .unwrap();
-        assert!(warnings.is_empty());
         assert_eq!((o.head_cpu(), o.head_memory()), ("8", "8Gi"));
         assert_eq!(
             o.head_ray_start_params(),
@@ -122,35 +125,27 @@ mod tests {
     }
 
     #[test]
-    fn unknown_keys_warn_at_any_depth() {
-        let (o, warnings) = parse_value::<KubeRayOverrides>(json!({
+    fn unknown_keys_under_head_are_refused_at_any_depth() {
+        let err = parse_value::<KubeRayOverrides>(json!({
             "head": {"resources": {"cpu": "2", "gpu": "1"}, "replicsa": 2},
-            "routerMode": "kv",
         }))
-        .unwrap();
-        assert_eq!(o.head_cpu(), "2");
-        let messages: Vec<_> = warnings.iter().map(|w| w.message.as_str()).collect();
+        .unwrap_err();
         assert_eq!(
-            messages,
-            [
-                "unknown override provider.overrides.head.replicsa is ignored",
-                "unknown override provider.overrides.head.resources.gpu is ignored",
-                "unknown override provider.overrides.routerMode is ignored",
-            ]
+            err.0,
+            "unknown override provider.overrides.head.replicsa, provider.overrides.head.resources.gpu: this provider reads provider.overrides.head itself and has no such setting"
         );
-        assert!(warnings.iter().all(|w| w.reason == UNKNOWN_OVERRIDE));
     }
 
     #[test]
     fn head_parameters_kuberay_refuses_are_refused_validation_go_72_v1_7_0() {
         for key in REFUSED_HEAD_PARAMS {
-            let (o, _) =
+            let o =
                 parse_value::<KubeRayOverrides>(json!({"head": {"rayStartParams": {key: "x"}}}))
                     .unwrap();
             let err = o.check().unwrap_err();
             assert!(err.0.contains(key), "{}", err.0);
         }
-        let (o, _) =
+        let o =
             parse_value::<KubeRayOverrides>(json!({"head": {"rayStartParams": {"num-cpus": "0"}}}))
                 .unwrap();
         assert_eq!(o.check(), Ok(()));

@@ -14,7 +14,6 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-use kube::api::DynamicObject;
 use kubeairunway_sdk::api::{
     ComponentScaling, GpuSpec, ModelDeployment, ResourceSpec, ServingMode,
 };
@@ -376,40 +375,58 @@ fn disaggregated_prefill_and_decode() {
 }
 
 #[test]
-fn unknown_overrides_warn_and_wrong_types_fail() {
+fn unknown_keys_under_head_and_wrong_types_fail_other_keys_merge_into_the_rayservice() {
     let provider = KubeRayProvider::default();
-    let md = ModelDeploymentBuilder::new("m")
-        .overrides(json!({"head": {"resources": {"cpu": "1", "cpus": "2"}}, "worker": {}}))
-        .build();
-    let rendered = provider.render(&md, &apis()[0].1).unwrap();
-    let warnings: Vec<_> = rendered
-        .warnings
-        .iter()
-        .map(|w| w.message.as_str())
-        .collect();
-    assert_eq!(
-        warnings,
-        [
-            "unknown override provider.overrides.head.resources.cpus is ignored",
-            "unknown override provider.overrides.worker is ignored",
-        ]
+    let refused = |overrides: serde_json::Value, starts: &str| {
+        let md = ModelDeploymentBuilder::new("m")
+            .overrides(overrides)
+            .build();
+        let err = provider.render(&md, &apis()[0].1).unwrap_err();
+        assert!(err.0.starts_with(starts), "{err}");
+    };
+    refused(
+        json!({"head": {"resources": {"cpu": "1", "cpus": "2"}}}),
+        "unknown override provider.overrides.head.resources.cpus:",
     );
-    let object: DynamicObject = rendered.objects[0].clone();
+    refused(
+        json!({"head": {"rayStartParams": ["num-cpus=0"]}}),
+        "invalid override provider.overrides.head.rayStartParams",
+    );
+
+    // `spec.upgradeStrategy.type` is a string and `spec.suspend` a boolean of the
+    // RayService, which has no `spec.replicas` (ray.io_rayservices.yaml, v1.7.0).
+    let md = ModelDeploymentBuilder::new("m")
+        .namespace("ns")
+        .overrides(json!({"head": {"resources": {"cpu": "1"}},
+                          "spec": {"upgradeStrategy": {"type": "NewCluster"}}}))
+        .build();
+    let api = &apis()[0].1;
+    let rendered = provider.render(&md, api).unwrap();
+    let object =
+        &kubeairunway_sdk::render::finalize(&provider, &md, api, rendered.objects).unwrap()[0];
+    assert_eq!(
+        object.data["spec"]["upgradeStrategy"]["type"], "NewCluster",
+        "merged"
+    );
     assert_eq!(
         object.data["spec"]["rayClusterConfig"]["headGroupSpec"]["template"]["spec"]["containers"]
             [0]["resources"]["requests"]["cpu"],
         "1"
     );
-
-    let bad = ModelDeploymentBuilder::new("m")
-        .overrides(json!({"head": {"rayStartParams": ["num-cpus=0"]}}))
+    let md = ModelDeploymentBuilder::new("m")
+        .namespace("ns")
+        .overrides(json!({"spec": {"replicas": 2, "suspend": "yes"}}))
         .build();
-    let err = provider.render(&bad, &apis()[0].1).unwrap_err();
+    let rendered = provider.render(&md, api).unwrap();
+    let err =
+        kubeairunway_sdk::render::finalize(&provider, &md, api, rendered.objects).unwrap_err();
+    assert_eq!(err.reason(), "InvalidOverride");
     assert!(
-        err.0
-            .starts_with("invalid override provider.overrides.head.rayStartParams"),
-        "{}",
-        err.0
+        err.to_string().contains(
+            "provider.overrides.spec.replicas (no such field), \
+             provider.overrides.spec.suspend (must be boolean, not string)"
+        ),
+        "{err}"
     );
 }
 

@@ -52,6 +52,10 @@ pub struct ChatServerStatus {
     pub message: Option<String>,
 }
 
+/// The `provider.overrides` keys ChatServer reads itself; every other key is merged into
+/// the ChatServer by the runtime, checked against its CRD.
+const TYPED_OVERRIDES: [&str; 1] = ["port"];
+
 /// Documented `provider.overrides` keys.
 #[derive(Deserialize, Default)]
 #[serde(default)]
@@ -96,12 +100,17 @@ impl Provider for ChatServerProvider {
         )
     }
 
+    fn typed_overrides(&self) -> &'static [&'static str] {
+        &TYPED_OVERRIDES
+    }
+
     fn render(
         &self,
         md: &ModelDeployment,
         upstream: &UpstreamApi,
     ) -> Result<Rendered, RenderError> {
-        let (o, mut warnings) = overrides::parse::<ChatOverrides>(md)?;
+        let o = overrides::parse::<ChatOverrides>(md, &TYPED_OVERRIDES)?;
+        let mut warnings = Vec::new();
         // Every spec field ChatServer cannot serve is named, never dropped in silence.
         if md.spec.node_selector.is_some() {
             warnings.push(Warning::unsupported_field(

@@ -288,7 +288,10 @@ pub struct ProviderSpec {
     /// selects one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
-    /// Provider-specific settings; each provider documents the keys it reads.
+    /// Provider-specific settings: the keys a provider documents it reads itself, and any
+    /// other key as a JSON merge patch of its upstream object (objects merge, null
+    /// deletes, lists replace), checked against the upstream schema; the object's
+    /// name, namespace, owner and the platform's labels are refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "schema::free_form_object")]
     pub overrides: Option<serde_json::Map<String, serde_json::Value>>,

@@ -239,20 +239,14 @@ async fn prepare<P: Provider>(
             ctx.name()
         )));
     }
-    // Nothing is applied unless every field we set exists in the installed schema.
+    // Nothing is applied unless the overrides are accepted and every field we set exists
+    // in the installed schema.
     let objects = match render::finalize(ctx.provider.as_ref(), md, &api, rendered.objects) {
         Ok(objects) => objects,
-        Err(mismatch) => {
-            let message = mismatch.to_string();
-            ctx.event(
-                md,
-                EventType::Warning,
-                reasons::UPSTREAM_SCHEMA_MISMATCH,
-                &message,
-            )
-            .await;
-            return terminal_status(Phase::Failed, reasons::UPSTREAM_SCHEMA_MISMATCH, message)
-                .await;
+        Err(unappliable) => {
+            let (reason, message) = (unappliable.reason(), unappliable.to_string());
+            ctx.event(md, EventType::Warning, reason, &message).await;
+            return terminal_status(Phase::Failed, reason, message).await;
         }
     };
     let resources = objects.iter().map(|o| api.resource_of(o)).collect();
@@ -673,8 +667,8 @@ mod tests {
         let (ctx, mut server) = context(Vec::new());
         let md = Arc::new(md_with(&json!({})));
         let warnings = Arc::new(vec![Warning::new(
-            "UnknownOverride",
-            "x is not a known key",
+            "UnsupportedField",
+            "spec.x is ignored: not served",
         )]);
         let publish = || {
             let (ctx, md, warnings) = (ctx.clone(), md.clone(), warnings.clone());
@@ -684,7 +678,7 @@ mod tests {
 
         let refused = paths(
             requests_of(&mut server, publish(), |_, _, body| {
-                assert_eq!(body["reason"], "UnknownOverride");
+                assert_eq!(body["reason"], "UnsupportedField");
                 (500, failure(500, "InternalError"))
             })
             .await,

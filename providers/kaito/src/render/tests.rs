@@ -187,41 +187,52 @@ fn the_inference_set_service_name_is_a_dns_label() {
     assert_eq!(n, format!("{}-iset", "a".repeat(58)));
 }
 
+/// KAITO has no typed overrides: every key is merged into the Workspace, checked against
+/// its schema (`resource.count` is an integer of the Workspace at its root,
+/// `api/v1beta1/workspace_types.go@v0.12.0`, `kaito.sh_workspaces.yaml`; it has no
+/// `instanceType` at its root, only `resource.instanceType`).
 #[test]
-fn every_override_key_warns() {
-    let mut m = cpu_llamacpp();
-    m.spec.provider = Some(
-        serde_json::from_value(json!({
-            "name": "kaito",
-            "overrides": {"instanceType": "Standard_NC6", "resource": {"count": 2}},
-        }))
-        .unwrap(),
-    );
-    let r = render_with(&nap(false), &m);
-    let messages: Vec<_> = r
-        .warnings
-        .iter()
-        .map(|w| (w.reason.as_str(), w.message.as_str()))
-        .collect();
+fn overrides_merge_into_the_workspace_checked_against_its_schema() {
+    let provider = nap(false);
+    let api = api("kaito.sh_workspaces.yaml");
+    let with = |overrides: Value| {
+        let mut m = cpu_llamacpp();
+        m.spec.provider =
+            Some(serde_json::from_value(json!({"name": "kaito", "overrides": overrides})).unwrap());
+        m
+    };
+    let finalize = |m: &ModelDeployment| {
+        let rendered = provider.render(m, &api).unwrap();
+        assert!(
+            rendered
+                .warnings
+                .iter()
+                .all(|w| !w.message.contains("overrides")),
+            "{:?}",
+            rendered.warnings
+        );
+        kubeairunway_sdk::render::finalize(&provider, m, &api, rendered.objects)
+    };
+    let merged = finalize(&with(json!({"resource": {"count": 10}}))).unwrap();
+    assert_eq!(merged[0].data["resource"]["count"], 10);
+    let plain = finalize(&cpu_llamacpp()).unwrap();
     assert_eq!(
-        messages,
-        [
-            (
-                "UnknownOverride",
-                "unknown override provider.overrides.instanceType is ignored"
-            ),
-            (
-                "UnknownOverride",
-                "unknown override provider.overrides.resource is ignored"
-            ),
-        ]
+        merged[0].data["inference"], plain[0].data["inference"],
+        "the rest as rendered"
     );
-    // Overrides change nothing in the objects.
-    assert_eq!(
-        objects(&r),
-        objects(&render_with(&nap(false), &cpu_llamacpp()))
-    );
-    insta::assert_yaml_snapshot!(objects(&r));
+
+    let err = finalize(&with(
+        json!({"instanceType": "Standard_NC6", "resource": {"count": "ten"}}),
+    ))
+    .unwrap_err();
+    assert_eq!(err.reason(), "InvalidOverride");
+    let message = err.to_string();
+    for named in [
+        "provider.overrides.instanceType (no such field)",
+        "provider.overrides.resource.count (must be integer, not string)",
+    ] {
+        assert!(message.contains(named), "{message}");
+    }
 }
 
 #[test]
@@ -610,25 +621,5 @@ fn selection_rules_are_the_issue_s() {
             ),
             ("spec.engine.type == 'llamacpp'", 100),
         ]
-    );
-}
-
-/// KAITO documents no overrides: any a user writes, at any depth, is named in a
-/// warning, and the Workspace renders as without them.
-#[test]
-fn any_overrides_are_named_and_ignored() {
-    let api = api("kaito.sh_workspaces.yaml");
-    let plain = render_with(&byo(), &gpu_vllm());
-    kubeairunway_sdk::testing::overrides::check_overrides(
-        &gpu_vllm(),
-        &[],
-        |m| byo().render(m, &api),
-        |_, r| {
-            if objects(r) == objects(&plain) {
-                Ok(())
-            } else {
-                Err("overrides changed the rendering".into())
-            }
-        },
     );
 }

@@ -12,7 +12,9 @@ use tracing::info;
 use super::gpu::{GpuSource, Nvml, Static};
 use super::metrics::Metrics;
 use super::node::KubeNode;
+use super::space::Size;
 use super::{Seams, Settings};
+use kubeairunway_kernelcache_artifact::allow::RegistryOptions;
 use kubeairunway_kernelcache_artifact::extract::Limits;
 use kubeairunway_kernelcache_artifact::secrets::KubeSecrets;
 
@@ -39,23 +41,24 @@ pub struct Cli {
     /// Largest cache content accepted, in bytes.
     #[arg(long, env = "MAX_CACHE_BYTES", default_value_t = Limits::default().max_bytes)]
     pub max_cache_bytes: u64,
-    /// Bytes all staged caches together may take on this node, each digest counted once
-    /// (caches of one image share their files); a cache that does not fit fails with the
-    /// numbers. Unset: no budget (the free space is still checked before each stage).
+    /// What all staged caches together may take on this node, each digest counted once
+    /// (caches of one image share their files): bytes, a quantity (20Gi) or a share of the
+    /// cache root's filesystem (20%). A cache that does not fit fails with the numbers.
+    /// Unset: no budget (the free-space floor still holds).
     #[arg(long, env = "DISK_BUDGET")]
-    pub disk_budget: Option<u64>,
+    pub disk_budget: Option<Size>,
+    /// Free space no stage goes below on the cache root's filesystem (bytes, a quantity or
+    /// a share: 10%), checked before a stage and bounding what it writes. Where the cache
+    /// root shares the kubelet's filesystem, keep it at or above the kubelet's eviction
+    /// threshold (nodefs.available, 10% by default).
+    #[arg(long, env = "MIN_FREE", default_value = "5%")]
+    pub min_free: Size,
     /// Most entries (files, directories, links) accepted in one cache layer.
     #[arg(long, env = "MAX_CACHE_FILES", default_value_t = Limits::default().max_entries)]
     pub max_cache_files: u64,
-    /// A registry (`host:port`) spoken to over plain HTTP; repeatable (the environment
-    /// variable takes a comma-separated list). For tests and local mirrors only.
-    #[arg(
-        long = "plain-http-registry",
-        env = "PLAIN_HTTP_REGISTRIES",
-        value_name = "HOST:PORT",
-        value_delimiter = ','
-    )]
-    pub plain_http_registries: Vec<String>,
+    /// Registries: plain HTTP, and those images may come from.
+    #[command(flatten)]
+    pub registries: RegistryOptions,
     /// The namespace where the controller hands over the registry credentials of caches
     /// that name imagePullSecrets (the agent reads Secrets there only).
     #[arg(long, env = "CREDENTIALS_NAMESPACE")]
@@ -88,12 +91,14 @@ impl Cli {
                 max_bytes: self.max_cache_bytes,
                 max_entries: self.max_cache_files,
             },
-            plain_http: self.plain_http_registries.clone(),
+            plain_http: self.registries.plain_http_registries.clone(),
+            allowed: self.registries.allowed(),
             resync: self.resync,
             status_refresh: self.status_refresh,
             parallel_stages: self.parallel_stages,
             credentials_namespace: self.credentials_namespace.clone(),
             disk_budget: self.disk_budget,
+            min_free: self.min_free,
         }
     }
 
@@ -162,5 +167,28 @@ mod tests {
         assert_eq!(s.limits, Limits::default());
         assert!(cli.gpu_inventory.is_none());
         assert!(Cli::try_parse_from(["kernelcache-agent", "--node-name=n", "--resync=0"]).is_err());
+        assert!(s.allowed.is_any());
+    }
+
+    #[test]
+    fn allowed_registries_are_checked_before_a_pull_and_bad_entries_refused_at_start() {
+        let cli = Cli::try_parse_from([
+            "kernelcache-agent",
+            "--node-name=gpu-1",
+            "--allowed-registry=ghcr.io/acme",
+            "--allowed-registry=mirror:5000",
+        ])
+        .unwrap();
+        let allowed = cli.settings().allowed;
+        assert!(allowed.check("mirror:5000/any/cache:1").is_ok());
+        assert!(allowed.check("ghcr.io/acme/cache:1").is_ok());
+        assert!(allowed.check("ghcr.io/other/cache:1").is_err());
+        let bad = Cli::try_parse_from([
+            "kernelcache-agent",
+            "--node-name=gpu-1",
+            "--allowed-registry=https://ghcr.io",
+        ])
+        .unwrap_err();
+        assert!(bad.to_string().contains("https://ghcr.io"), "{bad}");
     }
 }

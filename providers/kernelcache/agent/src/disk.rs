@@ -1,6 +1,7 @@
 //! The cache root on disk: `<root>/<namespace>/<name>/<digest>` directories (each complete,
 //! since extraction renames a checked directory into place), leftovers of interrupted
-//! work (`.downloads/`, `.staging-*`), and removal that stays inside the root.
+//! work (`.staging-*`, and `.downloads/` of versions that downloaded a layer to a file
+//! before extracting it), and removal that stays inside the root.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -11,7 +12,8 @@ use super::plan::{Key, OnDisk, valid_digest};
 use kubeairunway_kernelcache_artifact::files;
 use kubeairunway_kernelcache_artifact::image::{self, CacheType};
 
-/// Remove what interrupted work left: `.downloads/` and `.staging-*` directories.
+/// Remove what interrupted work left: `.staging-*` directories (and `.downloads/` of
+/// earlier versions).
 pub fn clean_leftovers(root: &Path) -> io::Result<usize> {
     let mut removed = 0;
     let entries = match fs::read_dir(root) {

@@ -20,6 +20,7 @@ pub mod node;
 pub mod plan;
 pub mod report;
 pub mod seed;
+pub mod space;
 pub mod stage;
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -41,8 +42,9 @@ use tracing::{info, warn};
 
 use gpu::{Detected, GpuSource};
 use kubeairunway_kernelcache_api::{
-    CacheState, KernelCache, KernelCacheNode, KernelCacheNodeStatus, NodeCache,
+    CacheState, KernelCache, KernelCacheNode, KernelCacheNodeStatus, NodeCache, NodeDisk,
 };
+use kubeairunway_kernelcache_artifact::allow::AllowedRegistries;
 use kubeairunway_kernelcache_artifact::extract::Limits;
 use kubeairunway_kernelcache_artifact::image::Target;
 use kubeairunway_kernelcache_artifact::secrets::SecretApi;
@@ -51,6 +53,9 @@ use metrics::Metrics;
 use node::NodeApi;
 use plan::{Busy, Key, OnDisk, Wanted};
 use stage::{Outcome, Stager};
+
+/// The free space a stage leaves on the cache root's filesystem unless told otherwise.
+pub const DEFAULT_MIN_FREE: space::Size = space::Size::Percent(5);
 
 /// What the agent is told.
 #[derive(Clone, Debug)]
@@ -63,6 +68,8 @@ pub struct Settings {
     pub limits: Limits,
     /// Registries spoken to over plain HTTP (tests, air-gapped mirrors).
     pub plain_http: Vec<String>,
+    /// The registries caches may come from (empty: any).
+    pub allowed: AllowedRegistries,
     /// How often everything is reconciled without a change (GPUs detected again, failed
     /// caches retried when due).
     pub resync: Duration,
@@ -70,9 +77,11 @@ pub struct Settings {
     pub status_refresh: Duration,
     /// Caches staged at the same time.
     pub parallel_stages: usize,
-    /// Bytes all staged caches together may take on this node (each digest counted once);
+    /// What all staged caches together may take on this node (each digest counted once);
     /// none: no budget.
-    pub disk_budget: Option<u64>,
+    pub disk_budget: Option<space::Size>,
+    /// Free space on the cache root's filesystem that no stage goes below.
+    pub min_free: space::Size,
     /// The namespace where the controller hands over registry credentials
     /// ([`kubeairunway_kernelcache_artifact::credentials::handover_name`]); none: private registries are not reached.
     pub credentials_namespace: Option<String>,
@@ -86,11 +95,13 @@ impl Settings {
             cache_root,
             limits: Limits::default(),
             plain_http: Vec::new(),
+            allowed: AllowedRegistries::default(),
             resync: Duration::from_secs(120),
             status_refresh: Duration::from_secs(600),
             parallel_stages: 2,
             credentials_namespace: None,
             disk_budget: None,
+            min_free: DEFAULT_MIN_FREE,
         }
     }
 }
@@ -269,7 +280,9 @@ impl Agent {
             stager: Stager {
                 root: settings.cache_root.clone(),
                 limits: settings.limits,
+                min_free: settings.min_free,
                 plain_http: settings.plain_http.clone(),
+                allowed: settings.allowed.clone(),
                 secrets: Arc::clone(&seams.secrets),
                 credentials_namespace: settings.credentials_namespace.clone(),
             },
@@ -340,6 +353,19 @@ impl Agent {
         let Some(budget) = self.settings.disk_budget else {
             return stage::Room::Unlimited;
         };
+        let budget = match (budget, space::filesystem(&self.settings.cache_root)) {
+            (space::Size::Bytes(b), _) => b,
+            (share, Ok(fs)) => share.bytes(fs.total),
+            // The stage reads the filesystem again and fails with the reason.
+            (_, Err(_)) => 0,
+        };
+        let used = self.used_bytes();
+        stage::Room::Budget { budget, used }
+    }
+
+    /// Bytes the caches on disk take (each digest once: copies of a digest are hard links)
+    /// and the stages under way reserve.
+    fn used_bytes(&self) -> u64 {
         let mut by_digest: BTreeMap<&str, u64> = BTreeMap::new();
         for (key, disk) in &self.disk {
             if let Ok(d) = disk {
@@ -347,8 +373,23 @@ impl Agent {
                 *e = (*e).max(d.size_bytes);
             }
         }
-        let used = by_digest.values().sum::<u64>() + self.staging_sizes.values().sum::<u64>();
-        stage::Room::Budget { budget, used }
+        by_digest.values().sum::<u64>() + self.staging_sizes.values().sum::<u64>()
+    }
+
+    /// What the caches take of the disk, for the node's status (none when the filesystem
+    /// cannot be read: each stage then fails with the reason).
+    fn disk_report(&self) -> Option<NodeDisk> {
+        let fs = space::filesystem(&self.settings.cache_root).ok()?;
+        let bytes = |b: u64| i64::try_from(b).unwrap_or(i64::MAX);
+        let (budget, used) = match self.room() {
+            stage::Room::Budget { budget, used } => (Some(budget), used),
+            stage::Room::Unlimited => (None, self.used_bytes()),
+        };
+        Some(NodeDisk {
+            budget_bytes: budget.map(bytes),
+            used_bytes: bytes(used),
+            min_free_bytes: bytes(self.settings.min_free.bytes(fs.total)),
+        })
     }
 
     fn finished(&mut self, wanted: &Wanted, outcome: Outcome) {
@@ -570,7 +611,8 @@ impl Agent {
 
     async fn write_status(&mut self, entries: &[plan::Entry]) -> anyhow::Result<()> {
         let now = Time(k8s_openapi::jiff::Timestamp::now());
-        let status = report::status(&self.detected, entries, &self.reported, &now);
+        let mut status = report::status(&self.detected, entries, &self.reported, &now);
+        status.disk = self.disk_report();
         let node = self.settings.node_name.clone();
         for cache in &status.caches {
             let key = Key {

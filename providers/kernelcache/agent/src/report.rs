@@ -49,6 +49,8 @@ pub fn status(
         gpu_detection: detected.message.clone(),
         gpus: detected.gpus.clone(),
         caches,
+        // The agent adds what it accounts of the disk.
+        disk: None,
         last_updated: None,
     }
 }

@@ -8,18 +8,20 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::plan::Wanted;
+use super::space;
 use oci_client::secrets::RegistryAuth;
 
+use kubeairunway_kernelcache_artifact::allow::AllowedRegistries;
 use kubeairunway_kernelcache_artifact::credentials::{handover_name, registry_auth, registry_of};
 use kubeairunway_kernelcache_artifact::extract::{ExtractError, Extracted, Limits};
 use kubeairunway_kernelcache_artifact::image::Target;
 use kubeairunway_kernelcache_artifact::oci::{PullError, Puller};
 use kubeairunway_kernelcache_artifact::secrets::SecretApi;
 
-/// The room a stage has on the node's disk.
+/// The room a stage has on the node's disk, as the loop sees it when the stage starts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Room {
-    /// No budget: the extraction limits only.
+    /// No budget: the extraction limits and the free-space floor only.
     Unlimited,
     /// A budget of which `used` bytes are taken (caches on disk, stages under way).
     Budget {
@@ -31,20 +33,13 @@ pub enum Room {
 }
 
 impl Room {
-    /// Bytes left, under a budget.
-    pub fn left(self) -> Option<u64> {
+    /// The budget and what is used of it, under a budget.
+    pub fn budget(self) -> Option<(u64, u64)> {
         match self {
             Room::Unlimited => None,
-            Room::Budget { budget, used } => Some(budget.saturating_sub(used)),
+            Room::Budget { budget, used } => Some((budget, used)),
         }
     }
-}
-
-/// Bytes free for an unprivileged writer on the filesystem of `path`.
-fn free_bytes(path: &std::path::Path) -> Result<u64, String> {
-    let stat = rustix::fs::statvfs(path)
-        .map_err(|e| format!("reading the free space of {}: {e}", path.display()))?;
-    Ok(stat.f_bavail.saturating_mul(stat.f_frsize))
 }
 
 /// What a task produced.
@@ -69,8 +64,12 @@ pub struct Stager {
     pub root: PathBuf,
     /// Caps on one layer.
     pub limits: Limits,
+    /// Free space no stage goes below.
+    pub min_free: space::Size,
     /// Registries spoken to over plain HTTP.
     pub plain_http: Vec<String>,
+    /// The registries caches may come from.
+    pub allowed: AllowedRegistries,
     /// Where the handed-over credentials are read.
     pub secrets: Arc<dyn SecretApi>,
     /// The namespace of the handed-over credentials.
@@ -90,6 +89,9 @@ impl Stager {
     /// A puller with the credentials the controller handed over for `w` (anonymous when
     /// the cache names no pull Secret).
     async fn puller(&self, w: &Wanted) -> Result<Puller, String> {
+        // Checked again here (the controller pins only allowed images): no request for an
+        // image of a registry the operator does not allow leaves the node.
+        self.allowed.check(&w.pinned)?;
         if w.pull_secrets.is_empty() {
             return Ok(Puller::new(
                 RegistryAuth::Anonymous,
@@ -135,21 +137,22 @@ impl Stager {
     pub async fn stage(&self, w: &Wanted, room: Room, declared: Option<u64>) -> Outcome {
         let started = Instant::now();
         let result = async {
-            let mut limits = self.limits;
-            if let Some(left) = room.left() {
-                limits.max_bytes = limits.max_bytes.min(left);
+            // Read now, at the start of this stage: other stages and other writers of the
+            // filesystem change it.
+            let fs = space::filesystem(&self.root)?;
+            let floor = self.min_free.bytes(fs.total);
+            let (allowed, bound) =
+                space::allowance(self.limits.max_bytes, room.budget(), fs, floor);
+            let over = |size: u64| self.over(w, size, (allowed, bound), room, (fs, floor));
+            if let Some(declared) = declared
+                && declared > allowed
+            {
+                return Err(over(declared));
             }
-            if let Some(declared) = declared {
-                let need = declared.saturating_mul(2);
-                let free = free_bytes(&self.root)?;
-                if free < need {
-                    return Err(format!(
-                        "staging {}: only {free} bytes free on {}, the cache needs about {need} (its {declared} bytes, downloaded and extracted)",
-                        w.pinned,
-                        self.root.display()
-                    ));
-                }
-            }
+            let limits = Limits {
+                max_bytes: allowed,
+                ..self.limits
+            };
             let staged = self
                 .puller(w)
                 .await?
@@ -162,14 +165,13 @@ impl Stager {
                     limits,
                 )
                 .await
-                .map_err(|e| match (&e, room) {
-                    (PullError::Extract(ExtractError::TooLarge { limit }), Room::Budget { budget, used })
-                        if *limit < self.limits.max_bytes =>
+                .map_err(|e| match &e {
+                    // Extraction stops at the allowance while it writes, whatever the
+                    // image declared.
+                    PullError::Extract(ExtractError::TooLarge { .. })
+                        if bound != space::Bound::Layer =>
                     {
-                        format!(
-                            "staging {}: over the node's disk budget of {budget} bytes ({used} used by other caches, {limit} left)",
-                            w.pinned
-                        )
+                        over(allowed.saturating_add(1))
                     }
                     _ => format!("staging {}: {e}", w.pinned),
                 })?;
@@ -179,6 +181,31 @@ impl Stager {
         Outcome::Staged {
             result,
             took: started.elapsed(),
+        }
+    }
+
+    /// Why a cache of `size` bytes does not fit what `bound` allows.
+    fn over(
+        &self,
+        w: &Wanted,
+        size: u64,
+        (allowed, bound): (u64, space::Bound),
+        room: Room,
+        (fs, floor): (space::Filesystem, u64),
+    ) -> String {
+        let image = &w.pinned;
+        match (bound, room) {
+            (space::Bound::Budget, Room::Budget { budget, used }) => format!(
+                "staging {image}: over the node's disk budget of {budget} bytes ({used} used by other caches, {allowed} left; the cache needs {size})"
+            ),
+            (space::Bound::Floor, _) => format!(
+                "staging {image}: only {} bytes free on {}, and the node keeps {floor} free (--min-free): {allowed} left for a cache that needs {size}",
+                fs.free,
+                self.root.display()
+            ),
+            _ => format!(
+                "staging {image}: {size} bytes, over the limit of {allowed} bytes for one cache"
+            ),
         }
     }
 }

@@ -266,9 +266,26 @@ pub struct KernelCacheNodeStatus {
     /// Per cache and digest, what this node has.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub caches: Vec<NodeCache>,
+    /// The cache root's disk as the agent accounts it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub disk: Option<NodeDisk>,
     /// When the agent last wrote this status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_updated: Option<Time>,
+}
+
+/// What the staged caches take of a node's disk.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeDisk {
+    /// Bytes all caches together may take (the agent's `--disk-budget`), when there is a
+    /// budget.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub budget_bytes: Option<i64>,
+    /// Bytes the staged caches take (each digest once) and the stages under way reserve.
+    pub used_bytes: i64,
+    /// Free space no stage goes below (`--min-free`).
+    pub min_free_bytes: i64,
 }
 
 /// One GPU.

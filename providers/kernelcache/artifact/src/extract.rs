@@ -13,11 +13,11 @@
 //! only: no setuid, setgid or sticky bit survives.
 
 use std::fs::{self, OpenOptions};
-use std::io::{self, Read};
+use std::io::{self, BufRead, Read, Write as _};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Component, Path, PathBuf};
 
-use flate2::read::GzDecoder;
+use flate2::bufread::GzDecoder;
 use tar::{Archive, Entry, EntryType};
 
 /// Caps on one layer.
@@ -118,31 +118,53 @@ fn io_err(context: impl Into<String>) -> impl FnOnce(io::Error) -> ExtractError 
     move |source| ExtractError::Io { context, source }
 }
 
+/// A change to the content of some regular files as they are extracted (Triton group
+/// files pointed at the path pods see: [`crate::triton::GroupFiles`]), so that they are
+/// written once, already right, rather than rewritten after extraction.
+pub trait Rewrite {
+    /// Whether the regular file at `path` (clean, relative to the layer's root) is to be
+    /// rewritten.
+    fn wants(&self, path: &Path) -> bool;
+    /// The largest file [`Rewrite::rewrite`] is given (it is read whole into memory): a
+    /// wanted file larger than this is an error.
+    fn max_bytes(&self) -> u64;
+    /// What to write instead of `content`, the content of the file at `path`.
+    fn rewrite(&self, path: &Path, content: Vec<u8>) -> io::Result<Vec<u8>>;
+}
+
 /// Extract the gzip tar `layer` into `target` (created atomically; its parent is created),
-/// staging inside `root`. `target` must lie inside `root`.
+/// staging inside `root`. `target` must lie inside `root`. `layer` is read to its end
+/// (past the tar's end-of-archive blocks and gzip's trailer) before the directory is
+/// renamed into place: a reader that checks its content at its end (a digest, as
+/// [`crate::registry::BlobReader`] does) fails the extraction if that check fails.
 pub fn extract(
-    layer: impl Read,
+    layer: impl BufRead,
     root: &Path,
     target: &Path,
     limits: Limits,
 ) -> Result<Extracted, ExtractError> {
-    extract_checked(layer, root, target, limits, |_| Ok::<(), ExtractError>(()))
+    extract_checked(layer, root, target, limits, None, |_| {
+        Ok::<(), ExtractError>(())
+    })
 }
 
-/// [`extract`], running `check` on the staging directory before it is renamed into place:
-/// an error from `check` leaves nothing behind, and whatever `check` changes is part of
-/// the cache when it appears. So `target` existing always means complete and checked.
+/// [`extract`], with the files `rewrite` wants rewritten as they are written, running
+/// `check` on the staging directory before it is renamed into place: an error from
+/// `check` leaves nothing behind, and whatever `check` changes is part of the cache when
+/// it appears. So `target` existing always means complete and checked. The byte counts
+/// (and the limit) are of the layer's content, before any rewrite.
 pub fn extract_checked<E: From<ExtractError>>(
-    layer: impl Read,
+    layer: impl BufRead,
     root: &Path,
     target: &Path,
     limits: Limits,
+    rewrite: Option<&dyn Rewrite>,
     check: impl FnOnce(&Path) -> Result<(), E>,
 ) -> Result<Extracted, E> {
     stage_dir(
         root,
         target,
-        |staging| unpack(layer, staging, limits),
+        |staging| unpack(layer, staging, limits, rewrite),
         check,
     )
 }
@@ -234,7 +256,30 @@ fn link_tree(source: &Path, dir: &Path) -> Result<Extracted, ExtractError> {
     Ok(stats)
 }
 
-fn unpack(layer: impl Read, dir: &Path, limits: Limits) -> Result<Extracted, ExtractError> {
+fn unpack(
+    mut layer: impl BufRead,
+    dir: &Path,
+    limits: Limits,
+    rewrite: Option<&dyn Rewrite>,
+) -> Result<Extracted, ExtractError> {
+    let stats = unpack_entries(&mut layer, dir, limits, rewrite)?;
+    // The rest (end-of-archive blocks, padding, gzip's trailer), so that the layer's
+    // reader sees its end before the cache can appear.
+    loop {
+        let rest = layer.fill_buf().map_err(io_err("reading the layer"))?.len();
+        if rest == 0 {
+            return Ok(stats);
+        }
+        layer.consume(rest);
+    }
+}
+
+fn unpack_entries(
+    layer: impl BufRead,
+    dir: &Path,
+    limits: Limits,
+    rewrite: Option<&dyn Rewrite>,
+) -> Result<Extracted, ExtractError> {
     let mut archive = Archive::new(GzDecoder::new(layer));
     let mut stats = Extracted {
         files: 0,
@@ -263,7 +308,15 @@ fn unpack(layer: impl Read, dir: &Path, limits: Limits) -> Result<Extracted, Ext
         let dest = dir.join(&rel);
         match entry_kind(entry.header().entry_type()) {
             EntryKind::Directory => make_dir(&dest, &shown)?,
-            EntryKind::File => write_file(&mut entry, &dest, &shown, limits, &mut stats)?,
+            EntryKind::File => {
+                let rewrite = rewrite.filter(|r| r.wants(&rel));
+                let file = NewFile {
+                    dest: &dest,
+                    rel: &rel,
+                    shown: &shown,
+                };
+                write_file(&mut entry, &file, limits, rewrite, &mut stats)?;
+            }
             EntryKind::Symlink => {
                 return Err(ExtractError::Link {
                     target: link_target(&entry, &shown)?.display().to_string(),
@@ -328,15 +381,25 @@ fn make_dir(dest: &Path, shown: &str) -> Result<(), ExtractError> {
     fs::create_dir_all(dest).map_err(io_err(format!("creating {shown}")))
 }
 
+/// Where a regular file entry goes: `dest` in the staging directory, `rel` in the layer,
+/// `shown` in messages.
+struct NewFile<'a> {
+    dest: &'a Path,
+    rel: &'a Path,
+    shown: &'a str,
+}
+
 /// A regular file entry: written to a new file at `dest` (never over anything), its bytes
-/// counted against `limits.max_bytes` as declared and again as read.
+/// counted against `limits.max_bytes` as declared and again as read; through `rewrite`
+/// when given (the whole file in memory, at most [`Rewrite::max_bytes`]).
 fn write_file<R: Read>(
     entry: &mut Entry<'_, R>,
-    dest: &Path,
-    shown: &str,
+    file: &NewFile<'_>,
     limits: Limits,
+    rewrite: Option<&dyn Rewrite>,
     stats: &mut Extracted,
 ) -> Result<(), ExtractError> {
+    let NewFile { dest, rel, shown } = *file;
     let declared = entry
         .header()
         .size()
@@ -346,13 +409,22 @@ fn write_file<R: Read>(
             limit: limits.max_bytes,
         });
     }
+    let too_large_to_rewrite = |max: u64| ExtractError::Io {
+        context: format!("rewriting {shown}"),
+        source: io::Error::other(format!("larger than the {max} bytes accepted")),
+    };
+    if let Some(r) = rewrite
+        && declared > r.max_bytes()
+    {
+        return Err(too_large_to_rewrite(r.max_bytes()));
+    }
     make_parent(dest, shown)?;
     let mode = if entry.header().mode().unwrap_or(0o644) & 0o111 != 0 {
         0o755
     } else {
         0o644
     };
-    let mut file = OpenOptions::new()
+    let mut out = OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(mode)
@@ -365,8 +437,32 @@ fn write_file<R: Read>(
             }
         })?;
     let budget = limits.max_bytes - stats.bytes;
-    let written = io::copy(&mut entry.by_ref().take(budget + 1), &mut file)
-        .map_err(io_err(format!("writing {shown}")))?;
+    let written = if let Some(r) = rewrite {
+        let mut content = Vec::new();
+        entry
+            .by_ref()
+            .take(budget.min(r.max_bytes()) + 1)
+            .read_to_end(&mut content)
+            .map_err(io_err(format!("reading {shown}")))?;
+        let read = content.len() as u64;
+        if read > budget {
+            return Err(ExtractError::TooLarge {
+                limit: limits.max_bytes,
+            });
+        }
+        if read > r.max_bytes() {
+            return Err(too_large_to_rewrite(r.max_bytes()));
+        }
+        let content = r
+            .rewrite(rel, content)
+            .map_err(io_err(format!("rewriting {shown}")))?;
+        out.write_all(&content)
+            .map_err(io_err(format!("writing {shown}")))?;
+        read
+    } else {
+        io::copy(&mut entry.by_ref().take(budget + 1), &mut out)
+            .map_err(io_err(format!("writing {shown}")))?
+    };
     if written > budget {
         return Err(ExtractError::TooLarge {
             limit: limits.max_bytes,

@@ -7,9 +7,11 @@
 //! - [`image`]: a cache image's labels and manifest (the GKM/MCV "compat" format), and
 //!   [`compat`], whether a cache fits a GPU; [`triton`] rewrites Triton group files to
 //!   the path pods see;
+//! - [`allow`]: the registries the operator allows images from;
 //! - [`credentials`]: registry credentials from Docker config Secrets, read from
 //!   Kubernetes by [`secrets`].
 
+pub mod allow;
 pub mod compat;
 pub mod credentials;
 pub mod extract;

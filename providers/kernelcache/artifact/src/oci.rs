@@ -1,12 +1,12 @@
 //! Pulling cache images: tag to digest, and staging a pinned digest on a node.
 //!
 //! Only digests are ever pulled. The manifest, the config and the layer are each checked
-//! against their digests (the manifest against the pinned one); the layer is downloaded
-//! to a file in the cache root, verified, and only then extracted (safely, atomically)
-//! into `<root>/<namespace>/<name>/<digest>`. A tampered or malformed image leaves no
-//! cache directory behind. Every registry read is bounded in bytes and time
-//! ([`crate::registry`]): the layer by the size its descriptor declares, which must be
-//! within the extraction limit before a byte is downloaded.
+//! against their digests (the manifest against the pinned one); the layer is extracted
+//! (safely) into a staging directory as it streams, and that directory is renamed into
+//! `<root>/<namespace>/<name>/<digest>` only once the whole layer matched its digest. A
+//! tampered or malformed image leaves no cache directory behind. Every registry read is
+//! bounded in bytes and time ([`crate::registry`]): the layer by the size its descriptor
+//! declares, which must be within the extraction limit before a byte is downloaded.
 
 use std::path::{Path, PathBuf};
 
@@ -22,6 +22,9 @@ use crate::registry::{self, RegistryError, Timeouts};
 
 /// An image config larger than this is refused (real ones are a few KiB).
 pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+/// Chunks of a layer between its download and its extraction (each at most what one
+/// read of the connection gave, a few hundred KiB).
+const CHUNKS_IN_FLIGHT: usize = 16;
 use crate::{files, triton};
 
 /// Why a cache image could not be resolved or staged.
@@ -219,7 +222,10 @@ impl Puller {
     }
 
     /// Download the layer (`reference`, its digest and size) and extract it safely into
-    /// `dir` (a part of [`Puller::stage`]).
+    /// `dir` (a part of [`Puller::stage`]): extraction (on a blocking thread) reads the
+    /// layer as it arrives, while the download hashes it; the staging directory is
+    /// renamed into place only after the whole layer arrived and matched its digest
+    /// ([`registry::BlobReader`] ends only then).
     async fn download(
         &self,
         (reference, layer_digest, layer_size): (Reference, &str, u64),
@@ -228,32 +234,38 @@ impl Puller {
         (cache_type, triton_mount): (CacheType, Option<&str>),
         limits: Limits,
     ) -> Result<Extracted, PullError> {
-        let downloads = root.join(".downloads");
-        std::fs::create_dir_all(&downloads)
-            .map_err(|e| PullError::Io(format!("creating {}: {e}", downloads.display())))?;
-        let blob = tempfile::NamedTempFile::new_in(&downloads)
-            .map_err(|e| PullError::Io(format!("creating a download file: {e}")))?;
-        let mut file =
-            tokio::fs::File::from_std(blob.reopen().map_err(|e| PullError::Io(e.to_string()))?);
-        // At most the declared size is written (checked against the limit above), hashed
-        // as it streams and checked against the layer digest.
-        self.client
-            .blob_to(&reference, layer_digest, layer_size, &mut file)
-            .await?;
-
+        let (pieces, arriving) = tokio::sync::mpsc::channel(CHUNKS_IN_FLIGHT);
         let (root, target) = (root.to_path_buf(), dir.to_path_buf());
         let mount = triton_mount.map(str::to_string);
-        tokio::task::spawn_blocking(move || -> Result<Extracted, PullError> {
-            let reader =
-                std::io::BufReader::new(blob.reopen().map_err(|e| PullError::Io(e.to_string()))?);
-            // The manifest check and the Triton rewrite run in the staging directory, so
-            // the cache directory appears only complete (a restart can trust it).
-            extract::extract_checked(reader, &root, &target, limits, |staging| {
-                finish(staging, cache_type, mount.as_deref())
+        let extraction = tokio::task::spawn_blocking(move || -> Result<Extracted, PullError> {
+            let reader = registry::BlobReader::new(arriving);
+            // Triton group files are written already pointing at the mount (not rewritten
+            // after: a second pass over every group file); the manifest check runs in the
+            // staging directory, so the cache directory appears only complete (a restart
+            // can trust it).
+            let groups = mount.as_deref().map(|mount| triton::GroupFiles { mount });
+            let rewrite = groups
+                .as_ref()
+                .filter(|_| cache_type == CacheType::Triton)
+                .map(|g| g as &dyn extract::Rewrite);
+            extract::extract_checked(reader, &root, &target, limits, rewrite, |staging| {
+                finish(staging, cache_type, None)
             })
-        })
-        .await
-        .map_err(|e| PullError::Io(format!("extraction task: {e}")))?
+        });
+        // At most the declared size is accepted (checked against the limit above), hashed
+        // as it streams and checked against the layer digest before the end is sent.
+        let pulled = self
+            .client
+            .blob_stream(&reference, layer_digest, layer_size, pieces)
+            .await;
+        // Always awaited: on a failed download extraction fails too (its reader ends
+        // without the end), and its staging directory is gone before this returns.
+        let extracted = extraction
+            .await
+            .map_err(|e| PullError::Io(format!("extraction task: {e}")))?;
+        // A download that failed is the cause, whatever extraction made of its bytes.
+        pulled?;
+        extracted
     }
 }
 
@@ -279,7 +291,8 @@ async fn link(
 }
 
 /// After extraction: the layer must hold the cache directory and a manifest that parses;
-/// Triton group files are rewritten to the mount path.
+/// Triton group files are rewritten to `triton_mount` when given (those of a cache linked
+/// from another: extraction writes them right in the first place).
 fn finish(dir: &Path, cache_type: CacheType, triton_mount: Option<&str>) -> Result<(), PullError> {
     let manifest = files::read_bounded(
         &dir.join(cache_type.manifest_path()),

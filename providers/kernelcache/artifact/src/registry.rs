@@ -27,11 +27,11 @@ use std::time::Duration;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
+use bytes::Bytes;
 use oci_client::Reference;
 use oci_client::secrets::RegistryAuth;
 use reqwest_oci as reqwest;
 use sha2::{Digest as _, Sha256, Sha512};
-use tokio::io::AsyncWriteExt as _;
 use tokio::time::Instant;
 
 /// The manifest media types a pull accepts.
@@ -367,19 +367,25 @@ impl Client {
         Ok(bytes)
     }
 
-    /// Stream the blob `digest` of exactly `size` bytes into `out`, hashing as it goes;
-    /// returns the bytes written. More bytes than `size`, fewer, another digest or a
-    /// transfer slower than the timeouts allow are errors.
-    pub async fn blob_to(
+    /// Stream the blob `digest` of exactly `size` bytes to `out` (the other end of a
+    /// [`BlobReader`]) as it arrives, hashing it as it goes; returns the bytes received.
+    /// [`Piece::Verified`] is sent only after the last byte, once the size and the digest
+    /// matched: a reader that sees the end of the blob knows it is the blob. More bytes
+    /// than `size`, fewer, another digest or a transfer slower than the timeouts allow are
+    /// errors (and no end is sent). The deadline is the registry's: time spent waiting
+    /// for the reader to take a chunk moves it. A reader that goes away early does not
+    /// stop the transfer: the blob is still read to its end and checked, so a blob that is
+    /// not what its digest says is reported as such, whatever its reader made of it.
+    pub async fn blob_stream(
         &self,
         reference: &Reference,
         digest: &str,
         size: u64,
-        out: &mut tokio::fs::File,
+        out: tokio::sync::mpsc::Sender<Piece>,
     ) -> Result<u64, RegistryError> {
         let what = format!("layer {digest}");
         let timeout = self.timeouts.for_bytes(size);
-        let deadline = Instant::now() + timeout;
+        let mut deadline = Instant::now() + timeout;
         let url = format!("{}/blobs/{digest}", self.base(reference));
         let mut response = self
             .send(reference, reqwest::Method::GET, &url, None, deadline, &what)
@@ -387,6 +393,7 @@ impl Client {
         declared_length(&response, &what, size)?;
         let mut hasher = Hasher::new(digest)?;
         let mut received = 0u64;
+        let mut reader = Some(out);
         loop {
             let chunk = match tokio::time::timeout_at(deadline, response.chunk()).await {
                 Err(_) => return Err(timed_out(&what, timeout, received)),
@@ -401,19 +408,23 @@ impl Client {
                 )));
             }
             hasher.update(&chunk);
-            out.write_all(&chunk)
-                .await
-                .map_err(|e| RegistryError::transient(format!("writing {what} to disk: {e}")))?;
+            if let Some(tx) = &reader {
+                let waiting = Instant::now();
+                if tx.send(Piece::Bytes(chunk)).await.is_err() {
+                    reader = None;
+                }
+                deadline += waiting.elapsed();
+            }
         }
-        out.flush()
-            .await
-            .map_err(|e| RegistryError::transient(format!("writing {what} to disk: {e}")))?;
         if received != size {
             return Err(RegistryError::transient(format!(
                 "{what}: the registry sent {received} of the {size} bytes its descriptor declares"
             )));
         }
         hasher.check(&what, digest)?;
+        if let Some(tx) = reader {
+            let _ = tx.send(Piece::Verified).await;
+        }
         Ok(received)
     }
 
@@ -616,6 +627,73 @@ impl Client {
             }
             out.extend_from_slice(&chunk);
         }
+    }
+}
+
+/// What [`Client::blob_stream`] sends its reader.
+#[derive(Debug)]
+pub enum Piece {
+    /// The next bytes of the blob, not yet verified.
+    Bytes(Bytes),
+    /// The end: the whole blob arrived, of its declared size and digest.
+    Verified,
+}
+
+/// The blob [`Client::blob_stream`] streams, as a blocking reader (for extraction on a
+/// blocking thread while the download goes on): it ends only at [`Piece::Verified`]; if
+/// the stream stops before (the download failed, its error is the sender's), reading is
+/// an error. Chunks are handed on as they arrived, without copying ([`BufRead`]).
+///
+/// [`BufRead`]: std::io::BufRead
+#[derive(Debug)]
+pub struct BlobReader {
+    pieces: tokio::sync::mpsc::Receiver<Piece>,
+    chunk: Bytes,
+    verified: bool,
+}
+
+impl BlobReader {
+    /// A reader of what is sent into `pieces`. It must be read outside the async runtime
+    /// (it blocks the thread until the next piece arrives).
+    pub fn new(pieces: tokio::sync::mpsc::Receiver<Piece>) -> Self {
+        Self {
+            pieces,
+            chunk: Bytes::new(),
+            verified: false,
+        }
+    }
+}
+
+impl std::io::BufRead for BlobReader {
+    fn fill_buf(&mut self) -> std::io::Result<&[u8]> {
+        while self.chunk.is_empty() && !self.verified {
+            match self.pieces.blocking_recv() {
+                Some(Piece::Bytes(chunk)) => self.chunk = chunk,
+                Some(Piece::Verified) => self.verified = true,
+                None => {
+                    return Err(std::io::Error::other(
+                        "the download stopped before the end of the layer",
+                    ));
+                }
+            }
+        }
+        Ok(&self.chunk)
+    }
+
+    fn consume(&mut self, amount: usize) {
+        let amount = amount.min(self.chunk.len());
+        bytes::Buf::advance(&mut self.chunk, amount);
+    }
+}
+
+impl std::io::Read for BlobReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::io::BufRead as _;
+        let available = self.fill_buf()?;
+        let n = available.len().min(buf.len());
+        buf[..n].copy_from_slice(&available[..n]);
+        self.consume(n);
+        Ok(n)
     }
 }
 

@@ -12,7 +12,7 @@ use serde_json::json;
 use super::Timeouts;
 use crate::extract::Limits;
 use crate::oci::{PullError, Puller};
-use crate::testing::{Hostile, Reply, digest, ok};
+use crate::testing::{Hostile, Reply, digest, ok, tar_gz};
 
 /// A valid-looking Triton cache image: (manifest, config) bytes; the layer is declared
 /// with `layer_digest` and `layer_size`.
@@ -46,8 +46,12 @@ fn quick() -> Timeouts {
 
 /// A server for one image whose layer is answered by `layer`; the pinned reference.
 async fn serve_image(layer: Reply, layer_size: u64) -> (Hostile, String) {
-    let layer_digest = digest(b"the real layer");
-    let (manifest, config) = image(&layer_digest, layer_size);
+    serve_layer(layer, &digest(b"the real layer"), layer_size).await
+}
+
+/// [`serve_image`] with the layer declared as `layer_digest`.
+async fn serve_layer(layer: Reply, layer_digest: &str, layer_size: u64) -> (Hostile, String) {
+    let (manifest, config) = image(layer_digest, layer_size);
     let manifest_digest = digest(&manifest);
     let config_digest = digest(&config);
     let server = Hostile::start(move |_, path| {
@@ -73,12 +77,11 @@ async fn stage(server: &Hostile, pinned: &str) -> (tempfile::TempDir, PullError)
         .stage(pinned, root.path(), "ml", "x", None, Limits::default())
         .await
         .unwrap_err();
-    // Nothing staged, nothing half downloaded.
-    assert!(!root.path().join("ml").exists());
-    let downloads: Vec<_> = std::fs::read_dir(root.path().join(".downloads"))
-        .map(|d| d.flatten().collect())
+    // Nothing staged, nothing half extracted.
+    let left: Vec<_> = std::fs::read_dir(root.path())
+        .map(|d| d.flatten().map(|e| e.file_name()).collect())
         .unwrap_or_default();
-    assert!(downloads.is_empty(), "left in .downloads: {downloads:?}");
+    assert!(left.is_empty(), "left behind: {left:?}");
     (root, err)
 }
 
@@ -242,4 +245,144 @@ async fn a_token_realm_on_loopback_that_never_stops_is_cut_at_the_token_cap() {
         .await
         .unwrap_err();
     assert!(e.message.contains("refusing token realm"), "{e}");
+}
+
+#[tokio::test]
+async fn a_layer_that_stalls_times_out_idle() {
+    let (server, pinned) = serve_image(
+        Reply::Stall {
+            length: 1000,
+            sent: vec![0x1f; 10],
+        },
+        1000,
+    )
+    .await;
+    let root = tempfile::tempdir().unwrap();
+    // A deadline far away: only the idle timeout can end it.
+    let timeouts = Timeouts {
+        idle: Duration::from_secs(1),
+        request: Duration::from_secs(3600),
+        ..quick()
+    };
+    let puller = Puller::with_timeouts(RegistryAuth::Anonymous, vec![server.host()], timeouts);
+    let err = puller
+        .stage(&pinned, root.path(), "ml", "x", None, Limits::default())
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("reading layer sha256:"), "{err}");
+    assert!(err.to_string().contains("timed out"), "{err}");
+    assert!(err.is_transient());
+    let left: Vec<_> = std::fs::read_dir(root.path()).unwrap().flatten().collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+fn triton_layer(extra: &[(&str, &[u8])]) -> Vec<u8> {
+    let manifest =
+        br#"{"triton": [{"hash": "all", "backend": "cuda", "arch": "90", "warp_size": 32}]}"#;
+    let group = br#"{"child_paths": {"k.json": "/workspace/.triton/cache/H/k.json"}}"#;
+    let mut files: Vec<(&str, &[u8])> = vec![
+        ("io.triton.cache/H/k.json", b"{}"),
+        ("io.triton.cache/H/__grp__k.json", group),
+        ("io.triton.manifest/manifest.json", manifest),
+    ];
+    files.extend_from_slice(extra);
+    tar_gz(&files)
+}
+
+#[tokio::test]
+async fn a_layer_streams_into_its_cache_with_group_files_pointed_at_the_mount() {
+    let gz = triton_layer(&[]);
+    let (server, pinned) = serve_layer(ok(gz.clone()), &digest(&gz), gz.len() as u64).await;
+    let root = tempfile::tempdir().unwrap();
+    let puller = Puller::with_timeouts(RegistryAuth::Anonymous, vec![server.host()], quick());
+    let staged = puller
+        .stage(
+            &pinned,
+            root.path(),
+            "ml",
+            "x",
+            Some("/m"),
+            Limits::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(staged.extracted.files, 3);
+    let group =
+        std::fs::read_to_string(staged.dir.join("io.triton.cache/H/__grp__k.json")).unwrap();
+    assert_eq!(group, r#"{"child_paths":{"k.json":"/m/H/k.json"}}"#);
+    let entries: Vec<_> = std::fs::read_dir(root.path())
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert_eq!(
+        entries,
+        ["ml"],
+        "no staging or download left beside the cache"
+    );
+}
+
+#[tokio::test]
+async fn a_layer_not_matching_its_digest_never_appears_and_is_reported_as_such() {
+    // A valid cache layer, but not the one the descriptor names: extraction can finish,
+    // the cache must not appear.
+    let gz = triton_layer(&[]);
+    let (server, pinned) = serve_image(ok(gz.clone()), gz.len() as u64).await;
+    let (_root, err) = stage(&server, &pinned).await;
+    assert!(err.to_string().contains("(digest mismatch)"), "{err}");
+    assert!(!err.is_transient());
+
+    // A layer whose extraction fails at its first entry, followed by a MiB more: the
+    // rest is still read and checked, and the digest is the cause reported.
+    let mut builder = tar::Builder::new(flate2::write::GzEncoder::new(
+        Vec::new(),
+        flate2::Compression::fast(),
+    ));
+    let mut header = tar::Header::new_gnu();
+    header.as_old_mut().name[..9].copy_from_slice(b"../escape");
+    header.set_size(1);
+    header.set_mode(0o644);
+    header.set_cksum();
+    builder.append(&header, &b"x"[..]).unwrap();
+    let evil = builder.into_inner().unwrap().finish().unwrap();
+    let mut padded = evil.clone();
+    padded.extend(std::iter::repeat_n(0u8, 1 << 20));
+    let (server, pinned) = serve_image(ok(padded.clone()), padded.len() as u64).await;
+    let (_root, err) = stage(&server, &pinned).await;
+    assert!(err.to_string().contains("(digest mismatch)"), "{err}");
+    assert!(server.sent() > 1 << 20, "read to its end");
+
+    // The same layer under its own digest: the extraction's refusal.
+    let (server, pinned) = serve_layer(ok(evil.clone()), &digest(&evil), evil.len() as u64).await;
+    let (_root, err) = stage(&server, &pinned).await;
+    assert!(err.to_string().contains("contains '..'"), "{err}");
+}
+
+#[tokio::test]
+async fn a_slow_reader_is_not_held_against_the_registry() {
+    // 2 MiB at quick()'s 1 MiB/s: a 3 s deadline; the reader takes longer than that, the
+    // registry does not.
+    let blob: Vec<u8> = (0..2u32 << 20).map(|i| (i % 251) as u8).collect();
+    let blob_digest = digest(&blob);
+    let served = blob.clone();
+    let server = Hostile::start(move |_, _| ok(served.clone())).await;
+    let client = super::Client::new(RegistryAuth::Anonymous, vec![server.host()], quick());
+    let reference: oci_client::Reference =
+        format!("{}/caches/x:v1", server.host()).parse().unwrap();
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    let reading = tokio::task::spawn_blocking(move || {
+        let mut reader = super::BlobReader::new(rx);
+        let mut first = [0u8; 1];
+        std::io::Read::read_exact(&mut reader, &mut first).unwrap();
+        std::thread::sleep(Duration::from_secs(4));
+        let mut rest = Vec::new();
+        std::io::Read::read_to_end(&mut reader, &mut rest).unwrap();
+        [&first[..], &rest].concat()
+    });
+    let received = client
+        .blob_stream(&reference, &blob_digest, blob.len() as u64, tx)
+        .await
+        .unwrap();
+    assert_eq!(received, blob.len() as u64);
+    assert_eq!(reading.await.unwrap(), blob);
 }

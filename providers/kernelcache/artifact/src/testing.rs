@@ -36,6 +36,14 @@ pub enum Reply {
         /// What is sent.
         sent: Vec<u8>,
     },
+    /// `200` declaring `length` bytes, sending `sent` of them, then nothing, the
+    /// connection kept open.
+    Stall {
+        /// The declared length.
+        length: u64,
+        /// What is sent.
+        sent: Vec<u8>,
+    },
     /// `200` declaring `length` bytes, sending one every `every`.
     Trickle {
         /// The declared length.
@@ -160,6 +168,15 @@ async fn serve(mut stream: TcpStream, handler: Handler, sent: Arc<AtomicU64>) {
                 write(&body).await;
             }
         }
+        Reply::Stall { length, sent: body } => {
+            let head =
+                format!("HTTP/1.1 200 OK\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n");
+            if write(head.as_bytes()).await && write(&body).await {
+                // Hold the connection until the client gives up on it.
+                let mut buf = [0u8; 1024];
+                while matches!(stream.read(&mut buf).await, Ok(n) if n > 0) {}
+            }
+        }
         Reply::Trickle { length, every } => {
             let head =
                 format!("HTTP/1.1 200 OK\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n");
@@ -174,6 +191,21 @@ async fn serve(mut stream: TcpStream, handler: Handler, sent: Arc<AtomicU64>) {
             }
         }
     }
+}
+
+/// A gzip tar of `files` (path, content), regular files of mode 0644.
+pub fn tar_gz(files: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut tar = tar::Builder::new(flate2::write::GzEncoder::new(
+        Vec::new(),
+        flate2::Compression::fast(),
+    ));
+    for (path, data) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(data.len() as u64);
+        header.set_mode(0o644);
+        tar.append_data(&mut header, path, *data).unwrap();
+    }
+    tar.into_inner().unwrap().finish().unwrap()
 }
 
 /// `sha256:<hex>` of `bytes`.

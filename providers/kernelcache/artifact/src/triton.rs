@@ -3,17 +3,21 @@
 //! where those paths resolve, so after extraction the agent rewrites them to the path the
 //! serving pods see: `<mount>/<HASH>/<file>`.
 //!
-//! A group file is replaced by write-then-rename ([`files::replace`]), never written in
-//! place: a process killed half way leaves the old file or the new one, and a pod copying
-//! the cache at that moment reads a whole file either way.
+//! A layer being staged has its group files rewritten as they are extracted
+//! ([`GroupFiles`]), each written once. A cache already on disk has them replaced by
+//! write-then-rename ([`rewrite_group_files`], [`files::replace`]), never written in place:
+//! a process killed half way leaves the old file or the new one, and a pod copying the
+//! cache at that moment reads a whole file either way.
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt as _;
-use std::path::Path;
+use std::path::{Component, Path};
 
 use serde_json::Value;
 
+use crate::extract::Rewrite;
 use crate::files;
+use crate::image::CacheType;
 
 /// Group files larger than this are not Triton's (a few hundred bytes per kernel).
 pub const MAX_GROUP_FILE_BYTES: u64 = 1 << 20;
@@ -40,25 +44,81 @@ pub fn rewrite_group_files(cache_dir: &Path, mount: &str) -> std::io::Result<usi
         };
         files::remove_leftovers(&dir)?;
         for file in fs::read_dir(&dir)?.flatten() {
-            let name = file.file_name().to_string_lossy().into_owned();
-            let is_group = name.starts_with("__grp__")
-                && Path::new(&name).extension().is_some_and(|e| e == "json");
-            if !is_group || !file.file_type()?.is_file() {
+            if !is_group_file(Path::new(&file.file_name())) || !file.file_type()?.is_file() {
                 continue;
             }
             let path = file.path();
             let text = files::read_bounded(&path, MAX_GROUP_FILE_BYTES)?;
-            let Ok(mut group) = serde_json::from_slice::<Value>(&text) else {
-                continue;
-            };
-            if rewrite(&mut group, &hash, mount) {
+            if let Some(new) = rewritten_group(&text, &hash, mount)? {
                 let mode = fs::symlink_metadata(&path)?.permissions().mode() & 0o777;
-                files::replace(&path, &serde_json::to_vec(&group)?, mode)?;
+                files::replace(&path, &new, mode)?;
                 rewritten += 1;
             }
         }
     }
     Ok(rewritten)
+}
+
+/// The group files of a Triton layer rewritten to `mount` as the layer is extracted
+/// ([`Rewrite`]): the files [`rewrite_group_files`] would rewrite after extraction,
+/// `io.triton.cache/<HASH>/__grp__*.json`, with the same rule, written once. (A hard link
+/// in the layer to a group file shares its target's content, rewritten for the target's
+/// directory.)
+#[derive(Clone, Copy, Debug)]
+pub struct GroupFiles<'a> {
+    /// The directory pods see as `TRITON_CACHE_DIR`.
+    pub mount: &'a str,
+}
+
+impl Rewrite for GroupFiles<'_> {
+    fn wants(&self, path: &Path) -> bool {
+        let mut parts = path.components();
+        match (parts.next(), parts.next(), parts.next(), parts.next()) {
+            (
+                Some(Component::Normal(cache)),
+                Some(Component::Normal(hash)),
+                Some(Component::Normal(name)),
+                None,
+            ) => {
+                cache == CacheType::Triton.cache_dir()
+                    && hash.to_str().is_some()
+                    && is_group_file(Path::new(name))
+            }
+            _ => false,
+        }
+    }
+
+    fn max_bytes(&self) -> u64 {
+        MAX_GROUP_FILE_BYTES
+    }
+
+    fn rewrite(&self, path: &Path, content: Vec<u8>) -> std::io::Result<Vec<u8>> {
+        let hash = path
+            .parent()
+            .and_then(Path::file_name)
+            .and_then(|h| h.to_str())
+            .unwrap_or_default();
+        Ok(rewritten_group(&content, hash, self.mount)?.unwrap_or(content))
+    }
+}
+
+/// `__grp__*.json`.
+fn is_group_file(name: &Path) -> bool {
+    name.to_str().is_some_and(|n| n.starts_with("__grp__"))
+        && name.extension().is_some_and(|e| e == "json")
+}
+
+/// The group file `text` of the directory `hash` pointed at `mount`, if that changes it
+/// (a file that is not JSON is left as it is).
+fn rewritten_group(text: &[u8], hash: &str, mount: &str) -> std::io::Result<Option<Vec<u8>>> {
+    let Ok(mut group) = serde_json::from_slice::<Value>(text) else {
+        return Ok(None);
+    };
+    if rewrite(&mut group, hash, mount) {
+        Ok(Some(serde_json::to_vec(&group)?))
+    } else {
+        Ok(None)
+    }
 }
 
 fn rewrite(group: &mut Value, hash: &str, mount: &str) -> bool {
@@ -171,6 +231,93 @@ mod tests {
             .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
             .collect();
         assert_eq!(names, ["__grp__k.json"]);
+    }
+
+    /// Every file below `dir` with its content.
+    fn tree(dir: &Path) -> Vec<(String, Vec<u8>)> {
+        let mut out = Vec::new();
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            for e in fs::read_dir(&d).unwrap().flatten() {
+                if e.file_type().unwrap().is_dir() {
+                    stack.push(e.path());
+                } else {
+                    let rel = e.path().strip_prefix(dir).unwrap().display().to_string();
+                    out.push((rel, fs::read(e.path()).unwrap()));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn group_files_rewritten_while_extracting_are_what_a_rewrite_after_makes() {
+        use crate::extract::{self, Limits};
+        let group = |dir: &str| {
+            format!(
+                r#"{{"child_paths": {{"k.json": "/workspace/.triton/cache/{dir}/k.json", "o.json": "/elsewhere/OTHER/o.json"}}}}"#
+            )
+        };
+        let (h1, h2) = (group("H1"), group("ELSEWHERE"));
+        let files: [(&str, &[u8]); 7] = [
+            ("io.triton.cache/H1/__grp__k.json", h1.as_bytes()),
+            ("io.triton.cache/H1/k.json", br#"{"name": "k"}"#),
+            ("io.triton.cache/H2/__grp__k.json", h2.as_bytes()),
+            ("io.triton.cache/H3/__grp__broken.json", b"{\"chi"),
+            ("io.triton.cache/__grp__top.json", h1.as_bytes()),
+            ("io.triton.cache/H1/deeper/__grp__k.json", h1.as_bytes()),
+            ("io.triton.manifest/manifest.json", h1.as_bytes()),
+        ];
+        let gz = crate::testing::tar_gz(&files);
+        let root = tempfile::tempdir().unwrap();
+        let (during, after) = (root.path().join("during"), root.path().join("after"));
+        let groups = GroupFiles { mount: "/m/" };
+        let ok = |_: &Path| Ok::<(), extract::ExtractError>(());
+        let a = extract::extract_checked(
+            &gz[..],
+            root.path(),
+            &during,
+            Limits::default(),
+            Some(&groups),
+            ok,
+        )
+        .unwrap();
+        let b = extract::extract(&gz[..], root.path(), &after, Limits::default()).unwrap();
+        assert_eq!(a, b, "counts are of the layer's content");
+        assert_eq!(
+            rewrite_group_files(&after.join("io.triton.cache"), "/m/").unwrap(),
+            1
+        );
+        assert_eq!(tree(&during), tree(&after));
+        let h1: Value = serde_json::from_slice(
+            &fs::read(during.join("io.triton.cache/H1/__grp__k.json")).unwrap(),
+        )
+        .unwrap();
+        assert_eq!(h1["child_paths"]["k.json"], "/m/H1/k.json");
+        assert_eq!(h1["child_paths"]["o.json"], "/elsewhere/OTHER/o.json");
+
+        // A group file too large to be Triton's is refused, as after extraction.
+        let big = vec![b' '; usize::try_from(MAX_GROUP_FILE_BYTES).unwrap() + 1];
+        let gz = crate::testing::tar_gz(&[("io.triton.cache/H/__grp__k.json", &big)]);
+        let target = root.path().join("big");
+        let e = extract::extract_checked(
+            &gz[..],
+            root.path(),
+            &target,
+            Limits::default(),
+            Some(&groups),
+            ok,
+        )
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("larger than the 1048576 bytes accepted"),
+            "{e}"
+        );
+        assert!(!target.exists());
+        extract::extract(&gz[..], root.path(), &target, Limits::default()).unwrap();
+        assert!(rewrite_group_files(&target.join("io.triton.cache"), "/m").is_err());
     }
 
     #[test]

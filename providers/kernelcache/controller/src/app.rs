@@ -10,6 +10,7 @@ use tracing::info;
 
 use crate::metrics::Metrics;
 use crate::settings::Settings;
+use kubeairunway_kernelcache_artifact::allow::RegistryOptions;
 use kubeairunway_kernelcache_artifact::secrets::KubeSecrets;
 
 /// Flags of `kernelcache-controller` (each also from an environment variable).
@@ -23,13 +24,9 @@ pub struct Cli {
     /// The cluster-scoped KernelCachePolicy to verify with.
     #[arg(long, env = "POLICY", default_value = "default")]
     pub policy: String,
-    /// A registry spoken to over plain HTTP (repeatable; air-gapped mirrors, tests).
-    #[arg(
-        long = "plain-http-registry",
-        env = "PLAIN_HTTP_REGISTRIES",
-        value_delimiter = ','
-    )]
-    pub plain_http_registries: Vec<String>,
+    /// Registries: plain HTTP, and those images may come from.
+    #[command(flatten)]
+    pub registries: RegistryOptions,
     /// The namespace where registry credentials are handed over to the node agents (the
     /// agents read Secrets there only).
     #[arg(long, env = "CREDENTIALS_NAMESPACE")]
@@ -50,7 +47,8 @@ impl Cli {
     pub fn settings(&self) -> Settings {
         Settings {
             policy: self.policy.clone(),
-            plain_http: self.plain_http_registries.clone(),
+            plain_http: self.registries.plain_http_registries.clone(),
+            allowed: self.registries.allowed(),
             resync: self.resync,
             instance: Some(self.process.identity(COMPONENT)),
             credentials_namespace: self.credentials_namespace.clone(),

@@ -174,6 +174,23 @@ async fn reconcile_cache(cache: Arc<KernelCache>, ctx: Arc<Ctx>) -> Result<Actio
     let mut status = previous.clone();
     status.observed_generation = generation;
 
+    // Before any request for it: an image from a registry the operator does not allow is
+    // never resolved, and a pin made before the list changed stops being usable.
+    if let Err(e) = ctx.settings.allowed.check(&cache.spec.image) {
+        for type_ in ["Resolved", "Verified", "Ready"] {
+            set(
+                &mut status,
+                type_,
+                false,
+                reasons::REGISTRY_NOT_ALLOWED,
+                &e,
+                generation,
+            );
+        }
+        status.pinned_image = None;
+        status.resolved_digest = None;
+        return write(&ctx, &cache, &previous, status).await;
+    }
     let (puller, auth) = match registry_phase(&ctx, &cache).await {
         Ok(registry) => registry,
         Err(e) => {

@@ -278,6 +278,8 @@ pub mod reasons {
     pub const PINNED: &str = "Pinned";
     /// The tag could not be resolved (registry down, no such image, no access).
     pub const RESOLVE_FAILED: &str = "ResolveFailed";
+    /// The image is from a registry the cluster operator does not allow.
+    pub const REGISTRY_NOT_ALLOWED: &str = "RegistryNotAllowed";
     /// The tag now points at another digest than the pinned (verified) one.
     pub const TAG_MOVED: &str = "TagMoved";
     /// The image is not a kernel cache (labels missing or wrong).

@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use kubeairunway_kernelcache_artifact::allow::AllowedRegistries;
+
 /// Field manager of the KernelCache status.
 pub const FIELD_MANAGER: &str = "kernelcache-controller";
 
@@ -12,6 +14,8 @@ pub struct Settings {
     pub policy: String,
     /// Registries spoken to over plain HTTP.
     pub plain_http: Vec<String>,
+    /// The registries caches may come from (empty: any).
+    pub allowed: AllowedRegistries,
     /// How often a cache is looked at again without a change (tag moves, heartbeat).
     pub resync: Duration,
     /// This replica's name, for events.
@@ -27,6 +31,7 @@ impl Default for Settings {
         Self {
             policy: "default".into(),
             plain_http: Vec::new(),
+            allowed: AllowedRegistries::default(),
             resync: Duration::from_secs(300),
             instance: None,
             credentials_namespace: None,

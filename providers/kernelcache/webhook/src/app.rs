@@ -29,6 +29,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 use tracing::info;
 
+use super::warmup::VALIDATE_WARMUP_PATH;
 use super::{HostPaths, Lookup, Outcome, PATH, Settings, Stores, review};
 use kubeairunway_kernelcache_api::names::DEFAULT_CACHE_ROOT;
 
@@ -93,6 +94,9 @@ pub struct AppState {
     pub settings: Settings,
     /// Counters.
     pub metrics: Arc<Metrics>,
+    /// Asks the API server whether the author of a Warmup's custom action may create pods
+    /// (`None`: nobody is asked, as when answering offline).
+    pub access: Option<Client>,
 }
 
 impl std::fmt::Debug for AppState {
@@ -103,10 +107,11 @@ impl std::fmt::Debug for AppState {
     }
 }
 
-/// The admission route (`POST /mutate-pod`).
+/// The admission routes (`POST /mutate-pod`, `POST /validate-warmup`).
 pub fn router(state: AppState) -> Router {
     Router::new()
         .route(PATH, post(handle))
+        .route(VALIDATE_WARMUP_PATH, post(validate_warmup))
         .layer(axum::extract::DefaultBodyLimit::max(8 * 1024 * 1024))
         .with_state(state)
 }
@@ -115,6 +120,10 @@ async fn handle(State(state): State<AppState>, body: Bytes) -> Response {
     let (resp, outcome) = review(&body, state.lookup.as_ref(), &state.settings);
     state.metrics.count(outcome);
     admission::respond(resp)
+}
+
+async fn validate_warmup(State(state): State<AppState>, body: Bytes) -> Response {
+    admission::respond(super::warmup::validate(&body, state.access.as_ref()).await)
 }
 
 /// Reflector stores of ModelDeployments and KernelCaches, kept current in the background.
@@ -188,6 +197,13 @@ pub struct Cli {
         default_value = "kernelcache-webhook"
     )]
     pub webhook_configuration: String,
+    /// Name of the ValidatingWebhookConfiguration (Warmups) to patch the CA bundle into.
+    #[arg(
+        long,
+        env = "VALIDATING_WEBHOOK_CONFIGURATION",
+        default_value = "kernelcache-webhook"
+    )]
+    pub validating_webhook_configuration: String,
     /// The webhook server and its certificate.
     #[command(flatten)]
     pub webhook: WebhookOptions,
@@ -241,9 +257,10 @@ pub async fn run(cli: Cli, mut rt: Runtime) -> anyhow::Result<()> {
             host_paths: cli.host_paths,
         },
         metrics,
+        access: Some(rt.client()),
     };
     let configurations = Configurations {
-        validating: None,
+        validating: Some(cli.validating_webhook_configuration.clone()),
         mutating: Some(cli.webhook_configuration.clone()),
     };
     admission::serve(&rt, &cli.webhook, &configurations, router(state)).await?;

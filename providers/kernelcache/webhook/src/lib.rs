@@ -24,6 +24,7 @@
 
 pub mod app;
 pub mod inject;
+pub mod warmup;
 
 use std::sync::Arc;
 

@@ -14,7 +14,7 @@
 use std::path::{Path, PathBuf};
 
 use kubeairunway_e2e::helm;
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// The charts that install something (the library chart renders nothing by itself).
 const CHARTS: [&str; 6] = [
@@ -373,21 +373,31 @@ fn schemas_refuse_wrong_types_unknown_keys_and_replicas_without_leader_election(
 }
 
 #[test]
-fn plain_http_registries_reach_the_controller_and_the_agent() {
+fn plain_http_and_allowed_registries_reach_the_controller_and_the_agent() {
     let Some(helm) = helm::require() else { return };
     let objects = helm::template(
         &helm,
         &helm::chart("kernelcache-provider"),
-        &[("plainHttpRegistries[0]", "mirror:5000")],
+        &[
+            ("plainHttpRegistries[0]", "mirror:5000"),
+            ("allowedRegistries[0]", "mirror:5000"),
+            ("allowedRegistries[1]", "ghcr.io/acme"),
+        ],
     )
     .unwrap();
     for (workload, container) in containers(&objects) {
-        let has = helm::args_with(container, &[])
-            .contains(&"--plain-http-registry=mirror:5000".to_string());
+        let args = helm::args_with(container, &[]);
+        let has = |flag: &str| args.contains(&flag.to_string());
         // The webhook and the warmup controller never speak to a registry (kubelets
         // pull the images of the pods they make).
         let expected = workload.ends_with("-controller") || workload.ends_with("-agent");
-        assert_eq!(has, expected, "{workload}");
+        for flag in [
+            "--plain-http-registry=mirror:5000",
+            "--allowed-registry=mirror:5000",
+            "--allowed-registry=ghcr.io/acme",
+        ] {
+            assert_eq!(has(flag), expected, "{workload}: {flag}");
+        }
     }
 }
 
@@ -437,6 +447,98 @@ fn pod_monitors_select_their_components_pods_and_metrics_port() {
             );
         }
         assert!(helm::of_kind(&render(&helm, chart, &[]).unwrap(), "PodMonitor").is_empty());
+    }
+}
+
+/// Each chart that serves a webhook can fence it with a NetworkPolicy: ingress to the
+/// webhook's pods only from the API server's peers to the webhook port, and from the
+/// metrics peers to the metrics port; the peers are the operator's (no policy by default,
+/// none without them).
+#[test]
+fn webhook_network_policies_admit_only_the_api_server_and_the_metrics_peers() {
+    use k8s_openapi::api::networking::v1::NetworkPolicy;
+    let Some(helm) = helm::require() else { return };
+    let api_server = json!({"ipBlock": {"cidr": "10.0.0.0/24"}});
+    let scraper = json!({"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}});
+    for (chart, prefix, workload) in [
+        ("kubeairunway", "", "Deployment"),
+        ("kernelcache-provider", "webhook.", "Deployment"),
+    ] {
+        let values = |key: &str| format!("{prefix}{key}");
+        assert!(
+            helm::of_kind(&render(&helm, chart, &[]).unwrap(), "NetworkPolicy").is_empty(),
+            "{chart}: none by default"
+        );
+        let without_peers = render(
+            &helm,
+            chart,
+            &[(values("networkPolicy.enabled"), "true".into())],
+        )
+        .unwrap_err();
+        assert!(
+            format!("{without_peers:#}").contains("networkPolicy.apiServer"),
+            "{chart}: {without_peers:#}"
+        );
+        let objects = render(
+            &helm,
+            chart,
+            &[
+                (values("networkPolicy.enabled"), "true".into()),
+                (values("networkPolicy.apiServer[0].ipBlock.cidr"), "10.0.0.0/24".into()),
+                (
+                    values("networkPolicy.metricsFrom[0].namespaceSelector.matchLabels.kubernetes\\.io/metadata\\.name"),
+                    "monitoring".into(),
+                ),
+            ],
+        )
+        .unwrap();
+        let policies = helm::of_kind(&objects, "NetworkPolicy");
+        assert_eq!(policies.len(), 1, "{chart}");
+        let policy: NetworkPolicy = serde_json::from_value(policies[0].clone()).unwrap();
+        let spec = policy.spec.unwrap();
+        // It selects exactly the pods that serve the webhook.
+        let selector = spec.pod_selector.unwrap().match_labels.unwrap();
+        let selected: Vec<&Value> = objects
+            .iter()
+            .filter(|o| o["kind"] == workload)
+            .filter(|o| {
+                let labels = &o["spec"]["template"]["metadata"]["labels"];
+                selector.iter().all(|(k, v)| labels[k] == *v)
+            })
+            .collect();
+        assert_eq!(selected.len(), 1, "{chart}: {selector:?}");
+        let ports = &selected[0]["spec"]["template"]["spec"]["containers"][0]["ports"];
+        let port_of = |wanted: &[&str]| {
+            ports
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|p| wanted.contains(&p["name"].as_str().unwrap_or_default()))
+                .map(|p| p["containerPort"].clone())
+                .unwrap()
+        };
+        assert_eq!(spec.policy_types, Some(vec!["Ingress".to_string()]));
+        let ingress: Vec<(Value, Value)> = spec
+            .ingress
+            .unwrap()
+            .into_iter()
+            .map(|rule| {
+                let ports = rule.ports.unwrap();
+                assert_eq!(ports.len(), 1, "{chart}");
+                (
+                    serde_json::to_value(rule.from.unwrap()).unwrap(),
+                    serde_json::to_value(&ports[0].port).unwrap(),
+                )
+            })
+            .collect();
+        assert_eq!(
+            ingress,
+            [
+                (json!([api_server]), port_of(&["webhook", "https"])),
+                (json!([scraper]), port_of(&["metrics"])),
+            ],
+            "{chart}"
+        );
     }
 }
 

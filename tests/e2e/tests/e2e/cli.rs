@@ -692,7 +692,9 @@ async fn render_prints_exactly_what_the_running_providers_apply() {
     }
     controllers.stop().await;
     // 4 samples as written, and 4 x 4 named (the one with no engine gets vLLM with its
-    // default GPU from each provider): KAITO and the Deployment provider cannot
-    // serve disaggregated serving, Dynamo and KubeRay cannot serve llama.cpp.
-    assert_eq!((rendered, refused), (16, 4));
+    // default GPU from each provider): KAITO and the Deployment provider cannot serve
+    // disaggregated serving, Dynamo and KubeRay cannot serve llama.cpp, and the
+    // disaggregated sample's Dynamo overrides (routerMode, frontend) are no RayService
+    // fields, so KubeRay refuses them (InvalidOverride) and render says the same.
+    assert_eq!((rendered, refused), (15, 5));
 }

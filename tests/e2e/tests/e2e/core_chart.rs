@@ -77,7 +77,8 @@ fn core_chart_lints_and_renders_least_privilege_rbac_and_webhooks() {
         .as_str()
         .unwrap();
 
-    // ClusterRole: read our kinds, apply our status, events, our two webhook configs.
+    // ClusterRole: read our kinds, apply our status, events, our two webhook configs, and
+    // ask SubjectAccessReviews (a custom action's author may create pods).
     let cluster_role = docs
         .iter()
         .find(|d| {
@@ -102,13 +103,20 @@ fn core_chart_lints_and_renders_least_privilege_rbac_and_webhooks() {
                 [
                     "kubeairunway.ai",
                     "events.k8s.io",
-                    "admissionregistration.k8s.io"
+                    "admissionregistration.k8s.io",
+                    "authorization.k8s.io"
                 ]
                 .contains(&group.as_str()),
                 "core needs no {group} (no provider knowledge): {rule}"
             );
         }
         if resources.iter().any(|r| r.ends_with("/status")) {
+            assert_eq!(verbs, ["patch"], "{rule}");
+        } else if strings(&rule["apiGroups"]) == ["authorization.k8s.io"] {
+            assert_eq!(resources, ["subjectaccessreviews"], "{rule}");
+            assert_eq!(verbs, ["create"], "{rule}");
+        } else if resources == ["modeldeployments"] {
+            // Finalizers of providers that never served or are gone.
             assert_eq!(verbs, ["patch"], "{rule}");
         } else if resources.contains(&"modeldeployments".to_string()) {
             assert_eq!(verbs, ["list", "watch"], "{rule}");

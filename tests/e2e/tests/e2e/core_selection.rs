@@ -13,7 +13,8 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use kube::{Client, ResourceExt};
 use kubeairunway_core::metrics::Metrics;
 use kubeairunway_core::reconciler::{self, AWAITING_SELECTOR_MESSAGE, Settings};
-use kubeairunway_e2e::{apply_md, core_cluster, eventually};
+use kubeairunway_e2e::rbac::ChartIdentity;
+use kubeairunway_e2e::{apply_md, core_cluster, eventually, helm};
 use kubeairunway_sdk::conditions::{self, ENGINE_SELECTED, PROVIDER_SELECTED, READY, VALIDATED};
 use kubeairunway_sdk::{InferenceProviderConfig, ModelDeployment};
 use serde_json::{Value, json};
@@ -92,18 +93,48 @@ pub async fn register_providers(client: &Client) {
     }
 }
 
-/// Start core's controller for one namespace in this test's runtime.
-pub async fn start_controller(client: &Client, ns: &str, selector: bool) {
-    start_controller_with(client, ns, selector, Duration::from_secs(300)).await;
+/// Core's controller as its chart runs it: the chart's service account under the RBAC the
+/// chart grants (applied from `helm template`), so a request the chart does not grant
+/// fails the test when the returned identity is dropped. Without helm (outside CI), the
+/// admin's client and no identity.
+async fn core_identity(admin: &Client) -> (Client, Option<ChartIdentity>) {
+    let Some(helm_bin) = helm::require() else {
+        return (admin.clone(), None);
+    };
+    let objects = helm::template(&helm_bin, &helm::chart("kubeairunway"), &[]).unwrap();
+    let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    let account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+        .as_str()
+        .unwrap();
+    let cluster = kubeairunway_testcluster::shared();
+    let identity = ChartIdentity::apply(
+        cluster,
+        admin,
+        &objects,
+        "core",
+        "kubeairunway-system",
+        account,
+    )
+    .await
+    .unwrap();
+    let client = identity.client(cluster).await.unwrap();
+    (client, Some(identity))
+}
+
+/// Start core's controller for one namespace in this test's runtime, under its chart's
+/// identity ([`core_identity`]): keep what it returns for as long as the test runs.
+pub async fn start_controller(admin: &Client, ns: &str, selector: bool) -> Option<ChartIdentity> {
+    start_controller_with(admin, ns, selector, Duration::from_secs(300)).await
 }
 
 /// [`start_controller`] with a finalizer timeout for providers that are gone.
 pub async fn start_controller_with(
-    client: &Client,
+    admin: &Client,
     ns: &str,
     selector: bool,
     finalizer_timeout: Duration,
-) {
+) -> Option<ChartIdentity> {
+    let (client, identity) = core_identity(admin).await;
     let (cache, reflector_fut) = reconciler::provider_cache(client.clone());
     tokio::spawn(reflector_fut);
     assert!(cache.synced().await);
@@ -119,7 +150,7 @@ pub async fn start_controller_with(
         ..Settings::default()
     };
     tokio::spawn(reconciler::run(
-        client.clone(),
+        client,
         store,
         settings,
         Arc::new(Metrics::new(
@@ -128,6 +159,7 @@ pub async fn start_controller_with(
         kubeairunway_sdk::process::Check::default(),
         futures::future::pending(),
     ));
+    identity
 }
 
 #[allow(clippy::needless_pass_by_value)] // reads better at the call sites
@@ -142,7 +174,7 @@ async fn wait_md(
     what: &str,
     check: impl Fn(&ModelDeployment) -> bool,
 ) -> ModelDeployment {
-    eventually(20, what, || async {
+    eventually(60, what, || async {
         api.get(name).await.ok().filter(|m| check(m))
     })
     .await
@@ -162,7 +194,7 @@ async fn core_selects_every_row_of_the_decision_table() {
     let (cluster, client) = core_cluster().await.unwrap();
     register_providers(&client).await;
     let ns = cluster.namespace("core-table");
-    start_controller(&client, &ns, true).await;
+    let _core = start_controller(&client, &ns, true).await;
 
     let gpu = json!({"gpu": {"count": 1}});
     let rows: Vec<(&str, Value, &str, String)> = vec![
@@ -323,7 +355,7 @@ async fn core_waits_while_paused_and_when_nothing_fits() {
     let (cluster, client) = core_cluster().await.unwrap();
     register_providers(&client).await;
     let ns = cluster.namespace("core-pause");
-    start_controller(&client, &ns, true).await;
+    let _core = start_controller(&client, &ns, true).await;
     let api: Api<ModelDeployment> = Api::namespaced(client.clone(), &ns);
 
     let mut paused = md(
@@ -427,7 +459,7 @@ async fn core_custom_selector_and_provider_fields_survive() {
     let (cluster, client) = core_cluster().await.unwrap();
     register_providers(&client).await;
     let ns = cluster.namespace("core-custom");
-    start_controller(&client, &ns, false).await;
+    let _core = start_controller(&client, &ns, false).await;
     let api: Api<ModelDeployment> = Api::namespaced(client.clone(), &ns);
 
     apply_md(
@@ -576,7 +608,7 @@ async fn the_finalizer_of_an_uninstalled_provider_is_removed_after_the_timeout()
     )
     .await
     .unwrap();
-    start_controller_with(&client, &ns, true, Duration::from_secs(2)).await;
+    let _core = start_controller_with(&client, &ns, true, Duration::from_secs(2)).await;
     api.delete("held", &kube::api::DeleteParams::default())
         .await
         .unwrap();
@@ -623,7 +655,7 @@ async fn finalizers_of_providers_that_never_served_are_removed() {
     let (cluster, client) = core_cluster().await.unwrap();
     register_providers(&client).await;
     let ns = cluster.namespace("core-unserved");
-    start_controller(&client, &ns, true).await;
+    let _core = start_controller(&client, &ns, true).await;
     let api: Api<ModelDeployment> = Api::namespaced(client.clone(), &ns);
 
     // Expected to go to dynamo; selected for kaito.

@@ -447,6 +447,81 @@ async fn core_webhook_ca_bundle_is_patched_into_the_configurations() {
     );
 }
 
+/// A tenant allowed to write ModelDeployments but not pods is refused an inline custom
+/// action, with core's words, and nothing is stored; once allowed pods, it is admitted.
+async fn custom_action_needs_the_right_to_create_pods(
+    cluster: &kubeairunway_testcluster::TestCluster,
+    admin: &kube::Client,
+    ns: &str,
+) {
+    use kube::api::{Api, DynamicObject, Patch, PatchParams};
+    use kubeairunway_e2e::rbac;
+    use kubeairunway_sdk::ModelDeployment;
+
+    let tenant =
+        json!([{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "alice"}]);
+    rbac::grant(
+        admin,
+        ns,
+        "alice-modeldeployments",
+        tenant.clone(),
+        json!([{"apiGroups": ["kubeairunway.ai"], "resources": ["modeldeployments"],
+                "verbs": ["create", "patch", "get"]}]),
+    )
+    .await
+    .unwrap();
+    let alice = cluster.client_as("alice", None).await.unwrap();
+    let mds: Api<DynamicObject> = Api::namespaced_with(
+        alice,
+        ns,
+        &kube::discovery::ApiResource::erase::<ModelDeployment>(&()),
+    );
+    let apply = |replicas: i32| {
+        let body = json!({"apiVersion": "kubeairunway.ai/v1alpha1", "kind": "ModelDeployment",
+            "metadata": {"name": "warmed"},
+            "spec": {"model": {"id": "a/b"}, "engine": {"type": "llamacpp"},
+                     "scaling": {"replicas": replicas},
+                     "warmup": {"customAction": {"podTemplate": {"spec": {
+                         "containers": [{"name": "fetch", "image": "busybox:1"}]}}}}}});
+        let mds = mds.clone();
+        async move {
+            mds.patch("warmed", &PatchParams::apply("alice"), &Patch::Apply(&body))
+                .await
+        }
+    };
+    let refused = apply(1).await.unwrap_err();
+    let kube::Error::Api(refused) = refused else {
+        panic!("not an API error: {refused}");
+    };
+    assert_eq!(refused.code, 403, "{refused:?}");
+    for part in [
+        "spec.warmup.customAction",
+        r#"user "alice" may not create pods"#,
+        &format!("namespace {ns:?}"),
+    ] {
+        assert!(
+            refused.message.contains(part),
+            "{part}: {}",
+            refused.message
+        );
+    }
+    // Nothing was stored.
+    let as_admin: Api<ModelDeployment> = Api::namespaced(admin.clone(), ns);
+    assert!(as_admin.get_opt("warmed").await.unwrap().is_none());
+
+    rbac::grant(
+        admin,
+        ns,
+        "alice-pods",
+        tenant,
+        json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}]),
+    )
+    .await
+    .unwrap();
+    apply(1).await.expect("admitted once alice may create pods");
+    assert!(as_admin.get_opt("warmed").await.unwrap().is_some());
+}
+
 /// Core as the chart installs it, with the API server calling its webhooks: the chart's
 /// Service and webhook configurations applied, the controller run with the chart's flags
 /// under the chart's service account, the Service routed to it on loopback. A
@@ -671,6 +746,10 @@ async fn core_chart_webhooks_are_called_by_the_api_server_through_rotation() {
         );
     }
 
+    // An inline warmup custom action runs a pod as the warmup controller: it is admitted
+    // only from a user the API server lets create pods in the namespace, as core asks it.
+    custom_action_needs_the_right_to_create_pods(&cluster, &admin, &ns).await;
+
     // Rotation under load.
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(admin.clone(), system);
     let secret_name = objects
@@ -817,6 +896,9 @@ async fn core_chart_webhooks_are_called_by_the_api_server_through_rotation() {
     let reached_elsewhere = [
         ": patch [\"events.k8s.io\"]/[\"events\"] names []",
         ": patch [\"kubeairunway.ai\"]/[\"inferenceproviderconfigs/status\"] names []",
+        // Finalizers of providers that never served or are gone: core_selection runs core
+        // under this chart's RBAC and removes them.
+        ": patch [\"kubeairunway.ai\"]/[\"modeldeployments\"] names []",
     ];
     let unused: Vec<_> = measured
         .unused

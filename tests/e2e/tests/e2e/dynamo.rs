@@ -114,7 +114,7 @@ fn cases() -> Vec<(&'static str, ModelDeployment)> {
         (
             "disagg",
             disagg("disagg", EngineType::Vllm)
-                .overrides(json!({"routerMode": "kv", "frontend": {"replicas": 2, "resources": {"cpu": "4", "memory": "8Gi"}}, "routerTypo": 1}))
+                .overrides(json!({"routerMode": "kv", "frontend": {"replicas": 2, "resources": {"cpu": "4", "memory": "8Gi"}}}))
                 .build(),
         ),
         ("sglang", ModelDeploymentBuilder::new("sglang").engine(EngineType::Sglang).gpus(2).build()),
@@ -228,19 +228,8 @@ async fn walk(tag: &str, crd: CustomResourceDefinition, version: &'static str) {
         "refused or misserved"
     );
 
-    // Warnings: an unknown override key; a field Dynamo cannot serve, named in the event
-    // and in ProviderCompatible.
-    let notes = event_where(
-        &client,
-        &format!("{tag}-disagg"),
-        "disagg",
-        "UnknownOverride",
-    )
-    .await;
-    assert_eq!(
-        notes,
-        ["unknown override provider.overrides.routerTypo is ignored"]
-    );
+    // Warnings: a field Dynamo cannot serve, named in the event and in
+    // ProviderCompatible.
     let notes = event_where(
         &client,
         &format!("{tag}-storage"),

@@ -1094,3 +1094,90 @@ async fn kaito_a_new_token_secret_recreates_the_workspace_instead_of_patching_th
         ["/apis/kaito.sh/v1beta1/namespaces/ns/workspaces/qwen"]
     );
 }
+
+/// `provider.overrides` on KAITO, which has no typed settings: every key is merged into
+/// the Workspace (JSON merge patch) and checked against the installed CRD first. On the
+/// real API server: `resource.count: 10` and a label reach the stored Workspace and
+/// `null` deletes a rendered field; a path the Workspace schema lacks or a value of
+/// another type fails the ModelDeployment with `InvalidOverride` naming each, and the
+/// Workspace stays as last applied; an override of a field the runtime owns fails with
+/// `RuntimeOwnedOverride` naming it.
+#[tokio::test]
+async fn kaito_overrides_merge_into_the_workspace_checked_against_its_schema() {
+    let (_cluster, client, _api) = cluster("overrides", "kaito.sh_workspaces.yaml").await;
+    let _running = testing::spawn(nap_provider(false), client.clone(), test_options());
+    let ns = "overrides";
+    let with = |overrides: Value| cpu_llamacpp("gemma", ns).overrides(overrides).build();
+    deploy(
+        &client,
+        &with(json!({
+            "resource": {"count": 10, "labelSelector": {"matchLabels": {"kubernetes.io/os": null}}},
+            "metadata": {"labels": {"team": "search"}},
+        })),
+    )
+    .await;
+    let ws = testing::object_where(&client, &workspaces(), ns, "gemma", "count 10", |w| {
+        w.as_ref()
+            .is_some_and(|w| w.data["resource"]["count"] == 10)
+    })
+    .await
+    .unwrap();
+    assert_eq!(ws.labels().get("team").map(String::as_str), Some("search"));
+    let selector = &ws.data["resource"]["labelSelector"];
+    assert!(
+        selector["matchLabels"].get("kubernetes.io/os").is_none(),
+        "deleted: {selector}"
+    );
+    assert_eq!(
+        ws.data["inference"]["template"]["metadata"]["labels"][labels::MODEL_DEPLOYMENT],
+        "gemma",
+        "the platform's label, kept"
+    );
+    let md = md_where(&client, ns, "gemma", "compatible", |m| {
+        condition(m, PROVIDER_COMPATIBLE).is_some_and(|c| c.status == "True")
+    })
+    .await;
+    assert_ne!(phase(&md), Some(Phase::Failed));
+
+    deploy(
+        &client,
+        &with(json!({"resource": {"count": "ten", "cuont": 1}})),
+    )
+    .await;
+    let md = md_where(&client, ns, "gemma", "InvalidOverride", |m| {
+        condition(m, PROVIDER_COMPATIBLE).is_some_and(|c| c.reason == reasons::INVALID_OVERRIDE)
+    })
+    .await;
+    let refused = condition(&md, PROVIDER_COMPATIBLE).unwrap();
+    assert_eq!(refused.status, "False");
+    assert!(
+        refused.message.contains(
+            "provider.overrides.resource.count (must be integer, not string), \
+             provider.overrides.resource.cuont (no such field)"
+        ),
+        "{}",
+        refused.message
+    );
+    assert_eq!(phase(&md), Some(Phase::Failed));
+    let ws_api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &workspaces());
+    assert_eq!(
+        ws_api.get("gemma").await.unwrap().data["resource"]["count"],
+        10,
+        "nothing applied"
+    );
+
+    deploy(
+        &client,
+        &with(json!({"metadata": {"name": "other", "labels": {"kubeairunway.ai/provider": "x"}}})),
+    )
+    .await;
+    let md = md_where(&client, ns, "gemma", "RuntimeOwnedOverride", |m| {
+        condition(m, PROVIDER_COMPATIBLE)
+            .is_some_and(|c| c.reason == reasons::RUNTIME_OWNED_OVERRIDE)
+    })
+    .await;
+    assert_eq!(
+        condition(&md, PROVIDER_COMPATIBLE).unwrap().message,
+        "provider.overrides.metadata.labels.kubeairunway.ai/provider, provider.overrides.metadata.name may not be overridden: the runtime owns them; nothing was applied"
+    );
+}

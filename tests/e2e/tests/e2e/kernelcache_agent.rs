@@ -20,6 +20,7 @@ use kubeairunway_e2e::eventually;
 use kubeairunway_kernelcache_agent::gpu::Static;
 use kubeairunway_kernelcache_agent::metrics::Metrics;
 use kubeairunway_kernelcache_agent::node::KubeNode;
+use kubeairunway_kernelcache_agent::space::Size;
 use kubeairunway_kernelcache_agent::{self as agent, Seams, Settings};
 use kubeairunway_kernelcache_api::{CacheState, KernelCache, KernelCacheNode, NodeCache};
 use kubeairunway_kernelcache_artifact::secrets;
@@ -598,7 +599,7 @@ async fn caches_of_one_image_share_its_files_and_the_disk_budget_is_kept() {
         &registry,
         H100X2,
         |s| {
-            s.disk_budget = Some(100);
+            s.disk_budget = Some(Size::Bytes(100));
         },
     );
     let report = node_where(&client, "small-node", "over budget", |n| {
@@ -611,6 +612,32 @@ async fn caches_of_one_image_share_its_files_and_the_disk_budget_is_kept() {
         "{message}"
     );
     assert!(!small.path().join("ml").exists());
+    // The node's status says what the caches may take and take.
+    let disk = report.status.clone().unwrap().disk.unwrap();
+    assert_eq!((disk.budget_bytes, disk.used_bytes), (Some(100), 0));
+    running.stop().await;
+
+    // A node that must keep all of its filesystem free (a floor of 100%): no stage fits,
+    // whatever the budget, and nothing is written.
+    let full = tempfile::tempdir().unwrap();
+    let running = start_agent_with(&client, "full-node", full.path(), &registry, H100X2, |s| {
+        s.min_free = Size::Percent(100);
+    });
+    let report = node_where(&client, "full-node", "under the floor", |n| {
+        state_of(n, "one") == Some(CacheState::Failed)
+    })
+    .await;
+    let message = entry(&report, "one").unwrap().message.clone().unwrap();
+    assert!(
+        message.contains("bytes free on") && message.contains("(--min-free)"),
+        "{message}"
+    );
+    assert!(!full.path().join("ml").exists());
+    let disk = report.status.clone().unwrap().disk.unwrap();
+    assert!(
+        disk.budget_bytes.is_none() && disk.min_free_bytes > 0,
+        "{disk:?}"
+    );
     running.stop().await;
 }
 

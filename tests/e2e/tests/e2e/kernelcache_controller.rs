@@ -187,18 +187,67 @@ async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments
     .unwrap();
 
     cluster.ensure_namespace("kc-credentials");
+    // The operator allows the test registry's `caches/` repositories only.
     let settings = Settings {
         plain_http: vec![registry.addr().to_string()],
+        allowed: kubeairunway_kernelcache_artifact::allow::AllowedRegistries::new(vec![
+            format!("{}/caches", registry.addr()).parse().unwrap(),
+        ]),
         resync: Duration::from_secs(2),
         credentials_namespace: Some("kc-credentials".into()),
         ..Settings::default()
     };
+    // The controller runs as its chart's service account, under the RBAC the chart renders
+    // for the pull Secrets and handover namespace it is told about: a request the chart
+    // does not grant fails the test.
+    let identity = match kubeairunway_e2e::helm::require() {
+        Some(helm_bin) => {
+            let objects = kubeairunway_e2e::helm::template(
+                &helm_bin,
+                &kubeairunway_e2e::helm::chart("kernelcache-provider"),
+                &[
+                    ("credentials.namespace", "kc-credentials"),
+                    ("controller.pullSecrets[0].namespace", NS),
+                    ("controller.pullSecrets[0].names[0]", "regcred"),
+                ],
+            )
+            .unwrap();
+            let account = objects
+                .iter()
+                .find(|o| {
+                    o["kind"] == "Deployment"
+                        && o["metadata"]["name"]
+                            .as_str()
+                            .is_some_and(|n| n.ends_with("-controller"))
+                })
+                .and_then(|d| d["spec"]["template"]["spec"]["serviceAccountName"].as_str())
+                .unwrap()
+                .to_string();
+            Some(
+                kubeairunway_e2e::rbac::ChartIdentity::apply(
+                    &cluster,
+                    &client,
+                    &objects,
+                    "kernelcache-controller",
+                    "kubeairunway-system",
+                    &account,
+                )
+                .await
+                .unwrap(),
+            )
+        }
+        None => None,
+    };
+    let controller_client = match &identity {
+        Some(identity) => identity.client(&cluster).await.unwrap(),
+        None => client.clone(),
+    };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let synced = kubeairunway_sdk::process::Check::default();
     let task = tokio::spawn(controller::run(
-        client.clone(),
+        controller_client.clone(),
         settings,
-        Arc::new(KubeSecrets(client.clone())),
+        Arc::new(KubeSecrets(controller_client.clone())),
         Arc::new(Metrics::default()),
         synced.clone(),
         async move {
@@ -216,6 +265,39 @@ async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments
     })
     .await
     .unwrap();
+
+    // An image from elsewhere (another repository of the same registry, another host) is
+    // refused before any request for it, with the operator's list in the message.
+    for (name, image) in [
+        ("elsewhere", format!("{}/other/cache:v1", registry.addr())),
+        ("far", "registry.example:6443/caches/signed:v1".to_string()),
+    ] {
+        apply(
+            &client,
+            "cache.kubeairunway.ai/v1alpha1",
+            "KernelCache",
+            "kernelcaches",
+            name,
+            json!({"spec": {"image": image}}),
+        )
+        .await;
+        let s = status_where(&client, name, "refused: registry not allowed", |s| {
+            conditions::find(&s.conditions, "Resolved").is_some()
+        })
+        .await;
+        let (status, reason, message) = condition(&s, "Resolved");
+        assert_eq!(
+            (status, reason),
+            ("False", "RegistryNotAllowed"),
+            "{message}"
+        );
+        assert!(
+            message.contains(&format!("allowed: {}/caches", registry.addr())),
+            "{message}"
+        );
+        assert_eq!(condition(&s, "Ready").1, "RegistryNotAllowed");
+        assert!(s.usable_image().is_none() && s.resolved_digest.is_none());
+    }
 
     // A cache naming a pull Secret: the controller hands the registry's entry over to the
     // agents in the credentials namespace, and takes it back when the cache goes.

@@ -197,6 +197,7 @@ async fn serving_pods_get_usable_caches_and_nothing_else_is_touched() {
             host_paths: kubeairunway_kernelcache_webhook::HostPaths::Labelled,
         },
         metrics: metrics.clone(),
+        access: None,
     });
     let server = axum_server::from_tcp_rustls(
         listener,
@@ -340,6 +341,78 @@ async fn serving_pods_get_usable_caches_and_nothing_else_is_touched() {
 /// is missing are untouched; with the webhook down a serving pod is still created
 /// (failurePolicy Ignore, recorded as failed open). Every request the webhook made is
 /// checked against the chart's RBAC, and every rule must have been used.
+async fn warmups_with_a_custom_action_need_the_right_to_create_pods(
+    cluster: &kubeairunway_testcluster::TestCluster,
+    admin: &Client,
+) {
+    use kubeairunway_e2e::rbac;
+    let tenant =
+        json!([{"kind": "User", "apiGroup": "rbac.authorization.k8s.io", "name": "alice"}]);
+    rbac::grant(
+        admin,
+        NS,
+        "alice-warmups",
+        tenant.clone(),
+        json!([{"apiGroups": ["cache.kubeairunway.ai"], "resources": ["warmups"],
+                "verbs": ["create", "get", "patch"]}]),
+    )
+    .await
+    .unwrap();
+    let alice = cluster.client_as("alice", None).await.unwrap();
+    let warmups: Api<DynamicObject> = Api::namespaced_with(
+        alice,
+        NS,
+        &ApiResource::erase::<kubeairunway_sdk::api::warmup::Warmup>(&()),
+    );
+    let apply = |name: &str, custom: bool| {
+        let mut spec = json!({"targetNodes": {"nodeNames": ["gpu-1"]}, "imagesPreload": {"items": ["busybox:1.36"]}});
+        if custom {
+            spec["customAction"] = json!({"podTemplate": {"spec": {
+                "containers": [{"name": "fetch", "image": "busybox:1.36"}]}}});
+        }
+        let body = json!({"apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "Warmup",
+                          "metadata": {"name": name}, "spec": spec});
+        let (warmups, name) = (warmups.clone(), name.to_string());
+        async move {
+            warmups
+                .patch(&name, &PatchParams::apply("alice"), &Patch::Apply(&body))
+                .await
+        }
+    };
+    apply("images-only", false)
+        .await
+        .expect("a Warmup without a custom action never reaches the webhook");
+    let refused = apply("downloader", true).await.unwrap_err();
+    let kube::Error::Api(refused) = refused else {
+        panic!("not an API error: {refused}");
+    };
+    assert_eq!(refused.code, 403, "{refused:?}");
+    for part in [
+        "spec.customAction",
+        r#"user "alice" may not create pods"#,
+        &format!("namespace {NS:?}"),
+        "warmups.cache.kubeairunway.ai",
+    ] {
+        assert!(
+            refused.message.contains(part),
+            "{part}: {}",
+            refused.message
+        );
+    }
+    rbac::grant(
+        admin,
+        NS,
+        "alice-pods",
+        tenant,
+        json!([{"apiGroups": [""], "resources": ["pods"], "verbs": ["create"]}]),
+    )
+    .await
+    .unwrap();
+    apply("downloader", true)
+        .await
+        .expect("admitted once alice may create pods");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_api_server_calls_the_pod_webhook_installed_from_the_chart() {
     use k8s_openapi::api::core::v1::Pod;
@@ -364,7 +437,12 @@ async fn the_api_server_calls_the_pod_webhook_installed_from_the_chart() {
     helm::apply_kinds(
         &admin,
         &objects,
-        &["ServiceAccount", "Service", "MutatingWebhookConfiguration"],
+        &[
+            "ServiceAccount",
+            "Service",
+            "MutatingWebhookConfiguration",
+            "ValidatingWebhookConfiguration",
+        ],
     )
     .await
     .unwrap();
@@ -538,6 +616,11 @@ async fn the_api_server_calls_the_pod_webhook_installed_from_the_chart() {
         );
         assert!(created.spec.unwrap().init_containers.is_none());
     }
+
+    // A Warmup's custom action runs pods as the warmup controller: a tenant who may write
+    // Warmups but not create pods is refused one (and only one with a custom action), with
+    // the webhook's words; once allowed pods, it is admitted.
+    warmups_with_a_custom_action_need_the_right_to_create_pods(&cluster, &admin).await;
 
     // The webhook goes away: a serving pod is still created, without the cache.
     let _ = stop_tx.send(());

@@ -552,8 +552,7 @@ async fn applied_as_rendered(client: &Client, crd: &CustomResourceDefinition, ap
         .gpus(2)
         .label("kubeairunway.ai/team", "a")
         .overrides(json!({"head": {"resources": {"cpu": "2"},
-                                   "rayStartParams": {"dashboard-host": "0.0.0.0"}},
-                          "heda": {}}))
+                                   "rayStartParams": {"dashboard-host": "0.0.0.0"}}}))
         .spec(|s| {
             s.engine.context_length = Some(4096);
             s.engine.args = Some([("gpu-memory-utilization".into(), "0.85".into())].into());
@@ -601,11 +600,6 @@ async fn applied_as_rendered(client: &Client, crd: &CustomResourceDefinition, ap
     assert_eq!(
         (endpoint.service.as_deref(), endpoint.port),
         (Some("llama-serve-svc"), Some(8000))
-    );
-    let warnings = event_where(client, ns, "llama", "UnknownOverride").await;
-    assert!(
-        warnings[0].contains("provider.overrides.heda"),
-        "{warnings:?}"
     );
 }
 

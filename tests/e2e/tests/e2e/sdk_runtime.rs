@@ -544,24 +544,41 @@ async fn an_object_of_the_rendered_name_owned_by_no_model_deployment_is_never_ta
 }
 
 #[tokio::test]
-async fn overrides_warn_on_unknown_keys_and_fail_on_wrong_types() {
+async fn overrides_are_typed_or_merged_and_checked_and_wrong_types_fail() {
     let provider = "chat-overrides";
     let (client, ns, _running) = setup(provider).await;
+    // `port` is ChatServer's typed key; `spec.replicas` is merged into the ChatServer.
     let md = llama("ov", &ns, provider)
-        .overrides(json!({"port": 9000, "prot": 1, "nested": {"deep": true}}))
+        .overrides(json!({"port": 9000, "spec": {"replicas": 3}}))
         .build();
     deploy(&client, &md).await;
-    chatserver_where(&client, &ns, "ov", "port 9000", |s| {
-        s.as_ref().is_some_and(|s| s.data["spec"]["port"] == 9000)
+    chatserver_where(&client, &ns, "ov", "port 9000, 3 replicas", |s| {
+        s.as_ref()
+            .is_some_and(|s| s.data["spec"]["port"] == 9000 && s.data["spec"]["replicas"] == 3)
     })
     .await;
-    let warnings = event_where(&client, &ns, "ov", "UnknownOverride").await;
-    assert_eq!(
-        warnings,
-        [
-            "unknown override provider.overrides.nested is ignored; unknown override provider.overrides.prot is ignored"
-        ]
+
+    // Keys the ChatServer CRD has not got are refused, each named; nothing is applied.
+    let typo = llama("ov", &ns, provider)
+        .overrides(json!({"port": 9000, "prot": 1, "nested": {"deep": true}}))
+        .build();
+    deploy(&client, &typo).await;
+    let md = md_where(&client, &ns, "ov", "InvalidOverride", |m| {
+        condition(m, PROVIDER_COMPATIBLE).is_some_and(|c| c.reason == "InvalidOverride")
+    })
+    .await;
+    let refused = condition(&md, PROVIDER_COMPATIBLE).unwrap();
+    assert!(
+        refused.message.starts_with(
+            "overrides are not accepted by the installed ChatServer example.kubeairunway.ai/v1"
+        ) && refused.message.ends_with(
+            "provider.overrides.nested (no such field), provider.overrides.prot (no such field); nothing was applied"
+        ),
+        "{}",
+        refused.message
     );
+    let warnings = event_where(&client, &ns, "ov", "InvalidOverride").await;
+    assert_eq!(warnings, std::slice::from_ref(&refused.message));
 
     let bad = llama("ov", &ns, provider)
         .overrides(json!({"port": "high"}))
