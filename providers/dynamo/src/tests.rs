@@ -704,7 +704,7 @@ fn what_the_capabilities_exclude_is_refused_by_the_runtime() {
     let cpu = ModelDeploymentBuilder::new("c").gpus(0).build();
     assert_eq!(
         refused(&cpu),
-        "spec.resources.gpu.count is 0 (CPU only), but provider dynamo requires GPU (set resources.gpu.count > 0)"
+        "spec.resources.gpu.count is 0 (CPU only), but provider dynamo requires GPU for vllm (set resources.gpu.count > 0)"
     );
     let mut no_resources = ModelDeploymentBuilder::new("n").build();
     no_resources.spec.resources = None;

@@ -169,7 +169,7 @@ mod tests {
         );
         assert_eq!(
             refused(&ModelDeploymentBuilder::new("m").gpus(0).build()),
-            "spec.resources.gpu.count is 0 (CPU only), but provider kuberay requires GPU (set resources.gpu.count > 0)"
+            "spec.resources.gpu.count is 0 (CPU only), but provider kuberay requires GPU for vllm (set resources.gpu.count > 0)"
         );
         assert_eq!(
             kubeairunway_sdk::runtime::fit::check(
