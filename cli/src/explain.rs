@@ -66,6 +66,10 @@ pub struct Explanation {
     pub replicas: Option<String>,
     /// The provider it has (or names) is not registered: what to do.
     pub provider_missing: Option<String>,
+    /// `status.engine`: the engine and why (`vllm: explicit engine selection`).
+    pub engine: Option<String>,
+    /// The engine core chooses now, and how (`llamacpp (auto: ...)`).
+    pub engine_now: String,
     /// Selection as it evaluates now: one entry per serving provider.
     pub selection: Vec<ProviderVerdict>,
     /// What selection decides now.
@@ -314,6 +318,27 @@ pub fn upstream_state(object: &DynamicObject, provider: &str) -> Vec<String> {
     lines
 }
 
+/// The engine core chooses for `md` now ([`selection::choose_engine`]) and how, with `md`
+/// as provider selection sees it (`spec.engine.type` set to that engine, when any).
+fn engine_now(
+    md: &ModelDeployment,
+    configs: &[Arc<InferenceProviderConfig>],
+    now: Timestamp,
+) -> (ModelDeployment, String) {
+    let choice = selection::choose_engine(
+        md,
+        configs,
+        &RuleCache::default(),
+        &selection::Settings::default(),
+        now,
+    );
+    let resolved = match choice.engine() {
+        Some(engine) => selection::with_engine(md, engine),
+        None => md.clone(),
+    };
+    (resolved, choice.to_string())
+}
+
 /// Build the explanation (pure: everything was read before).
 pub fn explanation(
     md: &ModelDeployment,
@@ -326,6 +351,8 @@ pub fn explanation(
     let provider = status.provider.clone().unwrap_or_default();
     let configs: Vec<Arc<InferenceProviderConfig>> =
         configs.iter().cloned().map(Arc::new).collect();
+    let (resolved, engine_now) = engine_now(md, &configs, now);
+    let md = &resolved;
     let verdicts = selection::evaluate(
         md,
         &configs,
@@ -442,6 +469,14 @@ pub fn explanation(
             )
         }),
         provider_missing,
+        engine: status.engine.as_ref().and_then(|e| {
+            let engine = e.type_?;
+            Some(match &e.selected_reason {
+                Some(reason) => format!("{engine}: {reason}"),
+                None => engine.to_string(),
+            })
+        }),
+        engine_now,
         selection,
         selection_now,
         capability_providers,
@@ -505,6 +540,13 @@ pub fn text(e: &Explanation) -> String {
         "Provider:",
         Some(&provider.unwrap_or_else(|| "none selected yet".into())),
     );
+    let engine = e
+        .engine
+        .clone()
+        .unwrap_or_else(|| "none recorded yet".into());
+    field(&mut out, "Engine:", Some(&engine));
+    // As core would choose it now: the same function, over the same registrations.
+    field(&mut out, "", Some(&format!("now: engine {}", e.engine_now)));
     field(&mut out, "Endpoint:", e.endpoint.as_ref());
     field(&mut out, "Replicas:", e.replicas.as_ref());
     if let Some(m) = &e.provider_missing {
@@ -711,6 +753,39 @@ mod tests {
             "{t}"
         );
         assert!(e.provider_missing.is_none());
+    }
+
+    /// The engine as recorded, and as core would choose it now: the same decision as
+    /// core's and `render`'s.
+    #[test]
+    fn the_engine_is_shown_as_recorded_and_as_chosen_now() {
+        let configs = registered(&[("dynamo", true), ("kaito", true), ("kuberay", true)]);
+        let fresh = md(&json!({"model": {"id": "Qwen/Qwen3-0.6B"}}), &json!({}));
+        let t = text(&explanation(&fresh, &configs, &[], None, now()));
+        assert!(
+            t.contains(
+                "  Engine:   none recorded yet
+"
+            ),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                "  now: engine vllm (auto: first of vllm, sglang, trtllm, llamacpp that a \
+                 provider serves (gpu=true (one by default), mode=aggregated): provider dynamo)\n"
+            ),
+            "{t}"
+        );
+        // Selection runs over the chosen engine (vLLM, with its default GPU).
+        assert!(t.contains("wins (priority 50)"), "{t}");
+
+        let kept = md(
+            &json!({"model": {"id": "Qwen/Qwen3-0.6B"}}),
+            &json!({"provider": {"name": "dynamo"}, "engine": {"type": "vllm", "selectedReason": "r"}}),
+        );
+        let t = text(&explanation(&kept, &configs, &[], None, now()));
+        assert!(t.contains("  Engine:   vllm: r\n"), "{t}");
+        assert!(t.contains("  now: engine vllm (kept: r)\n"), "{t}");
     }
 
     #[test]

@@ -52,7 +52,8 @@ pub struct Entry {
     /// `status.upstreamCRDVersion`: the upstream API it renders for.
     #[serde(rename = "upstreamCRDVersion", skip_serializing_if = "Option::is_none")]
     pub upstream_crd_version: Option<String>,
-    /// What it serves (`vllm,sglang gpu aggregated`) or adds (`features: kernelCache`).
+    /// What it serves, per engine (`vllm on gpu (aggregated); llamacpp on gpu/cpu
+    /// (aggregated)`), or adds (`features: kernelCache`).
     pub serves: String,
     /// How to install it.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -70,25 +71,20 @@ pub fn serves(caps: Option<&Capabilities>) -> String {
     if caps.engines.is_empty() {
         return format!("features: {}", caps.features.join(","));
     }
-    let engines: Vec<&str> = caps.engines.iter().map(|e| e.as_str()).collect();
-    let mut hw = Vec::new();
-    if caps.gpu_support {
-        hw.push("gpu");
-    }
-    if caps.cpu_support {
-        hw.push("cpu");
-    }
-    let modes: Vec<String> = caps.serving_modes.iter().map(ToString::to_string).collect();
-    format!(
-        "{} on {} ({})",
-        engines.join(","),
-        hw.join("/"),
-        if modes.is_empty() {
-            "aggregated".to_string()
-        } else {
-            modes.join(", ")
-        }
-    )
+    let engines: Vec<String> = caps
+        .engine_names()
+        .into_iter()
+        .filter_map(|name| caps.engine(name))
+        .map(|e| {
+            let hw: Vec<&str> = [(e.gpu_support, "gpu"), (e.cpu_support, "cpu")]
+                .into_iter()
+                .filter_map(|(on, hw)| on.then_some(hw))
+                .collect();
+            let modes: Vec<&str> = e.serving_modes.iter().map(|m| m.as_str()).collect();
+            format!("{} on {} ({})", e.name, hw.join("/"), modes.join(", "))
+        })
+        .collect();
+    engines.join("; ")
 }
 
 /// Installation hints as lines for a person: what to install, Helm repositories and
@@ -283,7 +279,7 @@ mod tests {
         );
         let text = table(&entries);
         assert!(
-            text.contains("kaito        true             0.1.0     12s ago     kaito.sh/v1beta1   vllm,llamacpp on gpu/cpu (aggregated)"),
+            text.contains("kaito        true             0.1.0     12s ago     kaito.sh/v1beta1   vllm on gpu (aggregated); llamacpp on gpu/cpu (aggregated)"),
             "{text}"
         );
         assert!(

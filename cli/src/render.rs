@@ -49,6 +49,8 @@ pub struct Args {
 /// What a provider would apply for one ModelDeployment.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Preview {
+    /// The engine and how it was chosen: `vllm (explicit)`, `llamacpp (auto: ...)`.
+    pub engine: String,
     /// The provider.
     pub provider: String,
     /// Why this provider: named, or selection's reason.
@@ -96,6 +98,31 @@ pub fn choose(
     }
 }
 
+/// The engine `md` is served with, as core chooses it ([`selection::choose_engine`], over
+/// the built-in providers' registrations at `now`, limited to `forced` when given): `md`
+/// with `spec.engine.type` set to it, and the engine with how it was chosen.
+pub fn resolve_engine(
+    md: &ModelDeployment,
+    forced: Option<&str>,
+    builtins: &BuiltIns,
+    now: Timestamp,
+) -> Result<(ModelDeployment, String), String> {
+    let mut asked = md.clone();
+    if let Some(name) = forced {
+        asked.spec.provider.get_or_insert_default().name = Some(name.to_string());
+    }
+    let configs = builtins.registered(now);
+    let choice = selection::choose_engine(
+        &asked,
+        &configs,
+        &RuleCache::default(),
+        &selection::Settings::default(),
+        now,
+    );
+    let engine = choice.engine().ok_or_else(|| choice.to_string())?;
+    Ok((selection::with_engine(md, engine), choice.to_string()))
+}
+
 /// The objects the chosen provider applies for `md`, or the message the provider's
 /// status would carry instead.
 pub fn preview(
@@ -105,6 +132,8 @@ pub fn preview(
     crds: &UpstreamCrds,
     now: Timestamp,
 ) -> Result<Preview, String> {
+    let (resolved, engine) = resolve_engine(md, forced, builtins, now)?;
+    let md = &resolved;
     let (name, reason) = choose(md, forced, builtins, now)?;
     let provider = builtins.get(&name).ok_or_else(|| {
         format!(
@@ -152,6 +181,7 @@ pub fn preview(
     let objects = kubeairunway_sdk::render::finalize(provider, md, &api, rendered.objects)
         .map_err(|e| fail(e.to_string()))?;
     Ok(Preview {
+        engine,
         provider: name,
         reason,
         objects,
@@ -205,7 +235,10 @@ pub fn run(args: &Args, term: &mut Terminal) -> anyhow::Result<i32> {
             }
             match preview(md, args.provider.as_deref(), &builtins, &crds, now) {
                 Ok(p) => {
-                    term.err(&format!("# {id}: provider {} ({})\n", p.provider, p.reason));
+                    term.err(&format!(
+                        "# {id}: engine {}, provider {} ({})\n",
+                        p.engine, p.provider, p.reason
+                    ));
                     for w in &p.warnings {
                         term.err(&format!("warning: {id}: {w}\n"));
                     }
@@ -294,8 +327,27 @@ mod tests {
             "{}",
             gpu.reason
         );
+        assert_eq!(gpu.engine, "vllm (explicit)");
         let cpu = preview(&sample("cpu-llamacpp"), None, &builtins, &crds, now()).unwrap();
         assert_eq!(cpu.provider, "kaito");
+        // No engine: chosen as core chooses it, and said so.
+        let auto = preview(&sample("auto-engine"), None, &builtins, &crds, now()).unwrap();
+        assert_eq!(
+            (auto.engine.as_str(), auto.provider.as_str()),
+            (
+                "vllm (auto: first of vllm, sglang, trtllm, llamacpp that a provider serves \
+                 (gpu=true (one by default), mode=aggregated): provider dynamo)",
+                "dynamo"
+            )
+        );
+        let graph = &auto.objects[0];
+        assert_eq!(graph.types.as_ref().unwrap().kind, "DynamoGraphDeployment");
+        assert!(
+            serde_json::to_string(&graph.data)
+                .unwrap()
+                .contains(r#""nvidia.com/gpu":"1""#),
+            "the engine's default GPU is rendered: {graph:?}"
+        );
         let named = preview(
             &sample("disaggregated-kv-routing"),
             None,

@@ -415,7 +415,7 @@ pub fn row(name: &str, md: Option<&ModelDeployment>) -> Row {
             md.name_any(),
             or_dash(status.phase),
             or_dash(provider.name),
-            or_dash(md.spec.engine.type_.map(EngineType::as_str)),
+            or_dash(md.resolved_engine().map(EngineType::as_str)),
             or_dash(status.replicas.and_then(|r| r.ready)),
             or_dash(status.endpoint.map(|e| {
                 format!(

@@ -1,5 +1,5 @@
-//! The sample ModelDeployments under `config/samples/`: three examples (aggregated vLLM,
-//! llama.cpp on CPU, disaggregated vLLM with KV-aware routing), and under `config/samples/invalid/` one object
+//! The sample ModelDeployments under `config/samples/`: four examples (aggregated vLLM,
+//! llama.cpp on CPU, an engine core chooses, disaggregated vLLM with KV-aware routing), and under `config/samples/invalid/` one object
 //! per rule of the ModelDeployment CRD that the API server itself enforces, each with the
 //! field and message it is refused with.
 
@@ -98,6 +98,17 @@ pub fn all() -> Vec<Sample> {
             rejection: None,
         },
         Sample {
+            name: "auto-engine",
+            description: "AI Runway's README example: no engine, no provider. Core chooses the engine from the ready providers'\ncapabilities and records it in status.engine: vLLM with its default GPU (dynamo with the built-in providers).",
+            manifest: md(
+                "qwen3",
+                json!({
+                    "model": {"id": "Qwen/Qwen3-0.6B"},
+                }),
+            ),
+            rejection: None,
+        },
+        Sample {
             name: "disaggregated-kv-routing",
             description: "Disaggregated prefill/decode serving on Dynamo with KV-cache-aware routing.\nrouterMode reaches Dynamo's frontend as DYN_ROUTER_MODE (Dynamo has no router-mode field).",
             manifest: md(
@@ -191,13 +202,6 @@ pub fn all() -> Vec<Sample> {
                 "serving": {"mode": "disaggregated"},
                 "scaling": {"prefill": {"gpu": {"count": 1}}, "decode": {"gpu": {"count": 0}}},
             }),
-        ),
-        rejected(
-            "missing-engine-type",
-            "The engine type is required.",
-            "spec.engine.type",
-            "engine.type is required",
-            json!({"model": {"id": "meta-llama/Llama-3.1-8B-Instruct"}, "resources": {"gpu": {"count": 1}}}),
         ),
         rejected(
             "warmup-named-and-inline",

@@ -2,8 +2,9 @@
 //! selection, and core's own status fields, applied by server-side apply under
 //! [`FIELD_MANAGER`](crate::FIELD_MANAGER).
 //!
-//! Core owns `status.provider.name`, `status.provider.selectedReason`, `status.engine`,
-//! the conditions `Validated` and `ProviderSelected`, and `status.phase`/`message` only
+//! Core owns `status.provider.name`, `status.provider.selectedReason`, `status.engine`
+//! (the engine of the spec, or the one core chose: [`selection::choose_engine`]), the
+//! conditions `Validated`, `EngineSelected` and `ProviderSelected`, and `status.phase`/`message` only
 //! while no provider is selected. Every apply carries the whole set of fields core still
 //! owns; a field left out is released (and removed unless another manager owns it), which
 //! is how core gives the phase up once a provider is selected.
@@ -20,8 +21,9 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
+use kubeairunway_sdk::api::EngineType;
 use kubeairunway_sdk::compact::Compact;
-use kubeairunway_sdk::conditions::{self, PROVIDER_SELECTED, VALIDATED, reasons};
+use kubeairunway_sdk::conditions::{self, ENGINE_SELECTED, PROVIDER_SELECTED, VALIDATED, reasons};
 use kubeairunway_sdk::events::{Event, EventType};
 use kubeairunway_sdk::{API_VERSION, InferenceProviderConfig, ModelDeployment, labels, reflect};
 use serde_json::{Value, json};
@@ -29,7 +31,7 @@ use tracing::{debug, info, warn};
 
 use crate::FIELD_MANAGER;
 use crate::metrics::Metrics;
-use crate::selection::{self, Outcome, RuleCache};
+use crate::selection::{self, EngineChoice, Outcome, RuleCache};
 use crate::validation::{self, validate};
 
 pub use crate::context::{Context, Error, Settings};
@@ -150,6 +152,8 @@ fn condition_of<'a>(md: &'a ModelDeployment, type_: &str) -> Option<&'a Conditio
 pub(crate) struct Desired {
     phase_message: Option<String>,
     provider: Option<(String, String)>,
+    /// `status.engine`: the engine and its `selectedReason`.
+    engine: Option<(EngineType, String)>,
     conditions: Vec<Condition>,
     newly_selected: bool,
     requeue: Option<Duration>,
@@ -340,6 +344,9 @@ pub(crate) fn decide(
         .is_some_and(|e| selected.as_ref() != Some(e) && (selected.is_none() || owns));
 
     if let Some(name) = selected.filter(|_| !explicit_change) {
+        // Explicit, or kept from status.engine: no rule is evaluated.
+        let choice = selection::choose_engine(md, configs, rules, &settings.selection, now);
+        record_engine(md, &choice, &mut d, now);
         keep_selection(md, name, owns, &mut d, now);
         return (d, None);
     }
@@ -347,6 +354,16 @@ pub(crate) fn decide(
         d.phase_message = Some(format!("Validation failed: {}", v.message()));
         return (d, None);
     }
+    let choice = selection::choose_engine(md, configs, rules, &settings.selection, now);
+    record_engine(md, &choice, &mut d, now);
+    let Some(engine) = choice.engine() else {
+        d.phase_message = Some(choice.reason().to_string());
+        d.requeue = Some(settings.pending_requeue);
+        return (d, None);
+    };
+    // Provider selection, and its rules, see the resolved engine as `spec.engine.type`.
+    let resolved = selection::with_engine(md, engine);
+    let md = &resolved;
     if let Some(name) = explicit {
         select_explicit(md, name, configs, settings, &mut d, now);
         return (d, None);
@@ -366,6 +383,18 @@ pub(crate) fn decide(
     let sel = selection::select(md, configs, rules, &settings.selection, now);
     select_automatic(md, &sel.outcome, settings, &mut d, now);
     (d, Some(sel))
+}
+
+/// `EngineSelected` and `status.engine`, from the engine choice.
+fn record_engine(md: &ModelDeployment, choice: &EngineChoice, d: &mut Desired, now: Timestamp) {
+    let (ok, reason) = match choice {
+        EngineChoice::Explicit(_) => (true, reasons::EXPLICIT),
+        EngineChoice::Kept { .. } | EngineChoice::Auto { .. } => (true, reasons::AUTO_SELECTED),
+        EngineChoice::NoneFits { .. } => (false, reasons::NO_ENGINE),
+    };
+    d.conditions
+        .push(cond(md, ENGINE_SELECTED, ok, reason, choice.reason(), now));
+    d.engine = choice.engine().map(|e| (e, choice.reason().to_string()));
 }
 
 /// `Validated`, from the spec validation.
@@ -515,8 +544,11 @@ fn status_body(md: &ModelDeployment, d: &Desired) -> Value {
             json!({"name": name, "selectedReason": reason}),
         );
     }
-    if let Some(engine) = md.spec.engine.type_ {
-        status.insert("engine".into(), json!({"type": engine}));
+    if let Some((engine, reason)) = &d.engine {
+        status.insert(
+            "engine".into(),
+            json!({"type": engine, "selectedReason": reason}),
+        );
     }
     status.insert(
         "conditions".into(),
@@ -740,6 +772,82 @@ mod tests {
         assert!(sel.is_some(), "rule reports come with an auto selection");
     }
 
+    /// No engine in the spec: core chooses it (a GGUF model: llama.cpp), records it with
+    /// `EngineSelected`, selects the provider over it, and keeps it once selected.
+    #[test]
+    fn an_engine_is_chosen_recorded_and_selected_for() {
+        let m = md(json!({"model": {"id": "x/Qwen3-0.6B-GGUF"}}), None);
+        let (d, _) = run(&m, &Settings::default());
+        let engine = condition(&d, ENGINE_SELECTED);
+        assert_eq!(
+            (engine.status.as_str(), engine.reason.as_str()),
+            ("True", reasons::AUTO_SELECTED)
+        );
+        let reason =
+            "only llamacpp serves a GGUF model (gpu=false, mode=aggregated): provider kaito";
+        assert_eq!(engine.message, reason);
+        assert_eq!(d.provider.as_ref().unwrap().0, "kaito");
+        let body = status_body(&m, &d);
+        assert_eq!(
+            body["status"]["engine"],
+            json!({"type": "llamacpp", "selectedReason": reason})
+        );
+
+        // Selected: kept as recorded, whatever the providers say now.
+        let stored = md(
+            json!({"model": {"id": "x/Qwen3-0.6B-GGUF"}}),
+            Some(body["status"].clone()),
+        );
+        let kept = decide(
+            &stored,
+            &[],
+            &RuleCache::default(),
+            &Settings::default(),
+            Timestamp::now(),
+        )
+        .0;
+        assert_eq!(condition(&kept, ENGINE_SELECTED).message, reason);
+        assert_eq!(
+            status_body(&stored, &kept)["status"]["engine"],
+            body["status"]["engine"]
+        );
+
+        // Named in the spec: explicit.
+        let explicit = md(
+            json!({"model": {"id": "a/b"}, "engine": {"type": LLAMA}}),
+            None,
+        );
+        let (d, _) = run(&explicit, &Settings::default());
+        assert_eq!(condition(&d, ENGINE_SELECTED).reason, reasons::EXPLICIT);
+        assert_eq!(
+            status_body(&explicit, &d)["status"]["engine"],
+            json!({"type": "llamacpp", "selectedReason": selection::EXPLICIT_ENGINE_REASON})
+        );
+    }
+
+    #[test]
+    fn no_engine_that_fits_is_a_condition_and_no_selection() {
+        let m = md(
+            json!({"model": {"id": "a/b"}, "serving": {"mode": "disaggregated"},
+                   "scaling": {"prefill": {"gpu": {"count": 1}}, "decode": {"gpu": {"count": 1}}}}),
+            None,
+        );
+        let (d, sel) = run(&m, &Settings::default());
+        let engine = condition(&d, ENGINE_SELECTED);
+        assert_eq!(
+            (engine.status.as_str(), engine.reason.as_str()),
+            ("False", reasons::NO_ENGINE)
+        );
+        assert!(
+            engine.message.starts_with("No engine is served (mode=disaggregated): vllm (gpu=true): kaito: engine vllm not supported;"),
+            "{}",
+            engine.message
+        );
+        assert_eq!(d.phase_message.as_deref(), Some(engine.message.as_str()));
+        assert!(d.provider.is_none() && sel.is_none() && d.requeue.is_some());
+        assert!(status_body(&m, &d)["status"].get("engine").is_none());
+    }
+
     #[test]
     fn an_explicit_provider_must_be_registered_and_serve() {
         for (name, reason) in [
@@ -879,8 +987,8 @@ mod tests {
             "manager": FIELD_MANAGER, "operation": "Apply", "subresource": "status",
             "fieldsType": "FieldsV1",
             "fieldsV1": {"f:status": {"f:provider": {"f:name": {}, "f:selectedReason": {}},
-                         "f:engine": {"f:type": {}},
-                         "f:conditions": {"k:{\"type\":\"Validated\"}": {}, "k:{\"type\":\"ProviderSelected\"}": {}}}}
+                         "f:engine": {"f:type": {}, "f:selectedReason": {}},
+                         "f:conditions": {"k:{\"type\":\"Validated\"}": {}, "k:{\"type\":\"EngineSelected\"}": {}, "k:{\"type\":\"ProviderSelected\"}": {}}}}
         }))
         .unwrap()]);
         assert!(is_current(&stored, &body));

@@ -137,6 +137,8 @@ mod tests {
             json!({"model": {"id": "a/b"}, "engine": {"type": "sglang"}, "serving": {"mode": "disaggregated"},
                    "scaling": {"prefill": {"gpu": {"count": 1}}, "decode": {"gpu": {"count": 2}}}}),
             json!({"model": {"source": "custom"}, "engine": {"type": "llamacpp"}}),
+            // No engine: core chooses one.
+            json!({"model": {"id": "Qwen/Qwen3-0.6B"}}),
         ] {
             assert!(validate(&spec(s.clone())).is_valid(), "{s}");
         }
@@ -145,7 +147,6 @@ mod tests {
     #[test]
     fn each_rule_has_its_exact_message() {
         let cases = [
-            (json!({"model": {"id": "a/b"}}), "engine.type is required"),
             (
                 json!({"model": {}, "engine": {"type": "llamacpp"}}),
                 "model.id is required when source is huggingface",

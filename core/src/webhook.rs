@@ -141,13 +141,18 @@ impl WebhookState {
             return None;
         }
         let configs = store.store.state();
-        let chosen = selection::select(
-            md,
-            &configs,
-            &foresight.rules,
-            &foresight.settings,
-            Timestamp::now(),
-        );
+        let now = Timestamp::now();
+        // With no engine in the spec, selection runs over the engine core will choose.
+        let resolved;
+        let md = if md.spec.engine.type_.is_some() {
+            md
+        } else {
+            let choice =
+                selection::choose_engine(md, &configs, &foresight.rules, &foresight.settings, now);
+            resolved = selection::with_engine(md, choice.engine()?);
+            &resolved
+        };
+        let chosen = selection::select(md, &configs, &foresight.rules, &foresight.settings, now);
         match chosen.outcome {
             Outcome::Selected { provider, .. } => Some(provider),
             _ => None,
@@ -704,6 +709,16 @@ mod tests {
         assert_eq!(
             finalizers_after(&state, "CREATE", meta.clone(), named.clone()),
             json!(["user.example/keep", "kubeairunway.ai/low-provider"])
+        );
+        // No engine: the provider core selects over the engine it chooses (vLLM).
+        assert_eq!(
+            finalizers_after(
+                &state,
+                "CREATE",
+                meta.clone(),
+                json!({"model": {"id": "big/m"}})
+            ),
+            json!(["user.example/keep", "kubeairunway.ai/high-provider"])
         );
         let keep = json!(["user.example/keep"]);
         // No provider fits a CPU-only llama.cpp spec.

@@ -13,6 +13,9 @@ use k8s_openapi::jiff::Timestamp;
 
 /// Core: the spec passed validation.
 pub const VALIDATED: &str = "Validated";
+/// Core: the engine is resolved (`spec.engine.type`, or chosen and recorded in
+/// `status.engine`).
+pub const ENGINE_SELECTED: &str = "EngineSelected";
 /// Core (or a custom selector): a provider has been chosen.
 pub const PROVIDER_SELECTED: &str = "ProviderSelected";
 /// Provider: the provider can serve this spec with the installed upstream API.
@@ -39,10 +42,15 @@ pub mod reasons {
     pub const VALIDATION_PASSED: &str = "ValidationPassed";
     /// `Validated=False`.
     pub const VALIDATION_FAILED: &str = "ValidationFailed";
-    /// `ProviderSelected=True`, chosen by the CEL selector.
+    /// `ProviderSelected=True`, chosen by the CEL selector; `EngineSelected=True`, chosen
+    /// from the providers' capabilities.
     pub const AUTO_SELECTED: &str = "AutoSelected";
-    /// `ProviderSelected=True`, named in `spec.provider.name`.
+    /// `ProviderSelected=True`, named in `spec.provider.name`; `EngineSelected=True`,
+    /// named in `spec.engine.type`.
     pub const EXPLICIT: &str = "ExplicitSelection";
+    /// `EngineSelected=False`: no engine can be served for the spec (the message says
+    /// why, per engine).
+    pub const NO_ENGINE: &str = "NoSuitableEngine";
     /// `ProviderSelected=False`: no provider fits.
     pub const NO_PROVIDER: &str = "NoSuitableProvider";
     /// `ProviderSelected=False`: no provider is registered and healthy.

@@ -21,8 +21,12 @@ use crate::{InferenceProviderConfig, ModelDeployment, ModelDeploymentSpec};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
+mod engine;
 mod rules;
 
+pub use engine::{
+    ENGINE_PREFERENCE, EXPLICIT_ENGINE_REASON, EngineChoice, choose_engine, is_gguf, with_engine,
+};
 pub(crate) use rules::ENV;
 pub use rules::{CompiledRule, RuleCache, RuleError, RuleInput, budget, to_cel};
 
@@ -128,20 +132,26 @@ pub enum Misfit {
         /// The engines the provider serves.
         serves: Vec<EngineType>,
     },
-    /// The spec asks for GPUs; the provider serves CPU-only deployments alone.
+    /// The spec asks for GPUs; the provider serves its engine CPU-only alone.
     Gpu {
+        /// The spec's engine.
+        engine: EngineType,
         /// Where the spec asks for them, with the value (`spec.resources.gpu.count is 2`).
         asked: String,
     },
-    /// The spec asks for no GPU; the provider serves on GPUs only.
+    /// The spec asks for no GPU; the provider serves its engine on GPUs only.
     CpuOnly {
+        /// The spec's engine.
+        engine: EngineType,
         /// The field that says so, with the value (`spec.resources.gpu.count is 0`).
         asked: String,
         /// How to ask for GPUs in this serving mode.
         fix: &'static str,
     },
-    /// `spec.serving.mode` is not among the provider's serving modes.
+    /// `spec.serving.mode` is not among the serving modes of the provider's engine.
     Mode {
+        /// The spec's engine.
+        engine: EngineType,
         /// The spec's serving mode.
         mode: ServingMode,
         /// The serving modes the provider serves.
@@ -155,9 +165,11 @@ impl std::fmt::Display for Misfit {
         match self {
             Misfit::EngineUnset { .. } => f.write_str("engine not set"),
             Misfit::Engine { engine, .. } => write!(f, "engine {engine} not supported"),
-            Misfit::Gpu { .. } => f.write_str("GPU not supported"),
-            Misfit::CpuOnly { .. } => f.write_str("CPU-only not supported"),
-            Misfit::Mode { mode, .. } => write!(f, "serving mode {mode} not supported"),
+            Misfit::Gpu { engine, .. } => write!(f, "GPU not supported with {engine}"),
+            Misfit::CpuOnly { engine, .. } => write!(f, "CPU-only not supported with {engine}"),
+            Misfit::Mode { mode, engine, .. } => {
+                write!(f, "serving mode {mode} not supported with {engine}")
+            }
         }
     }
 }
@@ -177,7 +189,8 @@ impl Misfit {
     pub fn explain(&self, provider: &str) -> String {
         match self {
             Misfit::EngineUnset { serves } => format!(
-                "spec.engine.type is not set: provider {provider} {}",
+                "spec.engine.type is not set and core recorded no engine in status.engine: \
+                 provider {provider} {}",
                 serving("engine", serves)
             ),
             Misfit::Engine { engine, serves } => format!(
@@ -185,16 +198,20 @@ impl Misfit {
                  it {}",
                 serving("engine", serves)
             ),
-            Misfit::Gpu { asked } => format!(
-                "{asked}, but provider {provider} does not support GPUs: it serves CPU-only \
-                 deployments (remove the GPU request)"
+            Misfit::Gpu { engine, asked } => format!(
+                "{asked}, but provider {provider} does not support GPUs with {engine}: it \
+                 serves CPU-only deployments (remove the GPU request)"
             ),
-            Misfit::CpuOnly { asked, fix } => {
-                format!("{asked} (CPU only), but provider {provider} requires GPU ({fix})")
-            }
-            Misfit::Mode { mode, serves } => format!(
-                "spec.serving.mode is {mode}, which provider {provider} does not support: \
-                 it {}",
+            Misfit::CpuOnly { engine, asked, fix } => format!(
+                "{asked} (CPU only), but provider {provider} requires GPU for {engine} ({fix})"
+            ),
+            Misfit::Mode {
+                engine,
+                mode,
+                serves,
+            } => format!(
+                "spec.serving.mode is {mode}, which provider {provider} does not support with \
+                 {engine}: it {}",
                 serving("serving mode", serves)
             ),
         }
@@ -221,31 +238,30 @@ fn gpu_request(spec: &ModelDeploymentSpec) -> String {
     }
 }
 
-/// Whether capabilities fit a spec: its engine, whether it asks for GPUs, and its serving
-/// mode, in that order; `Err` says what does not fit.
+/// Whether capabilities fit a spec: its engine, then that engine's capabilities (GPU or
+/// CPU-only, serving mode), in that order; `Err` says what does not fit.
 pub fn fits(caps: &Capabilities, spec: &ModelDeploymentSpec) -> Result<(), Misfit> {
-    match spec.engine.type_ {
-        None => {
-            return Err(Misfit::EngineUnset {
-                serves: caps.engines.clone(),
-            });
-        }
-        Some(engine) if !caps.engines.contains(&engine) => {
-            return Err(Misfit::Engine {
-                engine,
-                serves: caps.engines.clone(),
-            });
-        }
-        Some(_) => {}
-    }
+    let Some(engine) = spec.engine.type_ else {
+        return Err(Misfit::EngineUnset {
+            serves: caps.engine_names(),
+        });
+    };
+    let Some(served) = caps.engine(engine) else {
+        return Err(Misfit::Engine {
+            engine,
+            serves: caps.engine_names(),
+        });
+    };
     let gpu = spec.uses_gpu();
-    if gpu && !caps.gpu_support {
+    if gpu && !served.gpu_support {
         return Err(Misfit::Gpu {
+            engine,
             asked: gpu_request(spec),
         });
     }
-    if !gpu && !caps.cpu_support {
+    if !gpu && !served.cpu_support {
         return Err(Misfit::CpuOnly {
+            engine,
             asked: gpu_request(spec),
             fix: match spec.serving.mode {
                 ServingMode::Aggregated => "set resources.gpu.count > 0",
@@ -256,18 +272,12 @@ pub fn fits(caps: &Capabilities, spec: &ModelDeploymentSpec) -> Result<(), Misfi
         });
     }
     let mode = spec.serving.mode;
-    let modes_ok = if caps.serving_modes.is_empty() {
-        mode == ServingMode::Aggregated
-    } else {
-        caps.serving_modes.contains(&mode)
-    };
-    if !modes_ok {
-        let serves = if caps.serving_modes.is_empty() {
-            vec![ServingMode::Aggregated]
-        } else {
-            caps.serving_modes.clone()
-        };
-        return Err(Misfit::Mode { mode, serves });
+    if !served.serving_modes.contains(&mode) {
+        return Err(Misfit::Mode {
+            engine,
+            mode,
+            serves: served.serving_modes,
+        });
     }
     Ok(())
 }
@@ -280,6 +290,11 @@ pub fn capability_summary(spec: &ModelDeploymentSpec) -> String {
         spec.uses_gpu(),
         spec.serving.mode
     )
+}
+
+/// The start of [`Outcome::NoneFits`]'s message, before the per-provider reasons.
+pub(crate) fn none_fits_prefix(spec: &ModelDeploymentSpec) -> String {
+    format!("No provider fits ({}): ", capability_summary(spec))
 }
 
 /// How one selection rule of a provider evaluated for a ModelDeployment.
@@ -497,7 +512,7 @@ pub fn decide(md: &ModelDeployment, verdicts: &[Verdict]) -> Selection {
         }
         Outcome::NoHealthyProviders { detail }
     } else {
-        let mut message = format!("No provider fits ({}): ", capability_summary(&md.spec));
+        let mut message = none_fits_prefix(&md.spec);
         let all: BTreeMap<_, _> = why_not.iter().chain(unhealthy.iter()).collect();
         let parts: Vec<String> = all.iter().map(|(n, r)| format!("{n}: {r}")).collect();
         message.push_str(&parts.join("; "));
@@ -513,7 +528,7 @@ pub fn decide(md: &ModelDeployment, verdicts: &[Verdict]) -> Selection {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{EngineType, SelectionRule};
+    use crate::api::{EngineCapability, EngineType, SelectionRule};
     use crate::{InferenceProviderConfigSpec, InferenceProviderConfigStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
     use serde_json::json;
@@ -534,7 +549,7 @@ mod tests {
             name,
             InferenceProviderConfigSpec {
                 capabilities: Some(Capabilities {
-                    engines: engines.to_vec(),
+                    engines: engines.iter().copied().map(EngineCapability::new).collect(),
                     serving_modes: modes.to_vec(),
                     cpu_support: cpu,
                     gpu_support: gpu,
@@ -685,7 +700,7 @@ mod tests {
         };
         assert_eq!(
             message,
-            "No provider fits (engine=vllm, gpu=true, mode=disaggregated): agg: serving mode disaggregated not supported; cpu-only: GPU not supported; sg: engine vllm not supported"
+            "No provider fits (engine=vllm, gpu=true, mode=disaggregated): agg: serving mode disaggregated not supported with vllm; cpu-only: GPU not supported with vllm; sg: engine vllm not supported"
         );
     }
 
@@ -958,7 +973,10 @@ mod tests {
         assert_eq!(
             standings,
             [
-                ("cpu", &Standing::DoesNotFit("GPU not supported".into())),
+                (
+                    "cpu",
+                    &Standing::DoesNotFit("GPU not supported with vllm".into())
+                ),
                 ("down", &Standing::Unhealthy("not ready".into())),
                 ("named", &Standing::NoRules),
                 ("nomatch", &Standing::NoRuleMatched),

@@ -500,6 +500,22 @@ pub async fn select(
     .ok_or_else(|| refused(format!("provider {provider} is not registered")))?;
     let chosen = core_selection(md, provider, &config.spec)
         .map_err(|why| refused(format!("core would not select {provider}: {why}")))?;
+    // With no engine in the spec, the engine core records: the first `provider` serves.
+    let engine = if md.spec.engine.type_.is_none() {
+        let mut named = md.clone();
+        named.spec.provider.get_or_insert_default().name = Some(provider.to_string());
+        let choice = crate::selection::choose_engine(
+            &named,
+            &[std::sync::Arc::new(config.clone())],
+            &crate::selection::RuleCache::default(),
+            &crate::selection::Settings::default(),
+            Timestamp::now(),
+        );
+        let engine = choice.engine().ok_or_else(|| refused(choice.to_string()))?;
+        Some(json!({"type": engine, "selectedReason": choice.reason()}))
+    } else {
+        None
+    };
     let api: Api<ModelDeployment> = Api::namespaced(client.clone(), &ns);
     let condition = conditions::new(
         None,
@@ -510,7 +526,7 @@ pub async fn select(
         md.metadata.generation,
         Timestamp::now(),
     );
-    let patch = json!({
+    let mut patch = json!({
         "apiVersion": ModelDeployment::api_version(&()),
         "kind": "ModelDeployment",
         "status": {
@@ -518,6 +534,9 @@ pub async fn select(
             "conditions": [condition],
         },
     });
+    if let Some(engine) = engine {
+        patch["status"]["engine"] = engine;
+    }
     api.patch_status(
         &name,
         &PatchParams::apply(CORE_MANAGER).force(),
@@ -528,7 +547,8 @@ pub async fn select(
 
 /// Which provider core would select for `md` (which names none) among `providers`, each
 /// a provider's name and registration ([`Provider::config`]), every one taken as ready
-/// with a fresh heartbeat: [`crate::selection::select`], as core runs it.
+/// with a fresh heartbeat: [`crate::selection::select`], as core runs it (over the engine
+/// [`crate::selection::choose_engine`] chooses when the spec names none).
 pub fn score(
     md: &ModelDeployment,
     providers: &[(&str, crate::InferenceProviderConfigSpec)],
@@ -547,13 +567,16 @@ pub fn score(
             std::sync::Arc::new(config)
         })
         .collect();
-    crate::selection::select(
-        md,
-        &configs,
-        &crate::selection::RuleCache::default(),
-        &crate::selection::Settings::default(),
-        now,
-    )
+    let (rules, settings) = (
+        crate::selection::RuleCache::default(),
+        crate::selection::Settings::default(),
+    );
+    let choice = crate::selection::choose_engine(md, &configs, &rules, &settings, now);
+    let resolved = match (md.spec.engine.type_, choice.engine()) {
+        (None, Some(engine)) => crate::selection::with_engine(md, engine),
+        _ => md.clone(),
+    };
+    crate::selection::select(&resolved, &configs, &rules, &settings, now)
 }
 
 /// Write an upstream object's `status` as its operator would (a merge patch of the status
@@ -665,16 +688,15 @@ pub mod mock {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{Capabilities, InferenceProviderConfigSpec, SelectionRule};
+    use crate::api::{Capabilities, EngineCapability, InferenceProviderConfigSpec, SelectionRule};
 
     fn registration(rules: &[(&str, i32)]) -> InferenceProviderConfigSpec {
         InferenceProviderConfigSpec {
-            capabilities: Some(Capabilities {
-                engines: vec![EngineType::Vllm],
-                serving_modes: vec![ServingMode::Aggregated],
-                gpu_support: true,
-                ..Capabilities::default()
-            }),
+            capabilities: Some(Capabilities::serving([EngineCapability::new(
+                EngineType::Vllm,
+            )
+            .serving_modes([ServingMode::Aggregated])
+            .gpu(true)])),
             selection_rules: rules
                 .iter()
                 .map(|(condition, priority)| SelectionRule {
@@ -725,7 +747,23 @@ mod tests {
         );
         let cpu = ModelDeploymentBuilder::new("m").gpus(0).build();
         let err = core_selection(&cpu, "mine", &registration(&[("true", 1)])).unwrap_err();
-        assert!(err.ends_with("mine: CPU-only not supported"), "{err}");
+        assert!(
+            err.ends_with("mine: CPU-only not supported with vllm"),
+            "{err}"
+        );
+    }
+
+    /// A spec with no engine is scored over the engine core would choose.
+    #[test]
+    fn a_spec_without_an_engine_is_scored_over_the_chosen_engine() {
+        let mut md = ModelDeploymentBuilder::new("m").build();
+        md.spec.engine.type_ = None;
+        md.spec.resources = None;
+        let chosen = core_selection(&md, "mine", &registration(&[("true", 1)])).unwrap();
+        assert_eq!(
+            chosen.selected_reason,
+            "matched capabilities: engine=vllm, gpu=true, mode=aggregated; rule `true` priority 1"
+        );
     }
 
     #[test]

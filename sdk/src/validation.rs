@@ -1,6 +1,6 @@
 //! The ModelDeployment CRD's own validation rules, evaluated without an API server.
 //!
-//! Each rule a spec must keep without cluster knowledge (`engine.type is required`, a GPU
+//! Each rule a spec must keep without cluster knowledge (`model.id` for Hugging Face, a GPU
 //! for vLLM, both roles in disaggregated mode, ...) is written once: as a CEL rule
 //! (`x-kubernetes-validations`) on the API type, from which the CRD is generated. The API
 //! server enforces it on every create and update before any admission webhook is called
@@ -224,12 +224,12 @@ mod tests {
 
     #[test]
     fn a_broken_rule_names_its_field_and_message_and_nulls_are_absent() {
-        let broken = check(&json!({"model": {"id": "a/b"}, "engine": {"type": null}}));
+        let broken = check(&json!({"model": {"id": null}, "engine": {"type": null}}));
         assert_eq!(
             broken,
             vec![Violation {
-                field: "spec.engine.type".into(),
-                message: "engine.type is required".into(),
+                field: "spec.model.id".into(),
+                message: "model.id is required when source is huggingface".into(),
             }]
         );
         // Two rules at once are both reported, in the schema's order.

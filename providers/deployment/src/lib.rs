@@ -38,8 +38,8 @@ pub mod cli;
 use std::collections::BTreeMap;
 
 use kubeairunway_sdk::api::{
-    Capabilities, EngineType, HelmChart, InferenceProviderConfigSpec, Installation,
-    ModelDeployment, SelectionRule, ServingMode,
+    Capabilities, EngineCapability, EngineType, HelmChart, InferenceProviderConfigSpec,
+    Installation, ModelDeployment, SelectionRule, ServingMode,
 };
 use kubeairunway_sdk::provider::object;
 use kubeairunway_sdk::render::{pod_annotations, pod_labels};
@@ -185,18 +185,24 @@ impl Provider for DeploymentProvider {
 
     fn config(&self) -> InferenceProviderConfigSpec {
         InferenceProviderConfigSpec {
-            capabilities: Some(Capabilities {
-                engines: vec![
+            // Each engine's own OpenAI-compatible server in one Deployment, aggregated:
+            // vLLM, SGLang and TensorRT-LLM on GPUs (the CRD refuses them without one),
+            // llama.cpp on CPUs or GPUs (its two images). API formats: what each
+            // engine's server exposes.
+            capabilities: Some(Capabilities::serving(
+                [
                     EngineType::Vllm,
                     EngineType::Sglang,
                     EngineType::Trtllm,
                     EngineType::Llamacpp,
-                ],
-                serving_modes: vec![ServingMode::Aggregated],
-                cpu_support: true,
-                gpu_support: true,
-                ..Capabilities::default()
-            }),
+                ]
+                .map(|engine| {
+                    EngineCapability::gpu_only(engine)
+                        .cpu(engine == EngineType::Llamacpp)
+                        .serving_modes([ServingMode::Aggregated])
+                        .native_api_formats()
+                }),
+            )),
             // The fallback: true for everything it serves, at the lowest priority, so an
             // operator-backed provider whose rule holds always wins.
             selection_rules: vec![SelectionRule {

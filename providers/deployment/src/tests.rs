@@ -61,7 +61,7 @@ fn it_never_outranks_an_operator_and_wins_alone() {
     assert_eq!(winner(&vllm, &all), "dynamo");
     // Each case an operator-backed provider serves, it keeps.
     assert_eq!(winner(&md(EngineType::Sglang, 1).build(), &all), "dynamo");
-    assert_eq!(winner(&md(EngineType::Vllm, 0).build(), &all), "kaito");
+    assert_eq!(winner(&md(EngineType::Llamacpp, 0).build(), &all), "kaito");
     assert_eq!(winner(&md(EngineType::Llamacpp, 1).build(), &all), "kaito");
     assert_eq!(winner(&md(EngineType::Trtllm, 1).build(), &all), "dynamo");
     // Alone, it serves each engine it knows, by its one rule at the lowest priority.
@@ -96,14 +96,21 @@ fn it_refuses_what_a_deployment_cannot_serve() {
     let provider = DeploymentProvider::default();
     // As the runtime asks: capability fit first, then the provider's own check.
     let refused = |md: &ModelDeployment| fit::check(&provider, md).unwrap_err().0;
+    let gpu_roles = |spec: &mut kubeairunway_sdk::api::ModelDeploymentSpec| {
+        spec.resources = None;
+        let role = serde_json::from_value(serde_json::json!({"gpu": {"count": 1}})).unwrap();
+        spec.scaling.prefill = Some(role);
+        spec.scaling.decode = spec.scaling.prefill.clone();
+    };
     assert_eq!(
         refused(
             &md(EngineType::Vllm, 1)
                 .mode(ServingMode::Disaggregated)
+                .spec(gpu_roles)
                 .build()
         ),
-        "spec.serving.mode is disaggregated, which provider deployment does not support: it \
-         serves the serving modes aggregated"
+        "spec.serving.mode is disaggregated, which provider deployment does not support with \
+         vllm: it serves the serving modes aggregated"
     );
     // SGLang has no default image unless the flag gives one, TensorRT-LLM none at all.
     assert_eq!(

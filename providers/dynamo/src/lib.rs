@@ -36,7 +36,8 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::DynamicObject;
 use kubeairunway_sdk::api::{
-    Capabilities, EngineType, InferenceProviderConfigSpec, SelectionRule, ServingMode,
+    Capabilities, EngineCapability, EngineType, InferenceProviderConfigSpec, SelectionRule,
+    ServingMode,
 };
 use kubeairunway_sdk::provider::object;
 use kubeairunway_sdk::{
@@ -115,13 +116,15 @@ impl Provider for Dynamo {
             priority,
         };
         InferenceProviderConfigSpec {
-            capabilities: Some(Capabilities {
-                engines: vec![EngineType::Vllm, EngineType::Sglang, EngineType::Trtllm],
-                serving_modes: vec![ServingMode::Aggregated, ServingMode::Disaggregated],
-                cpu_support: false,
-                gpu_support: true,
-                ..Capabilities::default()
-            }),
+            // Each backend's workers on GPUs behind Dynamo's frontend, aggregated or
+            // prefill/decode (`graph.rs` renders both for all three).
+            capabilities: Some(Capabilities::serving(
+                [EngineType::Vllm, EngineType::Sglang, EngineType::Trtllm].map(|engine| {
+                    EngineCapability::gpu_only(engine)
+                        .serving_modes([ServingMode::Aggregated, ServingMode::Disaggregated])
+                        .native_api_formats()
+                }),
+            )),
             selection_rules: vec![
                 rule("spec.engine.type == 'trtllm'", 100),
                 rule("spec.engine.type == 'sglang'", 100),

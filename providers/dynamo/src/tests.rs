@@ -704,7 +704,7 @@ fn what_the_capabilities_exclude_is_refused_by_the_runtime() {
     let cpu = ModelDeploymentBuilder::new("c").gpus(0).build();
     assert_eq!(
         refused(&cpu),
-        "spec.resources.gpu.count is 0 (CPU only), but provider dynamo requires GPU (set resources.gpu.count > 0)"
+        "spec.resources.gpu.count is 0 (CPU only), but provider dynamo requires GPU for vllm (set resources.gpu.count > 0)"
     );
     let mut no_resources = ModelDeploymentBuilder::new("n").build();
     no_resources.spec.resources = None;
@@ -723,14 +723,22 @@ fn registration() {
     let config = Dynamo::default().config();
     let caps = config.capabilities.unwrap();
     assert_eq!(
-        caps.engines,
+        caps.engine_names(),
         [EngineType::Vllm, EngineType::Sglang, EngineType::Trtllm]
     );
-    assert_eq!(
-        caps.serving_modes,
-        [ServingMode::Aggregated, ServingMode::Disaggregated]
-    );
-    assert!(caps.gpu_support && !caps.cpu_support);
+    for engine in caps.engine_names() {
+        let served = caps.engine(engine).unwrap();
+        assert_eq!(
+            served.serving_modes,
+            [ServingMode::Aggregated, ServingMode::Disaggregated],
+            "{engine}"
+        );
+        assert!(served.gpu_support && !served.cpu_support, "{engine}");
+        assert_eq!(
+            served.api_formats,
+            kubeairunway_sdk::api::ApiFormat::native(engine)
+        );
+    }
     let rules: Vec<_> = config
         .selection_rules
         .iter()

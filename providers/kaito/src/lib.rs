@@ -25,8 +25,8 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
 use kubeairunway_sdk::api::{
-    Capabilities, EngineType, InferenceProviderConfigSpec, Installation, ModelDeployment,
-    SelectionRule, ServingMode,
+    Capabilities, EngineCapability, EngineType, GatewayCapabilities, InferenceProviderConfigSpec,
+    Installation, ModelDeployment, SelectionRule, ServingMode,
 };
 use kubeairunway_sdk::{
     Incompatible, Live, Observed, Provider, RenderError, Rendered, UpstreamApi, UpstreamRef,
@@ -57,13 +57,23 @@ impl Provider for KaitoProvider {
 
     fn config(&self) -> InferenceProviderConfigSpec {
         InferenceProviderConfigSpec {
-            capabilities: Some(Capabilities {
-                engines: vec![EngineType::Vllm, EngineType::Llamacpp],
-                serving_modes: vec![ServingMode::Aggregated],
-                cpu_support: true,
-                gpu_support: true,
-                ..Capabilities::default()
-            }),
+            // What `render` serves: a Workspace (or InferenceSet) with KAITO's vLLM
+            // runtime, GPUs only; or its llama.cpp template, on CPUs or GPUs, which
+            // names the served model itself (`model.servedName` is ignored).
+            capabilities: Some(Capabilities::serving([
+                EngineCapability::gpu_only(EngineType::Vllm)
+                    .serving_modes([ServingMode::Aggregated])
+                    .native_api_formats(),
+                EngineCapability::new(EngineType::Llamacpp)
+                    .serving_modes([ServingMode::Aggregated])
+                    .native_api_formats()
+                    .gpu(true)
+                    .cpu(true)
+                    .gateway(GatewayCapabilities {
+                        ignores_served_name: true,
+                        ..GatewayCapabilities::default()
+                    }),
+            ])),
             selection_rules: vec![
                 // `has()` guards only its last step, so each step is guarded in turn.
                 SelectionRule {

@@ -30,8 +30,8 @@ pub mod storage;
 mod render_tests;
 
 use kubeairunway_sdk::api::{
-    Capabilities, EngineType, HelmChart, HelmRepo, InferenceProviderConfigSpec, Installation,
-    ModelDeployment, ServingMode,
+    ApiFormat, Capabilities, EngineCapability, EngineType, HelmChart, HelmRepo,
+    InferenceProviderConfigSpec, Installation, ModelDeployment, ServingMode,
 };
 use kubeairunway_sdk::{
     Incompatible, Live, Observed, Provider, RenderError, Rendered, UpstreamApi, UpstreamRef,
@@ -51,13 +51,13 @@ impl Provider for KubeRayProvider {
 
     fn config(&self) -> InferenceProviderConfigSpec {
         InferenceProviderConfigSpec {
-            capabilities: Some(Capabilities {
-                engines: vec![EngineType::Vllm],
-                serving_modes: vec![ServingMode::Aggregated, ServingMode::Disaggregated],
-                cpu_support: false,
-                gpu_support: true,
-                ..Capabilities::default()
-            }),
+            // Ray Serve LLM runs vLLM on GPUs, aggregated or prefill/decode; its OpenAI
+            // app serves chat completions, not `/v1/responses` or `/v1/messages`.
+            capabilities: Some(Capabilities::serving([EngineCapability::gpu_only(
+                EngineType::Vllm,
+            )
+            .serving_modes([ServingMode::Aggregated, ServingMode::Disaggregated])
+            .api_formats([ApiFormat::OpenaiChat])])),
             // No selection rules: KubeRay is never auto-selected, only when named.
             selection_rules: Vec::new(),
             documentation: Some("https://docs.ray.io/en/latest/serve/llm/".to_string()),
@@ -169,7 +169,7 @@ mod tests {
         );
         assert_eq!(
             refused(&ModelDeploymentBuilder::new("m").gpus(0).build()),
-            "spec.resources.gpu.count is 0 (CPU only), but provider kuberay requires GPU (set resources.gpu.count > 0)"
+            "spec.resources.gpu.count is 0 (CPU only), but provider kuberay requires GPU for vllm (set resources.gpu.count > 0)"
         );
         assert_eq!(
             kubeairunway_sdk::runtime::fit::check(

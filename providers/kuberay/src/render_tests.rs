@@ -502,11 +502,22 @@ fn extra_args_are_named_as_ignored() {
 fn registration_is_vllm_gpu_only_and_never_auto_selected() {
     let config = KubeRayProvider::default().config();
     let caps = config.capabilities.unwrap();
-    assert_eq!(caps.engines, [kubeairunway_sdk::api::EngineType::Vllm]);
-    assert!(caps.gpu_support && !caps.cpu_support);
     assert_eq!(
-        caps.serving_modes,
+        caps.engine_names(),
+        [kubeairunway_sdk::api::EngineType::Vllm]
+    );
+    let vllm = caps
+        .engine(kubeairunway_sdk::api::EngineType::Vllm)
+        .unwrap();
+    assert!(vllm.gpu_support && !vllm.cpu_support);
+    assert_eq!(
+        vllm.serving_modes,
         [ServingMode::Aggregated, ServingMode::Disaggregated]
+    );
+    // Ray Serve's OpenAI app serves chat completions only.
+    assert_eq!(
+        vllm.api_formats,
+        [kubeairunway_sdk::api::ApiFormat::OpenaiChat]
     );
     assert!(config.selection_rules.is_empty());
     assert_eq!(KubeRayProvider::default().name(), "kuberay");

@@ -6,8 +6,8 @@ use std::collections::BTreeMap;
 
 use kube::{CustomResource, KubeSchema};
 use kubeairunway_sdk::api::{
-    Capabilities, EngineType, InferenceProviderConfigSpec, ModelDeployment, SelectionRule,
-    ServingMode,
+    Capabilities, EngineCapability, EngineType, InferenceProviderConfigSpec, ModelDeployment,
+    SelectionRule, ServingMode,
 };
 use kubeairunway_sdk::provider::{engine_flags, object};
 use kubeairunway_sdk::render::{pod_annotations, pod_labels};
@@ -75,12 +75,13 @@ impl Provider for ChatServerProvider {
 
     fn config(&self) -> InferenceProviderConfigSpec {
         InferenceProviderConfigSpec {
-            capabilities: Some(Capabilities {
-                engines: vec![EngineType::Llamacpp],
-                serving_modes: vec![ServingMode::Aggregated],
-                cpu_support: true,
-                ..Capabilities::default()
-            }),
+            capabilities: Some(Capabilities::serving([EngineCapability::new(
+                EngineType::Llamacpp,
+            )
+            .serving_modes([ServingMode::Aggregated])
+            .cpu(true)
+            .gpu(false)
+            .native_api_formats()])),
             selection_rules: vec![SelectionRule {
                 condition: "spec.engine.type == 'llamacpp'".into(),
                 priority: 10,

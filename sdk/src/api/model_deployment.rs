@@ -40,7 +40,7 @@ use super::warmup::DeploymentWarmup;
     doc = "A model served as an OpenAI-compatible inference service by one of the installed providers.",
     printcolumn = r#"{"name":"Phase","type":"string","description":"Current phase","jsonPath":".status.phase"}"#,
     printcolumn = r#"{"name":"Provider","type":"string","description":"Selected provider","jsonPath":".status.provider.name"}"#,
-    printcolumn = r#"{"name":"Engine","type":"string","description":"Inference engine","jsonPath":".spec.engine.type"}"#,
+    printcolumn = r#"{"name":"Engine","type":"string","description":"Inference engine","jsonPath":".status.engine.type"}"#,
     printcolumn = r#"{"name":"Ready","type":"integer","description":"Ready replicas","jsonPath":".status.replicas.ready"}"#,
     printcolumn = r#"{"name":"Endpoint","type":"string","description":"Service serving the model","jsonPath":".status.endpoint.service"}"#,
     printcolumn = r#"{"name":"URL","type":"string","description":"In-cluster URL of the OpenAI-compatible API","jsonPath":".status.url","priority":1}"#,
@@ -48,12 +48,6 @@ use super::warmup::DeploymentWarmup;
 )]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
-    {
-        "rule": "has(self.engine) && has(self.engine.type)",
-        "message": "engine.type is required",
-        "fieldPath": ".engine.type",
-        "reason": "FieldValueRequired"
-    },
     {
         "rule": "(has(self.model.source) && self.model.source != 'huggingface') || (has(self.model.id) && size(self.model.id) > 0)",
         "message": "model.id is required when source is huggingface",
@@ -113,7 +107,9 @@ pub struct ModelDeploymentSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub provider: Option<ProviderSpec>,
 
-    /// The inference engine and its options. `engine.type` is required.
+    /// The inference engine and its options. Without `engine.type`, core chooses the
+    /// engine from the model and the ready providers' capabilities and records it in
+    /// `status.engine`.
     #[serde(default)]
     pub engine: EngineSpec,
 
@@ -305,7 +301,7 @@ pub struct ProviderSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EngineSpec {
-    /// Engine type.
+    /// Engine type; empty: chosen by core (`status.engine`).
     #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
     pub type_: Option<EngineType>,
     /// The engine container's image: the same setting as `spec.image`, under the name AI
@@ -670,7 +666,7 @@ pub struct ProviderStatus {
     pub images: Option<Vec<String>>,
 }
 
-/// The resolved engine.
+/// The resolved engine: `spec.engine.type`, or the one core chose (written by core).
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct EngineStatus {
@@ -763,6 +759,21 @@ impl ModelDeploymentSpec {
         }
     }
 
+    /// This spec with `engine.type` set to `engine` and the defaults that depend on the
+    /// engine applied ([`crate::defaults::apply`]: one GPU for a GPU engine served
+    /// aggregated with no GPU request, as the mutating webhook gives a spec that names
+    /// it): the spec of an engine core chose, as selection, its rules and the provider see it.
+    #[must_use]
+    pub fn with_engine(&self, engine: EngineType) -> ModelDeploymentSpec {
+        let mut spec = self.clone();
+        spec.engine.type_ = Some(engine);
+        let Ok(mut value) = serde_json::to_value(&spec) else {
+            return spec;
+        };
+        crate::defaults::apply(&mut value);
+        serde_json::from_value(value).unwrap_or(spec)
+    }
+
     /// The provider named in the spec, if any (an empty name counts as none).
     pub fn provider_name(&self) -> Option<&str> {
         self.provider
@@ -787,6 +798,31 @@ impl ModelDeploymentSpec {
 }
 
 impl ModelDeployment {
+    /// The engine it is served with: `spec.engine.type`, else the one core chose and
+    /// recorded in `status.engine.type`.
+    pub fn resolved_engine(&self) -> Option<EngineType> {
+        self.spec.engine.type_.or_else(|| {
+            self.status
+                .as_ref()
+                .and_then(|s| s.engine.as_ref())
+                .and_then(|e| e.type_)
+        })
+    }
+
+    /// This ModelDeployment as a provider serves it: its spec
+    /// [`ModelDeploymentSpec::with_engine`] [`Self::resolved_engine`] (borrowed unchanged
+    /// when the spec names the engine).
+    pub fn with_resolved_engine(&self) -> std::borrow::Cow<'_, ModelDeployment> {
+        match self.resolved_engine() {
+            Some(engine) if self.spec.engine.type_.is_none() => {
+                let mut md = self.clone();
+                md.spec = self.spec.with_engine(engine);
+                std::borrow::Cow::Owned(md)
+            }
+            _ => std::borrow::Cow::Borrowed(self),
+        }
+    }
+
     /// The provider that owns this ModelDeployment: `status.provider.name`.
     pub fn selected_provider(&self) -> Option<&str> {
         self.status

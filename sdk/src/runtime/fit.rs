@@ -31,7 +31,9 @@ pub fn fits(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::api::{Capabilities, EngineType, InferenceProviderConfigSpec, ServingMode};
+    use crate::api::{
+        Capabilities, EngineCapability, EngineType, InferenceProviderConfigSpec, ServingMode,
+    };
     use serde_json::json;
 
     fn config(
@@ -42,7 +44,7 @@ mod tests {
     ) -> InferenceProviderConfigSpec {
         InferenceProviderConfigSpec {
             capabilities: Some(Capabilities {
-                engines: engines.to_vec(),
+                engines: engines.iter().copied().map(EngineCapability::new).collect(),
                 serving_modes: modes.to_vec(),
                 cpu_support: cpu,
                 gpu_support: gpu,
@@ -90,7 +92,7 @@ mod tests {
         );
         assert_eq!(
             refusal(&kaito_like, &md(json!({}))),
-            "spec.engine.type is not set: provider p serves the engines vllm, llamacpp"
+            "spec.engine.type is not set and core recorded no engine in status.engine: provider p serves the engines vllm, llamacpp"
         );
         let disaggregated = md(
             json!({"engine": {"type": "vllm"}, "serving": {"mode": "disaggregated"},
@@ -98,19 +100,19 @@ mod tests {
         );
         assert_eq!(
             refusal(&kaito_like, &disaggregated),
-            "spec.serving.mode is disaggregated, which provider p does not support: it serves the serving modes aggregated"
+            "spec.serving.mode is disaggregated, which provider p does not support with vllm: it serves the serving modes aggregated"
         );
 
         let gpu_only = config(VLLM_LLAMA, BOTH, false, true);
         let cpu = md(json!({"engine": {"type": "vllm"}, "resources": {"gpu": {"count": 0}}}));
         assert_eq!(
             refusal(&gpu_only, &cpu),
-            "spec.resources.gpu.count is 0 (CPU only), but provider p requires GPU (set resources.gpu.count > 0)"
+            "spec.resources.gpu.count is 0 (CPU only), but provider p requires GPU for vllm (set resources.gpu.count > 0)"
         );
         let no_resources = md(json!({"engine": {"type": "llamacpp"}}));
         assert_eq!(
             refusal(&gpu_only, &no_resources),
-            "spec.resources.gpu is not set (CPU only), but provider p requires GPU (set resources.gpu.count > 0)"
+            "spec.resources.gpu is not set (CPU only), but provider p requires GPU for llamacpp (set resources.gpu.count > 0)"
         );
         let cpu_roles = md(
             json!({"engine": {"type": "vllm"}, "serving": {"mode": "disaggregated"},
@@ -118,15 +120,59 @@ mod tests {
         );
         assert_eq!(
             refusal(&gpu_only, &cpu_roles),
-            "spec.scaling.prefill.gpu.count is 0 and spec.scaling.decode.gpu.count is 0 (CPU only), but provider p requires GPU (set scaling.prefill.gpu.count and scaling.decode.gpu.count > 0)"
+            "spec.scaling.prefill.gpu.count is 0 and spec.scaling.decode.gpu.count is 0 (CPU only), but provider p requires GPU for vllm (set scaling.prefill.gpu.count and scaling.decode.gpu.count > 0)"
         );
 
         let cpu_only = config(&[EngineType::Llamacpp], AGG, true, false);
         let gpus = md(json!({"engine": {"type": "llamacpp"}, "resources": {"gpu": {"count": 2}}}));
         assert_eq!(
             refusal(&cpu_only, &gpus),
-            "spec.resources.gpu.count is 2, but provider p does not support GPUs: it serves CPU-only deployments (remove the GPU request)"
+            "spec.resources.gpu.count is 2, but provider p does not support GPUs with llamacpp: it serves CPU-only deployments (remove the GPU request)"
         );
+    }
+
+    /// Each engine fits by its own capabilities; what an engine leaves unset comes from
+    /// the deprecated provider-wide values, and a stored list of bare engine names reads.
+    #[test]
+    fn capabilities_are_per_engine() {
+        let per_engine: InferenceProviderConfigSpec = serde_json::from_value(json!({
+            "capabilities": {"servingModes": ["aggregated", "disaggregated"], "gpuSupport": true,
+                "engines": [{"name": "vllm"}, {"name": "llamacpp", "cpuSupport": true,
+                    "gpuSupport": false, "servingModes": ["aggregated"]}]}
+        }))
+        .unwrap();
+        let disaggregated_vllm = md(
+            json!({"engine": {"type": "vllm"}, "serving": {"mode": "disaggregated"},
+            "scaling": {"prefill": {"gpu": {"count": 1}}, "decode": {"gpu": {"count": 1}}}}),
+        );
+        assert_eq!(fits("p", &per_engine, &disaggregated_vllm), Ok(()));
+        assert_eq!(
+            fits(
+                "p",
+                &per_engine,
+                &md(json!({"engine": {"type": "llamacpp"}}))
+            ),
+            Ok(())
+        );
+        let gpu_llama =
+            md(json!({"engine": {"type": "llamacpp"}, "resources": {"gpu": {"count": 1}}}));
+        assert_eq!(
+            refusal(&per_engine, &gpu_llama),
+            "spec.resources.gpu.count is 1, but provider p does not support GPUs with llamacpp: it serves CPU-only deployments (remove the GPU request)"
+        );
+        let cpu_vllm = md(json!({"engine": {"type": "vllm"}, "resources": {"gpu": {"count": 0}}}));
+        assert!(refusal(&per_engine, &cpu_vllm).contains("requires GPU for vllm"));
+
+        let legacy: InferenceProviderConfigSpec = serde_json::from_value(json!({
+            "capabilities": {"engines": ["vllm"], "servingModes": ["aggregated"], "gpuSupport": true}
+        }))
+        .unwrap();
+        assert_eq!(
+            legacy.capabilities.as_ref().unwrap().engines,
+            [EngineCapability::new(EngineType::Vllm)]
+        );
+        let vllm = md(json!({"engine": {"type": "vllm"}, "resources": {"gpu": {"count": 1}}}));
+        assert_eq!(fits("p", &legacy, &vllm), Ok(()));
     }
 
     #[test]

@@ -84,6 +84,8 @@ pub async fn reconcile_once<P: Provider>(
     md: &ModelDeployment,
     ctx: &Context<P>,
 ) -> Result<Action, Error> {
+    // The provider serves the engine core resolved when the spec names none.
+    let md = &*md.with_resolved_engine();
     if md.selected_provider() != Some(ctx.name()) {
         ctx.warmups.forget(md);
         ctx.memory.forget(md);

@@ -8,7 +8,8 @@ use futures::StreamExt;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::{Api, DynamicObject, Patch, PatchParams};
+use kube::discovery::ApiResource;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
 use serde_json::json;
@@ -208,6 +209,10 @@ pub(super) async fn heartbeat<P: Provider>(
     options: Options,
     mut upstream: watch::Receiver<UpstreamState>,
 ) {
+    let raw: Api<DynamicObject> = Api::all_with(
+        client.clone(),
+        &ApiResource::erase::<InferenceProviderConfig>(&()),
+    );
     let api: Api<InferenceProviderConfig> = Api::all(client);
     let name = provider.name().to_string();
     let pp = PatchParams::apply(&field_manager(&name)).force();
@@ -229,7 +234,12 @@ pub(super) async fn heartbeat<P: Provider>(
                     previous = config.status.unwrap_or_default();
                     tracing::info!(provider = %name, "registered InferenceProviderConfig");
                 }
-                Err(e) => tracing::warn!(error = %e, "registering the InferenceProviderConfig"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "registering the InferenceProviderConfig");
+                    if replace_earlier_shape(&raw, &name, &config["spec"]).await {
+                        continue; // apply again at once
+                    }
+                }
             }
         }
         if registered {
@@ -251,6 +261,60 @@ pub(super) async fn heartbeat<P: Provider>(
         tokio::select! {
             () = tokio::time::sleep(options.heartbeat_interval.max(Duration::from_millis(100))) => {}
             changed = upstream.changed() => if changed.is_err() { return },
+        }
+    }
+}
+
+/// Whether a stored config's spec has the earlier shape of `capabilities.engines` (bare
+/// engine names), which server-side apply cannot merge into today's list of objects keyed
+/// by name (the API server refuses the apply: it cannot type the stored object).
+pub(crate) fn has_earlier_shape(spec: &serde_json::Value) -> bool {
+    spec.pointer("/capabilities/engines")
+        .and_then(serde_json::Value::as_array)
+        .is_some_and(|engines| engines.iter().any(serde_json::Value::is_string))
+}
+
+/// When the stored config has the earlier shape, replace its spec with `spec` by a JSON
+/// patch (an update, which the API server applies over an object it cannot type), so that
+/// the next apply succeeds and owns it again. Whether it was replaced.
+async fn replace_earlier_shape(
+    api: &Api<DynamicObject>,
+    name: &str,
+    spec: &serde_json::Value,
+) -> bool {
+    let stored = match api.get_opt(name).await {
+        Ok(Some(stored)) => stored,
+        Ok(None) => return false,
+        Err(e) => {
+            tracing::warn!(error = %e, "reading the InferenceProviderConfig");
+            return false;
+        }
+    };
+    if !stored.data.get("spec").is_some_and(has_earlier_shape) {
+        return false;
+    }
+    let patch: json_patch::Patch =
+        match serde_json::from_value(json!([{"op": "replace", "path": "/spec", "value": spec}])) {
+            Ok(patch) => patch,
+            Err(e) => {
+                tracing::warn!(error = %e, "building the InferenceProviderConfig's replacement");
+                return false;
+            }
+        };
+    match api
+        .patch(name, &PatchParams::default(), &Patch::Json::<()>(patch))
+        .await
+    {
+        Ok(_) => {
+            tracing::info!(
+                provider = %name,
+                "replaced an InferenceProviderConfig stored with bare engine names by the per-engine shape"
+            );
+            true
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "replacing the InferenceProviderConfig's spec");
+            false
         }
     }
 }
@@ -296,5 +360,24 @@ pub(crate) fn provider_status<P: Provider>(
             None,
             now,
         )],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::has_earlier_shape;
+    use serde_json::json;
+
+    #[test]
+    fn bare_engine_names_are_the_earlier_shape() {
+        assert!(has_earlier_shape(
+            &json!({"capabilities": {"engines": ["vllm", {"name": "sglang"}]}})
+        ));
+        assert!(!has_earlier_shape(
+            &json!({"capabilities": {"engines": [{"name": "vllm"}]}})
+        ));
+        assert!(!has_earlier_shape(
+            &json!({"capabilities": {"features": ["kernelCache"]}})
+        ));
     }
 }

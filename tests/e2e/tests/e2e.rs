@@ -21,6 +21,8 @@ mod cli;
 mod cli_cache;
 #[path = "e2e/core_chart.rs"]
 mod core_chart;
+#[path = "e2e/core_engine.rs"]
+mod core_engine;
 #[path = "e2e/core_leader.rs"]
 mod core_leader;
 #[path = "e2e/core_selection.rs"]

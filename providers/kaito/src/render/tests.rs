@@ -540,7 +540,7 @@ fn what_the_capabilities_exclude_is_refused_by_the_runtime() {
     );
     assert_eq!(
         with(json!({"serving": {"mode": "disaggregated"}})).unwrap_err(),
-        "spec.serving.mode is disaggregated, which provider kaito does not support: it serves the serving modes aggregated"
+        "spec.serving.mode is disaggregated, which provider kaito does not support with llamacpp: it serves the serving modes aggregated"
     );
     assert_eq!(with(json!({})), Ok(()));
 }

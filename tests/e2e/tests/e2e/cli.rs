@@ -155,6 +155,13 @@ async fn up_once_then_explain_providers_and_down() {
     );
     let pd = by_name("llama-70b-pd");
     assert_eq!(pd[6], "DynamoGraphDeployment/llama-70b-pd", "{out}");
+    // AI Runway's README example: the engine core chose.
+    let qwen = by_name("qwen3");
+    assert_eq!(
+        (qwen[2].as_str(), qwen[3].as_str(), qwen[6].as_str()),
+        ("dynamo", "vllm", "DynamoGraphDeployment/qwen3"),
+        "{out}"
+    );
     assert!(
         !state.path().join("up.json").exists(),
         "up leaves no state behind when it ends"
@@ -684,9 +691,10 @@ async fn render_prints_exactly_what_the_running_providers_apply() {
         rendered += 1;
     }
     controllers.stop().await;
-    // 3 samples as written, and 3 x 4 named: KAITO and the Deployment provider cannot
-    // serve disaggregated serving, Dynamo and KubeRay cannot serve llama.cpp, and the
+    // 4 samples as written, and 4 x 4 named (the one with no engine gets vLLM with its
+    // default GPU from each provider): KAITO and the Deployment provider cannot serve
+    // disaggregated serving, Dynamo and KubeRay cannot serve llama.cpp, and the
     // disaggregated sample's Dynamo overrides (routerMode, frontend) are no RayService
     // fields, so KubeRay refuses them (InvalidOverride) and render says the same.
-    assert_eq!((rendered, refused), (10, 5));
+    assert_eq!((rendered, refused), (15, 5));
 }

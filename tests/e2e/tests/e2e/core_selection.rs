@@ -15,7 +15,7 @@ use kubeairunway_core::metrics::Metrics;
 use kubeairunway_core::reconciler::{self, AWAITING_SELECTOR_MESSAGE, Settings};
 use kubeairunway_e2e::rbac::ChartIdentity;
 use kubeairunway_e2e::{apply_md, core_cluster, eventually, helm};
-use kubeairunway_sdk::conditions::{self, PROVIDER_SELECTED, READY, VALIDATED};
+use kubeairunway_sdk::conditions::{self, ENGINE_SELECTED, PROVIDER_SELECTED, READY, VALIDATED};
 use kubeairunway_sdk::{InferenceProviderConfig, ModelDeployment};
 use serde_json::{Value, json};
 
@@ -30,7 +30,10 @@ fn builtin_configs() -> Vec<(&'static str, Value)> {
         (
             "kaito",
             json!({
-                "capabilities": {"engines": ["vllm", "llamacpp"], "servingModes": ["aggregated"], "cpuSupport": true, "gpuSupport": true},
+                "capabilities": {"engines": [
+                    {"name": "vllm", "servingModes": ["aggregated"], "gpuSupport": true, "cpuSupport": false},
+                    {"name": "llamacpp", "servingModes": ["aggregated"], "gpuSupport": true, "cpuSupport": true},
+                ]},
                 "selectionRules": [
                     {"condition": KAITO_CPU_RULE, "priority": 100},
                     {"condition": "spec.engine.type == 'llamacpp'", "priority": 100},
@@ -41,7 +44,8 @@ fn builtin_configs() -> Vec<(&'static str, Value)> {
         (
             "dynamo",
             json!({
-                "capabilities": {"engines": ["vllm", "sglang", "trtllm"], "servingModes": ["aggregated", "disaggregated"], "cpuSupport": false, "gpuSupport": true},
+                "capabilities": {"engines": (["vllm", "sglang", "trtllm"].map(|name|
+                    json!({"name": name, "servingModes": ["aggregated", "disaggregated"], "gpuSupport": true, "cpuSupport": false})))},
                 "selectionRules": [
                     {"condition": "spec.engine.type == 'trtllm'", "priority": 100},
                     {"condition": "spec.engine.type == 'sglang'", "priority": 100},
@@ -53,13 +57,14 @@ fn builtin_configs() -> Vec<(&'static str, Value)> {
         (
             "kuberay",
             json!({
-                "capabilities": {"engines": ["vllm"], "servingModes": ["aggregated", "disaggregated"], "cpuSupport": false, "gpuSupport": true},
+                "capabilities": {"engines": [{"name": "vllm", "servingModes": ["aggregated", "disaggregated"], "gpuSupport": true, "cpuSupport": false}]},
             }),
         ),
         (
             "core-e2e-broken",
             json!({
-                "capabilities": {"engines": ["vllm"], "servingModes": ["aggregated"], "gpuSupport": true},
+                // The deprecated provider-wide values, inherited by its engine.
+                "capabilities": {"engines": [{"name": "vllm"}], "servingModes": ["aggregated"], "gpuSupport": true},
                 "selectionRules": [
                     {"condition": "spec.engine.type ==", "priority": 1000},
                     {"condition": "spec.nothing.here == 1", "priority": 1000},
@@ -242,6 +247,20 @@ async fn core_selects_every_row_of_the_decision_table() {
             "kuberay",
             "explicit provider selection".into(),
         ),
+        // No engine: core chooses it (vLLM with its default GPU; llama.cpp for GGUF), and
+        // the rules see it as spec.engine.type.
+        (
+            "auto-engine",
+            json!({"model": {"id": "Qwen/Qwen3-0.6B"}}),
+            "dynamo",
+            format!("matched capabilities: engine=vllm, gpu=true, mode=aggregated; rule `{GPU_VLLM_RULE}` priority 50"),
+        ),
+        (
+            "auto-gguf",
+            json!({"model": {"id": "Qwen/Qwen3-0.6B-GGUF"}}),
+            "kaito",
+            format!("matched capabilities: engine=llamacpp, gpu=false, mode=aggregated; rule `{KAITO_CPU_RULE}` priority 100"),
+        ),
     ];
     for (name, spec, _, _) in &rows {
         apply_md(&client, &ns, "user", &md(name, spec.clone()))
@@ -249,7 +268,7 @@ async fn core_selects_every_row_of_the_decision_table() {
             .unwrap();
     }
     let api: Api<ModelDeployment> = Api::namespaced(client.clone(), &ns);
-    for (name, _, provider, want_reason) in &rows {
+    for (name, spec, provider, want_reason) in &rows {
         let got = wait_md(&api, name, "a selected provider", |m| {
             m.selected_provider().is_some()
         })
@@ -261,6 +280,21 @@ async fn core_selects_every_row_of_the_decision_table() {
         let sel = conditions::find(&status.conditions, PROVIDER_SELECTED).unwrap();
         assert_eq!(sel.status, "True", "{name}");
         assert_eq!(&sel.message, want_reason, "{name}");
+        let engine = conditions::find(&status.conditions, ENGINE_SELECTED).unwrap();
+        assert_eq!(engine.status, "True", "{name}");
+        // The spec's engine, or the one in the selection reason.
+        let want_engine = spec["engine"]["type"].as_str().or_else(|| {
+            let after = want_reason.split_once("engine=")?.1;
+            after.split(',').next()
+        });
+        assert_eq!(
+            status
+                .engine
+                .as_ref()
+                .and_then(|e| e.type_.map(kubeairunway_sdk::api::EngineType::as_str)),
+            want_engine,
+            "{name}: status.engine"
+        );
         // Core gave the phase up once a provider was selected.
         assert_eq!(status.phase, None, "{name}: {status:?}");
     }
@@ -399,7 +433,7 @@ async fn core_waits_while_paused_and_when_nothing_fits() {
     );
     for why in [
         "dynamo: engine llamacpp not supported",
-        "kaito: serving mode disaggregated not supported",
+        "kaito: serving mode disaggregated not supported with llamacpp",
         "kuberay: engine llamacpp not supported",
     ] {
         assert!(message.contains(why), "{why} missing in {message}");

@@ -43,10 +43,9 @@ impl Drop for Server {
 async fn start(validity: u64, rotate_before: u64) -> Server {
     kubeairunway_testcluster::install_crypto_provider();
     let mut kaito = InferenceProviderConfig::new("kaito", InferenceProviderConfigSpec::default());
-    kaito.spec.capabilities = Some(kubeairunway_sdk::api::Capabilities {
-        engines: vec![kubeairunway_sdk::api::EngineType::Llamacpp],
-        ..Default::default()
-    });
+    kaito.spec.capabilities = Some(kubeairunway_sdk::api::Capabilities::serving([
+        kubeairunway_sdk::api::EngineCapability::new(kubeairunway_sdk::api::EngineType::Llamacpp),
+    ]));
     // A capability provider: registered, but serves no models.
     let mut kernelcache =
         InferenceProviderConfig::new("kernelcache", InferenceProviderConfigSpec::default());

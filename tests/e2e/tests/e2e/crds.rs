@@ -190,19 +190,54 @@ async fn provider_config_is_cluster_scoped_and_round_trips() {
         "priority defaults to 0"
     );
     assert!(back.spec.serves());
-
-    let bad: serde_json::Value = json!({
-        "apiVersion": "kubeairunway.ai/v1alpha1",
-        "kind": "InferenceProviderConfig",
-        "metadata": {"name": "e2e-bad"},
-        "spec": {"capabilities": {"engines": ["tgi"]}},
-    });
-    let err = api
-        .patch("e2e-bad", &pp, &kube::api::Patch::Apply(&bad))
-        .await
-        .unwrap_err();
-    assert!(
-        err.to_string().contains("spec.capabilities.engines[0]"),
-        "{err}"
+    // Read in the earlier shape (bare engine names), written back per engine.
+    let caps = back.spec.capabilities.unwrap();
+    assert_eq!(
+        caps.engine_names(),
+        [
+            kubeairunway_sdk::api::EngineType::Vllm,
+            kubeairunway_sdk::api::EngineType::Llamacpp
+        ]
     );
+    assert!(
+        caps.engine(kubeairunway_sdk::api::EngineType::Vllm)
+            .unwrap()
+            .cpu_support
+    );
+
+    let bad = |engines: serde_json::Value| {
+        json!({
+            "apiVersion": "kubeairunway.ai/v1alpha1",
+            "kind": "InferenceProviderConfig",
+            "metadata": {"name": "e2e-bad"},
+            "spec": {"capabilities": {"engines": engines}},
+        })
+    };
+    for (engines, field) in [
+        (
+            json!([{"name": "tgi"}]),
+            "spec.capabilities.engines[0].name",
+        ),
+        // The earlier shape is read, but no longer written (server-side apply refuses it
+        // before validation, as kube-apiserver's structured merge does).
+        (
+            json!(["vllm"]),
+            ".spec.capabilities.engines: element 0: associative list with keys may not have non-map elements",
+        ),
+        (
+            json!([{"name": "vllm", "apiFormats": ["grpc"]}]),
+            "spec.capabilities.engines[0].apiFormats[0]",
+        ),
+        // More than the engine's own server serves.
+        (
+            json!([{"name": "sglang", "apiFormats": ["openai-chat", "openai-responses"]}]),
+            "spec.capabilities.engines[0].apiFormats: Invalid value: apiFormats names a format the engine's own server does not serve (vllm: openai-chat, openai-responses, anthropic-messages; sglang: openai-chat, anthropic-messages;",
+        ),
+    ] {
+        let err = api
+            .patch("e2e-bad", &pp, &kube::api::Patch::Apply(&bad(engines)))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains(field), "{field}: {err}");
+    }
 }

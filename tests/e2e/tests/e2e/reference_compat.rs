@@ -168,6 +168,13 @@ fn provider_config_accepts_every_reference_manifest() {
             ".spec.selectionRules: ours adds maxItems 64",
             ".spec.selectionRules[].condition: ours adds maxLength 4096",
             ".spec.selectionRules[].condition: ours adds minLength 1",
+            // Engines are per-engine objects, AI Runway's own shape since its #214; a
+            // stored config of bare names still reads (`Capabilities`).
+            ".spec.capabilities.engines[]: type string in the reference, object in ours",
+            ".spec.capabilities.engines[]: ours requires name, the reference does not",
+            // Each engine once (a list-map keyed by name): four at most, which bounds the
+            // cost of the rule on each engine's API formats.
+            ".spec.capabilities.engines: ours adds maxItems 4",
         ],
     );
 }
