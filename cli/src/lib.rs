@@ -22,6 +22,7 @@ pub mod builtin;
 pub mod cache;
 pub mod cluster;
 pub mod controllers;
+pub mod convert;
 pub mod crds;
 pub mod down;
 pub mod explain;
@@ -75,6 +76,9 @@ pub enum Command {
     Down(down::Args),
     /// Print the upstream objects a provider would apply for a ModelDeployment (offline).
     Render(render::Args),
+    /// Convert AI Runway's airunway.ai/v1alpha1 ModelDeployments and
+    /// InferenceProviderConfigs to ours, naming what does not carry over.
+    Convert(convert::Args),
     /// Explain a ModelDeployment: why its provider, its status, events and upstream object.
     Explain(explain::Args),
     /// List the registered providers, their health, and how to install missing ones.
@@ -127,6 +131,7 @@ pub async fn run(args: Vec<OsString>, term: &mut Terminal) -> i32 {
         Command::Up(a) => up::run(a, &cli.state_dir, term).await,
         Command::Down(a) => down::run(&a, &cli.state_dir, term),
         Command::Render(a) => render::run(&a, term),
+        Command::Convert(a) => convert::run(&a, term),
         Command::Explain(a) => explain::run(a, &cli.state_dir, term).await,
         Command::Providers(a) => providers::run(a, &cli.state_dir, term).await,
         Command::Cache(cache::Args {

@@ -194,7 +194,7 @@ pub fn preview(
     })
 }
 
-fn read_input(path: &PathBuf) -> anyhow::Result<(String, String)> {
+pub(crate) fn read_input(path: &PathBuf) -> anyhow::Result<(String, String)> {
     use anyhow::Context as _;
     if path.as_os_str() == "-" {
         let text = std::io::read_to_string(std::io::stdin()).context("reading standard input")?;

@@ -698,3 +698,95 @@ async fn render_prints_exactly_what_the_running_providers_apply() {
     // fields, so KubeRay refuses them (InvalidOverride) and render says the same.
     assert_eq!((rendered, refused), (15, 5));
 }
+
+/// AI Runway's own samples and README example (`tests/fixtures/airunway`, from
+/// ai-runway/airunway@b0d3fb7), converted by `kubeairunway convert`: every document
+/// converts; what does not carry over is named (llm-d's `requiresCRD`, and llm-d, which is
+/// not a provider here); the API server accepts every converted document as written (our
+/// CRDs, server-side apply); and each ModelDeployment renders offline, or is refused
+/// naming the provider it lacks.
+#[tokio::test]
+async fn ai_runway_samples_convert_apply_and_render() {
+    // Cluster-scoped InferenceProviderConfigs named like the built-in providers: a
+    // cluster of the test's own.
+    let (cluster, client) = testing::private_cluster("airunway-convert", &[])
+        .await
+        .unwrap();
+    let ns = cluster.namespace("airunway");
+    ensure_namespace(&client, &ns).await;
+    let dir = kubeairunway_e2e::fixtures_dir().join("airunway");
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    files.sort();
+    assert_eq!(files.len(), 4, "{files:?}");
+    let work = tempfile::tempdir().unwrap();
+    let (mut losses, mut rendered, mut refused) = (Vec::new(), Vec::new(), Vec::new());
+    for file in &files {
+        let (code, out, err) = kubeairunway(&["convert", "-f", file.to_str().unwrap()]).await;
+        assert_eq!(code, 0, "{}: {err}", file.display());
+        losses.extend(err.lines().map(str::to_string));
+        let docs: Vec<Value> = serde_saphyr::from_multiple(&out).unwrap();
+        for doc in docs.into_iter().filter(|d| !d.is_null()) {
+            assert_eq!(doc["apiVersion"], "kubeairunway.ai/v1alpha1", "{doc}");
+            let kind = doc["kind"].as_str().unwrap().to_string();
+            let name = doc["metadata"]["name"].as_str().unwrap().to_string();
+            let resource = match kind.as_str() {
+                "ModelDeployment" => ApiResource::erase::<ModelDeployment>(&()),
+                _ => ApiResource::erase::<kubeairunway_sdk::InferenceProviderConfig>(&()),
+            };
+            let api: Api<DynamicObject> = if kind == "ModelDeployment" {
+                Api::namespaced_with(client.clone(), &ns, &resource)
+            } else {
+                Api::all_with(client.clone(), &resource)
+            };
+            let mut body = doc.clone();
+            if kind == "ModelDeployment" {
+                body["metadata"]["namespace"] = json!(ns);
+            }
+            api.patch(
+                &name,
+                &kube::api::PatchParams::apply("convert").force(),
+                &kube::api::Patch::Apply(&body),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{kind}/{name} as converted: {e}"));
+            if kind != "ModelDeployment" {
+                continue;
+            }
+            let path = work.path().join(format!("{name}.yaml"));
+            std::fs::write(&path, serde_saphyr::to_string(&doc).unwrap()).unwrap();
+            let (code, _, err) = kubeairunway(&["render", "-f", path.to_str().unwrap()]).await;
+            match code {
+                0 => rendered.push(name),
+                _ => {
+                    assert!(err.contains("llmd"), "{name}: {err}");
+                    refused.push(name);
+                }
+            }
+        }
+    }
+    rendered.sort();
+    refused.sort();
+    assert_eq!(
+        rendered,
+        [
+            "gemma-cpu-example",
+            "llama-70b-pd-example",
+            "llama-8b-example",
+            "my-model"
+        ]
+    );
+    assert_eq!(refused, ["llama-70b-llmd-pd", "llama-8b-llmd"]);
+    // Exactly what does not carry over, each named.
+    losses.sort();
+    assert_eq!(
+        losses,
+        [
+            "InferenceProviderConfig/llmd: spec.capabilities.engines[0].requiresCRD: not carried over (no such field here)",
+            "ModelDeployment/llama-70b-llmd-pd: spec.provider.name: \"llmd\" carried over as written; llm-d is not a provider here: the Deployment provider (`deployment`) serves vLLM with a plain Deployment and Service",
+            "ModelDeployment/llama-8b-llmd: spec.provider.name: \"llmd\" carried over as written; llm-d is not a provider here: the Deployment provider (`deployment`) serves vLLM with a plain Deployment and Service",
+        ]
+    );
+}
