@@ -13,6 +13,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, ListParams};
 use kube::{Client, ResourceExt};
+use kubeairunway_sdk::engine_choice;
 use kubeairunway_sdk::selection::{self, Outcome, RuleCache, Standing};
 use kubeairunway_sdk::{InferenceProviderConfig, ModelDeployment};
 use serde::Serialize;
@@ -318,14 +319,14 @@ pub fn upstream_state(object: &DynamicObject, provider: &str) -> Vec<String> {
     lines
 }
 
-/// The engine core chooses for `md` now ([`selection::choose_engine`]) and how, with `md`
+/// The engine core chooses for `md` now ([`engine_choice::choose_engine`]) and how, with `md`
 /// as provider selection sees it (`spec.engine.type` set to that engine, when any).
 fn engine_now(
     md: &ModelDeployment,
     configs: &[Arc<InferenceProviderConfig>],
     now: Timestamp,
 ) -> (ModelDeployment, String) {
-    let choice = selection::choose_engine(
+    let choice = engine_choice::choose_engine(
         md,
         configs,
         &RuleCache::default(),
@@ -333,7 +334,7 @@ fn engine_now(
         now,
     );
     let resolved = match choice.engine() {
-        Some(engine) => selection::with_engine(md, engine),
+        Some(engine) => engine_choice::with_engine(md, engine),
         None => md.clone(),
     };
     (resolved, choice.to_string())

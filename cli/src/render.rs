@@ -12,6 +12,7 @@ use std::path::PathBuf;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 use kube::api::DynamicObject;
+use kubeairunway_sdk::engine_choice;
 use kubeairunway_sdk::selection::{self, Outcome, RuleCache};
 use kubeairunway_sdk::{ModelDeployment, UpstreamApi};
 
@@ -98,7 +99,7 @@ pub fn choose(
     }
 }
 
-/// The engine `md` is served with, as core chooses it ([`selection::choose_engine`], over
+/// The engine `md` is served with, as core chooses it ([`engine_choice::choose_engine`], over
 /// the built-in providers' registrations at `now`, limited to `forced` when given): `md`
 /// with `spec.engine.type` set to it, and the engine with how it was chosen.
 pub fn resolve_engine(
@@ -112,7 +113,7 @@ pub fn resolve_engine(
         asked.spec.provider.get_or_insert_default().name = Some(name.to_string());
     }
     let configs = builtins.registered(now);
-    let choice = selection::choose_engine(
+    let choice = engine_choice::choose_engine(
         &asked,
         &configs,
         &RuleCache::default(),
@@ -120,7 +121,7 @@ pub fn resolve_engine(
         now,
     );
     let engine = choice.engine().ok_or_else(|| choice.to_string())?;
-    Ok((selection::with_engine(md, engine), choice.to_string()))
+    Ok((engine_choice::with_engine(md, engine), choice.to_string()))
 }
 
 /// The objects the chosen provider applies for `md`, or the message the provider's

@@ -3,7 +3,7 @@
 //! [`FIELD_MANAGER`](crate::FIELD_MANAGER).
 //!
 //! Core owns `status.provider.name`, `status.provider.selectedReason`, `status.engine`
-//! (the engine of the spec, or the one core chose: [`selection::choose_engine`]), the
+//! (the engine of the spec, or the one core chose: [`engine_choice::choose_engine`]), the
 //! conditions `Validated`, `EngineSelected` and `ProviderSelected`, and `status.phase`/`message` only
 //! while no provider is selected. Every apply carries the whole set of fields core still
 //! owns; a field left out is released (and removed unless another manager owns it), which
@@ -31,8 +31,9 @@ use tracing::{debug, info, warn};
 
 use crate::FIELD_MANAGER;
 use crate::metrics::Metrics;
-use crate::selection::{self, EngineChoice, Outcome, RuleCache};
+use crate::selection::{self, Outcome, RuleCache};
 use crate::validation::{self, validate};
+use kubeairunway_sdk::engine_choice::{self, EngineChoice};
 
 pub use crate::context::{Context, Error, Settings};
 use crate::gone::{release_gone_providers, release_unserved};
@@ -345,7 +346,7 @@ pub(crate) fn decide(
 
     if let Some(name) = selected.filter(|_| !explicit_change) {
         // Explicit, or kept from status.engine: no rule is evaluated.
-        let choice = selection::choose_engine(md, configs, rules, &settings.selection, now);
+        let choice = engine_choice::choose_engine(md, configs, rules, &settings.selection, now);
         record_engine(md, &choice, &mut d, now);
         keep_selection(md, name, owns, &mut d, now);
         return (d, None);
@@ -354,7 +355,7 @@ pub(crate) fn decide(
         d.phase_message = Some(format!("Validation failed: {}", v.message()));
         return (d, None);
     }
-    let choice = selection::choose_engine(md, configs, rules, &settings.selection, now);
+    let choice = engine_choice::choose_engine(md, configs, rules, &settings.selection, now);
     record_engine(md, &choice, &mut d, now);
     let Some(engine) = choice.engine() else {
         d.phase_message = Some(choice.reason().to_string());
@@ -362,7 +363,7 @@ pub(crate) fn decide(
         return (d, None);
     };
     // Provider selection, and its rules, see the resolved engine as `spec.engine.type`.
-    let resolved = selection::with_engine(md, engine);
+    let resolved = engine_choice::with_engine(md, engine);
     let md = &resolved;
     if let Some(name) = explicit {
         select_explicit(md, name, configs, settings, &mut d, now);
@@ -821,7 +822,7 @@ mod tests {
         assert_eq!(condition(&d, ENGINE_SELECTED).reason, reasons::EXPLICIT);
         assert_eq!(
             status_body(&explicit, &d)["status"]["engine"],
-            json!({"type": "llamacpp", "selectedReason": selection::EXPLICIT_ENGINE_REASON})
+            json!({"type": "llamacpp", "selectedReason": engine_choice::EXPLICIT_ENGINE_REASON})
         );
     }
 

@@ -34,6 +34,7 @@ use crate::selection::{self, Outcome, RuleCache};
 use crate::validation::{
     provider_does_not_serve, provider_not_installed, validate, warnings, webhook_errors,
 };
+use kubeairunway_sdk::engine_choice;
 
 /// Path of the validating webhook.
 pub const VALIDATE_PATH: &str = "/validate-modeldeployment";
@@ -147,9 +148,14 @@ impl WebhookState {
         let md = if md.spec.engine.type_.is_some() {
             md
         } else {
-            let choice =
-                selection::choose_engine(md, &configs, &foresight.rules, &foresight.settings, now);
-            resolved = selection::with_engine(md, choice.engine()?);
+            let choice = engine_choice::choose_engine(
+                md,
+                &configs,
+                &foresight.rules,
+                &foresight.settings,
+                now,
+            );
+            resolved = engine_choice::with_engine(md, choice.engine()?);
             &resolved
         };
         let chosen = selection::select(md, &configs, &foresight.rules, &foresight.settings, now);

@@ -48,6 +48,24 @@ pub fn apply(spec: &mut Value) {
     default(spec, &SPEC_SCHEMA);
 }
 
+/// `spec` with `engine.type` set to `engine` and the defaults that depend on the engine
+/// applied ([`apply`]: one GPU for a GPU engine served aggregated with no GPU request, as
+/// the mutating webhook gives a spec that names it): the spec of an engine core chose, as
+/// selection, its rules and the provider see it.
+#[must_use]
+pub fn spec_with_engine(
+    spec: &crate::ModelDeploymentSpec,
+    engine: crate::api::EngineType,
+) -> crate::ModelDeploymentSpec {
+    let mut spec = spec.clone();
+    spec.engine.type_ = Some(engine);
+    let Ok(mut value) = serde_json::to_value(&spec) else {
+        return spec;
+    };
+    apply(&mut value);
+    serde_json::from_value(value).unwrap_or(spec)
+}
+
 /// The engines that need a GPU (the CRD refuses them without one in aggregated mode), as
 /// the API writes them.
 pub const GPU_ENGINES: [&str; 3] = ["vllm", "sglang", "trtllm"];

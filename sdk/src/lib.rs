@@ -33,6 +33,7 @@ pub mod compact;
 pub mod conditions;
 pub mod defaults;
 pub mod engine;
+pub mod engine_choice;
 pub mod events;
 pub mod finalizers;
 pub mod gpu;

@@ -21,12 +21,8 @@ use crate::{InferenceProviderConfig, ModelDeployment, ModelDeploymentSpec};
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-mod engine;
 mod rules;
 
-pub use engine::{
-    ENGINE_PREFERENCE, EXPLICIT_ENGINE_REASON, EngineChoice, choose_engine, is_gguf, with_engine,
-};
 pub(crate) use rules::ENV;
 pub use rules::{CompiledRule, RuleCache, RuleError, RuleInput, budget, to_cel};
 

@@ -504,7 +504,7 @@ pub async fn select(
     let engine = if md.spec.engine.type_.is_none() {
         let mut named = md.clone();
         named.spec.provider.get_or_insert_default().name = Some(provider.to_string());
-        let choice = crate::selection::choose_engine(
+        let choice = crate::engine_choice::choose_engine(
             &named,
             &[std::sync::Arc::new(config.clone())],
             &crate::selection::RuleCache::default(),
@@ -548,7 +548,7 @@ pub async fn select(
 /// Which provider core would select for `md` (which names none) among `providers`, each
 /// a provider's name and registration ([`Provider::config`]), every one taken as ready
 /// with a fresh heartbeat: [`crate::selection::select`], as core runs it (over the engine
-/// [`crate::selection::choose_engine`] chooses when the spec names none).
+/// [`crate::engine_choice::choose_engine`] chooses when the spec names none).
 pub fn score(
     md: &ModelDeployment,
     providers: &[(&str, crate::InferenceProviderConfigSpec)],
@@ -571,9 +571,9 @@ pub fn score(
         crate::selection::RuleCache::default(),
         crate::selection::Settings::default(),
     );
-    let choice = crate::selection::choose_engine(md, &configs, &rules, &settings, now);
+    let choice = crate::engine_choice::choose_engine(md, &configs, &rules, &settings, now);
     let resolved = match (md.spec.engine.type_, choice.engine()) {
-        (None, Some(engine)) => crate::selection::with_engine(md, engine),
+        (None, Some(engine)) => crate::engine_choice::with_engine(md, engine),
         _ => md.clone(),
     };
     crate::selection::select(&resolved, &configs, &rules, &settings, now)

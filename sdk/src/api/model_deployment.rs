@@ -355,6 +355,14 @@ pub enum EngineType {
 }
 
 impl EngineType {
+    /// Every engine, in the order the API lists them.
+    pub const ALL: [EngineType; 4] = [
+        EngineType::Vllm,
+        EngineType::Sglang,
+        EngineType::Trtllm,
+        EngineType::Llamacpp,
+    ];
+
     /// The value as written in the API.
     pub fn as_str(self) -> &'static str {
         match self {
@@ -759,21 +767,6 @@ impl ModelDeploymentSpec {
         }
     }
 
-    /// This spec with `engine.type` set to `engine` and the defaults that depend on the
-    /// engine applied ([`crate::defaults::apply`]: one GPU for a GPU engine served
-    /// aggregated with no GPU request, as the mutating webhook gives a spec that names
-    /// it): the spec of an engine core chose, as selection, its rules and the provider see it.
-    #[must_use]
-    pub fn with_engine(&self, engine: EngineType) -> ModelDeploymentSpec {
-        let mut spec = self.clone();
-        spec.engine.type_ = Some(engine);
-        let Ok(mut value) = serde_json::to_value(&spec) else {
-            return spec;
-        };
-        crate::defaults::apply(&mut value);
-        serde_json::from_value(value).unwrap_or(spec)
-    }
-
     /// The provider named in the spec, if any (an empty name counts as none).
     pub fn provider_name(&self) -> Option<&str> {
         self.provider
@@ -807,20 +800,6 @@ impl ModelDeployment {
                 .and_then(|s| s.engine.as_ref())
                 .and_then(|e| e.type_)
         })
-    }
-
-    /// This ModelDeployment as a provider serves it: its spec
-    /// [`ModelDeploymentSpec::with_engine`] [`Self::resolved_engine`] (borrowed unchanged
-    /// when the spec names the engine).
-    pub fn with_resolved_engine(&self) -> std::borrow::Cow<'_, ModelDeployment> {
-        match self.resolved_engine() {
-            Some(engine) if self.spec.engine.type_.is_none() => {
-                let mut md = self.clone();
-                md.spec = self.spec.with_engine(engine);
-                std::borrow::Cow::Owned(md)
-            }
-            _ => std::borrow::Cow::Borrowed(self),
-        }
     }
 
     /// The provider that owns this ModelDeployment: `status.provider.name`.

@@ -182,7 +182,7 @@ pub struct ResolvedEngine {
 /// The CRD's rule that an engine declares only API formats its own server has
 /// ([`ApiFormat::native`]), so a config that claims more is refused with the list.
 fn native_api_formats_rule(schema: &mut schemars::Schema) {
-    let engines = crate::selection::ENGINE_PREFERENCE;
+    let engines = EngineType::ALL;
     let quoted = |e: EngineType| {
         let formats: Vec<String> = ApiFormat::native(e)
             .iter()

@@ -85,7 +85,7 @@ pub async fn reconcile_once<P: Provider>(
     ctx: &Context<P>,
 ) -> Result<Action, Error> {
     // The provider serves the engine core resolved when the spec names none.
-    let md = &*md.with_resolved_engine();
+    let md = &*crate::engine_choice::with_resolved_engine(md);
     if md.selected_provider() != Some(ctx.name()) {
         ctx.warmups.forget(md);
         ctx.memory.forget(md);

@@ -43,37 +43,8 @@ pub const MAX_TOKEN_BYTES: u64 = 64 << 10;
 /// Error bodies are read up to this many bytes, for the message.
 const MAX_ERROR_BYTES: u64 = 4 << 10;
 
-/// Time limits of registry requests.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Timeouts {
-    /// To establish a connection.
-    pub connect: Duration,
-    /// Without a byte arriving.
-    pub idle: Duration,
-    /// For a whole request of bounded size (manifest, token, config, signature).
-    pub request: Duration,
-    /// The slowest transfer rate accepted for a layer, in bytes per second: a layer of
-    /// `n` bytes has `request + n / min_rate` in all.
-    pub min_rate: u64,
-}
-
-impl Default for Timeouts {
-    fn default() -> Self {
-        Self {
-            connect: Duration::from_secs(10),
-            idle: Duration::from_secs(30),
-            request: Duration::from_secs(60),
-            min_rate: 256 << 10,
-        }
-    }
-}
-
-impl Timeouts {
-    /// The deadline of a transfer of `bytes`.
-    pub fn for_bytes(&self, bytes: u64) -> Duration {
-        self.request + Duration::from_secs(bytes / self.min_rate.max(1))
-    }
-}
+/// Time limits of registry requests (the node caches' shared ones).
+pub use kubeairunway_cache_http::Timeouts;
 
 /// A registry request that failed, and whether trying again later may help.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]

@@ -9,8 +9,6 @@
 //! Errors follow the hub's `X-Error-Code` header (`GatedRepo`, `RepoNotFound`,
 //! `RevisionNotFound`, `EntryNotFound`; hfpy `utils/_http.py` `hf_raise_for_status`).
 
-use std::time::Duration;
-
 use reqwest_oci as reqwest;
 use serde::Deserialize;
 use tokio::time::Instant;
@@ -23,40 +21,10 @@ use crate::layout::{RepoId, check_etag, check_file_path, is_commit};
 pub const DEFAULT_ENDPOINT: &str = "https://huggingface.co";
 /// A model-info answer larger than this is refused (a repo of 10 000 files is ~2 MB).
 pub const MAX_INFO_BYTES: u64 = 32 << 20;
-/// Error bodies are never read; statuses and `X-Error-Code` say enough.
-const MAX_REDIRECTS: usize = 5;
 
-/// Time limits of hub requests.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Timeouts {
-    /// To establish a connection.
-    pub connect: Duration,
-    /// Without a byte arriving.
-    pub idle: Duration,
-    /// For a whole API request, and the fixed part of a file's deadline.
-    pub request: Duration,
-    /// The slowest transfer accepted, in bytes per second: a file of `n` bytes has
-    /// `request + n / min_rate` in all (the clock restarts with each resumed attempt).
-    pub min_rate: u64,
-}
-
-impl Default for Timeouts {
-    fn default() -> Self {
-        Self {
-            connect: Duration::from_secs(10),
-            idle: Duration::from_secs(30),
-            request: Duration::from_secs(60),
-            min_rate: 256 << 10,
-        }
-    }
-}
-
-impl Timeouts {
-    /// The deadline of a transfer of `bytes`.
-    pub fn for_bytes(&self, bytes: u64) -> Duration {
-        self.request + Duration::from_secs(bytes / self.min_rate.max(1))
-    }
-}
+/// Time limits of hub requests (the node caches' shared ones: the fixed part of a
+/// file's deadline restarts with each resumed attempt).
+pub use kubeairunway_cache_http::Timeouts;
 
 /// How to reach the hub.
 #[derive(Clone, PartialEq, Eq)]
@@ -264,22 +232,6 @@ impl std::fmt::Debug for Hub {
     }
 }
 
-/// At most [`MAX_REDIRECTS`] redirects, never from HTTPS to plain HTTP (the hub sends
-/// files to its CDN, another host: reqwest drops `Authorization` on such a redirect).
-fn redirects() -> reqwest::redirect::Policy {
-    reqwest::redirect::Policy::custom(|attempt| {
-        if attempt.previous().len() > MAX_REDIRECTS {
-            attempt.error("too many redirects")
-        } else if attempt.previous().iter().any(|u| u.scheme() == "https")
-            && attempt.url().scheme() != "https"
-        {
-            attempt.error("refusing a redirect from HTTPS to plain HTTP")
-        } else {
-            attempt.follow()
-        }
-    })
-}
-
 impl Hub {
     /// A client of the hub `options` name.
     pub fn new(options: &HubOptions) -> Result<Self, Error> {
@@ -290,7 +242,7 @@ impl Hub {
         let http = reqwest::Client::builder()
             .connect_timeout(options.timeouts.connect)
             .read_timeout(options.timeouts.idle)
-            .redirect(redirects())
+            .redirect(kubeairunway_cache_http::redirects())
             .user_agent(concat!(
                 "kubeairunway-modelcache/",
                 env!("CARGO_PKG_VERSION")

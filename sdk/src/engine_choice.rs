@@ -10,10 +10,10 @@
 //!    in [`ENGINE_PREFERENCE`] order (AI Runway's: vLLM, SGLang, TensorRT-LLM, llama.cpp).
 //! 4. The first candidate that gets a provider wins: with `spec.provider.name` (or a
 //!    provider selected without an engine), the first that provider's capabilities fit;
-//!    otherwise the first for which provider selection ([`super::select`]: ready providers
+//!    otherwise the first for which provider selection ([`crate::selection::select`]: ready providers
 //!    whose per-engine capabilities fit the GPU or CPU request and serving mode, and whose
 //!    rules choose them) selects a provider. Each candidate is tried as a spec naming it
-//!    would be served ([`ModelDeploymentSpec::with_engine`]): a GPU engine served
+//!    would be served ([`crate::defaults::spec_with_engine`]): a GPU engine served
 //!    aggregated with no GPU request gets one GPU, as the mutating webhook gives a spec
 //!    that names it. (AI Runway takes no GPU request as CPU-only and so picks llama.cpp,
 //!    which cannot load a model that is not GGUF; `resources.gpu.count: 0` says CPU-only
@@ -24,8 +24,8 @@ use std::sync::Arc;
 use k8s_openapi::jiff::Timestamp;
 use kube::ResourceExt;
 
-use super::{Outcome, RuleCache, Settings, fits, select};
 use crate::api::{Capabilities, EngineType, ModelDeploymentSpec};
+use crate::selection::{Outcome, RuleCache, Settings, fits, select};
 use crate::{InferenceProviderConfig, ModelDeployment};
 
 /// The order in which engines are preferred when several can be served.
@@ -112,13 +112,25 @@ pub fn is_gguf(spec: &ModelDeploymentSpec) -> bool {
     })
 }
 
-/// `md` with its spec [`ModelDeploymentSpec::with_engine`] `engine` (one GPU by default
+/// `md` with its spec [`crate::defaults::spec_with_engine`] `engine` (one GPU by default
 /// for a GPU engine): what provider selection, the CEL rules and the providers see once
 /// the engine is resolved.
 pub fn with_engine(md: &ModelDeployment, engine: EngineType) -> ModelDeployment {
     let mut md = md.clone();
-    md.spec = md.spec.with_engine(engine);
+    md.spec = crate::defaults::spec_with_engine(&md.spec, engine);
     md
+}
+
+/// `md` as a provider serves it: its spec with [`ModelDeployment::resolved_engine`] and
+/// that engine's defaults ([`with_engine`]); borrowed unchanged when the spec names the
+/// engine, or none is resolved yet.
+pub fn with_resolved_engine(md: &ModelDeployment) -> std::borrow::Cow<'_, ModelDeployment> {
+    match md.resolved_engine() {
+        Some(engine) if md.spec.engine.type_.is_none() => {
+            std::borrow::Cow::Owned(with_engine(md, engine))
+        }
+        _ => std::borrow::Cow::Borrowed(md),
+    }
 }
 
 /// Choose the engine of `md` (see the module's steps).
@@ -174,7 +186,10 @@ fn chosen(
     candidates: &[EngineType],
     provider: &str,
 ) -> EngineChoice {
-    let gpu = gpu_with(&md.spec, &md.spec.with_engine(engine));
+    let gpu = gpu_with(
+        &md.spec,
+        &crate::defaults::spec_with_engine(&md.spec, engine),
+    );
     let reason = if candidates.len() == 1 {
         format!(
             "only {engine} serves a GGUF model ({gpu}, mode={}): provider {provider}",
@@ -244,12 +259,12 @@ fn from_selection(
                 return EngineChoice::NoneFits {
                     message: format!(
                         "No engine chosen: {}: {detail}",
-                        super::NO_HEALTHY_PROVIDERS
+                        crate::selection::NO_HEALTHY_PROVIDERS
                     ),
                 };
             }
             Outcome::NoneFits { message } => {
-                let prefix = super::none_fits_prefix(&resolved.spec);
+                let prefix = crate::selection::none_fits_prefix(&resolved.spec);
                 let per_provider = message.strip_prefix(&prefix).unwrap_or(&message);
                 let gpu = gpu_with(&md.spec, &resolved.spec);
                 why.push(format!("{engine} ({gpu}): {per_provider}"));
