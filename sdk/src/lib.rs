@@ -45,6 +45,7 @@ pub mod reflect;
 pub mod render;
 pub mod runtime;
 pub mod selection;
+pub mod serving;
 pub mod storage;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -56,6 +57,7 @@ pub mod workload;
 pub use provider::{
     Incompatible, Live, Observed, Provider, RenderError, Rendered, UpstreamRef, Warning,
 };
+pub use serving::ServingPods;
 pub use upstream::UpstreamApi;
 
 /// The Kubernetes client library the SDK is built on, at the version it uses: a provider

@@ -44,8 +44,8 @@ use kubeairunway_sdk::api::{
 use kubeairunway_sdk::provider::object;
 use kubeairunway_sdk::render::{pod_annotations, pod_labels};
 use kubeairunway_sdk::{
-    Incompatible, Live, Observed, Provider, RenderError, Rendered, UpstreamApi, UpstreamRef,
-    Warning, engine, labels, overrides, storage, workload,
+    Incompatible, Live, Observed, Provider, RenderError, Rendered, ServingPods, UpstreamApi,
+    UpstreamRef, Warning, engine, labels, overrides, storage, workload,
 };
 use serde::Deserialize;
 use serde_json::json;
@@ -306,6 +306,11 @@ impl Provider for DeploymentProvider {
             objects: vec![deployment, service],
             warnings,
         })
+    }
+
+    /// The Deployment's pods: the one label its selector names, on the engine's port.
+    fn serving_pods(&self, md: &ModelDeployment) -> ServingPods {
+        ServingPods::of(md).on_port(engine::PORT)
     }
 
     /// A Deployment's selector cannot change

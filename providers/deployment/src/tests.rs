@@ -380,3 +380,26 @@ fn status_is_the_deployments_with_the_service_as_endpoint() {
         (Some("qwen"), Some(80))
     );
 }
+
+/// The serving pods are the rendered Deployment's, on the port its container serves.
+#[test]
+fn serving_pods_are_the_deployments_on_the_engine_port() {
+    let md = md(EngineType::Vllm, 1).build();
+    let objects: Vec<_> = render(&md)
+        .objects
+        .iter()
+        .map(|o| serde_json::to_value(o).unwrap())
+        .collect();
+    let pods = DeploymentProvider::default().serving_pods(&md);
+    assert_eq!(
+        objects[0]["spec"]["selector"]["matchLabels"],
+        json!(pods.labels)
+    );
+    let template = &objects[0]["spec"]["template"];
+    for (k, v) in &pods.labels {
+        assert_eq!(template["metadata"]["labels"][k], json!(v), "{k}");
+    }
+    let port = &template["spec"]["containers"][0]["ports"][0]["containerPort"];
+    assert_eq!(Some(port.as_i64().unwrap()), pods.port.map(i64::from));
+    assert_eq!(pods.inference_pool, None);
+}

@@ -30,6 +30,25 @@ pub const FRONTEND: &str = "Frontend";
 /// `deploy/operator/internal/consts/consts.go:13@2a6da14c8`).
 pub const FRONTEND_PORT: i32 = 8000;
 
+/// The label the Dynamo operator puts on a graph's pods naming the graph
+/// (`KubeLabelDynamoGraphDeploymentName`, deploy/operator/internal/consts/consts.go
+/// @0367e40).
+pub const GRAPH_LABEL: &str = "nvidia.com/dynamo-graph-deployment-name";
+/// The label the Dynamo operator puts on a graph's pods naming the component's type
+/// (`KubeLabelDynamoComponentType`, same file), `worker` on every worker, prefill and
+/// decode ones included (their `subComponentType` tells them apart).
+pub const COMPONENT_TYPE_LABEL: &str = "nvidia.com/dynamo-component-type";
+
+/// The worker pods of `md`'s graph (named as `md`), by the labels the operator itself
+/// lists them by (`GRAPH_LABEL` and `COMPONENT_TYPE_LABEL=worker`, its own worker pod
+/// listing in deploy/operator, ai-dynamo/dynamo@0367e40).
+pub fn worker_pods(md: &ModelDeployment) -> kubeairunway_sdk::ServingPods {
+    kubeairunway_sdk::ServingPods::labelled([
+        (GRAPH_LABEL, md.metadata.name.as_deref().unwrap_or_default()),
+        (COMPONENT_TYPE_LABEL, "worker"),
+    ])
+}
+
 /// The role of a component in the graph.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {

@@ -34,8 +34,8 @@ use kubeairunway_sdk::api::{
     ModelDeployment, ServingMode,
 };
 use kubeairunway_sdk::{
-    Incompatible, Live, Observed, Provider, RenderError, Rendered, UpstreamApi, UpstreamRef,
-    Warning,
+    Incompatible, Live, Observed, Provider, RenderError, Rendered, ServingPods, UpstreamApi,
+    UpstreamRef, Warning,
 };
 
 pub use settings::{DEFAULT_RAY_IMAGE, DEFAULT_RAY_VERSION, KubeRayProvider, NAME};
@@ -136,7 +136,24 @@ impl Provider for KubeRayProvider {
     fn observe(&self, md: &ModelDeployment, live: &Live) -> Observed {
         status::observe(md, live.primary())
     }
+
+    /// The pods the Serve Service selects: KubeRay copies the template's labels (ours
+    /// among them) onto every pod (`labelPod`, ray-operator/controllers/ray/common/pod.go
+    /// :1167-1186) and labels a RayService's serving pods `ray.io/serve=true` (`BuildPod`,
+    /// :836-843; the Service selects it, common/service.go:197-205), all @v1.7.0; the
+    /// cluster name (`ray.io/cluster`) is generated, so our label stands in for it.
+    /// Serve's HTTP proxy listens on [`rayservice::SERVE_PORT`].
+    fn serving_pods(&self, md: &ModelDeployment) -> ServingPods {
+        ServingPods::of(md)
+            .label(SERVE_LABEL, "true")
+            .on_port(rayservice::SERVE_PORT)
+    }
 }
+
+/// The label KubeRay puts on a RayService's pods that take Serve traffic
+/// (`RayClusterServingServiceLabelKey`, ray-operator/controllers/ray/utils/constant.go:24
+/// @v1.7.0).
+pub const SERVE_LABEL: &str = "ray.io/serve";
 
 #[cfg(test)]
 mod tests {

@@ -593,8 +593,10 @@ pub struct ModelDeploymentStatus {
     /// (http://<service>.<namespace>.svc.<cluster domain>:<port>/v1), written by the provider.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
-    /// Label selector of the serving pods (`kubeairunway.ai/model-deployment=<name>`), for
-    /// the scale subresource (HPA, KEDA); written by the provider.
+    /// Label selector of the serving pods, as the provider's upstream operator labels them
+    /// (`kubeairunway.ai/model-deployment=<name>` for the Deployment provider), for the
+    /// scale subresource (HPA, KEDA) and the gateway's InferencePool; written by the
+    /// provider.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<String>,
     /// Gateway integration status.
@@ -704,6 +706,14 @@ pub struct EndpointStatus {
     /// Service port.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<i32>,
+    /// Container port the serving pods (status.selector) serve the API on: the
+    /// InferencePool's targetPorts; written by the provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_port: Option<i32>,
+    /// InferencePool the upstream operator makes for the serving pods itself, in this
+    /// namespace (the gateway then makes none); written by the provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inference_pool: Option<String>,
 }
 
 /// Gateway integration status.
