@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 
 use kube::ResourceExt;
 
-use crate::api::ModelDeployment;
+use crate::api::{EndpointStatus, ModelDeployment};
 use crate::labels;
 
 /// The pods that serve a ModelDeployment's API, as its upstream operator labels them.
@@ -61,6 +61,16 @@ impl ServingPods {
     pub fn with_inference_pool(mut self, name: impl Into<String>) -> Self {
         self.inference_pool = Some(name.into());
         self
+    }
+
+    /// Write these pods into a status as the provider's runtime does: `status.selector`,
+    /// and on the endpoint (once there is one) `targetPort` and `inferencePool`.
+    pub fn fill(&self, selector: &mut Option<String>, endpoint: Option<&mut EndpointStatus>) {
+        *selector = Some(self.selector()).filter(|s| !s.is_empty());
+        if let Some(endpoint) = endpoint {
+            endpoint.target_port = self.port;
+            endpoint.inference_pool.clone_from(&self.inference_pool);
+        }
     }
 
     /// The labels as an equality-based label selector (`k=v,k2=v2`, sorted by key): the

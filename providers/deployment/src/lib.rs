@@ -27,8 +27,8 @@
 //! - The engine fields are the SDK container's: prefix caching and eager execution as the
 //!   engine's flags, named as ignored where its server has none (TensorRT-LLM, llama.cpp's
 //!   eager), and `engine.extraArgs` last on the command line.
-//! - `spec.gateway` is named as unsupported (no HTTPRoute is made), and so are the claim
-//!   settings of `model.storage` (claims are mounted, never created). `spec.kernelCache`
+//! - `spec.gateway` is core's gateway's (docs/gateway.md), from [`Provider::serving_pods`];
+//!   the claim settings of `model.storage` (claims are mounted, never created). `spec.kernelCache`
 //!   is served by the kernel-cache provider's pod webhook (the pods carry the
 //!   ModelDeployment's label).
 //! - `provider.overrides`: [`Overrides`].
@@ -247,12 +247,6 @@ impl Provider for DeploymentProvider {
             md,
             "the Deployment provider",
         ));
-        if spec.gateway.is_some() {
-            warnings.push(Warning::unsupported_field(
-                "spec.gateway",
-                "the Deployment provider makes no HTTPRoute; route to its Service yourself",
-            ));
-        }
         let name = md.metadata.name.clone().unwrap_or_default();
         // The selector is immutable in apps/v1 (see immutable_fields): only the one label
         // that never changes for this ModelDeployment.

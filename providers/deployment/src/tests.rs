@@ -290,14 +290,14 @@ fn engine_fields_render_per_engine_or_are_named() {
     assert!(err.0.starts_with("the flag --x is set both"), "{err}");
 }
 
+/// `spec.gateway` is served by core's gateway, from the serving pods this provider names.
 #[test]
-fn a_gateway_is_named_as_unsupported() {
+fn a_gateway_is_not_named_as_ignored() {
     let md = md(EngineType::Vllm, 1)
         .spec(|s| s.gateway = Some(serde_json::from_value(json!({"enabled": true})).unwrap()))
         .build();
     let warnings = render(&md).warnings;
-    assert_eq!(warnings.len(), 1, "{warnings:?}");
-    assert!(warnings[0].message.contains("spec.gateway"), "{warnings:?}");
+    assert!(warnings.is_empty(), "{warnings:?}");
 }
 
 /// Any overrides a user may write: never a panic, wrong types refused naming the key,

@@ -167,7 +167,9 @@ fn unsupported(md: &ModelDeployment) -> Vec<Warning> {
     if md.spec.gateway.is_some() {
         out.push(Warning::unsupported_field(
             "spec.gateway",
-            "the Dynamo provider renders no InferencePool or HTTPRoute; use the frontend Service",
+            "Dynamo's workers serve no HTTP port of their own (its frontend does) and Dynamo's \
+             own endpoint picker is not rendered yet, so core's gateway makes no InferencePool \
+             for them; use the frontend Service",
         ));
     }
     out

@@ -231,13 +231,6 @@ fn node_labels(md: &ModelDeployment) -> BTreeMap<String, String> {
 fn unsupported_everywhere(md: &ModelDeployment) -> Vec<Warning> {
     let spec = &md.spec;
     let mut out = Vec::new();
-    if spec.gateway.is_some() {
-        out.push(unsupported(
-            "spec.gateway",
-            "the KAITO provider creates no InferencePool or HTTPRoute (KAITO's own Gateway API \
-             support is an operator feature gate, not a Workspace field)",
-        ));
-    }
     if spec.serving.mode == kubeairunway_sdk::api::ServingMode::Aggregated {
         for (field, set) in [
             ("spec.scaling.prefill", spec.scaling.prefill.is_some()),

@@ -9,8 +9,8 @@
 //! - [`rayservice`]: the RayService object with its head and worker groups;
 //! - [`status`]: the RayService status read as ours.
 //!
-//! Every spec field is served except `spec.gateway` (no InferencePool or HTTPRoute is
-//! made) and the claim-creation settings of storage volumes; those are reported with
+//! Every spec field is served (`spec.gateway` by core's gateway, from
+//! [`Provider::serving_pods`]) except the claim-creation settings of storage volumes; those are reported with
 //! `Warning::unsupported_field`. `spec.kernelCache` is served by the kernel-cache
 //! provider's pod webhook (Ray pods carry the ModelDeployment label). A RayService has no
 //! field its CRD declares immutable that we render (the CRD's `self == oldSelf` rules are
@@ -100,17 +100,6 @@ impl Provider for KubeRayProvider {
             kubeairunway_sdk::overrides::parse::<overrides::KubeRayOverrides>(md)?;
         o.check()?;
         warnings.extend(storage::warnings(md));
-        if md
-            .spec
-            .gateway
-            .as_ref()
-            .is_some_and(|g| g.enabled != Some(false))
-        {
-            warnings.push(Warning::unsupported_field(
-                "spec.gateway",
-                "the KubeRay provider creates no InferencePool or HTTPRoute; route to the serve Service",
-            ));
-        }
         if md
             .spec
             .engine

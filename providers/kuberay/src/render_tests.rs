@@ -512,7 +512,7 @@ fn ignored_fields_are_named() {
     let rendered = provider.render(&md, &apis()[0].1).unwrap();
     assert_eq!(
         Warning::ignored_fields(&rendered.warnings),
-        ["spec.model.storage.volumes[weights].size", "spec.gateway"]
+        ["spec.model.storage.volumes[weights].size"]
     );
     // The claim a controller would have created is what is mounted.
     let object = serde_json::to_value(&rendered.objects[0]).unwrap();

@@ -81,15 +81,11 @@ impl ProviderView {
         pods: &ServingPods,
     ) -> Self {
         let namespace = md.namespace().unwrap_or_default();
-        if let Some(endpoint) = self.endpoint.as_mut() {
-            endpoint.target_port = pods.port;
-            endpoint.inference_pool.clone_from(&pods.inference_pool);
-        }
+        pods.fill(&mut self.selector, self.endpoint.as_mut());
         self.url = self
             .endpoint
             .as_ref()
             .and_then(|e| endpoint_url(e, &namespace, cluster_domain));
-        self.selector = Some(pods.selector()).filter(|s| !s.is_empty());
         self
     }
 

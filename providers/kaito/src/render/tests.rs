@@ -402,7 +402,6 @@ fn vllm_unsupported_fields_warn() {
     assert_eq!(
         fields,
         [
-            "spec.gateway",
             "spec.scaling.prefill",
             "spec.image",
             "spec.env",
