@@ -195,12 +195,7 @@ fn owners(object: &DynamicObject, mds: &Store<ModelDeployment>) -> Vec<ObjectRef
         .iter()
         .filter(|md| {
             md.namespace().as_deref() == Some(namespace.as_str())
-                && md
-                    .spec
-                    .gateway
-                    .as_ref()
-                    .and_then(|g| g.http_route_ref.as_deref())
-                    == Some(name.as_str())
+                && decide::http_route_ref(md) == Some(name.as_str())
         })
         .map(|md| ObjectRef::from_obj(md.as_ref()))
         .collect()
@@ -303,11 +298,7 @@ fn decide_for(md: &ModelDeployment, ctx: &Context) -> Decision {
         .filter_map(|g| serde_json::to_value(g.as_ref()).ok())
         .collect();
     let namespace = md.namespace().unwrap_or_default();
-    let user_route = md
-        .spec
-        .gateway
-        .as_ref()
-        .and_then(|g| g.http_route_ref.as_deref())
+    let user_route = decide::http_route_ref(md)
         .and_then(|name| cached(ctx, "HTTPRoute", &namespace, name))
         .and_then(|r| serde_json::to_value(r.as_ref()).ok());
     decide::decide(&Inputs {

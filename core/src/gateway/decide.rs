@@ -77,6 +77,15 @@ pub fn enabled(md: &ModelDeployment) -> bool {
     md.spec.gateway.as_ref().and_then(|g| g.enabled) == Some(true)
 }
 
+/// The user's HTTPRoute (`spec.gateway.httpRouteRef`), if named.
+pub fn http_route_ref(md: &ModelDeployment) -> Option<&str> {
+    md.spec
+        .gateway
+        .as_ref()
+        .and_then(|g| g.http_route_ref.as_deref())
+        .filter(|r| !r.is_empty())
+}
+
 /// The model name clients send: `spec.gateway.modelName`, else the served name.
 pub fn model_name(md: &ModelDeployment) -> String {
     md.spec
@@ -191,13 +200,7 @@ fn route<'a>(
 ) -> Result<&'a Value, (&'static str, String)> {
     let md = inputs.md;
     let namespace = md.namespace().unwrap_or_default();
-    let user_ref = md
-        .spec
-        .gateway
-        .as_ref()
-        .and_then(|g| g.http_route_ref.as_deref())
-        .filter(|r| !r.is_empty());
-    if let Some(name) = user_ref {
+    if let Some(name) = http_route_ref(md) {
         status.http_route = Some(name.to_string());
         let Some(route) = inputs.user_route else {
             return Err((

@@ -37,6 +37,10 @@ fn md(gateway: Value) -> ModelDeployment {
     md
 }
 
+fn endpoint(md: &mut ModelDeployment) -> &mut EndpointStatus {
+    md.status.as_mut().unwrap().endpoint.as_mut().unwrap()
+}
+
 fn gateway(ns: &str, name: &str, labels: Value, status: Value) -> Value {
     json!({
         "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
@@ -210,13 +214,7 @@ fn missing_apis_say_which() {
 #[test]
 fn without_serving_pods_it_waits_and_keeps_what_exists() {
     let mut m = md(json!({"enabled": true}));
-    m.status
-        .as_mut()
-        .unwrap()
-        .endpoint
-        .as_mut()
-        .unwrap()
-        .target_port = None;
+    endpoint(&mut m).target_port = None;
     let d = run(&m, &[], None);
     assert_eq!(d.ready.unwrap().1, reasons::AWAITING_SERVING_PODS);
     assert!(d.objects.is_empty() && !d.prune);
@@ -226,13 +224,7 @@ fn without_serving_pods_it_waits_and_keeps_what_exists() {
 #[test]
 fn a_provider_pool_is_routed_to_and_not_made() {
     let mut m = md(json!({"enabled": true}));
-    m.status
-        .as_mut()
-        .unwrap()
-        .endpoint
-        .as_mut()
-        .unwrap()
-        .inference_pool = Some("llama-pool".into());
+    endpoint(&mut m).inference_pool = Some("llama-pool".into());
     let gw = [gateway("ml", "g", json!({}), json!({}))];
     let d = run(&m, &gw, None);
     assert_eq!(kinds(&d), ["HTTPRoute"]);

@@ -100,6 +100,31 @@ async fn gone(client: &Client, ar: &ApiResource, ns: &str, name: &str) {
     .await;
 }
 
+/// Set `enabled: false` on `name` and wait until its pool and every object of its endpoint
+/// picker are gone.
+async fn disable(client: &Client, ns: &str, name: &str) {
+    let mds: Api<ModelDeployment> = Api::namespaced(client.clone(), ns);
+    mds.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"gateway": {"enabled": false}}})),
+    )
+    .await
+    .unwrap();
+    gone(client, &pools(), ns, name).await;
+    let epp = format!("{name}-epp");
+    for ar in [
+        kind("apps", "v1", "Deployment"),
+        kind("", "v1", "Service"),
+        kind("", "v1", "ServiceAccount"),
+        kind("", "v1", "ConfigMap"),
+        kind("rbac.authorization.k8s.io", "v1", "Role"),
+        kind("rbac.authorization.k8s.io", "v1", "RoleBinding"),
+    ] {
+        gone(client, &ar, ns, &epp).await;
+    }
+}
+
 #[tokio::test]
 async fn pool_picker_and_route_follow_spec_gateway_on_the_deployment_provider() {
     let provider = "gateway-deploy";
@@ -326,21 +351,7 @@ async fn pool_picker_and_route_follow_spec_gateway_on_the_deployment_provider() 
     );
 
     // enabled: false removes what the gateway made, and its status.
-    mds.patch(
-        "qwen",
-        &PatchParams::default(),
-        &Patch::Merge(spec(json!({"enabled": false}))),
-    )
-    .await
-    .unwrap();
-    gone(&client, &pools(), &ns, "qwen").await;
-    for (ar, name) in [
-        (kind("apps", "v1", "Deployment"), "qwen-epp"),
-        (kind("", "v1", "Service"), "qwen-epp"),
-        (kind("rbac.authorization.k8s.io", "v1", "Role"), "qwen-epp"),
-    ] {
-        gone(&client, &ar, &ns, name).await;
-    }
+    disable(&client, &ns, "qwen").await;
     let m = md_where(&client, &ns, "qwen", "no gateway status", |m| {
         condition(m, GATEWAY_READY).is_none()
             && m.status.as_ref().is_some_and(|s| s.gateway.is_none())
@@ -439,44 +450,14 @@ async fn the_gateway_needs_exactly_what_the_core_chart_grants() {
     .await
     .unwrap();
     gone(&admin, &routes(), &ns, "m").await;
-    mds.patch(
-        "m",
-        &PatchParams::default(),
-        &Patch::Merge(spec(json!({"enabled": false}))),
-    )
-    .await
-    .unwrap();
-    gone(&admin, &pools(), &ns, "m").await;
-    for (ar, name) in [
-        (kind("apps", "v1", "Deployment"), "m-epp"),
-        (kind("", "v1", "Service"), "m-epp"),
-        (kind("", "v1", "ServiceAccount"), "m-epp"),
-        (kind("", "v1", "ConfigMap"), "m-epp"),
-        (kind("rbac.authorization.k8s.io", "v1", "Role"), "m-epp"),
-        (
-            kind("rbac.authorization.k8s.io", "v1", "RoleBinding"),
-            "m-epp",
-        ),
-    ] {
-        gone(&admin, &ar, &ns, name).await;
-    }
+    disable(&admin, &ns, "m").await;
     md_where(&admin, &ns, "m", "GatewayReady removed", |m| {
         condition(m, GATEWAY_READY).is_none()
     })
     .await;
     task.abort();
 
-    let rules = rbac::granted_rules(&objects, system, account);
-    let measured = rbac::measure(
-        &rules,
-        &cluster.audit_events().unwrap(),
-        &kubeairunway_testcluster::service_account_user(system, account),
-    );
-    assert!(
-        measured.denied.is_empty(),
-        "requests the chart does not allow: {:#?}",
-        measured.denied
-    );
+    let measured = rbac::measure_chart_account(&cluster, &objects, system, account).unwrap();
     // The gateway's grants (core's others are measured by core_webhook's test); the reads
     // core holds only so that it may grant them to the endpoint picker's Role.
     let gateway_groups = [
