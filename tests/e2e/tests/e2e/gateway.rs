@@ -490,3 +490,110 @@ async fn the_gateway_needs_exactly_what_the_core_chart_grants() {
         "gateway rules no request used: {unused:#?}"
     );
 }
+
+/// An operator-backed provider: KAITO (its Workspace CRD v0.12.0, no KAITO needed, since
+/// the provider reports the endpoint as soon as the Workspace exists). The pool selects
+/// what KAITO labels a Workspace's pods, `kaito.sh/workspace=<name>`
+/// (pkg/workspace/manifests/manifests.go:293@v0.12.0 for a llama.cpp template), on the
+/// port KAITO's Service targets (5000), as the provider reports them; the route and URL
+/// follow.
+#[tokio::test]
+async fn the_pool_selects_kaitos_workspace_pods() {
+    use kubeairunway_e2e::{fixtures_dir, read_crd};
+    use kubeairunway_kaito_provider::{KaitoProvider, NodeProvisioning};
+
+    let crd = read_crd(&fixtures_dir().join("crds/upstream/kaito.sh_workspaces.yaml")).unwrap();
+    let (cluster, client) = testing::private_cluster("gateway-kaito", &[crd])
+        .await
+        .unwrap();
+    kubeairunway_testcluster::install_crds(&client, &gateway_crds())
+        .await
+        .unwrap();
+    let ns = cluster.namespace("gateway-kaito");
+    let provider = KaitoProvider {
+        inference_set: false,
+        nodes: NodeProvisioning::Byo,
+    };
+    let _running = testing::spawn(provider.clone(), client.clone(), test_options());
+    testing::registered(&client, "kaito").await;
+    let settings = Settings {
+        gateway: None,
+        namespace: Some(ns.clone()),
+    };
+    let task = tokio::spawn(gateway::run(
+        client.clone(),
+        settings,
+        std::future::pending(),
+    ));
+    let gateways = kind("gateway.networking.k8s.io", "v1", "Gateway");
+    let gw = json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+        "metadata": {"name": "edge", "namespace": ns},
+        "spec": {"gatewayClassName": "test", "listeners": [{"name": "https", "protocol": "HTTPS", "port": 443,
+            "tls": {"certificateRefs": [{"name": "edge-cert"}]}}]}});
+    apply(&client, &gateways, &ns, &gw).await;
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &gateways);
+    api.patch_status(
+        "edge",
+        &PatchParams::default(),
+        &Patch::Merge(
+            json!({"status": {"addresses": [{"type": "Hostname", "value": "ai.example.com"}]}}),
+        ),
+    )
+    .await
+    .unwrap();
+
+    let md = ModelDeploymentBuilder::new("gemma")
+        .namespace(&ns)
+        .model("google/gemma-3-1b-it-qat-q8_0-gguf")
+        .engine(EngineType::Llamacpp)
+        .gpus(0)
+        .image("ghcr.io/sozercan/llama-cpp-runner:latest")
+        .provider("kaito")
+        .spec(|s| s.gateway = Some(serde_json::from_value(json!({"enabled": true})).unwrap()))
+        .build();
+    let md = testing::deploy(&client, &md, "kaito").await.unwrap();
+    let pool = object_where(
+        &client,
+        &pools(),
+        &ns,
+        "gemma",
+        "the InferencePool",
+        Option::is_some,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        pool.data["spec"]["selector"]["matchLabels"],
+        json!({"kaito.sh/workspace": "gemma"})
+    );
+    assert_eq!(
+        pool.data["spec"]["selector"]["matchLabels"],
+        json!(provider.serving_pods(&md).labels)
+    );
+    assert_eq!(pool.data["spec"]["targetPorts"], json!([{"number": 5000}]));
+    let m = gateway_ready(&client, &ns, "gemma", "True", reasons::GATEWAY_CONFIGURED).await;
+    let status = m.status.unwrap();
+    assert_eq!(status.selector.as_deref(), Some("kaito.sh/workspace=gemma"));
+    let gateway = status.gateway.unwrap();
+    assert_eq!(gateway.url.as_deref(), Some("https://ai.example.com/v1"));
+    assert_eq!(gateway.model_name.as_deref(), md.spec.served_model_name());
+    let route = object_where(
+        &client,
+        &routes(),
+        &ns,
+        "gemma",
+        "the HTTPRoute",
+        Option::is_some,
+    )
+    .await
+    .unwrap();
+    assert_eq!(route.data["spec"]["parentRefs"][0]["name"], "edge");
+    // The scale subresource selects the same pods.
+    let mds: Api<ModelDeployment> = Api::namespaced(client.clone(), &ns);
+    let scale = mds.get_scale("gemma").await.unwrap();
+    assert_eq!(
+        scale.status.unwrap().selector.as_deref(),
+        Some("kaito.sh/workspace=gemma")
+    );
+    task.abort();
+}
