@@ -138,7 +138,7 @@ pub fn decide(inputs: &Inputs<'_>) -> Decision {
             };
         }
     };
-    let ready = address(gateway, &mut status);
+    let ready = address(gateway, &md.namespace().unwrap_or_default(), &mut status);
     Decision {
         objects,
         prune: true,
@@ -302,11 +302,24 @@ pub fn choose_gateway<'a>(
 }
 
 /// Fill the Gateway's name, address and URL into `status`; `GatewayReady` is true once
-/// the Gateway has an address.
-fn address(gateway: &Value, status: &mut GatewayStatus) -> Ready {
+/// one of the Gateway's HTTP(S) listeners admits routes from `route_namespace` and the
+/// Gateway has an address.
+fn address(gateway: &Value, route_namespace: &str, status: &mut GatewayStatus) -> Ready {
     let name = format!("{}/{}", namespace_of(gateway), name_of(gateway));
     status.gateway = Some(name.clone());
-    match gateway_url(gateway) {
+    let http = http_listeners(gateway).count();
+    if http > 0 && admitting(gateway, route_namespace).next().is_none() {
+        return (
+            false,
+            reasons::ROUTE_NOT_ALLOWED,
+            format!(
+                "no HTTP(S) listener of Gateway {name} admits HTTPRoutes from namespace \
+                 {route_namespace} (spec.listeners[].allowedRoutes); its owner must allow them: \
+                 core never changes a Gateway"
+            ),
+        );
+    }
+    match gateway_url(gateway, route_namespace) {
         Some((host, url)) => {
             status.endpoint = Some(host);
             status.url = Some(url.clone());
@@ -324,21 +337,45 @@ fn address(gateway: &Value, status: &mut GatewayStatus) -> Ready {
     }
 }
 
+fn http_listeners(gateway: &Value) -> impl Iterator<Item = &Value> {
+    gateway["spec"]["listeners"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|l| matches!(l["protocol"].as_str(), Some("HTTP" | "HTTPS")))
+}
+
+/// The HTTP(S) listeners that admit HTTPRoutes from `namespace`, by their `allowedRoutes`
+/// (Gateway API v1.5.1 apis/v1/gateway_types.go): `namespaces.from` `All`, `Same` (the
+/// default) when the Gateway is in that namespace, or `Selector`, taken as admitting
+/// (core reads no Namespace labels); `kinds`, when set, must name HTTPRoute.
+fn admitting<'a>(gateway: &'a Value, namespace: &'a str) -> impl Iterator<Item = &'a Value> {
+    let same = namespace_of(gateway) == namespace;
+    http_listeners(gateway).filter(move |l| {
+        let allowed = &l["allowedRoutes"];
+        let from = match allowed["namespaces"]["from"].as_str().unwrap_or("Same") {
+            "All" | "Selector" => true,
+            "Same" => same,
+            _ => false,
+        };
+        let kinds = allowed["kinds"].as_array().filter(|k| !k.is_empty());
+        let kind = kinds.is_none_or(|k| k.iter().any(|k| k["kind"] == "HTTPRoute"));
+        from && kind
+    })
+}
+
 /// The Gateway's first address (`status.addresses[].value`, not empty) and the URL of the
-/// OpenAI-compatible API through its first HTTP or HTTPS listener:
-/// `<scheme>://<host>[:<port>]/v1` (the port left out when it is the scheme's default).
-pub fn gateway_url(gateway: &Value) -> Option<(String, String)> {
+/// OpenAI-compatible API through its first HTTP or HTTPS listener that admits routes from
+/// `route_namespace`: `<scheme>://<host>[:<port>]/v1` (the port left out when it is the
+/// scheme's default).
+pub fn gateway_url(gateway: &Value, route_namespace: &str) -> Option<(String, String)> {
     let host = gateway
         .pointer("/status/addresses")?
         .as_array()?
         .iter()
         .filter_map(|a| a["value"].as_str())
         .find(|v| !v.is_empty())?;
-    let listener = gateway
-        .pointer("/spec/listeners")?
-        .as_array()?
-        .iter()
-        .find(|l| matches!(l["protocol"].as_str(), Some("HTTP" | "HTTPS")))?;
+    let listener = admitting(gateway, route_namespace).next()?;
     let scheme = if listener["protocol"] == "HTTPS" {
         "https"
     } else {

@@ -35,6 +35,9 @@ pub mod reasons {
     pub const HTTP_ROUTE_NOT_FOUND: &str = "HTTPRouteNotFound";
     /// `spec.gateway.httpRouteRef` names an HTTPRoute with no backendRef to the pool.
     pub const HTTP_ROUTE_NOT_TO_POOL: &str = "HTTPRouteNotToPool";
+    /// No HTTP(S) listener of the Gateway admits routes from the ModelDeployment's
+    /// namespace (`allowedRoutes`, which core never changes).
+    pub const ROUTE_NOT_ALLOWED: &str = "RouteNotAllowed";
     /// The Gateway has no address or no HTTP(S) listener yet.
     pub const GATEWAY_ADDRESS_PENDING: &str = "GatewayAddressPending";
     /// The API server refused one of the gateway's objects.

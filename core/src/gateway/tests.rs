@@ -47,7 +47,8 @@ fn gateway(ns: &str, name: &str, labels: Value, status: Value) -> Value {
         "metadata": {"namespace": ns, "name": name, "labels": labels},
         "spec": {"gatewayClassName": "c", "listeners": [
             {"name": "tls", "protocol": "TLS", "port": 8443},
-            {"name": "web", "protocol": "HTTP", "port": 8080},
+            {"name": "web", "protocol": "HTTP", "port": 8080,
+             "allowedRoutes": {"namespaces": {"from": "All"}}},
         ]},
         "status": status,
     })
@@ -299,16 +300,44 @@ fn the_gateway_is_the_named_the_only_or_the_labelled_one() {
 fn the_url_has_the_listeners_scheme_and_port_and_the_first_address() {
     let mut g = gateway("n", "g", json!({}), addressed());
     assert_eq!(
-        gateway_url(&g).unwrap().1,
+        gateway_url(&g, "n").unwrap().1,
         "http://10.0.0.7:8080/v1".to_string()
     );
     g["spec"]["listeners"] = json!([{"name": "s", "protocol": "HTTPS", "port": 443}]);
     g["status"]["addresses"] = json!([{"type": "Hostname", "value": "ai.example.com"}]);
-    assert_eq!(gateway_url(&g).unwrap().1, "https://ai.example.com/v1");
+    assert_eq!(gateway_url(&g, "n").unwrap().1, "https://ai.example.com/v1");
     g["status"]["addresses"] = json!([{"value": "fd00::1"}]);
-    assert_eq!(gateway_url(&g).unwrap().1, "https://[fd00::1]/v1");
+    assert_eq!(gateway_url(&g, "n").unwrap().1, "https://[fd00::1]/v1");
     g["status"] = json!({});
-    assert_eq!(gateway_url(&g), None);
+    assert_eq!(gateway_url(&g, "n"), None);
+}
+
+/// A route from another namespace attaches only where a listener admits it; core says
+/// so rather than change the Gateway.
+#[test]
+fn a_gateway_elsewhere_must_admit_the_route() {
+    let m = md(json!({"enabled": true}));
+    let mut gw = gateway("infra", "g", json!({}), addressed());
+    // The default: routes from the Gateway's own namespace only.
+    gw["spec"]["listeners"][1]["allowedRoutes"] = json!({});
+    let d = run(&m, std::slice::from_ref(&gw), None);
+    let (ok, reason, message) = d.ready.clone().unwrap();
+    assert_eq!((ok, reason), (false, reasons::ROUTE_NOT_ALLOWED));
+    assert!(message.contains("namespace ml"), "{message}");
+    assert!(
+        kinds(&d).contains(&"HTTPRoute"),
+        "the route is made all the same"
+    );
+    gw["spec"]["listeners"][1]["allowedRoutes"] = json!({"namespaces": {"from": "All"}});
+    let d = run(&m, std::slice::from_ref(&gw), None);
+    assert_eq!(d.ready.unwrap().1, reasons::GATEWAY_CONFIGURED);
+    gw["spec"]["listeners"][1]["allowedRoutes"]["kinds"] = json!([{"kind": "GRPCRoute"}]);
+    let d = run(&m, std::slice::from_ref(&gw), None);
+    assert_eq!(d.ready.unwrap().1, reasons::ROUTE_NOT_ALLOWED);
+    gw["spec"]["listeners"][1]["allowedRoutes"] = json!({"namespaces": {"from": "Selector",
+        "selector": {"matchLabels": {"team": "ml"}}}});
+    let d = run(&m, std::slice::from_ref(&gw), None);
+    assert_eq!(d.ready.unwrap().1, reasons::GATEWAY_CONFIGURED);
 }
 
 #[test]
