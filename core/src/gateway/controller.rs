@@ -172,6 +172,8 @@ struct Context {
     gateways: Option<Store<DynamicObject>>,
     /// The gateway's objects by kind (label [`GATEWAY_FOR`]), and every HTTPRoute.
     owned: Vec<(ApiResource, Store<DynamicObject>)>,
+    /// Every cache above, to tell whether all have been filled.
+    caches: Vec<reflect::Cache<DynamicObject>>,
 }
 
 impl std::fmt::Debug for Context {
@@ -211,6 +213,7 @@ async fn controller(client: Client, settings: Settings, apis: Apis) {
         .with_config(kubeairunway_sdk::process::controller_config());
     let md_store = ctl.store();
     let mut owned = Vec::new();
+    let mut caches = Vec::new();
     for kind in owned_kinds(apis) {
         let api: Api<DynamicObject> = match &settings.namespace {
             Some(ns) => Api::namespaced_with(client.clone(), ns, &kind),
@@ -224,6 +227,7 @@ async fn controller(client: Client, settings: Settings, apis: Apis) {
         };
         let (cache, stream) = reflect::cache(api, config, kind.clone(), reflect::strip);
         owned.push((kind.clone(), cache.store.clone()));
+        caches.push(cache);
         let store = md_store.clone();
         ctl = ctl.watches_stream_with(stream.applied_objects(), move |o| owners(&o, &store), kind);
     }
@@ -233,6 +237,7 @@ async fn controller(client: Client, settings: Settings, apis: Apis) {
         let (cache, stream) =
             reflect::cache(api, watcher::Config::default(), gateways(), reflect::strip);
         gateway_store = Some(cache.store.clone());
+        caches.push(cache);
         let store = md_store.clone();
         // A Gateway's change (its address) may change every enabled deployment's status.
         ctl = ctl.watches_stream_with(
@@ -254,6 +259,7 @@ async fn controller(client: Client, settings: Settings, apis: Apis) {
         apis,
         gateways: gateway_store,
         owned,
+        caches,
     });
     ctl.run(reconcile, error_policy, ctx)
         .for_each(|res| async move {
@@ -275,6 +281,11 @@ async fn reconcile(md: Arc<ModelDeployment>, ctx: Arc<Context>) -> Result<Action
     if md.metadata.deletion_timestamp.is_some() {
         // Owner references remove the objects with it.
         return Ok(Action::await_change());
+    }
+    if !ctx.caches.iter().all(reflect::Cache::is_synced) {
+        // Decide only from full caches: an object not yet seen would be applied again,
+        // and one of ours would not be pruned.
+        return Ok(Action::requeue(Duration::from_secs(1)));
     }
     let decision = decide_for(&md, &ctx);
     let applied = apply_objects(&md, &ctx, &decision).await;

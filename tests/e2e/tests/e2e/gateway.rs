@@ -440,6 +440,47 @@ async fn the_gateway_needs_exactly_what_the_core_chart_grants() {
         Some("http://gw.example/v1"),
         "the only Gateway, its default port left out"
     );
+    // Steady state: a Gateway that moves changes the status alone. Core reads its caches
+    // and applies no object again (each carries the hash of what was applied), so the
+    // reconciles this causes make no request but the status patch.
+    let user = kubeairunway_testcluster::service_account_user(system, account);
+    let seen = cluster.audit_events().unwrap().len();
+    api.patch_status(
+        "only",
+        &PatchParams::default(),
+        &Patch::Merge(
+            json!({"status": {"addresses": [{"type": "Hostname", "value": "gw2.example"}]}}),
+        ),
+    )
+    .await
+    .unwrap();
+    md_where(&admin, &ns, "m", "the new URL", |m| {
+        m.status
+            .as_ref()
+            .and_then(|s| s.gateway.as_ref())
+            .and_then(|g| g.url.as_deref())
+            == Some("http://gw2.example/v1")
+    })
+    .await;
+    let since: Vec<String> = cluster.audit_events().unwrap()[seen..]
+        .iter()
+        .filter(|e| e.user.username == user && e.stage == "ResponseComplete" && e.verb != "watch")
+        .map(|e| {
+            format!(
+                "{} {} {:?}",
+                e.verb,
+                e.request_uri,
+                e.response_status.as_ref().map(|s| s.code)
+            )
+        })
+        .collect();
+    assert!(!since.is_empty(), "the status was patched");
+    assert!(
+        since
+            .iter()
+            .all(|r| r.starts_with("patch ") && r.contains("/modeldeployments/m/status")),
+        "{since:#?}"
+    );
     // Its own route goes for the user's, then everything goes.
     let spec = |gateway: Value| json!({"spec": {"gateway": gateway}});
     mds.patch(
