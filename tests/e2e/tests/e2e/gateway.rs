@@ -638,3 +638,79 @@ async fn the_pool_selects_kaitos_workspace_pods() {
     );
     task.abort();
 }
+
+/// `kubeairunway render --gateway NS/NAME` prints the gateway's objects after the
+/// provider's, and each passes a strict server-side dry run against the real CRDs (unknown
+/// fields refused, not pruned) and the built-in kinds' schemas.
+#[tokio::test]
+async fn render_prints_gateway_objects_the_real_crds_accept() {
+    use kubeairunway_cli::Terminal;
+
+    let (cluster, client) = testing::cluster().await.unwrap();
+    kubeairunway_testcluster::install_crds(&client, &gateway_crds())
+        .await
+        .unwrap();
+    let ns = cluster.namespace("gateway-render");
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("md.yaml");
+    std::fs::write(
+        &file,
+        "apiVersion: kubeairunway.ai/v1alpha1\nkind: ModelDeployment\nmetadata: {name: qwen}\n\
+         spec:\n  model: {id: Qwen/Qwen3-0.6B}\n  engine: {type: vllm}\n  resources: {gpu: {count: 1}}\n\
+         \x20 provider: {name: deployment}\n  gateway: {enabled: true, modelName: qwen3}\n",
+    )
+    .unwrap();
+    let gateway = format!("{ns}/edge");
+    let args = [
+        "kubeairunway",
+        "render",
+        "-f",
+        file.to_str().unwrap(),
+        "-n",
+        &ns,
+        "--gateway",
+        &gateway,
+        "-o",
+        "json",
+    ];
+    let (mut term, captured) = Terminal::capture();
+    let code = kubeairunway_cli::run(
+        args.iter().map(std::ffi::OsString::from).collect(),
+        &mut term,
+    )
+    .await;
+    assert_eq!(code, 0, "{}", captured.err());
+    let list: Value = serde_json::from_str(&captured.out()).unwrap();
+    let items = list["items"].as_array().unwrap();
+    let kinds: Vec<&str> = items.iter().map(|o| o["kind"].as_str().unwrap()).collect();
+    for kind in [
+        "InferencePool",
+        "HTTPRoute",
+        "Role",
+        "RoleBinding",
+        "ServiceAccount",
+        "ConfigMap",
+    ] {
+        assert!(kinds.contains(&kind), "{kinds:?}");
+    }
+    let pp = PatchParams::apply("gateway-render")
+        .validation_strict()
+        .dry_run();
+    let mut checked = 0;
+    for item in items.iter().filter(|o| {
+        o["metadata"]["labels"][kubeairunway_core::gateway::render::GATEWAY_FOR] == "qwen"
+    }) {
+        let (group, version) = match item["apiVersion"].as_str().unwrap().split_once('/') {
+            Some((g, v)) => (g, v),
+            None => ("", item["apiVersion"].as_str().unwrap()),
+        };
+        let ar = kind(group, version, item["kind"].as_str().unwrap());
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
+        let name = item["metadata"]["name"].as_str().unwrap();
+        api.patch(name, &pp, &Patch::Apply(item))
+            .await
+            .unwrap_or_else(|e| panic!("{} {name}: {e}", ar.kind));
+        checked += 1;
+    }
+    assert_eq!(checked, 8, "pool, six picker objects, route");
+}
