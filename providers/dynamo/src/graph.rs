@@ -39,9 +39,9 @@ pub const GRAPH_LABEL: &str = "nvidia.com/dynamo-graph-deployment-name";
 /// decode ones included (their `subComponentType` tells them apart).
 pub const COMPONENT_TYPE_LABEL: &str = "nvidia.com/dynamo-component-type";
 
-/// The worker pods of `md`'s graph (named as `md`), by the labels the operator itself
-/// lists them by (`GRAPH_LABEL` and `COMPONENT_TYPE_LABEL=worker`, its own worker pod
-/// listing in deploy/operator, ai-dynamo/dynamo@0367e40).
+/// The worker pods of `md`'s graph (named as `md`), by the two labels the operator puts
+/// on a graph's pods (`GRAPH_LABEL`, `COMPONENT_TYPE_LABEL=worker`; the operator's own
+/// controllers list worker pods by the same pair).
 pub fn worker_pods(md: &ModelDeployment) -> kubeairunway_sdk::ServingPods {
     kubeairunway_sdk::ServingPods::labelled([
         (GRAPH_LABEL, md.metadata.name.as_deref().unwrap_or_default()),
