@@ -180,7 +180,7 @@ pub fn gateway_objects(
     provider: &dyn kubeairunway_sdk::Provider,
     gateway: &GatewayRef,
 ) -> Result<Vec<DynamicObject>, String> {
-    if !decide::enabled(md) {
+    if !decide::enabled(md.spec.gateway.as_ref()) {
         return Ok(Vec::new());
     }
     let pods = provider.serving_pods(md);

@@ -18,6 +18,7 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, ResourceExt};
+use kubeairunway_sdk::compact::Compact;
 use kubeairunway_sdk::conditions::{self, GATEWAY_READY};
 use kubeairunway_sdk::{ModelDeployment, reflect};
 use serde_json::{Value, json};
@@ -26,6 +27,9 @@ use tracing::{debug, info, warn};
 use super::decide::{self, Apis, Decision, GatewayRef, Inputs};
 use super::render::{GATEWAY_FOR, GATEWAY_GROUP, GATEWAY_VERSION, HASH, POOL_GROUP, POOL_VERSION};
 use super::{FIELD_MANAGER, reasons};
+
+/// A cached ModelDeployment.
+type Cached = Compact<ModelDeployment>;
 
 /// The gateway's settings.
 #[derive(Clone, Debug, Default)]
@@ -187,7 +191,7 @@ impl std::fmt::Debug for Context {
 
 /// The ModelDeployments an object of the gateway's (by its label), or a user's HTTPRoute
 /// (by `httpRouteRef`), belongs to.
-fn owners(object: &DynamicObject, mds: &Store<ModelDeployment>) -> Vec<ObjectRef<ModelDeployment>> {
+fn owners(object: &DynamicObject, mds: &Store<Cached>) -> Vec<ObjectRef<Cached>> {
     let namespace = object.namespace().unwrap_or_default();
     if let Some(md) = object.labels().get(GATEWAY_FOR) {
         return vec![ObjectRef::new(md).within(&namespace)];
@@ -197,7 +201,7 @@ fn owners(object: &DynamicObject, mds: &Store<ModelDeployment>) -> Vec<ObjectRef
         .iter()
         .filter(|md| {
             md.namespace().as_deref() == Some(namespace.as_str())
-                && decide::http_route_ref(md) == Some(name.as_str())
+                && decide::http_route_ref(md.gateway().as_ref()) == Some(name.as_str())
         })
         .map(|md| ObjectRef::from_obj(md.as_ref()))
         .collect()
@@ -209,9 +213,16 @@ async fn controller(client: Client, settings: Settings, apis: Apis) {
         Some(ns) => Api::namespaced(client.clone(), ns),
         None => Api::all(client.clone()),
     };
-    let mut ctl = Controller::new(mds, watcher::Config::default().any_semantic())
+    // Compact, as core's own cache: one object per ModelDeployment of the cluster.
+    let (mds, stream) = reflect::compact_cache(
+        mds,
+        watcher::Config::default().any_semantic(),
+        (),
+        reflect::strip,
+    );
+    let md_store = mds.store.clone();
+    let mut ctl = Controller::for_stream(stream.applied_objects(), md_store.clone())
         .with_config(kubeairunway_sdk::process::controller_config());
-    let md_store = ctl.store();
     let mut owned = Vec::new();
     let mut caches = Vec::new();
     for kind in owned_kinds(apis) {
@@ -246,7 +257,7 @@ async fn controller(client: Client, settings: Settings, apis: Apis) {
                 store
                     .state()
                     .iter()
-                    .filter(|md| decide::enabled(md))
+                    .filter(|md| decide::enabled(md.gateway().as_ref()))
                     .map(|md| ObjectRef::from_obj(md.as_ref()))
                     .collect::<Vec<_>>()
             },
@@ -270,14 +281,26 @@ async fn controller(client: Client, settings: Settings, apis: Apis) {
         .await;
 }
 
+/// What a reconcile fails with.
+#[derive(Debug, thiserror::Error)]
+enum Error {
+    /// A request failed.
+    #[error(transparent)]
+    Kube(#[from] kube::Error),
+    /// The cached ModelDeployment did not read back.
+    #[error(transparent)]
+    Cache(#[from] kubeairunway_sdk::compact::Error),
+}
+
 #[allow(clippy::needless_pass_by_value)] // the signature kube-runtime wants
-fn error_policy(md: Arc<ModelDeployment>, error: &kube::Error, _ctx: Arc<Context>) -> Action {
+fn error_policy(md: Arc<Cached>, error: &Error, _ctx: Arc<Context>) -> Action {
     warn!(name = %md.name_any(), namespace = ?md.namespace(), %error, "gateway: reconcile failed");
     Action::requeue(Duration::from_secs(30))
 }
 
 /// Reconcile one ModelDeployment: decide from the caches, apply, prune, report.
-async fn reconcile(md: Arc<ModelDeployment>, ctx: Arc<Context>) -> Result<Action, kube::Error> {
+async fn reconcile(cached: Arc<Cached>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let md = cached.object()?;
     if md.metadata.deletion_timestamp.is_some() {
         // Owner references remove the objects with it.
         return Ok(Action::await_change());
@@ -298,7 +321,7 @@ async fn reconcile(md: Arc<ModelDeployment>, ctx: Arc<Context>) -> Result<Action
         decision.ready = Some((false, reasons::APPLY_FAILED, message));
     }
     apply_status(&md, &ctx, &decision).await?;
-    applied.map(|()| Action::await_change())
+    Ok(applied.map(|()| Action::await_change())?)
 }
 
 fn decide_for(md: &ModelDeployment, ctx: &Context) -> Decision {
@@ -309,7 +332,7 @@ fn decide_for(md: &ModelDeployment, ctx: &Context) -> Decision {
         .filter_map(|g| serde_json::to_value(g.as_ref()).ok())
         .collect();
     let namespace = md.namespace().unwrap_or_default();
-    let user_route = decide::http_route_ref(md)
+    let user_route = decide::http_route_ref(md.spec.gateway.as_ref())
         .and_then(|name| cached(ctx, "HTTPRoute", &namespace, name))
         .and_then(|r| serde_json::to_value(r.as_ref()).ok());
     decide::decide(&Inputs {

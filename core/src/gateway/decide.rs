@@ -3,7 +3,7 @@
 
 use kube::ResourceExt;
 use kubeairunway_sdk::ModelDeployment;
-use kubeairunway_sdk::api::GatewayStatus;
+use kubeairunway_sdk::api::{GatewaySpec, GatewayStatus};
 use kubeairunway_sdk::serving::parse_selector;
 use serde_json::Value;
 
@@ -72,16 +72,15 @@ impl Decision {
     }
 }
 
-/// Whether `md` asks for the gateway (`spec.gateway.enabled: true`).
-pub fn enabled(md: &ModelDeployment) -> bool {
-    md.spec.gateway.as_ref().and_then(|g| g.enabled) == Some(true)
+/// Whether a ModelDeployment with this `spec.gateway` asks for the gateway
+/// (`enabled: true`).
+pub fn enabled(gateway: Option<&GatewaySpec>) -> bool {
+    gateway.and_then(|g| g.enabled) == Some(true)
 }
 
 /// The user's HTTPRoute (`spec.gateway.httpRouteRef`), if named.
-pub fn http_route_ref(md: &ModelDeployment) -> Option<&str> {
-    md.spec
-        .gateway
-        .as_ref()
+pub fn http_route_ref(gateway: Option<&GatewaySpec>) -> Option<&str> {
+    gateway
         .and_then(|g| g.http_route_ref.as_deref())
         .filter(|r| !r.is_empty())
 }
@@ -101,7 +100,7 @@ pub fn model_name(md: &ModelDeployment) -> String {
 /// which URL.
 pub fn decide(inputs: &Inputs<'_>) -> Decision {
     let md = inputs.md;
-    if !enabled(md) {
+    if !enabled(md.spec.gateway.as_ref()) {
         return Decision::disabled();
     }
     let mut status = GatewayStatus {
@@ -200,7 +199,7 @@ fn route<'a>(
 ) -> Result<&'a Value, (&'static str, String)> {
     let md = inputs.md;
     let namespace = md.namespace().unwrap_or_default();
-    if let Some(name) = http_route_ref(md) {
+    if let Some(name) = http_route_ref(md.spec.gateway.as_ref()) {
         status.http_route = Some(name.to_string());
         let Some(route) = inputs.user_route else {
             return Err((
