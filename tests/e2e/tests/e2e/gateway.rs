@@ -180,17 +180,47 @@ async fn pool_picker_and_route_follow_spec_gateway_on_the_deployment_provider() 
         .unwrap();
 
     // The pool selects the pods the provider renders, on the port they serve.
+    pool_selects_the_deployments_pods(&client, &ns, &md, provider).await;
+    // The endpoint picker: h2c Service, its Deployment, and what it reads.
+    picker_is_made_and_owned(&client, &ns, &md).await;
+    // No Gateway yet, then one without and with an address.
+    route_from_the_gateway(&client, &ns).await;
+    // The user's route: ours goes; theirs is checked.
+    let route_api = users_route_replaces_ours(&client, &ns).await;
+
+    // enabled: false removes what the gateway made, and its status.
+    disable(&client, &ns, "qwen").await;
+    let m = md_where(&client, &ns, "qwen", "no gateway status", |m| {
+        condition(m, GATEWAY_READY).is_none()
+            && m.status.as_ref().is_some_and(|s| s.gateway.is_none())
+    })
+    .await;
+    assert!(
+        m.status.unwrap().endpoint.is_some(),
+        "the provider's status stays"
+    );
+    // The user's route is theirs.
+    assert!(route_api.get_opt("mine").await.unwrap().is_some());
+    task.abort();
+}
+
+async fn pool_selects_the_deployments_pods(
+    client: &Client,
+    ns: &str,
+    md: &ModelDeployment,
+    provider: &str,
+) {
     let pool = object_where(
-        &client,
+        client,
         &pools(),
-        &ns,
+        ns,
         "qwen",
         "the InferencePool",
         Option::is_some,
     )
     .await
     .unwrap();
-    let pods = DeploymentProvider::named(provider).serving_pods(&md);
+    let pods = DeploymentProvider::named(provider).serving_pods(md);
     assert_eq!(
         pool.data["spec"]["selector"]["matchLabels"],
         json!(pods.labels)
@@ -207,9 +237,9 @@ async fn pool_picker_and_route_follow_spec_gateway_on_the_deployment_provider() 
     );
     assert_eq!(pool.owner_references()[0].uid, md.uid().unwrap());
     let deployment = object_where(
-        &client,
+        client,
         &kind("apps", "v1", "Deployment"),
-        &ns,
+        ns,
         "qwen",
         "the model's Deployment",
         Option::is_some,
@@ -224,12 +254,13 @@ async fn pool_picker_and_route_follow_spec_gateway_on_the_deployment_provider() 
         template["spec"]["containers"][0]["ports"][0]["containerPort"],
         8000
     );
+}
 
-    // The endpoint picker: h2c Service, its Deployment, and what it reads.
+async fn picker_is_made_and_owned(client: &Client, ns: &str, md: &ModelDeployment) {
     let service = object_where(
-        &client,
+        client,
         &kind("", "v1", "Service"),
-        &ns,
+        ns,
         "qwen-epp",
         "the EPP Service",
         Option::is_some,
@@ -250,7 +281,7 @@ async fn pool_picker_and_route_follow_spec_gateway_on_the_deployment_provider() 
             "qwen-epp",
         ),
     ] {
-        let o = object_where(&client, &ar, &ns, name, &ar.kind, Option::is_some)
+        let o = object_where(client, &ar, ns, name, &ar.kind, Option::is_some)
             .await
             .unwrap();
         assert_eq!(
@@ -260,18 +291,19 @@ async fn pool_picker_and_route_follow_spec_gateway_on_the_deployment_provider() 
             ar.kind
         );
     }
+}
 
-    // No Gateway yet.
-    gateway_ready(&client, &ns, "qwen", "False", reasons::NO_GATEWAY).await;
+async fn route_from_the_gateway(client: &Client, ns: &str) {
+    gateway_ready(client, ns, "qwen", "False", reasons::NO_GATEWAY).await;
     let gateways = kind("gateway.networking.k8s.io", "v1", "Gateway");
     let gw = json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
         "metadata": {"name": "inference", "namespace": ns},
         "spec": {"gatewayClassName": "test", "listeners": [{"name": "http", "protocol": "HTTP", "port": 8080}]}});
-    apply(&client, &gateways, &ns, &gw).await;
+    apply(client, &gateways, ns, &gw).await;
     let route = object_where(
-        &client,
+        client,
         &routes(),
-        &ns,
+        ns,
         "qwen",
         "the HTTPRoute",
         Option::is_some,
@@ -292,8 +324,8 @@ async fn pool_picker_and_route_follow_spec_gateway_on_the_deployment_provider() 
         "qwen3"
     );
     gateway_ready(
-        &client,
-        &ns,
+        client,
+        ns,
         "qwen",
         "False",
         reasons::GATEWAY_ADDRESS_PENDING,
@@ -301,7 +333,7 @@ async fn pool_picker_and_route_follow_spec_gateway_on_the_deployment_provider() 
     .await;
 
     // The test plays the gateway implementation: the Gateway gets an address.
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &gateways);
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &gateways);
     api.patch_status(
         "inference",
         &PatchParams::default(),
@@ -311,7 +343,7 @@ async fn pool_picker_and_route_follow_spec_gateway_on_the_deployment_provider() 
     )
     .await
     .unwrap();
-    let m = gateway_ready(&client, &ns, "qwen", "True", reasons::GATEWAY_CONFIGURED).await;
+    let m = gateway_ready(client, ns, "qwen", "True", reasons::GATEWAY_CONFIGURED).await;
     let status = m.status.unwrap().gateway.unwrap();
     assert_eq!(status.url.as_deref(), Some("http://10.1.2.3:8080/v1"));
     assert_eq!(status.model_name.as_deref(), Some("qwen3"));
@@ -319,9 +351,10 @@ async fn pool_picker_and_route_follow_spec_gateway_on_the_deployment_provider() 
         status.gateway.as_deref(),
         Some(format!("{ns}/inference").as_str())
     );
+}
 
-    // The user's route: ours goes; theirs is checked.
-    let mds: Api<ModelDeployment> = Api::namespaced(client.clone(), &ns);
+async fn users_route_replaces_ours(client: &Client, ns: &str) -> Api<DynamicObject> {
+    let mds: Api<ModelDeployment> = Api::namespaced(client.clone(), ns);
     let spec = |gateway: Value| json!({"spec": {"gateway": gateway}});
     mds.patch(
         "qwen",
@@ -330,13 +363,13 @@ async fn pool_picker_and_route_follow_spec_gateway_on_the_deployment_provider() 
     )
     .await
     .unwrap();
-    gateway_ready(&client, &ns, "qwen", "False", reasons::HTTP_ROUTE_NOT_FOUND).await;
-    gone(&client, &routes(), &ns, "qwen").await;
+    gateway_ready(client, ns, "qwen", "False", reasons::HTTP_ROUTE_NOT_FOUND).await;
+    gone(client, &routes(), ns, "qwen").await;
     let mine = json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
         "metadata": {"name": "mine", "namespace": ns},
         "spec": {"parentRefs": [{"name": "inference"}],
                  "rules": [{"backendRefs": [{"group": "inference.networking.k8s.io", "kind": "InferencePool", "name": "qwen"}]}]}});
-    let route_api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &routes());
+    let route_api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &routes());
     route_api
         .create(
             &PostParams::default(),
@@ -344,26 +377,12 @@ async fn pool_picker_and_route_follow_spec_gateway_on_the_deployment_provider() 
         )
         .await
         .unwrap();
-    let m = gateway_ready(&client, &ns, "qwen", "True", reasons::GATEWAY_CONFIGURED).await;
+    let m = gateway_ready(client, ns, "qwen", "True", reasons::GATEWAY_CONFIGURED).await;
     assert_eq!(
         m.status.unwrap().gateway.unwrap().http_route.as_deref(),
         Some("mine")
     );
-
-    // enabled: false removes what the gateway made, and its status.
-    disable(&client, &ns, "qwen").await;
-    let m = md_where(&client, &ns, "qwen", "no gateway status", |m| {
-        condition(m, GATEWAY_READY).is_none()
-            && m.status.as_ref().is_some_and(|s| s.gateway.is_none())
-    })
-    .await;
-    assert!(
-        m.status.unwrap().endpoint.is_some(),
-        "the provider's status stays"
-    );
-    // The user's route is theirs.
-    assert!(route_api.get_opt("mine").await.unwrap().is_some());
-    task.abort();
+    route_api
 }
 
 /// The gateway under the RBAC the core chart grants core (its service account, on an API
@@ -444,43 +463,7 @@ async fn the_gateway_needs_exactly_what_the_core_chart_grants() {
     // and applies no object again (each carries the hash of what was applied), so the
     // reconciles this causes make no request but the status patch.
     let user = kubeairunway_testcluster::service_account_user(system, account);
-    let seen = cluster.audit_events().unwrap().len();
-    api.patch_status(
-        "only",
-        &PatchParams::default(),
-        &Patch::Merge(
-            json!({"status": {"addresses": [{"type": "Hostname", "value": "gw2.example"}]}}),
-        ),
-    )
-    .await
-    .unwrap();
-    md_where(&admin, &ns, "m", "the new URL", |m| {
-        m.status
-            .as_ref()
-            .and_then(|s| s.gateway.as_ref())
-            .and_then(|g| g.url.as_deref())
-            == Some("http://gw2.example/v1")
-    })
-    .await;
-    let since: Vec<String> = cluster.audit_events().unwrap()[seen..]
-        .iter()
-        .filter(|e| e.user.username == user && e.stage == "ResponseComplete" && e.verb != "watch")
-        .map(|e| {
-            format!(
-                "{} {} {:?}",
-                e.verb,
-                e.request_uri,
-                e.response_status.as_ref().map(|s| s.code)
-            )
-        })
-        .collect();
-    assert!(!since.is_empty(), "the status was patched");
-    assert!(
-        since
-            .iter()
-            .all(|r| r.starts_with("patch ") && r.contains("/modeldeployments/m/status")),
-        "{since:#?}"
-    );
+    a_moved_gateway_costs_one_status_patch(&cluster, &admin, &api, &ns, &user).await;
     // Its own route goes for the user's, then everything goes.
     let spec = |gateway: Value| json!({"spec": {"gateway": gateway}});
     mds.patch(
@@ -713,4 +696,52 @@ async fn render_prints_gateway_objects_the_real_crds_accept() {
         checked += 1;
     }
     assert_eq!(checked, 8, "pool, six picker objects, route");
+}
+
+/// Move the Gateway `only` (its address) and check that core (`user`) made no request
+/// for it but patches of the status of `m` in `ns`.
+async fn a_moved_gateway_costs_one_status_patch(
+    cluster: &kubeairunway_testcluster::TestCluster,
+    admin: &Client,
+    api: &Api<DynamicObject>,
+    ns: &str,
+    user: &str,
+) {
+    let seen = cluster.audit_events().unwrap().len();
+    api.patch_status(
+        "only",
+        &PatchParams::default(),
+        &Patch::Merge(
+            json!({"status": {"addresses": [{"type": "Hostname", "value": "gw2.example"}]}}),
+        ),
+    )
+    .await
+    .unwrap();
+    md_where(admin, ns, "m", "the new URL", |m| {
+        m.status
+            .as_ref()
+            .and_then(|s| s.gateway.as_ref())
+            .and_then(|g| g.url.as_deref())
+            == Some("http://gw2.example/v1")
+    })
+    .await;
+    let since: Vec<String> = cluster.audit_events().unwrap()[seen..]
+        .iter()
+        .filter(|e| e.user.username == user && e.stage == "ResponseComplete" && e.verb != "watch")
+        .map(|e| {
+            format!(
+                "{} {} {:?}",
+                e.verb,
+                e.request_uri,
+                e.response_status.as_ref().map(|s| s.code)
+            )
+        })
+        .collect();
+    assert!(!since.is_empty(), "the status was patched");
+    assert!(
+        since
+            .iter()
+            .all(|r| r.starts_with("patch ") && r.contains("/modeldeployments/m/status")),
+        "{since:#?}"
+    );
 }
