@@ -38,6 +38,30 @@ fn routes() -> ApiResource {
     kind("gateway.networking.k8s.io", "v1", "HTTPRoute")
 }
 
+fn gateways() -> ApiResource {
+    kind("gateway.networking.k8s.io", "v1", "Gateway")
+}
+
+/// Create the Gateway `name` in `ns` with `listener`.
+async fn create_gateway(client: &Client, ns: &str, name: &str, listener: Value) {
+    let gw = json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {"gatewayClassName": "test", "listeners": [listener]}});
+    apply(client, &gateways(), ns, &gw).await;
+}
+
+/// Write the Gateway's address, as its implementation would (there is none here).
+async fn address_gateway(client: &Client, ns: &str, name: &str, address: Value) {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &gateways());
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"status": {"addresses": [address]}})),
+    )
+    .await
+    .unwrap();
+}
+
 /// The real CRDs, as bundled in the fixtures.
 fn gateway_crds() -> Vec<CustomResourceDefinition> {
     [
@@ -295,11 +319,8 @@ async fn picker_is_made_and_owned(client: &Client, ns: &str, md: &ModelDeploymen
 
 async fn route_from_the_gateway(client: &Client, ns: &str) {
     gateway_ready(client, ns, "qwen", "False", reasons::NO_GATEWAY).await;
-    let gateways = kind("gateway.networking.k8s.io", "v1", "Gateway");
-    let gw = json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-        "metadata": {"name": "inference", "namespace": ns},
-        "spec": {"gatewayClassName": "test", "listeners": [{"name": "http", "protocol": "HTTP", "port": 8080}]}});
-    apply(client, &gateways, ns, &gw).await;
+    let http = json!({"name": "http", "protocol": "HTTP", "port": 8080});
+    create_gateway(client, ns, "inference", http).await;
     let route = object_where(
         client,
         &routes(),
@@ -333,16 +354,13 @@ async fn route_from_the_gateway(client: &Client, ns: &str) {
     .await;
 
     // The test plays the gateway implementation: the Gateway gets an address.
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &gateways);
-    api.patch_status(
+    address_gateway(
+        client,
+        ns,
         "inference",
-        &PatchParams::default(),
-        &Patch::Merge(
-            json!({"status": {"addresses": [{"type": "IPAddress", "value": "10.1.2.3"}]}}),
-        ),
+        json!({"type": "IPAddress", "value": "10.1.2.3"}),
     )
-    .await
-    .unwrap();
+    .await;
     let m = gateway_ready(client, ns, "qwen", "True", reasons::GATEWAY_CONFIGURED).await;
     let status = m.status.unwrap().gateway.unwrap();
     assert_eq!(status.url.as_deref(), Some("http://10.1.2.3:8080/v1"));
@@ -438,21 +456,15 @@ async fn the_gateway_needs_exactly_what_the_core_chart_grants() {
     kubeairunway_testcluster::install_crds(&admin, &gateway_crds())
         .await
         .unwrap();
-    let gateways = kind("gateway.networking.k8s.io", "v1", "Gateway");
-    let gw = json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-        "metadata": {"name": "only", "namespace": ns},
-        "spec": {"gatewayClassName": "test", "listeners": [{"name": "http", "protocol": "HTTP", "port": 80}]}});
-    apply(&admin, &gateways, &ns, &gw).await;
-    let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), &ns, &gateways);
-    api.patch_status(
+    let http = json!({"name": "http", "protocol": "HTTP", "port": 80});
+    create_gateway(&admin, &ns, "only", http).await;
+    address_gateway(
+        &admin,
+        &ns,
         "only",
-        &PatchParams::default(),
-        &Patch::Merge(
-            json!({"status": {"addresses": [{"type": "Hostname", "value": "gw.example"}]}}),
-        ),
+        json!({"type": "Hostname", "value": "gw.example"}),
     )
-    .await
-    .unwrap();
+    .await;
     let m = gateway_ready(&admin, &ns, "m", "True", reasons::GATEWAY_CONFIGURED).await;
     assert_eq!(
         m.status.unwrap().gateway.unwrap().url.as_deref(),
@@ -463,7 +475,7 @@ async fn the_gateway_needs_exactly_what_the_core_chart_grants() {
     // and applies no object again (each carries the hash of what was applied), so the
     // reconciles this causes make no request but the status patch.
     let user = kubeairunway_testcluster::service_account_user(system, account);
-    a_moved_gateway_costs_one_status_patch(&cluster, &admin, &api, &ns, &user).await;
+    a_moved_gateway_costs_one_status_patch(&cluster, &admin, &ns, &user).await;
     // Its own route goes for the user's, then everything goes.
     let spec = |gateway: Value| json!({"spec": {"gateway": gateway}});
     mds.patch(
@@ -549,22 +561,16 @@ async fn the_pool_selects_kaitos_workspace_pods() {
         settings,
         std::future::pending(),
     ));
-    let gateways = kind("gateway.networking.k8s.io", "v1", "Gateway");
-    let gw = json!({"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
-        "metadata": {"name": "edge", "namespace": ns},
-        "spec": {"gatewayClassName": "test", "listeners": [{"name": "https", "protocol": "HTTPS", "port": 443,
-            "tls": {"certificateRefs": [{"name": "edge-cert"}]}}]}});
-    apply(&client, &gateways, &ns, &gw).await;
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &gateways);
-    api.patch_status(
+    let https = json!({"name": "https", "protocol": "HTTPS", "port": 443,
+        "tls": {"certificateRefs": [{"name": "edge-cert"}]}});
+    create_gateway(&client, &ns, "edge", https).await;
+    address_gateway(
+        &client,
+        &ns,
         "edge",
-        &PatchParams::default(),
-        &Patch::Merge(
-            json!({"status": {"addresses": [{"type": "Hostname", "value": "ai.example.com"}]}}),
-        ),
+        json!({"type": "Hostname", "value": "ai.example.com"}),
     )
-    .await
-    .unwrap();
+    .await;
 
     let md = ModelDeploymentBuilder::new("gemma")
         .namespace(&ns)
@@ -703,20 +709,17 @@ async fn render_prints_gateway_objects_the_real_crds_accept() {
 async fn a_moved_gateway_costs_one_status_patch(
     cluster: &kubeairunway_testcluster::TestCluster,
     admin: &Client,
-    api: &Api<DynamicObject>,
     ns: &str,
     user: &str,
 ) {
     let seen = cluster.audit_events().unwrap().len();
-    api.patch_status(
+    address_gateway(
+        admin,
+        ns,
         "only",
-        &PatchParams::default(),
-        &Patch::Merge(
-            json!({"status": {"addresses": [{"type": "Hostname", "value": "gw2.example"}]}}),
-        ),
+        json!({"type": "Hostname", "value": "gw2.example"}),
     )
-    .await
-    .unwrap();
+    .await;
     md_where(admin, ns, "m", "the new URL", |m| {
         m.status
             .as_ref()
