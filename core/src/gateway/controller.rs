@@ -120,29 +120,32 @@ pub async fn detect(client: &Client) -> Apis {
     }
 }
 
-/// Returns once the APIs served differ from `current`: discovery runs again whenever one
-/// of [`CRDS`] changes (a new CRD is served a moment after it is created, so a few more
-/// times while it is not).
+/// Returns once the APIs served differ from `current`: discovery runs again once the
+/// CRD watch has listed (a CRD may have come between the first discovery and the watch)
+/// and whenever one of [`CRDS`] changes (a new CRD is served a moment after it is
+/// created, so a few more times while it is not).
 async fn changed(client: Client, current: Apis) {
     let crds: Api<PartialObjectMeta<CustomResourceDefinition>> = Api::all(client.clone());
     let mut events = watcher(crds, watcher::Config::default())
         .default_backoff()
         .boxed();
     while let Some(event) = events.next().await {
-        let relevant = match &event {
-            Ok(
-                watcher::Event::Apply(m) | watcher::Event::Delete(m) | watcher::Event::InitApply(m),
-            ) => CRDS.contains(&m.name_any().as_str()),
-            _ => false,
+        let attempts = match &event {
+            Ok(watcher::Event::InitDone) => 1,
+            Ok(watcher::Event::Apply(m) | watcher::Event::Delete(m))
+                if CRDS.contains(&m.name_any().as_str()) =>
+            {
+                5
+            }
+            _ => continue,
         };
-        if !relevant {
-            continue;
-        }
-        for _ in 0..5 {
+        for attempt in 0..attempts {
+            if attempt > 0 {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
             if detect(&client).await != current {
                 return;
             }
-            tokio::time::sleep(Duration::from_secs(1)).await;
         }
     }
     futures::future::pending::<()>().await;
