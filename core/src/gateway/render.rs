@@ -143,7 +143,10 @@ fn role(name: &str, target: &Target) -> Value {
 
 /// One EPP replica, `Recreate` (the chart's single active replica), with the chart's flags,
 /// ports, gRPC probes and environment (config/charts/epplib/templates/_deployment.yaml
-/// @v1.5.0); tracing and metrics auth off (no collector, no Prometheus RBAC here).
+/// @v1.5.0); tracing and metrics auth off (no collector, no Prometheus RBAC here); and
+/// serving in clear text (`--secure-serving` defaults to true, pkg/epp/server/options.go
+/// :115,188@v1.5.0), as its Service's `appProtocol: kubernetes.io/h2c` says (KAITO's
+/// InferenceSet integration does the same).
 fn epp_deployment(name: &str, target: &Target) -> Value {
     let probe = |period: i32| {
         json!({"grpc": {"port": EPP_HEALTH_PORT, "service": "inference-extension"},
@@ -177,6 +180,7 @@ fn epp_deployment(name: &str, target: &Target) -> Value {
                             "--config-file", format!("/config/{EPP_CONFIG_FILE}"),
                             "--tracing=false",
                             "--metrics-endpoint-auth=false",
+                            "--secure-serving=false",
                         ],
                         "ports": [
                             {"name": "grpc", "containerPort": EPP_PORT},

@@ -148,6 +148,13 @@ fn the_picker_is_not_one_of_the_serving_pods() {
         .iter()
         .find(|o| o["kind"] == "Deployment")
         .unwrap();
+    let args = &deployment["spec"]["template"]["spec"]["containers"][0]["args"];
+    assert!(
+        args.as_array()
+            .unwrap()
+            .contains(&json!("--secure-serving=false")),
+        "the h2c Service speaks clear text: {args}"
+    );
     let labels = &deployment["spec"]["template"]["metadata"]["labels"];
     assert!(labels.get("app").is_none(), "{labels}");
     assert!(labels.get("kubeairunway.ai/model-deployment").is_none());
