@@ -16,6 +16,8 @@ use kubeairunway_sdk::engine_choice;
 use kubeairunway_sdk::selection::{self, Outcome, RuleCache};
 use kubeairunway_sdk::{ModelDeployment, UpstreamApi};
 
+use kubeairunway_core::gateway::decide::{self, Apis, GatewayRef, Inputs};
+
 use crate::Terminal;
 use crate::builtin::{BuiltIns, NAMES, ProviderFlags};
 use crate::crds::UpstreamCrds;
@@ -39,6 +41,11 @@ pub struct Args {
     /// Namespace of manifests that name none.
     #[arg(short, long, default_value = "default")]
     pub namespace: String,
+    /// Also print what core's gateway makes for a ModelDeployment with
+    /// spec.gateway.enabled (InferencePool, endpoint picker, HTTPRoute), routed from this
+    /// Gateway (<namespace>/<name>).
+    #[arg(long, value_name = "NAMESPACE/NAME", value_parser = kubeairunway_core::gateway::controller::parse_gateway)]
+    pub gateway: Option<GatewayRef>,
     /// Output format.
     #[arg(short, long, value_enum, default_value = "yaml")]
     pub output: Format,
@@ -195,6 +202,49 @@ pub fn preview(
     })
 }
 
+/// What core's gateway makes for `md` served by `provider` (`name`), routed from
+/// `gateway`: the provider's serving pods written into the status as its runtime writes
+/// them, with the endpoint it will report, then the gateway's decision with every API
+/// served. Empty unless `spec.gateway.enabled`.
+pub fn gateway_objects(
+    md: &ModelDeployment,
+    provider: &dyn kubeairunway_sdk::Provider,
+    gateway: &GatewayRef,
+) -> Result<Vec<DynamicObject>, String> {
+    if !decide::enabled(md.spec.gateway.as_ref()) {
+        return Ok(Vec::new());
+    }
+    let pods = provider.serving_pods(md);
+    let mut md = md.clone();
+    let status = md.status.get_or_insert_with(Default::default);
+    let endpoint = status.endpoint.get_or_insert_with(Default::default);
+    pods.fill(&mut status.selector, Some(endpoint));
+    let gateways = [serde_json::json!({
+        "apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway",
+        "metadata": {"namespace": gateway.0, "name": gateway.1},
+    })];
+    let decision = decide::decide(&Inputs {
+        md: &md,
+        apis: Apis {
+            inference_pool: true,
+            http_route: true,
+        },
+        gateways: &gateways,
+        user_route: None,
+        flag: Some(gateway),
+    });
+    if decision.objects.is_empty()
+        && let Some((_, reason, message)) = decision.ready
+    {
+        return Err(format!("gateway: {reason}: {message}"));
+    }
+    decision
+        .objects
+        .into_iter()
+        .map(|o| serde_json::from_value(o).map_err(|e| format!("gateway: {e}")))
+        .collect()
+}
+
 pub(crate) fn read_input(path: &PathBuf) -> anyhow::Result<(String, String)> {
     use anyhow::Context as _;
     if path.as_os_str() == "-" {
@@ -234,7 +284,15 @@ pub fn run(args: &Args, term: &mut Terminal) -> anyhow::Result<i32> {
             for w in &loaded.warnings {
                 term.err(&format!("warning: {id}: {w}\n"));
             }
-            match preview(md, args.provider.as_deref(), &builtins, &crds, now) {
+            let previewed = preview(md, args.provider.as_deref(), &builtins, &crds, now);
+            let previewed = previewed.and_then(|mut p| {
+                if let (Some(gateway), Some(provider)) = (&args.gateway, builtins.get(&p.provider))
+                {
+                    p.objects.extend(gateway_objects(md, provider, gateway)?);
+                }
+                Ok(p)
+            });
+            match previewed {
                 Ok(p) => {
                     term.err(&format!(
                         "# {id}: engine {}, provider {} ({})\n",
@@ -314,6 +372,39 @@ mod tests {
     /// The refusal of the sample `name` rendered by `provider`.
     fn refusal(name: &str, provider: &str, builtins: &BuiltIns, crds: &UpstreamCrds) -> String {
         preview(&sample(name), Some(provider), builtins, crds, now()).unwrap_err()
+    }
+
+    /// With a Gateway named, a ModelDeployment with spec.gateway.enabled also shows the
+    /// gateway's objects, over the serving pods its provider names; Dynamo's workers serve
+    /// no port, so it says why there is none.
+    #[test]
+    fn the_gateway_objects_follow_the_providers_serving_pods() {
+        let crds = UpstreamCrds::default();
+        let builtins = BuiltIns::for_crds(&ProviderFlags::default(), &crds).unwrap();
+        let gateway = ("infra".to_string(), "inference".to_string());
+        let mut m = sample("cpu-llamacpp");
+        m.spec.gateway =
+            Some(serde_json::from_value(serde_json::json!({"enabled": true})).unwrap());
+        let kaito = builtins.get("kaito").unwrap();
+        let objects = gateway_objects(&m, kaito, &gateway).unwrap();
+        let kinds: Vec<_> = objects
+            .iter()
+            .map(|o| o.types.clone().unwrap().kind)
+            .collect();
+        assert_eq!(kinds.first().map(String::as_str), Some("InferencePool"));
+        assert_eq!(kinds.last().map(String::as_str), Some("HTTPRoute"));
+        let pool = serde_json::to_value(&objects[0]).unwrap();
+        assert_eq!(
+            pool["spec"]["selector"]["matchLabels"],
+            serde_json::json!(kaito.serving_pods(&m).labels)
+        );
+        assert_eq!(pool["spec"]["targetPorts"][0]["number"], 5000);
+        let route = serde_json::to_value(objects.last().unwrap()).unwrap();
+        assert_eq!(route["spec"]["parentRefs"][0]["namespace"], "infra");
+        let err = gateway_objects(&m, builtins.get("dynamo").unwrap(), &gateway).unwrap_err();
+        assert!(err.contains("AwaitingServingPods"), "{err}");
+        m.spec.gateway = None;
+        assert!(gateway_objects(&m, kaito, &gateway).unwrap().is_empty());
     }
 
     #[test]

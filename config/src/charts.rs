@@ -251,6 +251,17 @@ pub struct UserRbac {
     pub aggregate_to_default_roles: bool,
 }
 
+/// The core chart's gateway.
+#[derive(Debug, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CoreGateway {
+    /// Run the gateway (and grant it its permissions).
+    pub enabled: bool,
+    /// The Gateway to route from, as <namespace>/<name> (empty: the only Gateway, else the
+    /// one labelled kubeairunway.ai/inference-gateway=true). It is never changed.
+    pub name: String,
+}
+
 /// Values of the core chart (`charts/kubeairunway`).
 #[derive(Debug, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -270,6 +281,9 @@ pub struct CoreValues {
     pub finalizer_timeout: String,
     /// Only reconcile ModelDeployments of this namespace (empty: all).
     pub watch_namespace: String,
+    /// The gateway: InferencePool, endpoint picker and HTTPRoute per ModelDeployment with
+    /// spec.gateway.enabled.
+    pub gateway: CoreGateway,
     /// The admission webhooks.
     pub webhook: CoreWebhook,
     /// The controller's PodDisruptionBudget.

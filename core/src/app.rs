@@ -8,6 +8,8 @@ use clap::Parser;
 use kubeairunway_sdk::admission::{self, Configurations, WebhookOptions};
 use kubeairunway_sdk::process::{self, Runtime};
 
+use crate::gateway::controller as gateway;
+use crate::gateway::decide::GatewayRef;
 use crate::metrics::Metrics;
 use crate::reconciler::{self, Settings};
 use crate::{FIELD_MANAGER, selection, webhook};
@@ -44,6 +46,15 @@ pub struct Cli {
     /// Only reconcile ModelDeployments of this namespace (default: all).
     #[arg(long, env = "WATCH_NAMESPACE")]
     pub watch_namespace: Option<String>,
+    /// Run the gateway: InferencePool, endpoint picker and HTTPRoute for every
+    /// ModelDeployment with spec.gateway.enabled (needs the Gateway API and its Inference
+    /// Extension CRDs; without them such ModelDeployments report GatewayReady=False).
+    #[arg(long, env = "ENABLE_GATEWAY", default_value_t = true, action = clap::ArgAction::Set)]
+    pub enable_gateway: bool,
+    /// The Gateway to route models from, as <namespace>/<name>; default: the only Gateway,
+    /// else the one labelled kubeairunway.ai/inference-gateway=true. It is never changed.
+    #[arg(long, env = "GATEWAY", value_parser = gateway::parse_gateway)]
+    pub gateway: Option<GatewayRef>,
     /// Serve the admission webhooks (and manage their certificate).
     #[arg(long, env = "ENABLE_WEBHOOKS", default_value_t = true, action = clap::ArgAction::Set)]
     pub enable_webhooks: bool,
@@ -119,6 +130,10 @@ pub async fn run(cli: Cli, mut rt: Runtime) -> anyhow::Result<()> {
         },
         ..Settings::default()
     };
+    let gateway_settings = cli.enable_gateway.then(|| gateway::Settings {
+        gateway: cli.gateway.clone(),
+        namespace: cli.watch_namespace.clone(),
+    });
     let client = rt.client();
     let synced = rt.readiness().term_check("ModelDeployment cache");
     rt.run(|term| {
@@ -129,11 +144,18 @@ pub async fn run(cli: Cli, mut rt: Runtime) -> anyhow::Result<()> {
             Arc::clone(&metrics),
             synced.clone(),
         );
+        let gateway_settings = gateway_settings.clone();
         async move {
-            reconciler::run(client, providers, settings, metrics, synced, async move {
-                term.ended().await;
-            })
-            .await;
+            let gateway = async {
+                if let Some(s) = gateway_settings {
+                    gateway::run(client.clone(), s, term.ended()).await;
+                }
+            };
+            let core = reconciler::run(client.clone(), providers, settings, metrics, synced, {
+                let term = term.clone();
+                async move { term.ended().await }
+            });
+            tokio::join!(core, gateway);
             Ok(())
         }
     })

@@ -16,6 +16,7 @@ pub const FIELD_MANAGER: &str = kubeairunway_sdk::CORE_FIELD_MANAGER;
 pub mod access;
 pub mod app;
 pub mod context;
+pub mod gateway;
 mod gone;
 pub mod metrics;
 pub mod reconciler;

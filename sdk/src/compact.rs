@@ -236,6 +236,19 @@ impl Compact<crate::ModelDeployment> {
 }
 
 impl Compact<crate::ModelDeployment> {
+    /// `spec.gateway` alone (the rest of the spec is skipped, not parsed).
+    pub fn gateway(&self) -> Option<crate::api::GatewaySpec> {
+        #[derive(Deserialize)]
+        struct Only {
+            spec: Spec,
+        }
+        #[derive(Deserialize)]
+        struct Spec {
+            gateway: Option<crate::api::GatewaySpec>,
+        }
+        self.peek::<Only>()?.spec.gateway
+    }
+
     /// `spec.kernelCache.name`: the KernelCache it names, if any (the rest of the spec is
     /// skipped, not parsed).
     pub fn kernel_cache_name(&self) -> Option<String> {

@@ -35,6 +35,9 @@ pub const KERNEL_CACHE_READY: &str = "KernelCacheReady";
 /// completed and the upstream objects may be created (`True`), or what creating them
 /// waits for (`False`).
 pub const WARMED_UP: &str = "WarmedUp";
+/// The gateway (core) routes to the model through a Gateway (`spec.gateway.enabled`);
+/// reasons in `kubeairunway_core::gateway::reasons`.
+pub const GATEWAY_READY: &str = "GatewayReady";
 
 /// Condition reasons used by the platform's own controllers.
 pub mod reasons {

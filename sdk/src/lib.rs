@@ -47,6 +47,7 @@ pub mod reflect;
 pub mod render;
 pub mod runtime;
 pub mod selection;
+pub mod serving;
 pub mod storage;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -58,6 +59,7 @@ pub mod workload;
 pub use provider::{
     Incompatible, Live, Observed, Provider, RenderError, Rendered, UpstreamRef, Warning,
 };
+pub use serving::ServingPods;
 pub use upstream::UpstreamApi;
 
 /// The Kubernetes API types `kube` is built with (feature `v1_37`), for the same reason:

@@ -92,6 +92,16 @@ pub trait Provider: Send + Sync + 'static {
         let _ = kind;
         &[]
     }
+
+    /// The pods that serve `md`, as the upstream operator labels them, the port they serve
+    /// on and the InferencePool the operator makes for them, if any (the one answer to
+    /// "which pods serve this ModelDeployment": `status.selector` for the scale
+    /// subresource, and the gateway's InferencePool). Cite the operator code that puts
+    /// each label. Default: pods labelled `kubeairunway.ai/model-deployment=<name>`, no
+    /// port known (no InferencePool is made).
+    fn serving_pods(&self, md: &ModelDeployment) -> crate::serving::ServingPods {
+        crate::serving::ServingPods::of(md)
+    }
 }
 
 /// The provider cannot serve this ModelDeployment (a terminal, user-facing reason).
@@ -229,6 +239,7 @@ impl Observed {
         self.endpoint = Some(EndpointStatus {
             service: Some(service.into()),
             port: Some(port),
+            ..EndpointStatus::default()
         });
         self
     }

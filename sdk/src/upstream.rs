@@ -466,7 +466,7 @@ mod openapi {
 }
 
 /// The first 8 bytes of the SHA-256 of `data`, as 16 hex digits.
-pub(crate) fn short_hash(data: &[u8]) -> String {
+pub fn short_hash(data: &[u8]) -> String {
     use std::fmt::Write;
     Sha256::digest(data)
         .iter()

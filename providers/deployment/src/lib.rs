@@ -27,8 +27,8 @@
 //! - The engine fields are the SDK container's: prefix caching and eager execution as the
 //!   engine's flags, named as ignored where its server has none (TensorRT-LLM, llama.cpp's
 //!   eager), and `engine.extraArgs` last on the command line.
-//! - `spec.gateway` is named as unsupported (no HTTPRoute is made), and so are the claim
-//!   settings of `model.storage` (claims are mounted, never created). `spec.kernelCache`
+//! - `spec.gateway` is core's gateway's (docs/gateway.md), from [`Provider::serving_pods`];
+//!   the claim settings of `model.storage` (claims are mounted, never created). `spec.kernelCache`
 //!   is served by the kernel-cache provider's pod webhook (the pods carry the
 //!   ModelDeployment's label).
 //! - `provider.overrides`: [`Overrides`].
@@ -44,8 +44,8 @@ use kubeairunway_sdk::api::{
 use kubeairunway_sdk::provider::object;
 use kubeairunway_sdk::render::{pod_annotations, pod_labels};
 use kubeairunway_sdk::{
-    Incompatible, Live, Observed, Provider, RenderError, Rendered, UpstreamApi, UpstreamRef,
-    Warning, engine, labels, overrides, storage, workload,
+    Incompatible, Live, Observed, Provider, RenderError, Rendered, ServingPods, UpstreamApi,
+    UpstreamRef, Warning, engine, labels, overrides, storage, workload,
 };
 use serde::Deserialize;
 use serde_json::json;
@@ -261,12 +261,6 @@ impl Provider for DeploymentProvider {
             md,
             "the Deployment provider",
         ));
-        if spec.gateway.is_some() {
-            warnings.push(Warning::unsupported_field(
-                "spec.gateway",
-                "the Deployment provider makes no HTTPRoute; route to its Service yourself",
-            ));
-        }
         let name = md.metadata.name.clone().unwrap_or_default();
         // The selector is immutable in apps/v1 (see immutable_fields): only the one label
         // that never changes for this ModelDeployment.
@@ -320,6 +314,11 @@ impl Provider for DeploymentProvider {
             objects: vec![deployment, service],
             warnings,
         })
+    }
+
+    /// The Deployment's pods: the one label its selector names, on the engine's port.
+    fn serving_pods(&self, md: &ModelDeployment) -> ServingPods {
+        ServingPods::of(md).on_port(engine::PORT)
     }
 
     /// A Deployment's selector cannot change

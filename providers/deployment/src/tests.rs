@@ -297,14 +297,14 @@ fn engine_fields_render_per_engine_or_are_named() {
     assert!(err.0.starts_with("the flag --x is set both"), "{err}");
 }
 
+/// `spec.gateway` is served by core's gateway, from the serving pods this provider names.
 #[test]
-fn a_gateway_is_named_as_unsupported() {
+fn a_gateway_is_not_named_as_ignored() {
     let md = md(EngineType::Vllm, 1)
         .spec(|s| s.gateway = Some(serde_json::from_value(json!({"enabled": true})).unwrap()))
         .build();
     let warnings = render(&md).warnings;
-    assert_eq!(warnings.len(), 1, "{warnings:?}");
-    assert!(warnings[0].message.contains("spec.gateway"), "{warnings:?}");
+    assert!(warnings.is_empty(), "{warnings:?}");
 }
 
 /// Any typed overrides a user may write: never a panic, wrong types refused naming the
@@ -386,4 +386,27 @@ fn status_is_the_deployments_with_the_service_as_endpoint() {
         (endpoint.service.as_deref(), endpoint.port),
         (Some("qwen"), Some(80))
     );
+}
+
+/// The serving pods are the rendered Deployment's, on the port its container serves.
+#[test]
+fn serving_pods_are_the_deployments_on_the_engine_port() {
+    let md = md(EngineType::Vllm, 1).build();
+    let objects: Vec<_> = render(&md)
+        .objects
+        .iter()
+        .map(|o| serde_json::to_value(o).unwrap())
+        .collect();
+    let pods = DeploymentProvider::default().serving_pods(&md);
+    assert_eq!(
+        objects[0]["spec"]["selector"]["matchLabels"],
+        json!(pods.labels)
+    );
+    let template = &objects[0]["spec"]["template"];
+    for (k, v) in &pods.labels {
+        assert_eq!(template["metadata"]["labels"][k], json!(v), "{k}");
+    }
+    let port = &template["spec"]["containers"][0]["ports"][0]["containerPort"];
+    assert_eq!(Some(port.as_i64().unwrap()), pods.port.map(i64::from));
+    assert_eq!(pods.inference_pool, None);
 }

@@ -30,6 +30,25 @@ pub const FRONTEND: &str = "Frontend";
 /// `deploy/operator/internal/consts/consts.go:13@2a6da14c8`).
 pub const FRONTEND_PORT: i32 = 8000;
 
+/// The label the Dynamo operator puts on a graph's pods naming the graph
+/// (`KubeLabelDynamoGraphDeploymentName`, deploy/operator/internal/consts/consts.go
+/// @0367e40).
+pub const GRAPH_LABEL: &str = "nvidia.com/dynamo-graph-deployment-name";
+/// The label the Dynamo operator puts on a graph's pods naming the component's type
+/// (`KubeLabelDynamoComponentType`, same file), `worker` on every worker, prefill and
+/// decode ones included (their `subComponentType` tells them apart).
+pub const COMPONENT_TYPE_LABEL: &str = "nvidia.com/dynamo-component-type";
+
+/// The worker pods of `md`'s graph (named as `md`), by the two labels the operator puts
+/// on a graph's pods (`GRAPH_LABEL`, `COMPONENT_TYPE_LABEL=worker`; the operator's own
+/// controllers list worker pods by the same pair).
+pub fn worker_pods(md: &ModelDeployment) -> kubeairunway_sdk::ServingPods {
+    kubeairunway_sdk::ServingPods::labelled([
+        (GRAPH_LABEL, md.metadata.name.as_deref().unwrap_or_default()),
+        (COMPONENT_TYPE_LABEL, "worker"),
+    ])
+}
+
 /// The role of a component in the graph.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
@@ -163,7 +182,9 @@ fn unsupported(md: &ModelDeployment) -> Vec<Warning> {
     if md.spec.gateway.is_some() {
         out.push(Warning::unsupported_field(
             "spec.gateway",
-            "the Dynamo provider renders no InferencePool or HTTPRoute; use the frontend Service",
+            "Dynamo's workers serve no HTTP port of their own (its frontend does) and Dynamo's \
+             own endpoint picker is not rendered yet, so core's gateway makes no InferencePool \
+             for them; use the frontend Service",
         ));
     }
     out

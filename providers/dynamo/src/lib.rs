@@ -41,7 +41,8 @@ use kubeairunway_sdk::api::{
 };
 use kubeairunway_sdk::provider::object;
 use kubeairunway_sdk::{
-    Live, ModelDeployment, Observed, Provider, RenderError, Rendered, UpstreamApi, UpstreamRef,
+    Live, ModelDeployment, Observed, Provider, RenderError, Rendered, ServingPods, UpstreamApi,
+    UpstreamRef,
 };
 use serde_json::json;
 
@@ -191,6 +192,13 @@ impl Provider for Dynamo {
         } else {
             &[]
         }
+    }
+
+    /// The workers, as the Dynamo operator labels their pods and lists them itself
+    /// ([`graph::worker_pods`]); no port: the workers serve no HTTP API of their own (the
+    /// frontend does, and routes to them).
+    fn serving_pods(&self, md: &ModelDeployment) -> ServingPods {
+        graph::worker_pods(md)
     }
 
     fn observe(&self, md: &ModelDeployment, live: &Live) -> Observed {

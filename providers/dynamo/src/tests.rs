@@ -501,6 +501,19 @@ fn gateway_is_named_as_ignored() {
     );
 }
 
+/// The serving pods are the graph's workers, by the operator's own labels; they serve no
+/// HTTP port of their own.
+#[test]
+fn serving_pods_are_the_workers_by_the_operators_labels() {
+    let m = ModelDeploymentBuilder::new("g").build();
+    let pods = Dynamo::default().serving_pods(&m);
+    assert_eq!(
+        pods.selector(),
+        "nvidia.com/dynamo-component-type=worker,nvidia.com/dynamo-graph-deployment-name=g"
+    );
+    assert_eq!((pods.port, pods.inference_pool), (None, None));
+}
+
 /// The frontend is rendered with its image only, as every upstream
 /// example does (`examples/backends/vllm/deploy/agg.yaml` at `3e3b3b187` and `2a6da14c8`),
 /// so the operator's `python3` + `-m dynamo.frontend` stays whole.

@@ -29,7 +29,8 @@ use kubeairunway_sdk::api::{
     Installation, ModelDeployment, SelectionRule, ServingMode,
 };
 use kubeairunway_sdk::{
-    Incompatible, Live, Observed, Provider, RenderError, Rendered, UpstreamApi, UpstreamRef,
+    Incompatible, Live, Observed, Provider, RenderError, Rendered, ServingPods, UpstreamApi,
+    UpstreamRef,
 };
 
 pub use nodes::NodeProvisioning;
@@ -135,6 +136,11 @@ impl Provider for KaitoProvider {
 
     fn observe(&self, md: &ModelDeployment, live: &Live) -> Observed {
         status::observe(md, live.primary())
+    }
+
+    /// The pods KAITO's Service in front of them selects ([`render::serving_pods`]).
+    fn serving_pods(&self, md: &ModelDeployment) -> ServingPods {
+        render::serving_pods(self, md)
     }
 
     /// What KAITO's webhook refuses to update, cited in [`immutable`].

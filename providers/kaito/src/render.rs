@@ -43,7 +43,7 @@ use kubeairunway_sdk::engine::{self, VLLM};
 use kubeairunway_sdk::gpu::{self, Role};
 use kubeairunway_sdk::provider::{engine_flags, object};
 use kubeairunway_sdk::render::{pod_annotations, pod_labels};
-use kubeairunway_sdk::{RenderError, Rendered, UpstreamApi, Warning};
+use kubeairunway_sdk::{RenderError, Rendered, ServingPods, UpstreamApi, Warning};
 use serde_json::{Map, Value, json};
 
 use crate::settings::{GROUP, KaitoProvider};
@@ -126,7 +126,8 @@ pub fn render(
         metadata["annotations"] = json!(annotations);
     }
     let mut objects = Vec::new();
-    if md.spec.scaling.replicas == 1 || !provider.inference_set {
+    let workspace = !uses_inference_set(provider, md);
+    if workspace {
         resource.insert("labelSelector".into(), selector);
         objects.push(object(json!({
             "apiVersion": upstream.api_version(),
@@ -157,6 +158,40 @@ pub fn render(
     }
     Ok(Rendered { objects, warnings })
 }
+
+/// Whether `md` is rendered as an InferenceSet (more than one replica, when enabled)
+/// rather than a Workspace.
+pub fn uses_inference_set(provider: &KaitoProvider, md: &ModelDeployment) -> bool {
+    md.spec.scaling.replicas != 1 && provider.inference_set
+}
+
+/// The pods that serve `md`, on [`PORT`]: the first pod of each Workspace, as the Services
+/// in front of them select (the InferenceSet's below; KAITO's own of a Workspace selects
+/// `kaito.sh/workspace` and pod `<workspace>-0`, pkg/workspace/manifests/manifests.go
+/// :64-72). A vLLM preset runs as a StatefulSet (pkg/workspace/inference/
+/// preset_inferences.go:256), whose pods carry the pod-index label; a llama.cpp template
+/// as a Deployment of one pod, labelled `kaito.sh/workspace` (manifests.go:293), all
+/// @v0.12.0.
+pub fn serving_pods(provider: &KaitoProvider, md: &ModelDeployment) -> ServingPods {
+    let name = md.name_any();
+    let pods = if uses_inference_set(provider, md) {
+        ServingPods::labelled([(CREATED_BY_INFERENCE_SET, name.as_str())])
+    } else {
+        ServingPods::labelled([(WORKSPACE_LABEL, name.as_str())])
+    };
+    let first_pod_only =
+        uses_inference_set(provider, md) || md.spec.engine.type_ != Some(EngineType::Llamacpp);
+    let pods = if first_pod_only {
+        pods.label(POD_INDEX_LABEL, "0")
+    } else {
+        pods
+    };
+    pods.on_port(PORT)
+}
+
+/// The label KAITO puts on a Workspace's pods (`LabelWorkspaceName`,
+/// api/v1beta1/labels.go:38@v0.12.0).
+pub const WORKSPACE_LABEL: &str = "kaito.sh/workspace";
 
 /// The Service `<name>-iset`, port 80 to 5000, in front of the first pod of every
 /// Workspace of the InferenceSet: KAITO gives each Workspace a Service of its own
@@ -194,13 +229,6 @@ fn node_labels(md: &ModelDeployment) -> BTreeMap<String, String> {
 fn unsupported_everywhere(md: &ModelDeployment) -> Vec<Warning> {
     let spec = &md.spec;
     let mut out = Vec::new();
-    if spec.gateway.is_some() {
-        out.push(unsupported(
-            "spec.gateway",
-            "the KAITO provider creates no InferencePool or HTTPRoute (KAITO's own Gateway API \
-             support is an operator feature gate, not a Workspace field)",
-        ));
-    }
     if spec.serving.mode == kubeairunway_sdk::api::ServingMode::Aggregated {
         for (field, set) in [
             ("spec.scaling.prefill", spec.scaling.prefill.is_some()),

@@ -9,8 +9,8 @@
 //! - [`rayservice`]: the RayService object with its head and worker groups;
 //! - [`status`]: the RayService status read as ours.
 //!
-//! Every spec field is served except `spec.gateway` (no InferencePool or HTTPRoute is
-//! made) and the claim-creation settings of storage volumes; those are reported with
+//! Every spec field is served (`spec.gateway` by core's gateway, from
+//! [`Provider::serving_pods`]) except the claim-creation settings of storage volumes; those are reported with
 //! `Warning::unsupported_field`. `spec.kernelCache` is served by the kernel-cache
 //! provider's pod webhook (Ray pods carry the ModelDeployment label). A RayService has no
 //! field its CRD declares immutable that we render (the CRD's `self == oldSelf` rules are
@@ -34,8 +34,8 @@ use kubeairunway_sdk::api::{
     InferenceProviderConfigSpec, Installation, ModelDeployment, ServingMode,
 };
 use kubeairunway_sdk::{
-    Incompatible, Live, Observed, Provider, RenderError, Rendered, UpstreamApi, UpstreamRef,
-    Warning,
+    Incompatible, Live, Observed, Provider, RenderError, Rendered, ServingPods, UpstreamApi,
+    UpstreamRef, Warning,
 };
 
 pub use settings::{DEFAULT_RAY_IMAGE, DEFAULT_RAY_VERSION, KubeRayProvider, NAME};
@@ -108,17 +108,6 @@ impl Provider for KubeRayProvider {
         let mut warnings = storage::warnings(md);
         if md
             .spec
-            .gateway
-            .as_ref()
-            .is_some_and(|g| g.enabled != Some(false))
-        {
-            warnings.push(Warning::unsupported_field(
-                "spec.gateway",
-                "the KubeRay provider creates no InferencePool or HTTPRoute; route to the serve Service",
-            ));
-        }
-        if md
-            .spec
             .engine
             .extra_args
             .as_ref()
@@ -142,7 +131,24 @@ impl Provider for KubeRayProvider {
     fn observe(&self, md: &ModelDeployment, live: &Live) -> Observed {
         status::observe(md, live.primary())
     }
+
+    /// The pods the Serve Service selects: KubeRay copies the template's labels (ours
+    /// among them) onto every pod (`labelPod`, ray-operator/controllers/ray/common/pod.go
+    /// :1167-1186) and labels a RayService's serving pods `ray.io/serve=true` (`BuildPod`,
+    /// :836-843; the Service selects it, common/service.go:197-205), all @v1.7.0; the
+    /// cluster name (`ray.io/cluster`) is generated, so our label stands in for it.
+    /// Serve's HTTP proxy listens on [`rayservice::SERVE_PORT`].
+    fn serving_pods(&self, md: &ModelDeployment) -> ServingPods {
+        ServingPods::of(md)
+            .label(SERVE_LABEL, "true")
+            .on_port(rayservice::SERVE_PORT)
+    }
 }
+
+/// The label KubeRay puts on a RayService's pods that take Serve traffic
+/// (`RayClusterServingServiceLabelKey`, ray-operator/controllers/ray/utils/constant.go:24
+/// @v1.7.0).
+pub const SERVE_LABEL: &str = "ray.io/serve";
 
 #[cfg(test)]
 mod tests {

@@ -540,7 +540,7 @@ fn ignored_fields_are_named() {
     let rendered = provider.render(&md, &apis()[0].1).unwrap();
     assert_eq!(
         Warning::ignored_fields(&rendered.warnings),
-        ["spec.model.storage.volumes[weights].size", "spec.gateway"]
+        ["spec.model.storage.volumes[weights].size"]
     );
     // The claim a controller would have created is what is mounted.
     let object = serde_json::to_value(&rendered.objects[0]).unwrap();
@@ -694,5 +694,30 @@ fn any_overrides_render_or_are_refused_by_name() {
             }
             Ok(())
         },
+    );
+}
+
+/// The serving pods carry our label from the rendered templates (KubeRay copies it onto
+/// the pods) and serve on the head's `serve` container port.
+#[test]
+fn serving_pods_are_labelled_by_the_templates_and_serve_on_the_serve_port() {
+    let md = ModelDeploymentBuilder::new("llm").build();
+    let (object, _) = render(&md);
+    let pods = KubeRayProvider::default().serving_pods(&md);
+    assert_eq!(
+        pods.selector(),
+        "kubeairunway.ai/model-deployment=llm,ray.io/serve=true"
+    );
+    let head = &object["spec"]["rayClusterConfig"]["headGroupSpec"]["template"];
+    assert_eq!(
+        head["metadata"]["labels"]["kubeairunway.ai/model-deployment"],
+        "llm"
+    );
+    let ports = head["spec"]["containers"][0]["ports"].as_array().unwrap();
+    assert!(
+        ports
+            .iter()
+            .any(|p| p["name"] == "serve" && p["containerPort"] == json!(pods.port)),
+        "{ports:?}"
     );
 }

@@ -256,7 +256,8 @@ mod tests {
             o.endpoint,
             Some(EndpointStatus {
                 service: Some("llm-serve-svc".into()),
-                port: Some(8000)
+                port: Some(8000),
+                ..EndpointStatus::default()
             })
         );
         let r = o.replicas.unwrap();

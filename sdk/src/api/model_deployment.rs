@@ -44,6 +44,8 @@ use super::warmup::DeploymentWarmup;
     printcolumn = r#"{"name":"Ready","type":"integer","description":"Ready replicas","jsonPath":".status.replicas.ready"}"#,
     printcolumn = r#"{"name":"Endpoint","type":"string","description":"Service serving the model","jsonPath":".status.endpoint.service"}"#,
     printcolumn = r#"{"name":"URL","type":"string","description":"In-cluster URL of the OpenAI-compatible API","jsonPath":".status.url","priority":1}"#,
+    printcolumn = r#"{"name":"Gateway URL","type":"string","description":"URL of the OpenAI-compatible API through the Gateway","jsonPath":".status.gateway.url","priority":1}"#,
+    printcolumn = r#"{"name":"Model","type":"string","description":"Model name clients send through the Gateway","jsonPath":".status.gateway.modelName","priority":1}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
@@ -600,8 +602,10 @@ pub struct ModelDeploymentStatus {
     /// (http://<service>.<namespace>.svc.<cluster domain>:<port>/v1), written by the provider.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
-    /// Label selector of the serving pods (`kubeairunway.ai/model-deployment=<name>`), for
-    /// the scale subresource (HPA, KEDA); written by the provider.
+    /// Label selector of the serving pods, as the provider's upstream operator labels them
+    /// (`kubeairunway.ai/model-deployment=<name>` for the Deployment provider), for the
+    /// scale subresource (HPA, KEDA) and the gateway's InferencePool; written by the
+    /// provider.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub selector: Option<String>,
     /// Gateway integration status.
@@ -711,18 +715,38 @@ pub struct EndpointStatus {
     /// Service port.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub port: Option<i32>,
+    /// Container port the serving pods (status.selector) serve the API on: the
+    /// InferencePool's targetPorts; written by the provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_port: Option<i32>,
+    /// InferencePool the upstream operator makes for the serving pods itself, in this
+    /// namespace (the gateway then makes none); written by the provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inference_pool: Option<String>,
 }
 
 /// Gateway integration status.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GatewayStatus {
-    /// The unified gateway URL.
+    /// The Gateway's address (its first status.addresses value), as AI Runway reports it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub endpoint: Option<String>,
-    /// Model name to use in API requests.
+    /// Model name to use in API requests (the request's model, matched on the
+    /// X-Gateway-Model-Name header).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_name: Option<String>,
+    /// URL of the OpenAI-compatible API through the Gateway
+    /// (<scheme>://<address>[:<port>]/v1, from its first HTTP or HTTPS listener).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// The Gateway routing to this model, as <namespace>/<name>.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gateway: Option<String>,
+    /// The HTTPRoute in this namespace that routes to the model (the gateway's own, or
+    /// spec.gateway.httpRouteRef).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http_route: Option<String>,
 }
 
 impl ModelDeploymentSpec {

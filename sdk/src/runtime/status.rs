@@ -20,7 +20,8 @@ pub(crate) async fn apply<P: Provider>(
     md: &ModelDeployment,
     view: &ProviderView,
 ) -> Result<Option<ModelDeployment>, kube::Error> {
-    let view = &keep_open(view.clone(), md).addressed(md, &ctx.options.cluster_domain);
+    let pods = ctx.provider.serving_pods(md);
+    let view = &keep_open(view.clone(), md).addressed(md, &ctx.options.cluster_domain, &pods);
     if view.is_current(md) {
         return Ok(None);
     }

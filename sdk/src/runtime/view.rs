@@ -11,6 +11,7 @@ use crate::conditions::{
     self, PROVIDER_COMPATIBLE, READY, RESOURCE_CREATED, STALE_STATUS, Status, WARMED_UP, reasons,
 };
 use crate::provider::Warning;
+use crate::serving::ServingPods;
 use crate::upstream::UpstreamApi;
 
 /// Condition types a provider owns.
@@ -55,12 +56,6 @@ pub fn endpoint_url(
     ))
 }
 
-/// `status.selector`: the label every serving pod a provider renders carries (the
-/// provider contract), so the scale subresource finds the pods.
-pub fn pod_selector(md_name: &str) -> String {
-    format!("{}={md_name}", crate::labels::MODEL_DEPLOYMENT)
-}
-
 impl ProviderView {
     pub(crate) fn new(phase: Phase, message: impl Into<String>) -> Self {
         Self {
@@ -76,14 +71,21 @@ impl ProviderView {
         }
     }
 
-    /// With `status.url` (from the endpoint) and `status.selector` for `md`.
-    pub(crate) fn addressed(mut self, md: &ModelDeployment, cluster_domain: &str) -> Self {
+    /// With `status.url` (from the endpoint), and from `pods` (the provider's
+    /// [`crate::Provider::serving_pods`] for `md`) `status.selector` and, once there is an
+    /// endpoint, its `targetPort` and `inferencePool`.
+    pub(crate) fn addressed(
+        mut self,
+        md: &ModelDeployment,
+        cluster_domain: &str,
+        pods: &ServingPods,
+    ) -> Self {
         let namespace = md.namespace().unwrap_or_default();
+        pods.fill(&mut self.selector, self.endpoint.as_mut());
         self.url = self
             .endpoint
             .as_ref()
             .and_then(|e| endpoint_url(e, &namespace, cluster_domain));
-        self.selector = Some(pod_selector(&md.name_any()));
         self
     }
 
@@ -288,6 +290,7 @@ mod tests {
         let endpoint = EndpointStatus {
             service: Some("llama-frontend".into()),
             port: Some(8000),
+            ..EndpointStatus::default()
         };
         assert_eq!(
             endpoint_url(&endpoint, "ml", "cluster.local").as_deref(),
@@ -309,11 +312,15 @@ mod tests {
             endpoint_url(&EndpointStatus::default(), "ml", "cluster.local"),
             None
         );
+        let pods = ServingPods::of(&md())
+            .label("role", "worker")
+            .on_port(8080)
+            .with_inference_pool("m-pool");
         let view = ProviderView {
             endpoint: Some(endpoint),
             ..ProviderView::new(Phase::Running, "ok")
         }
-        .addressed(&md(), "cluster.local");
+        .addressed(&md(), "cluster.local", &pods);
         let status = view.to_status(&md(), Timestamp::now());
         assert_eq!(
             status.url.as_deref(),
@@ -321,7 +328,15 @@ mod tests {
         );
         assert_eq!(
             status.selector.as_deref(),
-            Some("kubeairunway.ai/model-deployment=m")
+            Some("kubeairunway.ai/model-deployment=m,role=worker")
         );
+        let endpoint = status.endpoint.unwrap();
+        assert_eq!(endpoint.target_port, Some(8080));
+        assert_eq!(endpoint.inference_pool.as_deref(), Some("m-pool"));
+        // Before there is an endpoint: the selector, and nothing about the endpoint.
+        let view =
+            ProviderView::new(Phase::Deploying, "wait").addressed(&md(), "cluster.local", &pods);
+        assert_eq!((view.endpoint, view.url), (None, None));
+        assert!(view.selector.is_some());
     }
 }

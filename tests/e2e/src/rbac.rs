@@ -260,6 +260,28 @@ pub fn measure(rules: &[Rule], events: &[AuditEvent], user: &str) -> Measured {
     out
 }
 
+/// [`measure`] the requests the service account `namespace/account` made on `cluster`
+/// against what the chart's `objects` grant it, asserting that none was denied.
+pub fn measure_chart_account(
+    cluster: &kubeairunway_testcluster::TestCluster,
+    objects: &[Value],
+    namespace: &str,
+    account: &str,
+) -> anyhow::Result<Measured> {
+    let rules = granted_rules(objects, namespace, account);
+    let measured = measure(
+        &rules,
+        &cluster.audit_events()?,
+        &kubeairunway_testcluster::service_account_user(namespace, account),
+    );
+    assert!(
+        measured.denied.is_empty(),
+        "requests the chart does not allow: {:#?}",
+        measured.denied
+    );
+    Ok(measured)
+}
+
 /// The requests of `user` in `events` that the API server refused with 403 Forbidden.
 pub fn refused(events: &[AuditEvent], user: &str) -> BTreeSet<Request> {
     events

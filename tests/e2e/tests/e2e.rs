@@ -37,6 +37,8 @@ mod dynamo;
 mod dynamo_operator;
 #[path = "e2e/faults.rs"]
 mod faults;
+#[path = "e2e/gateway.rs"]
+mod gateway;
 #[path = "e2e/image.rs"]
 mod image;
 #[path = "e2e/kaito.rs"]

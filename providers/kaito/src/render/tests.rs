@@ -413,7 +413,6 @@ fn vllm_unsupported_fields_warn() {
     assert_eq!(
         fields,
         [
-            "spec.gateway",
             "spec.scaling.prefill",
             "spec.image",
             "spec.env",
@@ -622,4 +621,30 @@ fn selection_rules_are_the_issue_s() {
             ("spec.engine.type == 'llamacpp'", 100),
         ]
     );
+}
+
+/// The serving pods are the first pod of each Workspace on port 5000: for a set, exactly
+/// what the set's Service selects; for a Workspace, KAITO's own labels; a llama.cpp
+/// template (a Deployment of one pod, without the StatefulSet pod-index label) by the
+/// Workspace label alone.
+#[test]
+fn serving_pods_are_what_the_services_select() {
+    let mut m = gpu_vllm();
+    m.spec.scaling.replicas = 3;
+    let p = nap(true);
+    let o = objects(&render_with(&p, &m));
+    let pods = p.serving_pods(&m);
+    assert_eq!(o[2]["spec"]["selector"], json!(pods.labels));
+    assert_eq!(o[2]["spec"]["ports"][0]["targetPort"], json!(pods.port));
+    let vllm = byo().serving_pods(&gpu_vllm());
+    assert_eq!(
+        vllm.selector(),
+        "apps.kubernetes.io/pod-index=0,kaito.sh/workspace=llama-8b"
+    );
+    let llamacpp = byo().serving_pods(&cpu_llamacpp());
+    assert_eq!(
+        llamacpp.selector(),
+        format!("kaito.sh/workspace={}", cpu_llamacpp().name_any())
+    );
+    assert_eq!((llamacpp.port, llamacpp.inference_pool), (Some(PORT), None));
 }

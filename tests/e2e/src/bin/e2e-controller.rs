@@ -6,6 +6,8 @@ use clap::Parser;
 use kubeairunway_dynamo_provider::{Dynamo, Settings};
 use kubeairunway_sdk::process::Runtime;
 
+// Parsed once at start: the size of the larger variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Parser)]
 enum Role {
     /// Core, as `kubeairunway-controller`.

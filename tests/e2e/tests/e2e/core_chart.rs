@@ -104,10 +104,36 @@ fn core_chart_lints_and_renders_least_privilege_rbac_and_webhooks() {
                     "kubeairunway.ai",
                     "events.k8s.io",
                     "admissionregistration.k8s.io",
-                    "authorization.k8s.io"
+                    "authorization.k8s.io",
+                    // The gateway (docs/gateway.md): the Gateway API, GAIE, and the
+                    // endpoint picker's objects.
+                    "apiextensions.k8s.io",
+                    "gateway.networking.k8s.io",
+                    "inference.networking.k8s.io",
+                    "inference.networking.x-k8s.io",
+                    "",
+                    "apps",
+                    "rbac.authorization.k8s.io",
                 ]
                 .contains(&group.as_str()),
                 "core needs no {group} (no provider knowledge): {rule}"
+            );
+        }
+        // What the gateway only reads: CRDs, Gateways, pods and the x-k8s kinds (pods and
+        // those kinds because the endpoint picker's Role grants them, and the API server
+        // lets core grant only what it holds).
+        let read_only = [
+            "customresourcedefinitions",
+            "gateways",
+            "pods",
+            "inferenceobjectives",
+        ];
+        if resources.iter().any(|r| read_only.contains(&r.as_str())) {
+            assert!(
+                verbs
+                    .iter()
+                    .all(|v| ["get", "list", "watch"].contains(&v.as_str())),
+                "{rule}"
             );
         }
         if resources.iter().any(|r| r.ends_with("/status")) {

@@ -1,5 +1,6 @@
-//! The real upstream CRDs (KAITO, Dynamo, KubeRay, in every version we support) are
-//! accepted by the API server. Same-named versions replace each other, so this test runs
+//! The real upstream CRDs (KAITO, Dynamo, KubeRay, in every version we support, and the
+//! Gateway API and its Inference Extension the gateway uses) are accepted by the API
+//! server. Same-named versions replace each other, so this test runs
 //! its own cluster instead of the shared one.
 
 use kubeairunway_e2e::upstream_crds;
@@ -17,7 +18,7 @@ async fn upstream_crds_are_accepted_and_established() {
             .unwrap();
     let client = cluster.client().await.unwrap();
     let crds = upstream_crds().unwrap();
-    assert_eq!(crds.len(), 8);
+    assert_eq!(crds.len(), 13);
     for (file, crd) in crds {
         install_crds(&client, std::slice::from_ref(&crd))
             .await
