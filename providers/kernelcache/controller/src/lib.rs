@@ -28,6 +28,7 @@ pub mod settings;
 
 use std::sync::Arc;
 
+use futures::StreamExt as _;
 use k8s_openapi::api::core::v1::Node;
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
@@ -109,21 +110,55 @@ pub async fn run(
     };
     let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
     let registration = tokio::spawn(registration::register(client.clone(), ctx.settings.resync));
+    // The node reports wake two controllers, both reading the reports' store: each gets
+    // the event of this one reflector, after the store has it (a watch of its own could
+    // wake a controller before the store knows what woke it).
+    let (reports_for_caches, reports_for_labels, reports) = fan_out(node_stream);
+    let reports = tokio::spawn(reports);
     let caches_ctl = caches::cache_controller(
         &ctx,
         cache_stream,
-        node_stream,
+        reports_for_caches.map(Ok),
         policy_stream,
         shutdown.clone(),
     );
     let mds_ctl = model_deployments::md_controller(&ctx, &mds, md_stream, shutdown.clone());
-    let labels_ctl = nodes::label_controller(&ctx, &node_meta, node_meta_stream, shutdown);
+    let labels_ctl = nodes::label_controller(
+        &ctx,
+        &node_meta,
+        node_meta_stream,
+        reports_for_labels,
+        shutdown,
+    );
     info!("kernel-cache controller running");
     tokio::join!(caches_ctl, mds_ctl, labels_ctl);
     registration.abort();
+    reports.abort();
     sweeper.abort();
     readiness.abort();
     Ok(())
+}
+
+/// Every object `stream` yields, to two consumers (each of its own pace: unbounded, as a
+/// watch of a cluster's objects is), and the future that drives `stream` (errors are
+/// dropped: the watcher retries with backoff).
+fn fan_out<K: Clone + Send + 'static>(
+    stream: impl futures::Stream<Item = Result<K, watcher::Error>> + Send + 'static,
+) -> (
+    futures::channel::mpsc::UnboundedReceiver<K>,
+    futures::channel::mpsc::UnboundedReceiver<K>,
+    impl std::future::Future<Output = ()> + Send,
+) {
+    let (first, first_rx) = futures::channel::mpsc::unbounded();
+    let (second, second_rx) = futures::channel::mpsc::unbounded();
+    let forward = stream.for_each(move |item| {
+        if let Ok(object) = item {
+            let _ = first.unbounded_send(object.clone());
+            let _ = second.unbounded_send(object);
+        }
+        futures::future::ready(())
+    });
+    (first_rx, second_rx, forward)
 }
 
 /// A watch cache of every `K` (without managed fields) and the stream that keeps it

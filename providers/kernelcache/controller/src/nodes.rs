@@ -10,7 +10,7 @@ use kube::api::{Api, Patch, PatchParams};
 use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use kubeairunway_sdk::reflect::Cache;
 use tracing::{info, warn};
@@ -31,15 +31,12 @@ pub(crate) fn label_controller(
     node_meta_stream: impl futures::Stream<Item = Result<PartialObjectMeta<Node>, watcher::Error>>
     + Send
     + 'static,
+    reports: impl futures::Stream<Item = KernelCacheNode> + Send + 'static,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> impl std::future::Future<Output = ()> {
-    let report_nodes = watcher(
-        Api::<KernelCacheNode>::all(ctx.client.clone()),
-        watcher::Config::default(),
-    )
-    .default_backoff()
-    .touched_objects()
-    .filter_map(|r| async move { r.ok().map(|n| ObjectRef::new(&n.name_any())) });
+    // Each report's node, from the reports' own reflector (its store is what the
+    // reconcile reads).
+    let report_nodes = reports.map(|n| ObjectRef::new(&n.name_any()));
     let label_ctx = Arc::new(LabelCtx {
         client: ctx.client.clone(),
         reports: ctx.nodes.clone(),
