@@ -363,18 +363,10 @@ impl ChartIdentity {
         );
         for rule in &identity.rules {
             let review = identity.review(rule);
-            crate::eventually(
-                30,
+            until_allowed(
+                admin,
+                &review,
                 &format!("{component}: {} in effect", rule.source),
-                || {
-                    let review = review.clone();
-                    async move {
-                        subject_access_review(admin, &review)
-                            .await
-                            .ok()?
-                            .then_some(())
-                    }
-                },
             )
             .await?;
         }
@@ -484,6 +476,18 @@ pub async fn subject_access_review(client: &Client, review: &Value) -> anyhow::R
     Ok(answer.data["status"]["allowed"] == true)
 }
 
+/// Wait (up to 30 s) until the API server's authorizer allows what `review` asks: RBAC
+/// objects just applied reach the authorizer through its informers.
+async fn until_allowed(admin: &Client, review: &Value, what: &str) -> anyhow::Result<()> {
+    crate::eventually(30, what, || async {
+        subject_access_review(admin, review)
+            .await
+            .ok()?
+            .then_some(())
+    })
+    .await
+}
+
 /// Grant `rules` in `namespace` to `subjects` (RBAC subjects: `{"kind": "User" | "Group" |
 /// "ServiceAccount", "name": ..., ...}`) with a Role and a RoleBinding named `name`,
 /// applied as `admin`, and wait until the API server's authorizer allows each subject the
@@ -545,16 +549,7 @@ pub async fn grant(
                     "name": first("resourceNames"),
                 }},
             });
-            crate::eventually(30, &format!("{name} granted to {subject}"), || {
-                let review = review.clone();
-                async move {
-                    subject_access_review(admin, &review)
-                        .await
-                        .ok()?
-                        .then_some(())
-                }
-            })
-            .await?;
+            until_allowed(admin, &review, &format!("{name} granted to {subject}")).await?;
         }
     }
     Ok(())
