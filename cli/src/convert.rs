@@ -139,22 +139,10 @@ fn strip_server_fields(doc: &mut Value, losses: &mut Vec<String>) {
 /// stores; the paths pruned. Then read it into our type `T`: a value of the wrong type
 /// refuses the document, naming the field.
 fn carried<T: DeserializeOwned>(doc: &mut Value, kind: &str) -> Result<Vec<String>, String> {
-    let crd = kubeairunway_sdk::api::crds::all()
-        .into_iter()
-        .find(|c| c.spec.names.kind == kind)
-        .ok_or_else(|| format!("no CRD of {kind}"))?;
-    let schema = crd
-        .spec
-        .versions
-        .first()
-        .and_then(|v| v.schema.as_ref())
-        .and_then(|s| s.open_api_v3_schema.as_ref())
-        .map(serde_json::to_value)
-        .transpose()
-        .map_err(|e| e.to_string())?
-        .unwrap_or(Value::Null);
+    let schema =
+        kubeairunway_sdk::api::crds::schema(kind).ok_or_else(|| format!("no CRD of {kind}"))?;
     let mut pruned = Vec::new();
-    prune(doc, &schema, "", &mut pruned);
+    prune(doc, schema, "", &mut pruned);
     serde_path_to_error::deserialize::<_, T>(doc.clone())
         .map_err(|e| format!("{}: {}", e.path(), e.inner()))?;
     Ok(pruned)

@@ -21,14 +21,10 @@ use std::sync::LazyLock;
 use serde_json::Value;
 
 /// The schema of `spec` in the ModelDeployment CRD as it is installed
-/// ([`crate::api::crds::all`]).
+/// ([`crate::api::crds::schema`]).
 static SPEC_SCHEMA: LazyLock<Value> = LazyLock::new(|| {
-    let crd = crate::api::crds::all()
-        .into_iter()
-        .find(|c| c.spec.names.kind == "ModelDeployment")
-        .and_then(|c| serde_json::to_value(c).ok())
-        .unwrap_or_default();
-    crd.pointer("/spec/versions/0/schema/openAPIV3Schema/properties/spec")
+    crate::api::crds::schema("ModelDeployment")
+        .and_then(|s| s.pointer("/properties/spec"))
         .cloned()
         .unwrap_or_default()
 });

@@ -15,6 +15,31 @@ pub fn all() -> Vec<CustomResourceDefinition> {
     ]
 }
 
+/// The OpenAPI v3 schema of the CRD of `kind` in [`all`] (its one version), computed once.
+pub fn schema(kind: &str) -> Option<&'static serde_json::Value> {
+    static SCHEMAS: std::sync::LazyLock<Vec<(String, serde_json::Value)>> =
+        std::sync::LazyLock::new(|| {
+            all()
+                .into_iter()
+                .filter_map(|crd| {
+                    let schema = crd
+                        .spec
+                        .versions
+                        .first()?
+                        .schema
+                        .as_ref()?
+                        .open_api_v3_schema
+                        .as_ref()?;
+                    Some((
+                        crd.spec.names.kind.clone(),
+                        serde_json::to_value(schema).ok()?,
+                    ))
+                })
+                .collect()
+        });
+    SCHEMAS.iter().find(|(k, _)| k == kind).map(|(_, s)| s)
+}
+
 /// Make a derived CRD's schema say what Kubernetes means:
 ///
 /// - drop every `nullable: true` that kube's schema generator adds for `Option` fields:
