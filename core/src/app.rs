@@ -146,15 +146,28 @@ pub async fn run(cli: Cli, mut rt: Runtime) -> anyhow::Result<()> {
         );
         let gateway_settings = gateway_settings.clone();
         async move {
+            // One watch of ModelDeployments for core and its gateway.
+            let (mds, events) =
+                reconciler::model_deployments(&client, settings.namespace.as_deref());
             let gateway = async {
                 if let Some(s) = gateway_settings {
-                    gateway::run(client.clone(), s, term.ended()).await;
+                    gateway::run(client.clone(), s, mds.clone(), term.ended()).await;
                 }
             };
-            let core = reconciler::run(client.clone(), providers, settings, metrics, synced, {
+            let ended = {
                 let term = term.clone();
                 async move { term.ended().await }
-            });
+            };
+            let core = reconciler::run(
+                client.clone(),
+                mds.clone(),
+                events,
+                providers,
+                settings,
+                metrics,
+                synced,
+                ended,
+            );
             tokio::join!(core, gateway);
             Ok(())
         }

@@ -160,22 +160,41 @@ pub(crate) struct Desired {
     requeue: Option<Duration>,
 }
 
-/// Run the reconciler until `shutdown` completes; `synced` is set once its cache is.
+/// The watch cache of every ModelDeployment core and its gateway read (compact: one object
+/// per ModelDeployment of the cluster), shared so that one watch feeds both, and the
+/// stream that fills it (hand it to [`run`]).
+pub fn model_deployments(
+    client: &Client,
+    namespace: Option<&str>,
+) -> (
+    reflect::Shared<Cached>,
+    impl futures::Stream<Item = reflect::Events<Cached>> + Send + 'static,
+) {
+    let mds: Api<ModelDeployment> = match namespace {
+        Some(ns) => Api::namespaced(client.clone(), ns),
+        None => Api::all(client.clone()),
+    };
+    let (cache, stream) =
+        reflect::compact_cache(mds, watcher::Config::default().any_semantic(), (), strip);
+    // The gateway may fall this far behind a burst before it re-reads the whole cache.
+    reflect::share(cache, stream, 4096)
+}
+
+/// Run the reconciler over `mds` (driving `events`, both from [`model_deployments`]) until
+/// `shutdown` completes; `synced` is set once the cache is.
+#[allow(clippy::too_many_arguments)] // the parts of one term, each from its own place
 pub async fn run(
     client: Client,
+    mds: reflect::Shared<Cached>,
+    events: impl futures::Stream<Item = reflect::Events<Cached>> + Send + 'static,
     providers: Store<InferenceProviderConfig>,
     settings: Settings,
     metrics: Arc<Metrics>,
     synced: kubeairunway_sdk::process::Check,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) {
-    let mds: Api<ModelDeployment> = match &settings.namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
     let ipcs: Api<InferenceProviderConfig> = Api::all(client.clone());
-    let (mds, stream) =
-        reflect::compact_cache(mds, watcher::Config::default().any_semantic(), (), strip);
+    let (mds, stream) = (mds.cache().clone(), events);
     let md_store = mds.store.clone();
     let stream = stream
         .applied_objects()
@@ -884,8 +903,11 @@ mod tests {
         let metrics = Arc::new(Metrics::new(
             &mut prometheus_client::registry::Registry::default(),
         ));
+        let (mds, events) = super::model_deployments(&client, None);
         let running = tokio::spawn(super::run(
             client,
+            mds,
+            events,
             providers,
             Settings::default(),
             metrics,

@@ -240,3 +240,201 @@ where
         std::future::pending::<()>().await;
     }
 }
+
+/// A cache's objects offered to further controllers over the same store, so that one watch
+/// feeds them all: each watch of a kind costs the API server and this process a copy of
+/// every event. Made by [`share`].
+pub struct Shared<K: Resource + 'static>
+where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    cache: Cache<K>,
+    applied: tokio::sync::broadcast::Sender<std::sync::Arc<K>>,
+}
+
+impl<K: Resource + 'static> Clone for Shared<K>
+where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    fn clone(&self) -> Self {
+        Self {
+            cache: self.cache.clone(),
+            applied: self.applied.clone(),
+        }
+    }
+}
+
+impl<K: Resource + 'static> std::fmt::Debug for Shared<K>
+where
+    K::DynamicType: Eq + std::hash::Hash + Clone,
+{
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("cache", &self.cache)
+            .field("subscribers", &self.applied.receiver_count())
+            .finish()
+    }
+}
+
+/// `cache` and its `stream` (from [`cache`] or [`compact_cache`]), with each object the
+/// stream applies offered to the subscribers of the returned [`Shared`] (at most `buffer`
+/// waiting per subscriber). Drive the returned stream in place of `stream`. Nothing is
+/// offered while nobody subscribes, and a slow subscriber never holds the watch back: it
+/// is given every stored object again instead (see [`Shared::subscribe`]).
+pub fn share<K>(
+    cache: Cache<K>,
+    stream: impl Stream<Item = Events<K>> + Send + 'static,
+    buffer: usize,
+) -> (Shared<K>, impl Stream<Item = Events<K>> + Send + 'static)
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Default + Send + Sync,
+{
+    let (applied, _) = tokio::sync::broadcast::channel(buffer.max(1));
+    let (store, sender) = (cache.store.clone(), applied.clone());
+    let stream = stream.inspect(move |event| {
+        if let Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o)) = event
+            && sender.receiver_count() > 0
+            // The stream has stored it already: offer the store's own copy.
+            && let Some(stored) = store.get(&reflector::ObjectRef::from_obj(o))
+        {
+            let _ = sender.send(stored);
+        }
+    });
+    (Shared { cache, applied }, stream)
+}
+
+impl<K> Shared<K>
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    /// The shared cache.
+    pub fn cache(&self) -> &Cache<K> {
+        &self.cache
+    }
+
+    /// A trigger stream for `Controller::for_shared_stream` over [`Shared::cache`]'s store:
+    /// once the cache is filled, every stored object, then each object the watch applies.
+    /// A subscriber that falls more than the buffer behind is given every stored object
+    /// again (a reconcile is idempotent; a missed one would not be). Ends when the cache's
+    /// watch is gone before it filled.
+    pub fn subscribe(&self) -> impl Stream<Item = std::sync::Arc<K>> + Send + 'static {
+        use tokio::sync::broadcast::error::RecvError;
+        let receiver = self.applied.subscribe();
+        let state = (Some(self.cache.clone()), self.cache.store.clone(), receiver);
+        futures::stream::unfold(state, |(start, store, mut receiver)| async move {
+            if let Some(cache) = start {
+                if !cache.synced().await {
+                    return None;
+                }
+                return Some((store.state(), (None, store, receiver)));
+            }
+            let batch = match receiver.recv().await {
+                Ok(object) => vec![object],
+                Err(RecvError::Lagged(_)) => store.state(),
+                Err(RecvError::Closed) => return None,
+            };
+            Some((batch, (None, store, receiver)))
+        })
+        .flat_map(futures::stream::iter)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::ConfigMap;
+
+    fn map(name: &str) -> ConfigMap {
+        let mut m = ConfigMap::default();
+        m.metadata.name = Some(name.into());
+        m.metadata.namespace = Some("ns".into());
+        m
+    }
+
+    type Feed = futures::channel::mpsc::UnboundedSender<Events<ConfigMap>>;
+
+    /// A shared cache fed by hand, its stream driven in the background.
+    fn shared(buffer: usize) -> (Shared<ConfigMap>, Feed) {
+        let (feed, events) = futures::channel::mpsc::unbounded();
+        let (cache, stream) = filled(reflector::store::Writer::new(()), events);
+        let (shared, stream) = share(cache, stream, buffer);
+        tokio::spawn(drive("test", stream));
+        (shared, feed)
+    }
+
+    async fn names(
+        stream: &mut (impl Stream<Item = std::sync::Arc<ConfigMap>> + Unpin),
+        n: usize,
+    ) -> Vec<String> {
+        let mut out = Vec::new();
+        for _ in 0..n {
+            out.push(stream.next().await.unwrap().metadata.name.clone().unwrap());
+        }
+        out.sort();
+        out
+    }
+
+    #[tokio::test]
+    async fn a_subscriber_gets_the_filled_cache_then_each_applied_object() {
+        let (shared, feed) = shared(16);
+        let mut sub = Box::pin(shared.subscribe());
+        feed.unbounded_send(Ok(watcher::Event::Init)).unwrap();
+        feed.unbounded_send(Ok(watcher::Event::InitApply(map("a"))))
+            .unwrap();
+        feed.unbounded_send(Ok(watcher::Event::InitApply(map("b"))))
+            .unwrap();
+        feed.unbounded_send(Ok(watcher::Event::InitDone)).unwrap();
+        // The objects of the initial list once: the store takes them at its end, and only
+        // stored objects are offered.
+        assert_eq!(names(&mut sub, 2).await, ["a", "b"]);
+        feed.unbounded_send(Ok(watcher::Event::Apply(map("c"))))
+            .unwrap();
+        assert_eq!(names(&mut sub, 1).await, ["c"]);
+        // A late subscriber starts from everything stored.
+        let mut late = Box::pin(shared.subscribe());
+        assert_eq!(names(&mut late, 3).await, ["a", "b", "c"]);
+        // Deletions are not offered: the store no longer holds the object.
+        feed.unbounded_send(Ok(watcher::Event::Delete(map("a"))))
+            .unwrap();
+        feed.unbounded_send(Ok(watcher::Event::Apply(map("d"))))
+            .unwrap();
+        assert_eq!(names(&mut late, 1).await, ["d"]);
+    }
+
+    #[tokio::test]
+    async fn a_subscriber_that_falls_behind_gets_every_stored_object_again() {
+        let (shared, feed) = shared(1);
+        feed.unbounded_send(Ok(watcher::Event::Init)).unwrap();
+        feed.unbounded_send(Ok(watcher::Event::InitDone)).unwrap();
+        assert!(shared.cache().synced().await);
+        let mut sub = Box::pin(shared.subscribe());
+        assert!(
+            futures::FutureExt::now_or_never(sub.next()).is_none(),
+            "empty cache"
+        );
+        for name in ["a", "b", "c"] {
+            feed.unbounded_send(Ok(watcher::Event::Apply(map(name))))
+                .unwrap();
+        }
+        // Wait until the watch has stored all three, then read: two were lost to the buffer.
+        while shared.cache().store.state().len() < 3 {
+            tokio::task::yield_now().await;
+        }
+        assert_eq!(names(&mut sub, 3).await, ["a", "b", "c"]);
+        assert_eq!(
+            names(&mut sub, 1).await,
+            ["c"],
+            "the one buffered is still given"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_subscription_ends_when_the_watch_ends_before_the_cache_filled() {
+        let (shared, feed) = shared(4);
+        let mut sub = Box::pin(shared.subscribe());
+        drop(feed);
+        assert!(sub.next().await.is_none());
+    }
+}

@@ -151,11 +151,13 @@ async fn changed(client: Client, current: Apis) {
     futures::future::pending::<()>().await;
 }
 
-/// Run the gateway until `shutdown` completes, with the controller started anew whenever
-/// the APIs served change.
+/// Run the gateway over `mds` (core's ModelDeployment cache, see
+/// `reconciler::model_deployments`) until `shutdown` completes, with the controller started
+/// anew whenever the APIs served change.
 pub async fn run(
     client: Client,
     settings: Settings,
+    mds: reflect::Shared<Cached>,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) {
     let mut shutdown = std::pin::pin!(shutdown);
@@ -163,7 +165,7 @@ pub async fn run(
         let apis = detect(&client).await;
         info!(?apis, "gateway: APIs detected");
         tokio::select! {
-            () = controller(client.clone(), settings.clone(), apis) => return,
+            () = controller(client.clone(), settings.clone(), &mds, apis) => return,
             () = changed(client.clone(), apis) => info!("gateway: the APIs served changed"),
             () = &mut shutdown => return,
         }
@@ -211,20 +213,9 @@ fn owners(object: &DynamicObject, mds: &Store<Cached>) -> Vec<ObjectRef<Cached>>
 }
 
 /// The controller over ModelDeployments with the caches `apis` allows.
-async fn controller(client: Client, settings: Settings, apis: Apis) {
-    let mds: Api<ModelDeployment> = match &settings.namespace {
-        Some(ns) => Api::namespaced(client.clone(), ns),
-        None => Api::all(client.clone()),
-    };
-    // Compact, as core's own cache: one object per ModelDeployment of the cluster.
-    let (mds, stream) = reflect::compact_cache(
-        mds,
-        watcher::Config::default().any_semantic(),
-        (),
-        reflect::strip,
-    );
-    let md_store = mds.store.clone();
-    let mut ctl = Controller::for_stream(stream.applied_objects(), md_store.clone())
+async fn controller(client: Client, settings: Settings, mds: &reflect::Shared<Cached>, apis: Apis) {
+    let md_store = mds.cache().store.clone();
+    let mut ctl = Controller::for_shared_stream(mds.subscribe(), md_store.clone())
         .with_config(kubeairunway_sdk::process::controller_config());
     let mut owned = Vec::new();
     let mut caches = Vec::new();

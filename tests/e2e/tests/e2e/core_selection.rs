@@ -149,8 +149,11 @@ pub async fn start_controller_with(
         finalizer_timeout,
         ..Settings::default()
     };
+    let (mds, events) = reconciler::model_deployments(&client, Some(ns));
     tokio::spawn(reconciler::run(
         client,
+        mds,
+        events,
         store,
         settings,
         Arc::new(Metrics::new(

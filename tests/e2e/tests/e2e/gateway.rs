@@ -170,11 +170,7 @@ async fn pool_picker_and_route_follow_spec_gateway_on_the_deployment_provider() 
         gateway: Some((ns.clone(), "inference".into())),
         namespace: Some(ns.clone()),
     };
-    let task = tokio::spawn(gateway::run(
-        client.clone(),
-        settings,
-        std::future::pending(),
-    ));
+    let task = spawn_gateway(client.clone(), settings);
 
     let md = ModelDeploymentBuilder::new("qwen")
         .namespace(&ns)
@@ -431,7 +427,7 @@ async fn the_gateway_needs_exactly_what_the_core_chart_grants() {
         gateway: None,
         namespace: None,
     };
-    let task = tokio::spawn(gateway::run(core, settings, std::future::pending()));
+    let task = spawn_gateway(core, settings);
 
     // A ModelDeployment whose provider reported its serving pods (the test writes that
     // status as a provider would).
@@ -556,11 +552,7 @@ async fn the_pool_selects_kaitos_workspace_pods() {
         gateway: None,
         namespace: Some(ns.clone()),
     };
-    let task = tokio::spawn(gateway::run(
-        client.clone(),
-        settings,
-        std::future::pending(),
-    ));
+    let task = spawn_gateway(client.clone(), settings);
     let https = json!({"name": "https", "protocol": "HTTPS", "port": 443,
         "tls": {"certificateRefs": [{"name": "edge-cert"}]}});
     create_gateway(&client, &ns, "edge", https).await;
@@ -747,4 +739,17 @@ async fn a_moved_gateway_costs_one_status_patch(
             .all(|r| r.starts_with("patch ") && r.contains("/modeldeployments/m/status")),
         "{since:#?}"
     );
+}
+
+/// The gateway as core runs it, over core's ModelDeployment cache (driven here, as core's
+/// reconciler would).
+fn spawn_gateway(client: kube::Client, settings: Settings) -> tokio::task::JoinHandle<()> {
+    let (mds, events) =
+        kubeairunway_core::reconciler::model_deployments(&client, settings.namespace.as_deref());
+    tokio::spawn(async move {
+        tokio::join!(
+            kubeairunway_sdk::reflect::drive("ModelDeployment", events),
+            gateway::run(client, settings, mds, std::future::pending())
+        );
+    })
 }
