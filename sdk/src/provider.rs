@@ -244,6 +244,14 @@ impl Observed {
         self
     }
 
+    /// With an endpoint that has no Service of its own: the serving pods are reached
+    /// through the InferencePool their operator makes (the runtime writes `targetPort`
+    /// and `inferencePool` from [`Provider::serving_pods`]).
+    pub fn with_pool_endpoint(mut self) -> Self {
+        self.endpoint = Some(EndpointStatus::default());
+        self
+    }
+
     /// Look again after `after` even if nothing changes.
     pub fn recheck_after(mut self, after: std::time::Duration) -> Self {
         self.recheck_after = Some(after);

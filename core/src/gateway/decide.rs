@@ -75,7 +75,7 @@ impl Decision {
 /// Whether a ModelDeployment with this `spec.gateway` asks for the gateway
 /// (`enabled: true`).
 pub fn enabled(gateway: Option<&GatewaySpec>) -> bool {
-    gateway.and_then(|g| g.enabled) == Some(true)
+    GatewaySpec::asked(gateway)
 }
 
 /// The user's HTTPRoute (`spec.gateway.httpRouteRef`), if named.

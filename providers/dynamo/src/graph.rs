@@ -10,6 +10,13 @@
 //!
 //! Node selector and tolerations go on the workers only: the frontend needs no GPU node,
 //! and no upstream example places it on one.
+//!
+//! With `spec.gateway.enabled` the graph is Dynamo's Gateway API Inference Extension
+//! shape (`examples/backends/vllm/deploy/gaie/agg.yaml@2a6da14c8`, and AI Runway's
+//! `providers/dynamo/transformer.go@b0d3fb7`): no standalone frontend; an endpoint picker
+//! component (`Epp`, Dynamo's KV-aware picker, for which the operator makes the
+//! InferencePool `<graph>-pool`); and a frontend sidecar on every worker, which serves
+//! the OpenAI API on the worker pod itself for the pool to route to.
 
 use std::collections::BTreeMap;
 
@@ -30,6 +37,29 @@ pub const FRONTEND: &str = "Frontend";
 /// `deploy/operator/internal/consts/consts.go:13@2a6da14c8`).
 pub const FRONTEND_PORT: i32 = 8000;
 
+/// The key of the endpoint picker component (gateway mode).
+pub const EPP: &str = "Epp";
+/// The container the operator fills in as a worker's frontend sidecar
+/// (`FrontendSidecarContainerName`, `deploy/operator/internal/consts/consts.go:237@2a6da14c8`).
+pub const SIDECAR: &str = "sidecar-frontend";
+/// The endpoint picker's image when the user names none: Dynamo's frontend image, which
+/// carries the picker (AI Runway's `defaultFrontendImage`, transformer.go@b0d3fb7).
+pub fn epp_image(version: &str) -> String {
+    format!("nvcr.io/nvidia/ai-dynamo/dynamo-frontend:{version}")
+}
+/// vLLM's KV-cache block size when `--block-size` is not given: the block size the
+/// picker's KV scorer must be told (`DYN_KV_CACHE_BLOCK_SIZE`), as AI Runway's
+/// `DefaultKVCacheBlockSize` (transformer.go@b0d3fb7) says.
+pub const DEFAULT_KV_BLOCK_SIZE: &str = "16";
+
+/// The InferencePool the operator makes for a graph with an endpoint picker:
+/// `<graph>-pool` in the graph's namespace (`GetPoolName`,
+/// `deploy/operator/internal/dynamo/epp/inference_pool.go@2a6da14c8`, the same at
+/// `3e3b3b187`).
+pub fn pool_name(graph: &str) -> String {
+    format!("{graph}-pool")
+}
+
 /// The label the Dynamo operator puts on a graph's pods naming the graph
 /// (`KubeLabelDynamoGraphDeploymentName`, deploy/operator/internal/consts/consts.go
 /// @0367e40).
@@ -41,12 +71,20 @@ pub const COMPONENT_TYPE_LABEL: &str = "nvidia.com/dynamo-component-type";
 
 /// The worker pods of `md`'s graph (named as `md`), by the two labels the operator puts
 /// on a graph's pods (`GRAPH_LABEL`, `COMPONENT_TYPE_LABEL=worker`; the operator's own
-/// controllers list worker pods by the same pair).
+/// controllers list worker pods by the same pair). With the gateway they serve the API
+/// through their frontend sidecars on [`FRONTEND_PORT`], in the pool the operator makes.
 pub fn worker_pods(md: &ModelDeployment) -> kubeairunway_sdk::ServingPods {
-    kubeairunway_sdk::ServingPods::labelled([
-        (GRAPH_LABEL, md.metadata.name.as_deref().unwrap_or_default()),
+    let name = md.metadata.name.as_deref().unwrap_or_default();
+    let pods = kubeairunway_sdk::ServingPods::labelled([
+        (GRAPH_LABEL, name),
         (COMPONENT_TYPE_LABEL, "worker"),
-    ])
+    ]);
+    if md.spec.gateway_enabled() {
+        pods.on_port(FRONTEND_PORT)
+            .with_inference_pool(pool_name(name))
+    } else {
+        pods
+    }
 }
 
 /// The role of a component in the graph.
@@ -60,12 +98,14 @@ pub enum Role {
     Prefill,
     /// Decode worker.
     Decode,
+    /// Endpoint picker (gateway mode).
+    Epp,
 }
 
 impl Role {
     /// The worker roles count for replicas.
     pub fn is_worker(self) -> bool {
-        self != Role::Frontend
+        !matches!(self, Role::Frontend | Role::Epp)
     }
 }
 
@@ -90,6 +130,10 @@ pub struct Component {
     pub memory: Option<String>,
     /// GPUs per replica ([`gpu::per_replica`]).
     pub gpu: Gpus,
+    /// The image of its main container, when not the graph's.
+    pub image: Option<String>,
+    /// A worker's frontend sidecar arguments (gateway mode).
+    pub sidecar: Option<Vec<String>>,
 }
 
 /// Everything the adapters need, computed once.
@@ -117,8 +161,10 @@ pub struct Graph {
     pub tolerations: Vec<Toleration>,
     /// `spec.model.storage`, resolved.
     pub volumes: Vec<Volume>,
-    /// Components, frontend first.
+    /// Components, frontend (or endpoint picker) first.
     pub components: Vec<Component>,
+    /// The endpoint picker's `eppConfig.config` (gateway mode).
+    pub epp_config: Option<serde_json::Value>,
 }
 
 /// The environment of `c`: its own, and `HF_HOME` at the model cache unless the user set
@@ -176,15 +222,15 @@ pub fn env_from_field(name: &str, field_path: &str) -> EnvVar {
     }
 }
 
-/// Fields of the ModelDeployment the Dynamo provider does not serve.
-fn unsupported(md: &ModelDeployment) -> Vec<Warning> {
+/// What the Dynamo provider does not serve of `md` with these overrides: the frontend
+/// overrides in gateway mode, which has no standalone frontend.
+fn unsupported(md: &ModelDeployment, overrides: &Overrides) -> Vec<Warning> {
     let mut out = Vec::new();
-    if md.spec.gateway.is_some() {
+    if md.spec.gateway_enabled() && overrides.frontend_asked {
         out.push(Warning::unsupported_field(
-            "spec.gateway",
-            "Dynamo's workers serve no HTTP port of their own (its frontend does) and Dynamo's \
-             own endpoint picker is not rendered yet, so core's gateway makes no InferencePool \
-             for them; use the frontend Service",
+            "provider.overrides.routerMode/frontend",
+            "with spec.gateway enabled there is no standalone frontend: Dynamo's endpoint \
+             picker chooses the worker, and each worker's frontend sidecar serves it directly",
         ));
     }
     out
@@ -197,7 +243,7 @@ pub fn build(
     dynamo_version: &str,
 ) -> Result<(Graph, Vec<Warning>), RenderError> {
     let spec = &md.spec;
-    let mut warnings = unsupported(md);
+    let mut warnings = unsupported(md, overrides);
     let engine = spec
         .engine
         .type_
@@ -240,8 +286,19 @@ pub fn build(
         &user_flags,
         user_env.iter().map(|e| e.name.as_str()),
     )?;
-    let mut components = vec![frontend(overrides, &user_env)];
+    let gateway = md.spec.gateway_enabled();
+    let mut components = if gateway {
+        vec![epp(md, dynamo_version, &user_flags)]
+    } else {
+        vec![frontend(overrides, &user_env)]
+    };
     components.extend(workers(md, backend, &options, &user_flags)?);
+    if gateway {
+        let disaggregated = spec.serving.mode == ServingMode::Disaggregated;
+        for c in components.iter_mut().filter(|c| c.role.is_worker()) {
+            c.sidecar = Some(sidecar_args(disaggregated));
+        }
+    }
     Ok((
         Graph {
             name: md.metadata.name.clone().unwrap_or_default(),
@@ -256,6 +313,7 @@ pub fn build(
             tolerations: spec.tolerations.clone().unwrap_or_default(),
             volumes: storage::volumes(md)?,
             components,
+            epp_config: gateway.then(|| epp_config(spec.serving.mode)),
         },
         warnings,
     ))
@@ -275,6 +333,104 @@ fn frontend(overrides: &Overrides, user_env: &[EnvVar]) -> Component {
         cpu: Some(overrides.frontend_cpu.clone()),
         memory: Some(overrides.frontend_memory.clone()),
         gpu: Gpus::none(),
+        image: None,
+        sidecar: None,
+    }
+}
+
+/// The endpoint picker: one replica (the operator's webhook refuses others,
+/// `webhook/validation/shared_v1beta1.go:126-131@2a6da14c8`), Dynamo's frontend image,
+/// and what its KV scorer reads at start: the model's served name and the workers' KV
+/// block size (the upstream example's env), the decode fallback and disaggregation flags
+/// (AI Runway's `buildEPP`, transformer.go@b0d3fb7; without them `create_routers` fails).
+fn epp(md: &ModelDeployment, version: &str, user_flags: &BTreeMap<String, String>) -> Component {
+    let spec = &md.spec;
+    let disaggregated = spec.serving.mode == ServingMode::Disaggregated;
+    let block_size = user_flags
+        .iter()
+        .find(|(k, _)| engine::arg_key(k) == "block-size")
+        .map_or(DEFAULT_KV_BLOCK_SIZE, |(_, v)| v.as_str());
+    let model = spec
+        .served_model_name()
+        .or(spec.model.id.as_deref())
+        .unwrap_or_default();
+    Component {
+        name: EPP.to_string(),
+        role: Role::Epp,
+        replicas: 1,
+        command: vec![],
+        args: vec![],
+        env: vec![
+            env("DYN_MODEL_NAME", model),
+            env("DYN_KV_CACHE_BLOCK_SIZE", block_size),
+            env(
+                "DYN_DECODE_FALLBACK",
+                if disaggregated { "false" } else { "true" },
+            ),
+            env(
+                "DYN_ENFORCE_DISAGG",
+                if disaggregated { "true" } else { "false" },
+            ),
+        ],
+        cpu: None,
+        memory: None,
+        gpu: Gpus::none(),
+        image: Some(epp_image(version)),
+        sidecar: None,
+    }
+}
+
+/// A worker's frontend sidecar: `dynamo.frontend`, routing directly to its own engine
+/// when aggregated (the picker chose the pod); disaggregated, Dynamo's default router
+/// coordinates prefill and decode (AI Runway's `buildFrontendSidecar`,
+/// transformer.go@b0d3fb7; the upstream example's sidecar args).
+fn sidecar_args(disaggregated: bool) -> Vec<String> {
+    let mut args = vec!["-m".to_string(), "dynamo.frontend".to_string()];
+    if !disaggregated {
+        args.extend(["--router-mode".to_string(), "direct".to_string()]);
+    }
+    args
+}
+
+/// The picker's plugins and scheduling profiles: Dynamo's label filter on the
+/// sub-component type, its KV-aware decode (and prefill) scorers and a max-score picker
+/// (`examples/backends/vllm/deploy/gaie/agg.yaml@2a6da14c8`; disaggregated as AI
+/// Runway's `buildEPPPluginsAndProfiles`, transformer.go@b0d3fb7).
+fn epp_config(mode: ServingMode) -> serde_json::Value {
+    use serde_json::json;
+    let filter = |name: &str, value: &str, no_label: bool| {
+        json!({"name": name, "type": "label-filter", "parameters": {
+            "label": "nvidia.com/dynamo-sub-component-type",
+            "validValues": [value], "allowsNoLabel": no_label}})
+    };
+    let profile = |name: &str, filter: &str, scorer: &str| {
+        json!({"name": name, "plugins": [
+            {"pluginRef": filter, "weight": 1},
+            {"pluginRef": scorer, "weight": 1},
+            {"pluginRef": "picker", "weight": 1}]})
+    };
+    let handler = json!({"type": "disagg-profile-handler"});
+    let picker = json!({"name": "picker", "type": "max-score-picker"});
+    let decode = json!({"name": "dyn-decode", "type": "dyn-decode-scorer"});
+    match mode {
+        ServingMode::Aggregated => json!({
+            "plugins": [handler, filter("decode-filter", "decode", true), picker, decode],
+            "schedulingProfiles": [profile("decode", "decode-filter", "dyn-decode")],
+        }),
+        ServingMode::Disaggregated => json!({
+            "plugins": [
+                handler,
+                filter("prefill-filter", "prefill", false),
+                filter("decode-filter", "decode", false),
+                picker,
+                {"name": "dyn-prefill", "type": "dyn-prefill-scorer"},
+                decode,
+            ],
+            "schedulingProfiles": [
+                profile("prefill", "prefill-filter", "dyn-prefill"),
+                profile("decode", "decode-filter", "dyn-decode"),
+            ],
+        }),
     }
 }
 
@@ -308,6 +464,8 @@ fn workers(
             cpu: resources.cpu.clone(),
             memory,
             gpu,
+            image: None,
+            sidecar: None,
         })
     };
     let prefix = backend.prefix;

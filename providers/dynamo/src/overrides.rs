@@ -65,6 +65,9 @@ pub struct Overrides {
     pub frontend_memory: String,
     /// The Dynamo runtime version of the image, `MAJOR.MINOR.PATCH`.
     pub runtime_version: Option<String>,
+    /// Whether the user set `routerMode` or `frontend` (not applicable in gateway mode,
+    /// which has no standalone frontend).
+    pub frontend_asked: bool,
 }
 
 /// Whether `v` is a `MAJOR.MINOR.PATCH` the v1beta1 CRD accepts as `runtimeVersionOverride`
@@ -85,6 +88,7 @@ pub fn is_runtime_version(v: &str) -> bool {
 /// unknown router modes fail.
 pub fn parse(md: &ModelDeployment) -> Result<Overrides, RenderError> {
     let raw = overrides::parse::<Raw>(md, &TYPED)?;
+    let frontend_asked = raw.router_mode.is_some() || raw.frontend.is_some();
     let router_mode = raw
         .router_mode
         .unwrap_or_else(|| DEFAULT_ROUTER_MODE.to_string());
@@ -121,6 +125,7 @@ pub fn parse(md: &ModelDeployment) -> Result<Overrides, RenderError> {
         frontend_cpu: nonempty(resources.cpu, DEFAULT_FRONTEND_CPU),
         frontend_memory: nonempty(resources.memory, DEFAULT_FRONTEND_MEMORY),
         runtime_version: raw.runtime_version,
+        frontend_asked,
     })
 }
 
@@ -145,6 +150,7 @@ mod tests {
                 frontend_cpu: "2".into(),
                 frontend_memory: "4Gi".into(),
                 runtime_version: None,
+                frontend_asked: false,
             }
         );
     }

@@ -14,7 +14,7 @@ use k8s_openapi::jiff::Timestamp;
 use kubeairunway_sdk::{ModelDeployment, Observed};
 use serde_json::Value;
 
-use crate::graph::{FRONTEND, FRONTEND_PORT};
+use crate::graph::{EPP, FRONTEND, FRONTEND_PORT};
 
 /// What of the upstream status matters, read from the live object.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -156,9 +156,15 @@ pub fn observe(
     let workers: Vec<_> = upstream
         .replicas
         .iter()
-        .filter(|(component, ..)| component != FRONTEND)
+        .filter(|(component, ..)| component != FRONTEND && component != EPP)
         .collect();
-    let observed = observed.with_endpoint(frontend_service(&name), FRONTEND_PORT);
+    // With the gateway there is no frontend: the workers' sidecars serve, in the pool the
+    // operator makes.
+    let observed = if md.spec.gateway_enabled() {
+        observed.with_pool_endpoint()
+    } else {
+        observed.with_endpoint(frontend_service(&name), FRONTEND_PORT)
+    };
     if workers.is_empty() {
         return observed;
     }

@@ -489,20 +489,113 @@ fn a_custom_volume_without_a_path_fails_with_the_field() {
     );
 }
 
+/// `spec.gateway` renders Dynamo's own gateway shape: no standalone frontend, an endpoint
+/// picker the operator accepts, and a frontend sidecar on every worker; the serving pods
+/// are then the workers on the sidecar's port, in the pool the operator makes
+/// (`examples/backends/vllm/deploy/gaie/agg.yaml@2a6da14c8`).
 #[test]
-fn gateway_is_named_as_ignored() {
-    let m = ModelDeploymentBuilder::new("g")
-        .spec(|s| s.gateway = serde_json::from_value(json!({"enabled": true})).unwrap())
-        .build();
+fn gateway_renders_the_endpoint_picker_and_worker_sidecars() {
+    for mode in ["aggregated", "disaggregated"] {
+        let mut m = full(EngineType::Vllm);
+        m.metadata.name = Some("g".into());
+        m.spec.gateway = serde_json::from_value(json!({"enabled": true})).unwrap();
+        m.spec.engine.args = Some([("block-size".to_string(), "128".to_string())].into());
+        if mode == "disaggregated" {
+            m.spec.serving.mode = ServingMode::Disaggregated;
+            m.spec.scaling = serde_json::from_value(json!({
+                "prefill": {"replicas": 1, "gpu": {"count": 1}},
+                "decode": {"replicas": 2, "gpu": {"count": 1}}}))
+            .unwrap();
+            m.spec.resources = None;
+        }
+        snapshot(&format!("gateway_{mode}"), &m);
+        for version in ["v1alpha1", "v1beta1"] {
+            let (dgd, warnings) = render(&m, version);
+            assert_eq!(warnings, Vec::<String>::new(), "{version}");
+            let components: Vec<(String, Value)> = if version == "v1beta1" {
+                dgd["spec"]["components"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|c| (c["name"].as_str().unwrap().to_string(), c.clone()))
+                    .collect()
+            } else {
+                dgd["spec"]["services"]
+                    .as_object()
+                    .unwrap()
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect()
+            };
+            let names: Vec<&str> = components.iter().map(|(n, _)| n.as_str()).collect();
+            assert!(!names.contains(&"Frontend"), "{version}: {names:?}");
+            let epp = &components.iter().find(|(n, _)| n == "Epp").unwrap().1;
+            let type_key = if version == "v1beta1" {
+                "type"
+            } else {
+                "componentType"
+            };
+            assert_eq!(epp[type_key], "epp");
+            assert_eq!(epp["replicas"], 1);
+            let profiles = epp["eppConfig"]["config"]["schedulingProfiles"]
+                .as_array()
+                .unwrap();
+            assert_eq!(profiles.len(), if mode == "aggregated" { 1 } else { 2 });
+            let epp_text = epp.to_string();
+            assert!(
+                epp_text.contains(r#"{"name":"DYN_KV_CACHE_BLOCK_SIZE","value":"128"}"#),
+                "{epp_text}"
+            );
+            assert!(
+                epp_text.contains(r#"{"name":"DYN_MODEL_NAME","value":"qwen"}"#),
+                "{epp_text}"
+            );
+            assert!(epp_text.contains("dynamo-frontend:"), "{epp_text}");
+            let workers: Vec<&Value> = components
+                .iter()
+                .filter(|(n, _)| n.contains("Worker"))
+                .map(|(_, c)| c)
+                .collect();
+            assert_eq!(workers.len(), if mode == "aggregated" { 1 } else { 2 });
+            for w in workers {
+                let args = if version == "v1beta1" {
+                    assert_eq!(w["frontendSidecar"], "sidecar-frontend");
+                    let c = w["podTemplate"]["spec"]["containers"].as_array().unwrap();
+                    c.iter().find(|c| c["name"] == "sidecar-frontend").unwrap()["args"].clone()
+                } else {
+                    w["frontendSidecar"]["args"].clone()
+                };
+                let direct = json!(["-m", "dynamo.frontend", "--router-mode", "direct"]);
+                let default = json!(["-m", "dynamo.frontend"]);
+                assert_eq!(
+                    args,
+                    if mode == "aggregated" {
+                        direct
+                    } else {
+                        default
+                    }
+                );
+            }
+        }
+        let pods = Dynamo::default().serving_pods(&m);
+        assert_eq!(
+            (pods.port, pods.inference_pool.as_deref()),
+            (Some(8000), Some("g-pool"))
+        );
+    }
+    // The frontend overrides have nothing to act on: named.
+    let mut m = full(EngineType::Vllm);
+    m.spec.gateway = serde_json::from_value(json!({"enabled": true})).unwrap();
+    m.spec.provider = serde_json::from_value(json!({"overrides": {"routerMode": "kv"}})).unwrap();
     let rendered = Dynamo::default().render(&m, api("v1beta1")).unwrap();
     assert_eq!(
         Warning::ignored_fields(&rendered.warnings),
-        ["spec.gateway"]
+        ["provider.overrides.routerMode/frontend"]
     );
 }
 
-/// The serving pods are the graph's workers, by the operator's own labels; they serve no
-/// HTTP port of their own.
+/// The serving pods are the graph's workers, by the operator's own labels; without the
+/// gateway they serve no HTTP port of their own.
 #[test]
 fn serving_pods_are_the_workers_by_the_operators_labels() {
     let m = ModelDeploymentBuilder::new("g").build();

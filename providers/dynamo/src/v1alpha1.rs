@@ -58,6 +58,7 @@ fn service(graph: &Graph, plan: &Plan, c: &Component) -> Value {
         Role::Worker => ("worker", None),
         Role::Prefill => ("worker", Some("prefill")),
         Role::Decode => ("worker", Some("decode")),
+        Role::Epp => ("epp", None),
     };
     let mut s = json!({
         "componentType": component_type,
@@ -70,6 +71,20 @@ fn service(graph: &Graph, plan: &Plan, c: &Component) -> Value {
     }
     if let Some(secret) = &graph.hf_secret {
         s["envFromSecret"] = json!(secret);
+    }
+    if c.role == Role::Epp
+        && let Some(config) = &graph.epp_config
+    {
+        s["eppConfig"] = json!({ "config": config });
+    }
+    // The operator makes the sidecar container from this (`generateFrontendSidecar`,
+    // internal/dynamo/graph.go:1331-1345@3e3b3b187).
+    if let Some(args) = &c.sidecar {
+        let mut sidecar = json!({"image": graph.image, "args": args});
+        if let Some(secret) = &graph.hf_secret {
+            sidecar["envFromSecret"] = json!(secret);
+        }
+        s["frontendSidecar"] = sidecar;
     }
     let env = graph::env_of(c, plan);
     if !env.is_empty() {
@@ -94,7 +109,7 @@ fn service(graph: &Graph, plan: &Plan, c: &Component) -> Value {
 }
 
 fn pod_spec(graph: &Graph, plan: &Plan, c: &Component) -> Value {
-    let mut main = json!({"image": graph.image});
+    let mut main = json!({"image": c.image.as_ref().unwrap_or(&graph.image)});
     if !c.command.is_empty() {
         main["command"] = json!(c.command);
     }

@@ -98,8 +98,10 @@ fn component(graph: &Graph, plan: &Plan, runtime_version: Option<&str>, c: &Comp
         Role::Worker => "worker",
         Role::Prefill => "prefill",
         Role::Decode => "decode",
+        Role::Epp => "epp",
     };
-    let mut main = json!({"name": MAIN_CONTAINER, "image": graph.image});
+    let image = c.image.as_ref().unwrap_or(&graph.image);
+    let mut main = json!({"name": MAIN_CONTAINER, "image": image});
     if !c.command.is_empty() {
         main["command"] = json!(c.command);
     }
@@ -121,7 +123,17 @@ fn component(graph: &Graph, plan: &Plan, runtime_version: Option<&str>, c: &Comp
     if !mounts.is_empty() {
         main["volumeMounts"] = mounts.iter().map(|v| storage::container_mount(v)).collect();
     }
-    let mut pod = json!({"containers": [main]});
+    let mut containers = vec![main];
+    // The sidecar is a container of ours the operator fills in by name
+    // (`mergeFrontendSidecarDefaults`, internal/dynamo/graph.go:1976-2005@2a6da14c8).
+    if let Some(args) = &c.sidecar {
+        let mut sidecar = json!({"name": graph::SIDECAR, "image": graph.image, "args": args});
+        if let Some(secret) = &graph.hf_secret {
+            sidecar["envFrom"] = kubeairunway_sdk::engine::env_from_secret(secret);
+        }
+        containers.push(sidecar);
+    }
+    let mut pod = json!({"containers": containers});
     if !mounts.is_empty() {
         pod["volumes"] = mounts.iter().map(|v| storage::pod_volume(v)).collect();
     }
@@ -142,6 +154,14 @@ fn component(graph: &Graph, plan: &Plan, runtime_version: Option<&str>, c: &Comp
             "spec": pod,
         },
     });
+    if c.sidecar.is_some() {
+        out["frontendSidecar"] = json!(graph::SIDECAR);
+    }
+    if c.role == Role::Epp
+        && let Some(config) = &graph.epp_config
+    {
+        out["eppConfig"] = json!({ "config": config });
+    }
     if let Some(cache) = plan
         .compilation_cache
         .as_ref()

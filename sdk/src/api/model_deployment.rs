@@ -576,6 +576,13 @@ pub struct GatewaySpec {
     pub model_name: Option<String>,
 }
 
+impl GatewaySpec {
+    /// Whether this `spec.gateway` asks for the gateway (`enabled: true`; absent means no).
+    pub fn asked(gateway: Option<&Self>) -> bool {
+        gateway.is_some_and(|g| g.enabled == Some(true))
+    }
+}
+
 /// Observed state, written by several field managers, each owning its own fields.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -750,6 +757,12 @@ pub struct GatewayStatus {
 }
 
 impl ModelDeploymentSpec {
+    /// Whether the deployment asks for the gateway (`spec.gateway.enabled: true`; absent
+    /// means no).
+    pub fn gateway_enabled(&self) -> bool {
+        GatewaySpec::asked(self.gateway.as_ref())
+    }
+
     /// GPUs per replica in aggregated mode (absent `resources.gpu` counts as 0, as
     /// provider selection sees it).
     pub fn gpu_count(&self) -> i32 {

@@ -47,7 +47,9 @@ pub enum Kind {
     Prefill,
     /// `decode` (v1alpha1: worker/decode).
     Decode,
-    /// Anything else (planner, epp): not played.
+    /// `epp`: Dynamo's endpoint picker.
+    Epp,
+    /// Anything else (planner): not played.
     Other,
 }
 
@@ -80,6 +82,7 @@ pub fn components(version: &str, dgd: &Value) -> Vec<Component> {
         ("prefill", _) | ("worker", "prefill") => Kind::Prefill,
         ("decode", _) | ("worker", "decode") => Kind::Decode,
         ("worker", _) => Kind::Worker,
+        ("epp", _) => Kind::Epp,
         _ => Kind::Other,
     };
     let gpus = |limits: &Value| {
@@ -358,6 +361,7 @@ pub fn admit(version: &str, dgd: &Value, old: Option<&Value>) -> Vec<String> {
             }
         }
     }
+    errors.extend(admit_gateway(version, dgd));
     if let Some(old) = old {
         // backendFramework: dynamographdeployment.go:164-168@3e3b3b187, :730-737@2a6da14c8.
         if spec["backendFramework"] != old["spec"]["backendFramework"] {
@@ -385,6 +389,191 @@ pub fn admit(version: &str, dgd: &Value, old: Option<&Value>) -> Vec<String> {
         }
     }
     errors
+}
+
+/// Each component's key and its object, in either version.
+fn raw_components<'a>(version: &str, dgd: &'a Value) -> Vec<(String, &'a Value)> {
+    if version == "v1beta1" {
+        dgd["spec"]["components"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|c| (text(c, "name").to_string(), c))
+            .collect()
+    } else {
+        dgd["spec"]["services"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(k, c)| (k.clone(), c))
+            .collect()
+    }
+}
+
+fn is_epp(version: &str, c: &Value) -> bool {
+    text(
+        c,
+        if version == "v1beta1" {
+            "type"
+        } else {
+            "componentType"
+        },
+    ) == "epp"
+}
+
+/// The endpoint picker and frontend sidecar rules of the webhook: one replica and an
+/// `eppConfig` with exactly one of `config` and `configMapRef`
+/// (`webhook/validation/shared_v1beta1.go:117-139@2a6da14c8`,
+/// `webhook/validation/shared.go:183-220@3e3b3b187`); a v1beta1 `frontendSidecar` names a
+/// container of the pod template (`shared_v1beta1.go:141-157@2a6da14c8`).
+fn admit_gateway(version: &str, dgd: &Value) -> Vec<String> {
+    let mut errors = Vec::new();
+    for (i, (name, c)) in raw_components(version, dgd).into_iter().enumerate() {
+        let path = if version == "v1beta1" {
+            format!("spec.components[{i}]")
+        } else {
+            format!("spec.services.{name}")
+        };
+        if is_epp(version, c) {
+            let replicas = c["replicas"].as_i64().unwrap_or(1);
+            if replicas != 1 {
+                errors.push(format!(
+                    "{path}: EPP component must have exactly 1 replica (found {replicas} replicas)"
+                ));
+            }
+            let config = &c["eppConfig"];
+            let (inline, by_ref) = (
+                !config["config"].is_null(),
+                !config["configMapRef"].is_null(),
+            );
+            if config.is_null() {
+                errors.push(format!("{path}.eppConfig is required for EPP components"));
+            } else if inline == by_ref {
+                errors.push(format!(
+                    "{path}.eppConfig: exactly one of configMapRef and config must be specified"
+                ));
+            }
+        }
+        if version == "v1beta1"
+            && let Some(sidecar) = c["frontendSidecar"].as_str()
+        {
+            let named = c["podTemplate"]["spec"]["containers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|m| text(m, "name") == sidecar);
+            if !named {
+                errors.push(format!(
+                    "{path}.frontendSidecar: Invalid value: \"{sidecar}\": must match a podTemplate.spec.containers name"
+                ));
+            }
+        }
+    }
+    errors
+}
+
+// ---- the gateway: the operator's InferencePool and its workers' labels ----
+
+/// The Dynamo namespace of a graph: `<namespace>-<graph>`, dots made hyphens
+/// (`ComputeDynamoNamespace`, `api/v1beta1/dynamocomponentdeployment_types.go:403-410
+/// @2a6da14c8`, `api/v1alpha1/dynamocomponentdeployment_types.go:422-431@3e3b3b187`).
+pub fn dynamo_namespace(namespace: &str, graph: &str) -> String {
+    format!("{namespace}-{}", graph.replace('.', "-"))
+}
+
+/// The labels the operator puts on the pods of `component` of `dgd`
+/// (`internal/dynamo/graph.go:2875-2925@2a6da14c8`: graph, component, type, the worker
+/// class when the graph has an endpoint picker, Dynamo namespace;
+/// `internal/dynamo/graph.go:1875-1910@3e3b3b187`: graph, component, type, sub-type,
+/// Dynamo namespace).
+pub fn pod_labels(version: &str, dgd: &Value, component: &str) -> BTreeMap<String, String> {
+    let graph = text(&dgd["metadata"], "name");
+    let namespace = text(&dgd["metadata"], "namespace");
+    let all = raw_components(version, dgd);
+    let has_epp = all.iter().any(|(_, c)| is_epp(version, c));
+    let Some((_, c)) = all.iter().find(|(n, _)| n == component) else {
+        return BTreeMap::new();
+    };
+    let type_ = text(
+        c,
+        if version == "v1beta1" {
+            "type"
+        } else {
+            "componentType"
+        },
+    );
+    let mut labels = BTreeMap::from([
+        (
+            "nvidia.com/dynamo-graph-deployment-name".to_string(),
+            graph.to_string(),
+        ),
+        (
+            "nvidia.com/dynamo-component".to_string(),
+            component.to_string(),
+        ),
+        (
+            "nvidia.com/dynamo-component-type".to_string(),
+            type_.to_string(),
+        ),
+        (
+            "nvidia.com/dynamo-namespace".to_string(),
+            dynamo_namespace(namespace, graph),
+        ),
+    ]);
+    if version == "v1beta1" && has_epp && ["worker", "prefill", "decode"].contains(&type_) {
+        labels.insert("nvidia.com/dynamo-component-class".into(), "worker".into());
+    }
+    let sub = text(c, "subComponentType");
+    if version != "v1beta1" && !sub.is_empty() {
+        labels.insert("nvidia.com/dynamo-sub-component-type".into(), sub.into());
+    }
+    labels
+}
+
+/// The InferencePool the operator makes for a graph with an endpoint picker: `<graph>-pool`
+/// over its workers on the frontend port 8000, picked by the `<graph>-<epp>` Service on
+/// 9002 (`GenerateInferencePool`, `internal/dynamo/epp/inference_pool.go@2a6da14c8`, where
+/// workers are selected by their class; `@3e3b3b187` by their type).
+pub fn inference_pool(version: &str, dgd: &Value) -> Option<Value> {
+    let (epp, _) = raw_components(version, dgd)
+        .into_iter()
+        .find(|(_, c)| is_epp(version, c))?;
+    let graph = text(&dgd["metadata"], "name");
+    let namespace = text(&dgd["metadata"], "namespace");
+    let worker = if version == "v1beta1" {
+        "nvidia.com/dynamo-component-class"
+    } else {
+        "nvidia.com/dynamo-component-type"
+    };
+    Some(json!({
+        "apiVersion": "inference.networking.k8s.io/v1",
+        "kind": "InferencePool",
+        "metadata": {
+            "name": format!("{graph}-pool"),
+            "namespace": namespace,
+            "labels": {
+                "nvidia.com/dynamo-graph-deployment-name": graph,
+                "nvidia.com/dynamo-component": epp,
+                "nvidia.com/dynamo-component-type": "epp",
+            },
+            "ownerReferences": [{
+                "apiVersion": text(dgd, "apiVersion"), "kind": "DynamoGraphDeployment",
+                "name": graph, "uid": text(&dgd["metadata"], "uid"), "controller": true,
+            }],
+        },
+        "spec": {
+            "targetPorts": [{"number": 8000}],
+            "selector": {"matchLabels": {
+                worker: "worker",
+                "nvidia.com/dynamo-namespace": dynamo_namespace(namespace, graph),
+            }},
+            "endpointPickerRef": {
+                "kind": "Service",
+                "name": resource_name(graph, &epp.to_lowercase()),
+                "port": {"number": 9002},
+            },
+        },
+    }))
 }
 
 // ---- the main container ----
@@ -416,6 +605,9 @@ impl Container {
 pub fn default_container(kind: Kind) -> Container {
     let (command, args): (&[&str], &[&str]) = match kind {
         Kind::Frontend => (&["python3"], &["-m", "dynamo.frontend"]),
+        // The image's entrypoint with the pool's flags (`GetBaseContainer`,
+        // internal/dynamo/component_epp.go:108-121@2a6da14c8).
+        Kind::Epp => (&[], &["--pool-name", "--pool-namespace", "--config-file"]),
         _ => (&["/bin/sh", "-c"], &[]),
     };
     Container {
@@ -538,6 +730,16 @@ fn py_list(items: &[String]) -> String {
 /// Whether `c`'s pods start and serve, for a graph of `backend` (`spec.backendFramework`).
 pub fn start(backend: &str, c: &Component) -> Outcome {
     let argv = main_container(c).argv();
+    if c.kind == Kind::Epp {
+        // The picker is the image's entrypoint, told its pool by the operator's flags.
+        return if main_container(c).command.is_empty() {
+            Outcome::Serves
+        } else {
+            Outcome::Misserves(format!(
+                "the endpoint picker's entrypoint is replaced by {argv:?}"
+            ))
+        };
+    }
     if argv == ["/bin/sh", "-c"] {
         return Outcome::Exits("/bin/sh: -c: option requires an argument".into());
     }
@@ -932,6 +1134,27 @@ async fn run(
                         status(version, &name, &starting)
                     }
                 };
+                if let Some(pool) = inference_pool(version, &value) {
+                    let pools = ApiResource {
+                        group: "inference.networking.k8s.io".into(),
+                        version: "v1".into(),
+                        api_version: "inference.networking.k8s.io/v1".into(),
+                        kind: "InferencePool".into(),
+                        plural: "inferencepools".into(),
+                    };
+                    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &pools);
+                    let params = kube::api::PatchParams::apply("dynamo-operator-stand-in").force();
+                    if let Err(e) = api
+                        .patch(
+                            &format!("{name}-pool"),
+                            &params,
+                            &kube::api::Patch::Apply(&pool),
+                        )
+                        .await
+                    {
+                        record(format!("{ns}/{name}: the InferencePool: {e}"));
+                    }
+                }
                 let _ = kubeairunway_sdk::testing::write_upstream_status(
                     &client, &resource, &ns, &name, next,
                 )

@@ -22,8 +22,8 @@ use kubeairunway_e2e::{fixtures_dir, helm, read_crd};
 use kubeairunway_sdk::api::{EngineType, ModelDeployment, Phase, ServingMode};
 use kubeairunway_sdk::conditions::{PROVIDER_COMPATIBLE, READY};
 use kubeairunway_sdk::testing::{
-    self, ModelDeploymentBuilder, TestCluster, condition, event_where, md_where, message, phase,
-    test_options, wait_for,
+    self, ModelDeploymentBuilder, TestCluster, condition, md_where, message, phase, test_options,
+    wait_for,
 };
 use serde_json::{Value, json};
 
@@ -106,7 +106,6 @@ fn cases() -> Vec<(&'static str, ModelDeployment)> {
                 {"name": "weights", "claimName": "model-cache", "purpose": "modelCache"},
             ]}))
             .unwrap();
-            s.gateway = serde_json::from_value(json!({"enabled": true})).unwrap();
         })
         .build();
     vec![
@@ -226,36 +225,6 @@ async fn walk(tag: &str, crd: CustomResourceDefinition, version: &'static str) {
         operator.problems(),
         Vec::<String>::new(),
         "refused or misserved"
-    );
-
-    // Warnings: a field Dynamo cannot serve, named in the event and in
-    // ProviderCompatible.
-    let notes = event_where(
-        &client,
-        &format!("{tag}-storage"),
-        "storage",
-        "UnsupportedField",
-    )
-    .await;
-    assert!(notes[0].starts_with("spec.gateway is ignored"), "{notes:?}");
-    let md = md_where(
-        &client,
-        &format!("{tag}-storage"),
-        "storage",
-        "ignored fields named",
-        |m| {
-            condition(m, PROVIDER_COMPATIBLE)
-                .is_some_and(|c| c.reason == "CompatibleWithIgnoredFields")
-        },
-    )
-    .await;
-    assert!(
-        condition(&md, PROVIDER_COMPATIBLE)
-            .unwrap()
-            .message
-            .contains("spec.gateway"),
-        "{:?}",
-        condition(&md, PROVIDER_COMPATIBLE)
     );
 
     // A wrong override type or router mode fails with the path.

@@ -620,6 +620,156 @@ async fn the_pool_selects_kaitos_workspace_pods() {
     task.abort();
 }
 
+/// Dynamo manages its own pool: with `spec.gateway` the provider renders Dynamo's endpoint
+/// picker and a frontend sidecar on each worker; the operator (its stand-in, with its
+/// admission webhook) makes the InferencePool `<graph>-pool` over the workers; core's
+/// gateway then makes only the HTTPRoute, to that pool. The pool's selector matches the
+/// labels the operator puts on the worker pods and not the picker's
+/// (`kubeairunway_e2e::operators::dynamo::pod_labels`, cited there).
+#[tokio::test]
+async fn dynamo_manages_its_own_pool_and_the_route_goes_to_it() {
+    use kubeairunway_dynamo_provider::Dynamo;
+    use kubeairunway_e2e::operators::dynamo::{StandIn, pod_labels, serve_webhook};
+    use kubeairunway_e2e::{fixtures_dir, read_crd};
+
+    let version = "v1beta1";
+    let crd =
+        read_crd(&fixtures_dir().join("crds/upstream/nvidia.com_dynamographdeployments.yaml"))
+            .unwrap();
+    let (cluster, client) = testing::private_cluster("gateway-dynamo", &[crd])
+        .await
+        .unwrap();
+    kubeairunway_testcluster::install_crds(&client, &gateway_crds())
+        .await
+        .unwrap();
+    let dgds = kind("nvidia.com", version, "DynamoGraphDeployment");
+    let _webhook = serve_webhook(&cluster, &client, &dgds).await.unwrap();
+    let operator = StandIn::spawn(
+        client.clone(),
+        dgds.clone(),
+        version,
+        std::collections::BTreeSet::new(),
+    );
+    let _running = testing::spawn(Dynamo::default(), client.clone(), test_options());
+    testing::registered(&client, "dynamo").await;
+    let ns = cluster.namespace("gateway-dynamo");
+    let task = spawn_gateway(
+        client.clone(),
+        Settings {
+            gateway: None,
+            namespace: Some(ns.clone()),
+        },
+    );
+    let http = json!({"name": "http", "protocol": "HTTP", "port": 80});
+    create_gateway(&client, &ns, "edge", http).await;
+    address_gateway(
+        &client,
+        &ns,
+        "edge",
+        json!({"type": "IPAddress", "value": "10.0.0.7"}),
+    )
+    .await;
+
+    let md = ModelDeploymentBuilder::new("qwen")
+        .namespace(&ns)
+        .model("Qwen/Qwen3-0.6B")
+        .engine(EngineType::Vllm)
+        .gpus(1)
+        .provider("dynamo")
+        // Named as not applicable: there is no standalone frontend with the gateway.
+        .overrides(json!({"routerMode": "kv"}))
+        .spec(|s| s.gateway = Some(serde_json::from_value(json!({"enabled": true})).unwrap()))
+        .build();
+    testing::deploy(&client, &md, "dynamo").await.unwrap();
+    let dgd = object_where(
+        &client,
+        &dgds,
+        &ns,
+        "qwen",
+        "the DynamoGraphDeployment",
+        Option::is_some,
+    )
+    .await
+    .unwrap();
+    let dgd = serde_json::to_value(&dgd).unwrap();
+    let pool = object_where(
+        &client,
+        &pools(),
+        &ns,
+        "qwen-pool",
+        "Dynamo's InferencePool",
+        Option::is_some,
+    )
+    .await
+    .unwrap();
+    let selector: std::collections::BTreeMap<String, String> =
+        serde_json::from_value(pool.data["spec"]["selector"]["matchLabels"].clone()).unwrap();
+    let selects = |component: &str| {
+        let labels = pod_labels(version, &dgd, component);
+        selector.iter().all(|(k, v)| labels.get(k) == Some(v))
+    };
+    assert!(
+        selects("VllmWorker"),
+        "{selector:?} selects the worker pods"
+    );
+    assert!(
+        !selects("Epp"),
+        "{selector:?} does not select the picker's pods"
+    );
+    assert_eq!(pool.data["spec"]["targetPorts"], json!([{"number": 8000}]));
+
+    let m = gateway_ready(&client, &ns, "qwen", "True", reasons::GATEWAY_CONFIGURED).await;
+    let status = m.status.clone().unwrap();
+    let endpoint = status.endpoint.clone().unwrap();
+    assert_eq!(endpoint.inference_pool.as_deref(), Some("qwen-pool"));
+    assert_eq!((endpoint.service, endpoint.target_port), (None, Some(8000)));
+    assert_eq!(
+        status.gateway.unwrap().url.as_deref(),
+        Some("http://10.0.0.7/v1")
+    );
+    let route = object_where(
+        &client,
+        &routes(),
+        &ns,
+        "qwen",
+        "the HTTPRoute",
+        Option::is_some,
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        route.data["spec"]["rules"][0]["backendRefs"][0]["name"],
+        "qwen-pool"
+    );
+    assert_eq!(
+        route.data["spec"]["rules"][0]["backendRefs"][0]["kind"],
+        "InferencePool"
+    );
+    // Core made neither a pool nor a picker of its own.
+    for (ar, name) in [
+        (pools(), "qwen"),
+        (kind("apps", "v1", "Deployment"), "qwen-epp"),
+    ] {
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &ar);
+        assert!(
+            api.get_opt(name).await.unwrap().is_none(),
+            "{} {name}",
+            ar.kind
+        );
+    }
+    let compatible = condition(&m, kubeairunway_sdk::conditions::PROVIDER_COMPATIBLE).unwrap();
+    assert!(
+        compatible.message.contains("provider.overrides.routerMode"),
+        "{compatible:?}"
+    );
+    assert_eq!(
+        operator.problems(),
+        Vec::<String>::new(),
+        "refused or misserved"
+    );
+    task.abort();
+}
+
 /// `kubeairunway render --gateway NS/NAME` prints the gateway's objects after the
 /// provider's, and each passes a strict server-side dry run against the real CRDs (unknown
 /// fields refused, not pruned) and the built-in kinds' schemas.
