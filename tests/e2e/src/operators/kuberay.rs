@@ -455,6 +455,20 @@ impl App {
     }
 }
 
+/// The labels of a RayService's head pod, the one that takes Serve traffic: its template's
+/// labels, copied onto the pod (`labelPod`, ray-operator/controllers/ray/common/pod.go
+/// :1167-1186@v1.7.0), with the operator's own over them: the cluster, the node type and
+/// `ray.io/serve=true` (`BuildPod`, :836-843, which the Serve Service selects).
+pub fn head_pod_labels(rs: &Value, cluster: &str) -> BTreeMap<String, String> {
+    let template = &rs["spec"]["rayClusterConfig"]["headGroupSpec"]["template"];
+    let mut labels: BTreeMap<String, String> =
+        serde_json::from_value(template["metadata"]["labels"].clone()).unwrap_or_default();
+    labels.insert("ray.io/cluster".into(), cluster.into());
+    labels.insert("ray.io/node-type".into(), "head".into());
+    labels.insert("ray.io/serve".into(), "true".into());
+    labels
+}
+
 /// A RayCluster the operator made for a RayService, and what runs on it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Cluster {

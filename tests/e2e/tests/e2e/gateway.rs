@@ -770,6 +770,103 @@ async fn dynamo_manages_its_own_pool_and_the_route_goes_to_it() {
     task.abort();
 }
 
+/// KubeRay: the InferencePool core makes selects the head pod KubeRay runs Serve on (the
+/// labels it gives that pod, `kubeairunway_e2e::operators::kuberay::head_pod_labels`,
+/// cited there) and not a worker's, on Serve's port.
+#[tokio::test]
+async fn the_pool_selects_kuberays_serving_pods() {
+    use kubeairunway_e2e::operators::kuberay::head_pod_labels;
+    use kubeairunway_e2e::{fixtures_dir, read_crd};
+    use kubeairunway_kuberay_provider::KubeRayProvider;
+
+    let crd = read_crd(&fixtures_dir().join("crds/upstream/ray.io_rayservices.yaml")).unwrap();
+    let (cluster, client) = testing::private_cluster("gateway-kuberay", &[crd])
+        .await
+        .unwrap();
+    kubeairunway_testcluster::install_crds(&client, &gateway_crds())
+        .await
+        .unwrap();
+    let ns = cluster.namespace("gateway-kuberay");
+    let provider = KubeRayProvider::default();
+    let _running = testing::spawn(provider.clone(), client.clone(), test_options());
+    testing::registered(&client, "kuberay").await;
+    let task = spawn_gateway(
+        client.clone(),
+        Settings {
+            gateway: None,
+            namespace: Some(ns.clone()),
+        },
+    );
+    create_gateway(
+        &client,
+        &ns,
+        "edge",
+        json!({"name": "http", "protocol": "HTTP", "port": 8080}),
+    )
+    .await;
+    address_gateway(
+        &client,
+        &ns,
+        "edge",
+        json!({"type": "Hostname", "value": "ray.example.com"}),
+    )
+    .await;
+
+    let md = ModelDeploymentBuilder::new("llm")
+        .namespace(&ns)
+        .model("Qwen/Qwen3-0.6B")
+        .engine(EngineType::Vllm)
+        .gpus(1)
+        .provider("kuberay")
+        .spec(|s| s.gateway = Some(serde_json::from_value(json!({"enabled": true})).unwrap()))
+        .build();
+    let md = testing::deploy(&client, &md, "kuberay").await.unwrap();
+    let rayservices = kind("ray.io", "v1", "RayService");
+    let rs = object_where(
+        &client,
+        &rayservices,
+        &ns,
+        "llm",
+        "the RayService",
+        Option::is_some,
+    )
+    .await
+    .unwrap();
+    let rs = serde_json::to_value(&rs).unwrap();
+    let pool = object_where(
+        &client,
+        &pools(),
+        &ns,
+        "llm",
+        "the InferencePool",
+        Option::is_some,
+    )
+    .await
+    .unwrap();
+    let selector: std::collections::BTreeMap<String, String> =
+        serde_json::from_value(pool.data["spec"]["selector"]["matchLabels"].clone()).unwrap();
+    assert_eq!(selector, provider.serving_pods(&md).labels);
+    let head = head_pod_labels(&rs, "llm-raycluster-abcde");
+    assert!(
+        selector.iter().all(|(k, v)| head.get(k) == Some(v)),
+        "{selector:?} selects the head pod {head:?}"
+    );
+    let mut worker = head.clone();
+    worker.remove("ray.io/serve");
+    assert!(
+        !selector.iter().all(|(k, v)| worker.get(k) == Some(v)),
+        "{selector:?} does not select a pod without Serve"
+    );
+    assert_eq!(pool.data["spec"]["targetPorts"], json!([{"number": 8000}]));
+    let m = gateway_ready(&client, &ns, "llm", "True", reasons::GATEWAY_CONFIGURED).await;
+    let gateway = m.status.unwrap().gateway.unwrap();
+    assert_eq!(
+        gateway.url.as_deref(),
+        Some("http://ray.example.com:8080/v1")
+    );
+    task.abort();
+}
+
 /// `kubeairunway render --gateway NS/NAME` prints the gateway's objects after the
 /// provider's, and each passes a strict server-side dry run against the real CRDs (unknown
 /// fields refused, not pruned) and the built-in kinds' schemas.
