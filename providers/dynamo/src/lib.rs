@@ -36,8 +36,8 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::DynamicObject;
 use kubeairunway_sdk::api::{
-    Capabilities, EngineCapability, EngineType, InferenceProviderConfigSpec, SelectionRule,
-    ServingMode,
+    Capabilities, EndpointPickerCapabilities, EngineCapability, EngineType, GatewayCapabilities,
+    InferenceProviderConfigSpec, SelectionRule, ServingMode,
 };
 use kubeairunway_sdk::provider::object;
 use kubeairunway_sdk::{
@@ -102,6 +102,24 @@ impl Dynamo {
     }
 }
 
+impl Dynamo {
+    /// With `spec.gateway` the operator makes the pool `<name>-pool` in the graph's
+    /// namespace and runs Dynamo's own picker ([`graph::pool_name`], [`graph::epp_image`];
+    /// AI Runway declares the same, `providers/dynamo/config.go@b0d3fb7`).
+    fn gateway_capabilities(&self) -> GatewayCapabilities {
+        GatewayCapabilities {
+            manages_inference_pool: true,
+            inference_pool_name_pattern: Some(graph::pool_name("{name}")),
+            inference_pool_namespace: Some("{namespace}".into()),
+            endpoint_picker: Some(EndpointPickerCapabilities {
+                image: Some(graph::epp_image(&self.settings.dynamo_version)),
+                config_data: None,
+            }),
+            ignores_served_name: false,
+        }
+    }
+}
+
 impl Provider for Dynamo {
     fn name(&self) -> &str {
         NAME
@@ -124,6 +142,7 @@ impl Provider for Dynamo {
                     EngineCapability::gpu_only(engine)
                         .serving_modes([ServingMode::Aggregated, ServingMode::Disaggregated])
                         .native_api_formats()
+                        .gateway(self.gateway_capabilities())
                 }),
             )),
             selection_rules: vec![

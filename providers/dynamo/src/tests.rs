@@ -1204,3 +1204,31 @@ fn nixl_workers_advertise_their_pod_ip() {
         );
     }
 }
+
+/// Each engine declares that the operator makes the pool, named as the provider then
+/// reports it for a ModelDeployment, and Dynamo's own picker image.
+#[test]
+fn gateway_capabilities_name_the_pool_the_provider_reports() {
+    let provider = Dynamo::default();
+    let caps = provider.config().capabilities.unwrap();
+    let mut m = ModelDeploymentBuilder::new("llama").build();
+    m.metadata.namespace = Some("team".into());
+    m.spec.gateway = serde_json::from_value(json!({"enabled": true})).unwrap();
+    let reported = provider.serving_pods(&m).inference_pool.unwrap();
+    for engine in [EngineType::Vllm, EngineType::Sglang, EngineType::Trtllm] {
+        let gateway = caps.engines.iter().find(|e| e.name == engine).unwrap();
+        let gateway = gateway.gateway.clone().unwrap();
+        assert!(gateway.manages_inference_pool);
+        let pattern = gateway.inference_pool_name_pattern.unwrap();
+        assert_eq!(pattern.replace("{name}", "llama"), reported);
+        assert_eq!(
+            gateway.inference_pool_namespace.as_deref(),
+            Some("{namespace}")
+        );
+        let image = gateway.endpoint_picker.unwrap().image.unwrap();
+        assert!(
+            image.starts_with("nvcr.io/nvidia/ai-dynamo/dynamo-frontend:"),
+            "{image}"
+        );
+    }
+}

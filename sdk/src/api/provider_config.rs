@@ -107,8 +107,10 @@ pub struct EngineCapability {
     /// `cpuSupport`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_support: Option<bool>,
-    /// Gateway behaviour of this provider and engine, for a gateway integration to read.
-    /// Recorded, not acted on by core: core creates no InferencePool or route.
+    /// Gateway behaviour of this provider and engine, for users and tools to read in the
+    /// InferenceProviderConfig. Core's gateway acts on what the provider reports per
+    /// ModelDeployment instead (`status.endpoint.inferencePool`, `targetPort`,
+    /// `status.selector`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gateway: Option<GatewayCapabilities>,
 }
