@@ -37,6 +37,40 @@ pub const BUNDLED: &[(&str, &str, &str)] = &[
         "ray.io_rayservices.yaml",
         include_str!("../../tests/fixtures/crds/upstream/ray.io_rayservices.yaml"),
     ),
+    // What core's gateway makes and reads (GAIE v1.5.0, Gateway API v1.5.1).
+    (
+        "inferencepools.inference.networking.k8s.io",
+        "inference.networking.k8s.io_inferencepools.yaml",
+        include_str!(
+            "../../tests/fixtures/crds/upstream/inference.networking.k8s.io_inferencepools.yaml"
+        ),
+    ),
+    (
+        "gatewayclasses.gateway.networking.k8s.io",
+        "gateway.networking.k8s.io_gatewayclasses.yaml",
+        include_str!(
+            "../../tests/fixtures/crds/upstream/gateway.networking.k8s.io_gatewayclasses.yaml"
+        ),
+    ),
+    (
+        "gateways.gateway.networking.k8s.io",
+        "gateway.networking.k8s.io_gateways.yaml",
+        include_str!("../../tests/fixtures/crds/upstream/gateway.networking.k8s.io_gateways.yaml"),
+    ),
+    (
+        "httproutes.gateway.networking.k8s.io",
+        "gateway.networking.k8s.io_httproutes.yaml",
+        include_str!(
+            "../../tests/fixtures/crds/upstream/gateway.networking.k8s.io_httproutes.yaml"
+        ),
+    ),
+    (
+        "referencegrants.gateway.networking.k8s.io",
+        "gateway.networking.k8s.io_referencegrants.yaml",
+        include_str!(
+            "../../tests/fixtures/crds/upstream/gateway.networking.k8s.io_referencegrants.yaml"
+        ),
+    ),
 ];
 
 /// Every CRD in a YAML text (one or more documents); other kinds are an error.

@@ -375,8 +375,8 @@ mod tests {
     }
 
     /// With a Gateway named, a ModelDeployment with spec.gateway.enabled also shows the
-    /// gateway's objects, over the serving pods its provider names; Dynamo's workers serve
-    /// no port, so it says why there is none.
+    /// gateway's objects, over the serving pods its provider names; for Dynamo, whose
+    /// operator makes the pool, only the route to it.
     #[test]
     fn the_gateway_objects_follow_the_providers_serving_pods() {
         let crds = UpstreamCrds::default();
@@ -401,8 +401,15 @@ mod tests {
         assert_eq!(pool["spec"]["targetPorts"][0]["number"], 5000);
         let route = serde_json::to_value(objects.last().unwrap()).unwrap();
         assert_eq!(route["spec"]["parentRefs"][0]["namespace"], "infra");
-        let err = gateway_objects(&m, builtins.get("dynamo").unwrap(), &gateway).unwrap_err();
-        assert!(err.contains("AwaitingServingPods"), "{err}");
+        // Dynamo's operator makes its own pool: only the route, to `<name>-pool`.
+        let dynamo = gateway_objects(&m, builtins.get("dynamo").unwrap(), &gateway).unwrap();
+        assert_eq!(dynamo.len(), 1);
+        let route = serde_json::to_value(&dynamo[0]).unwrap();
+        assert_eq!(route["kind"], "HTTPRoute");
+        assert_eq!(
+            route["spec"]["rules"][0]["backendRefs"][0]["name"],
+            format!("{}-pool", m.metadata.name.as_deref().unwrap())
+        );
         m.spec.gateway = None;
         assert!(gateway_objects(&m, kaito, &gateway).unwrap().is_empty());
     }

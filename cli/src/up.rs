@@ -3,7 +3,7 @@
 //! 1. a cluster: the local test API server (started, built first if needed, or reused),
 //!    or `--kubeconfig`;
 //! 2. CRDs: ours and the kernel cache's; on the local server also the bundled upstream
-//!    CRDs; on a real cluster a provider whose upstream kind is not served (its CRD is
+//!    CRDs (the providers' and the gateway's); on a real cluster a provider whose upstream kind is not served (its CRD is
 //!    absent) is skipped, with how to install it; the Deployment provider's upstream is
 //!    the built-in Deployment kind, served everywhere;
 //! 3. core, every provider and the kernel-cache controller, in this process
