@@ -231,6 +231,7 @@ pub fn gateway_objects(
         },
         gateways: &gateways,
         user_route: None,
+        live: &[],
         flag: Some(gateway),
     });
     if decision.objects.is_empty()

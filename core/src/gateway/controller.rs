@@ -329,12 +329,25 @@ fn decide_for(md: &ModelDeployment, ctx: &Context) -> Decision {
     let user_route = decide::http_route_ref(md.spec.gateway.as_ref())
         .and_then(|name| cached(ctx, "HTTPRoute", &namespace, name))
         .and_then(|r| serde_json::to_value(r.as_ref()).ok());
+    let name = md.name_any();
+    let ours = |kind| {
+        cached(ctx, kind, &namespace, &name)
+            .filter(|o| o.labels().get(GATEWAY_FOR) == Some(&name))
+            .and_then(|o| serde_json::to_value(o.as_ref()).ok())
+    };
+    let live: Vec<Value> = user_route
+        .clone()
+        .or_else(|| ours("HTTPRoute"))
+        .into_iter()
+        .chain(ours("InferencePool"))
+        .collect();
     decide::decide(&Inputs {
         md,
         apis: ctx.apis,
         gateways: &gateways,
         user_route: user_route.as_ref(),
         flag: ctx.settings.gateway.as_ref(),
+        live: &live,
     })
 }
 

@@ -42,6 +42,10 @@ pub struct Inputs<'a> {
     pub user_route: Option<&'a Value>,
     /// The Gateway named by `--gateway`, if set.
     pub flag: Option<&'a GatewayRef>,
+    /// The live HTTPRoute (ours or the user's) and our InferencePool of this
+    /// ModelDeployment, as cached: their `status.parents` say whether the Gateway's
+    /// implementation accepted them.
+    pub live: &'a [Value],
 }
 
 /// The `GatewayReady` condition: status, reason, message.
@@ -137,7 +141,12 @@ pub fn decide(inputs: &Inputs<'_>) -> Decision {
             };
         }
     };
-    let ready = address(gateway, &md.namespace().unwrap_or_default(), &mut status);
+    let mut ready = address(gateway, &md.namespace().unwrap_or_default(), &mut status);
+    if ready.0
+        && let Some(refused) = refusal(inputs.live, gateway)
+    {
+        ready = refused;
+    }
     Decision {
         objects,
         prune: true,
@@ -334,6 +343,49 @@ fn address(gateway: &Value, route_namespace: &str, status: &mut GatewayStatus) -
             format!("Gateway {name} has no address (status.addresses) or no HTTP(S) listener yet"),
         ),
     }
+}
+
+/// The first refusal the Gateway's implementation reports on one of `objects` (an
+/// HTTPRoute or InferencePool, each with `status.parents[]` per parent Gateway, Gateway
+/// API v1.5.1 `RouteParentStatus`, GAIE v1.5.0 `ParentStatus`): `Accepted` or
+/// `ResolvedRefs` false for this Gateway at the object's current generation.
+fn refusal(objects: &[Value], gateway: &Value) -> Option<Ready> {
+    let (gw_ns, gw_name) = (namespace_of(gateway), name_of(gateway));
+    objects.iter().find_map(|object| {
+        let ns = namespace_of(object);
+        let generation = object["metadata"]["generation"].as_i64();
+        let parent = object["status"]["parents"].as_array()?.iter().find(|p| {
+            let r = &p["parentRef"];
+            r["name"] == gw_name
+                && r["namespace"].as_str().unwrap_or(ns) == gw_ns
+                && r["kind"].as_str().is_none_or(|k| k == "Gateway")
+        })?;
+        let conditions = parent["conditions"].as_array()?;
+        [
+            ("Accepted", reasons::NOT_ACCEPTED),
+            ("ResolvedRefs", reasons::REFS_NOT_RESOLVED),
+        ]
+        .into_iter()
+        .find_map(|(type_, reason)| {
+            let c = conditions.iter().find(|c| c["type"] == type_)?;
+            let current = c["observedGeneration"]
+                .as_i64()
+                .is_none_or(|g| Some(g) >= generation);
+            (c["status"] == "False" && current).then(|| {
+                (
+                    false,
+                    reason,
+                    format!(
+                        "Gateway {gw_ns}/{gw_name} reports {} {ns}/{} {type_}=False: {}: {}",
+                        object["kind"].as_str().unwrap_or_default(),
+                        name_of(object),
+                        c["reason"].as_str().unwrap_or_default(),
+                        c["message"].as_str().unwrap_or_default()
+                    ),
+                )
+            })
+        })
+    })
 }
 
 fn http_listeners(gateway: &Value) -> impl Iterator<Item = &Value> {

@@ -40,6 +40,13 @@ pub mod reasons {
     pub const ROUTE_NOT_ALLOWED: &str = "RouteNotAllowed";
     /// The Gateway has no address or no HTTP(S) listener yet.
     pub const GATEWAY_ADDRESS_PENDING: &str = "GatewayAddressPending";
+    /// The Gateway's implementation did not accept the HTTPRoute or the InferencePool
+    /// (`status.parents[].conditions` `Accepted=False`).
+    pub const NOT_ACCEPTED: &str = "NotAcceptedByGateway";
+    /// The Gateway's implementation could not resolve a reference of the HTTPRoute or the
+    /// InferencePool (`ResolvedRefs=False`: e.g. the pool, or the endpoint picker's
+    /// Service).
+    pub const REFS_NOT_RESOLVED: &str = "RefsNotResolved";
     /// The API server refused one of the gateway's objects.
     pub const APPLY_FAILED: &str = "GatewayApplyFailed";
 }

@@ -64,6 +64,7 @@ fn run(md: &ModelDeployment, gateways: &[Value], user_route: Option<&Value>) -> 
         apis: ALL,
         gateways,
         user_route,
+        live: &[],
         flag: None,
     })
 }
@@ -206,6 +207,7 @@ fn missing_apis_say_which() {
         },
         gateways: &[],
         user_route: None,
+        live: &[],
         flag: None,
     });
     let (ok, reason, message) = d.ready.unwrap();
@@ -409,5 +411,78 @@ fn the_pool_and_the_route_fit_the_real_crds() {
     assert_eq!(
         serde_json::to_string(&again.objects).unwrap(),
         serde_json::to_string(&d.objects).unwrap()
+    );
+}
+
+/// What the Gateway's implementation reports on the route and the pool (their
+/// `status.parents`) for the chosen Gateway turns `GatewayReady` false, with its reason and
+/// message; a report for another Gateway, or for an older generation, does not.
+#[test]
+fn a_refusal_by_the_gateways_implementation_is_reported() {
+    let m = md(json!({"enabled": true}));
+    let gw = [gateway("infra", "inference", json!({}), addressed())];
+    let parent = |name: &str, type_: &str, status: &str, generation: i64| {
+        json!({"parentRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway",
+            "namespace": "infra", "name": name},
+            "controllerName": "example.com/gateway",
+            "conditions": [{"type": type_, "status": status, "reason": "NoMatchingListener",
+                "message": "no listener matched", "observedGeneration": generation,
+                "lastTransitionTime": "2026-11-27T00:00:00Z"}]})
+    };
+    let object = |kind: &str, parents: Value| {
+        json!({"kind": kind, "metadata": {"namespace": "ml", "name": "llama", "generation": 2},
+            "status": {"parents": parents}})
+    };
+    let decide_with = |live: &[Value]| {
+        decide(&Inputs {
+            md: &m,
+            apis: ALL,
+            gateways: &gw,
+            user_route: None,
+            live,
+            flag: None,
+        })
+        .ready
+        .unwrap()
+    };
+    assert_eq!(decide_with(&[]).1, reasons::GATEWAY_CONFIGURED);
+    let refused = object(
+        "HTTPRoute",
+        json!([parent("inference", "Accepted", "False", 2)]),
+    );
+    let (ok, reason, message) = decide_with(std::slice::from_ref(&refused));
+    assert!(!ok);
+    assert_eq!(reason, reasons::NOT_ACCEPTED);
+    assert_eq!(
+        message,
+        "Gateway infra/inference reports HTTPRoute ml/llama Accepted=False: NoMatchingListener: no listener matched"
+    );
+    let other_gateway = object(
+        "HTTPRoute",
+        json!([parent("other", "Accepted", "False", 2)]),
+    );
+    let stale = object(
+        "HTTPRoute",
+        json!([parent("inference", "Accepted", "False", 1)]),
+    );
+    let accepted = object(
+        "HTTPRoute",
+        json!([parent("inference", "Accepted", "True", 2)]),
+    );
+    for live in [other_gateway, stale, accepted.clone()] {
+        assert_eq!(decide_with(&[live]).1, reasons::GATEWAY_CONFIGURED);
+    }
+    let pool = object(
+        "InferencePool",
+        json!([parent("inference", "ResolvedRefs", "False", 2)]),
+    );
+    let (ok, reason, message) = decide_with(&[accepted, pool]);
+    assert!(!ok);
+    assert_eq!(reason, reasons::REFS_NOT_RESOLVED);
+    assert!(
+        message.starts_with(
+            "Gateway infra/inference reports InferencePool ml/llama ResolvedRefs=False"
+        ),
+        "{message}"
     );
 }

@@ -772,7 +772,8 @@ async fn dynamo_manages_its_own_pool_and_the_route_goes_to_it() {
 
 /// KubeRay: the InferencePool core makes selects the head pod KubeRay runs Serve on (the
 /// labels it gives that pod, `kubeairunway_e2e::operators::kuberay::head_pod_labels`,
-/// cited there) and not a worker's, on Serve's port.
+/// cited there) and not a worker's, on Serve's port. A route the Gateway's implementation
+/// refuses turns `GatewayReady` false until it is accepted.
 #[tokio::test]
 async fn the_pool_selects_kuberays_serving_pods() {
     use kubeairunway_e2e::operators::kuberay::head_pod_labels;
@@ -864,6 +865,37 @@ async fn the_pool_selects_kuberays_serving_pods() {
         gateway.url.as_deref(),
         Some("http://ray.example.com:8080/v1")
     );
+
+    // The Gateway's implementation refuses the route (as it writes its status, Gateway API
+    // v1.5.1 RouteParentStatus), then accepts it: GatewayReady follows.
+    let route_status = |accepted: &str, reason: &str| {
+        json!({"status": {"parents": [{
+            "parentRef": {"group": "gateway.networking.k8s.io", "kind": "Gateway",
+                "namespace": ns, "name": "edge"},
+            "controllerName": "example.com/gateway-controller",
+            "conditions": [{"type": "Accepted", "status": accepted, "reason": reason,
+                "message": "as the implementation says", "observedGeneration": 1,
+                "lastTransitionTime": "2026-11-27T00:00:00Z"}]}]}})
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &ns, &routes());
+    api.patch_status(
+        "llm",
+        &PatchParams::default(),
+        &Patch::Merge(route_status("False", "NotAllowedByListeners")),
+    )
+    .await
+    .unwrap();
+    let m = gateway_ready(&client, &ns, "llm", "False", reasons::NOT_ACCEPTED).await;
+    let message = condition(&m, GATEWAY_READY).unwrap().message.clone();
+    assert!(message.contains("NotAllowedByListeners"), "{message}");
+    api.patch_status(
+        "llm",
+        &PatchParams::default(),
+        &Patch::Merge(route_status("True", "Accepted")),
+    )
+    .await
+    .unwrap();
+    gateway_ready(&client, &ns, "llm", "True", reasons::GATEWAY_CONFIGURED).await;
     task.abort();
 }
 
