@@ -6,7 +6,8 @@
 # Caches (safe to delete): the test API server and etcd under
 # ${XDG_CACHE_HOME:-~/.cache}/kubeairunway/testcluster; huggingface_hub under .../kubeairunway/hfhub-venv; helm and kubectl under
 # ${XDG_CACHE_HOME:-~/.cache}/kubeairunway/helm; actionlint under .../kubeairunway/actionlint;
-# the image's Debian packages under .../kubeairunway/image-apt; cargo's registry as usual.
+# the image's Debian packages under .../kubeairunway/image-apt; playwright-core under
+# .../kubeairunway/playwright (and Debian's chromium package); cargo's registry as usual.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
@@ -32,6 +33,9 @@ python3 -m pip --version >/dev/null 2>&1 || python3 -m ensurepip --user >/dev/nu
 
 step "huggingface_hub (the model-cache tests' judge) in a venv, cached"
 bash providers/modelcache/hub/tests/hfhub-venv.sh >/dev/null
+
+step "Chromium (apt) and playwright-core (npm) for the dashboard's browser tests, cached"
+while IFS= read -r line; do export "${line?}"; done < <(bash tests/e2e/browser/install.sh)
 
 step "test API server (etcd + the upstream apiserver code), OCI registry and cosign CLI, cached"
 bash tests/cluster/build.sh >/dev/null

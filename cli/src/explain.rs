@@ -165,16 +165,28 @@ pub async fn run(args: Args, state_dir: &Path, term: &mut Terminal) -> anyhow::R
         .clone()
         .unwrap_or_else(|| client.default_namespace().to_string());
     let md = fetch(&client, &ns, &args.name).await?;
-    let configs = crate::providers::list(&client).await?;
-    let events = events(&client, &md).await;
-    let upstream = upstream(&client, &md, &configs).await;
-    let e = explanation(&md, &configs, &events, upstream, Timestamp::now());
+    let e = describe(&client, &md).await?;
     term.out(&match args.output {
         Format::Table => text(&e),
         Format::Yaml => output::yaml(&e)?,
         Format::Json => output::json(&e)?,
     });
     Ok(0)
+}
+
+/// The explanation of `md`: the registered providers, its recent events and its upstream
+/// object read from the cluster, then [`explanation`].
+pub async fn describe(client: &Client, md: &ModelDeployment) -> anyhow::Result<Explanation> {
+    let configs = crate::providers::list(client).await?;
+    let events = events(client, md).await;
+    let upstream = upstream(client, md, &configs).await;
+    Ok(explanation(
+        md,
+        &configs,
+        &events,
+        upstream,
+        Timestamp::now(),
+    ))
 }
 
 /// The ModelDeployment, with an actionable error when it or its CRD is missing.

@@ -24,6 +24,7 @@ pub mod cluster;
 pub mod controllers;
 pub mod convert;
 pub mod crds;
+pub mod dashboard;
 pub mod down;
 pub mod explain;
 pub mod logging;
@@ -81,6 +82,8 @@ pub enum Command {
     Convert(convert::Args),
     /// Explain a ModelDeployment: why its provider, its status, events and upstream object.
     Explain(explain::Args),
+    /// Serve the web dashboard on a loopback address, acting with your kubeconfig.
+    Dashboard(dashboard::Args),
     /// List the registered providers, their health, and how to install missing ones.
     Providers(providers::Args),
     /// Kernel-cache images (build, verify) and model caches (`cache model pull`).
@@ -133,6 +136,7 @@ pub async fn run(args: Vec<OsString>, term: &mut Terminal) -> i32 {
         Command::Render(a) => render::run(&a, term),
         Command::Convert(a) => convert::run(&a, term),
         Command::Explain(a) => explain::run(a, &cli.state_dir, term).await,
+        Command::Dashboard(a) => dashboard::run(a, &cli.state_dir, term).await,
         Command::Providers(a) => providers::run(a, &cli.state_dir, term).await,
         Command::Cache(cache::Args {
             command: cache::Command::Build(a),

@@ -31,6 +31,8 @@ mod core_selection;
 mod core_webhook;
 #[path = "e2e/crds.rs"]
 mod crds;
+#[path = "e2e/dashboard.rs"]
+mod dashboard;
 #[path = "e2e/dynamo.rs"]
 mod dynamo;
 #[path = "e2e/dynamo_operator.rs"]

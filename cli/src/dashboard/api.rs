@@ -1,0 +1,407 @@
+//! The dashboard's HTTP server: its page, a JSON API and a live stream.
+//!
+//! Reads come from a watch cache of ModelDeployments (the list and the live stream make
+//! no request of their own); a Deployment page reads what `explain` reads; changes are
+//! the user's own requests (create, a server-side dry run first, delete, scale).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, put};
+use axum::{Json, Router};
+use futures::{Stream, StreamExt};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use kubeairunway_sdk::{ModelDeployment, reflect};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::watch;
+
+use super::guard;
+use super::rows::rows;
+use crate::builtin::{BuiltIns, ProviderFlags};
+use crate::crds::UpstreamCrds;
+
+/// The field manager of what the dashboard creates and changes.
+pub const FIELD_MANAGER: &str = "kubeairunway-dashboard";
+
+/// The page's files, embedded.
+const INDEX: &str = include_str!("assets/index.html");
+const SCRIPT: &str = include_str!("assets/app.js");
+const STYLE: &str = include_str!("assets/app.css");
+const ICON: &str = include_str!("assets/favicon.svg");
+
+struct Inner {
+    client: Client,
+    mds: reflect::Cache<ModelDeployment>,
+    changes: watch::Receiver<u64>,
+    port: u16,
+    builtins: BuiltIns,
+    crds: UpstreamCrds,
+}
+
+type Shared = Arc<Inner>;
+
+/// Serve the dashboard on `listener` as `client`'s identity until `shutdown` completes.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    client: Client,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let port = listener.local_addr()?.port();
+    let (mds, stream) = reflect::cache(
+        Api::<ModelDeployment>::all(client.clone()),
+        watcher::Config::default(),
+        (),
+        reflect::strip,
+    );
+    let (tx, changes) = watch::channel(0u64);
+    let feed = tokio::spawn(stream.for_each(move |event| {
+        if let Err(e) = &event {
+            tracing::warn!(error = %e, "dashboard: ModelDeployment watch failed; retrying");
+        } else if !matches!(
+            event,
+            Ok(watcher::Event::Init | watcher::Event::InitApply(_))
+        ) {
+            tx.send_modify(|n| *n = n.wrapping_add(1));
+        }
+        futures::future::ready(())
+    }));
+    let crds = UpstreamCrds::default();
+    let builtins = BuiltIns::for_crds(&ProviderFlags::default(), &crds)?;
+    let state = Arc::new(Inner {
+        client,
+        mds,
+        changes,
+        port,
+        builtins,
+        crds,
+    });
+    let served = axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await;
+    feed.abort();
+    Ok(served?)
+}
+
+fn router(state: Shared) -> Router {
+    Router::new()
+        .route(
+            "/",
+            get(|| async { page(INDEX, "text/html; charset=utf-8") }),
+        )
+        .route(
+            "/app.js",
+            get(|| async { page(SCRIPT, "text/javascript; charset=utf-8") }),
+        )
+        .route(
+            "/app.css",
+            get(|| async { page(STYLE, "text/css; charset=utf-8") }),
+        )
+        .route(
+            "/favicon.svg",
+            get(|| async { page(ICON, "image/svg+xml") }),
+        )
+        .route("/api/deployments", get(list).post(create))
+        .route("/api/deployments/stream", get(stream))
+        .route(
+            "/api/deployments/{namespace}/{name}",
+            get(detail).delete(delete),
+        )
+        .route("/api/deployments/{namespace}/{name}/scale", put(scale))
+        .route("/api/preview", axum::routing::post(preview))
+        .route("/api/providers", get(providers))
+        .layer(middleware::from_fn_with_state(state.clone(), guarded))
+        .with_state(state)
+}
+
+fn page(body: &'static str, content_type: &'static str) -> Response {
+    ([(header::CONTENT_TYPE, content_type)], body).into_response()
+}
+
+/// [`guard::refusal`] on every request, and headers that keep the page to itself: its
+/// own scripts only, never framed, no referrer.
+async fn guarded(State(state): State<Shared>, request: Request, next: Next) -> Response {
+    if let Some(why) = guard::refusal(request.method(), request.headers(), state.port) {
+        return (StatusCode::FORBIDDEN, why).into_response();
+    }
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    for (name, value) in [
+        (
+            header::CONTENT_SECURITY_POLICY,
+            "default-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'",
+        ),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::REFERRER_POLICY, "no-referrer"),
+        (header::X_FRAME_OPTIONS, "DENY"),
+    ] {
+        headers.insert(name, HeaderValue::from_static(value));
+    }
+    response
+}
+
+/// An error as the page shows it: the API server's own message and code where it gave one.
+fn failure(e: &kube::Error) -> Response {
+    let (code, message) = match e {
+        kube::Error::Api(s) => (
+            StatusCode::from_u16(s.code).unwrap_or(StatusCode::BAD_GATEWAY),
+            s.message.clone(),
+        ),
+        other => (StatusCode::BAD_GATEWAY, other.to_string()),
+    };
+    (code, Json(json!({ "message": message }))).into_response()
+}
+
+fn bad_request(message: &str) -> Response {
+    (StatusCode::BAD_REQUEST, Json(json!({ "message": message }))).into_response()
+}
+
+#[derive(Deserialize)]
+struct Filter {
+    namespace: Option<String>,
+}
+
+fn current_rows(state: &Inner, namespace: Option<&str>) -> Vec<super::rows::Row> {
+    let cached = state.mds.store.state();
+    rows(
+        cached.iter().map(AsRef::as_ref),
+        namespace,
+        Timestamp::now(),
+    )
+}
+
+async fn list(State(state): State<Shared>, Query(filter): Query<Filter>) -> Response {
+    Json(current_rows(&state, filter.namespace.as_deref())).into_response()
+}
+
+/// The rows once the cache is filled, then again after each change (at most every
+/// 250 ms), as `deployments` events.
+async fn stream(
+    State(state): State<Shared>,
+    Query(filter): Query<Filter>,
+) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let changes = state.changes.clone();
+    let events = futures::stream::unfold(
+        (state, changes, filter.namespace, true),
+        |(state, mut changes, namespace, first)| async move {
+            if first {
+                state.mds.synced().await;
+            } else {
+                changes.changed().await.ok()?;
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                changes.borrow_and_update();
+            }
+            let rows = current_rows(&state, namespace.as_deref());
+            let event = Event::default()
+                .event("deployments")
+                .json_data(rows)
+                .unwrap_or_else(|_| Event::default().comment("unserializable"));
+            Some((Ok(event), (state, changes, namespace, false)))
+        },
+    );
+    Sse::new(events).keep_alive(KeepAlive::default())
+}
+
+async fn detail(
+    State(state): State<Shared>,
+    Path((namespace, name)): Path<(String, String)>,
+) -> Response {
+    let key = kube::runtime::reflector::ObjectRef::new(&name).within(&namespace);
+    let Some(md) = state.mds.store.get(&key) else {
+        return (
+            StatusCode::NOT_FOUND,
+            Json(json!({ "message": format!("modeldeployment {namespace}/{name} not found") })),
+        )
+            .into_response();
+    };
+    match crate::explain::describe(&state.client, &md).await {
+        Ok(explanation) => Json(json!({
+            "explanation": explanation,
+            "manifest": crate::output::yaml(md.as_ref()).unwrap_or_default(),
+            "spec": md.spec,
+        }))
+        .into_response(),
+        Err(e) => (
+            StatusCode::BAD_GATEWAY,
+            Json(json!({ "message": format!("{e:#}") })),
+        )
+            .into_response(),
+    }
+}
+
+async fn delete(
+    State(state): State<Shared>,
+    Path((namespace, name)): Path<(String, String)>,
+) -> Response {
+    let api: Api<ModelDeployment> = Api::namespaced(state.client.clone(), &namespace);
+    match api.delete(&name, &DeleteParams::default()).await {
+        Ok(_) => StatusCode::ACCEPTED.into_response(),
+        Err(e) => failure(&e),
+    }
+}
+
+#[derive(Deserialize)]
+struct Replicas {
+    replicas: i32,
+}
+
+async fn scale(
+    State(state): State<Shared>,
+    Path((namespace, name)): Path<(String, String)>,
+    Json(body): Json<Replicas>,
+) -> Response {
+    let api: Api<ModelDeployment> = Api::namespaced(state.client.clone(), &namespace);
+    let patch = Patch::Merge(json!({ "spec": { "replicas": body.replicas } }));
+    match api
+        .patch_scale(&name, &PatchParams::default(), &patch)
+        .await
+    {
+        Ok(scale) => Json(scale).into_response(),
+        Err(e) => failure(&e),
+    }
+}
+
+#[derive(Deserialize)]
+struct Manifest {
+    /// A ModelDeployment as YAML (or JSON).
+    manifest: String,
+}
+
+/// The ModelDeployment in `text`, in the client's default namespace unless it names one.
+fn parse(text: &str, default_namespace: &str) -> Result<ModelDeployment, String> {
+    let value: Value =
+        serde_saphyr::from_str(text).map_err(|e| format!("the manifest is not YAML: {e}"))?;
+    let kind = value["kind"].as_str().unwrap_or_default();
+    if kind != "ModelDeployment" {
+        return Err(format!("the manifest is a {kind:?}, not a ModelDeployment"));
+    }
+    let mut md: ModelDeployment = serde_path_to_error::deserialize(value).map_err(|e| {
+        format!(
+            "the manifest is not a ModelDeployment: {}: {}",
+            e.path(),
+            e.inner()
+        )
+    })?;
+    if md.metadata.namespace.as_deref().is_none_or(str::is_empty) {
+        md.metadata.namespace = Some(default_namespace.to_string());
+    }
+    Ok(md)
+}
+
+/// Before anything is applied: the API server's verdict (a dry-run create, through its
+/// schema, rules and admission webhooks), then what `render` previews: the engine, the
+/// provider and why, and the exact objects it would apply.
+async fn preview(State(state): State<Shared>, Json(body): Json<Manifest>) -> Response {
+    let md = match parse(&body.manifest, state.client.default_namespace()) {
+        Ok(md) => md,
+        Err(message) => return bad_request(&message),
+    };
+    let api: Api<ModelDeployment> =
+        Api::namespaced(state.client.clone(), &md.namespace().unwrap_or_default());
+    let params = PostParams {
+        dry_run: true,
+        field_manager: Some(FIELD_MANAGER.into()),
+    };
+    let dry_run = match api.create(&params, &md).await {
+        Ok(_) => json!({ "ok": true, "message": "the API server accepts it (dry run)" }),
+        Err(kube::Error::Api(s)) => json!({ "ok": false, "message": s.message }),
+        Err(e) => json!({ "ok": false, "message": e.to_string() }),
+    };
+    let render = match crate::render::preview(
+        &md,
+        None,
+        &state.builtins,
+        &state.crds,
+        Timestamp::now(),
+    ) {
+        Ok(p) => json!({
+            "engine": p.engine,
+            "provider": p.provider,
+            "reason": p.reason,
+            "warnings": p.warnings,
+            "objects": p.objects.iter().map(|o| crate::output::yaml(o).unwrap_or_default()).collect::<Vec<_>>(),
+        }),
+        Err(message) => json!({ "error": message }),
+    };
+    Json(json!({
+        "manifest": crate::output::yaml(&md).unwrap_or_default(),
+        "modelDeployment": md,
+        "dryRun": dry_run,
+        "render": render,
+    }))
+    .into_response()
+}
+
+async fn create(State(state): State<Shared>, Json(body): Json<Manifest>) -> Response {
+    let md = match parse(&body.manifest, state.client.default_namespace()) {
+        Ok(md) => md,
+        Err(message) => return bad_request(&message),
+    };
+    let namespace = md.namespace().unwrap_or_default();
+    let api: Api<ModelDeployment> = Api::namespaced(state.client.clone(), &namespace);
+    let params = PostParams {
+        dry_run: false,
+        field_manager: Some(FIELD_MANAGER.into()),
+    };
+    match api.create(&params, &md).await {
+        Ok(created) => (
+            StatusCode::CREATED,
+            Json(json!({ "namespace": namespace, "name": created.name_any() })),
+        )
+            .into_response(),
+        Err(e) => failure(&e),
+    }
+}
+
+async fn providers(State(state): State<Shared>) -> Response {
+    match crate::providers::list(&state.client).await {
+        Ok(configs) => Json(crate::providers::entries(&configs, Timestamp::now())).into_response(),
+        Err(e) => (
+            StatusCode::BAD_GATEWAY,
+            Json(json!({ "message": format!("{e:#}") })),
+        )
+            .into_response(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_manifest_is_read_as_the_cluster_would_and_gets_a_namespace() {
+        let md = parse(
+            "apiVersion: kubeairunway.ai/v1alpha1\nkind: ModelDeployment\nmetadata: {name: a}\nspec: {model: {id: m}}\n",
+            "team",
+        )
+        .unwrap();
+        assert_eq!(md.namespace().as_deref(), Some("team"));
+        assert_eq!(
+            parse("kind: ConfigMap\n", "team").unwrap_err(),
+            "the manifest is a \"ConfigMap\", not a ModelDeployment"
+        );
+        let err = parse(
+            "apiVersion: kubeairunway.ai/v1alpha1\nkind: ModelDeployment\nmetadata: {name: a}\nspec: {scaling: {replicas: many}}\n",
+            "team",
+        )
+        .unwrap_err();
+        assert!(
+            err.starts_with("the manifest is not a ModelDeployment: spec.scaling.replicas"),
+            "{err}"
+        );
+        assert!(
+            parse("{", "team")
+                .unwrap_err()
+                .starts_with("the manifest is not YAML")
+        );
+    }
+}

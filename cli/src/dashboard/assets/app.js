@@ -1,0 +1,263 @@
+// The kubeairunway dashboard: a few views over the dashboard's JSON API. Every piece of
+// data reaches the page through textContent (never as HTML), and every change carries the
+// header the server asks of its own page (docs/dashboard.md).
+
+const CHANGE = { "content-type": "application/json", "x-kubeairunway-dashboard": "1" };
+const main = document.getElementById("main");
+let live = null; // the open EventSource of the Deployments view
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs)) {
+    if (k === "text") node.textContent = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v);
+  }
+  for (const c of children.flat(Infinity)) node.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return node;
+}
+
+function table(caption, headers, rows) {
+  return el("table", {},
+    el("caption", { text: caption }),
+    el("thead", {}, el("tr", {}, headers.map((h) => el("th", { scope: "col", text: h })))),
+    el("tbody", {}, rows.map((cells) => el("tr", {}, cells.map((c) => el("td", {}, c))))));
+}
+
+function notice(text) {
+  const n = document.getElementById("notice");
+  n.textContent = text;
+  setTimeout(() => { if (n.textContent === text) n.textContent = ""; }, 4000);
+}
+
+async function call(method, url, body) {
+  const response = await fetch(url, { method, headers: CHANGE, body: body === undefined ? undefined : JSON.stringify(body) });
+  const text = await response.text();
+  const data = text ? JSON.parse(text) : {};
+  if (!response.ok) throw new Error(data.message || `${response.status} ${response.statusText}`);
+  return data;
+}
+
+let navigated = false; // focus moves to the new view on navigation, not on first load
+let view = 0; // the current view's number: an answer for an older view is dropped
+
+function show(title, ...content) {
+  if (live) { live.close(); live = null; }
+  main.replaceChildren(el("h1", { text: title }), ...content.flat(Infinity));
+  for (const a of document.querySelectorAll("nav a")) {
+    if (location.hash.startsWith(a.getAttribute("href"))) a.setAttribute("aria-current", "page");
+    else a.removeAttribute("aria-current");
+  }
+  document.title = `${title} · kubeairunway`;
+  if (navigated) main.focus();
+}
+
+// ---- Deployments ----
+
+function deploymentsView() {
+  const filter = el("select", { id: "ns-filter" }, el("option", { value: "", text: "all namespaces" }));
+  const body = el("div", { "aria-live": "polite" }, el("p", { class: "message", text: "Loading…" }));
+  show("Deployments",
+    el("div", { class: "actions" }, el("label", { for: "ns-filter" }, "Namespace", filter)),
+    body);
+  let latest = [];
+  const render = () => {
+    const ns = filter.value;
+    const rows = latest.filter((r) => !ns || r.namespace === ns);
+    if (rows.length === 0) {
+      body.replaceChildren(el("p", { class: "message" }, "No ModelDeployments. ", el("a", { href: "#/deploy", text: "Deploy one" })));
+      return;
+    }
+    body.replaceChildren(table("ModelDeployments (live)",
+      ["Name", "Namespace", "Model", "Phase", "Provider", "Engine", "Ready", "Endpoint", "Age"],
+      rows.map((r) => [
+        el("a", { href: `#/deployments/${encodeURIComponent(r.namespace)}/${encodeURIComponent(r.name)}`, text: r.name }),
+        r.namespace, r.model,
+        el("span", { class: `phase-${r.phase}`, title: r.message, text: r.phase }),
+        r.provider, r.engine, r.replicas, r.endpoint, r.age,
+      ])));
+  };
+  filter.addEventListener("change", render);
+  live = new EventSource("/api/deployments/stream");
+  live.addEventListener("deployments", (e) => {
+    latest = JSON.parse(e.data);
+    const namespaces = [...new Set(latest.map((r) => r.namespace))].sort();
+    const chosen = filter.value;
+    filter.replaceChildren(el("option", { value: "", text: "all namespaces" }),
+      ...namespaces.map((ns) => el("option", { value: ns, text: ns })));
+    filter.value = namespaces.includes(chosen) ? chosen : "";
+    render();
+  });
+}
+
+// ---- Deployment ----
+
+async function deploymentView(ns, name) {
+  const mine = view;
+  show(`${ns}/${name}`, el("p", { class: "message", text: "Loading…" }));
+  let data;
+  try {
+    data = await call("GET", `/api/deployments/${encodeURIComponent(ns)}/${encodeURIComponent(name)}`);
+  } catch (e) {
+    if (mine === view) show(`${ns}/${name}`, el("p", { class: "bad", role: "alert", text: e.message }));
+    return;
+  }
+  if (mine !== view) return;
+  const x = data.explanation;
+  const replicas = el("input", { id: "replicas", type: "number", min: "0", value: String(data.spec?.scaling?.replicas ?? 1) });
+  const facts = [
+    ["Phase", el("span", { class: `phase-${x.phase}`, text: x.phase ?? "Pending" })],
+    ["Message", x.message ?? "-"],
+    ["Provider", `${x.provider ?? "-"}${x.selectedReason ? ` (${x.selectedReason})` : ""}`],
+    ["Engine", x.engine ?? x.engineNow],
+    ["Replicas", x.replicas ?? "-"],
+    ["Endpoint", x.endpoint ?? "-"],
+  ];
+  show(`${ns}/${name}`,
+    el("dl", {}, facts.map(([k, v]) => [el("dt", { text: k }), el("dd", {}, v)])),
+    el("div", { class: "actions" },
+      el("label", { for: "replicas" }, "Replicas", replicas),
+      el("button", { type: "button", onclick: async () => {
+        try { await call("PUT", `/api/deployments/${encodeURIComponent(ns)}/${encodeURIComponent(name)}/scale`, { replicas: Number(replicas.value) }); notice(`scaled to ${replicas.value}`); }
+        catch (e) { notice(e.message); }
+      } }, "Scale"),
+      el("button", { type: "button", onclick: async () => {
+        if (!confirm(`Delete ${ns}/${name}?`)) return;
+        try { await call("DELETE", `/api/deployments/${encodeURIComponent(ns)}/${encodeURIComponent(name)}`); notice(`deleting ${name}`); location.hash = "#/deployments"; }
+        catch (e) { notice(e.message); }
+      } }, "Delete")),
+    table("Conditions", ["Type", "Status", "Reason", "Age", "Message"],
+      x.conditions.map((c) => [c.type, el("span", { class: c.status === "True" ? "ok" : "warn", text: c.status }), c.reason, c.age, c.message])),
+    table(`Provider selection: ${x.selectionNow}`, ["Provider", "Health", "Capabilities", "Score", "Standing"],
+      x.selection.map((v) => [v.name, v.health, v.capabilities, v.score ?? "-", v.standing])),
+    table("Upstream object", ["Object", "API", "State"],
+      x.upstream ? [[x.upstream.object, x.upstream.apiVersion ?? "-", x.upstream.state.join("; ")]] : []),
+    table("Events", ["Age", "Type", "Reason", "Message"],
+      x.events.map((e) => [e.age, e.type, e.reason, e.message])),
+    el("h2", { text: "Manifest" }), el("pre", { text: data.manifest }));
+}
+
+// ---- Deploy ----
+
+const FIELDS = [
+  ["name", "Name", "text", "qwen"],
+  ["namespace", "Namespace", "text", "default"],
+  ["model", "Model (Hugging Face id)", "text", "Qwen/Qwen3-0.6B"],
+  ["engine", "Engine", ["auto", "vllm", "sglang", "trtllm", "llamacpp"]],
+  ["gpus", "GPUs per replica", "number", "1"],
+  ["replicas", "Replicas", "number", "1"],
+  ["mode", "Serving mode", ["aggregated", "disaggregated"]],
+  ["provider", "Provider", ["auto", "deployment", "dynamo", "kaito", "kuberay"]],
+  ["image", "Image (optional)", "text", ""],
+];
+
+function manifestOf(f) {
+  const spec = { model: { id: f.model }, scaling: { replicas: Number(f.replicas) } };
+  if (f.engine !== "auto") spec.engine = { type: f.engine };
+  spec.resources = { gpu: { count: Number(f.gpus) } };
+  if (f.mode !== "aggregated") spec.serving = { mode: f.mode };
+  if (f.provider !== "auto") spec.provider = { name: f.provider };
+  if (f.image) spec.image = f.image;
+  return { apiVersion: "kubeairunway.ai/v1alpha1", kind: "ModelDeployment", metadata: { name: f.name, namespace: f.namespace }, spec };
+}
+
+// YAML of plain objects, arrays and scalars (what manifestOf makes).
+function yaml(value, indent = "") {
+  if (Array.isArray(value)) return value.map((v) => `${indent}- ${yaml(v, indent + "  ").trimStart()}`).join("\n");
+  if (value && typeof value === "object") {
+    return Object.entries(value).map(([k, v]) => (v && typeof v === "object")
+      ? `${indent}${k}:\n${yaml(v, indent + "  ")}` : `${indent}${k}: ${JSON.stringify(v)}`).join("\n");
+  }
+  return `${indent}${JSON.stringify(value)}`;
+}
+
+function deployView() {
+  const inputs = {};
+  const form = el("form", { class: "deploy", "aria-label": "ModelDeployment" },
+    FIELDS.map(([key, label, type, value]) => {
+      const id = `f-${key}`;
+      const input = Array.isArray(type)
+        ? el("select", { id, name: key }, type.map((o) => el("option", { value: o, text: o })))
+        : el("input", { id, name: key, type, value, ...(value ? { required: "" } : {}), ...(type === "number" ? { min: "0" } : {}) });
+      inputs[key] = input;
+      return el("label", { for: id }, label, input);
+    }));
+  const text = el("textarea", { id: "manifest", spellcheck: "false" });
+  const result = el("section", { "aria-live": "polite", "aria-label": "Preview" });
+  const deploy = el("button", { type: "button", class: "primary", disabled: "" }, "Deploy");
+  const values = () => Object.fromEntries(Object.entries(inputs).map(([k, i]) => [k, i.value]));
+  const sync = () => { text.value = yaml(manifestOf(values())) + "\n"; deploy.disabled = true; };
+  form.addEventListener("input", sync);
+  text.addEventListener("input", () => { deploy.disabled = true; });
+  const fill = (md) => {
+    inputs.name.value = md.metadata?.name ?? "";
+    inputs.namespace.value = md.metadata?.namespace ?? "";
+    inputs.model.value = md.spec?.model?.id ?? "";
+    inputs.engine.value = md.spec?.engine?.type ?? "auto";
+    inputs.gpus.value = md.spec?.resources?.gpu?.count ?? 0;
+    inputs.replicas.value = md.spec?.scaling?.replicas ?? 1;
+    inputs.mode.value = md.spec?.serving?.mode ?? "aggregated";
+    inputs.provider.value = md.spec?.provider?.name ?? "auto";
+    inputs.image.value = md.spec?.image ?? "";
+  };
+  const preview = async () => {
+    result.replaceChildren(el("p", { class: "message", text: "Checking…" }));
+    let p;
+    try { p = await call("POST", "/api/preview", { manifest: text.value }); }
+    catch (e) { result.replaceChildren(el("p", { class: "bad", role: "alert", text: e.message })); return; }
+    fill(p.modelDeployment);
+    text.value = p.manifest;
+    const r = p.render;
+    result.replaceChildren(...[
+      el("h2", { text: "Preview" }),
+      el("p", { class: p.dryRun.ok ? "ok" : "bad", id: "dry-run", text: `Validation: ${p.dryRun.message}` }),
+      r.error ? el("p", { class: "bad", id: "render-error", text: `Render: ${r.error}` }) : [
+        el("p", { id: "selection", text: `Engine ${r.engine}; provider ${r.provider}: ${r.reason}` }),
+        r.warnings.length ? el("ul", { "aria-label": "Warnings" }, r.warnings.map((w) => el("li", { class: "warn", text: w }))) : [],
+        el("h3", { text: `What ${r.provider} will apply (${r.objects.length})` }),
+        r.objects.map((o) => el("pre", { class: "object", text: o })),
+      ]].flat(Infinity));
+    deploy.disabled = !p.dryRun.ok;
+  };
+  deploy.addEventListener("click", async () => {
+    try {
+      const created = await call("POST", "/api/deployments", { manifest: text.value });
+      notice(`created ${created.namespace}/${created.name}`);
+      location.hash = `#/deployments/${encodeURIComponent(created.namespace)}/${encodeURIComponent(created.name)}`;
+    } catch (e) { result.prepend(el("p", { class: "bad", role: "alert", text: e.message })); }
+  });
+  show("Deploy a model", form,
+    el("label", { for: "manifest" }, "Manifest (YAML; edit it, then Preview to update the form)", text),
+    el("div", { class: "actions" }, el("button", { type: "button", onclick: preview }, "Preview"), deploy),
+    result);
+  sync();
+}
+
+// ---- Providers ----
+
+async function providersView() {
+  const mine = view;
+  show("Providers", el("p", { class: "message", text: "Loading…" }));
+  try {
+    const entries = await call("GET", "/api/providers");
+    if (mine !== view) return;
+    const health = (p) => !p.registered ? "not installed" : p.ready ? `ready (heartbeat ${p.heartbeatAge ?? "-"} ago)` : "not ready";
+    show("Providers", table("Providers", ["Name", "Health", "Version", "Upstream API", "Serves", "Documentation"],
+      entries.map((p) => [p.name, el("span", { class: p.ready ? "ok" : "warn", text: health(p) }), p.version ?? "-",
+        p.upstreamCRDVersion ?? "-", p.serves, p.documentation ?? "-"])));
+  } catch (e) {
+    if (mine === view) show("Providers", el("p", { class: "bad", role: "alert", text: e.message }));
+  }
+}
+
+function route() {
+  view += 1;
+  const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+  if (parts[0] === "deployments" && parts.length === 3) return deploymentView(parts[1], parts[2]);
+  if (parts[0] === "deploy") return deployView();
+  if (parts[0] === "providers") return providersView();
+  return deploymentsView();
+}
+
+window.addEventListener("hashchange", () => { navigated = true; route(); });
+route();

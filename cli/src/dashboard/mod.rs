@@ -1,0 +1,60 @@
+//! `kubeairunway dashboard`: a web UI over the cluster, served by this process on a
+//! loopback address and acting with the caller's kubeconfig identity (every request the UI
+//! makes is the user's own, refused by the API server when the user may not make it).
+//!
+//! - [`rows`]: what the Deployments page shows of a ModelDeployment (pure);
+//! - [`api`]: the JSON API and the live stream (server-sent events) the page reads;
+//! - [`guard`]: what keeps other web pages and hosts out: the Host must be this server's
+//!   loopback address (DNS rebinding) and every change carries a header a cross-site form
+//!   or `fetch` without CORS cannot send (cross-site request forgery);
+//! - `assets/`: the UI, a dependency-free ES module and one stylesheet, embedded in the
+//!   binary (docs/dashboard.md says why no framework).
+
+pub mod api;
+pub mod guard;
+pub mod rows;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use anyhow::Context as _;
+
+use crate::Terminal;
+use crate::cluster;
+
+/// `dashboard`.
+#[derive(Debug, clap::Args)]
+pub struct Args {
+    /// Kubeconfig to act with (default: KUBECONFIG, the running local server, ~/.kube/config).
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
+    /// Address to serve on: a loopback address (the UI acts with your credentials).
+    #[arg(long, default_value = "127.0.0.1:3001", value_name = "ADDR")]
+    pub listen: SocketAddr,
+}
+
+/// Serve the dashboard until Ctrl-C.
+pub async fn run(args: Args, state_dir: &Path, term: &mut Terminal) -> anyhow::Result<i32> {
+    if !args.listen.ip().is_loopback() {
+        anyhow::bail!(
+            "--listen {}: the dashboard acts with your kubeconfig's credentials, so it serves only \
+             on a loopback address (127.0.0.1, ::1); reach it remotely through `ssh -L` or \
+             `kubectl port-forward`",
+            args.listen
+        );
+    }
+    let target = cluster::connect(args.kubeconfig.as_deref(), state_dir).await?;
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("listening on {}", args.listen))?;
+    let address = listener.local_addr()?;
+    term.err(&format!(
+        "dashboard: http://{address}/ acting as your kubeconfig's identity on {} (Ctrl-C stops)\n",
+        target.server
+    ));
+    api::serve(listener, target.client, async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await?;
+    Ok(0)
+}

@@ -1,0 +1,98 @@
+// Drives the dashboard in a real headless Chromium (Debian's, through playwright-core):
+// deploy a model through the form after its preview, watch it appear live, open it, scale
+// it and delete it. Prints one JSON line of findings for the Rust test to check; exits 1
+// on a failed step. Usage: node dashboard.mjs URL NAMESPACE
+import { createRequire } from "node:module";
+
+const require = createRequire(import.meta.url);
+const { chromium } = require(process.env.PLAYWRIGHT_CORE);
+const [url, ns] = process.argv.slice(2);
+const name = "tiny";
+const findings = { consoleErrors: [], steps: [] };
+const step = (s) => findings.steps.push(s);
+
+const browser = await chromium.launch({ executablePath: process.env.CHROMIUM, args: ["--no-sandbox"] });
+try {
+  const page = await browser.newPage({ viewport: { width: 1366, height: 768 } });
+  page.on("console", (m) => { if (m.type() === "error") findings.consoleErrors.push(m.text()); });
+  page.on("pageerror", (e) => findings.consoleErrors.push(String(e)));
+  page.on("dialog", (d) => d.accept());
+  page.on("response", (r) => { if (r.status() >= 400) findings.consoleErrors.push(`${r.status()} ${r.url()}`); });
+  page.setDefaultTimeout(30000);
+
+  // Keyboard: the first Tab reaches the skip link.
+  await page.goto(`${url}/#/deploy`);
+  await page.keyboard.press("Tab");
+  findings.firstTab = await page.evaluate(() => document.activeElement?.textContent);
+
+  // Every form control has a label; every button a name.
+  findings.unlabelled = await page.evaluate(() =>
+    [...document.querySelectorAll("input, select, textarea")].filter((e) => e.labels.length === 0).map((e) => e.id));
+  findings.unnamedButtons = await page.evaluate(() =>
+    [...document.querySelectorAll("button")].filter((b) => !b.textContent.trim()).length);
+
+  await page.getByLabel("Name", { exact: true }).fill(name);
+  await page.getByLabel("Namespace").fill(ns);
+  await page.getByLabel("Model (Hugging Face id)").fill("google/gemma-3-1b-it-qat-q8_0-gguf");
+  await page.getByLabel("Engine").selectOption("llamacpp");
+  await page.getByLabel("GPUs per replica").fill("0");
+  await page.getByLabel("Image (optional)").fill("ghcr.io/sozercan/llama-cpp-runner:latest");
+  findings.manifestFromForm = await page.getByLabel(/^Manifest/).inputValue();
+  await page.getByRole("button", { name: "Preview" }).click();
+  await page.locator("#dry-run").waitFor();
+  findings.dryRun = await page.locator("#dry-run").textContent();
+  findings.preview = await page.getByRole("region", { name: "Preview" }).textContent();
+  findings.selection = await page.locator("#selection").textContent();
+  findings.objects = await page.locator("pre.object").allTextContents();
+  step("previewed");
+
+  // The YAML view the other way: an edit there, then Preview, updates the form.
+  const manifest = await page.getByLabel(/^Manifest/).inputValue();
+  await page.getByLabel(/^Manifest/).fill(manifest.replace(/replicas: 1\b/, "replicas: 3"));
+  await page.getByRole("button", { name: "Preview" }).click();
+  await page.waitForFunction(() => document.querySelector("#f-replicas").value === "3");
+  await page.getByLabel("Replicas").fill("1");
+  await page.getByRole("button", { name: "Preview" }).click();
+  await page.locator("#dry-run").waitFor();
+  await page.waitForFunction(() => !document.querySelector("button.primary").disabled);
+  step("yaml both ways");
+
+  await page.getByRole("button", { name: "Deploy" }).click();
+  await page.waitForURL(`**/#/deployments/${ns}/${name}`);
+  step("deployed");
+
+  // Live: the row appears and follows the status without a reload.
+  await page.goto(`${url}/#/deployments`);
+  await page.locator(`#ns-filter option[value="${ns}"]`).waitFor({ state: "attached" });
+  await page.getByLabel("Namespace").selectOption(ns);
+  const row = page.getByRole("row", { name: new RegExp(`^${name} `) });
+  await row.waitFor();
+  await page.waitForFunction((n) => [...document.querySelectorAll("tbody tr")]
+    .some((tr) => tr.cells[0].textContent === n && tr.cells[4].textContent === "kaito"), name);
+  findings.row = await row.locator("td").allTextContents();
+  step("listed live");
+
+  await page.getByRole("link", { name, exact: true }).click();
+  await page.getByRole("table", { name: "Conditions" }).waitFor();
+  findings.conditions = await page.getByRole("table", { name: "Conditions" }).locator("tbody tr td:first-child").allTextContents();
+  findings.selectionTable = await page.getByRole("table", { name: /^Provider selection/ }).locator("tbody tr td:first-child").allTextContents();
+  await page.getByLabel("Replicas").fill("2");
+  await page.getByRole("button", { name: "Scale" }).click();
+  await page.getByRole("status").filter({ hasText: "scaled to 2" }).waitFor();
+  step("scaled");
+  await page.getByRole("button", { name: "Delete" }).click();
+  await page.waitForURL("**/#/deployments");
+  step("deleted");
+
+  await page.goto(`${url}/#/providers`);
+  await page.getByRole("table", { name: "Providers" }).waitFor();
+  findings.providers = await page.getByRole("table", { name: "Providers" }).locator("tbody tr td:first-child").allTextContents();
+  step("providers");
+} catch (e) {
+  findings.error = String(e);
+  findings.page = await browser.contexts()[0]?.pages()[0]?.locator("main").textContent().catch(() => null);
+} finally {
+  await browser.close();
+}
+console.log(JSON.stringify(findings));
+process.exit(findings.error ? 1 : 0);

@@ -1,0 +1,209 @@
+//! The dashboard in a real browser: Debian's headless Chromium driven by playwright-core
+//! (`tests/e2e/browser/dashboard.mjs`; `scripts/test.sh` installs both), against the
+//! dashboard served by this test on a private test API server where core and every
+//! built-in provider run. A model is previewed (server dry run, selection, the exact
+//! objects), deployed through the form, seen live in the list, opened, scaled and deleted;
+//! no console error; every control labelled. The server's guards are checked with plain
+//! requests.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use kube::Api;
+use kubeairunway_cli::builtin::{BuiltIns, NAMES, NodeProvisioningMode, ProviderFlags};
+use kubeairunway_cli::controllers::Controllers;
+use kubeairunway_cli::{crds, dashboard};
+use kubeairunway_sdk::ModelDeployment;
+use kubeairunway_sdk::testing::{self, wait_for};
+use serde_json::Value;
+
+/// Where playwright-core and Chromium are (`tests/e2e/browser/install.sh` prints them and
+/// scripts/test.sh exports them; these are its defaults).
+fn browser_env() -> (PathBuf, PathBuf) {
+    let cache = std::env::var_os("XDG_CACHE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+        .unwrap_or_default();
+    let core = std::env::var_os("PLAYWRIGHT_CORE").map_or_else(
+        || cache.join("kubeairunway/playwright/1.65.1/node_modules/playwright-core"),
+        PathBuf::from,
+    );
+    let chromium = std::env::var_os("CHROMIUM")
+        .map_or_else(|| PathBuf::from("/usr/bin/chromium"), PathBuf::from);
+    assert!(
+        core.join("package.json").exists() && chromium.exists(),
+        "the browser tests need playwright-core ({}) and Chromium ({}): run scripts/test.sh, which installs them",
+        core.display(),
+        chromium.display()
+    );
+    (core, chromium)
+}
+
+async fn request(port: u16, method: &str, path: &str, host: &str, marked: bool) -> u16 {
+    let mut req = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
+    );
+    if marked {
+        req.push_str("x-kubeairunway-dashboard: 1\r\n");
+    }
+    req.push_str("\r\n{}");
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .unwrap();
+    tokio::io::AsyncWriteExt::write_all(&mut stream, req.as_bytes())
+        .await
+        .unwrap();
+    let mut out = String::new();
+    tokio::io::AsyncReadExt::read_to_string(&mut stream, &mut out)
+        .await
+        .unwrap();
+    out.split(' ')
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test]
+async fn a_model_is_previewed_deployed_watched_scaled_and_deleted_in_a_real_browser() {
+    let (core, chromium) = browser_env();
+    let upstream = crds::all_bundled().unwrap();
+    let (cluster, client) = testing::private_cluster("dashboard", &upstream)
+        .await
+        .unwrap();
+    let ns = cluster.namespace("dashboard");
+    let inference_set = upstream.iter().find(|c| {
+        kube::ResourceExt::name_any(*c) == kubeairunway_kaito_provider::INFERENCE_SET_CRD
+    });
+    let _controllers = Controllers::start(
+        &client,
+        BuiltIns::new(
+            &ProviderFlags::default(),
+            inference_set,
+            NodeProvisioningMode::Byo,
+        ),
+        &NAMES,
+    )
+    .unwrap();
+    for provider in NAMES {
+        testing::registered(&client, provider).await;
+    }
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let server = tokio::spawn(dashboard::api::serve(
+        listener,
+        client.clone(),
+        std::future::pending(),
+    ));
+
+    // The guards: another Host (DNS rebinding) and a change without the page's header
+    // (cross-site request forgery) are refused before anything is done.
+    let host = format!("127.0.0.1:{port}");
+    assert_eq!(
+        request(port, "GET", "/api/deployments", "evil.example", false).await,
+        403
+    );
+    assert_eq!(
+        request(port, "POST", "/api/deployments", &host, false).await,
+        403
+    );
+    assert_eq!(
+        request(port, "POST", "/api/deployments", &host, true).await,
+        422,
+        "let through, then refused: no manifest"
+    );
+
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("browser/dashboard.mjs");
+    let output = tokio::time::timeout(
+        Duration::from_secs(240),
+        tokio::process::Command::new("node")
+            .arg(&script)
+            .arg(format!("http://{host}"))
+            .arg(&ns)
+            .env("PLAYWRIGHT_CORE", &core)
+            .env("CHROMIUM", &chromium)
+            .output(),
+    )
+    .await
+    .expect("the browser run ended")
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let findings: Value = serde_json::from_str(stdout.lines().last().unwrap_or("{}"))
+        .unwrap_or_else(|e| panic!("{e}: {stdout}\n{}", String::from_utf8_lossy(&output.stderr)));
+    assert!(
+        output.status.success(),
+        "{findings:#}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert_eq!(
+        findings["consoleErrors"],
+        serde_json::json!([]),
+        "{findings:#}"
+    );
+    assert_eq!(findings["firstTab"], "Skip to content");
+    assert_eq!(findings["unlabelled"], serde_json::json!([]));
+    assert_eq!(findings["unnamedButtons"], 0);
+    assert!(
+        findings["manifestFromForm"]
+            .as_str()
+            .unwrap()
+            .contains("id: \"google/gemma-3-1b-it-qat-q8_0-gguf\""),
+        "{findings:#}"
+    );
+    assert_eq!(
+        findings["dryRun"],
+        "Validation: the API server accepts it (dry run)"
+    );
+    let selection = findings["selection"].as_str().unwrap();
+    assert!(
+        selection.starts_with("Engine llamacpp (explicit); provider kaito:"),
+        "{selection}"
+    );
+    let objects = findings["objects"].as_array().unwrap();
+    assert!(
+        objects
+            .iter()
+            .any(|o| o.as_str().unwrap().contains("kind: Workspace")),
+        "{objects:?}"
+    );
+    let row = findings["row"].as_array().unwrap();
+    assert_eq!(
+        (row[0].as_str(), row[1].as_str(), row[4].as_str()),
+        (Some("tiny"), Some(ns.as_str()), Some("kaito"))
+    );
+    let conditions: Vec<&str> = findings["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert!(conditions.contains(&"ProviderSelected"), "{conditions:?}");
+    assert!(!findings["selectionTable"].as_array().unwrap().is_empty());
+    let providers: Vec<&str> = findings["providers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    for p in NAMES {
+        assert!(providers.contains(&p), "{providers:?}");
+    }
+
+    // What the browser did happened in the cluster: created (core selected a provider for
+    // it), then deleted.
+    let mds: Api<ModelDeployment> = Api::namespaced(client.clone(), &ns);
+    wait_for(
+        Duration::from_secs(60),
+        "tiny deleted",
+        || mds.get_opt("tiny"),
+        |m| {
+            m.as_ref()
+                .is_none_or(|m| m.metadata.deletion_timestamp.is_some())
+        },
+    )
+    .await
+    .unwrap();
+    let events =
+        kubeairunway_sdk::testing::event_where(&client, &ns, "tiny", "ProviderSelected").await;
+    assert!(!events.is_empty());
+    server.abort();
+}
