@@ -43,6 +43,24 @@ pub fn model_ready_label(namespace: &str, name: &str) -> String {
     prefixed_label(MODEL_LABEL_PREFIX, namespace, name)
 }
 
+/// The Secret in the credentials namespace where the controller hands over the hub token
+/// of the ModelCache `namespace/name` (key [`MODEL_TOKEN_KEY`]): `modelcache-token-` and
+/// 40 hex digits of the SHA-256 of `namespace/name`. The node agents read Secrets in
+/// that namespace only, never a user's.
+pub fn model_token_secret(namespace: &str, name: &str) -> String {
+    use sha2::Digest as _;
+    let hash = sha2::Sha256::digest(format!("{namespace}/{name}").as_bytes());
+    let hex = hash.iter().fold(String::new(), |mut s, b| {
+        use std::fmt::Write as _;
+        let _ = write!(s, "{b:02x}");
+        s
+    });
+    format!("modelcache-token-{}", &hex[..40])
+}
+
+/// The key of the handed-over token in [`model_token_secret`].
+pub const MODEL_TOKEN_KEY: &str = "token";
+
 /// `<prefix><namespace>.<name>`, the name part at most 63 characters (see [`ready_label`]).
 fn prefixed_label(prefix: &str, namespace: &str, name: &str) -> String {
     const MAX: usize = 63;
@@ -105,6 +123,14 @@ mod tests {
             ready_label("inference-team", &format!("{long}-v1")),
             "stable"
         );
+    }
+
+    #[test]
+    fn model_token_secrets_are_dns_names_distinct_per_cache() {
+        let a = model_token_secret("ml", "qwen");
+        assert!(a.starts_with("modelcache-token-") && a.len() == 57, "{a}");
+        assert_ne!(a, model_token_secret("ml", "qwen2"));
+        assert_ne!(a, model_token_secret("m", "lqwen"));
     }
 
     #[test]

@@ -192,19 +192,16 @@ pub async fn pull_resolved(
     for f in &files {
         unique.entry(f.etag()).or_insert(f);
     }
-    let fetched: BTreeMap<String, crate::download::Fetched> =
-        futures::stream::iter(unique.into_values())
-            .map(|f| {
-                let layout = &layout;
-                let commit = info.commit.as_str();
-                async move {
-                    let fetched = fetch_blob(hub, repo, commit, f, layout, options.retries).await?;
-                    Ok::<_, Error>((f.etag().to_string(), fetched))
-                }
-            })
-            .buffer_unordered(options.parallel.max(1))
-            .try_collect()
-            .await?;
+    // The futures are made before the stream (not by a closure in it), so that a pull
+    // is `Send` and can run in a spawned task.
+    let fetches: Vec<_> = unique
+        .into_values()
+        .map(|f| fetch_one(hub, repo, &info.commit, f, &layout, options.retries))
+        .collect();
+    let fetched: BTreeMap<String, crate::download::Fetched> = futures::stream::iter(fetches)
+        .buffer_unordered(options.parallel.max(1))
+        .try_collect()
+        .await?;
 
     let snapshot = publish_snapshot(&layout, &info.commit, &files).await?;
     if revision != info.commit {
@@ -236,6 +233,19 @@ pub async fn pull_resolved(
         bytes_received: reports.iter().map(|f| f.received).sum(),
         files: reports,
     })
+}
+
+/// One blob of a pull, with its etag.
+async fn fetch_one(
+    hub: &Hub,
+    repo: &RepoId,
+    commit: &str,
+    file: &HubFile,
+    layout: &RepoLayout,
+    retries: u32,
+) -> Result<(String, crate::download::Fetched), Error> {
+    let fetched = fetch_blob(hub, repo, commit, file, layout, retries).await?;
+    Ok((file.etag().to_string(), fetched))
 }
 
 /// Links `files` into `snapshots/<commit>`: a new snapshot is built aside and renamed
