@@ -106,10 +106,20 @@ pub struct ModelCacheSpec {
     /// Download only on nodes with these labels; unset: every node an agent runs on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_selector: Option<BTreeMap<String, String>>,
-    /// The most this model may take on each node's disk (a quantity in bytes: `20Gi`); a
-    /// revision larger than this fails on every node with `OverBudget`.
+    /// The most this model may take on each node's disk (a quantity in bytes, without
+    /// fraction: `20Gi`, `500M`); a revision larger than this fails on every node with
+    /// `OverBudget`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "budget_schema")]
     pub storage_budget: Option<Quantity>,
+}
+
+/// A budget: a quantity string the agents parse exactly (no fractions or exponents).
+fn budget_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "pattern": "^[0-9]+(Ki|Mi|Gi|Ti|k|M|G|T)?$",
+    })
 }
 
 impl ModelCacheSpec {
