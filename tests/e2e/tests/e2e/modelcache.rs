@@ -1,8 +1,9 @@
 //! Model caches on the nodes: the node agent (in-process, one per fake node, each as the
 //! chart's agent service account when helm is there) against a real API server of its
 //! own and the loopback stand-in of the Hugging Face hub (`kubeairunway-modelcache-hub`'s
-//! `testing` feature). The test plays the controller where the agent needs it: it writes
-//! the handed-over hub token into the credentials namespace.
+//! `testing` feature). The agent tests play the controller where the agent needs it (the
+//! handed-over hub token); the last test runs the controller too (status, node labels,
+//! the token handed over from the user's Secret).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -19,7 +20,9 @@ use kubeairunway_kernelcache_agent::models::ModelSettings;
 use kubeairunway_kernelcache_agent::node::KubeNode;
 use kubeairunway_kernelcache_agent::{self as agent, Seams, Settings};
 use kubeairunway_kernelcache_api::KernelCacheNode;
-use kubeairunway_kernelcache_api::model::{ModelCache, ModelCacheState, NodeModelCache, reasons};
+use kubeairunway_kernelcache_api::model::{
+    ModelCache, ModelCacheState, ModelCacheStatus, NodeModelCache, reasons,
+};
 use kubeairunway_kernelcache_api::names::model_token_secret;
 use kubeairunway_kernelcache_artifact::secrets;
 use kubeairunway_modelcache_hub::testing::{Content, StandIn, StandInFile, commit_id};
@@ -488,4 +491,283 @@ async fn model_cache_sources_are_checked_at_admission() {
     )
     .await;
     assert!(budget.is_err(), "a budget is a quantity: {budget:?}");
+}
+
+/// The controller, as its chart's service account when helm is there (allowed to read the
+/// user's Secret `hf-token` in the test namespace), until the returned sender is used.
+async fn start_controller(
+    cluster: &TestCluster,
+    client: &Client,
+) -> (
+    Option<kubeairunway_e2e::rbac::ChartIdentity>,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
+    use kubeairunway_kernelcache_controller::{self as controller, Settings, metrics::Metrics};
+    let identity = match kubeairunway_e2e::helm::require() {
+        Some(helm_bin) => {
+            let objects = kubeairunway_e2e::helm::template(
+                &helm_bin,
+                &kubeairunway_e2e::helm::chart("kernelcache-provider"),
+                &[
+                    ("controller.pullSecrets[0].namespace", NS),
+                    ("controller.pullSecrets[0].names[0]", "hf-token"),
+                ],
+            )
+            .unwrap();
+            let deployment = objects
+                .iter()
+                .find(|o| {
+                    o["kind"] == "Deployment"
+                        && o["metadata"]["name"]
+                            .as_str()
+                            .is_some_and(|n| n.ends_with("-controller"))
+                })
+                .unwrap();
+            Some(
+                kubeairunway_e2e::rbac::ChartIdentity::apply(
+                    cluster,
+                    client,
+                    &objects,
+                    "kernelcache-controller",
+                    deployment["metadata"]["namespace"].as_str().unwrap(),
+                    deployment["spec"]["template"]["spec"]["serviceAccountName"]
+                        .as_str()
+                        .unwrap(),
+                )
+                .await
+                .unwrap(),
+            )
+        }
+        None => None,
+    };
+    let controller_client = match &identity {
+        Some(id) => id.client(cluster).await.unwrap(),
+        None => client.clone(),
+    };
+    let settings = Settings {
+        resync: Duration::from_secs(2),
+        credentials_namespace: Some(CREDENTIALS_NS.into()),
+        ..Settings::default()
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(controller::run(
+        controller_client.clone(),
+        settings,
+        Arc::new(secrets::KubeSecrets(controller_client)),
+        Arc::new(Metrics::default()),
+        kubeairunway_sdk::process::Check::default(),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    (identity, stop, task)
+}
+
+async fn cache_where(
+    client: &Client,
+    name: &str,
+    what: &str,
+    check: impl Fn(&ModelCacheStatus) -> bool,
+) -> ModelCacheStatus {
+    let api: Api<ModelCache> = Api::namespaced(client.clone(), NS);
+    let found = eventually(90, what, || async {
+        api.get_opt(name)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|c| c.status)
+            .filter(|s| check(s))
+    })
+    .await;
+    match found {
+        Ok(s) => s,
+        Err(e) => {
+            let last = api
+                .get_opt(name)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|c| c.status);
+            panic!("{e}; last status of {name}: {last:#?}")
+        }
+    }
+}
+
+fn condition<'a>(s: &'a ModelCacheStatus, type_: &str) -> Option<(&'a str, &'a str)> {
+    s.conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.as_str(), c.reason.as_str()))
+}
+
+async fn node_labels(client: &Client, name: &str) -> BTreeMap<String, String> {
+    Api::<Node>::all(client.clone())
+        .get(name)
+        .await
+        .unwrap()
+        .metadata
+        .labels
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn the_controller_adds_up_the_nodes_labels_them_and_hands_the_token_over() {
+    use kubeairunway_kernelcache_api::model::conditions;
+    let (cluster, client) = setup("mc-controller").await;
+    let hub = StandIn::start().await;
+    let commit = commit_id("tiny-1");
+    hub.commit("acme/tiny", "main", &commit, files());
+    let gated_commit = commit_id("gated-1");
+    hub.commit("acme/gated", "main", &gated_commit, files());
+    hub.gate("acme/gated", "hf_right");
+    for (name, pool) in [("gpu-a", "a"), ("gpu-b", "a"), ("cpu-c", "c")] {
+        node(&client, name, pool).await;
+    }
+    // The user's Secret: the controller hands its token over, the agents read the copy.
+    Api::<Secret>::namespaced(client.clone(), NS)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "hf-token", "namespace": NS},
+                "stringData": {"token": "hf_right"},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let selector = json!({"pool": "a"});
+    model_cache(
+        &client,
+        "tiny",
+        json!({"source": "hf://acme/tiny", "nodeSelector": selector}),
+    )
+    .await
+    .unwrap();
+    model_cache(
+        &client,
+        "gated",
+        json!({"source": "hf://acme/gated", "nodeSelector": selector,
+               "credentialsSecretRef": {"name": "hf-token"}}),
+    )
+    .await
+    .unwrap();
+    let digest = "b".repeat(64);
+    model_cache(
+        &client,
+        "oci",
+        json!({"source": format!("oci://r.example/m@sha256:{digest}")}),
+    )
+    .await
+    .unwrap();
+
+    let (identity, stop, controller) = start_controller(&cluster, &client).await;
+    let roots: BTreeMap<&str, tempfile::TempDir> = ["gpu-a", "gpu-b", "cpu-c"]
+        .into_iter()
+        .map(|n| (n, tempfile::tempdir().unwrap()))
+        .collect();
+    let agents: Vec<RunningAgent> = roots
+        .iter()
+        .map(|(n, root)| start_agent(&client, n, root.path(), &hub))
+        .collect();
+
+    let total: u64 = files().iter().map(|f| f.content.len()).sum();
+    for name in ["tiny", "gated"] {
+        let s = cache_where(&client, name, "Ready on the two selected nodes", |s| {
+            s.ready_nodes == 2
+        })
+        .await;
+        assert_eq!(
+            condition(&s, conditions::READY),
+            Some(("True", reasons::READY))
+        );
+        assert_eq!(
+            condition(&s, conditions::ACCEPTED),
+            Some(("True", reasons::ACCEPTED))
+        );
+        assert_eq!(s.nodes["Ready"], ["gpu-a", "gpu-b"]);
+        assert_eq!(s.size_bytes, Some(i64::try_from(total).unwrap()));
+        assert_eq!((s.downloading_nodes, s.failed_nodes), (0, 0));
+        assert_eq!(s.observed_generation, Some(1));
+    }
+    let tiny = cache_where(&client, "tiny", "tiny's commit", |s| {
+        s.resolved_commit.is_some()
+    })
+    .await;
+    assert_eq!(tiny.resolved_commit.as_deref(), Some(commit.as_str()));
+    assert_cached(
+        roots["gpu-b"].path(),
+        "models--acme--gated",
+        &gated_commit,
+        &files(),
+    );
+    let oci = cache_where(&client, "oci", "oci refused", |s| !s.conditions.is_empty()).await;
+    assert_eq!(
+        condition(&oci, conditions::ACCEPTED),
+        Some(("False", reasons::SOURCE_NOT_SUPPORTED))
+    );
+    assert_eq!(
+        condition(&oci, conditions::READY),
+        Some(("False", reasons::SOURCE_NOT_SUPPORTED))
+    );
+    assert_eq!(oci.ready_nodes, 0);
+
+    // The ready labels, for the later mount and affinity: on the two nodes only.
+    for name in ["gpu-a", "gpu-b"] {
+        eventually(60, "the model-cache labels", || async {
+            let labels = node_labels(&client, name).await;
+            (labels
+                .get("modelcache.kubeairunway.ai/ml.tiny")
+                .map(String::as_str)
+                == Some("true")
+                && labels
+                    .get("modelcache.kubeairunway.ai/ml.gated")
+                    .map(String::as_str)
+                    == Some("true"))
+            .then_some(())
+        })
+        .await
+        .unwrap();
+    }
+    let c = node_labels(&client, "cpu-c").await;
+    assert!(
+        !c.keys()
+            .any(|k| k.starts_with("modelcache.kubeairunway.ai/")),
+        "{c:?}"
+    );
+
+    // Deleted: its label leaves the nodes, its handed-over token the namespace.
+    let handed = model_token_secret(NS, "gated");
+    let secrets_api: Api<Secret> = Api::namespaced(client.clone(), CREDENTIALS_NS);
+    assert!(secrets_api.get_opt(&handed).await.unwrap().is_some());
+    Api::<ModelCache>::namespaced(client.clone(), NS)
+        .delete("gated", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(60, "the gated label removed", || async {
+        let labels = node_labels(&client, "gpu-a").await;
+        (!labels.contains_key("modelcache.kubeairunway.ai/ml.gated")
+            && labels.contains_key("modelcache.kubeairunway.ai/ml.tiny"))
+        .then_some(())
+    })
+    .await
+    .unwrap();
+    eventually(60, "the handed-over token removed", || async {
+        secrets_api
+            .get_opt(&handed)
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await
+    .unwrap();
+
+    for a in agents {
+        a.stop().await;
+    }
+    let _ = stop.send(());
+    controller.await.unwrap().unwrap();
+    drop(identity);
 }
