@@ -125,7 +125,14 @@ struct Loop {
     entries: Vec<Entry>,
     /// The report last written and when.
     written: Option<(Vec<NodeModelCache>, Instant)>,
+    /// When to look again at caches with a nodeSelector, while this node's labels are
+    /// unknown (its Node not read yet).
+    labels_retry: Option<Instant>,
 }
+
+/// How soon caches with a nodeSelector are looked at again while the node's labels are
+/// unknown.
+const LABELS_RETRY: Duration = Duration::from_secs(2);
 
 /// Run the model-cache loop until `shutdown` completes.
 pub async fn run(
@@ -155,6 +162,7 @@ pub async fn run(
         tasks: JoinSet::new(),
         entries: Vec::new(),
         written: None,
+        labels_retry: None,
     };
     info!(root = %this.settings.root.display(), "model-cache loop starting");
     tokio::pin!(shutdown);
@@ -181,9 +189,10 @@ pub async fn run(
                     next_resync = Instant::now() + this.settings.resync;
                     dirty = true;
                 }
-                // Failures due for a retry.
+                // Failures due for a retry, or the node's labels to read again.
                 let now = Instant::now();
-                dirty |= this.known.values().any(|k| matches!(k, Known::Failed { retry_at, .. } if *retry_at <= now));
+                dirty |= this.known.values().any(|k| matches!(k, Known::Failed { retry_at, .. } if *retry_at <= now))
+                    || this.labels_retry.is_some_and(|at| at <= now);
             }
         }
         if !synced {
@@ -219,7 +228,7 @@ impl Loop {
             })
             .min();
         let progress = (!self.running.is_empty()).then(|| now + self.settings.progress_every);
-        [Some(resync), retry, progress]
+        [Some(resync), retry, progress, self.labels_retry]
             .into_iter()
             .flatten()
             .min()
@@ -264,6 +273,7 @@ impl Loop {
     /// downloads stopped and started.
     async fn reconcile(&mut self) {
         let labels = self.ctx.node.get().await.ok().map(|n| n.labels);
+        self.labels_retry = labels.is_none().then(|| Instant::now() + LABELS_RETRY);
         let caches = self.store.state();
         let wanted = decide::wanted(caches.iter().map(AsRef::as_ref), labels.as_ref());
         let plan = decide::plan(

@@ -63,6 +63,16 @@ impl RunningAgent {
 }
 
 fn start_agent(client: &Client, node_name: &str, root: &Path, hub: &StandIn) -> RunningAgent {
+    start_agent_with(client, node_name, root, hub, |_| {})
+}
+
+fn start_agent_with(
+    client: &Client,
+    node_name: &str,
+    root: &Path,
+    hub: &StandIn,
+    tweak: impl FnOnce(&mut ModelSettings),
+) -> RunningAgent {
     let mut settings = Settings::new(node_name, root.join("kernels"));
     settings.resync = Duration::from_secs(2);
     settings.credentials_namespace = Some(CREDENTIALS_NS.into());
@@ -72,6 +82,9 @@ fn start_agent(client: &Client, node_name: &str, root: &Path, hub: &StandIn) -> 
         resync: Duration::from_secs(2),
         ..ModelSettings::new(root.join("models"))
     });
+    if let Some(m) = settings.models.as_mut() {
+        tweak(m);
+    }
     let seams = Seams {
         gpus: Arc::new(Static::parse("[]").unwrap()),
         node: Arc::new(KubeNode::watch(client.clone(), node_name)),
@@ -459,6 +472,44 @@ async fn a_download_interrupted_by_an_agent_restart_resumes_where_it_stopped() {
     );
     assert!(hub.sent(BIG) < 2 * BIG_LEN, "sent {}", hub.sent(BIG));
     second.stop().await;
+}
+
+/// An agent started before its Node exists: caches with a nodeSelector wait for its
+/// labels and download once the Node appears, without waiting for a resync (here an hour).
+#[tokio::test]
+async fn caches_with_a_selector_wait_for_the_node_and_then_download() {
+    let (_cluster, client) = setup("mc-late-node").await;
+    let hub = StandIn::start().await;
+    let commit = commit_id("tiny-1");
+    hub.commit("acme/tiny", "main", &commit, files());
+    model_cache(
+        &client,
+        "tiny",
+        json!({"source": "hf://acme/tiny", "nodeSelector": {"pool": "a"}}),
+    )
+    .await
+    .unwrap();
+    model_cache(&client, "everywhere", json!({"source": "hf://acme/tiny"}))
+        .await
+        .unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let running = start_agent_with(&client, "late", root.path(), &hub, |m| {
+        m.resync = Duration::from_secs(3600);
+    });
+    let before = node_where(&client, "late", "the cache without a selector Ready", |n| {
+        entry(n, "everywhere").is_some_and(|e| e.state == ModelCacheState::Ready)
+    })
+    .await;
+    assert!(
+        entry(&before, "tiny").is_none(),
+        "no labels, no selector match"
+    );
+    node(&client, "late", "a").await;
+    node_where(&client, "late", "tiny Ready once the Node is there", |n| {
+        entry(n, "tiny").is_some_and(|e| e.state == ModelCacheState::Ready)
+    })
+    .await;
+    running.stop().await;
 }
 
 #[tokio::test]
