@@ -236,13 +236,16 @@ impl Loop {
     }
 
     fn finished(&mut self, key: Key, generation: i64, result: Result<Done, Failure>) {
+        // A download stopped (its cache deleted, unselected or changed) that finished
+        // before its abort took effect says nothing about what is wanted now.
         if self
             .running
             .get(&key)
-            .is_some_and(|r| r.generation == generation)
+            .is_none_or(|r| r.generation != generation)
         {
-            self.running.remove(&key);
+            return;
         }
+        self.running.remove(&key);
         let known = match result {
             Ok(done) => {
                 info!(cache = %key, commit = %done.commit, bytes = done.bytes, "model cache ready");
