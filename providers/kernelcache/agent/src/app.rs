@@ -49,7 +49,8 @@ pub struct Cli {
     #[arg(long, env = "DISK_BUDGET")]
     pub disk_budget: Option<Size>,
     /// Free space no stage goes below on the cache root's filesystem (bytes, a quantity or
-    /// a share: 10%), checked before a stage and bounding what it writes. Where the cache
+    /// a share: 10%), checked before a stage and bounding what it writes; also checked
+    /// before each model-cache download, on the model-cache root's filesystem. Where the cache
     /// root shares the kubelet's filesystem, keep it at or above the kubelet's eviction
     /// threshold (nodefs.available, 10% by default).
     #[arg(long, env = "MIN_FREE", default_value = "5%")]
@@ -122,6 +123,7 @@ impl Cli {
                 hf_endpoint: self.hf_endpoint.trim_end_matches('/').to_string(),
                 parallel_downloads: usize::from(self.parallel_model_downloads),
                 parallel_files: usize::from(self.model_download_files),
+                min_free: self.min_free,
                 progress_every: self.model_progress_every,
                 resync: self.resync,
             }),

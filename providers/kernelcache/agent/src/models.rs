@@ -36,6 +36,7 @@ use tokio::time::Instant;
 use tracing::{info, warn};
 
 use crate::node::NodeApi;
+use crate::space::Size;
 use decide::{Entry, Key, Known};
 use download::{Done, Failure, Job, Shared};
 
@@ -56,6 +57,9 @@ pub struct ModelSettings {
     pub parallel_downloads: usize,
     /// Files fetched at once within one download.
     pub parallel_files: usize,
+    /// Free space on the root's filesystem no download goes below (`--min-free`, shared
+    /// with kernel caches).
+    pub min_free: Size,
     /// Progress alone is written at most this often.
     pub progress_every: Duration,
     /// Everything is looked at again this often without a change.
@@ -70,6 +74,7 @@ impl ModelSettings {
             hf_endpoint: kubeairunway_modelcache_hub::client::DEFAULT_ENDPOINT.to_string(),
             parallel_downloads: 2,
             parallel_files: 4,
+            min_free: Size::Percent(5),
             progress_every: Duration::from_secs(5),
             resync: Duration::from_secs(120),
         }
@@ -303,6 +308,7 @@ impl Loop {
                 cache_dir: self.settings.cache_dir(),
                 endpoint: self.settings.hf_endpoint.clone(),
                 parallel_files: self.settings.parallel_files,
+                min_free: self.settings.min_free,
                 credentials_namespace: self.ctx.credentials_namespace.clone(),
                 secrets: Arc::clone(&self.ctx.secrets),
                 progress: Arc::clone(&progress),

@@ -512,6 +512,46 @@ async fn caches_with_a_selector_wait_for_the_node_and_then_download() {
     running.stop().await;
 }
 
+/// A node whose model-cache disk has no room above `--min-free` (here all of it is kept
+/// free): `NoSpace` with the numbers, before a byte of the model is written.
+#[tokio::test]
+async fn a_model_that_does_not_fit_the_free_space_fails_with_no_space() {
+    let (_cluster, client) = setup("mc-no-space").await;
+    let hub = StandIn::start().await;
+    hub.commit("acme/tiny", "main", &commit_id("tiny-1"), files());
+    node(&client, "full", "a").await;
+    model_cache(&client, "tiny", json!({"source": "hf://acme/tiny"}))
+        .await
+        .unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let running = start_agent_with(&client, "full", root.path(), &hub, |m| {
+        m.min_free = kubeairunway_kernelcache_agent::space::Size::Percent(100);
+    });
+    let report = node_where(&client, "full", "tiny Failed", |n| {
+        entry(n, "tiny").is_some_and(|e| e.state == ModelCacheState::Failed)
+    })
+    .await;
+    let tiny = entry(&report, "tiny").unwrap();
+    assert_eq!(tiny.reason.as_deref(), Some(reasons::NO_SPACE), "{tiny:?}");
+    assert!(
+        tiny.message
+            .as_deref()
+            .unwrap()
+            .contains("kept free (--min-free)"),
+        "{tiny:?}"
+    );
+    let blobs = root.path().join("models/hub/models--acme--tiny/blobs");
+    assert!(
+        std::fs::read_dir(&blobs).map_or(true, |mut d| d.next().is_none()),
+        "nothing written"
+    );
+    assert!(
+        hub.log().iter().all(|l| !l.path.contains("/resolve/")),
+        "no file was requested"
+    );
+    running.stop().await;
+}
+
 #[tokio::test]
 async fn model_cache_sources_are_checked_at_admission() {
     let (_cluster, client) = setup("mc-admission").await;

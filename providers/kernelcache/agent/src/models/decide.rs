@@ -14,7 +14,7 @@ use kubeairunway_modelcache_hub::Error as HubError;
 use tokio::time::Instant;
 
 use crate::plan::selects;
-use crate::space::Size;
+use crate::space::{Filesystem, Size};
 
 /// A ModelCache: (namespace, name).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -301,6 +301,27 @@ pub fn check_budget(bytes: u64, budget: Option<u64>) -> Result<(), (&'static str
     }
 }
 
+/// Whether `missing` bytes (still to download) fit the filesystem's free space above the
+/// floor no download goes below (`--min-free`): `NoSpace` with the numbers when not.
+pub fn check_space(
+    missing: u64,
+    fs: Filesystem,
+    floor: Size,
+) -> Result<(), (&'static str, String)> {
+    let floor = floor.bytes(fs.total);
+    let room = fs.free.saturating_sub(floor);
+    if missing > room {
+        return Err((
+            reasons::NO_SPACE,
+            format!(
+                "{missing} bytes still to download, {room} available: {} free on the model-cache root's filesystem, {floor} kept free (--min-free)",
+                fs.free
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// The reason of a hub error (the message is the error's own text).
 pub fn reason(error: &HubError) -> &'static str {
     match error {
@@ -489,6 +510,22 @@ mod tests {
         assert_eq!(reason(&space), reasons::NO_SPACE);
         let gone = HubError::RepoNotFound { repo: "o/m".into() };
         assert_eq!(reason(&gone), reasons::NOT_FOUND);
+        let fs = Filesystem {
+            total: 1000,
+            free: 300,
+        };
+        assert!(check_space(250, fs, Size::Percent(5)).is_ok());
+        let (why, message) = check_space(251, fs, Size::Percent(5)).unwrap_err();
+        assert_eq!(why, reasons::NO_SPACE);
+        assert!(
+            message.contains("250 available") && message.contains("50 kept free"),
+            "{message}"
+        );
+        assert!(check_space(1, fs, Size::Percent(100)).is_err());
+        assert!(
+            check_space(0, fs, Size::Percent(100)).is_ok(),
+            "nothing missing: no check"
+        );
         assert_eq!(backoff(1), Duration::from_secs(10));
         assert_eq!(backoff(30), Duration::from_secs(600));
     }

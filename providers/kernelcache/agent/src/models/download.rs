@@ -1,8 +1,8 @@
 //! One ModelCache onto this node's disk, in phases: the hub token (handed over by the
 //! controller in the credentials namespace), the revision resolved to a commit and its
-//! files, the storage budget checked against them before a byte is written, then the
-//! pull (`kubeairunway-modelcache-hub`: resumes from partial files, verifies each blob,
-//! publishes the snapshot at once). The free space is checked by the pull itself.
+//! files, the storage budget and the free space above `--min-free` checked against them
+//! before a byte is written, then the pull (`kubeairunway-modelcache-hub`: resumes from
+//! partial files, verifies each blob, publishes the snapshot at once).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -15,7 +15,8 @@ use kubeairunway_modelcache_hub::layout::{RepoLayout, check_revision};
 use kubeairunway_modelcache_hub::pull::{missing_bytes, select, unique_bytes};
 use kubeairunway_modelcache_hub::{Hub, HubFile, PullOptions, RepoId, pull_resolved};
 
-use crate::models::decide::{Wanted, check_budget, reason};
+use crate::models::decide::{Wanted, check_budget, check_space, reason};
+use crate::space::{Size, filesystem};
 
 /// How far a download is, once its revision is resolved (read by the report).
 #[derive(Clone, Debug)]
@@ -50,6 +51,8 @@ pub struct Job {
     pub endpoint: String,
     /// Files fetched at once.
     pub parallel_files: usize,
+    /// Free space no download goes below.
+    pub min_free: Size,
     /// Where the controller hands tokens over.
     pub credentials_namespace: Option<String>,
     /// Reading the handed-over token.
@@ -135,11 +138,16 @@ pub async fn run(job: Job) -> Result<Done, Failure> {
     }
     let total = unique_bytes(&files);
     check_budget(total, w.budget).map_err(|(r, m)| with_commit(failure(r, m)))?;
+    let layout = RepoLayout::new(&job.cache_dir, &repo);
+    let fs = filesystem(&job.cache_dir)
+        .map_err(|e| with_commit(failure(reasons::DOWNLOAD_FAILED, e)))?;
+    check_space(missing_bytes(&layout, &files), fs, job.min_free)
+        .map_err(|(r, m)| with_commit(failure(r, m)))?;
     if let Ok(mut p) = job.progress.lock() {
         *p = Some(Progress {
             commit: info.commit.clone(),
             total,
-            layout: RepoLayout::new(&job.cache_dir, &repo),
+            layout,
             files: files.into_iter().cloned().collect(),
         });
     }
