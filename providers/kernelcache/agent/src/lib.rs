@@ -201,7 +201,9 @@ pub async fn run(
         let model_settings = settings.models.clone();
         async move {
             match model_settings {
-                Some(m) => models::run(ctx, m, shutdown).await,
+                // Boxed: its state (watch, recorder, downloads) would double the agent's
+                // future.
+                Some(m) => Box::pin(models::run(ctx, m, shutdown)).await,
                 None => Ok(()),
             }
         }

@@ -4,8 +4,9 @@
 //! ([`download`]) into `<root>/hub` (the `HF_HUB_CACHE` layout, `HF_HOME=<root>`), and
 //! reports every cache in `status.modelCaches` of the node's `KernelCacheNode`, by
 //! server-side apply under its own field manager ([`FIELD_MANAGER`]), so the kernel-cache
-//! loop's fields stay its own. A change of state is written at once; progress alone at
-//! most every `progress_every`.
+//! loop's fields stay its own. A change of state is written at once (with an Event on the
+//! ModelCache: `Downloaded`, `DownloadFailed`); progress alone at most every
+//! `progress_every`.
 //!
 //! Nothing is kept on disk beside the cache: after a restart each wanted cache downloads
 //! again, which resumes from the partial files and finds the complete blobs in place (a
@@ -22,14 +23,15 @@ use std::time::Duration;
 
 use futures::StreamExt as _;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::Client;
 use kube::api::Api;
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
+use kube::{Client, Resource as _};
 use kubeairunway_kernelcache_api::KernelCacheNode;
 use kubeairunway_kernelcache_api::model::{ModelCache, NodeModelCache};
 use kubeairunway_kernelcache_api::report::kube_error;
 use kubeairunway_kernelcache_artifact::secrets::SecretApi;
+use kubeairunway_sdk::events::{Event, EventType, Recorder, Reporter};
 use serde_json::json;
 use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
@@ -118,6 +120,7 @@ struct Running {
 type Outcome = (Key, i64, Result<Done, Failure>);
 
 struct Loop {
+    recorder: Recorder,
     ctx: Context,
     settings: ModelSettings,
     store: Store<ModelCache>,
@@ -157,6 +160,13 @@ pub async fn run(
     .reflect(writer)
     .boxed();
     let mut this = Loop {
+        recorder: Recorder::new(
+            ctx.client.clone(),
+            Reporter {
+                controller: FIELD_MANAGER.into(),
+                instance: Some(ctx.node_name.clone()),
+            },
+        ),
         nodes: Api::all(ctx.client.clone()),
         ctx,
         settings,
@@ -426,7 +436,47 @@ impl Loop {
             }
             Err(e) => return Err(anyhow::anyhow!(kube_error(&e))),
         }
+        self.publish_events(&entries).await;
         self.written = Some((entries, Instant::now()));
         Ok(())
+    }
+
+    /// Events on the ModelCaches for the transitions since the last report written
+    /// ([`decide::event`]); a cache deleted meanwhile gets none.
+    async fn publish_events(&self, entries: &[NodeModelCache]) {
+        let previous = self
+            .written
+            .as_ref()
+            .map(|(w, _)| w.as_slice())
+            .unwrap_or_default();
+        for e in entries {
+            let before = previous
+                .iter()
+                .find(|p| p.namespace == e.namespace && p.name == e.name);
+            let Some((reason, warning, note)) = decide::event(before, e, &self.ctx.node_name)
+            else {
+                continue;
+            };
+            let Some(object) = self
+                .store
+                .get(&ObjectRef::new(&e.name).within(&e.namespace))
+            else {
+                continue;
+            };
+            let event = Event {
+                type_: if warning {
+                    EventType::Warning
+                } else {
+                    EventType::Normal
+                },
+                reason: reason.into(),
+                note: Some(note),
+                action: "Download".into(),
+                secondary: None,
+            };
+            if let Err(err) = self.recorder.publish(&event, &object.object_ref(&())).await {
+                warn!(error = %err, reason, "publishing an event");
+            }
+        }
     }
 }

@@ -352,6 +352,10 @@ async fn model_caches_go_ready_on_selected_nodes_with_clear_reasons_for_token_an
             "nothing of the gated repository is published"
         );
     }
+    // Events on the caches, from the nodes.
+    kubeairunway_sdk::testing::event_where(&client, NS, "tiny", "Downloaded").await;
+    kubeairunway_sdk::testing::event_where(&client, NS, "gated", "DownloadFailed").await;
+    kubeairunway_sdk::testing::event_where(&client, NS, "small", "DownloadFailed").await;
     // The kernel-cache loop's fields are its own: both loops write the same object.
     let a = node_where(&client, "gpu-a", "the kernel-cache report", |n| {
         n.status.as_ref().is_some_and(|s| s.last_updated.is_some())

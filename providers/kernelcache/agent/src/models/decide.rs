@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use kube::ResourceExt as _;
 use kubeairunway_kernelcache_api::model::{
-    ModelCache, ModelCacheState, Source, parse_source, reasons,
+    ModelCache, ModelCacheState, NodeModelCache, Source, parse_source, reasons,
 };
 use kubeairunway_modelcache_hub::Error as HubError;
 use tokio::time::Instant;
@@ -340,6 +340,50 @@ pub fn reason(error: &HubError) -> &'static str {
     }
 }
 
+/// The Event reasons the agent publishes on a ModelCache.
+pub mod events {
+    /// The cache became ready on a node.
+    pub const DOWNLOADED: &str = "Downloaded";
+    /// A download failed on a node (or failed again, differently).
+    pub const DOWNLOAD_FAILED: &str = "DownloadFailed";
+}
+
+/// An Event worth publishing on the ModelCache for an entry of the report that was
+/// `before` and is `now`: (reason, warning, note). Only transitions: to `Ready`, and to a
+/// failure (or a failure with another message).
+pub fn event(
+    before: Option<&NodeModelCache>,
+    now: &NodeModelCache,
+    node: &str,
+) -> Option<(&'static str, bool, String)> {
+    let same_state = before.is_some_and(|b| b.state == now.state);
+    match now.state {
+        ModelCacheState::Ready if !same_state => Some((
+            events::DOWNLOADED,
+            false,
+            format!(
+                "{} ready on node {node} ({} bytes)",
+                now.commit.as_deref().unwrap_or("?"),
+                now.bytes_total.unwrap_or_default()
+            ),
+        )),
+        ModelCacheState::Failed
+            if !same_state || before.is_some_and(|b| b.message != now.message) =>
+        {
+            Some((
+                events::DOWNLOAD_FAILED,
+                true,
+                format!(
+                    "on node {node}: {}: {}",
+                    now.reason.as_deref().unwrap_or(reasons::FAILED),
+                    now.message.as_deref().unwrap_or_default()
+                ),
+            ))
+        }
+        _ => None,
+    }
+}
+
 /// Retry after 10 s, doubling per attempt, at most 10 minutes.
 pub fn backoff(attempts: u32) -> Duration {
     Duration::from_secs(10u64.saturating_mul(1 << attempts.saturating_sub(1).min(6)))
@@ -485,6 +529,33 @@ mod tests {
         assert_eq!(p.entries[0].state, ModelCacheState::Ready);
         assert_eq!(p.entries[0].commit.as_deref(), Some("c0"));
         assert_eq!(p.entries[0].bytes, Some(7));
+    }
+
+    #[test]
+    fn events_are_published_for_transitions_only() {
+        let at = |state, message: &str| NodeModelCache {
+            namespace: "ml".into(),
+            name: "qwen".into(),
+            state,
+            reason: Some(reasons::GATED.into()),
+            message: Some(message.into()),
+            commit: Some("c1".into()),
+            bytes_total: Some(9),
+            ..NodeModelCache::default()
+        };
+        let downloading = at(ModelCacheState::Downloading, "");
+        let ready = at(ModelCacheState::Ready, "");
+        let failed = at(ModelCacheState::Failed, "no token");
+        assert_eq!(event(None, &downloading, "n"), None);
+        let (reason, warning, note) = event(Some(&downloading), &ready, "n").unwrap();
+        assert_eq!((reason, warning), (events::DOWNLOADED, false));
+        assert_eq!(note, "c1 ready on node n (9 bytes)");
+        assert_eq!(event(Some(&ready), &ready, "n"), None);
+        let (reason, warning, note) = event(None, &failed, "n").unwrap();
+        assert_eq!((reason, warning), (events::DOWNLOAD_FAILED, true));
+        assert_eq!(note, "on node n: GatedRepo: no token");
+        assert_eq!(event(Some(&failed), &failed, "n"), None);
+        assert!(event(Some(&failed), &at(ModelCacheState::Failed, "other"), "n").is_some());
     }
 
     #[test]
