@@ -159,26 +159,7 @@ pub async fn run(
     .default_backoff()
     .reflect(writer)
     .boxed();
-    let mut this = Loop {
-        recorder: Recorder::new(
-            ctx.client.clone(),
-            Reporter {
-                controller: FIELD_MANAGER.into(),
-                instance: Some(ctx.node_name.clone()),
-            },
-        ),
-        nodes: Api::all(ctx.client.clone()),
-        ctx,
-        settings,
-        store,
-        known: BTreeMap::new(),
-        running: BTreeMap::new(),
-        attempts: BTreeMap::new(),
-        tasks: JoinSet::new(),
-        entries: Vec::new(),
-        written: None,
-        labels_retry: None,
-    };
+    let mut this = Loop::new(ctx, settings, store);
     info!(root = %this.settings.root.display(), "model-cache loop starting");
     tokio::pin!(shutdown);
     let (mut synced, mut dirty) = (false, false);
@@ -231,6 +212,29 @@ pub async fn run(
 }
 
 impl Loop {
+    fn new(ctx: Context, settings: ModelSettings, store: Store<ModelCache>) -> Self {
+        Self {
+            recorder: Recorder::new(
+                ctx.client.clone(),
+                Reporter {
+                    controller: FIELD_MANAGER.into(),
+                    instance: Some(ctx.node_name.clone()),
+                },
+            ),
+            nodes: Api::all(ctx.client.clone()),
+            ctx,
+            settings,
+            store,
+            known: BTreeMap::new(),
+            running: BTreeMap::new(),
+            attempts: BTreeMap::new(),
+            tasks: JoinSet::new(),
+            entries: Vec::new(),
+            written: None,
+            labels_retry: None,
+        }
+    }
+
     /// The next resync, retry, or progress report (while downloads run).
     fn next_wake(&self, resync: Instant) -> Instant {
         let now = Instant::now();

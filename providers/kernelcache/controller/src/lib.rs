@@ -78,33 +78,17 @@ pub async fn run(
         kube::runtime::PredicateConfig::default(),
     );
     let (node_meta, node_meta_stream) = reflected::<PartialObjectMeta<Node>>(&client);
-    let readiness = tokio::spawn({
-        let (nodes, caches, policies, mds, node_meta, models) = (
-            nodes.clone(),
-            caches.clone(),
-            policies.clone(),
-            mds.clone(),
-            node_meta.clone(),
-            models.clone(),
-        );
-        async move {
-            let (all, models) = futures::future::join(
-                futures::future::join5(
-                    nodes.synced(),
-                    caches.synced(),
-                    policies.synced(),
-                    mds.synced(),
-                    node_meta.synced(),
-                ),
-                models.synced(),
-            )
-            .await;
-            if all == (true, true, true, true, true) && models {
-                info!("watch caches synced");
-                synced.set();
-            }
-        }
-    });
+    let readiness = spawn_readiness(
+        synced,
+        vec![
+            synced_of(&nodes),
+            synced_of(&caches),
+            synced_of(&policies),
+            synced_of(&mds),
+            synced_of(&node_meta),
+            synced_of(&models),
+        ],
+    );
     let model_ctx = model_caches::ModelCtx::new(
         &client,
         &models,
@@ -117,27 +101,7 @@ pub async fn run(
     let ctx = caches::new_ctx(
         &client, settings, secrets, metrics, &nodes, &caches, policies,
     );
-    // Handed-over credentials of caches deleted while no controller ran.
-    let sweeper = {
-        let ctx = Arc::clone(&ctx);
-        tokio::spawn(async move {
-            if ctx.caches.synced().await
-                && let Some(h) = &ctx.handover
-            {
-                h.prune(|ns, name| ctx.exists(ns, name), true).await;
-            }
-        })
-    };
-    // Handed-over hub tokens of model caches deleted while no controller ran.
-    let model_sweeper = {
-        let model_ctx = Arc::clone(&model_ctx);
-        let models = models.clone();
-        tokio::spawn(async move {
-            if models.synced().await {
-                model_ctx.prune(true).await;
-            }
-        })
-    };
+    let sweepers = spawn_sweepers(&ctx, &model_ctx, &models);
     let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
     let registration = tokio::spawn(registration::register(client.clone(), ctx.settings.resync));
     // The node reports wake two controllers, both reading the reports' store: each gets
@@ -174,10 +138,68 @@ pub async fn run(
     tokio::join!(caches_ctl, mds_ctl, labels_ctl, models_ctl);
     registration.abort();
     reports.abort();
-    sweeper.abort();
-    model_sweeper.abort();
+    for task in sweepers {
+        task.abort();
+    }
     readiness.abort();
     Ok(())
+}
+
+/// Whether `cache` gets filled, as a task-owned future.
+fn synced_of<K>(cache: &Cache<K>) -> futures::future::BoxFuture<'static, bool>
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let cache = cache.clone();
+    Box::pin(async move { cache.synced().await })
+}
+
+/// Sets `synced` (readiness) once every one of `caches` is filled (a part of [`run`]).
+fn spawn_readiness(
+    synced: Check,
+    caches: Vec<futures::future::BoxFuture<'static, bool>>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        if futures::future::join_all(caches)
+            .await
+            .into_iter()
+            .all(|s| s)
+        {
+            info!("watch caches synced");
+            synced.set();
+        }
+    })
+}
+
+/// Tasks that delete what was handed over for caches deleted while no controller ran:
+/// registry credentials of KernelCaches and hub tokens of ModelCaches (a part of
+/// [`run`]).
+fn spawn_sweepers(
+    ctx: &Arc<caches::Ctx>,
+    model_ctx: &Arc<model_caches::ModelCtx>,
+    models: &Cache<ModelCache>,
+) -> [tokio::task::JoinHandle<()>; 2] {
+    let kernel = {
+        let ctx = Arc::clone(ctx);
+        tokio::spawn(async move {
+            if ctx.caches.synced().await
+                && let Some(h) = &ctx.handover
+            {
+                h.prune(|ns, name| ctx.exists(ns, name), true).await;
+            }
+        })
+    };
+    let model = {
+        let model_ctx = Arc::clone(model_ctx);
+        let models = models.clone();
+        tokio::spawn(async move {
+            if models.synced().await {
+                model_ctx.prune(true).await;
+            }
+        })
+    };
+    [kernel, model]
 }
 
 /// Every object `stream` yields, to two consumers (each of its own pace: unbounded, as a
