@@ -196,6 +196,7 @@ pub async fn run(
             credentials_namespace: settings.credentials_namespace.clone(),
             node: Arc::clone(&seams.node),
             secrets: Arc::clone(&seams.secrets),
+            metrics: Arc::clone(&metrics),
         };
         let shutdown = shutdown.clone();
         let model_settings = settings.models.clone();

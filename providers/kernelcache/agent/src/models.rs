@@ -37,6 +37,7 @@ use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 use tracing::{info, warn};
 
+use crate::metrics::Metrics;
 use crate::node::NodeApi;
 use crate::space::Size;
 use decide::{Entry, Key, Known};
@@ -100,6 +101,8 @@ pub struct Context {
     pub node: Arc<dyn NodeApi>,
     /// The handed-over tokens.
     pub secrets: Arc<dyn SecretApi>,
+    /// The agent's metrics (model-cache downloads).
+    pub metrics: Arc<Metrics>,
 }
 
 impl std::fmt::Debug for Context {
@@ -267,7 +270,8 @@ impl Loop {
         self.running.remove(&key);
         let known = match result {
             Ok(done) => {
-                info!(cache = %key, commit = %done.commit, bytes = done.bytes, "model cache ready");
+                info!(cache = %key, commit = %done.commit, bytes = done.bytes, received = done.received, "model cache ready");
+                self.ctx.metrics.model_download(Ok(done.received));
                 self.attempts.remove(&key);
                 Known::Ready {
                     generation,
@@ -277,6 +281,7 @@ impl Loop {
             }
             Err(f) => {
                 warn!(cache = %key, reason = f.reason, error = %f.message, "model cache download failed");
+                self.ctx.metrics.model_download(Err(f.reason));
                 let attempts = self.attempts.entry(key.clone()).or_default();
                 *attempts += 1;
                 Known::Failed {

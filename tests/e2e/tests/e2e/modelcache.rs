@@ -53,6 +53,7 @@ fn files() -> Vec<StandInFile> {
 struct RunningAgent {
     stop: tokio::sync::oneshot::Sender<()>,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    metrics: Arc<Metrics>,
 }
 
 impl RunningAgent {
@@ -96,12 +97,16 @@ fn start_agent_with(
         client.clone(),
         settings,
         seams,
-        metrics,
+        Arc::clone(&metrics),
         async move {
             let _ = stopped.await;
         },
     ));
-    RunningAgent { stop, task }
+    RunningAgent {
+        stop,
+        task,
+        metrics,
+    }
 }
 
 /// The kernel-cache chart's RBAC applied, and its agent's identity (`None` without helm
@@ -552,6 +557,13 @@ async fn a_model_that_does_not_fit_the_free_space_fails_with_no_space() {
     assert!(
         hub.log().iter().all(|l| !l.path.contains("/resolve/")),
         "no file was requested"
+    );
+    let text = running.metrics.encode();
+    assert!(
+        text.contains(
+            "kubeairunway_model_cache_downloads_total{status=\"failure\",reason=\"NoSpace\"}"
+        ),
+        "{text}"
     );
     running.stop().await;
 }

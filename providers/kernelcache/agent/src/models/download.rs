@@ -77,6 +77,8 @@ pub struct Done {
     pub commit: String,
     /// Its bytes.
     pub bytes: u64,
+    /// Bytes received from the hub for it (0 when it was complete on disk).
+    pub received: u64,
 }
 
 /// A failed download.
@@ -162,6 +164,7 @@ pub async fn run(job: Job) -> Result<Done, Failure> {
     Ok(Done {
         commit: report.commit,
         bytes: report.bytes_total,
+        received: report.bytes_received,
     })
 }
 
