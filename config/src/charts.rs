@@ -435,8 +435,9 @@ pub struct KernelCacheController {
     pub policy: String,
     /// Look at every cache this often without a change (--resync).
     pub resync: String,
-    /// Where the controller may read the image pull Secrets that KernelCaches name; a
-    /// cache naming a Secret elsewhere fails with "forbidden".
+    /// Where the controller may read the image pull Secrets that KernelCaches name and
+    /// the hub-token Secrets that ModelCaches name; a cache naming a Secret elsewhere
+    /// fails with "forbidden".
     pub pull_secrets: Vec<PullSecrets>,
     #[serde(flatten)]
     pub controller: ControllerNoAccount,
