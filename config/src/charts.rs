@@ -435,8 +435,9 @@ pub struct KernelCacheController {
     pub policy: String,
     /// Look at every cache this often without a change (--resync).
     pub resync: String,
-    /// Where the controller may read the image pull Secrets that KernelCaches name; a
-    /// cache naming a Secret elsewhere fails with "forbidden".
+    /// Where the controller may read the image pull Secrets that KernelCaches name and
+    /// the hub-token Secrets that ModelCaches name; a cache naming a Secret elsewhere
+    /// fails with "forbidden".
     pub pull_secrets: Vec<PullSecrets>,
     #[serde(flatten)]
     pub controller: ControllerNoAccount,
@@ -517,6 +518,8 @@ pub struct KernelCacheAgent {
     /// default) where the cache root is on the kubelet's filesystem.
     #[schemars(regex(pattern = r"^([0-9]+(Ki|Mi|Gi|Ti|k|M|G|T)?|[0-9]{1,3}%)$"))]
     pub min_free: String,
+    /// Model caches (ModelCache): downloaded by the same agent.
+    pub model_caches: AgentModelCaches,
     /// GPUs of nodes NVML cannot see, used on every node of this DaemonSet (--gpu-inventory),
     /// e.g. [{name: AMD Instinct MI210, backend: hip, arch: gfx90a}].
     pub gpu_inventory: Vec<GpuEntry>,
@@ -528,6 +531,28 @@ pub struct KernelCacheAgent {
     pub update_strategy: k8s_openapi::api::apps::v1::DaemonSetUpdateStrategy,
     #[serde(flatten)]
     pub workload: Workload,
+}
+
+/// The agent's model-cache downloads.
+#[derive(Debug, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentModelCaches {
+    /// Download ModelCaches on the agent's nodes.
+    pub enabled: bool,
+    /// Where model caches go on each node (a hostPath; HF_HOME, the Hugging Face cache
+    /// layout under <root>/hub; --model-cache-root).
+    pub root: String,
+    /// The Hugging Face hub to download from (--hf-endpoint).
+    pub hf_endpoint: String,
+    /// ModelCaches downloaded at the same time on one node (--parallel-model-downloads).
+    #[schemars(range(min = 1, max = 65535))]
+    pub parallel_downloads: i32,
+    /// Files fetched at the same time within one download (--model-download-files).
+    #[schemars(range(min = 1, max = 65535))]
+    pub parallel_files: i32,
+    /// Download progress alone is written to the KernelCacheNode at most this often
+    /// (--model-progress-every).
+    pub progress_every: String,
 }
 
 /// One GPU of an inventory (the agent's inventory file format,

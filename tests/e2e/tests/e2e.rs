@@ -63,6 +63,8 @@ mod kernelcache_webhook;
 mod kuberay;
 #[path = "e2e/kuberay_operator.rs"]
 mod kuberay_operator;
+#[path = "e2e/modelcache.rs"]
+mod modelcache;
 #[path = "e2e/providers_rbac.rs"]
 mod providers_rbac;
 #[path = "e2e/reference_compat.rs"]

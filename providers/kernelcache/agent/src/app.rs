@@ -11,6 +11,7 @@ use tracing::info;
 
 use super::gpu::{GpuSource, Nvml, Static};
 use super::metrics::Metrics;
+use super::models::ModelSettings;
 use super::node::KubeNode;
 use super::space::Size;
 use super::{Seams, Settings};
@@ -48,7 +49,8 @@ pub struct Cli {
     #[arg(long, env = "DISK_BUDGET")]
     pub disk_budget: Option<Size>,
     /// Free space no stage goes below on the cache root's filesystem (bytes, a quantity or
-    /// a share: 10%), checked before a stage and bounding what it writes. Where the cache
+    /// a share: 10%), checked before a stage and bounding what it writes; also checked
+    /// before each model-cache download, on the model-cache root's filesystem. Where the cache
     /// root shares the kubelet's filesystem, keep it at or above the kubelet's eviction
     /// threshold (nodefs.available, 10% by default).
     #[arg(long, env = "MIN_FREE", default_value = "5%")]
@@ -72,6 +74,23 @@ pub struct Cli {
     /// Caches pulled and extracted at the same time.
     #[arg(long, env = "PARALLEL_STAGES", default_value_t = 2)]
     pub parallel_stages: usize,
+    /// Model caches (ModelCache) go here on the node, in the Hugging Face cache layout
+    /// under <root>/hub (HF_HOME=<root>); unset: this agent downloads no model caches.
+    #[arg(long, env = "MODEL_CACHE_ROOT")]
+    pub model_cache_root: Option<PathBuf>,
+    /// The Hugging Face hub model caches download from.
+    #[arg(long, env = "HF_ENDPOINT", default_value = kubeairunway_modelcache_hub::client::DEFAULT_ENDPOINT)]
+    pub hf_endpoint: String,
+    /// Model caches downloaded at the same time on this node.
+    #[arg(long, env = "PARALLEL_MODEL_DOWNLOADS", default_value_t = 2, value_parser = clap::value_parser!(u16).range(1..))]
+    pub parallel_model_downloads: u16,
+    /// Files fetched at the same time within one model-cache download.
+    #[arg(long, env = "MODEL_DOWNLOAD_FILES", default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..))]
+    pub model_download_files: u16,
+    /// Download progress alone is written to the KernelCacheNode at most this often (a
+    /// change of state is written at once).
+    #[arg(long, env = "MODEL_PROGRESS_EVERY", default_value = "5s", value_parser = parse_duration)]
+    pub model_progress_every: Duration,
     /// Flags every binary shares: metrics address, log format (leader election is
     /// meaningless for a per-node agent and stays off).
     #[command(flatten)]
@@ -99,6 +118,15 @@ impl Cli {
             credentials_namespace: self.credentials_namespace.clone(),
             disk_budget: self.disk_budget,
             min_free: self.min_free,
+            models: self.model_cache_root.as_ref().map(|root| ModelSettings {
+                root: root.clone(),
+                hf_endpoint: self.hf_endpoint.trim_end_matches('/').to_string(),
+                parallel_downloads: usize::from(self.parallel_model_downloads),
+                parallel_files: usize::from(self.model_download_files),
+                min_free: self.min_free,
+                progress_every: self.model_progress_every,
+                resync: self.resync,
+            }),
         }
     }
 
@@ -168,6 +196,30 @@ mod tests {
         assert!(cli.gpu_inventory.is_none());
         assert!(Cli::try_parse_from(["kernelcache-agent", "--node-name=n", "--resync=0"]).is_err());
         assert!(s.allowed.is_any());
+        assert!(s.models.is_none(), "no model caches without a root");
+        let with_models = Cli::try_parse_from([
+            "kernelcache-agent",
+            "--node-name=gpu-1",
+            "--model-cache-root=/var/lib/m",
+            "--hf-endpoint=http://127.0.0.1:9/",
+            "--parallel-model-downloads=3",
+        ])
+        .unwrap()
+        .settings()
+        .models
+        .unwrap();
+        assert_eq!(with_models.cache_dir(), PathBuf::from("/var/lib/m/hub"));
+        assert_eq!(with_models.hf_endpoint, "http://127.0.0.1:9");
+        assert_eq!(with_models.parallel_downloads, 3);
+        assert_eq!(with_models.parallel_files, 4);
+        assert!(
+            Cli::try_parse_from([
+                "kernelcache-agent",
+                "--node-name=n",
+                "--parallel-model-downloads=0"
+            ])
+            .is_err()
+        );
     }
 
     #[test]

@@ -11,11 +11,16 @@
 //! a cache's compatibility is decided from its labels before any download; a directory
 //! already on disk is complete (extraction renames a checked directory into place) and
 //! is Ready again after a restart without any download.
+//!
+//! With a model-cache root ([`Settings::models`]), a second loop in the same process
+//! downloads `ModelCache`s onto the node ([`models`]) and reports them in the same
+//! `KernelCacheNode` under its own field manager.
 
 pub mod app;
 pub mod disk;
 pub mod gpu;
 pub mod metrics;
+pub mod models;
 pub mod node;
 pub mod plan;
 pub mod report;
@@ -83,8 +88,11 @@ pub struct Settings {
     /// Free space on the cache root's filesystem that no stage goes below.
     pub min_free: space::Size,
     /// The namespace where the controller hands over registry credentials
-    /// ([`kubeairunway_kernelcache_artifact::credentials::handover_name`]); none: private registries are not reached.
+    /// ([`kubeairunway_kernelcache_artifact::credentials::handover_name`]) and hub tokens;
+    /// none: private registries and gated models are not reached.
     pub credentials_namespace: Option<String>,
+    /// The model-cache loop's settings; none: no model caches on this node.
+    pub models: Option<models::ModelSettings>,
 }
 
 impl Settings {
@@ -102,6 +110,7 @@ impl Settings {
             credentials_namespace: None,
             disk_budget: None,
             min_free: DEFAULT_MIN_FREE,
+            models: None,
         }
     }
 }
@@ -170,8 +179,45 @@ struct Agent {
     tasks: JoinSet<(Wanted, Outcome)>,
 }
 
-/// Run the agent until `shutdown` completes.
+/// Run the agent until `shutdown` completes: the kernel-cache loop and, when configured,
+/// the model-cache loop ([`models::run`]); the first to fail ends both.
 pub async fn run(
+    client: Client,
+    settings: Settings,
+    seams: Seams,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()>,
+) -> anyhow::Result<()> {
+    let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
+    let model_loop = {
+        let ctx = models::Context {
+            client: client.clone(),
+            node_name: settings.node_name.clone(),
+            credentials_namespace: settings.credentials_namespace.clone(),
+            node: Arc::clone(&seams.node),
+            secrets: Arc::clone(&seams.secrets),
+            metrics: Arc::clone(&metrics),
+        };
+        let shutdown = shutdown.clone();
+        let model_settings = settings.models.clone();
+        async move {
+            match model_settings {
+                // Boxed: its state (watch, recorder, downloads) would double the agent's
+                // future.
+                Some(m) => Box::pin(models::run(ctx, m, shutdown)).await,
+                None => Ok(()),
+            }
+        }
+    };
+    tokio::try_join!(
+        run_kernel_caches(client, settings, seams, metrics, shutdown),
+        model_loop
+    )?;
+    Ok(())
+}
+
+/// The kernel-cache loop (a part of [`run`]).
+async fn run_kernel_caches(
     client: Client,
     settings: Settings,
     seams: Seams,

@@ -9,7 +9,10 @@
 //!   per-GPU compatibility decisions, once per cache digest;
 //! - `kubeairunway_kernel_cache_size_bytes{namespace,name,node}`: bytes on disk of each
 //!   Ready cache;
-//! - `kubeairunway_kernel_cache_node_gpus{node}`: GPUs detected.
+//! - `kubeairunway_kernel_cache_node_gpus{node}`: GPUs detected;
+//! - `kubeairunway_model_cache_downloads_total{status="success|failure",reason}`: model
+//!   cache downloads ended (the reason of a failure: `GatedRepo`, `NoSpace`, ...);
+//! - `kubeairunway_model_cache_download_bytes_total`: bytes received from the hub.
 
 use std::time::Duration;
 
@@ -33,6 +36,8 @@ pub struct Metrics {
     compatibility: Family<Labels, Counter>,
     size: Family<Labels, Gauge>,
     gpus: Family<Labels, Gauge>,
+    model_downloads: Family<Labels, Counter>,
+    model_bytes: Counter,
 }
 
 impl Metrics {
@@ -46,6 +51,9 @@ impl Metrics {
         let compatibility = Family::<Labels, Counter>::default();
         let size = Family::<Labels, Gauge>::default();
         let gpus = Family::<Labels, Gauge>::default();
+        let model_downloads = Family::<Labels, Counter>::default();
+        let model_bytes = Counter::default();
+        register_models(&mut registry, &model_downloads, &model_bytes);
         register_all(
             &mut registry,
             &downloads,
@@ -64,7 +72,24 @@ impl Metrics {
             compatibility,
             size,
             gpus,
+            model_downloads,
+            model_bytes,
         }
+    }
+
+    /// A model-cache download ended: the bytes received, or the failure's reason.
+    pub fn model_download(&self, result: Result<u64, &str>) {
+        let labels = match result {
+            Ok(bytes) => {
+                self.model_bytes.inc_by(bytes);
+                vec![("status", "success".to_string()), ("reason", String::new())]
+            }
+            Err(reason) => vec![
+                ("status", "failure".to_string()),
+                ("reason", reason.to_string()),
+            ],
+        };
+        self.model_downloads.get_or_create(&labels).inc();
     }
 
     /// A staging attempt ended.
@@ -126,6 +151,7 @@ impl Metrics {
 
     /// Register these metrics in the process's registry too (served on `/metrics`).
     pub fn register(&self, registry: &mut Registry) {
+        register_models(registry, &self.model_downloads, &self.model_bytes);
         register_all(
             registry,
             &self.downloads,
@@ -136,6 +162,19 @@ impl Metrics {
             &self.gpus,
         );
     }
+}
+
+fn register_models(registry: &mut Registry, downloads: &Family<Labels, Counter>, bytes: &Counter) {
+    registry.register(
+        "kubeairunway_model_cache_downloads",
+        "Model cache downloads ended, by status and failure reason",
+        downloads.clone(),
+    );
+    registry.register(
+        "kubeairunway_model_cache_download_bytes",
+        "Bytes of model files received from the hub",
+        bytes.clone(),
+    );
 }
 
 fn register_all(
@@ -192,6 +231,8 @@ mod tests {
         m.compatibility_check(true);
         m.cache_sizes(&[("ml".into(), "vadd".into(), 4096)]);
         m.gpus(8);
+        m.model_download(Ok(99));
+        m.model_download(Err("GatedRepo"));
         let text = m.encode();
         for line in [
             "kubeairunway_kernel_cache_downloads_total{status=\"success\"} 1",
@@ -201,6 +242,9 @@ mod tests {
             "kubeairunway_kernel_cache_compatibility_checks_total{result=\"compatible\"} 1",
             "kubeairunway_kernel_cache_size_bytes{namespace=\"ml\",name=\"vadd\",node=\"gpu-1\"} 4096",
             "kubeairunway_kernel_cache_node_gpus{node=\"gpu-1\"} 8",
+            "kubeairunway_model_cache_downloads_total{status=\"success\",reason=\"\"} 1",
+            "kubeairunway_model_cache_downloads_total{status=\"failure\",reason=\"GatedRepo\"} 1",
+            "kubeairunway_model_cache_download_bytes_total 99",
         ] {
             assert!(text.contains(line), "{line} missing from\n{text}");
         }

@@ -51,6 +51,8 @@ pub fn status(
         caches,
         // The agent adds what it accounts of the disk.
         disk: None,
+        // Written by the model-cache loop, under its own field manager.
+        model_caches: Vec::new(),
         last_updated: None,
     }
 }

@@ -3,9 +3,13 @@
 //! `KernelCachePolicy` (how cache images are verified, cluster-wide); the `Warmup` kind
 //! is the SDK's (`kubeairunway_sdk::api::warmup`), shared with the provider runtime.
 //!
-//! Besides the kinds: the names every kernel-cache component agrees on ([`names`]) and
+//! The same group holds `ModelCache` ([`model`]): model weights downloaded onto the nodes'
+//! disks, reported per node in the same `KernelCacheNode` (`status.modelCaches`).
+//!
+//! Besides the kinds: the names every cache component agrees on ([`names`]) and
 //! how each reports what it saw ([`report`]).
 
+pub mod model;
 pub mod names;
 pub mod report;
 
@@ -231,7 +235,8 @@ pub struct CertificatePolicy {
     pub subject_pattern: String,
 }
 
-/// One node's GPUs and caches, written by the node agent (named after the node).
+/// One node's GPUs and caches (kernel and model caches), written by the node agent (named
+/// after the node).
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "cache.kubeairunway.ai",
@@ -240,7 +245,7 @@ pub struct CertificatePolicy {
     plural = "kernelcachenodes",
     shortname = "kcn",
     status = "KernelCacheNodeStatus",
-    doc = "The GPUs of one node and the state of each kernel cache on it, written by that node's agent.",
+    doc = "The GPUs of one node and the state of each kernel cache and model cache on it, written by that node's agent.",
     printcolumn = r#"{"name":"GPUs","type":"integer","jsonPath":".status.gpuCount"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
@@ -269,6 +274,11 @@ pub struct KernelCacheNodeStatus {
     /// The cache root's disk as the agent accounts it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disk: Option<NodeDisk>,
+    /// Per ModelCache, what this node has (written by the agent's model-cache loop under
+    /// its own field manager, `modelcache-agent`; an additive field: objects written
+    /// before it existed simply lack it).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub model_caches: Vec<model::NodeModelCache>,
     /// When the agent last wrote this status.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_updated: Option<Time>,
@@ -365,7 +375,7 @@ pub enum CacheState {
     Failed,
 }
 
-/// The kernel-cache CRDs, ready to apply.
+/// The CRDs of the group (kernel and model caches), ready to apply.
 pub fn crds()
 -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>
 {
@@ -375,6 +385,7 @@ pub fn crds()
         without_nullable(KernelCache::crd()),
         without_nullable(KernelCacheNode::crd()),
         without_nullable(KernelCachePolicy::crd()),
+        without_nullable(model::ModelCache::crd()),
         without_nullable(kubeairunway_sdk::api::warmup::Warmup::crd()),
     ]
 }

@@ -1,6 +1,6 @@
 //! The names every kernel-cache component agrees on: the provider's registration and
 //! field manager, where the agent stages caches on a node and where pods see them, and
-//! the node label that says a cache is ready there.
+//! the node labels that say a kernel or model cache is ready there.
 
 /// The InferenceProviderConfig the kernel-cache provider registers (a capability
 /// provider: no engines, never selected to serve).
@@ -29,6 +29,40 @@ pub fn triton_dir(name: &str, path: Option<&str>) -> String {
 /// hex digits of the SHA-256 of the whole, so two caches whose names share a long prefix
 /// never share a label (and no pod lands on a node that only has the other's cache).
 pub fn ready_label(namespace: &str, name: &str) -> String {
+    prefixed_label(KERNEL_LABEL_PREFIX, namespace, name)
+}
+
+/// The prefix of the kernel caches' ready labels on Nodes.
+pub const KERNEL_LABEL_PREFIX: &str = "kernelcache.kubeairunway.ai/";
+/// The prefix of the model caches' ready labels on Nodes.
+pub const MODEL_LABEL_PREFIX: &str = "modelcache.kubeairunway.ai/";
+
+/// The node label set (to `"true"`) on a node where a ModelCache is ready:
+/// `modelcache.kubeairunway.ai/<namespace>.<name>`, shortened as [`ready_label`] does.
+pub fn model_ready_label(namespace: &str, name: &str) -> String {
+    prefixed_label(MODEL_LABEL_PREFIX, namespace, name)
+}
+
+/// The Secret in the credentials namespace where the controller hands over the hub token
+/// of the ModelCache `namespace/name` (key [`MODEL_TOKEN_KEY`]): `modelcache-token-` and
+/// 40 hex digits of the SHA-256 of `namespace/name`. The node agents read Secrets in
+/// that namespace only, never a user's.
+pub fn model_token_secret(namespace: &str, name: &str) -> String {
+    use sha2::Digest as _;
+    let hash = sha2::Sha256::digest(format!("{namespace}/{name}").as_bytes());
+    let hex = hash.iter().fold(String::new(), |mut s, b| {
+        use std::fmt::Write as _;
+        let _ = write!(s, "{b:02x}");
+        s
+    });
+    format!("modelcache-token-{}", &hex[..40])
+}
+
+/// The key of the handed-over token in [`model_token_secret`].
+pub const MODEL_TOKEN_KEY: &str = "token";
+
+/// `<prefix><namespace>.<name>`, the name part at most 63 characters (see [`ready_label`]).
+fn prefixed_label(prefix: &str, namespace: &str, name: &str) -> String {
     const MAX: usize = 63;
     let key = format!("{namespace}.{name}");
     let key = if key.len() <= MAX {
@@ -46,7 +80,7 @@ pub fn ready_label(namespace: &str, name: &str) -> String {
         let kept = key[..MAX - 1 - suffix.len()].trim_end_matches(['.', '-']);
         format!("{kept}-{suffix}")
     };
-    format!("kernelcache.kubeairunway.ai/{key}")
+    format!("{prefix}{key}")
 }
 
 #[cfg(test)]
@@ -88,6 +122,32 @@ mod tests {
             a,
             ready_label("inference-team", &format!("{long}-v1")),
             "stable"
+        );
+    }
+
+    #[test]
+    fn model_token_secrets_are_dns_names_distinct_per_cache() {
+        let a = model_token_secret("ml", "qwen");
+        assert!(a.starts_with("modelcache-token-") && a.len() == 57, "{a}");
+        assert_ne!(a, model_token_secret("ml", "qwen2"));
+        assert_ne!(a, model_token_secret("m", "lqwen"));
+    }
+
+    #[test]
+    fn model_labels_have_their_own_prefix_and_the_same_shortening() {
+        assert_eq!(
+            model_ready_label("ml", "qwen"),
+            "modelcache.kubeairunway.ai/ml.qwen"
+        );
+        let long = model_ready_label(&"n".repeat(63), &"c".repeat(253));
+        let (prefix, name) = long.split_once('/').unwrap();
+        assert_eq!(prefix, "modelcache.kubeairunway.ai");
+        assert_eq!(
+            name,
+            ready_label(&"n".repeat(63), &"c".repeat(253))
+                .split_once('/')
+                .unwrap()
+                .1
         );
     }
 }

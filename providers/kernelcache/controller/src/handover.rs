@@ -19,6 +19,9 @@ use kubeairunway_kernelcache_artifact::credentials::{handover_config, handover_n
 
 /// The label on every handed-over Secret.
 pub const MANAGED_BY: (&str, &str) = ("app.kubernetes.io/managed-by", "kernelcache-controller");
+/// The label of a handed-over hub token of a ModelCache (the model-cache controller's;
+/// the registry-credentials sweep leaves these alone).
+pub const MODEL_TOKEN_LABEL: (&str, &str) = ("cache.kubeairunway.ai/handover", "model-token");
 /// The annotation naming the KernelCache (`namespace/name`) a Secret is for.
 pub const FOR_ANNOTATION: &str = "cache.kubeairunway.ai/for";
 
@@ -136,7 +139,7 @@ impl Handover {
             });
         }
         if sweep {
-            let selector = format!("{}={}", MANAGED_BY.0, MANAGED_BY.1);
+            let selector = format!("{}={},!{}", MANAGED_BY.0, MANAGED_BY.1, MODEL_TOKEN_LABEL.0);
             match self
                 .api
                 .list(&ListParams::default().labels(&selector))

@@ -1,18 +1,23 @@
 //! The ready labels on Nodes: `kernelcache.kubeairunway.ai/<namespace>.<name>=true` on
-//! every node whose KernelCacheNode reports that cache `Ready`, and on no other. The
-//! controller sets them (not the node agents, which then need no right to change a
-//! Node): by JSON merge patch of those labels only; labels without [`LABEL_PREFIX`] are
-//! never touched.
+//! every node whose KernelCacheNode reports that kernel cache `Ready`, and
+//! `modelcache.kubeairunway.ai/<namespace>.<name>=true` for a model cache `Ready` there,
+//! and on no other. The controller sets them (not the node agents, which then need no
+//! right to change a Node): by JSON merge patch of those labels only; labels without
+//! one of [`LABEL_PREFIXES`] are never touched.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use serde_json::{Map, Value, json};
 
+use kubeairunway_kernelcache_api::model::ModelCacheState;
 use kubeairunway_kernelcache_api::names;
 use kubeairunway_kernelcache_api::{CacheState, KernelCacheNode};
 
-/// The prefix of every label the controller manages on Nodes (`names::ready_label`).
-pub const LABEL_PREFIX: &str = "kernelcache.kubeairunway.ai/";
+/// The prefix of the kernel caches' labels the controller manages on Nodes
+/// (`names::ready_label`).
+pub const LABEL_PREFIX: &str = names::KERNEL_LABEL_PREFIX;
+/// The prefixes of every label the controller manages on Nodes (kernel and model caches).
+pub const LABEL_PREFIXES: [&str; 2] = [names::KERNEL_LABEL_PREFIX, names::MODEL_LABEL_PREFIX];
 
 /// Label changes: set to `"true"`, or remove.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -43,16 +48,22 @@ impl LabelChanges {
 }
 
 /// The ready labels a node should carry according to its KernelCacheNode (none without
-/// one).
+/// one): its kernel caches and its model caches reported `Ready`.
 pub fn ready_labels(report: Option<&KernelCacheNode>) -> BTreeSet<String> {
     report
         .and_then(|r| r.status.as_ref())
         .map(|s| {
-            s.caches
+            let kernels = s
+                .caches
                 .iter()
                 .filter(|c| c.state == CacheState::Ready)
-                .map(|c| names::ready_label(&c.namespace, &c.name))
-                .collect()
+                .map(|c| names::ready_label(&c.namespace, &c.name));
+            let models = s
+                .model_caches
+                .iter()
+                .filter(|c| c.state == ModelCacheState::Ready)
+                .map(|c| names::model_ready_label(&c.namespace, &c.name));
+            kernels.chain(models).collect()
         })
         .unwrap_or_default()
 }
@@ -68,7 +79,7 @@ pub fn label_changes(current: &BTreeMap<String, String>, ready: &BTreeSet<String
             .collect(),
         remove: current
             .keys()
-            .filter(|k| k.starts_with(LABEL_PREFIX) && !ready.contains(*k))
+            .filter(|k| LABEL_PREFIXES.iter().any(|p| k.starts_with(p)) && !ready.contains(*k))
             .cloned()
             .collect(),
     }
@@ -77,6 +88,7 @@ pub fn label_changes(current: &BTreeMap<String, String>, ready: &BTreeSet<String
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kubeairunway_kernelcache_api::model::NodeModelCache;
     use kubeairunway_kernelcache_api::{KernelCacheNodeSpec, KernelCacheNodeStatus, NodeCache};
 
     fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -93,6 +105,7 @@ mod tests {
             ("kernelcache.kubeairunway.ai/ml.old", "true"),
             ("kernelcache.kubeairunway.ai/ml.kept", "true"),
             ("kernelcache.kubeairunway.ai/ml.odd", "false"),
+            ("modelcache.kubeairunway.ai/ml.gone", "true"),
         ]);
         let ready: BTreeSet<String> = [
             "kernelcache.kubeairunway.ai/ml.kept",
@@ -112,7 +125,10 @@ mod tests {
         );
         assert_eq!(
             c.remove.iter().map(String::as_str).collect::<Vec<_>>(),
-            ["kernelcache.kubeairunway.ai/ml.old"]
+            [
+                "kernelcache.kubeairunway.ai/ml.old",
+                "modelcache.kubeairunway.ai/ml.gone"
+            ]
         );
         assert_eq!(
             c.merge_patch(),
@@ -120,6 +136,7 @@ mod tests {
                 "kernelcache.kubeairunway.ai/ml.new": "true",
                 "kernelcache.kubeairunway.ai/ml.odd": "true",
                 "kernelcache.kubeairunway.ai/ml.old": null,
+                "modelcache.kubeairunway.ai/ml.gone": null,
             }}})
         );
         assert!(label_changes(&labels(&[("a", "b")]), &BTreeSet::new()).is_empty());
@@ -133,6 +150,12 @@ mod tests {
                 node_name: "gpu-1".into(),
             },
         );
+        let model = |name: &str, state| NodeModelCache {
+            namespace: "ml".into(),
+            name: name.into(),
+            state,
+            ..NodeModelCache::default()
+        };
         let cache = |name: &str, state| NodeCache {
             namespace: "ml".into(),
             name: name.into(),
@@ -146,11 +169,19 @@ mod tests {
                 cache("llama", CacheState::Staging),
                 cache("rocm", CacheState::Incompatible),
             ],
+            model_caches: vec![
+                model("qwen", ModelCacheState::Ready),
+                model("llama", ModelCacheState::Downloading),
+                model("gated", ModelCacheState::Failed),
+            ],
             ..KernelCacheNodeStatus::default()
         });
         assert_eq!(
             ready_labels(Some(&report)),
-            BTreeSet::from(["kernelcache.kubeairunway.ai/ml.vadd".to_string()])
+            BTreeSet::from([
+                "kernelcache.kubeairunway.ai/ml.vadd".to_string(),
+                "modelcache.kubeairunway.ai/ml.qwen".to_string()
+            ])
         );
         assert!(ready_labels(None).is_empty());
     }

@@ -3,12 +3,15 @@
 //! report, and tells the ModelDeployments that use a cache whether it is ready
 //! (`KernelCacheReady`).
 //!
-//! Two kube-runtime controllers share one process:
+//! Three kube-runtime controllers share one process (and a fourth sets the Nodes' ready
+//! labels of kernel and model caches from the same reports):
 //! - over `KernelCache`s (also woken by node reports and policy changes): the status,
 //!   written by server-side apply as `kernelcache-controller`;
 //! - over ModelDeployments that name a cache (also woken by cache changes): their one
 //!   condition `KernelCacheReady`, applied as `kernelcache-provider` so that every other
-//!   writer's conditions stay.
+//!   writer's conditions stay;
+//! - over `ModelCache`s (also woken by node reports): the hub token handed over to the
+//!   agents, and the status added up from the reports ([`model_caches`]).
 //!
 //! A pin is kept while the spec is unchanged: a tag that moves later is reported
 //! (`Resolved=False`, `TagMoved`), never followed silently; editing the spec re-pins.
@@ -21,6 +24,8 @@ pub mod decide;
 pub mod handover;
 pub mod labels;
 pub mod metrics;
+pub mod model_caches;
+pub mod model_decide;
 mod model_deployments;
 mod nodes;
 mod registration;
@@ -40,6 +45,7 @@ use kubeairunway_sdk::process::Check;
 use kubeairunway_sdk::reflect::{self, Cache};
 use tracing::info;
 
+use kubeairunway_kernelcache_api::model::ModelCache;
 use kubeairunway_kernelcache_api::{KernelCache, KernelCacheNode, KernelCachePolicy};
 use kubeairunway_kernelcache_artifact::secrets::SecretApi;
 
@@ -58,6 +64,7 @@ pub async fn run(
     let (nodes, node_stream) = reflected::<KernelCacheNode>(&client);
     let (caches, cache_stream) = reflected::<KernelCache>(&client);
     let (policies, policy_stream) = reflected::<KernelCachePolicy>(&client);
+    let (models, model_stream) = reflected::<ModelCache>(&client);
     // Every ModelDeployment of the cluster, kept compact; only those naming a cache are
     // parsed, when reconciled.
     let (mds, md_stream) = reflect::compact_cache(
@@ -71,50 +78,41 @@ pub async fn run(
         kube::runtime::PredicateConfig::default(),
     );
     let (node_meta, node_meta_stream) = reflected::<PartialObjectMeta<Node>>(&client);
-    let readiness = tokio::spawn({
-        let (nodes, caches, policies, mds, node_meta) = (
-            nodes.clone(),
-            caches.clone(),
-            policies.clone(),
-            mds.clone(),
-            node_meta.clone(),
-        );
-        async move {
-            let all = futures::future::join5(
-                nodes.synced(),
-                caches.synced(),
-                policies.synced(),
-                mds.synced(),
-                node_meta.synced(),
-            )
-            .await;
-            if all == (true, true, true, true, true) {
-                info!("watch caches synced");
-                synced.set();
-            }
-        }
-    });
+    let readiness = spawn_readiness(
+        synced,
+        vec![
+            synced_of(&nodes),
+            synced_of(&caches),
+            synced_of(&policies),
+            synced_of(&mds),
+            synced_of(&node_meta),
+            synced_of(&models),
+        ],
+    );
+    let model_ctx = model_caches::ModelCtx::new(
+        &client,
+        &models,
+        &nodes,
+        Arc::clone(&secrets),
+        Arc::clone(&metrics),
+        settings.resync,
+        settings.credentials_namespace.as_deref(),
+    );
     let ctx = caches::new_ctx(
         &client, settings, secrets, metrics, &nodes, &caches, policies,
     );
-    // Handed-over credentials of caches deleted while no controller ran.
-    let sweeper = {
-        let ctx = Arc::clone(&ctx);
-        tokio::spawn(async move {
-            if ctx.caches.synced().await
-                && let Some(h) = &ctx.handover
-            {
-                h.prune(|ns, name| ctx.exists(ns, name), true).await;
-            }
-        })
-    };
+    let sweepers = spawn_sweepers(&ctx, &model_ctx, &models);
     let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
     let registration = tokio::spawn(registration::register(client.clone(), ctx.settings.resync));
     // The node reports wake two controllers, both reading the reports' store: each gets
     // the event of this one reflector, after the store has it (a watch of its own could
     // wake a controller before the store knows what woke it).
-    let (reports_for_caches, reports_for_labels, reports) = fan_out(node_stream);
-    let reports = tokio::spawn(reports);
+    let (reports_for_caches, reports_for_rest, reports) = fan_out(node_stream);
+    let (reports_for_labels, reports_for_models, rest) =
+        fan_out(reports_for_rest.map(Ok::<_, watcher::Error>));
+    let reports = tokio::spawn(async move {
+        tokio::join!(reports, rest);
+    });
     let caches_ctl = caches::cache_controller(
         &ctx,
         cache_stream,
@@ -123,6 +121,12 @@ pub async fn run(
         shutdown.clone(),
     );
     let mds_ctl = model_deployments::md_controller(&ctx, &mds, md_stream, shutdown.clone());
+    let models_ctl = model_caches::model_controller(
+        &model_ctx,
+        model_stream,
+        reports_for_models,
+        shutdown.clone(),
+    );
     let labels_ctl = nodes::label_controller(
         &ctx,
         &node_meta,
@@ -131,12 +135,71 @@ pub async fn run(
         shutdown,
     );
     info!("kernel-cache controller running");
-    tokio::join!(caches_ctl, mds_ctl, labels_ctl);
+    tokio::join!(caches_ctl, mds_ctl, labels_ctl, models_ctl);
     registration.abort();
     reports.abort();
-    sweeper.abort();
+    for task in sweepers {
+        task.abort();
+    }
     readiness.abort();
     Ok(())
+}
+
+/// Whether `cache` gets filled, as a task-owned future.
+fn synced_of<K>(cache: &Cache<K>) -> futures::future::BoxFuture<'static, bool>
+where
+    K: Resource + Clone + Send + Sync + 'static,
+    K::DynamicType: Eq + std::hash::Hash + Clone + Send + Sync,
+{
+    let cache = cache.clone();
+    Box::pin(async move { cache.synced().await })
+}
+
+/// Sets `synced` (readiness) once every one of `caches` is filled (a part of [`run`]).
+fn spawn_readiness(
+    synced: Check,
+    caches: Vec<futures::future::BoxFuture<'static, bool>>,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        if futures::future::join_all(caches)
+            .await
+            .into_iter()
+            .all(|s| s)
+        {
+            info!("watch caches synced");
+            synced.set();
+        }
+    })
+}
+
+/// Tasks that delete what was handed over for caches deleted while no controller ran:
+/// registry credentials of KernelCaches and hub tokens of ModelCaches (a part of
+/// [`run`]).
+fn spawn_sweepers(
+    ctx: &Arc<caches::Ctx>,
+    model_ctx: &Arc<model_caches::ModelCtx>,
+    models: &Cache<ModelCache>,
+) -> [tokio::task::JoinHandle<()>; 2] {
+    let kernel = {
+        let ctx = Arc::clone(ctx);
+        tokio::spawn(async move {
+            if ctx.caches.synced().await
+                && let Some(h) = &ctx.handover
+            {
+                h.prune(|ns, name| ctx.exists(ns, name), true).await;
+            }
+        })
+    };
+    let model = {
+        let model_ctx = Arc::clone(model_ctx);
+        let models = models.clone();
+        tokio::spawn(async move {
+            if models.synced().await {
+                model_ctx.prune(true).await;
+            }
+        })
+    };
+    [kernel, model]
 }
 
 /// Every object `stream` yields, to two consumers (each of its own pace: unbounded, as a

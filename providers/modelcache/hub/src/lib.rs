@@ -38,4 +38,4 @@ pub mod testing;
 pub use client::{Hub, HubFile, HubOptions, RevisionInfo};
 pub use error::Error;
 pub use layout::RepoId;
-pub use pull::{FileReport, PullOptions, PullReport, pull};
+pub use pull::{FileReport, PullOptions, PullReport, pull, pull_resolved};

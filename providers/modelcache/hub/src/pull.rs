@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use futures::{StreamExt as _, TryStreamExt as _};
 
 use crate::Error;
-use crate::client::{Hub, HubFile};
+use crate::client::{Hub, HubFile, RevisionInfo};
 use crate::download::{fetch_blob, lock};
 use crate::layout::{RepoId, RepoLayout, check_revision, link_target};
 
@@ -108,9 +108,16 @@ pub fn select<'a>(files: &'a [HubFile], include: &[String]) -> Result<Vec<&'a Hu
     Ok(files.iter().filter(|f| set.is_match(&f.path)).collect())
 }
 
+/// Bytes of `files`, each blob once (files with the same content share a blob): what
+/// they take in the cache.
+pub fn unique_bytes(files: &[&HubFile]) -> u64 {
+    let by_etag: BTreeMap<&str, u64> = files.iter().map(|f| (f.etag(), f.size)).collect();
+    by_etag.values().sum()
+}
+
 /// Bytes still to download for `files` (missing blobs, less what their partial
 /// downloads hold), each blob once.
-fn missing_bytes(layout: &RepoLayout, files: &[&HubFile]) -> u64 {
+pub fn missing_bytes(layout: &RepoLayout, files: &[&HubFile]) -> u64 {
     let mut by_etag = BTreeMap::new();
     for f in files {
         by_etag.insert(f.etag(), f.size);
@@ -141,6 +148,20 @@ pub async fn pull(
 ) -> Result<PullReport, Error> {
     check_revision(revision)?;
     let info = hub.revision(repo, revision).await?;
+    pull_resolved(hub, cache_dir, repo, revision, &info, options).await
+}
+
+/// Pulls `revision` of `repo`, already resolved to `info` (by [`Hub::revision`]: a
+/// caller that decides from the file list first, e.g. against a budget, resolves once).
+pub async fn pull_resolved(
+    hub: &Hub,
+    cache_dir: &Path,
+    repo: &RepoId,
+    revision: &str,
+    info: &RevisionInfo,
+    options: &PullOptions,
+) -> Result<PullReport, Error> {
+    check_revision(revision)?;
     let files = select(&info.files, &options.include)?;
     if files.is_empty() {
         return Err(Error::invalid(
@@ -171,19 +192,16 @@ pub async fn pull(
     for f in &files {
         unique.entry(f.etag()).or_insert(f);
     }
-    let fetched: BTreeMap<String, crate::download::Fetched> =
-        futures::stream::iter(unique.into_values())
-            .map(|f| {
-                let layout = &layout;
-                let commit = info.commit.as_str();
-                async move {
-                    let fetched = fetch_blob(hub, repo, commit, f, layout, options.retries).await?;
-                    Ok::<_, Error>((f.etag().to_string(), fetched))
-                }
-            })
-            .buffer_unordered(options.parallel.max(1))
-            .try_collect()
-            .await?;
+    // The futures are made before the stream (not by a closure in it), so that a pull
+    // is `Send` and can run in a spawned task.
+    let fetches: Vec<_> = unique
+        .into_values()
+        .map(|f| fetch_one(hub, repo, &info.commit, f, &layout, options.retries))
+        .collect();
+    let fetched: BTreeMap<String, crate::download::Fetched> = futures::stream::iter(fetches)
+        .buffer_unordered(options.parallel.max(1))
+        .try_collect()
+        .await?;
 
     let snapshot = publish_snapshot(&layout, &info.commit, &files).await?;
     if revision != info.commit {
@@ -208,13 +226,26 @@ pub async fn pull(
     Ok(PullReport {
         repo: repo.to_string(),
         revision: revision.to_string(),
-        commit: info.commit,
+        commit: info.commit.clone(),
         cache_dir: cache_dir.to_path_buf(),
         snapshot,
         bytes_total: reports.iter().map(|f| f.size).sum(),
         bytes_received: reports.iter().map(|f| f.received).sum(),
         files: reports,
     })
+}
+
+/// One blob of a pull, with its etag.
+async fn fetch_one(
+    hub: &Hub,
+    repo: &RepoId,
+    commit: &str,
+    file: &HubFile,
+    layout: &RepoLayout,
+    retries: u32,
+) -> Result<(String, crate::download::Fetched), Error> {
+    let fetched = fetch_blob(hub, repo, commit, file, layout, retries).await?;
+    Ok((file.etag().to_string(), fetched))
 }
 
 /// Links `files` into `snapshots/<commit>`: a new snapshot is built aside and renamed
@@ -362,5 +393,6 @@ mod tests {
         std::fs::write(layout.incomplete(b.etag()), [0u8; 20]).unwrap();
         std::fs::write(layout.blob(c.etag()), [0u8; 7]).unwrap();
         assert_eq!(missing_bytes(&layout, &[&a, &a_again, &b, &c]), 100 + 30);
+        assert_eq!(unique_bytes(&[&a, &a_again, &b, &c]), 100 + 50 + 7);
     }
 }

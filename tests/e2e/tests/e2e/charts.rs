@@ -545,7 +545,13 @@ fn webhook_network_policies_admit_only_the_api_server_and_the_metrics_peers() {
 #[test]
 fn crds_are_templates_kept_on_uninstall() {
     let Some(helm) = helm::require() else { return };
-    for (chart, count) in [("kubeairunway", 2), ("kernelcache-provider", 4)] {
+    for (chart, count) in [
+        ("kubeairunway", 2),
+        (
+            "kernelcache-provider",
+            kubeairunway_kernelcache_api::crds().len(),
+        ),
+    ] {
         let objects = helm::template(&helm, &helm::chart(chart), &[]).unwrap();
         let crds = helm::of_kind(&objects, "CustomResourceDefinition");
         assert_eq!(crds.len(), count, "{chart}");

@@ -1,0 +1,603 @@
+//! The model-cache loop's pure decisions: which ModelCaches this node holds (source and
+//! nodeSelector against its labels), which downloads start (a bounded number at once;
+//! failures wait for their retry), what each entry of the node's report says, whether a
+//! resolved revision fits the storage budget, and which reason a hub error is.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use kube::ResourceExt as _;
+use kubeairunway_kernelcache_api::model::{
+    ModelCache, ModelCacheState, NodeModelCache, Source, parse_source, reasons,
+};
+use kubeairunway_modelcache_hub::Error as HubError;
+use tokio::time::Instant;
+
+use crate::plan::selects;
+use crate::space::{Filesystem, Size};
+
+/// A ModelCache: (namespace, name).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Key {
+    /// Its namespace.
+    pub namespace: String,
+    /// Its name.
+    pub name: String,
+}
+
+impl std::fmt::Display for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.namespace, self.name)
+    }
+}
+
+/// A ModelCache this node should hold, as the download needs it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Wanted {
+    /// The cache.
+    pub key: Key,
+    /// Its generation (a new one downloads again).
+    pub generation: i64,
+    /// The repository (`org/name`).
+    pub repo: String,
+    /// The revision.
+    pub revision: String,
+    /// Include patterns.
+    pub include: Vec<String>,
+    /// The per-node budget in bytes.
+    pub budget: Option<u64>,
+    /// Whether a hub token is to be read (the cache names a credentials Secret).
+    pub token: bool,
+    /// Why the spec cannot be acted on (`InvalidSpec`), when it cannot.
+    pub invalid: Option<String>,
+}
+
+/// The ModelCaches this node holds: those with an `hf://` source whose nodeSelector its
+/// labels match. Without its labels, only caches without a nodeSelector (the others
+/// wait). `oci://` sources are not downloaded: the controller refuses them
+/// (`SourceNotSupported`), so the nodes report nothing of them.
+pub fn wanted<'a>(
+    caches: impl IntoIterator<Item = &'a ModelCache>,
+    labels: Option<&BTreeMap<String, String>>,
+) -> Vec<Wanted> {
+    let mut out: Vec<Wanted> = caches
+        .into_iter()
+        .filter(|c| c.metadata.deletion_timestamp.is_none())
+        .filter(|c| match (labels, c.spec.node_selector.as_ref()) {
+            (_, None) => true,
+            (Some(labels), selector) => selects(selector, labels),
+            (None, Some(_)) => false,
+        })
+        .filter_map(|c| {
+            let source = parse_source(&c.spec.source);
+            if matches!(source, Ok(Source::Oci(_))) {
+                return None;
+            }
+            let budget = c
+                .spec
+                .storage_budget
+                .as_ref()
+                .map(|q| match q.0.parse::<Size>() {
+                    Ok(Size::Bytes(b)) => Ok(b),
+                    _ => Err(format!(
+                        "storageBudget {:?}: expected bytes or a quantity without fraction (20Gi, 500M)",
+                        q.0
+                    )),
+                })
+                .transpose();
+            let invalid = match (&source, &budget) {
+                (Err(e), _) | (_, Err(e)) => Some(e.clone()),
+                _ => None,
+            };
+            Some(Wanted {
+                key: Key {
+                    namespace: c.namespace().unwrap_or_default(),
+                    name: c.name_any(),
+                },
+                generation: c.metadata.generation.unwrap_or_default(),
+                repo: match source {
+                    Ok(Source::Hf(repo)) => repo,
+                    _ => String::new(),
+                },
+                revision: c.spec.revision().to_string(),
+                include: c.spec.include.clone(),
+                budget: budget.ok().flatten(),
+                token: c.spec.credentials_secret_ref.is_some(),
+                invalid,
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| a.key.cmp(&b.key));
+    out
+}
+
+/// What the loop knows of one cache on this node.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Known {
+    /// A download of `generation` runs.
+    Running {
+        /// The generation it downloads.
+        generation: i64,
+    },
+    /// `generation` is on disk at `commit`.
+    Ready {
+        /// The generation downloaded.
+        generation: i64,
+        /// The commit.
+        commit: String,
+        /// Its bytes.
+        bytes: u64,
+    },
+    /// The download of `generation` failed; tried again at `retry_at`.
+    Failed {
+        /// The generation that failed.
+        generation: i64,
+        /// A constant of [`reasons`].
+        reason: &'static str,
+        /// The detail.
+        message: String,
+        /// The commit, when it was resolved.
+        commit: Option<String>,
+        /// When to try again.
+        retry_at: Instant,
+    },
+}
+
+impl Known {
+    fn generation(&self) -> i64 {
+        match self {
+            Self::Running { generation }
+            | Self::Ready { generation, .. }
+            | Self::Failed { generation, .. } => *generation,
+        }
+    }
+}
+
+/// One entry of the node's report, before progress is added.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// The cache.
+    pub key: Key,
+    /// Its generation.
+    pub generation: i64,
+    /// The state.
+    pub state: ModelCacheState,
+    /// A constant of [`reasons`].
+    pub reason: &'static str,
+    /// The detail.
+    pub message: Option<String>,
+    /// The commit, when known.
+    pub commit: Option<String>,
+    /// Its bytes, when ready.
+    pub bytes: Option<u64>,
+}
+
+/// What to do.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Downloads to start.
+    pub start: Vec<Wanted>,
+    /// Running downloads to stop (no longer wanted, or of an older generation).
+    pub stop: Vec<Key>,
+    /// The report, one entry per wanted cache.
+    pub entries: Vec<Entry>,
+}
+
+/// The plan for `wanted` given what is `known`: at most `parallel` downloads run; a
+/// failure waits for its `retry_at`; a new generation downloads again (a running
+/// download of an older one is stopped).
+pub fn plan(
+    wanted: &[Wanted],
+    known: &BTreeMap<Key, Known>,
+    parallel: usize,
+    now: Instant,
+) -> Plan {
+    let mut plan = Plan::default();
+    let current: BTreeMap<&Key, &Wanted> = wanted.iter().map(|w| (&w.key, w)).collect();
+    for (key, k) in known {
+        let outdated = current
+            .get(key)
+            .is_none_or(|w| w.generation != k.generation());
+        if matches!(k, Known::Running { .. }) && outdated {
+            plan.stop.push(key.clone());
+        }
+    }
+    let mut running = known
+        .iter()
+        .filter(|(key, k)| matches!(k, Known::Running { .. }) && !plan.stop.contains(key))
+        .count();
+    for w in wanted {
+        let same = known.get(&w.key).filter(|k| k.generation() == w.generation);
+        let slot = running < parallel.max(1);
+        let (entry, start) = one(w, same, slot, parallel.max(1), now);
+        if start {
+            running += 1;
+            plan.start.push(w.clone());
+        }
+        plan.entries.push(entry);
+    }
+    plan
+}
+
+/// The entry of one wanted cache, and whether its download starts (a phase of
+/// [`plan`]): `known` is what is known of its current generation, `slot` whether a
+/// download may start.
+fn one(
+    w: &Wanted,
+    known: Option<&Known>,
+    slot: bool,
+    parallel: usize,
+    now: Instant,
+) -> (Entry, bool) {
+    let entry = |state, reason, message: Option<String>| Entry {
+        key: w.key.clone(),
+        generation: w.generation,
+        state,
+        reason,
+        message,
+        commit: None,
+        bytes: None,
+    };
+    if let Some(why) = &w.invalid {
+        let e = entry(
+            ModelCacheState::Failed,
+            reasons::INVALID_SPEC,
+            Some(why.clone()),
+        );
+        return (e, false);
+    }
+    match known {
+        Some(Known::Running { .. }) => (
+            entry(ModelCacheState::Downloading, reasons::DOWNLOADING, None),
+            false,
+        ),
+        Some(Known::Ready { commit, bytes, .. }) => (
+            Entry {
+                commit: Some(commit.clone()),
+                bytes: Some(*bytes),
+                ..entry(ModelCacheState::Ready, reasons::READY, None)
+            },
+            false,
+        ),
+        Some(Known::Failed {
+            reason,
+            message,
+            commit,
+            retry_at,
+            ..
+        }) if *retry_at > now => (
+            Entry {
+                commit: commit.clone(),
+                ..entry(ModelCacheState::Failed, reason, Some(message.clone()))
+            },
+            false,
+        ),
+        _ if slot => (
+            entry(ModelCacheState::Downloading, reasons::DOWNLOADING, None),
+            true,
+        ),
+        _ => (
+            entry(
+                ModelCacheState::Downloading,
+                reasons::DOWNLOADING,
+                Some(format!(
+                    "waiting for a download slot ({parallel} at once on this node)"
+                )),
+            ),
+            false,
+        ),
+    }
+}
+
+/// Whether `bytes` (a revision's files, each blob once) fit `budget`: `OverBudget` with
+/// the numbers when not.
+pub fn check_budget(bytes: u64, budget: Option<u64>) -> Result<(), (&'static str, String)> {
+    match budget {
+        Some(b) if bytes > b => Err((
+            reasons::OVER_BUDGET,
+            format!("the model takes {bytes} bytes, more than the storageBudget of {b} bytes"),
+        )),
+        _ => Ok(()),
+    }
+}
+
+/// Whether `missing` bytes (still to download) fit the filesystem's free space above the
+/// floor no download goes below (`--min-free`): `NoSpace` with the numbers when not.
+pub fn check_space(
+    missing: u64,
+    fs: Filesystem,
+    floor: Size,
+) -> Result<(), (&'static str, String)> {
+    let floor = floor.bytes(fs.total);
+    let room = fs.free.saturating_sub(floor);
+    if missing > room {
+        return Err((
+            reasons::NO_SPACE,
+            format!(
+                "{missing} bytes still to download, {room} available: {} free on the model-cache root's filesystem, {floor} kept free (--min-free)",
+                fs.free
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The reason of a hub error (the message is the error's own text).
+pub fn reason(error: &HubError) -> &'static str {
+    match error {
+        HubError::Gated { .. } => reasons::GATED,
+        HubError::Unauthorized { .. } => reasons::UNAUTHORIZED,
+        HubError::RepoNotFound { .. }
+        | HubError::RevisionNotFound { .. }
+        | HubError::EntryNotFound { .. } => reasons::NOT_FOUND,
+        HubError::NoSpace { .. } => reasons::NO_SPACE,
+        HubError::Size { .. } | HubError::Digest { .. } => reasons::VERIFICATION_FAILED,
+        HubError::Invalid { .. } => reasons::INVALID_SPEC,
+        HubError::Status { .. }
+        | HubError::Transport { .. }
+        | HubError::Protocol { .. }
+        | HubError::Io { .. } => reasons::DOWNLOAD_FAILED,
+    }
+}
+
+/// The Event reasons the agent publishes on a ModelCache.
+pub mod events {
+    /// The cache became ready on a node.
+    pub const DOWNLOADED: &str = "Downloaded";
+    /// A download failed on a node (or failed again, differently).
+    pub const DOWNLOAD_FAILED: &str = "DownloadFailed";
+}
+
+/// An Event worth publishing on the ModelCache for an entry of the report that was
+/// `before` and is `now`: (reason, warning, note). Only transitions: to `Ready`, and to a
+/// failure (or a failure with another message).
+pub fn event(
+    before: Option<&NodeModelCache>,
+    now: &NodeModelCache,
+    node: &str,
+) -> Option<(&'static str, bool, String)> {
+    let same_state = before.is_some_and(|b| b.state == now.state);
+    match now.state {
+        ModelCacheState::Ready if !same_state => Some((
+            events::DOWNLOADED,
+            false,
+            format!(
+                "{} ready on node {node} ({} bytes)",
+                now.commit.as_deref().unwrap_or("?"),
+                now.bytes_total.unwrap_or_default()
+            ),
+        )),
+        ModelCacheState::Failed
+            if !same_state || before.is_some_and(|b| b.message != now.message) =>
+        {
+            Some((
+                events::DOWNLOAD_FAILED,
+                true,
+                format!(
+                    "on node {node}: {}: {}",
+                    now.reason.as_deref().unwrap_or(reasons::FAILED),
+                    now.message.as_deref().unwrap_or_default()
+                ),
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// Retry after 10 s, doubling per attempt, at most 10 minutes.
+pub fn backoff(attempts: u32) -> Duration {
+    Duration::from_secs(10u64.saturating_mul(1 << attempts.saturating_sub(1).min(6)))
+        .min(Duration::from_secs(600))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+    use kubeairunway_kernelcache_api::model::{CredentialsSecretRef, ModelCacheSpec};
+
+    fn cache(name: &str, source: &str, selector: Option<(&str, &str)>) -> ModelCache {
+        let mut c = ModelCache::new(
+            name,
+            ModelCacheSpec {
+                source: source.into(),
+                node_selector: selector.map(|(k, v)| BTreeMap::from([(k.into(), v.into())])),
+                ..ModelCacheSpec::default()
+            },
+        );
+        c.metadata.namespace = Some("ml".into());
+        c.metadata.generation = Some(1);
+        c
+    }
+
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).into(), (*v).into()))
+            .collect()
+    }
+
+    #[test]
+    fn the_node_holds_hf_caches_its_labels_select() {
+        let caches = [
+            cache("all", "hf://o/all", None),
+            cache("gpu", "hf://o/gpu", Some(("pool", "gpu"))),
+            cache("cpu", "hf://o/cpu", Some(("pool", "cpu"))),
+            cache("oci", "oci://r.example/m@sha256:ab", None),
+        ];
+        let names = |w: Vec<Wanted>| w.into_iter().map(|w| w.key.name).collect::<Vec<_>>();
+        assert_eq!(
+            names(wanted(&caches, Some(&labels(&[("pool", "gpu")])))),
+            ["all", "gpu"]
+        );
+        assert_eq!(
+            names(wanted(&caches, None)),
+            ["all"],
+            "selectors wait for labels"
+        );
+        let w = &wanted(&caches, None)[0];
+        assert_eq!((w.repo.as_str(), w.revision.as_str()), ("o/all", "main"));
+        assert!(!w.token && w.invalid.is_none());
+    }
+
+    #[test]
+    fn bad_specs_are_reported_invalid_without_a_download() {
+        let mut bad_budget = cache("budget", "hf://o/m", None);
+        bad_budget.spec.storage_budget = Some(Quantity("1.5Gi".into()));
+        let mut good_budget = cache("good", "hf://o/m", None);
+        good_budget.spec.storage_budget = Some(Quantity("2Mi".into()));
+        good_budget.spec.credentials_secret_ref = Some(CredentialsSecretRef::default());
+        let caches = [
+            cache("repo", "hf://only-org", None),
+            bad_budget,
+            good_budget,
+        ];
+        let w = wanted(&caches, None);
+        assert!(w[0].invalid.as_deref().unwrap().contains("storageBudget"));
+        assert_eq!(w[1].budget, Some(2 << 20));
+        assert!(w[1].token);
+        assert!(w[2].invalid.as_deref().unwrap().contains("hf://org/name"));
+        let p = plan(&w, &BTreeMap::new(), 2, Instant::now());
+        assert_eq!(p.start.len(), 1, "only the valid one downloads");
+        assert_eq!(p.entries[0].reason, reasons::INVALID_SPEC);
+        assert_eq!(p.entries[0].state, ModelCacheState::Failed);
+    }
+
+    fn want(name: &str, generation: i64) -> Wanted {
+        let mut c = cache(name, &format!("hf://o/{name}"), None);
+        c.metadata.generation = Some(generation);
+        wanted(&[c], None).remove(0)
+    }
+
+    fn key(name: &str) -> Key {
+        Key {
+            namespace: "ml".into(),
+            name: name.into(),
+        }
+    }
+
+    #[test]
+    fn downloads_are_bounded_failures_wait_and_new_generations_download_again() {
+        let now = Instant::now();
+        let wanted = [want("a", 1), want("b", 1), want("c", 2), want("d", 1)];
+        let known = BTreeMap::from([
+            (key("a"), Known::Running { generation: 1 }),
+            (
+                key("b"),
+                Known::Failed {
+                    generation: 1,
+                    reason: reasons::GATED,
+                    message: "gated".into(),
+                    commit: None,
+                    retry_at: now + Duration::from_secs(10),
+                },
+            ),
+            (key("c"), Known::Running { generation: 1 }),
+            (key("gone"), Known::Running { generation: 1 }),
+        ]);
+        let p = plan(&wanted, &known, 2, now);
+        assert_eq!(p.stop, [key("c"), key("gone")]);
+        assert_eq!(
+            p.start
+                .iter()
+                .map(|w| w.key.name.as_str())
+                .collect::<Vec<_>>(),
+            ["c"],
+            "one slot left beside a"
+        );
+        let by_name = |n: &str| p.entries.iter().find(|e| e.key.name == n).unwrap();
+        assert_eq!(by_name("b").reason, reasons::GATED);
+        assert_eq!(by_name("b").state, ModelCacheState::Failed);
+        assert!(by_name("d").message.as_deref().unwrap().contains("slot"));
+        assert_eq!(by_name("d").state, ModelCacheState::Downloading);
+
+        // The retry is due: downloaded again.
+        let later = now + Duration::from_secs(11);
+        let p = plan(&wanted[1..2], &known, 2, later);
+        assert_eq!(p.start.len(), 1);
+
+        let ready = BTreeMap::from([(
+            key("a"),
+            Known::Ready {
+                generation: 1,
+                commit: "c0".into(),
+                bytes: 7,
+            },
+        )]);
+        let p = plan(&wanted[..1], &ready, 1, now);
+        assert!(p.start.is_empty() && p.stop.is_empty());
+        assert_eq!(p.entries[0].state, ModelCacheState::Ready);
+        assert_eq!(p.entries[0].commit.as_deref(), Some("c0"));
+        assert_eq!(p.entries[0].bytes, Some(7));
+    }
+
+    #[test]
+    fn events_are_published_for_transitions_only() {
+        let at = |state, message: &str| NodeModelCache {
+            namespace: "ml".into(),
+            name: "qwen".into(),
+            state,
+            reason: Some(reasons::GATED.into()),
+            message: Some(message.into()),
+            commit: Some("c1".into()),
+            bytes_total: Some(9),
+            ..NodeModelCache::default()
+        };
+        let downloading = at(ModelCacheState::Downloading, "");
+        let ready = at(ModelCacheState::Ready, "");
+        let failed = at(ModelCacheState::Failed, "no token");
+        assert_eq!(event(None, &downloading, "n"), None);
+        let (reason, warning, note) = event(Some(&downloading), &ready, "n").unwrap();
+        assert_eq!((reason, warning), (events::DOWNLOADED, false));
+        assert_eq!(note, "c1 ready on node n (9 bytes)");
+        assert_eq!(event(Some(&ready), &ready, "n"), None);
+        let (reason, warning, note) = event(None, &failed, "n").unwrap();
+        assert_eq!((reason, warning), (events::DOWNLOAD_FAILED, true));
+        assert_eq!(note, "on node n: GatedRepo: no token");
+        assert_eq!(event(Some(&failed), &failed, "n"), None);
+        assert!(event(Some(&failed), &at(ModelCacheState::Failed, "other"), "n").is_some());
+    }
+
+    #[test]
+    fn budgets_and_hub_errors_have_their_reasons() {
+        assert!(check_budget(10, None).is_ok());
+        assert!(check_budget(10, Some(10)).is_ok());
+        let (why, message) = check_budget(11, Some(10)).unwrap_err();
+        assert_eq!(why, reasons::OVER_BUDGET);
+        assert!(
+            message.contains("11") && message.contains("10"),
+            "{message}"
+        );
+        let gated = HubError::Gated {
+            repo: "o/m".into(),
+            with_token: true,
+        };
+        assert_eq!(reason(&gated), reasons::GATED);
+        let space = HubError::NoSpace {
+            dir: "/x".into(),
+            needed: 2,
+            available: 1,
+        };
+        assert_eq!(reason(&space), reasons::NO_SPACE);
+        let gone = HubError::RepoNotFound { repo: "o/m".into() };
+        assert_eq!(reason(&gone), reasons::NOT_FOUND);
+        let fs = Filesystem {
+            total: 1000,
+            free: 300,
+        };
+        assert!(check_space(250, fs, Size::Percent(5)).is_ok());
+        let (why, message) = check_space(251, fs, Size::Percent(5)).unwrap_err();
+        assert_eq!(why, reasons::NO_SPACE);
+        assert!(
+            message.contains("250 available") && message.contains("50 kept free"),
+            "{message}"
+        );
+        assert!(check_space(1, fs, Size::Percent(100)).is_err());
+        assert!(
+            check_space(0, fs, Size::Percent(100)).is_ok(),
+            "nothing missing: no check"
+        );
+        assert_eq!(backoff(1), Duration::from_secs(10));
+        assert_eq!(backoff(30), Duration::from_secs(600));
+    }
+}

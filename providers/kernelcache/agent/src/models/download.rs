@@ -1,0 +1,209 @@
+//! One ModelCache onto this node's disk, in phases: the hub token (handed over by the
+//! controller in the credentials namespace), the revision resolved to a commit and its
+//! files, the storage budget and the free space above `--min-free` checked against them
+//! before a byte is written, then the pull (`kubeairunway-modelcache-hub`: resumes from
+//! partial files, verifies each blob, publishes the snapshot at once).
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use kubeairunway_kernelcache_api::model::reasons;
+use kubeairunway_kernelcache_api::names::{MODEL_TOKEN_KEY, model_token_secret};
+use kubeairunway_kernelcache_artifact::secrets::SecretApi;
+use kubeairunway_modelcache_hub::client::HubOptions;
+use kubeairunway_modelcache_hub::layout::{RepoLayout, check_revision};
+use kubeairunway_modelcache_hub::pull::{missing_bytes, select, unique_bytes};
+use kubeairunway_modelcache_hub::{Hub, HubFile, PullOptions, RepoId, pull_resolved};
+
+use crate::models::decide::{Wanted, check_budget, check_space, reason};
+use crate::space::{Size, filesystem};
+
+/// How far a download is, once its revision is resolved (read by the report).
+#[derive(Clone, Debug)]
+pub struct Progress {
+    /// The commit.
+    pub commit: String,
+    /// Bytes of the files, each blob once.
+    pub total: u64,
+    layout: RepoLayout,
+    files: Vec<HubFile>,
+}
+
+impl Progress {
+    /// Bytes on disk of the files (complete blobs and partial downloads).
+    pub fn done(&self) -> u64 {
+        let files: Vec<&HubFile> = self.files.iter().collect();
+        self.total
+            .saturating_sub(missing_bytes(&self.layout, &files))
+    }
+}
+
+/// Where a running download reports its progress.
+pub type Shared = Arc<Mutex<Option<Progress>>>;
+
+/// One download to run.
+pub struct Job {
+    /// The cache.
+    pub wanted: Wanted,
+    /// `HF_HUB_CACHE` on this node.
+    pub cache_dir: PathBuf,
+    /// The hub.
+    pub endpoint: String,
+    /// Files fetched at once.
+    pub parallel_files: usize,
+    /// Free space no download goes below.
+    pub min_free: Size,
+    /// Where the controller hands tokens over.
+    pub credentials_namespace: Option<String>,
+    /// Reading the handed-over token.
+    pub secrets: Arc<dyn SecretApi>,
+    /// Progress, for the report.
+    pub progress: Shared,
+}
+
+impl std::fmt::Debug for Job {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Job")
+            .field("wanted", &self.wanted)
+            .field("cache_dir", &self.cache_dir)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A finished download.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Done {
+    /// The commit on disk.
+    pub commit: String,
+    /// Its bytes.
+    pub bytes: u64,
+    /// Bytes received from the hub for it (0 when it was complete on disk).
+    pub received: u64,
+}
+
+/// A failed download.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    /// A constant of [`reasons`].
+    pub reason: &'static str,
+    /// The detail.
+    pub message: String,
+    /// The commit, when the revision was resolved.
+    pub commit: Option<String>,
+}
+
+fn failure(reason: &'static str, message: impl Into<String>) -> Failure {
+    Failure {
+        reason,
+        message: message.into(),
+        commit: None,
+    }
+}
+
+fn hub_failure(e: &kubeairunway_modelcache_hub::Error) -> Failure {
+    failure(reason(e), e.to_string())
+}
+
+/// Downloads the job's cache (phases: [`token`], resolve and check, pull).
+pub async fn run(job: Job) -> Result<Done, Failure> {
+    let w = &job.wanted;
+    let token = if w.token {
+        Some(token(&job).await?)
+    } else {
+        None
+    };
+    let repo = RepoId::parse(&w.repo).map_err(|e| hub_failure(&e))?;
+    check_revision(&w.revision).map_err(|e| hub_failure(&e))?;
+    let hub = Hub::new(&HubOptions {
+        endpoint: job.endpoint.clone(),
+        token,
+        ..HubOptions::default()
+    })
+    .map_err(|e| hub_failure(&e))?;
+    let info = hub
+        .revision(&repo, &w.revision)
+        .await
+        .map_err(|e| hub_failure(&e))?;
+    let with_commit = |mut f: Failure| {
+        f.commit = Some(info.commit.clone());
+        f
+    };
+    let files = select(&info.files, &w.include).map_err(|e| with_commit(hub_failure(&e)))?;
+    if files.is_empty() {
+        return Err(with_commit(failure(
+            reasons::INVALID_SPEC,
+            format!(
+                "the include patterns {:?} match no file of {}@{}",
+                w.include, w.repo, info.commit
+            ),
+        )));
+    }
+    let total = unique_bytes(&files);
+    check_budget(total, w.budget).map_err(|(r, m)| with_commit(failure(r, m)))?;
+    let layout = RepoLayout::new(&job.cache_dir, &repo);
+    let fs = filesystem(&job.cache_dir)
+        .map_err(|e| with_commit(failure(reasons::DOWNLOAD_FAILED, e)))?;
+    check_space(missing_bytes(&layout, &files), fs, job.min_free)
+        .map_err(|(r, m)| with_commit(failure(r, m)))?;
+    if let Ok(mut p) = job.progress.lock() {
+        *p = Some(Progress {
+            commit: info.commit.clone(),
+            total,
+            layout,
+            files: files.into_iter().cloned().collect(),
+        });
+    }
+    let options = PullOptions {
+        include: w.include.clone(),
+        parallel: job.parallel_files.max(1),
+        ..PullOptions::default()
+    };
+    let report = pull_resolved(&hub, &job.cache_dir, &repo, &w.revision, &info, &options)
+        .await
+        .map_err(|e| with_commit(hub_failure(&e)))?;
+    Ok(Done {
+        commit: report.commit,
+        bytes: report.bytes_total,
+        received: report.bytes_received,
+    })
+}
+
+/// The hub token the controller handed over for this cache (a phase of [`run`]).
+async fn token(job: &Job) -> Result<String, Failure> {
+    let w = &job.wanted;
+    let Some(namespace) = job.credentials_namespace.as_deref() else {
+        return Err(failure(
+            reasons::CREDENTIALS_MISSING,
+            "the cache names a credentials Secret, and this agent has no --credentials-namespace to read it from",
+        ));
+    };
+    let secret = model_token_secret(&w.key.namespace, &w.key.name);
+    let data = job
+        .secrets
+        .get(namespace, &secret)
+        .await
+        .map_err(|e| {
+            failure(
+                reasons::CREDENTIALS_MISSING,
+                format!("reading the handed-over token {namespace}/{secret}: {e}"),
+            )
+        })?
+        .ok_or_else(|| {
+            failure(
+                reasons::CREDENTIALS_MISSING,
+                format!(
+                    "the token is not handed over yet ({namespace}/{secret}; the controller copies it from the cache's credentialsSecretRef)"
+                ),
+            )
+        })?;
+    data.get(MODEL_TOKEN_KEY)
+        .and_then(|b| String::from_utf8(b.0.clone()).ok())
+        .map(|t| t.trim().to_string())
+        .filter(|t| !t.is_empty())
+        .ok_or_else(|| {
+            failure(
+                reasons::CREDENTIALS_MISSING,
+                format!("{namespace}/{secret} has no {MODEL_TOKEN_KEY:?} key"),
+            )
+        })
+}

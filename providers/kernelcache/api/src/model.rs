@@ -1,0 +1,309 @@
+//! The model-cache kind of `cache.kubeairunway.ai/v1alpha1`: `ModelCache` (model weights a
+//! user wants on the nodes' disks), and what one node reports of each in its
+//! `KernelCacheNode` ([`NodeModelCache`], in `status.modelCaches`). The condition types
+//! and reasons every model-cache component writes are constants ([`conditions`],
+//! [`reasons`]).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The source scheme of Hugging Face models (`hf://org/name`).
+pub const HF_SCHEME: &str = "hf://";
+/// The source scheme of OCI model artifacts (`oci://registry/repo@digest`): declared, not
+/// downloaded yet (`SourceNotSupported`).
+pub const OCI_SCHEME: &str = "oci://";
+/// The revision when none is given.
+pub const DEFAULT_REVISION: &str = "main";
+/// The key of the credentials Secret holding the hub token when none is given.
+pub const DEFAULT_TOKEN_KEY: &str = "token";
+
+/// The condition types of a ModelCache.
+pub mod conditions {
+    /// The spec can be acted on (a source scheme that is implemented, a valid budget).
+    pub const ACCEPTED: &str = "Accepted";
+    /// At least one node holds the resolved commit.
+    pub const READY: &str = "Ready";
+}
+
+/// The reasons of the conditions and of the per-node states.
+pub mod reasons {
+    /// `Accepted=True`.
+    pub const ACCEPTED: &str = "Accepted";
+    /// A source scheme that is declared but not implemented (`oci://`).
+    pub const SOURCE_NOT_SUPPORTED: &str = "SourceNotSupported";
+    /// A spec field that cannot be used (a repository id, a budget).
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// `Ready=True`, and a node's `Ready` state.
+    pub const READY: &str = "Ready";
+    /// Nodes are downloading, none is ready yet.
+    pub const DOWNLOADING: &str = "Downloading";
+    /// Every node that reports the cache failed.
+    pub const FAILED: &str = "Failed";
+    /// No node reports the cache (none matches the nodeSelector, or no agent runs there).
+    pub const NO_NODES: &str = "NoNodes";
+    /// The model does not fit the node's free space.
+    pub const NO_SPACE: &str = "NoSpace";
+    /// The model is larger than `spec.storageBudget`.
+    pub const OVER_BUDGET: &str = "OverBudget";
+    /// A gated repository and no token, or a token without access to it.
+    pub const GATED: &str = "GatedRepo";
+    /// The hub refused the token (`401`/`403`).
+    pub const UNAUTHORIZED: &str = "Unauthorized";
+    /// No such repository, revision or file (or a private one the token cannot see).
+    pub const NOT_FOUND: &str = "NotFound";
+    /// The credentials Secret (or its handed-over copy) is missing or has no token.
+    pub const CREDENTIALS_MISSING: &str = "CredentialsMissing";
+    /// The content did not match the hub's digest or size.
+    pub const VERIFICATION_FAILED: &str = "VerificationFailed";
+    /// Any other failure (the hub unreachable, the disk): retried with backoff.
+    pub const DOWNLOAD_FAILED: &str = "DownloadFailed";
+}
+
+/// Model weights downloaded onto the disks of the nodes a selector picks.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "cache.kubeairunway.ai",
+    version = "v1alpha1",
+    kind = "ModelCache",
+    plural = "modelcaches",
+    shortname = "mc",
+    namespaced,
+    status = "ModelCacheStatus",
+    doc = "Model weights (a Hugging Face repository at a revision) downloaded by the node agents into the standard Hugging Face cache layout on the disks of the nodes a selector picks.",
+    printcolumn = r#"{"name":"Source","type":"string","jsonPath":".spec.source"}"#,
+    printcolumn = r#"{"name":"Commit","type":"string","jsonPath":".status.resolvedCommit"}"#,
+    printcolumn = r#"{"name":"Ready","type":"integer","jsonPath":".status.readyNodes"}"#,
+    printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {"rule": "self.source.startsWith('hf://') || self.source.startsWith('oci://')", "message": "source must be hf://org/name or oci://registry/repo@digest"},
+    {"rule": "!self.source.startsWith('hf://') || self.source.matches('^hf://[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$')", "message": "an hf:// source is hf://org/name"},
+    {"rule": "!self.source.startsWith('oci://') || self.source.matches('^oci://[^@]+@sha256:[0-9a-f]{64}$')", "message": "an oci:// source is pinned to a digest: oci://registry/repo@sha256:<64 hex>"}
+]))]
+pub struct ModelCacheSpec {
+    /// The model: `hf://org/name` (a Hugging Face repository), or
+    /// `oci://registry/repo@sha256:...` (a ModelPack/KitOps artifact; declared, refused
+    /// with `SourceNotSupported` until implemented).
+    #[schemars(length(min = 1, max = 512))]
+    pub source: String,
+    /// The revision (branch, tag or commit) of an `hf://` source; `main` when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 256))]
+    pub revision: Option<String>,
+    /// Only the files matching one of these patterns (fnmatch: `*` crosses `/`; a pattern
+    /// ending in `/` means a folder's files); empty: every file of the revision.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub include: Vec<String>,
+    /// A Secret in this namespace holding the hub token (a gated or private repository).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_secret_ref: Option<CredentialsSecretRef>,
+    /// Download only on nodes with these labels; unset: every node an agent runs on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<BTreeMap<String, String>>,
+    /// The most this model may take on each node's disk (a quantity in bytes, without
+    /// fraction: `20Gi`, `500M`); a revision larger than this fails on every node with
+    /// `OverBudget`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "budget_schema")]
+    pub storage_budget: Option<Quantity>,
+}
+
+/// A budget: a quantity string the agents parse exactly (no fractions or exponents).
+fn budget_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "string",
+        "pattern": "^[0-9]+(Ki|Mi|Gi|Ti|k|M|G|T)?$",
+    })
+}
+
+impl ModelCacheSpec {
+    /// The revision asked for (`main` when unset).
+    pub fn revision(&self) -> &str {
+        self.revision.as_deref().unwrap_or(DEFAULT_REVISION)
+    }
+}
+
+/// The Secret holding the hub token.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CredentialsSecretRef {
+    /// The Secret's name (in the ModelCache's namespace).
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+    /// The key holding the token; `token` when unset.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+impl CredentialsSecretRef {
+    /// The key holding the token.
+    pub fn key(&self) -> &str {
+        self.key.as_deref().unwrap_or(DEFAULT_TOKEN_KEY)
+    }
+}
+
+/// What the cluster knows about a ModelCache, added up from the nodes' reports.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelCacheStatus {
+    /// The commit the revision resolved to on the nodes that are ready (the most recent
+    /// one the nodes report).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resolved_commit: Option<String>,
+    /// Bytes of the files downloaded (each node downloads the same).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size_bytes: Option<i64>,
+    /// Nodes where the resolved commit is ready.
+    #[serde(default)]
+    pub ready_nodes: i32,
+    /// Nodes downloading.
+    #[serde(default)]
+    pub downloading_nodes: i32,
+    /// Nodes where the download failed.
+    #[serde(default)]
+    pub failed_nodes: i32,
+    /// Node names per state (`Ready`, `Downloading`, `Failed`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub nodes: BTreeMap<String, Vec<String>>,
+    /// Conditions (`Accepted`, `Ready`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(schema_with = "kubeairunway_sdk::api::schema::conditions")]
+    pub conditions: Vec<Condition>,
+    /// The generation this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+}
+
+/// The state of one model cache on one node.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum ModelCacheState {
+    /// Being resolved, checked and downloaded (or waiting for a download slot).
+    #[default]
+    Downloading,
+    /// The snapshot of `commit` is complete on the node's disk.
+    Ready,
+    /// The download failed (see the reason); retried with backoff.
+    Failed,
+}
+
+impl ModelCacheState {
+    /// The state's name, as in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Downloading => "Downloading",
+            Self::Ready => "Ready",
+            Self::Failed => "Failed",
+        }
+    }
+}
+
+/// One model cache on one node, as its agent reports it (`status.modelCaches` of the
+/// node's KernelCacheNode, owned by the field manager `modelcache-agent`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NodeModelCache {
+    /// Namespace of the ModelCache.
+    pub namespace: String,
+    /// Name of the ModelCache.
+    pub name: String,
+    /// The ModelCache's generation this entry is about.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The commit the revision resolved to, once resolved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub commit: Option<String>,
+    /// `Downloading`, `Ready` or `Failed`.
+    pub state: ModelCacheState,
+    /// Why (a constant of the model-cache reasons: `NoSpace`, `OverBudget`, `GatedRepo`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+    /// Detail of the state (the failure, for `Failed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    /// Bytes on disk of the files to download (complete and partial).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_done: Option<i64>,
+    /// Bytes of the files to download, once resolved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_total: Option<i64>,
+    /// When the state last changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_transition_time: Option<Time>,
+}
+
+/// A ModelCache source, parsed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// A Hugging Face repository (`org/name`).
+    Hf(String),
+    /// An OCI artifact (not downloaded yet).
+    Oci(String),
+}
+
+/// Parses `source` (the CRD's validation refuses the rest at admission; this is the same
+/// check for objects that bypassed it). The error is a message for `InvalidSpec`.
+pub fn parse_source(source: &str) -> Result<Source, String> {
+    if let Some(repo) = source.strip_prefix(HF_SCHEME) {
+        let valid_part = |p: &str| {
+            !p.is_empty()
+                && p.starts_with(|c: char| c.is_ascii_alphanumeric())
+                && p.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "._-".contains(c))
+        };
+        return match repo.split_once('/') {
+            Some((org, name)) if valid_part(org) && valid_part(name) => {
+                Ok(Source::Hf(repo.to_string()))
+            }
+            _ => Err(format!(
+                "source {source:?}: an hf:// source is hf://org/name"
+            )),
+        };
+    }
+    if let Some(reference) = source.strip_prefix(OCI_SCHEME) {
+        return Ok(Source::Oci(reference.to_string()));
+    }
+    Err(format!(
+        "source {source:?}: expected hf://org/name or oci://registry/repo@digest"
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources_parse_by_scheme_and_bad_ones_are_refused() {
+        assert_eq!(
+            parse_source("hf://Qwen/Qwen3-0.6B"),
+            Ok(Source::Hf("Qwen/Qwen3-0.6B".into()))
+        );
+        assert_eq!(
+            parse_source("oci://r.example/m@sha256:ab"),
+            Ok(Source::Oci("r.example/m@sha256:ab".into()))
+        );
+        for bad in [
+            "hf://Qwen",
+            "hf://Qwen/a/b",
+            "hf://../x",
+            "hf://o/..",
+            "s3://b/k",
+            "Qwen/Qwen3",
+            "",
+        ] {
+            assert!(parse_source(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn defaults_are_main_and_token() {
+        let spec = ModelCacheSpec::default();
+        assert_eq!(spec.revision(), "main");
+        assert_eq!(CredentialsSecretRef::default().key(), "token");
+    }
+}

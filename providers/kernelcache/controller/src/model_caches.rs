@@ -1,0 +1,272 @@
+//! The controller over ModelCaches: hands each cache's hub token over to the node agents
+//! (a Secret of its own in the credentials namespace, as registry credentials are), and
+//! adds up what the agents report into the cache's status ([`crate::model_decide`]).
+//! Woken by its own watch and by the node reports that mention a cache; reads the caches
+//! and the reports from the watch caches (the user's Secret is read only when the cache's
+//! generation changed or the resync interval passed), and writes the status only when it
+//! changed.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use futures::StreamExt;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Client, ResourceExt};
+use kubeairunway_kernelcache_api::KernelCacheNode;
+use kubeairunway_kernelcache_api::model::ModelCache;
+use kubeairunway_kernelcache_api::names::{MODEL_TOKEN_KEY, model_token_secret};
+use kubeairunway_kernelcache_api::report::{Error, kube_error};
+use kubeairunway_kernelcache_artifact::secrets::SecretApi;
+use kubeairunway_sdk::reflect::Cache;
+use serde_json::json;
+use tracing::{info, warn};
+
+use crate::handover::{FOR_ANNOTATION, MANAGED_BY, MODEL_TOKEN_LABEL as HANDOVER_LABEL};
+use crate::metrics::Metrics;
+use crate::model_decide;
+use crate::settings::{FIELD_MANAGER, SYNC_WAIT};
+
+/// A ModelCache: (namespace, name).
+type Key = (String, String);
+
+/// What was handed over for one cache, and when.
+struct Handed {
+    /// `<uid>/<generation>` of the cache it was read for.
+    version: String,
+    at: Instant,
+    /// Why it could not be handed over, when it could not.
+    problem: Option<String>,
+}
+
+/// What the ModelCache controller shares between reconciles.
+pub(crate) struct ModelCtx {
+    client: Client,
+    caches: Cache<ModelCache>,
+    reports: Cache<KernelCacheNode>,
+    secrets: Arc<dyn SecretApi>,
+    metrics: Arc<Metrics>,
+    resync: Duration,
+    /// The credentials namespace's Secrets (none: tokens are not handed over).
+    handover: Option<Api<Secret>>,
+    handed: Mutex<HashMap<Key, Handed>>,
+}
+
+impl ModelCtx {
+    /// The shared state (a part of [`crate::run`]).
+    #[allow(clippy::too_many_arguments)] // the controller's seams, each a watch cache or a setting
+    pub(crate) fn new(
+        client: &Client,
+        caches: &Cache<ModelCache>,
+        reports: &Cache<KernelCacheNode>,
+        secrets: Arc<dyn SecretApi>,
+        metrics: Arc<Metrics>,
+        resync: Duration,
+        credentials_namespace: Option<&str>,
+    ) -> Arc<Self> {
+        Arc::new(Self {
+            client: client.clone(),
+            caches: caches.clone(),
+            reports: reports.clone(),
+            secrets,
+            metrics,
+            resync,
+            handover: credentials_namespace.map(|ns| Api::namespaced(client.clone(), ns)),
+            handed: Mutex::default(),
+        })
+    }
+
+    fn exists(&self, (namespace, name): &Key) -> bool {
+        self.caches
+            .store
+            .get(&ObjectRef::new(name).within(namespace))
+            .is_some()
+    }
+
+    /// Delete handed-over tokens of caches that no longer exist: those this process
+    /// wrote, and (`sweep`, once the caches are synced) every one in the namespace.
+    pub(crate) async fn prune(&self, sweep: bool) {
+        let Some(api) = &self.handover else {
+            return;
+        };
+        let mut gone: Vec<String> = Vec::new();
+        if let Ok(mut handed) = self.handed.lock() {
+            handed.retain(|key, _| {
+                let keep = self.exists(key);
+                if !keep {
+                    gone.push(model_token_secret(&key.0, &key.1));
+                }
+                keep
+            });
+        }
+        if sweep {
+            let selector = format!("{}={}", HANDOVER_LABEL.0, HANDOVER_LABEL.1);
+            match api.list(&ListParams::default().labels(&selector)).await {
+                Ok(list) => gone.extend(list.into_iter().filter_map(|s| {
+                    let owner = s.annotations().get(FOR_ANNOTATION).cloned();
+                    let key = owner
+                        .as_deref()
+                        .and_then(|o| o.split_once('/'))
+                        .map(|(ns, n)| (ns.to_string(), n.to_string()));
+                    key.is_none_or(|k| !self.exists(&k)).then(|| s.name_any())
+                })),
+                Err(e) => warn!(error = %kube_error(&e), "listing handed-over hub tokens"),
+            }
+        }
+        for name in gone {
+            match api.delete(&name, &DeleteParams::default()).await {
+                Ok(_) => info!(secret = %name, "hub token of a deleted ModelCache removed"),
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => warn!(error = %kube_error(&e), "removing a handed-over hub token"),
+            }
+        }
+    }
+}
+
+/// The controller over ModelCaches (a part of [`crate::run`]).
+pub(crate) fn model_controller(
+    ctx: &Arc<ModelCtx>,
+    caches: impl futures::Stream<Item = Result<ModelCache, watcher::Error>> + Send + 'static,
+    reports: impl futures::Stream<Item = KernelCacheNode> + Send + 'static,
+    shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
+) -> impl std::future::Future<Output = ()> {
+    let mentioned = reports.flat_map(|n| {
+        let refs: Vec<ObjectRef<ModelCache>> = n
+            .status
+            .iter()
+            .flat_map(|s| s.model_caches.iter())
+            .map(|c| ObjectRef::new(&c.name).within(&c.namespace))
+            .collect();
+        futures::stream::iter(refs)
+    });
+    Controller::for_stream(caches, ctx.caches.store.clone())
+        .with_config(kubeairunway_sdk::process::controller_config())
+        .reconcile_on(mentioned)
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, Arc::clone(ctx))
+        .for_each(|_| async {})
+}
+
+#[allow(clippy::needless_pass_by_value)] // kube-runtime's error-policy signature
+fn error_policy(_: Arc<ModelCache>, error: &Error, ctx: Arc<ModelCtx>) -> Action {
+    warn!(%error, "reconciling a ModelCache");
+    ctx.metrics.reconcile_error();
+    Action::requeue(Duration::from_secs(10))
+}
+
+/// Hand the token over ([`hand_over`]), add up the reports and write the status when it
+/// changed.
+async fn reconcile(cache: Arc<ModelCache>, ctx: Arc<ModelCtx>) -> Result<Action, Error> {
+    let _timing = ctx.metrics.reconciling("ModelCache");
+    // Counting an empty store's reports would say no node holds anything.
+    if !ctx.reports.synced_within(SYNC_WAIT).await {
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
+    let credentials = hand_over(&ctx, &cache).await;
+    let reports = ctx.reports.store.state();
+    let reports: Vec<&KernelCacheNode> = reports.iter().map(AsRef::as_ref).collect();
+    let status = model_decide::status(
+        &cache,
+        cache.status.as_ref(),
+        &reports,
+        credentials.as_deref(),
+    );
+    if cache.status.as_ref() != Some(&status) {
+        let api: Api<ModelCache> =
+            Api::namespaced(ctx.client.clone(), &cache.namespace().unwrap_or_default());
+        kubeairunway_kernelcache_api::report::apply(
+            &api,
+            &cache.name_any(),
+            FIELD_MANAGER,
+            &status,
+        )
+        .await?;
+    }
+    ctx.prune(false).await;
+    Ok(Action::requeue(ctx.resync))
+}
+
+/// The cache's hub token into `<credentials namespace>/modelcache-token-<hash>` (a phase
+/// of [`reconcile`]); why not, when it could not be. The user's Secret is read again only
+/// for a new generation of the cache or after the resync interval.
+async fn hand_over(ctx: &ModelCtx, cache: &ModelCache) -> Option<String> {
+    let reference = cache.spec.credentials_secret_ref.as_ref()?;
+    let namespace = cache.namespace().unwrap_or_default();
+    let name = cache.name_any();
+    let key = (namespace.clone(), name.clone());
+    let version = format!(
+        "{}/{}",
+        cache.metadata.uid.as_deref().unwrap_or_default(),
+        cache.metadata.generation.unwrap_or_default()
+    );
+    if let Some(h) = ctx.handed.lock().ok().and_then(|h| {
+        h.get(&key)
+            .filter(|h| h.version == version && h.at.elapsed() < ctx.resync)
+            .map(|h| h.problem.clone())
+    }) {
+        return h;
+    }
+    let problem = copy_token(ctx, &namespace, &name, &reference.name, reference.key())
+        .await
+        .err();
+    if let Ok(mut h) = ctx.handed.lock() {
+        h.insert(
+            key,
+            Handed {
+                version,
+                at: Instant::now(),
+                problem: problem.clone(),
+            },
+        );
+    }
+    problem
+}
+
+/// Reads the token from the user's Secret and applies the handed-over copy.
+async fn copy_token(
+    ctx: &ModelCtx,
+    namespace: &str,
+    name: &str,
+    secret: &str,
+    key: &str,
+) -> Result<(), String> {
+    let Some(api) = &ctx.handover else {
+        return Err(
+            "the controller has no --credentials-namespace to hand the hub token over in".into(),
+        );
+    };
+    let data = ctx
+        .secrets
+        .get(namespace, secret)
+        .await
+        .map_err(|e| format!("reading Secret {namespace}/{secret}: {e}"))?
+        .ok_or_else(|| format!("Secret {namespace}/{secret} not found"))?;
+    let token = data
+        .get(key)
+        .ok_or_else(|| format!("Secret {namespace}/{secret} has no key {key:?}"))?;
+    let handed = model_token_secret(namespace, name);
+    let body = json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": handed,
+            "labels": {MANAGED_BY.0: MANAGED_BY.1, HANDOVER_LABEL.0: HANDOVER_LABEL.1},
+            "annotations": {FOR_ANNOTATION: format!("{namespace}/{name}")},
+        },
+        "type": "Opaque",
+        "data": {MODEL_TOKEN_KEY: base64::engine::general_purpose::STANDARD.encode(&token.0)},
+    });
+    api.patch(
+        &handed,
+        &PatchParams::apply(FIELD_MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await
+    .map_err(|e| format!("handing the hub token over ({handed}): {}", kube_error(&e)))?;
+    Ok(())
+}

@@ -1,0 +1,343 @@
+//! The controller's pure decisions about ModelCaches: what the nodes' reports add up to
+//! for one cache (entries about an older generation are not counted), and the status
+//! that follows, with its `Accepted` and `Ready` conditions.
+
+use std::collections::BTreeMap;
+
+use kube::ResourceExt as _;
+use kubeairunway_kernelcache_api::KernelCacheNode;
+use kubeairunway_kernelcache_api::model::{
+    ModelCache, ModelCacheState, ModelCacheStatus, Source, conditions, parse_source, reasons,
+};
+
+/// What the nodes report about one ModelCache's current generation.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Aggregate {
+    /// Node names per state (`Ready`, `Downloading`, `Failed`).
+    pub nodes: BTreeMap<String, Vec<String>>,
+    /// The commit most ready nodes hold (else the one most nodes resolved).
+    pub commit: Option<String>,
+    /// The bytes a ready node holds.
+    pub size: Option<i64>,
+    /// The failed nodes' (node, reason, message), by node name.
+    pub failures: Vec<(String, String, String)>,
+}
+
+impl Aggregate {
+    fn count(&self, state: ModelCacheState) -> i32 {
+        self.nodes
+            .get(state.as_str())
+            .map_or(0, |n| i32::try_from(n.len()).unwrap_or(i32::MAX))
+    }
+}
+
+/// The reports of `reports` about `namespace/name` at `generation`.
+pub fn aggregate(
+    namespace: &str,
+    name: &str,
+    generation: Option<i64>,
+    reports: &[&KernelCacheNode],
+) -> Aggregate {
+    let mut agg = Aggregate::default();
+    let mut ready_commits: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut commits: BTreeMap<&str, usize> = BTreeMap::new();
+    let mut sorted: Vec<&KernelCacheNode> = reports.to_vec();
+    sorted.sort_by_key(|n| n.name_any());
+    for node in sorted {
+        let Some(entry) = node.status.as_ref().and_then(|s| {
+            s.model_caches
+                .iter()
+                .find(|e| e.namespace == namespace && e.name == name)
+        }) else {
+            continue;
+        };
+        if generation.is_some() && entry.observed_generation != generation {
+            continue;
+        }
+        let node_name = node.name_any();
+        agg.nodes
+            .entry(entry.state.as_str().to_string())
+            .or_default()
+            .push(node_name.clone());
+        if let Some(c) = entry.commit.as_deref() {
+            *commits.entry(c).or_default() += 1;
+            if entry.state == ModelCacheState::Ready {
+                *ready_commits.entry(c).or_default() += 1;
+                agg.size = agg.size.or(entry.bytes_total);
+            }
+        }
+        if entry.state == ModelCacheState::Failed {
+            agg.failures.push((
+                node_name,
+                entry
+                    .reason
+                    .clone()
+                    .unwrap_or_else(|| reasons::FAILED.into()),
+                entry.message.clone().unwrap_or_default(),
+            ));
+        }
+    }
+    let most = |m: &BTreeMap<&str, usize>| {
+        m.iter()
+            .max_by_key(|(_, n)| **n)
+            .map(|(c, _)| (*c).to_string())
+    };
+    agg.commit = most(&ready_commits).or_else(|| most(&commits));
+    agg
+}
+
+/// Whether the spec can be acted on: (accepted, reason, message). `credentials` is why
+/// the hub token could not be handed over, when it could not.
+pub fn accepted(cache: &ModelCache, credentials: Option<&str>) -> (bool, &'static str, String) {
+    match parse_source(&cache.spec.source) {
+        Ok(Source::Oci(_)) => (
+            false,
+            reasons::SOURCE_NOT_SUPPORTED,
+            "oci:// sources are declared in the API but not downloaded yet; use hf://org/name"
+                .into(),
+        ),
+        Err(e) => (false, reasons::INVALID_SPEC, e),
+        Ok(Source::Hf(_)) => match credentials {
+            Some(why) => (false, reasons::CREDENTIALS_MISSING, why.to_string()),
+            None => (true, reasons::ACCEPTED, "the nodes download it".into()),
+        },
+    }
+}
+
+/// The `Ready` condition: (ready, reason, message). Ready when at least one node holds
+/// the current generation; else why not (the first failed node's reason when every node
+/// that reports it failed).
+pub fn ready(
+    accepted: (bool, &'static str, &str),
+    agg: &Aggregate,
+) -> (bool, &'static str, String) {
+    let (ok, reason, message) = accepted;
+    if !ok && (reason == reasons::SOURCE_NOT_SUPPORTED || reason == reasons::INVALID_SPEC) {
+        return (false, reason, message.to_string());
+    }
+    let ready = agg.count(ModelCacheState::Ready);
+    let downloading = agg.count(ModelCacheState::Downloading);
+    let failed = agg.count(ModelCacheState::Failed);
+    let total = ready + downloading + failed;
+    let failures = || {
+        agg.failures
+            .iter()
+            .map(|(node, reason, message)| format!("{node}: {reason}: {message}"))
+            .collect::<Vec<_>>()
+            .join("; ")
+    };
+    if ready > 0 {
+        let m = format!("ready on {ready} of {total} nodes");
+        if failed > 0 {
+            return (
+                true,
+                reasons::READY,
+                format!("{m} (failed: {})", failures()),
+            );
+        }
+        return (true, reasons::READY, m);
+    }
+    if downloading > 0 {
+        return (
+            false,
+            reasons::DOWNLOADING,
+            format!("downloading on {downloading} of {total} nodes"),
+        );
+    }
+    match agg.failures.first() {
+        Some((_, reason, _)) => (false, failure_reason(reason), failures()),
+        None => (
+            false,
+            reasons::NO_NODES,
+            "no node reports it: none matches the nodeSelector, or no agent runs there".into(),
+        ),
+    }
+}
+
+/// A node's reason as one of the constants (an unknown one is `Failed`).
+fn failure_reason(reason: &str) -> &'static str {
+    [
+        reasons::NO_SPACE,
+        reasons::OVER_BUDGET,
+        reasons::GATED,
+        reasons::UNAUTHORIZED,
+        reasons::NOT_FOUND,
+        reasons::CREDENTIALS_MISSING,
+        reasons::VERIFICATION_FAILED,
+        reasons::INVALID_SPEC,
+        reasons::DOWNLOAD_FAILED,
+    ]
+    .into_iter()
+    .find(|r| *r == reason)
+    .unwrap_or(reasons::FAILED)
+}
+
+/// The status of `cache` from the reports (`previous`: its conditions keep their
+/// transition times).
+pub fn status(
+    cache: &ModelCache,
+    previous: Option<&ModelCacheStatus>,
+    reports: &[&KernelCacheNode],
+    credentials: Option<&str>,
+) -> ModelCacheStatus {
+    let generation = cache.metadata.generation;
+    let agg = aggregate(
+        &cache.namespace().unwrap_or_default(),
+        &cache.name_any(),
+        generation,
+        reports,
+    );
+    let mut status = ModelCacheStatus {
+        conditions: previous.map(|p| p.conditions.clone()).unwrap_or_default(),
+        ..ModelCacheStatus::default()
+    };
+    let (ok, reason, message) = accepted(cache, credentials);
+    kubeairunway_sdk::conditions::set(
+        &mut status.conditions,
+        conditions::ACCEPTED,
+        ok,
+        reason,
+        message.clone(),
+        generation,
+    );
+    let (is_ready, why, detail) = ready((ok, reason, &message), &agg);
+    kubeairunway_sdk::conditions::set(
+        &mut status.conditions,
+        conditions::READY,
+        is_ready,
+        why,
+        detail,
+        generation,
+    );
+    status.ready_nodes = agg.count(ModelCacheState::Ready);
+    status.downloading_nodes = agg.count(ModelCacheState::Downloading);
+    status.failed_nodes = agg.count(ModelCacheState::Failed);
+    status.resolved_commit = agg.commit;
+    status.size_bytes = agg.size;
+    status.nodes = agg.nodes;
+    status.observed_generation = generation;
+    status
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kubeairunway_kernelcache_api::model::{ModelCacheSpec, NodeModelCache};
+    use kubeairunway_kernelcache_api::{KernelCacheNodeSpec, KernelCacheNodeStatus};
+
+    fn cache(source: &str) -> ModelCache {
+        let mut c = ModelCache::new(
+            "qwen",
+            ModelCacheSpec {
+                source: source.into(),
+                ..ModelCacheSpec::default()
+            },
+        );
+        c.metadata.namespace = Some("ml".into());
+        c.metadata.generation = Some(2);
+        c
+    }
+
+    fn report(node: &str, entries: Vec<NodeModelCache>) -> KernelCacheNode {
+        let mut n = KernelCacheNode::new(
+            node,
+            KernelCacheNodeSpec {
+                node_name: node.into(),
+            },
+        );
+        n.status = Some(KernelCacheNodeStatus {
+            model_caches: entries,
+            ..KernelCacheNodeStatus::default()
+        });
+        n
+    }
+
+    fn entry(state: ModelCacheState, reason: &str, generation: i64) -> NodeModelCache {
+        NodeModelCache {
+            namespace: "ml".into(),
+            name: "qwen".into(),
+            observed_generation: Some(generation),
+            commit: Some("c2".into()),
+            state,
+            reason: Some(reason.into()),
+            message: Some(format!("{reason} here")),
+            bytes_total: Some(42),
+            ..NodeModelCache::default()
+        }
+    }
+
+    fn condition<'a>(s: &'a ModelCacheStatus, type_: &str) -> (&'a str, &'a str, &'a str) {
+        let c = s.conditions.iter().find(|c| c.type_ == type_).unwrap();
+        (c.status.as_str(), c.reason.as_str(), c.message.as_str())
+    }
+
+    #[test]
+    fn ready_nodes_of_the_current_generation_make_it_ready() {
+        let a = report("a", vec![entry(ModelCacheState::Ready, reasons::READY, 2)]);
+        let b = report(
+            "b",
+            vec![entry(ModelCacheState::Failed, reasons::NO_SPACE, 2)],
+        );
+        let old = report("c", vec![entry(ModelCacheState::Ready, reasons::READY, 1)]);
+        let none = report("d", vec![]);
+        let s = status(&cache("hf://o/m"), None, &[&b, &a, &old, &none], None);
+        assert_eq!(s.ready_nodes, 1);
+        assert_eq!(s.failed_nodes, 1);
+        assert_eq!(s.downloading_nodes, 0);
+        assert_eq!(s.resolved_commit.as_deref(), Some("c2"));
+        assert_eq!(s.size_bytes, Some(42));
+        assert_eq!(s.nodes["Ready"], ["a"]);
+        assert_eq!(s.observed_generation, Some(2));
+        let (st, reason, message) = condition(&s, conditions::READY);
+        assert_eq!((st, reason), ("True", reasons::READY));
+        assert!(
+            message.contains("1 of 2") && message.contains("b: NoSpace"),
+            "{message}"
+        );
+        assert_eq!(condition(&s, conditions::ACCEPTED).1, reasons::ACCEPTED);
+    }
+
+    #[test]
+    fn without_a_ready_node_the_reason_says_why() {
+        let gated = report("a", vec![entry(ModelCacheState::Failed, reasons::GATED, 2)]);
+        let s = status(&cache("hf://o/m"), None, &[&gated], None);
+        let (st, reason, message) = condition(&s, conditions::READY);
+        assert_eq!((st, reason), ("False", reasons::GATED));
+        assert!(message.contains("a: GatedRepo"), "{message}");
+
+        let busy = report(
+            "a",
+            vec![entry(ModelCacheState::Downloading, reasons::DOWNLOADING, 2)],
+        );
+        let s = status(&cache("hf://o/m"), None, &[&busy, &gated], None);
+        assert_eq!(condition(&s, conditions::READY).1, reasons::DOWNLOADING);
+
+        let s = status(&cache("hf://o/m"), None, &[], None);
+        assert_eq!(condition(&s, conditions::READY).1, reasons::NO_NODES);
+
+        let odd = report("a", vec![entry(ModelCacheState::Failed, "Whatever", 2)]);
+        let s = status(&cache("hf://o/m"), None, &[&odd], None);
+        assert_eq!(condition(&s, conditions::READY).1, reasons::FAILED);
+    }
+
+    #[test]
+    fn oci_sources_and_missing_credentials_are_named() {
+        let s = status(&cache("oci://r.example/m@sha256:ab"), None, &[], None);
+        let (st, reason, _) = condition(&s, conditions::ACCEPTED);
+        assert_eq!((st, reason), ("False", reasons::SOURCE_NOT_SUPPORTED));
+        assert_eq!(
+            condition(&s, conditions::READY).1,
+            reasons::SOURCE_NOT_SUPPORTED
+        );
+        let s = status(
+            &cache("hf://o/m"),
+            None,
+            &[],
+            Some("Secret ml/hf not found"),
+        );
+        let (st, reason, message) = condition(&s, conditions::ACCEPTED);
+        assert_eq!((st, reason), ("False", reasons::CREDENTIALS_MISSING));
+        assert_eq!(message, "Secret ml/hf not found");
+        assert_eq!(condition(&s, conditions::READY).1, reasons::NO_NODES);
+    }
+}

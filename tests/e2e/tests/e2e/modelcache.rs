@@ -1,0 +1,880 @@
+//! Model caches on the nodes: the node agent (in-process, one per fake node, each as the
+//! chart's agent service account when helm is there) against a real API server of its
+//! own and the loopback stand-in of the Hugging Face hub (`kubeairunway-modelcache-hub`'s
+//! `testing` feature). The agent tests play the controller where the agent needs it (the
+//! handed-over hub token); the last test runs the controller too (status, node labels,
+//! the token handed over from the user's Secret).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{Node, Secret};
+use kube::Client;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kubeairunway_e2e::eventually;
+use kubeairunway_kernelcache_agent::gpu::Static;
+use kubeairunway_kernelcache_agent::metrics::Metrics;
+use kubeairunway_kernelcache_agent::models::ModelSettings;
+use kubeairunway_kernelcache_agent::node::KubeNode;
+use kubeairunway_kernelcache_agent::{self as agent, Seams, Settings};
+use kubeairunway_kernelcache_api::KernelCacheNode;
+use kubeairunway_kernelcache_api::model::{
+    ModelCache, ModelCacheState, ModelCacheStatus, NodeModelCache, reasons,
+};
+use kubeairunway_kernelcache_api::names::model_token_secret;
+use kubeairunway_kernelcache_artifact::secrets;
+use kubeairunway_modelcache_hub::testing::{Content, StandIn, StandInFile, commit_id};
+use kubeairunway_testcluster::TestCluster;
+use serde_json::json;
+
+/// The chart's handover namespace (values.yaml `credentials.namespace`).
+const CREDENTIALS_NS: &str = "kernelcache-credentials";
+const NS: &str = "ml";
+const BIG: &str = "model.safetensors";
+const BIG_LEN: u64 = 6 << 20;
+
+fn files() -> Vec<StandInFile> {
+    vec![
+        StandInFile::regular("config.json", b"{\"model_type\": \"tiny\"}\n"),
+        StandInFile::new(
+            BIG,
+            Content::Pattern {
+                len: BIG_LEN,
+                seed: 7,
+            },
+            true,
+        ),
+        StandInFile::regular("tokenizer/tokenizer.json", b"{}\n"),
+    ]
+}
+
+struct RunningAgent {
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<anyhow::Result<()>>,
+    metrics: Arc<Metrics>,
+}
+
+impl RunningAgent {
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        self.task.await.unwrap().unwrap();
+    }
+}
+
+fn start_agent(client: &Client, node_name: &str, root: &Path, hub: &StandIn) -> RunningAgent {
+    start_agent_with(client, node_name, root, hub, |_| {})
+}
+
+fn start_agent_with(
+    client: &Client,
+    node_name: &str,
+    root: &Path,
+    hub: &StandIn,
+    tweak: impl FnOnce(&mut ModelSettings),
+) -> RunningAgent {
+    let mut settings = Settings::new(node_name, root.join("kernels"));
+    settings.resync = Duration::from_secs(2);
+    settings.credentials_namespace = Some(CREDENTIALS_NS.into());
+    settings.models = Some(ModelSettings {
+        hf_endpoint: hub.url.clone(),
+        progress_every: Duration::from_millis(300),
+        resync: Duration::from_secs(2),
+        ..ModelSettings::new(root.join("models"))
+    });
+    if let Some(m) = settings.models.as_mut() {
+        tweak(m);
+    }
+    let seams = Seams {
+        gpus: Arc::new(Static::parse("[]").unwrap()),
+        node: Arc::new(KubeNode::watch(client.clone(), node_name)),
+        secrets: Arc::new(secrets::KubeSecrets(client.clone())),
+    };
+    let metrics = Arc::new(Metrics::new(node_name));
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(agent::run(
+        client.clone(),
+        settings,
+        seams,
+        Arc::clone(&metrics),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    RunningAgent {
+        stop,
+        task,
+        metrics,
+    }
+}
+
+/// The kernel-cache chart's RBAC applied, and its agent's identity (`None` without helm
+/// outside CI: the agents then run as the admin).
+async fn agent_identity(
+    cluster: &TestCluster,
+    admin: &Client,
+) -> Option<kubeairunway_e2e::rbac::ChartIdentity> {
+    use kubeairunway_e2e::helm;
+    let helm_bin = helm::require()?;
+    let objects = helm::template(&helm_bin, &helm::chart("kernelcache-provider"), &[]).unwrap();
+    let workload = objects
+        .iter()
+        .find(|o| o["kind"] == "DaemonSet")
+        .expect("the chart runs the agent");
+    let spec = &workload["spec"]["template"]["spec"];
+    let args = spec["containers"][0]["args"].to_string();
+    assert!(
+        args.contains("--model-cache-root="),
+        "model caches are on by default: {args}"
+    );
+    Some(
+        kubeairunway_e2e::rbac::ChartIdentity::apply(
+            cluster,
+            admin,
+            &objects,
+            "the kernel-cache agent",
+            workload["metadata"]["namespace"].as_str().unwrap(),
+            spec["serviceAccountName"].as_str().unwrap(),
+        )
+        .await
+        .unwrap(),
+    )
+}
+
+async fn setup(tag: &str) -> (TestCluster, Client) {
+    let (cluster, client) =
+        kubeairunway_sdk::testing::private_cluster(tag, &kubeairunway_kernelcache_api::crds())
+            .await
+            .unwrap();
+    cluster.ensure_namespace(NS);
+    cluster.ensure_namespace(CREDENTIALS_NS);
+    (cluster, client)
+}
+
+async fn node(client: &Client, name: &str, pool: &str) {
+    Api::<Node>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Node",
+                "metadata": {"name": name, "labels": {"pool": pool}},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+}
+
+async fn model_cache(
+    client: &Client,
+    name: &str,
+    spec: serde_json::Value,
+) -> kube::Result<ModelCache> {
+    Api::<ModelCache>::namespaced(client.clone(), NS)
+        .patch(
+            name,
+            &PatchParams::apply("user"),
+            &Patch::Apply(json!({
+                "apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "ModelCache",
+                "metadata": {"name": name, "namespace": NS},
+                "spec": spec,
+            })),
+        )
+        .await
+}
+
+/// Hands `token` over for the ModelCache `name`, as the controller does.
+async fn hand_over(client: &Client, name: &str, token: &str) {
+    let secret = model_token_secret(NS, name);
+    Api::<Secret>::namespaced(client.clone(), CREDENTIALS_NS)
+        .patch(
+            &secret,
+            &PatchParams::apply("kernelcache-controller").force(),
+            &Patch::Apply(json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": secret, "namespace": CREDENTIALS_NS},
+                "stringData": {"token": token},
+            })),
+        )
+        .await
+        .unwrap();
+}
+
+fn entry<'a>(node: &'a KernelCacheNode, name: &str) -> Option<&'a NodeModelCache> {
+    node.status
+        .as_ref()?
+        .model_caches
+        .iter()
+        .find(|c| c.name == name)
+}
+
+async fn node_where(
+    client: &Client,
+    name: &str,
+    what: &str,
+    check: impl Fn(&KernelCacheNode) -> bool,
+) -> KernelCacheNode {
+    let api: Api<KernelCacheNode> = Api::all(client.clone());
+    let found = eventually(90, what, || async {
+        api.get_opt(name).await.ok().flatten().filter(|n| check(n))
+    })
+    .await;
+    match found {
+        Ok(n) => n,
+        Err(e) => {
+            let last = api
+                .get_opt(name)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|n| n.status);
+            panic!("{e}; last status of {name}: {last:#?}")
+        }
+    }
+}
+
+fn state(node: &KernelCacheNode, name: &str) -> Option<(ModelCacheState, Option<String>)> {
+    entry(node, name).map(|e| (e.state, e.reason.clone()))
+}
+
+/// The snapshot of `commit` under a node's model-cache root holds `files`, each through a
+/// link into `blobs/`, and `refs/main` names the commit.
+fn assert_cached(root: &Path, repo_folder: &str, commit: &str, files: &[StandInFile]) {
+    let repo = root.join("models/hub").join(repo_folder);
+    assert_eq!(
+        std::fs::read_to_string(repo.join("refs/main")).unwrap(),
+        commit
+    );
+    for f in files {
+        let link = repo.join("snapshots").join(commit).join(&f.path);
+        let target =
+            std::fs::read_link(&link).unwrap_or_else(|e| panic!("{}: {e}", link.display()));
+        assert!(
+            target.ends_with(format!("blobs/{}", f.etag)),
+            "{}",
+            target.display()
+        );
+        let content = std::fs::read(&link).unwrap();
+        assert_eq!(
+            kubeairunway_modelcache_hub::hash::sha256(&content),
+            f.sha256,
+            "{}",
+            f.path
+        );
+    }
+}
+
+#[tokio::test]
+async fn model_caches_go_ready_on_selected_nodes_with_clear_reasons_for_token_and_budget() {
+    let (cluster, client) = setup("mc-agent").await;
+    let hub = StandIn::start().await;
+    let commit = commit_id("tiny-1");
+    hub.commit("acme/tiny", "main", &commit, files());
+    let gated_commit = commit_id("gated-1");
+    hub.commit("acme/gated", "main", &gated_commit, files());
+    hub.gate("acme/gated", "hf_right");
+    for (name, pool) in [("gpu-a", "a"), ("gpu-b", "a"), ("cpu-c", "c")] {
+        node(&client, name, pool).await;
+    }
+    let selector = json!({"pool": "a"});
+    model_cache(
+        &client,
+        "tiny",
+        json!({"source": "hf://acme/tiny", "nodeSelector": selector}),
+    )
+    .await
+    .unwrap();
+    model_cache(
+        &client,
+        "gated",
+        json!({"source": "hf://acme/gated", "nodeSelector": selector,
+               "credentialsSecretRef": {"name": "hf-token"}}),
+    )
+    .await
+    .unwrap();
+    model_cache(
+        &client,
+        "small",
+        json!({"source": "hf://acme/tiny", "nodeSelector": selector, "storageBudget": "1Mi"}),
+    )
+    .await
+    .unwrap();
+    hand_over(&client, "gated", "hf_wrong").await;
+
+    let identity = agent_identity(&cluster, &client).await;
+    let agent_client = match &identity {
+        Some(id) => id.client(&cluster).await.unwrap(),
+        None => client.clone(),
+    };
+    let roots: BTreeMap<&str, tempfile::TempDir> = ["gpu-a", "gpu-b", "cpu-c"]
+        .into_iter()
+        .map(|n| (n, tempfile::tempdir().unwrap()))
+        .collect();
+    let agents: Vec<RunningAgent> = roots
+        .iter()
+        .map(|(n, root)| start_agent(&agent_client, n, root.path(), &hub))
+        .collect();
+
+    let total: u64 = files().iter().map(|f| f.content.len()).sum();
+    for name in ["gpu-a", "gpu-b"] {
+        let report = node_where(
+            &client,
+            name,
+            "tiny Ready, gated refused, small over budget",
+            |n| {
+                state(n, "tiny").is_some_and(|s| s.0 == ModelCacheState::Ready)
+                    && state(n, "gated").is_some_and(|s| s.0 == ModelCacheState::Failed)
+                    && state(n, "small").is_some_and(|s| s.0 == ModelCacheState::Failed)
+            },
+        )
+        .await;
+        let tiny = entry(&report, "tiny").unwrap();
+        assert_eq!(tiny.commit.as_deref(), Some(commit.as_str()));
+        assert_eq!(tiny.reason.as_deref(), Some(reasons::READY));
+        assert_eq!(tiny.bytes_total, Some(i64::try_from(total).unwrap()));
+        assert_eq!(tiny.bytes_done, tiny.bytes_total);
+        assert_eq!(tiny.observed_generation, Some(1));
+        let gated = entry(&report, "gated").unwrap();
+        assert_eq!(gated.reason.as_deref(), Some(reasons::GATED), "{gated:?}");
+        assert!(
+            gated.message.as_deref().unwrap().contains("acme/gated"),
+            "{gated:?}"
+        );
+        let small = entry(&report, "small").unwrap();
+        assert_eq!(
+            small.reason.as_deref(),
+            Some(reasons::OVER_BUDGET),
+            "{small:?}"
+        );
+        assert_eq!(small.commit.as_deref(), Some(commit.as_str()));
+        assert_cached(roots[name].path(), "models--acme--tiny", &commit, &files());
+        assert!(
+            !roots[name]
+                .path()
+                .join("models/hub/models--acme--gated/snapshots")
+                .exists(),
+            "nothing of the gated repository is published"
+        );
+    }
+    // Events on the caches, from the nodes.
+    kubeairunway_sdk::testing::event_where(&client, NS, "tiny", "Downloaded").await;
+    kubeairunway_sdk::testing::event_where(&client, NS, "gated", "DownloadFailed").await;
+    kubeairunway_sdk::testing::event_where(&client, NS, "small", "DownloadFailed").await;
+    // The kernel-cache loop's fields are its own: both loops write the same object.
+    let a = node_where(&client, "gpu-a", "the kernel-cache report", |n| {
+        n.status.as_ref().is_some_and(|s| s.last_updated.is_some())
+    })
+    .await;
+    let managers: Vec<&str> = a
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter_map(|m| m.manager.as_deref())
+        .collect();
+    assert!(managers.contains(&"modelcache-agent"), "{managers:?}");
+    assert!(managers.contains(&"kernelcache-agent"), "{managers:?}");
+
+    // The node the selector leaves out: its model-cache loop has reported (the caches
+    // existed before it started), and it holds nothing.
+    let c = node_where(&client, "cpu-c", "cpu-c's model-cache report", |n| {
+        n.metadata
+            .managed_fields
+            .iter()
+            .flatten()
+            .any(|m| m.manager.as_deref() == Some("modelcache-agent"))
+    })
+    .await;
+    assert!(
+        c.status.as_ref().unwrap().model_caches.is_empty(),
+        "{:?}",
+        c.status
+    );
+    assert!(
+        !roots["cpu-c"]
+            .path()
+            .join("models/hub/models--acme--tiny")
+            .exists()
+    );
+
+    // The right token: the gated model downloads at its retry.
+    hand_over(&client, "gated", "hf_right").await;
+    let report = node_where(&client, "gpu-a", "gated Ready with the right token", |n| {
+        state(n, "gated").is_some_and(|s| s.0 == ModelCacheState::Ready)
+    })
+    .await;
+    assert_eq!(
+        entry(&report, "gated").unwrap().commit.as_deref(),
+        Some(gated_commit.as_str())
+    );
+    assert_cached(
+        roots["gpu-a"].path(),
+        "models--acme--gated",
+        &gated_commit,
+        &files(),
+    );
+
+    // Deleted: the entry leaves the report (the files stay until the lifecycle step).
+    Api::<ModelCache>::namespaced(client.clone(), NS)
+        .delete("small", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    node_where(&client, "gpu-a", "small gone from the report", |n| {
+        entry(n, "small").is_none() && entry(n, "tiny").is_some()
+    })
+    .await;
+    for a in agents {
+        a.stop().await;
+    }
+}
+
+#[tokio::test]
+async fn a_download_interrupted_by_an_agent_restart_resumes_where_it_stopped() {
+    let (_cluster, client) = setup("mc-resume").await;
+    let hub = StandIn::start().await;
+    let commit = commit_id("tiny-1");
+    hub.commit("acme/tiny", "main", &commit, files());
+    // The big file stalls after 4 MiB (at least 3 MiB reach the disk: writes are
+    // buffered by 1 MiB), the connection kept open.
+    hub.stall_after(BIG, 4 << 20);
+    node(&client, "gpu-a", "a").await;
+    model_cache(&client, "tiny", json!({"source": "hf://acme/tiny"}))
+        .await
+        .unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let first = start_agent(&client, "gpu-a", root.path(), &hub);
+    let report = node_where(&client, "gpu-a", "tiny downloading with progress", |n| {
+        entry(n, "tiny").is_some_and(|e| {
+            e.state == ModelCacheState::Downloading && e.bytes_done.is_some_and(|b| b > 0)
+        })
+    })
+    .await;
+    let during = entry(&report, "tiny").unwrap();
+    assert_eq!(during.commit.as_deref(), Some(commit.as_str()));
+    assert!(during.bytes_done < during.bytes_total, "{during:?}");
+    first.stop().await;
+    assert!(
+        !root
+            .path()
+            .join("models/hub/models--acme--tiny/snapshots")
+            .exists(),
+        "nothing is published before the download completes"
+    );
+
+    let second = start_agent(&client, "gpu-a", root.path(), &hub);
+    node_where(&client, "gpu-a", "tiny Ready after the restart", |n| {
+        entry(n, "tiny").is_some_and(|e| e.state == ModelCacheState::Ready)
+    })
+    .await;
+    assert_cached(root.path(), "models--acme--tiny", &commit, &files());
+    let resumed: Vec<_> = hub
+        .log()
+        .into_iter()
+        .filter(|l| l.method == "GET" && l.path.ends_with(BIG))
+        .collect();
+    assert!(
+        resumed
+            .iter()
+            .any(|l| l.status == 206 && l.range_from.is_some_and(|r| r > 0)),
+        "the restarted agent resumed with Range: {resumed:?}"
+    );
+    assert!(hub.sent(BIG) < 2 * BIG_LEN, "sent {}", hub.sent(BIG));
+    second.stop().await;
+}
+
+/// An agent started before its Node exists: caches with a nodeSelector wait for its
+/// labels and download once the Node appears, without waiting for a resync (here an hour).
+#[tokio::test]
+async fn caches_with_a_selector_wait_for_the_node_and_then_download() {
+    let (_cluster, client) = setup("mc-late-node").await;
+    let hub = StandIn::start().await;
+    let commit = commit_id("tiny-1");
+    hub.commit("acme/tiny", "main", &commit, files());
+    model_cache(
+        &client,
+        "tiny",
+        json!({"source": "hf://acme/tiny", "nodeSelector": {"pool": "a"}}),
+    )
+    .await
+    .unwrap();
+    model_cache(&client, "everywhere", json!({"source": "hf://acme/tiny"}))
+        .await
+        .unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let running = start_agent_with(&client, "late", root.path(), &hub, |m| {
+        m.resync = Duration::from_secs(3600);
+    });
+    let before = node_where(&client, "late", "the cache without a selector Ready", |n| {
+        entry(n, "everywhere").is_some_and(|e| e.state == ModelCacheState::Ready)
+    })
+    .await;
+    assert!(
+        entry(&before, "tiny").is_none(),
+        "no labels, no selector match"
+    );
+    node(&client, "late", "a").await;
+    node_where(&client, "late", "tiny Ready once the Node is there", |n| {
+        entry(n, "tiny").is_some_and(|e| e.state == ModelCacheState::Ready)
+    })
+    .await;
+    running.stop().await;
+}
+
+/// A node whose model-cache disk has no room above `--min-free` (here all of it is kept
+/// free): `NoSpace` with the numbers, before a byte of the model is written.
+#[tokio::test]
+async fn a_model_that_does_not_fit_the_free_space_fails_with_no_space() {
+    let (_cluster, client) = setup("mc-no-space").await;
+    let hub = StandIn::start().await;
+    hub.commit("acme/tiny", "main", &commit_id("tiny-1"), files());
+    node(&client, "full", "a").await;
+    model_cache(&client, "tiny", json!({"source": "hf://acme/tiny"}))
+        .await
+        .unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let running = start_agent_with(&client, "full", root.path(), &hub, |m| {
+        m.min_free = kubeairunway_kernelcache_agent::space::Size::Percent(100);
+    });
+    let report = node_where(&client, "full", "tiny Failed", |n| {
+        entry(n, "tiny").is_some_and(|e| e.state == ModelCacheState::Failed)
+    })
+    .await;
+    let tiny = entry(&report, "tiny").unwrap();
+    assert_eq!(tiny.reason.as_deref(), Some(reasons::NO_SPACE), "{tiny:?}");
+    assert!(
+        tiny.message
+            .as_deref()
+            .unwrap()
+            .contains("kept free (--min-free)"),
+        "{tiny:?}"
+    );
+    let blobs = root.path().join("models/hub/models--acme--tiny/blobs");
+    assert!(
+        std::fs::read_dir(&blobs).map_or(true, |mut d| d.next().is_none()),
+        "nothing written"
+    );
+    assert!(
+        hub.log().iter().all(|l| !l.path.contains("/resolve/")),
+        "no file was requested"
+    );
+    let text = running.metrics.encode();
+    assert!(
+        text.contains(
+            "kubeairunway_model_cache_downloads_total{status=\"failure\",reason=\"NoSpace\"}"
+        ),
+        "{text}"
+    );
+    running.stop().await;
+}
+
+#[tokio::test]
+async fn model_cache_sources_are_checked_at_admission() {
+    let (_cluster, client) = setup("mc-admission").await;
+    for (source, message) in [
+        ("s3://bucket/key", "source must be hf://org/name"),
+        ("hf://only-org", "an hf:// source is hf://org/name"),
+        ("hf://org/name/extra", "an hf:// source is hf://org/name"),
+        ("oci://r.example/m:latest", "pinned to a digest"),
+    ] {
+        let e = model_cache(&client, "bad", json!({"source": source}))
+            .await
+            .unwrap_err();
+        assert!(e.to_string().contains(message), "{source}: {e}");
+    }
+    let digest = "a".repeat(64);
+    let oci = model_cache(
+        &client,
+        "oci",
+        json!({"source": format!("oci://r.example/m@sha256:{digest}")}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(oci.spec.revision(), "main");
+    let budget = model_cache(
+        &client,
+        "budget",
+        json!({"source": "hf://o/m", "storageBudget": "not a quantity"}),
+    )
+    .await;
+    assert!(budget.is_err(), "a budget is a quantity: {budget:?}");
+}
+
+/// The controller, as its chart's service account when helm is there (allowed to read the
+/// user's Secret `hf-token` in the test namespace), until the returned sender is used.
+async fn start_controller(
+    cluster: &TestCluster,
+    client: &Client,
+) -> (
+    Option<kubeairunway_e2e::rbac::ChartIdentity>,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
+    use kubeairunway_kernelcache_controller::{self as controller, Settings, metrics::Metrics};
+    let identity = match kubeairunway_e2e::helm::require() {
+        Some(helm_bin) => {
+            let objects = kubeairunway_e2e::helm::template(
+                &helm_bin,
+                &kubeairunway_e2e::helm::chart("kernelcache-provider"),
+                &[
+                    ("controller.pullSecrets[0].namespace", NS),
+                    ("controller.pullSecrets[0].names[0]", "hf-token"),
+                ],
+            )
+            .unwrap();
+            let deployment = objects
+                .iter()
+                .find(|o| {
+                    o["kind"] == "Deployment"
+                        && o["metadata"]["name"]
+                            .as_str()
+                            .is_some_and(|n| n.ends_with("-controller"))
+                })
+                .unwrap();
+            Some(
+                kubeairunway_e2e::rbac::ChartIdentity::apply(
+                    cluster,
+                    client,
+                    &objects,
+                    "kernelcache-controller",
+                    deployment["metadata"]["namespace"].as_str().unwrap(),
+                    deployment["spec"]["template"]["spec"]["serviceAccountName"]
+                        .as_str()
+                        .unwrap(),
+                )
+                .await
+                .unwrap(),
+            )
+        }
+        None => None,
+    };
+    let controller_client = match &identity {
+        Some(id) => id.client(cluster).await.unwrap(),
+        None => client.clone(),
+    };
+    let settings = Settings {
+        resync: Duration::from_secs(2),
+        credentials_namespace: Some(CREDENTIALS_NS.into()),
+        ..Settings::default()
+    };
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(controller::run(
+        controller_client.clone(),
+        settings,
+        Arc::new(secrets::KubeSecrets(controller_client)),
+        Arc::new(Metrics::default()),
+        kubeairunway_sdk::process::Check::default(),
+        async move {
+            let _ = stopped.await;
+        },
+    ));
+    (identity, stop, task)
+}
+
+async fn cache_where(
+    client: &Client,
+    name: &str,
+    what: &str,
+    check: impl Fn(&ModelCacheStatus) -> bool,
+) -> ModelCacheStatus {
+    let api: Api<ModelCache> = Api::namespaced(client.clone(), NS);
+    let found = eventually(90, what, || async {
+        api.get_opt(name)
+            .await
+            .ok()
+            .flatten()
+            .and_then(|c| c.status)
+            .filter(|s| check(s))
+    })
+    .await;
+    match found {
+        Ok(s) => s,
+        Err(e) => {
+            let last = api
+                .get_opt(name)
+                .await
+                .ok()
+                .flatten()
+                .and_then(|c| c.status);
+            panic!("{e}; last status of {name}: {last:#?}")
+        }
+    }
+}
+
+fn condition<'a>(s: &'a ModelCacheStatus, type_: &str) -> Option<(&'a str, &'a str)> {
+    s.conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.as_str(), c.reason.as_str()))
+}
+
+async fn node_labels(client: &Client, name: &str) -> BTreeMap<String, String> {
+    Api::<Node>::all(client.clone())
+        .get(name)
+        .await
+        .unwrap()
+        .metadata
+        .labels
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn the_controller_adds_up_the_nodes_labels_them_and_hands_the_token_over() {
+    use kubeairunway_kernelcache_api::model::conditions;
+    let (cluster, client) = setup("mc-controller").await;
+    let hub = StandIn::start().await;
+    let commit = commit_id("tiny-1");
+    hub.commit("acme/tiny", "main", &commit, files());
+    let gated_commit = commit_id("gated-1");
+    hub.commit("acme/gated", "main", &gated_commit, files());
+    hub.gate("acme/gated", "hf_right");
+    for (name, pool) in [("gpu-a", "a"), ("gpu-b", "a"), ("cpu-c", "c")] {
+        node(&client, name, pool).await;
+    }
+    // The user's Secret: the controller hands its token over, the agents read the copy.
+    Api::<Secret>::namespaced(client.clone(), NS)
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({
+                "apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": "hf-token", "namespace": NS},
+                "stringData": {"token": "hf_right"},
+            }))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let selector = json!({"pool": "a"});
+    model_cache(
+        &client,
+        "tiny",
+        json!({"source": "hf://acme/tiny", "nodeSelector": selector}),
+    )
+    .await
+    .unwrap();
+    model_cache(
+        &client,
+        "gated",
+        json!({"source": "hf://acme/gated", "nodeSelector": selector,
+               "credentialsSecretRef": {"name": "hf-token"}}),
+    )
+    .await
+    .unwrap();
+    let digest = "b".repeat(64);
+    model_cache(
+        &client,
+        "oci",
+        json!({"source": format!("oci://r.example/m@sha256:{digest}")}),
+    )
+    .await
+    .unwrap();
+
+    let (identity, stop, controller) = start_controller(&cluster, &client).await;
+    let roots: BTreeMap<&str, tempfile::TempDir> = ["gpu-a", "gpu-b", "cpu-c"]
+        .into_iter()
+        .map(|n| (n, tempfile::tempdir().unwrap()))
+        .collect();
+    let agents: Vec<RunningAgent> = roots
+        .iter()
+        .map(|(n, root)| start_agent(&client, n, root.path(), &hub))
+        .collect();
+
+    let total: u64 = files().iter().map(|f| f.content.len()).sum();
+    for name in ["tiny", "gated"] {
+        let s = cache_where(&client, name, "Ready on the two selected nodes", |s| {
+            s.ready_nodes == 2
+        })
+        .await;
+        assert_eq!(
+            condition(&s, conditions::READY),
+            Some(("True", reasons::READY))
+        );
+        assert_eq!(
+            condition(&s, conditions::ACCEPTED),
+            Some(("True", reasons::ACCEPTED))
+        );
+        assert_eq!(s.nodes["Ready"], ["gpu-a", "gpu-b"]);
+        assert_eq!(s.size_bytes, Some(i64::try_from(total).unwrap()));
+        assert_eq!((s.downloading_nodes, s.failed_nodes), (0, 0));
+        assert_eq!(s.observed_generation, Some(1));
+    }
+    let tiny = cache_where(&client, "tiny", "tiny's commit", |s| {
+        s.resolved_commit.is_some()
+    })
+    .await;
+    assert_eq!(tiny.resolved_commit.as_deref(), Some(commit.as_str()));
+    assert_cached(
+        roots["gpu-b"].path(),
+        "models--acme--gated",
+        &gated_commit,
+        &files(),
+    );
+    let oci = cache_where(&client, "oci", "oci refused", |s| !s.conditions.is_empty()).await;
+    assert_eq!(
+        condition(&oci, conditions::ACCEPTED),
+        Some(("False", reasons::SOURCE_NOT_SUPPORTED))
+    );
+    assert_eq!(
+        condition(&oci, conditions::READY),
+        Some(("False", reasons::SOURCE_NOT_SUPPORTED))
+    );
+    assert_eq!(oci.ready_nodes, 0);
+
+    // The ready labels, for the later mount and affinity: on the two nodes only.
+    for name in ["gpu-a", "gpu-b"] {
+        eventually(60, "the model-cache labels", || async {
+            let labels = node_labels(&client, name).await;
+            (labels
+                .get("modelcache.kubeairunway.ai/ml.tiny")
+                .map(String::as_str)
+                == Some("true")
+                && labels
+                    .get("modelcache.kubeairunway.ai/ml.gated")
+                    .map(String::as_str)
+                    == Some("true"))
+            .then_some(())
+        })
+        .await
+        .unwrap();
+    }
+    let c = node_labels(&client, "cpu-c").await;
+    assert!(
+        !c.keys()
+            .any(|k| k.starts_with("modelcache.kubeairunway.ai/")),
+        "{c:?}"
+    );
+
+    // Deleted: its label leaves the nodes, its handed-over token the namespace.
+    let handed = model_token_secret(NS, "gated");
+    let secrets_api: Api<Secret> = Api::namespaced(client.clone(), CREDENTIALS_NS);
+    assert!(secrets_api.get_opt(&handed).await.unwrap().is_some());
+    Api::<ModelCache>::namespaced(client.clone(), NS)
+        .delete("gated", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(60, "the gated label removed", || async {
+        let labels = node_labels(&client, "gpu-a").await;
+        (!labels.contains_key("modelcache.kubeairunway.ai/ml.gated")
+            && labels.contains_key("modelcache.kubeairunway.ai/ml.tiny"))
+        .then_some(())
+    })
+    .await
+    .unwrap();
+    eventually(60, "the handed-over token removed", || async {
+        secrets_api
+            .get_opt(&handed)
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await
+    .unwrap();
+
+    for a in agents {
+        a.stop().await;
+    }
+    let _ = stop.send(());
+    controller.await.unwrap().unwrap();
+    drop(identity);
+}
