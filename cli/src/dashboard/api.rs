@@ -117,6 +117,15 @@ fn router(state: Shared) -> Router {
             get(detail).delete(delete),
         )
         .route("/api/deployments/{namespace}/{name}/scale", put(scale))
+        .route("/api/deployments/{namespace}/{name}/pods", get(pods))
+        .route(
+            "/api/deployments/{namespace}/{name}/pods/{pod}/logs",
+            get(logs),
+        )
+        .route(
+            "/api/deployments/{namespace}/{name}/chat",
+            axum::routing::post(chat),
+        )
         .route("/api/preview", axum::routing::post(preview))
         .route("/api/providers", get(providers))
         .layer(middleware::from_fn_with_state(state.clone(), guarded))
@@ -215,13 +224,8 @@ async fn detail(
     State(state): State<Shared>,
     Path((namespace, name)): Path<(String, String)>,
 ) -> Response {
-    let key = kube::runtime::reflector::ObjectRef::new(&name).within(&namespace);
-    let Some(md) = state.mds.store.get(&key) else {
-        return (
-            StatusCode::NOT_FOUND,
-            Json(json!({ "message": format!("modeldeployment {namespace}/{name} not found") })),
-        )
-            .into_response();
+    let Some(md) = cached(&state, &namespace, &name) else {
+        return not_found(&namespace, &name);
     };
     match crate::explain::describe(&state.client, &md).await {
         Ok(explanation) => Json(json!({
@@ -236,6 +240,97 @@ async fn detail(
         )
             .into_response(),
     }
+}
+
+/// The ModelDeployment from the cache.
+fn cached(state: &Inner, namespace: &str, name: &str) -> Option<Arc<ModelDeployment>> {
+    let key = kube::runtime::reflector::ObjectRef::new(name).within(namespace);
+    state.mds.store.get(&key)
+}
+
+fn not_found(namespace: &str, name: &str) -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        Json(json!({ "message": format!("modeldeployment {namespace}/{name} not found") })),
+    )
+        .into_response()
+}
+
+async fn pods(
+    State(state): State<Shared>,
+    Path((namespace, name)): Path<(String, String)>,
+) -> Response {
+    let Some(md) = cached(&state, &namespace, &name) else {
+        return not_found(&namespace, &name);
+    };
+    match super::serving::pods(&state.client, &md).await {
+        Ok(rows) => Json(rows).into_response(),
+        Err(e) => failure(&e),
+    }
+}
+
+#[derive(Deserialize)]
+struct Container {
+    container: Option<String>,
+}
+
+/// A pod's log, or why there is none: an API server that serves no logs (no kubelet, or
+/// not allowed) is an answer, not a failure of the page.
+async fn logs(
+    State(state): State<Shared>,
+    Path((namespace, _name, pod)): Path<(String, String, String)>,
+    Query(q): Query<Container>,
+) -> Response {
+    match super::serving::logs(&state.client, &namespace, &pod, q.container).await {
+        Ok(text) => Json(json!({ "text": text })).into_response(),
+        Err(kube::Error::Api(s)) => Json(json!({ "error": s.message })).into_response(),
+        Err(e) => Json(json!({ "error": e.to_string() })).into_response(),
+    }
+}
+
+#[derive(Deserialize)]
+struct Conversation {
+    messages: Value,
+}
+
+/// The chat through the API server's service proxy, the engine's stream passed through;
+/// the API server's (or engine's) refusal with its code and message.
+async fn chat(
+    State(state): State<Shared>,
+    Path((namespace, name)): Path<(String, String)>,
+    Json(body): Json<Conversation>,
+) -> Response {
+    let Some(md) = cached(&state, &namespace, &name) else {
+        return not_found(&namespace, &name);
+    };
+    let response = match super::serving::chat(&state.client, &md, &body.messages).await {
+        Ok(r) => r,
+        Err(message) => {
+            return (StatusCode::CONFLICT, Json(json!({ "message": message }))).into_response();
+        }
+    };
+    let status = response.status();
+    if !status.is_success() {
+        let bytes = response
+            .into_body()
+            .collect_bytes()
+            .await
+            .unwrap_or_default();
+        let text = String::from_utf8_lossy(&bytes).to_string();
+        let message = serde_json::from_str::<Value>(&text)
+            .ok()
+            .and_then(|v| v["message"].as_str().map(str::to_string))
+            .unwrap_or(text);
+        return (
+            StatusCode::from_u16(status.as_u16()).unwrap_or(StatusCode::BAD_GATEWAY),
+            Json(json!({ "message": format!("through the service proxy: {message}") })),
+        )
+            .into_response();
+    }
+    Response::builder()
+        .header(header::CONTENT_TYPE, "text/event-stream")
+        .body(axum::body::Body::new(response.into_body()))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
 async fn delete(

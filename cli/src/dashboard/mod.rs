@@ -4,6 +4,7 @@
 //!
 //! - [`rows`]: what the Deployments page shows of a ModelDeployment (pure);
 //! - [`api`]: the JSON API and the live stream (server-sent events) the page reads;
+//! - [`serving`]: a ModelDeployment's pods, their logs, and chat through the service proxy;
 //! - [`guard`]: what keeps other web pages and hosts out: the Host must be this server's
 //!   loopback address (DNS rebinding) and every change carries a header a cross-site form
 //!   or `fetch` without CORS cannot send (cross-site request forgery);
@@ -13,6 +14,7 @@
 pub mod api;
 pub mod guard;
 pub mod rows;
+pub mod serving;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

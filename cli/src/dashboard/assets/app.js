@@ -134,7 +134,62 @@ async function deploymentView(ns, name) {
       x.upstream ? [[x.upstream.object, x.upstream.apiVersion ?? "-", x.upstream.state.join("; ")]] : []),
     table("Events", ["Age", "Type", "Reason", "Message"],
       x.events.map((e) => [e.age, e.type, e.reason, e.message])),
+    podsSection(ns, name),
+    chatSection(ns, name),
     el("h2", { text: "Manifest" }), el("pre", { text: data.manifest }));
+}
+
+// The serving pods (by the selector the provider reports) and, on demand, a pod's log.
+function podsSection(ns, name) {
+  const base = `/api/deployments/${encodeURIComponent(ns)}/${encodeURIComponent(name)}`;
+  const section = el("section", { "aria-label": "Pods" }, el("p", { class: "message", text: "Loading pods…" }));
+  const log = el("pre", { id: "log", "aria-live": "polite", "aria-label": "Log" });
+  call("GET", `${base}/pods`).then((pods) => {
+    section.replaceChildren(table("Pods", ["Name", "Phase", "Node", "Ready", "Restarts", "Age", "Log"],
+      pods.map((p) => [p.name, p.phase, p.node, p.ready, String(p.restarts), p.age,
+        el("button", { type: "button", "aria-label": `Log of ${p.name}`, onclick: async () => {
+          log.textContent = "Loading…";
+          const r = await call("GET", `${base}/pods/${encodeURIComponent(p.name)}/logs?container=${encodeURIComponent(p.containers[0] ?? "")}`);
+          log.textContent = r.text ?? `No log: ${r.error}`;
+        } }, "Log")])), log);
+  }).catch((e) => section.replaceChildren(el("p", { class: "bad", role: "alert", text: e.message })));
+  return section;
+}
+
+// A chat with the model through the API server's service proxy, streamed as it answers.
+function chatSection(ns, name) {
+  const base = `/api/deployments/${encodeURIComponent(ns)}/${encodeURIComponent(name)}`;
+  const input = el("textarea", { id: "chat-input", rows: "3", class: "chat" });
+  const answer = el("pre", { id: "chat-answer", "aria-live": "polite", "aria-label": "Answer" });
+  const send = async () => {
+    answer.textContent = "";
+    const response = await fetch(`${base}/chat`, { method: "POST", headers: CHANGE,
+      body: JSON.stringify({ messages: [{ role: "user", content: input.value }] }) });
+    if (!response.ok) {
+      const data = await response.json().catch(() => ({}));
+      answer.replaceChildren(el("span", { class: "bad", role: "alert", text: data.message || `${response.status}` }));
+      return;
+    }
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let pending = "";
+    for (;;) {
+      const { done, value } = await reader.read();
+      if (done) break;
+      pending += decoder.decode(value, { stream: true });
+      const lines = pending.split("\n");
+      pending = lines.pop();
+      for (const line of lines) {
+        const data = line.startsWith("data: ") ? line.slice(6).trim() : "";
+        if (!data || data === "[DONE]") continue;
+        try { answer.textContent += JSON.parse(data).choices?.[0]?.delta?.content ?? ""; } catch { /* not JSON: skip */ }
+      }
+    }
+  };
+  return el("section", { "aria-label": "Chat" }, el("h2", { text: "Chat" }),
+    el("label", { for: "chat-input" }, "Message", input),
+    el("div", { class: "actions" }, el("button", { type: "button", onclick: send }, "Send")),
+    answer);
 }
 
 // ---- Deploy ----

@@ -2,7 +2,8 @@
 //! (`tests/e2e/browser/dashboard.mjs`; `scripts/test.sh` installs both), against the
 //! dashboard served by this test on a private test API server where core and every
 //! built-in provider run. A model is previewed (server dry run, selection, the exact
-//! objects), deployed through the form, seen live in the list, opened, scaled and deleted;
+//! objects), deployed through the form, seen live in the list, opened (its pods, a pod's
+//! log, the chat, which this API server cannot proxy), scaled and deleted;
 //! no console error; every control labelled. The server's guards are checked with plain
 //! requests.
 
@@ -112,6 +113,16 @@ async fn a_model_is_previewed_deployed_watched_scaled_and_deleted_in_a_real_brow
         "let through, then refused: no manifest"
     );
 
+    // A pod as KAITO labels a Workspace's pods (the selector the provider reports).
+    let pods: Api<k8s_openapi::api::core::v1::Pod> = Api::namespaced(client.clone(), &ns);
+    let pod = serde_json::from_value(serde_json::json!({
+        "metadata": {"name": "tiny-0", "labels": {"kaito.sh/workspace": "tiny"}},
+        "spec": {"nodeName": "gpu-node-1", "containers": [{"name": "model", "image": "runner"}]}}))
+    .unwrap();
+    pods.create(&kube::api::PostParams::default(), &pod)
+        .await
+        .unwrap();
+
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("browser/dashboard.mjs");
     let output = tokio::time::timeout(
         Duration::from_secs(240),
@@ -178,6 +189,23 @@ async fn a_model_is_previewed_deployed_watched_scaled_and_deleted_in_a_real_brow
         .collect();
     assert!(conditions.contains(&"ProviderSelected"), "{conditions:?}");
     assert!(!findings["selectionTable"].as_array().unwrap().is_empty());
+    let pod_cells: Vec<&str> = findings["pods"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    assert_eq!(
+        &pod_cells[..4],
+        ["tiny-0", "Pending", "gpu-node-1", "0/1"],
+        "{pod_cells:?}"
+    );
+    assert!(
+        findings["log"].as_str().unwrap().starts_with("No log: "),
+        "{findings:#}"
+    );
+    let chat = findings["chat"].as_str().unwrap();
+    assert!(chat.starts_with("through the service proxy: "), "{chat}");
     let providers: Vec<&str> = findings["providers"]
         .as_array()
         .unwrap()
