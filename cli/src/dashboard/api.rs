@@ -128,6 +128,12 @@ fn router(state: Shared) -> Router {
         )
         .route("/api/preview", axum::routing::post(preview))
         .route("/api/providers", get(providers))
+        .route(
+            "/api/caches",
+            get(|State(state): State<Shared>| async move {
+                Json(super::caches::overview(&state.client).await)
+            }),
+        )
         .layer(middleware::from_fn_with_state(state.clone(), guarded))
         .with_state(state)
 }

@@ -106,6 +106,12 @@ try {
   await page.getByRole("table", { name: "Providers" }).waitFor();
   findings.providers = await page.getByRole("table", { name: "Providers" }).locator("tbody tr td:first-child").allTextContents();
   step("providers");
+
+  await page.goto(`${url}/#/caches`);
+  await page.getByRole("table", { name: "Model caches" }).waitFor();
+  findings.modelCaches = await page.getByRole("table", { name: "Model caches" }).locator("tbody tr td").allTextContents();
+  findings.nodes = await page.getByRole("table", { name: "Nodes" }).locator("tbody tr td").allTextContents();
+  step("caches");
 } catch (e) {
   findings.error = String(e);
   findings.page = await browser.contexts()[0]?.pages()[0]?.locator("main").textContent().catch(() => null);

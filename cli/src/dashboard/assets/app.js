@@ -305,12 +305,39 @@ async function providersView() {
   }
 }
 
+// ---- Caches and warmups ----
+
+async function cachesView() {
+  const mine = view;
+  show("Caches and warmups", el("p", { class: "message", text: "Loading…" }));
+  let c;
+  try { c = await call("GET", "/api/caches"); } catch (e) {
+    if (mine === view) show("Caches and warmups", el("p", { class: "bad", role: "alert", text: e.message }));
+    return;
+  }
+  if (mine !== view) return;
+  const part = (caption, headers, data, cells) => [
+    table(caption, headers, data.rows.map(cells)),
+    data.note ? el("p", { class: "message", text: `${caption}: ${data.note}` }) : [],
+  ];
+  show("Caches and warmups",
+    part("Model caches", ["Name", "Source", "Commit", "Size", "Nodes ready/downloading/failed", "Ready"], c.modelCaches,
+      (r) => [r.name, r.source, r.commit, r.size, r.nodes, r.ready]),
+    part("Kernel caches", ["Name", "Image", "Ready nodes", "Verification", "Ready"], c.kernelCaches,
+      (r) => [r.name, r.image, String(r.readyNodes), r.verification, r.ready]),
+    part("Nodes", ["Node", "GPUs", "Disk", "Kernel caches ready", "Model caches ready"], c.nodes,
+      (r) => [r.name, r.gpus, r.disk, r.kernelCaches, r.modelCaches]),
+    part("Warmups", ["Name", "Phase", "Nodes done", "Failed", "Target"], c.warmups,
+      (r) => [r.name, r.phase, r.nodes, String(r.failed), r.target]));
+}
+
 function route() {
   view += 1;
   const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
   if (parts[0] === "deployments" && parts.length === 3) return deploymentView(parts[1], parts[2]);
   if (parts[0] === "deploy") return deployView();
   if (parts[0] === "providers") return providersView();
+  if (parts[0] === "caches") return cachesView();
   return deploymentsView();
 }
 

@@ -3,7 +3,8 @@
 //! dashboard served by this test on a private test API server where core and every
 //! built-in provider run. A model is previewed (server dry run, selection, the exact
 //! objects), deployed through the form, seen live in the list, opened (its pods, a pod's
-//! log, the chat, which this API server cannot proxy), scaled and deleted;
+//! log, the chat, which this API server cannot proxy), scaled and deleted; the Caches page
+//! shows a ModelCache with the controller's verdict;
 //! no console error; every control labelled. The server's guards are checked with plain
 //! requests.
 
@@ -123,6 +124,22 @@ async fn a_model_is_previewed_deployed_watched_scaled_and_deleted_in_a_real_brow
         .await
         .unwrap();
 
+    // A model cache, which the kernel-cache controller (running among the controllers)
+    // reports on: no agent runs here, so no node has it.
+    kubeairunway_testcluster::install_crds(&client, &kubeairunway_kernelcache_api::crds())
+        .await
+        .unwrap();
+    let caches: Api<kubeairunway_kernelcache_api::model::ModelCache> =
+        Api::namespaced(client.clone(), &ns);
+    let cache = serde_json::from_value(serde_json::json!({
+        "apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "ModelCache",
+        "metadata": {"name": "gemma"}, "spec": {"source": "hf://google/gemma-3-1b-it"}}))
+    .unwrap();
+    caches
+        .create(&kube::api::PostParams::default(), &cache)
+        .await
+        .unwrap();
+
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("browser/dashboard.mjs");
     let output = tokio::time::timeout(
         Duration::from_secs(240),
@@ -215,6 +232,22 @@ async fn a_model_is_previewed_deployed_watched_scaled_and_deleted_in_a_real_brow
     for p in NAMES {
         assert!(providers.contains(&p), "{providers:?}");
     }
+    let cache_row: Vec<&str> = findings["modelCaches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let expected_name = format!("{ns}/gemma");
+    assert_eq!(
+        &cache_row[..2],
+        [expected_name.as_str(), "hf://google/gemma-3-1b-it@main"],
+        "{findings:#}"
+    );
+    assert!(
+        cache_row[5].starts_with("False: NoNodes: "),
+        "{cache_row:?}"
+    );
 
     // What the browser did happened in the cluster: created (core selected a provider for
     // it), then deleted.
