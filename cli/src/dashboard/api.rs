@@ -128,6 +128,13 @@ fn router(state: Shared) -> Router {
         )
         .route("/api/preview", axum::routing::post(preview))
         .route("/api/providers", get(providers))
+        .route("/api/models", get(models))
+        .route(
+            "/api/gpus",
+            get(|State(state): State<Shared>| async move {
+                Json(super::models::gpus(&state.client).await)
+            }),
+        )
         .route(
             "/api/caches",
             get(|State(state): State<Shared>| async move {
@@ -461,6 +468,31 @@ async fn create(State(state): State<Shared>, Json(body): Json<Manifest>) -> Resp
             .into_response(),
         Err(e) => failure(&e),
     }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FitQuery {
+    context: Option<u64>,
+    dtype: Option<String>,
+    gpu_memory_gb: Option<u64>,
+}
+
+/// The catalogue with each model's fit at the context length, dtype and GPU memory asked.
+async fn models(Query(q): Query<FitQuery>) -> Response {
+    let dtype = q.dtype.unwrap_or_else(|| "bf16".into());
+    let Some(eighths) = super::models::eighths(&dtype) else {
+        return bad_request(&format!(
+            "dtype {dtype:?}: one of fp32, bf16, fp16, fp8, int8, int4"
+        ));
+    };
+    let context = q.context.unwrap_or(8192);
+    let gpu_mb = q.gpu_memory_gb.unwrap_or(80).max(1) * 1000;
+    let fits: Vec<_> = super::models::CATALOGUE
+        .iter()
+        .map(|m| super::models::fit(m, context, eighths, gpu_mb))
+        .collect();
+    Json(fits).into_response()
 }
 
 async fn providers(State(state): State<Shared>) -> Response {

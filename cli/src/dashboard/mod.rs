@@ -5,6 +5,7 @@
 //! - [`rows`]: what the Deployments page shows of a ModelDeployment (pure);
 //! - [`api`]: the JSON API and the live stream (server-sent events) the page reads;
 //! - [`caches`]: kernel caches, model caches, nodes and warmups (the Caches page);
+//! - [`models`]: the catalogue and its GPU-memory fit estimate (the Models page);
 //! - [`serving`]: a ModelDeployment's pods, their logs, and chat through the service proxy;
 //! - [`guard`]: what keeps other web pages and hosts out: the Host must be this server's
 //!   loopback address (DNS rebinding) and every change carries a header a cross-site form
@@ -15,6 +16,7 @@
 pub mod api;
 pub mod caches;
 pub mod guard;
+pub mod models;
 pub mod rows;
 pub mod serving;
 

@@ -107,6 +107,23 @@ try {
   findings.providers = await page.getByRole("table", { name: "Providers" }).locator("tbody tr td:first-child").allTextContents();
   step("providers");
 
+  // Models: the fit against the cluster's GPUs (an H100 node the test made), then Deploy
+  // from the catalogue prefills the form.
+  await page.goto(`${url}/#/models`);
+  await page.getByRole("table", { name: "Cluster GPUs" }).getByRole("cell", { name: "gpu-node-h100" }).waitFor();
+  await page.getByRole("table", { name: /^Models: .* 80 GB GPUs$/ }).waitFor();
+  findings.gpuMemoryChosen = await page.getByLabel("GPU memory").inputValue();
+  const seventy = () => page.getByRole("row", { name: /^meta-llama\/Llama-3.1-70B-Instruct / }).locator("td").nth(5).textContent();
+  findings.seventyOn80 = await seventy();
+  await page.getByLabel("GPU memory").selectOption("24");
+  await page.getByRole("table", { name: /24 GB GPUs$/ }).waitFor();
+  findings.seventyOn24 = await seventy();
+  await page.getByRole("link", { name: "Deploy Qwen/Qwen3-0.6B" }).click();
+  await page.getByLabel("Model (Hugging Face id)").waitFor();
+  findings.prefilled = [await page.getByLabel("Name", { exact: true }).inputValue(),
+    await page.getByLabel("Model (Hugging Face id)").inputValue(), await page.getByLabel("GPUs per replica").inputValue()];
+  step("models");
+
   await page.goto(`${url}/#/caches`);
   await page.getByRole("table", { name: "Model caches" }).waitFor();
   findings.modelCaches = await page.getByRole("table", { name: "Model caches" }).locator("tbody tr td").allTextContents();

@@ -45,7 +45,8 @@ function show(title, ...content) {
   if (live) { live.close(); live = null; }
   main.replaceChildren(el("h1", { text: title }), ...content.flat(Infinity));
   for (const a of document.querySelectorAll("nav a")) {
-    if (location.hash.startsWith(a.getAttribute("href"))) a.setAttribute("aria-current", "page");
+    const here = location.hash.split("?")[0];
+    if (here === a.getAttribute("href") || here.startsWith(`${a.getAttribute("href")}/`)) a.setAttribute("aria-current", "page");
     else a.removeAttribute("aria-current");
   }
   document.title = `${title} · kubeairunway`;
@@ -226,7 +227,7 @@ function yaml(value, indent = "") {
   return `${indent}${JSON.stringify(value)}`;
 }
 
-function deployView() {
+function deployView(prefill = new URLSearchParams()) {
   const inputs = {};
   const form = el("form", { class: "deploy", "aria-label": "ModelDeployment" },
     FIELDS.map(([key, label, type, value]) => {
@@ -281,6 +282,12 @@ function deployView() {
       location.hash = `#/deployments/${encodeURIComponent(created.namespace)}/${encodeURIComponent(created.name)}`;
     } catch (e) { result.prepend(el("p", { class: "bad", role: "alert", text: e.message })); }
   });
+  if (prefill.get("model")) {
+    inputs.model.value = prefill.get("model");
+    inputs.name.value = prefill.get("model").split("/").pop().toLowerCase().replace(/[^a-z0-9-]+/g, "-").replace(/^-+|-+$/g, "").slice(0, 40);
+  }
+  if (prefill.get("gpus")) inputs.gpus.value = prefill.get("gpus");
+  if (prefill.get("engine")) inputs.engine.value = prefill.get("engine");
   show("Deploy a model", form,
     el("label", { for: "manifest" }, "Manifest (YAML; edit it, then Preview to update the form)", text),
     el("div", { class: "actions" }, el("button", { type: "button", onclick: preview }, "Preview"), deploy),
@@ -303,6 +310,55 @@ async function providersView() {
   } catch (e) {
     if (mine === view) show("Providers", el("p", { class: "bad", role: "alert", text: e.message }));
   }
+}
+
+// ---- Models ----
+
+async function modelsView() {
+  const mine = view;
+  const context = el("input", { id: "fit-context", type: "number", min: "1", value: "8192" });
+  const dtype = el("select", { id: "fit-dtype" }, ["bf16", "fp8", "int4", "fp32"].map((d) => el("option", { value: d, text: d })));
+  const memory = el("select", { id: "fit-memory" }, [16, 24, 40, 48, 80, 141].map((g) => el("option", { value: String(g), text: `${g} GB` })));
+  memory.value = "80";
+  const models = el("div", { "aria-live": "polite" });
+  const gpus = el("div");
+  const gb = (mb) => (mb / 1000).toFixed(1);
+  const refresh = async () => {
+    const q = new URLSearchParams({ context: context.value, dtype: dtype.value, gpuMemoryGb: memory.value });
+    let rows;
+    try { rows = await call("GET", `/api/models?${q}`); } catch (e) {
+      models.replaceChildren(el("p", { class: "bad", role: "alert", text: e.message })); return;
+    }
+    if (mine !== view) return;
+    models.replaceChildren(table(`Models: GPU memory at ${context.value} tokens, ${dtype.value} weights, ${memory.value} GB GPUs`,
+      ["Model", "Parameters (B)", "Weights (GB)", "KV cache (GB)", "Total (GB)", "GPUs", ""],
+      rows.map((m) => {
+        const gpusNeeded = m.gpus === null ? "more than 8" : String(m.gpus);
+        const q = new URLSearchParams({ model: m.id, gpus: m.gguf ? "0" : String(m.gpus ?? 8), engine: m.gguf ? "llamacpp" : "auto" });
+        return [m.id, m.params, gb(m.weightsMb), gb(m.kvMb), gb(m.totalMb), gpusNeeded,
+          el("a", { href: `#/deploy?${q}`, "aria-label": `Deploy ${m.id}`, text: "Deploy" })];
+      })));
+  };
+  for (const input of [context, dtype, memory]) input.addEventListener("change", refresh);
+  show("Models",
+    el("div", { class: "actions" },
+      el("label", { for: "fit-context" }, "Context length (tokens)", context),
+      el("label", { for: "fit-dtype" }, "Weights", dtype),
+      el("label", { for: "fit-memory" }, "GPU memory", memory)),
+    models, gpus,
+    el("p", { class: "message", text: "Weights by dtype plus the KV cache of one sequence at the context length (16-bit), 10% overhead, at 0.9 of each GPU's memory; GPUs in powers of two for tensor parallelism. An estimate for choosing GPUs." }));
+  call("GET", "/api/gpus").then((g) => {
+    if (mine !== view) return;
+    const largest = Math.max(0, ...g.nodes.map((n) => n.memoryMb ?? 0));
+    if (largest > 0) {
+      const fits = [...memory.options].map((o) => Number(o.value)).filter((v) => v * 1000 <= largest * 1.1);
+      if (fits.length) memory.value = String(fits[fits.length - 1]);
+    }
+    gpus.replaceChildren(table("Cluster GPUs", ["Node", "GPUs", "Product", "Memory per GPU (GB)"],
+      g.nodes.map((n) => [n.node, String(n.count), n.product, n.memoryMb ? gb(n.memoryMb) : "-"])),
+      g.note ? el("p", { class: "message", text: `Nodes: ${g.note}` }) : []);
+    refresh();
+  }).catch(() => refresh());
 }
 
 // ---- Caches and warmups ----
@@ -333,9 +389,11 @@ async function cachesView() {
 
 function route() {
   view += 1;
-  const parts = location.hash.replace(/^#\/?/, "").split("/").map(decodeURIComponent);
+  const [path, query] = location.hash.replace(/^#\/?/, "").split("?");
+  const parts = path.split("/").map(decodeURIComponent);
   if (parts[0] === "deployments" && parts.length === 3) return deploymentView(parts[1], parts[2]);
-  if (parts[0] === "deploy") return deployView();
+  if (parts[0] === "deploy") return deployView(new URLSearchParams(query ?? ""));
+  if (parts[0] === "models") return modelsView();
   if (parts[0] === "providers") return providersView();
   if (parts[0] === "caches") return cachesView();
   return deploymentsView();

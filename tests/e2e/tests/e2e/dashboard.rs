@@ -140,6 +140,25 @@ async fn a_model_is_previewed_deployed_watched_scaled_and_deleted_in_a_real_brow
         .await
         .unwrap();
 
+    // A GPU node, as the kubelet and NVIDIA's GPU feature discovery describe it.
+    let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
+    let node = serde_json::from_value(serde_json::json!({"metadata": {"name": "gpu-node-h100",
+        "labels": {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3", "nvidia.com/gpu.memory": "81559"}}}))
+    .unwrap();
+    nodes
+        .create(&kube::api::PostParams::default(), &node)
+        .await
+        .unwrap();
+    let allocatable = serde_json::json!({"status": {"allocatable": {"nvidia.com/gpu": "8"}, "capacity": {"nvidia.com/gpu": "8"}}});
+    nodes
+        .patch_status(
+            "gpu-node-h100",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(allocatable),
+        )
+        .await
+        .unwrap();
+
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("browser/dashboard.mjs");
     let output = tokio::time::timeout(
         Duration::from_secs(240),
@@ -232,6 +251,19 @@ async fn a_model_is_previewed_deployed_watched_scaled_and_deleted_in_a_real_brow
     for p in NAMES {
         assert!(providers.contains(&p), "{providers:?}");
     }
+    // The fit: the largest GPU of the cluster chosen; 70B in bf16 needs 4 of 80 GB, 8 of 24.
+    assert_eq!(findings["gpuMemoryChosen"], "80", "{findings:#}");
+    assert_eq!(
+        (
+            findings["seventyOn80"].as_str(),
+            findings["seventyOn24"].as_str()
+        ),
+        (Some("4"), Some("8"))
+    );
+    assert_eq!(
+        findings["prefilled"],
+        serde_json::json!(["qwen3-0-6b", "Qwen/Qwen3-0.6B", "1"])
+    );
     let cache_row: Vec<&str> = findings["modelCaches"]
         .as_array()
         .unwrap()
