@@ -52,6 +52,15 @@ try {
   findings.objects = await page.locator("pre.object").allTextContents();
   step("previewed");
 
+  // A kernel cache and an inline warmup pass the API server's checks too.
+  await page.getByLabel("Kernel cache (optional KernelCache name)").fill("vllm-kernels");
+  await page.locator("#f-warmup").selectOption("inline (preload images)");
+  await page.getByRole("button", { name: "Preview" }).click();
+  await page.waitForFunction(() => document.querySelector("#dry-run") && document.querySelector("#manifest").value.includes("apiVersion: kubeairunway.ai/v1alpha1\n"));
+  findings.cacheAndWarmup = [await page.locator("#dry-run").textContent(), await page.getByLabel(/^Manifest/).inputValue()];
+  await page.getByLabel("Kernel cache (optional KernelCache name)").fill("");
+  await page.locator("#f-warmup").selectOption("none");
+
   // The YAML view the other way: an edit there, then Preview, updates the form.
   const manifest = await page.getByLabel(/^Manifest/).inputValue();
   await page.getByLabel(/^Manifest/).fill(manifest.replace(/replicas: 1\b/, "replicas: 3"));

@@ -205,6 +205,9 @@ const FIELDS = [
   ["mode", "Serving mode", ["aggregated", "disaggregated"]],
   ["provider", "Provider", ["auto", "deployment", "dynamo", "kaito", "kuberay"]],
   ["image", "Image (optional)", "text", ""],
+  ["kernelCache", "Kernel cache (optional KernelCache name)", "text", ""],
+  ["warmup", "Warmup", ["none", "inline (preload images)", "named Warmup"]],
+  ["warmupName", "Warmup name (for a named Warmup)", "text", ""],
 ];
 
 function manifestOf(f) {
@@ -214,6 +217,9 @@ function manifestOf(f) {
   if (f.mode !== "aggregated") spec.serving = { mode: f.mode };
   if (f.provider !== "auto") spec.provider = { name: f.provider };
   if (f.image) spec.image = f.image;
+  if (f.kernelCache) spec.kernelCache = { name: f.kernelCache };
+  if (f.warmup === "named Warmup" && f.warmupName) spec.warmup = { name: f.warmupName };
+  else if (f.warmup === "inline (preload images)") spec.warmup = {};
   return { apiVersion: "kubeairunway.ai/v1alpha1", kind: "ModelDeployment", metadata: { name: f.name, namespace: f.namespace }, spec };
 }
 
@@ -221,7 +227,7 @@ function manifestOf(f) {
 function yaml(value, indent = "") {
   if (Array.isArray(value)) return value.map((v) => `${indent}- ${yaml(v, indent + "  ").trimStart()}`).join("\n");
   if (value && typeof value === "object") {
-    return Object.entries(value).map(([k, v]) => (v && typeof v === "object")
+    return Object.entries(value).map(([k, v]) => (v && typeof v === "object" && Object.keys(v).length > 0)
       ? `${indent}${k}:\n${yaml(v, indent + "  ")}` : `${indent}${k}: ${JSON.stringify(v)}`).join("\n");
   }
   return `${indent}${JSON.stringify(value)}`;
@@ -255,6 +261,9 @@ function deployView(prefill = new URLSearchParams()) {
     inputs.mode.value = md.spec?.serving?.mode ?? "aggregated";
     inputs.provider.value = md.spec?.provider?.name ?? "auto";
     inputs.image.value = md.spec?.image ?? "";
+    inputs.kernelCache.value = md.spec?.kernelCache?.name ?? "";
+    inputs.warmupName.value = md.spec?.warmup?.name ?? "";
+    inputs.warmup.value = md.spec?.warmup?.name ? "named Warmup" : md.spec?.warmup ? "inline (preload images)" : "none";
   };
   const preview = async () => {
     result.replaceChildren(el("p", { class: "message", text: "Checking…" }));

@@ -200,6 +200,14 @@ async fn a_model_is_previewed_deployed_watched_scaled_and_deleted_in_a_real_brow
         findings["dryRun"],
         "Validation: the API server accepts it (dry run)"
     );
+    let verdict = &findings["cacheAndWarmup"][0];
+    let manifest = findings["cacheAndWarmup"][1].as_str().unwrap();
+    assert_eq!(verdict, "Validation: the API server accepts it (dry run)");
+    assert!(
+        manifest.contains("kernelCache:\n    name: vllm-kernels")
+            && manifest.contains("warmup: {}"),
+        "{manifest}"
+    );
     let selection = findings["selection"].as_str().unwrap();
     assert!(
         selection.starts_with("Engine llamacpp (explicit); provider kaito:"),
