@@ -30,6 +30,8 @@ use prometheus_client::registry::Registry;
 use tracing::info;
 
 use super::warmup::VALIDATE_WARMUP_PATH;
+use kubeairunway_kernelcache_api::model::ModelCache;
+
 use super::{HostPaths, Lookup, Outcome, PATH, Settings, Stores, review};
 use kubeairunway_kernelcache_api::names::DEFAULT_CACHE_ROOT;
 
@@ -126,7 +128,7 @@ async fn validate_warmup(State(state): State<AppState>, body: Bytes) -> Response
     admission::respond(super::warmup::validate(&body, state.access.as_ref()).await)
 }
 
-/// Reflector stores of ModelDeployments and KernelCaches, kept current in the background.
+/// Reflector stores of ModelDeployments, KernelCaches and ModelCaches, kept current in the background.
 pub fn stores(client: &Client) -> Stores {
     // Every ModelDeployment of the cluster, kept compact (a pod names one at most).
     let (model_deployments, md_stream) = kubeairunway_sdk::reflect::compact_cache(
@@ -145,6 +147,17 @@ pub fn stores(client: &Client) -> Stores {
     .default_backoff()
     .applied_objects()
     .for_each(|_| async {});
+    let (model_caches, w4) = reflector::store();
+    let model_watch = reflector(
+        w4,
+        watcher(
+            Api::<ModelCache>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .applied_objects()
+    .for_each(|_| async {});
     let (namespaces, w3) = reflector::store();
     let ns_watch = reflector(
         w3,
@@ -159,9 +172,11 @@ pub fn stores(client: &Client) -> Stores {
     tokio::spawn(mds);
     tokio::spawn(caches);
     tokio::spawn(ns_watch);
+    tokio::spawn(model_watch);
     Stores {
         model_deployments,
         kernel_caches,
+        model_caches,
         namespaces,
     }
 }
