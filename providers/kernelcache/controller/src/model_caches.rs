@@ -244,6 +244,17 @@ pub(crate) fn model_controller(
             .collect();
         futures::stream::iter(refs)
     });
+    // A deleted cache is never reconciled (it is not in the store): what was made for it
+    // goes when its deletion comes through the watch (the store already without it).
+    let pruning = Arc::clone(ctx);
+    let caches = caches.then(move |event| {
+        let ctx = Arc::clone(&pruning);
+        async move {
+            ctx.prune(false).await;
+            ctx.prune_volumes(false).await;
+            event
+        }
+    });
     Controller::for_stream(caches, ctx.caches.store.clone())
         .with_config(kubeairunway_sdk::process::controller_config())
         .reconcile_on(mentioned)
