@@ -32,7 +32,8 @@ use tracing::info;
 use super::warmup::VALIDATE_WARMUP_PATH;
 use kubeairunway_kernelcache_api::model::ModelCache;
 
-use super::{HostPaths, Lookup, Outcome, PATH, Settings, Stores, review};
+use super::model_inject::ModelOutcome;
+use super::{HostPaths, Lookup, Outcome, PATH, Settings, Stores, review_all};
 use kubeairunway_kernelcache_api::names::DEFAULT_CACHE_ROOT;
 
 type Labels = Vec<(&'static str, String)>;
@@ -42,21 +43,21 @@ type Labels = Vec<(&'static str, String)>;
 pub struct Metrics {
     registry: Registry,
     injections: Family<Labels, Counter>,
+    model_mounts: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::default();
         let injections = Family::<Labels, Counter>::default();
-        registry.register(
-            "kubeairunway_kernel_cache_injections",
-            "Pods seen by the kernel-cache webhook, by result",
-            injections.clone(),
-        );
-        Self {
-            registry,
+        let model_mounts = Family::<Labels, Counter>::default();
+        let this = Self {
+            registry: Registry::default(),
             injections,
-        }
+            model_mounts,
+        };
+        this.register(&mut registry);
+        Self { registry, ..this }
     }
 }
 
@@ -64,6 +65,13 @@ impl Metrics {
     /// Count one pod.
     pub fn count(&self, outcome: Outcome) {
         self.injections
+            .get_or_create(&vec![("result", outcome.as_str().to_string())])
+            .inc();
+    }
+
+    /// Count one pod's model cache.
+    pub fn count_model(&self, outcome: ModelOutcome) {
+        self.model_mounts
             .get_or_create(&vec![("result", outcome.as_str().to_string())])
             .inc();
     }
@@ -76,6 +84,11 @@ impl Metrics {
             "kubeairunway_kernel_cache_injections",
             "Pods seen by the kernel-cache webhook, by result",
             self.injections.clone(),
+        );
+        registry.register(
+            "kubeairunway_model_cache_mounts",
+            "Pods seen by the pod webhook, by what happened to their model cache",
+            self.model_mounts.clone(),
         );
     }
 
@@ -119,8 +132,9 @@ pub fn router(state: AppState) -> Router {
 }
 
 async fn handle(State(state): State<AppState>, body: Bytes) -> Response {
-    let (resp, outcome) = review(&body, state.lookup.as_ref(), &state.settings);
+    let (resp, outcome, model) = review_all(&body, state.lookup.as_ref(), &state.settings);
     state.metrics.count(outcome);
+    state.metrics.count_model(model);
     admission::respond(resp)
 }
 

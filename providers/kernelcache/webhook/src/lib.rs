@@ -43,6 +43,7 @@ use kubeairunway_sdk::labels::MODEL_DEPLOYMENT;
 use serde_json::{Value, json};
 
 use crate::inject::{Mount, Source};
+use crate::model_inject::ModelOutcome;
 use kubeairunway_kernelcache_api::model::ModelCache;
 use kubeairunway_kernelcache_api::names;
 use kubeairunway_kernelcache_api::{KernelCache, MountSource};
@@ -342,6 +343,17 @@ pub fn review(
     lookup: &dyn Lookup,
     settings: &Settings,
 ) -> (AdmissionResponse, Outcome) {
+    let (resp, outcome, _) = review_all(body, lookup, settings);
+    (resp, outcome)
+}
+
+/// [`review`], with what happened to the pod's model cache too (a metrics label).
+pub fn review_all(
+    body: &[u8],
+    lookup: &dyn Lookup,
+    settings: &Settings,
+) -> (AdmissionResponse, Outcome, ModelOutcome) {
+    let skipped = |resp| (resp, Outcome::Skipped, ModelOutcome::Skipped);
     let raw: Option<Value> = serde_json::from_slice(body).ok();
     let request: Option<AdmissionRequest<DynamicObject>> = raw
         .clone()
@@ -358,49 +370,49 @@ pub fn review(
         {
             uid.clone_into(&mut resp.uid);
         }
-        return (resp, Outcome::Skipped);
+        return skipped(resp);
     };
     let resp = AdmissionResponse::from(&request);
     let pod = match (&request.operation, &request.object) {
         (Operation::Create, Some(pod)) if request.kind.kind == "Pod" => pod,
-        _ => return (resp, Outcome::Skipped),
+        _ => return skipped(resp),
     };
     let Ok(pod) = serde_json::to_value(pod) else {
-        return (resp, Outcome::Skipped);
+        return skipped(resp);
     };
     let namespace = request
         .namespace
         .clone()
         .or_else(|| pod["metadata"]["namespace"].as_str().map(str::to_string))
         .unwrap_or_default();
-    let (ops, outcome) = both_patches(&pod, &namespace, lookup, settings);
+    let (ops, outcome, model) = both_patches(&pod, &namespace, lookup, settings);
     if ops.is_empty() {
-        return (resp, outcome);
+        return (resp, outcome, model);
     }
     match serde_json::from_value::<json_patch::Patch>(Value::Array(ops)) {
         Ok(patch) => match resp.clone().with_patch(patch) {
-            Ok(r) => (r, outcome),
+            Ok(r) => (r, outcome, model),
             Err(e) => {
                 tracing::warn!(error = %e, "serializing the patch");
-                (resp, Outcome::Skipped)
+                skipped(resp)
             }
         },
         Err(e) => {
             tracing::warn!(error = %e, "building the patch");
-            (resp, Outcome::Skipped)
+            skipped(resp)
         }
     }
 }
 
 /// The kernel cache's patch ([`decide`]) and then the model cache's
 /// ([`model_inject::decide`]), the second computed on the pod the first made (JSON patch
-/// operations apply in order); the outcome is the kernel cache's (the metrics label).
+/// operations apply in order), and what happened to each.
 fn both_patches(
     pod: &Value,
     namespace: &str,
     lookup: &dyn Lookup,
     settings: &Settings,
-) -> (Vec<Value>, Outcome) {
+) -> (Vec<Value>, Outcome, ModelOutcome) {
     let (mut ops, outcome) = match decide(pod, namespace, lookup, settings) {
         Ok(ops) => {
             tracing::info!(namespace, pod = %pod_name(pod), "kernel cache injected");
@@ -415,7 +427,7 @@ fn both_patches(
             .and_then(|p| json_patch::patch(&mut patched, &p).map_err(|e| e.to_string()));
         if let Err(e) = applied {
             tracing::warn!(error = %e, "applying the kernel-cache patch");
-            return (Vec::new(), Outcome::Skipped);
+            return (Vec::new(), Outcome::Skipped, ModelOutcome::Skipped);
         }
     }
     let model = model_inject::decide(
@@ -424,14 +436,18 @@ fn both_patches(
         |name| lookup.model_deployment(namespace, name),
         || lookup.model_caches(namespace),
     );
-    match model {
+    let model = match model {
         Ok(model_ops) => {
             tracing::info!(namespace, pod = %pod_name(pod), "model cache mounted");
             ops.extend(model_ops);
+            ModelOutcome::Injected
         }
-        Err(o) => tracing::debug!(namespace, outcome = o.as_str(), "no model cache"),
-    }
-    (ops, outcome)
+        Err(o) => {
+            tracing::debug!(namespace, outcome = o.as_str(), "no model cache");
+            o
+        }
+    };
+    (ops, outcome, model)
 }
 
 fn pod_name(pod: &Value) -> String {
@@ -568,7 +584,8 @@ mod tests {
         }))
         .unwrap();
         let patched = |f: &Fake| {
-            let (resp, outcome) = review(&body, f, &settings());
+            let (resp, outcome, model) = review_all(&body, f, &settings());
+            assert_eq!(model, ModelOutcome::Injected);
             let mut p = pod(Some("llama"));
             let patch: json_patch::Patch =
                 serde_json::from_slice(resp.patch.as_deref().unwrap()).unwrap();

@@ -44,7 +44,7 @@ pub const HF_HUB_CACHE: &str = "HF_HUB_CACHE";
 /// Set to `1`: Hugging Face libraries make no request to the hub.
 pub const HF_HUB_OFFLINE: &str = "HF_HUB_OFFLINE";
 
-/// What happened to one pod's model cache (a log field).
+/// What happened to one pod's model cache (a metrics label).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ModelOutcome {
     /// The cache was mounted.
@@ -63,6 +63,8 @@ pub enum ModelOutcome {
     AlreadyInjected,
     /// The pod uses our volume name or mount path: left as it is.
     Conflict,
+    /// Not a Pod CREATE, or a request that could not be read.
+    Skipped,
 }
 
 impl ModelOutcome {
@@ -77,6 +79,7 @@ impl ModelOutcome {
             ModelOutcome::CacheNotReady => "cache-not-ready",
             ModelOutcome::AlreadyInjected => "already-injected",
             ModelOutcome::Conflict => "conflict",
+            ModelOutcome::Skipped => "skipped",
         }
     }
 }
