@@ -540,7 +540,8 @@ pub struct AgentModelCaches {
     /// Download ModelCaches on the agent's nodes.
     pub enabled: bool,
     /// Where model caches go on each node (a hostPath; HF_HOME, the Hugging Face cache
-    /// layout under <root>/hub; --model-cache-root).
+    /// layout under <root>/hub; --model-cache-root of the agents, and of the controller,
+    /// whose local PersistentVolumes for serving pods point below it).
     pub root: String,
     /// The Hugging Face hub to download from (--hf-endpoint).
     pub hf_endpoint: String,

@@ -203,6 +203,23 @@ pub struct ModelSpec {
     /// Volumes for model weights and compilation caches.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub storage: Option<StorageSpec>,
+    /// A `ModelCache` (group `cache.kubeairunway.ai`) in this namespace whose node-local
+    /// copy the serving pods mount read-only (`HF_HUB_CACHE`, `HF_HUB_OFFLINE=1`). Unset:
+    /// a Ready ModelCache of `hf://<id>` at revision `main` in this namespace is used when
+    /// there is one. A named cache that does not exist or is not Ready is not mounted: the
+    /// engine downloads the model as without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cache_ref: Option<ModelCacheRef>,
+}
+
+/// A reference to a `ModelCache` (group `cache.kubeairunway.ai`) in the ModelDeployment's
+/// namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ModelCacheRef {
+    /// The ModelCache's name.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
 }
 
 /// Where the model weights come from.

@@ -65,6 +65,8 @@ mod kuberay;
 mod kuberay_operator;
 #[path = "e2e/modelcache.rs"]
 mod modelcache;
+#[path = "e2e/modelcache_mount.rs"]
+mod modelcache_mount;
 #[path = "e2e/providers_rbac.rs"]
 mod providers_rbac;
 #[path = "e2e/reference_compat.rs"]

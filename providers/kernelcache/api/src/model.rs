@@ -178,6 +178,11 @@ pub struct ModelCacheStatus {
     /// The generation this status describes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
+    /// The PersistentVolumeClaim in this namespace that serving pods mount (read-only),
+    /// bound to a local PersistentVolume on the nodes where the cache is ready; set once
+    /// a node is ready.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub claim_name: Option<String>,
 }
 
 /// The state of one model cache on one node.

@@ -48,6 +48,11 @@ pub fn model_ready_label(namespace: &str, name: &str) -> String {
 /// 40 hex digits of the SHA-256 of `namespace/name`. The node agents read Secrets in
 /// that namespace only, never a user's.
 pub fn model_token_secret(namespace: &str, name: &str) -> String {
+    format!("modelcache-token-{}", hash40(namespace, name))
+}
+
+/// 40 hex digits of the SHA-256 of `namespace/name`.
+fn hash40(namespace: &str, name: &str) -> String {
     use sha2::Digest as _;
     let hash = sha2::Sha256::digest(format!("{namespace}/{name}").as_bytes());
     let hex = hash.iter().fold(String::new(), |mut s, b| {
@@ -55,8 +60,41 @@ pub fn model_token_secret(namespace: &str, name: &str) -> String {
         let _ = write!(s, "{b:02x}");
         s
     });
-    format!("modelcache-token-{}", &hex[..40])
+    hex[..40].to_string()
 }
+
+/// The StorageClass of the model caches' local PersistentVolumes and their claims (no
+/// provisioner: the controller creates each PV, pre-bound to its claim).
+pub const MODEL_STORAGE_CLASS: &str = "kubeairunway-modelcache";
+
+/// The cluster-scoped PersistentVolume of the ModelCache `namespace/name`:
+/// `modelcache-` and 40 hex digits of the SHA-256 of `namespace/name`.
+pub fn model_volume(namespace: &str, name: &str) -> String {
+    format!("modelcache-{}", hash40(namespace, name))
+}
+
+/// The PersistentVolumeClaim (in the ModelCache's namespace) serving pods mount:
+/// `modelcache-<name>`, or `modelcache-<40 hex>` when that would be longer than a name
+/// may be (253).
+pub fn model_claim(namespace: &str, name: &str) -> String {
+    let claim = format!("modelcache-{name}");
+    if claim.len() <= 253 {
+        claim
+    } else {
+        model_volume(namespace, name)
+    }
+}
+
+/// The repository's folder in an `HF_HUB_CACHE` (`models--{org}--{name}`), as the agent
+/// and huggingface_hub lay it out; `repo` is `org/name` as [`crate::model::parse_source`]
+/// accepts it.
+pub fn hub_folder(repo: &str) -> String {
+    format!("models--{}", repo.replace('/', "--"))
+}
+
+/// Where serving pods see a model cache: their `HF_HUB_CACHE` (unless a container sets
+/// its own), the ModelCache's repository folder mounted below it.
+pub const MODEL_MOUNT_ROOT: &str = "/models/hf";
 
 /// The key of the handed-over token in [`model_token_secret`].
 pub const MODEL_TOKEN_KEY: &str = "token";

@@ -31,6 +31,10 @@ pub struct Cli {
     /// agents read Secrets there only).
     #[arg(long, env = "CREDENTIALS_NAMESPACE")]
     pub credentials_namespace: Option<String>,
+    /// The node agents' `--model-cache-root` (the same on every node): ready ModelCaches
+    /// get a local PersistentVolume below it and a claim serving pods mount. Unset: none.
+    #[arg(long, env = "MODEL_CACHE_ROOT")]
+    pub model_cache_root: Option<String>,
     /// How often each cache is looked at without a change (tag moves, heartbeat).
     #[arg(long, env = "RESYNC", default_value = "5m", value_parser = kubeairunway_sdk::process::parse_duration)]
     pub resync: Duration,
@@ -52,6 +56,7 @@ impl Cli {
             resync: self.resync,
             instance: Some(self.process.identity(COMPONENT)),
             credentials_namespace: self.credentials_namespace.clone(),
+            model_cache_root: self.model_cache_root.clone(),
         }
     }
 }

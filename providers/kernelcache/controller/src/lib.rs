@@ -11,7 +11,8 @@
 //!   condition `KernelCacheReady`, applied as `kernelcache-provider` so that every other
 //!   writer's conditions stay;
 //! - over `ModelCache`s (also woken by node reports): the hub token handed over to the
-//!   agents, and the status added up from the reports ([`model_caches`]).
+//!   agents, the status added up from the reports, and the local PersistentVolume and
+//!   claim serving pods mount it through ([`model_caches`], [`model_volumes`]).
 //!
 //! A pin is kept while the spec is unchanged: a tag that moves later is reported
 //! (`Resolved=False`, `TagMoved`), never followed silently; editing the spec re-pins.
@@ -27,6 +28,7 @@ pub mod metrics;
 pub mod model_caches;
 pub mod model_decide;
 mod model_deployments;
+pub mod model_volumes;
 mod nodes;
 mod registration;
 pub mod settings;
@@ -97,6 +99,7 @@ pub async fn run(
         Arc::clone(&metrics),
         settings.resync,
         settings.credentials_namespace.as_deref(),
+        settings.model_cache_root.clone(),
     );
     let ctx = caches::new_ctx(
         &client, settings, secrets, metrics, &nodes, &caches, policies,
@@ -196,6 +199,7 @@ fn spawn_sweepers(
         tokio::spawn(async move {
             if models.synced().await {
                 model_ctx.prune(true).await;
+                model_ctx.prune_volumes(true).await;
             }
         })
     };

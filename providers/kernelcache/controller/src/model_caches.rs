@@ -4,7 +4,9 @@
 //! Woken by its own watch and by the node reports that mention a cache; reads the caches
 //! and the reports from the watch caches (the user's Secret is read only when the cache's
 //! generation changed or the resync interval passed), and writes the status only when it
-//! changed.
+//! changed. Once a node is ready, it applies the cache's local PersistentVolume and claim
+//! ([`crate::model_volumes`]; again only when they changed) and deletes both when the cache
+//! is gone (a cluster-scoped volume cannot have a namespaced owner).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -12,15 +14,15 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Secret};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use kubeairunway_kernelcache_api::KernelCacheNode;
-use kubeairunway_kernelcache_api::model::ModelCache;
-use kubeairunway_kernelcache_api::names::{MODEL_TOKEN_KEY, model_token_secret};
+use kubeairunway_kernelcache_api::model::{ModelCache, ModelCacheStatus};
+use kubeairunway_kernelcache_api::names::{self, MODEL_TOKEN_KEY, model_token_secret};
 use kubeairunway_kernelcache_api::report::{Error, kube_error};
 use kubeairunway_kernelcache_artifact::secrets::SecretApi;
 use kubeairunway_sdk::reflect::Cache;
@@ -30,6 +32,7 @@ use tracing::{info, warn};
 use crate::handover::{FOR_ANNOTATION, MANAGED_BY, MODEL_TOKEN_LABEL as HANDOVER_LABEL};
 use crate::metrics::Metrics;
 use crate::model_decide;
+use crate::model_volumes::{self, VOLUME_LABEL, Volumes};
 use crate::settings::{FIELD_MANAGER, SYNC_WAIT};
 
 /// A ModelCache: (namespace, name).
@@ -55,6 +58,10 @@ pub(crate) struct ModelCtx {
     /// The credentials namespace's Secrets (none: tokens are not handed over).
     handover: Option<Api<Secret>>,
     handed: Mutex<HashMap<Key, Handed>>,
+    /// The agents' model-cache root (`HF_HOME` on every node); none: no volumes.
+    model_root: Option<String>,
+    /// The volumes applied, per cache: applied again only when they change.
+    applied: Mutex<HashMap<Key, Volumes>>,
 }
 
 impl ModelCtx {
@@ -68,6 +75,7 @@ impl ModelCtx {
         metrics: Arc<Metrics>,
         resync: Duration,
         credentials_namespace: Option<&str>,
+        model_root: Option<String>,
     ) -> Arc<Self> {
         Arc::new(Self {
             client: client.clone(),
@@ -78,6 +86,8 @@ impl ModelCtx {
             resync,
             handover: credentials_namespace.map(|ns| Api::namespaced(client.clone(), ns)),
             handed: Mutex::default(),
+            model_root,
+            applied: Mutex::default(),
         })
     }
 
@@ -126,6 +136,96 @@ impl ModelCtx {
             }
         }
     }
+
+    /// Delete the volumes and claims of caches that no longer exist: those this process
+    /// applied, and (`sweep`, once the caches are synced) every model-cache volume of the
+    /// cluster (one LIST at start) with its claim.
+    pub(crate) async fn prune_volumes(&self, sweep: bool) {
+        let mut gone: Vec<Key> = Vec::new();
+        if let Ok(mut applied) = self.applied.lock() {
+            applied.retain(|key, _| {
+                let keep = self.exists(key);
+                if !keep {
+                    gone.push(key.clone());
+                }
+                keep
+            });
+        }
+        if sweep && self.model_root.is_some() {
+            let api: Api<PersistentVolume> = Api::all(self.client.clone());
+            let selector = format!("{VOLUME_LABEL}=true");
+            match api.list(&ListParams::default().labels(&selector)).await {
+                Ok(list) => gone.extend(
+                    list.into_iter()
+                        .filter_map(|v| model_volumes::made_for(v.annotations()))
+                        .filter(|k| !self.exists(k)),
+                ),
+                Err(e) => warn!(error = %kube_error(&e), "listing model-cache volumes"),
+            }
+        }
+        gone.sort();
+        gone.dedup();
+        for (namespace, name) in gone {
+            self.delete_volumes(&namespace, &name).await;
+        }
+    }
+
+    /// Deletes the claim and the volume of the ModelCache `namespace/name` (absent ones
+    /// are fine: the claim's owner reference may have taken it already).
+    async fn delete_volumes(&self, namespace: &str, name: &str) {
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), namespace);
+        let claim = names::model_claim(namespace, name);
+        match claims.delete(&claim, &DeleteParams::default()).await {
+            Ok(_) => info!(namespace, claim = %claim, "claim of a deleted ModelCache removed"),
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => warn!(error = %kube_error(&e), "removing a model-cache claim"),
+        }
+        let volumes: Api<PersistentVolume> = Api::all(self.client.clone());
+        let volume = names::model_volume(namespace, name);
+        match volumes.delete(&volume, &DeleteParams::default()).await {
+            Ok(_) => info!(volume = %volume, "volume of a deleted ModelCache removed"),
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => warn!(error = %kube_error(&e), "removing a model-cache volume"),
+        }
+    }
+
+    /// Applies `volumes` of the cache `key` unless they are what was applied last (a
+    /// phase of [`reconcile`]).
+    async fn apply_volumes(&self, key: &Key, volumes: &Volumes) -> Result<(), String> {
+        let unchanged = self
+            .applied
+            .lock()
+            .ok()
+            .is_some_and(|a| a.get(key) == Some(volumes));
+        if unchanged {
+            return Ok(());
+        }
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let pvs: Api<PersistentVolume> = Api::all(self.client.clone());
+        pvs.patch(
+            &volumes.volume_name,
+            &params,
+            &Patch::Apply(&volumes.volume),
+        )
+        .await
+        .map_err(|e| {
+            format!(
+                "applying volume {}: {}",
+                volumes.volume_name,
+                kube_error(&e)
+            )
+        })?;
+        let claims: Api<PersistentVolumeClaim> = Api::namespaced(self.client.clone(), &key.0);
+        claims
+            .patch(&volumes.claim_name, &params, &Patch::Apply(&volumes.claim))
+            .await
+            .map_err(|e| format!("applying claim {}: {}", volumes.claim_name, kube_error(&e)))?;
+        info!(namespace = %key.0, cache = %key.1, volume = %volumes.volume_name, claim = %volumes.claim_name, "model-cache volume applied");
+        if let Ok(mut a) = self.applied.lock() {
+            a.insert(key.clone(), volumes.clone());
+        }
+        Ok(())
+    }
 }
 
 /// The controller over ModelCaches (a part of [`crate::run`]).
@@ -143,6 +243,17 @@ pub(crate) fn model_controller(
             .map(|c| ObjectRef::new(&c.name).within(&c.namespace))
             .collect();
         futures::stream::iter(refs)
+    });
+    // A deleted cache is never reconciled (it is not in the store): what was made for it
+    // goes when its deletion comes through the watch (the store already without it).
+    let pruning = Arc::clone(ctx);
+    let caches = caches.then(move |event| {
+        let ctx = Arc::clone(&pruning);
+        async move {
+            ctx.prune(false).await;
+            ctx.prune_volumes(false).await;
+            event
+        }
     });
     Controller::for_stream(caches, ctx.caches.store.clone())
         .with_config(kubeairunway_sdk::process::controller_config())
@@ -170,12 +281,13 @@ async fn reconcile(cache: Arc<ModelCache>, ctx: Arc<ModelCtx>) -> Result<Action,
     let credentials = hand_over(&ctx, &cache).await;
     let reports = ctx.reports.store.state();
     let reports: Vec<&KernelCacheNode> = reports.iter().map(AsRef::as_ref).collect();
-    let status = model_decide::status(
+    let mut status = model_decide::status(
         &cache,
         cache.status.as_ref(),
         &reports,
         credentials.as_deref(),
     );
+    let volumes_ok = volumes(&ctx, &cache, &mut status).await;
     if cache.status.as_ref() != Some(&status) {
         let api: Api<ModelCache> =
             Api::namespaced(ctx.client.clone(), &cache.namespace().unwrap_or_default());
@@ -188,7 +300,37 @@ async fn reconcile(cache: Arc<ModelCache>, ctx: Arc<ModelCtx>) -> Result<Action,
         .await?;
     }
     ctx.prune(false).await;
-    Ok(Action::requeue(ctx.resync))
+    ctx.prune_volumes(false).await;
+    Ok(Action::requeue(if volumes_ok {
+        ctx.resync
+    } else {
+        Duration::from_secs(10)
+    }))
+}
+
+/// The cache's volume and claim applied once a node is ready, and the claim named in
+/// `status` (a phase of [`reconcile`]); the claim stays named once made (a cache with no
+/// ready node left keeps its volume, whose node affinity then matches no node). `false`
+/// when applying failed (logged; tried again soon).
+async fn volumes(ctx: &ModelCtx, cache: &ModelCache, status: &mut ModelCacheStatus) -> bool {
+    status.claim_name = cache.status.as_ref().and_then(|s| s.claim_name.clone());
+    let Some(root) = ctx.model_root.as_deref() else {
+        return true;
+    };
+    let Some(volumes) = model_volumes::desired(cache, status, root) else {
+        return true;
+    };
+    let key = (cache.namespace().unwrap_or_default(), cache.name_any());
+    match ctx.apply_volumes(&key, &volumes).await {
+        Ok(()) => {
+            status.claim_name = Some(volumes.claim_name);
+            true
+        }
+        Err(e) => {
+            warn!(namespace = %key.0, cache = %key.1, error = %e, "model-cache volume");
+            false
+        }
+    }
 }
 
 /// The cache's hub token into `<credentials namespace>/modelcache-token-<hash>` (a phase

@@ -24,6 +24,10 @@ pub struct Settings {
     /// ([`handover`]); none: caches with imagePullSecrets are pinned and verified, but no
     /// agent can pull them.
     pub credentials_namespace: Option<String>,
+    /// The node agents' model-cache root (`HF_HOME` on every node, the same path on
+    /// each): the local PersistentVolumes of ready ModelCaches point below it. None: no
+    /// volumes are made.
+    pub model_cache_root: Option<String>,
 }
 
 impl Default for Settings {
@@ -35,6 +39,7 @@ impl Default for Settings {
             resync: Duration::from_secs(300),
             instance: None,
             credentials_namespace: None,
+            model_cache_root: None,
         }
     }
 }

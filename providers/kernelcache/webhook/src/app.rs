@@ -30,7 +30,10 @@ use prometheus_client::registry::Registry;
 use tracing::info;
 
 use super::warmup::VALIDATE_WARMUP_PATH;
-use super::{HostPaths, Lookup, Outcome, PATH, Settings, Stores, review};
+use kubeairunway_kernelcache_api::model::ModelCache;
+
+use super::model_inject::ModelOutcome;
+use super::{HostPaths, Lookup, Outcome, PATH, Settings, Stores, review_all};
 use kubeairunway_kernelcache_api::names::DEFAULT_CACHE_ROOT;
 
 type Labels = Vec<(&'static str, String)>;
@@ -40,21 +43,21 @@ type Labels = Vec<(&'static str, String)>;
 pub struct Metrics {
     registry: Registry,
     injections: Family<Labels, Counter>,
+    model_mounts: Family<Labels, Counter>,
 }
 
 impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::default();
         let injections = Family::<Labels, Counter>::default();
-        registry.register(
-            "kubeairunway_kernel_cache_injections",
-            "Pods seen by the kernel-cache webhook, by result",
-            injections.clone(),
-        );
-        Self {
-            registry,
+        let model_mounts = Family::<Labels, Counter>::default();
+        let this = Self {
+            registry: Registry::default(),
             injections,
-        }
+            model_mounts,
+        };
+        this.register(&mut registry);
+        Self { registry, ..this }
     }
 }
 
@@ -62,6 +65,13 @@ impl Metrics {
     /// Count one pod.
     pub fn count(&self, outcome: Outcome) {
         self.injections
+            .get_or_create(&vec![("result", outcome.as_str().to_string())])
+            .inc();
+    }
+
+    /// Count one pod's model cache.
+    pub fn count_model(&self, outcome: ModelOutcome) {
+        self.model_mounts
             .get_or_create(&vec![("result", outcome.as_str().to_string())])
             .inc();
     }
@@ -74,6 +84,11 @@ impl Metrics {
             "kubeairunway_kernel_cache_injections",
             "Pods seen by the kernel-cache webhook, by result",
             self.injections.clone(),
+        );
+        registry.register(
+            "kubeairunway_model_cache_mounts",
+            "Pods seen by the pod webhook, by what happened to their model cache",
+            self.model_mounts.clone(),
         );
     }
 
@@ -117,8 +132,9 @@ pub fn router(state: AppState) -> Router {
 }
 
 async fn handle(State(state): State<AppState>, body: Bytes) -> Response {
-    let (resp, outcome) = review(&body, state.lookup.as_ref(), &state.settings);
+    let (resp, outcome, model) = review_all(&body, state.lookup.as_ref(), &state.settings);
     state.metrics.count(outcome);
+    state.metrics.count_model(model);
     admission::respond(resp)
 }
 
@@ -126,7 +142,7 @@ async fn validate_warmup(State(state): State<AppState>, body: Bytes) -> Response
     admission::respond(super::warmup::validate(&body, state.access.as_ref()).await)
 }
 
-/// Reflector stores of ModelDeployments and KernelCaches, kept current in the background.
+/// Reflector stores of ModelDeployments, KernelCaches and ModelCaches, kept current in the background.
 pub fn stores(client: &Client) -> Stores {
     // Every ModelDeployment of the cluster, kept compact (a pod names one at most).
     let (model_deployments, md_stream) = kubeairunway_sdk::reflect::compact_cache(
@@ -145,6 +161,17 @@ pub fn stores(client: &Client) -> Stores {
     .default_backoff()
     .applied_objects()
     .for_each(|_| async {});
+    let (model_caches, w4) = reflector::store();
+    let model_watch = reflector(
+        w4,
+        watcher(
+            Api::<ModelCache>::all(client.clone()),
+            watcher::Config::default(),
+        ),
+    )
+    .default_backoff()
+    .applied_objects()
+    .for_each(|_| async {});
     let (namespaces, w3) = reflector::store();
     let ns_watch = reflector(
         w3,
@@ -159,9 +186,11 @@ pub fn stores(client: &Client) -> Stores {
     tokio::spawn(mds);
     tokio::spawn(caches);
     tokio::spawn(ns_watch);
+    tokio::spawn(model_watch);
     Stores {
         model_deployments,
         kernel_caches,
+        model_caches,
         namespaces,
     }
 }

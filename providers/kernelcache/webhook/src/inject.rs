@@ -228,7 +228,13 @@ pub fn patch(pod: &Value, mount: &Mount) -> Vec<Value> {
 
 /// Add `values` to the list `field` of `object` (at `path`): appended when the list
 /// exists, else the list created.
-fn append(ops: &mut Vec<Value>, object: &Value, field: &str, path: &str, values: Vec<Value>) {
+pub(crate) fn append(
+    ops: &mut Vec<Value>,
+    object: &Value,
+    field: &str,
+    path: &str,
+    values: Vec<Value>,
+) {
     if object.get(field).and_then(Value::as_array).is_some() {
         for v in values {
             ops.push(json!({"op": "add", "path": format!("{path}/{field}/-"), "value": v}));

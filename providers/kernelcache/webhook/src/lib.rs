@@ -1,7 +1,9 @@
 //! The pod-injection webhook: a mutating admission webhook on Pods that carry
 //! `kubeairunway.ai/model-deployment` (every serving pod a provider renders). When that
 //! ModelDeployment names a KernelCache whose pin is usable, the pod gets the cache
-//! ([`inject`]) and an annotation naming it.
+//! ([`inject`]) and an annotation naming it; when a Ready ModelCache of its namespace holds
+//! its model (or it names one), the pod mounts that cache's claim read-only
+//! ([`model_inject`]).
 //!
 //! It never refuses a pod, nor makes one that the API server would refuse: everything
 //! else (no label, no ModelDeployment, no cache, a cache not verified, a pod using one of
@@ -24,6 +26,7 @@
 
 pub mod app;
 pub mod inject;
+pub mod model_inject;
 pub mod warmup;
 
 use std::sync::Arc;
@@ -40,6 +43,8 @@ use kubeairunway_sdk::labels::MODEL_DEPLOYMENT;
 use serde_json::{Value, json};
 
 use crate::inject::{Mount, Source};
+use crate::model_inject::ModelOutcome;
+use kubeairunway_kernelcache_api::model::ModelCache;
 use kubeairunway_kernelcache_api::names;
 use kubeairunway_kernelcache_api::{KernelCache, MountSource};
 use kubeairunway_kernelcache_artifact::image::CacheType;
@@ -57,6 +62,11 @@ pub trait Lookup: Send + Sync {
     fn kernel_cache(&self, namespace: &str, name: &str) -> Option<Arc<KernelCache>>;
     /// The labels of the namespace (for its Pod Security level); `None` when unknown.
     fn namespace_labels(&self, namespace: &str) -> Option<BTreeMap<String, String>>;
+    /// The ModelCaches of `namespace` (none by default).
+    fn model_caches(&self, namespace: &str) -> Vec<Arc<ModelCache>> {
+        let _ = namespace;
+        Vec::new()
+    }
 }
 
 /// The label of the Pod Security level a namespace enforces.
@@ -85,6 +95,8 @@ pub struct Stores {
     pub model_deployments: Store<kubeairunway_sdk::compact::Compact<ModelDeployment>>,
     /// KernelCaches, every namespace.
     pub kernel_caches: Store<KernelCache>,
+    /// ModelCaches, every namespace.
+    pub model_caches: Store<ModelCache>,
     /// Namespaces (metadata only).
     pub namespaces: Store<PartialObjectMeta<Namespace>>,
 }
@@ -117,6 +129,13 @@ impl Lookup for Stores {
         self.namespaces
             .get(&ObjectRef::new(namespace))
             .map(|n| n.labels().clone())
+    }
+    fn model_caches(&self, namespace: &str) -> Vec<Arc<ModelCache>> {
+        self.model_caches
+            .state()
+            .into_iter()
+            .filter(|c| c.namespace().as_deref() == Some(namespace))
+            .collect()
     }
 }
 
@@ -324,6 +343,17 @@ pub fn review(
     lookup: &dyn Lookup,
     settings: &Settings,
 ) -> (AdmissionResponse, Outcome) {
+    let (resp, outcome, _) = review_all(body, lookup, settings);
+    (resp, outcome)
+}
+
+/// [`review`], with what happened to the pod's model cache too (a metrics label).
+pub fn review_all(
+    body: &[u8],
+    lookup: &dyn Lookup,
+    settings: &Settings,
+) -> (AdmissionResponse, Outcome, ModelOutcome) {
+    let skipped = |resp| (resp, Outcome::Skipped, ModelOutcome::Skipped);
     let raw: Option<Value> = serde_json::from_slice(body).ok();
     let request: Option<AdmissionRequest<DynamicObject>> = raw
         .clone()
@@ -340,40 +370,84 @@ pub fn review(
         {
             uid.clone_into(&mut resp.uid);
         }
-        return (resp, Outcome::Skipped);
+        return skipped(resp);
     };
     let resp = AdmissionResponse::from(&request);
     let pod = match (&request.operation, &request.object) {
         (Operation::Create, Some(pod)) if request.kind.kind == "Pod" => pod,
-        _ => return (resp, Outcome::Skipped),
+        _ => return skipped(resp),
     };
     let Ok(pod) = serde_json::to_value(pod) else {
-        return (resp, Outcome::Skipped);
+        return skipped(resp);
     };
     let namespace = request
         .namespace
         .clone()
         .or_else(|| pod["metadata"]["namespace"].as_str().map(str::to_string))
         .unwrap_or_default();
-    match decide(&pod, &namespace, lookup, settings) {
-        Ok(ops) => match serde_json::from_value::<json_patch::Patch>(Value::Array(ops)) {
-            Ok(patch) => match resp.clone().with_patch(patch) {
-                Ok(r) => {
-                    tracing::info!(namespace, pod = %pod_name(&pod), "kernel cache injected");
-                    (r, Outcome::Injected)
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "serializing the patch");
-                    (resp, Outcome::Skipped)
-                }
-            },
+    let (ops, outcome, model) = both_patches(&pod, &namespace, lookup, settings);
+    if ops.is_empty() {
+        return (resp, outcome, model);
+    }
+    match serde_json::from_value::<json_patch::Patch>(Value::Array(ops)) {
+        Ok(patch) => match resp.clone().with_patch(patch) {
+            Ok(r) => (r, outcome, model),
             Err(e) => {
-                tracing::warn!(error = %e, "building the patch");
-                (resp, Outcome::Skipped)
+                tracing::warn!(error = %e, "serializing the patch");
+                skipped(resp)
             }
         },
-        Err(outcome) => (resp, outcome),
+        Err(e) => {
+            tracing::warn!(error = %e, "building the patch");
+            skipped(resp)
+        }
     }
+}
+
+/// The kernel cache's patch ([`decide`]) and then the model cache's
+/// ([`model_inject::decide`]), the second computed on the pod the first made (JSON patch
+/// operations apply in order), and what happened to each.
+fn both_patches(
+    pod: &Value,
+    namespace: &str,
+    lookup: &dyn Lookup,
+    settings: &Settings,
+) -> (Vec<Value>, Outcome, ModelOutcome) {
+    let (mut ops, outcome) = match decide(pod, namespace, lookup, settings) {
+        Ok(ops) => {
+            tracing::info!(namespace, pod = %pod_name(pod), "kernel cache injected");
+            (ops, Outcome::Injected)
+        }
+        Err(outcome) => (Vec::new(), outcome),
+    };
+    let mut patched = pod.clone();
+    if !ops.is_empty() {
+        let applied = serde_json::from_value::<json_patch::Patch>(Value::Array(ops.clone()))
+            .map_err(|e| e.to_string())
+            .and_then(|p| json_patch::patch(&mut patched, &p).map_err(|e| e.to_string()));
+        if let Err(e) = applied {
+            tracing::warn!(error = %e, "applying the kernel-cache patch");
+            return (Vec::new(), Outcome::Skipped, ModelOutcome::Skipped);
+        }
+    }
+    let model = model_inject::decide(
+        &patched,
+        namespace,
+        |name| lookup.model_deployment(namespace, name),
+        || lookup.model_caches(namespace),
+    );
+    let model = match model {
+        Ok(model_ops) => {
+            tracing::info!(namespace, pod = %pod_name(pod), "model cache mounted");
+            ops.extend(model_ops);
+            ModelOutcome::Injected
+        }
+        Err(o) => {
+            tracing::debug!(namespace, outcome = o.as_str(), "no model cache");
+            o
+        }
+    };
+    (ops, outcome, model)
 }
 
 fn pod_name(pod: &Value) -> String {
@@ -399,6 +473,8 @@ mod tests {
         levels: BTreeMap<String, &'static str>,
         /// Namespaces labelled `cache.kubeairunway.ai/host-path: allowed`.
         host_path: Vec<&'static str>,
+        /// ModelCaches of every namespace.
+        models: Vec<Arc<ModelCache>>,
     }
 
     impl Lookup for Fake {
@@ -417,6 +493,13 @@ mod tests {
                 labels.insert(HOST_PATH_LABEL.to_string(), "allowed".to_string());
             }
             Some(labels)
+        }
+        fn model_caches(&self, ns: &str) -> Vec<Arc<ModelCache>> {
+            self.models
+                .iter()
+                .filter(|c| c.namespace().as_deref() == Some(ns))
+                .cloned()
+                .collect()
         }
     }
 
@@ -449,7 +532,83 @@ mod tests {
             caches: [("ml/vllm-h100".to_string(), Arc::new(kc))].into(),
             levels: BTreeMap::new(),
             host_path: vec!["ml"],
+            models: Vec::new(),
         }
+    }
+
+    /// A Ready ModelCache `qwen` of `hf://m/m` in `ml`.
+    fn ready_model_cache() -> Arc<ModelCache> {
+        use kubeairunway_kernelcache_api::model::{ModelCacheSpec, ModelCacheStatus, conditions};
+        let mut c = ModelCache::new(
+            "qwen",
+            ModelCacheSpec {
+                source: "hf://m/m".into(),
+                ..ModelCacheSpec::default()
+            },
+        );
+        c.metadata.namespace = Some("ml".into());
+        c.status = Some(ModelCacheStatus {
+            ready_nodes: 1,
+            claim_name: Some("modelcache-qwen".into()),
+            resolved_commit: Some("abc".into()),
+            conditions: vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+                type_: conditions::READY.into(),
+                status: "True".into(),
+                reason: "Ready".into(),
+                message: String::new(),
+                last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ),
+                observed_generation: None,
+            }],
+            ..ModelCacheStatus::default()
+        });
+        Arc::new(c)
+    }
+
+    /// A kernel cache and a model cache in one pod: one patch with both, valid applied in
+    /// order; a model cache alone still patches a pod whose kernel cache is refused.
+    #[test]
+    fn kernel_and_model_caches_combine_in_one_valid_patch() {
+        let mut f = fake(Some("vllm-h100"), true, None);
+        f.models.push(ready_model_cache());
+        let mut md = (*f.mds["ml/llama"]).clone();
+        md.spec.model.id = Some("m/m".into());
+        f.mds.insert("ml/llama".into(), Arc::new(md));
+        let body = serde_json::to_vec(&json!({
+            "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+            "request": {"uid": "u", "kind": {"group": "", "version": "v1", "kind": "Pod"},
+                        "resource": {"group": "", "version": "v1", "resource": "pods"},
+                        "namespace": "ml", "operation": "CREATE", "userInfo": {},
+                        "object": pod(Some("llama"))}
+        }))
+        .unwrap();
+        let patched = |f: &Fake| {
+            let (resp, outcome, model) = review_all(&body, f, &settings());
+            assert_eq!(model, ModelOutcome::Injected);
+            let mut p = pod(Some("llama"));
+            let patch: json_patch::Patch =
+                serde_json::from_slice(resp.patch.as_deref().unwrap()).unwrap();
+            json_patch::patch(&mut p, &patch).unwrap();
+            (p, outcome)
+        };
+        let (p, outcome) = patched(&f);
+        assert_eq!(outcome, Outcome::Injected);
+        let volumes: Vec<&str> = p["spec"]["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(volumes.len(), 3, "{volumes:?}");
+        assert!(volumes.contains(&model_inject::VOLUME));
+        assert!(p["metadata"]["annotations"][INJECTED_ANNOTATION].is_string());
+        assert!(p["metadata"]["annotations"][model_inject::MODEL_INJECTED_ANNOTATION].is_string());
+        f.levels.insert("ml".into(), "restricted");
+        let (p, outcome) = patched(&f);
+        assert_eq!(outcome, Outcome::PodSecurity);
+        assert_eq!(p["spec"]["volumes"][0]["name"], model_inject::VOLUME);
+        assert!(p["spec"]["initContainers"].is_null());
     }
 
     fn settings() -> Settings {

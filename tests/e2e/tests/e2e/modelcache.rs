@@ -31,11 +31,15 @@ use serde_json::json;
 
 /// The chart's handover namespace (values.yaml `credentials.namespace`).
 const CREDENTIALS_NS: &str = "kernelcache-credentials";
-const NS: &str = "ml";
+pub(crate) const NS: &str = "ml";
+/// The chart's model-cache root (values.yaml `agent.modelCaches.root`), which the
+/// controller's volumes point below (the agents here each have a temporary root: the
+/// volumes are objects only, no kubelet mounts them).
+pub(crate) const MODEL_ROOT: &str = "/var/lib/kubeairunway/model-caches";
 const BIG: &str = "model.safetensors";
 const BIG_LEN: u64 = 6 << 20;
 
-fn files() -> Vec<StandInFile> {
+pub(crate) fn files() -> Vec<StandInFile> {
     vec![
         StandInFile::regular("config.json", b"{\"model_type\": \"tiny\"}\n"),
         StandInFile::new(
@@ -50,20 +54,25 @@ fn files() -> Vec<StandInFile> {
     ]
 }
 
-struct RunningAgent {
+pub(crate) struct RunningAgent {
     stop: tokio::sync::oneshot::Sender<()>,
     task: tokio::task::JoinHandle<anyhow::Result<()>>,
     metrics: Arc<Metrics>,
 }
 
 impl RunningAgent {
-    async fn stop(self) {
+    pub(crate) async fn stop(self) {
         let _ = self.stop.send(());
         self.task.await.unwrap().unwrap();
     }
 }
 
-fn start_agent(client: &Client, node_name: &str, root: &Path, hub: &StandIn) -> RunningAgent {
+pub(crate) fn start_agent(
+    client: &Client,
+    node_name: &str,
+    root: &Path,
+    hub: &StandIn,
+) -> RunningAgent {
     start_agent_with(client, node_name, root, hub, |_| {})
 }
 
@@ -142,7 +151,7 @@ async fn agent_identity(
     )
 }
 
-async fn setup(tag: &str) -> (TestCluster, Client) {
+pub(crate) async fn setup(tag: &str) -> (TestCluster, Client) {
     let (cluster, client) =
         kubeairunway_sdk::testing::private_cluster(tag, &kubeairunway_kernelcache_api::crds())
             .await
@@ -152,7 +161,7 @@ async fn setup(tag: &str) -> (TestCluster, Client) {
     (cluster, client)
 }
 
-async fn node(client: &Client, name: &str, pool: &str) {
+pub(crate) async fn node(client: &Client, name: &str, pool: &str) {
     Api::<Node>::all(client.clone())
         .create(
             &PostParams::default(),
@@ -166,7 +175,7 @@ async fn node(client: &Client, name: &str, pool: &str) {
         .unwrap();
 }
 
-async fn model_cache(
+pub(crate) async fn model_cache(
     client: &Client,
     name: &str,
     spec: serde_json::Value,
@@ -602,7 +611,7 @@ async fn model_cache_sources_are_checked_at_admission() {
 
 /// The controller, as its chart's service account when helm is there (allowed to read the
 /// user's Secret `hf-token` in the test namespace), until the returned sender is used.
-async fn start_controller(
+pub(crate) async fn start_controller(
     cluster: &TestCluster,
     client: &Client,
 ) -> (
@@ -655,6 +664,7 @@ async fn start_controller(
     let settings = Settings {
         resync: Duration::from_secs(2),
         credentials_namespace: Some(CREDENTIALS_NS.into()),
+        model_cache_root: Some(MODEL_ROOT.into()),
         ..Settings::default()
     };
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
@@ -671,7 +681,7 @@ async fn start_controller(
     (identity, stop, task)
 }
 
-async fn cache_where(
+pub(crate) async fn cache_where(
     client: &Client,
     name: &str,
     what: &str,

@@ -1,0 +1,476 @@
+//! Serving pods use a model cache, within Pod Security: the controller (as its chart's
+//! service account) makes a ready ModelCache's local PersistentVolume and claim, the pod
+//! webhook (as its chart's service account, served to the API server as the chart
+//! installs it) mounts the claim into a ModelDeployment's pods created through the API
+//! server in a namespace labelled `pod-security.kubernetes.io/enforce: restricted`, and
+//! deleting the cache removes both objects.
+//!
+//! The test API server runs neither the PodSecurity admission plugin nor
+//! ValidatingAdmissionPolicy (docs/testing.md). So the pod the API server returns is
+//! checked here against the `restricted` profile's rules that concern a pod's spec
+//! ([`restricted_violations`], shown to find the violations of a pod without a security
+//! context), and the chart's policy on the controller's volumes is checked as rendered.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
+use kube::Client;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kubeairunway_e2e::{eventually, helm, rbac};
+use kubeairunway_kernelcache_api::model::ModelCache;
+use kubeairunway_kernelcache_api::names::{MODEL_STORAGE_CLASS, model_volume};
+use kubeairunway_kernelcache_webhook::model_inject::{MODEL_INJECTED_ANNOTATION, VOLUME};
+use kubeairunway_modelcache_hub::testing::{StandIn, commit_id};
+use kubeairunway_testcluster::TestCluster;
+use serde_json::{Value, json};
+
+use super::modelcache::{
+    MODEL_ROOT, NS, RunningAgent, cache_where, files, model_cache, node, setup, start_agent,
+    start_controller,
+};
+
+const SYSTEM: &str = "kubeairunway-system";
+
+/// The pod webhook as the chart installs it (its Service routed to an in-process server
+/// running as the chart's service account), until the sender is used.
+async fn start_webhook(
+    cluster: &TestCluster,
+    admin: &Client,
+    objects: &[Value],
+) -> (
+    rbac::ChartIdentity,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
+    cluster.ensure_namespace(SYSTEM);
+    helm::apply_kinds(
+        admin,
+        objects,
+        &["ServiceAccount", "Service", "MutatingWebhookConfiguration"],
+    )
+    .await
+    .unwrap();
+    let hook = objects
+        .iter()
+        .find(|o| o["kind"] == "MutatingWebhookConfiguration")
+        .unwrap();
+    let service = hook["webhooks"][0]["clientConfig"]["service"]["name"]
+        .as_str()
+        .unwrap();
+    let deployment = objects
+        .iter()
+        .find(|o| o["kind"] == "Deployment" && o["metadata"]["name"] == service)
+        .unwrap();
+    let account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+        .as_str()
+        .unwrap();
+    let bind = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let mut args = vec!["kernelcache-webhook".to_string()];
+    args.extend(helm::args_with(
+        helm::container(objects, service, "webhook").unwrap(),
+        &[
+            ("webhook-bind-address", bind.to_string()),
+            ("metrics-bind-address", String::new()),
+        ],
+    ));
+    args.push(format!("--namespace={SYSTEM}"));
+    let cli = <kubeairunway_kernelcache_webhook::app::Cli as clap::Parser>::try_parse_from(&args)
+        .unwrap();
+    let identity =
+        rbac::ChartIdentity::apply(cluster, admin, objects, "the pod webhook", SYSTEM, account)
+            .await
+            .unwrap();
+    let client = identity.client(cluster).await.unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let rt = kubeairunway_sdk::process::Runtime::with_client(
+        kubeairunway_kernelcache_webhook::app::COMPONENT,
+        cli.process.clone(),
+        client,
+        kubeairunway_sdk::process::Shutdown::on(async {
+            let _ = stopped.await;
+        }),
+    );
+    let task = tokio::spawn(kubeairunway_kernelcache_webhook::app::run(cli, rt));
+    cluster
+        .route_service(admin, SYSTEM, service, 443, bind.port())
+        .await
+        .unwrap();
+    (identity, stop, task)
+}
+
+/// The chart's ValidatingAdmissionPolicy on the controller's volumes and claims, as
+/// rendered (the test API server does not serve the kind): bound with `Deny`, for the
+/// controller's service account, with the agents' root in its path rule.
+fn assert_volume_policy(objects: &[Value]) {
+    let policy = helm::of_kind(objects, "ValidatingAdmissionPolicy")
+        .into_iter()
+        .find(|p| p["metadata"]["name"] == "release-kernelcache-provider-model-volumes")
+        .expect("the model-volumes policy")
+        .clone();
+    let resources = &policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"];
+    assert_eq!(
+        resources,
+        &json!(["persistentvolumes", "persistentvolumeclaims"])
+    );
+    let text = policy.to_string();
+    assert!(text.contains("-controller"), "{text}");
+    assert!(text.contains(&format!("{MODEL_ROOT}/hub/")), "{text}");
+    assert!(text.contains(MODEL_STORAGE_CLASS), "{text}");
+    let binding = helm::of_kind(objects, "ValidatingAdmissionPolicyBinding")
+        .into_iter()
+        .find(|b| b["spec"]["policyName"] == policy["metadata"]["name"])
+        .expect("the policy is bound")
+        .clone();
+    assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
+}
+
+/// What the Pod Security `restricted` profile refuses in `pod`, for the rules about a
+/// pod's spec (host namespaces and ports, privileged, volume types, privilege escalation,
+/// non-root, seccomp, capabilities); empty: admitted at that level.
+fn restricted_violations(pod: &Value) -> Vec<String> {
+    const VOLUMES: &[&str] = &[
+        "configMap",
+        "csi",
+        "downwardAPI",
+        "emptyDir",
+        "ephemeral",
+        "persistentVolumeClaim",
+        "projected",
+        "secret",
+    ];
+    let spec = &pod["spec"];
+    let mut out = Vec::new();
+    for key in ["hostNetwork", "hostPID", "hostIPC"] {
+        if spec[key] == true {
+            out.push(key.to_string());
+        }
+    }
+    for v in spec["volumes"].as_array().into_iter().flatten() {
+        let kinds: Vec<&String> = v
+            .as_object()
+            .unwrap()
+            .keys()
+            .filter(|k| *k != "name")
+            .collect();
+        if !kinds.iter().all(|k| VOLUMES.contains(&k.as_str())) {
+            out.push(format!("volume {}: {kinds:?}", v["name"]));
+        }
+    }
+    let pod_sc = &spec["securityContext"];
+    let containers = ["initContainers", "containers", "ephemeralContainers"]
+        .iter()
+        .flat_map(|k| spec[*k].as_array().cloned().unwrap_or_default());
+    for c in containers {
+        let sc = &c["securityContext"];
+        let name = c["name"].as_str().unwrap_or_default().to_string();
+        let either = |k: &str| if sc[k].is_null() { &pod_sc[k] } else { &sc[k] };
+        if sc["privileged"] == true {
+            out.push(format!("{name}: privileged"));
+        }
+        if sc["allowPrivilegeEscalation"] != false {
+            out.push(format!("{name}: allowPrivilegeEscalation"));
+        }
+        if either("runAsNonRoot") != true || either("runAsUser") == 0 {
+            out.push(format!("{name}: runAsNonRoot"));
+        }
+        if !["RuntimeDefault", "Localhost"].contains(
+            &either("seccompProfile")["type"]
+                .as_str()
+                .unwrap_or_default(),
+        ) {
+            out.push(format!("{name}: seccompProfile"));
+        }
+        let caps = &sc["capabilities"];
+        if !caps["drop"]
+            .as_array()
+            .is_some_and(|d| d.iter().any(|x| x == "ALL"))
+            || caps["add"]
+                .as_array()
+                .is_some_and(|a| a.iter().any(|x| x != "NET_BIND_SERVICE"))
+        {
+            out.push(format!("{name}: capabilities"));
+        }
+        if c["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|p| p["hostPort"].as_i64().unwrap_or(0) != 0)
+        {
+            out.push(format!("{name}: hostPort"));
+        }
+    }
+    out
+}
+
+/// A serving pod of the ModelDeployment `md` that the `restricted` level admits (or, with
+/// `compliant` false, one it refuses: no security context).
+fn serving_pod(md: &str, compliant: bool) -> Pod {
+    let (pod_sc, container_sc) = if compliant {
+        (
+            json!({"runAsNonRoot": true, "runAsUser": 1000, "seccompProfile": {"type": "RuntimeDefault"}}),
+            json!({"allowPrivilegeEscalation": false, "capabilities": {"drop": ["ALL"]}}),
+        )
+    } else {
+        (json!({}), json!({}))
+    };
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"generateName": format!("{md}-"), "namespace": NS,
+                     "labels": {"kubeairunway.ai/model-deployment": md}},
+        "spec": {"securityContext": pod_sc, "containers": [{
+            "name": "vllm", "image": "vllm/vllm-openai:v0.11", "securityContext": container_sc,
+        }]},
+    }))
+    .unwrap()
+}
+
+async fn model_deployment(client: &Client, name: &str, model: Value) {
+    let api: Api<kubeairunway_sdk::ModelDeployment> = Api::namespaced(client.clone(), NS);
+    api.patch(
+        name,
+        &PatchParams::apply("user").force(),
+        &Patch::Apply(json!({
+            "apiVersion": "kubeairunway.ai/v1alpha1", "kind": "ModelDeployment",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"model": model, "engine": {"type": "vllm"}, "resources": {"gpu": {"count": 1}}},
+        })),
+    )
+    .await
+    .unwrap();
+}
+
+/// The PersistentVolume of the ModelCache `tiny` and its claim, checked field by field.
+async fn assert_volumes(client: &Client, claim_name: &str) {
+    let pv = Api::<PersistentVolume>::all(client.clone())
+        .get(&model_volume(NS, "tiny"))
+        .await
+        .unwrap();
+    let spec = serde_json::to_value(pv.spec.unwrap()).unwrap();
+    assert_eq!(
+        spec["local"]["path"],
+        format!("{MODEL_ROOT}/hub/models--acme--tiny")
+    );
+    assert_eq!(
+        spec["nodeAffinity"]["required"]["nodeSelectorTerms"],
+        json!([{"matchExpressions": [{"key": "modelcache.kubeairunway.ai/ml.tiny", "operator": "In", "values": ["true"]}]}])
+    );
+    assert_eq!(spec["accessModes"], json!(["ReadOnlyMany"]));
+    assert_eq!(spec["persistentVolumeReclaimPolicy"], "Retain");
+    assert_eq!(spec["storageClassName"], MODEL_STORAGE_CLASS);
+    assert_eq!(spec["claimRef"]["namespace"], NS);
+    assert_eq!(spec["claimRef"]["name"], claim_name);
+    let total: u64 = files().iter().map(|f| f.content.len()).sum();
+    assert_eq!(spec["capacity"]["storage"], total.to_string());
+    let pvc = Api::<PersistentVolumeClaim>::namespaced(client.clone(), NS)
+        .get(claim_name)
+        .await
+        .unwrap();
+    let owner = &pvc.metadata.owner_references.clone().unwrap()[0];
+    assert_eq!(
+        (owner.kind.as_str(), owner.name.as_str()),
+        ("ModelCache", "tiny")
+    );
+    let spec = serde_json::to_value(pvc.spec.unwrap()).unwrap();
+    assert_eq!(spec["volumeName"], model_volume(NS, "tiny"));
+    assert_eq!(spec["storageClassName"], MODEL_STORAGE_CLASS);
+    assert_eq!(spec["accessModes"], json!(["ReadOnlyMany"]));
+}
+
+/// The pod's model-cache volume, its container's mount and environment.
+fn assert_mounted(pod: &Pod, claim_name: &str) {
+    let spec = serde_json::to_value(pod.spec.clone().unwrap()).unwrap();
+    let volume = spec["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == VOLUME)
+        .unwrap_or_else(|| panic!("no {VOLUME} volume: {spec}"));
+    assert_eq!(
+        volume["persistentVolumeClaim"],
+        json!({"claimName": claim_name, "readOnly": true})
+    );
+    let c = &spec["containers"][0];
+    let mount = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == VOLUME)
+        .unwrap();
+    assert_eq!(mount["mountPath"], "/models/hf/models--acme--tiny");
+    assert_eq!(mount["readOnly"], true);
+    let env: BTreeMap<&str, &str> = c["env"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| (e["name"].as_str().unwrap(), e["value"].as_str().unwrap()))
+        .collect();
+    assert_eq!(env["HF_HUB_CACHE"], "/models/hf");
+    assert_eq!(env["HF_HUB_OFFLINE"], "1");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serving_pods_mount_a_ready_model_cache_in_a_restricted_namespace() {
+    let Some(helm_bin) = helm::require() else {
+        return;
+    };
+    let objects = helm::template(&helm_bin, &helm::chart("kernelcache-provider"), &[]).unwrap();
+    let controller_args = objects
+        .iter()
+        .find(|o| {
+            o["kind"] == "Deployment"
+                && o["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.ends_with("-controller"))
+        })
+        .unwrap()["spec"]["template"]["spec"]["containers"][0]["args"]
+        .to_string();
+    assert!(
+        controller_args.contains(&format!("--model-cache-root={MODEL_ROOT}")),
+        "the controller is told the agents' root: {controller_args}"
+    );
+    let (cluster, client) = setup("mc-mount").await;
+    let hub = StandIn::start().await;
+    let commit = commit_id("tiny-1");
+    hub.commit("acme/tiny", "main", &commit, files());
+    for (name, pool) in [("gpu-a", "a"), ("gpu-b", "a"), ("cpu-c", "c")] {
+        node(&client, name, pool).await;
+    }
+    model_cache(
+        &client,
+        "tiny",
+        json!({"source": "hf://acme/tiny", "nodeSelector": {"pool": "a"}}),
+    )
+    .await
+    .unwrap();
+    assert_volume_policy(&objects);
+    let (controller_identity, stop_controller, controller) =
+        start_controller(&cluster, &client).await;
+    let roots: Vec<(&str, tempfile::TempDir)> = ["gpu-a", "gpu-b", "cpu-c"]
+        .into_iter()
+        .map(|n| (n, tempfile::tempdir().unwrap()))
+        .collect();
+    let agents: Vec<RunningAgent> = roots
+        .iter()
+        .map(|(n, root)| start_agent(&client, n, root.path(), &hub))
+        .collect();
+
+    // Ready on two of three nodes: the volume on those nodes, the claim bound to it.
+    let status = cache_where(&client, "tiny", "Ready with its claim", |s| {
+        s.ready_nodes == 2 && s.claim_name.is_some()
+    })
+    .await;
+    let claim_name = status.claim_name.unwrap();
+    assert_eq!(claim_name, "modelcache-tiny");
+    assert_volumes(&client, &claim_name).await;
+
+    // The namespace enforces `restricted` (as labelled; see the module's comment).
+    Api::<Namespace>::all(client.clone())
+        .patch(
+            NS,
+            &PatchParams::apply("test-operator").force(),
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": NS, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}})),
+        )
+        .await
+        .unwrap();
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NS);
+    model_deployment(&client, "llama", json!({"id": "acme/tiny"})).await;
+    model_deployment(
+        &client,
+        "named-missing",
+        json!({"id": "acme/tiny", "cacheRef": {"name": "nope"}}),
+    )
+    .await;
+    let unsafe_pod = serde_json::to_value(serving_pod("llama", false)).unwrap();
+    assert_eq!(
+        restricted_violations(&unsafe_pod),
+        [
+            "vllm: allowPrivilegeEscalation",
+            "vllm: runAsNonRoot",
+            "vllm: seccompProfile",
+            "vllm: capabilities",
+        ],
+        "the check finds what restricted refuses: {unsafe_pod}"
+    );
+
+    let (webhook_identity, stop_webhook, webhook) =
+        start_webhook(&cluster, &client, &objects).await;
+    // The webhook's CA bundle and configuration reach the API server's informers.
+    let injected = eventually(60, "a serving pod with the model cache", || async {
+        let p = pods
+            .create(&PostParams::default(), &serving_pod("llama", true))
+            .await
+            .ok()?;
+        p.metadata
+            .annotations
+            .as_ref()?
+            .contains_key(MODEL_INJECTED_ANNOTATION)
+            .then_some(p)
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        injected.metadata.annotations.as_ref().unwrap()[MODEL_INJECTED_ANNOTATION],
+        format!("{NS}/tiny@{commit}")
+    );
+    assert_mounted(&injected, &claim_name);
+    let returned = serde_json::to_value(&injected).unwrap();
+    assert_eq!(
+        restricted_violations(&returned),
+        Vec::<String>::new(),
+        "{returned}"
+    );
+    // A cache named but missing: the pod is created as it is.
+    let plain = pods
+        .create(&PostParams::default(), &serving_pod("named-missing", true))
+        .await
+        .unwrap();
+    assert!(plain.metadata.annotations.unwrap_or_default().is_empty());
+    assert!(
+        plain
+            .spec
+            .unwrap()
+            .volumes
+            .unwrap_or_default()
+            .iter()
+            .all(|v| v.name != VOLUME)
+    );
+
+    // Deleted: the claim and the cluster-scoped volume go with it.
+    Api::<ModelCache>::namespaced(client.clone(), NS)
+        .delete("tiny", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(60, "the volume and claim removed", || async {
+        let pv = Api::<PersistentVolume>::all(client.clone())
+            .get_opt(&model_volume(NS, "tiny"))
+            .await
+            .unwrap();
+        let pvc = Api::<PersistentVolumeClaim>::namespaced(client.clone(), NS)
+            .get_opt(&claim_name)
+            .await
+            .unwrap();
+        // Deleted objects may linger with a protection finalizer (none here: no
+        // controller-manager runs): gone or being deleted.
+        let going = |m: Option<&k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta>| {
+            m.is_none_or(|m| m.deletion_timestamp.is_some())
+        };
+        (going(pv.as_ref().map(|p| &p.metadata)) && going(pvc.as_ref().map(|p| &p.metadata)))
+            .then_some(())
+    })
+    .await
+    .unwrap();
+
+    for a in agents {
+        a.stop().await;
+    }
+    let _ = stop_webhook.send(());
+    webhook.await.unwrap().unwrap();
+    let _ = stop_controller.send(());
+    controller.await.unwrap().unwrap();
+    drop(webhook_identity);
+    drop(controller_identity);
+}
