@@ -192,3 +192,47 @@ fn the_kernel_cache_agent_reads_secrets_only_in_the_credentials_namespace() {
     );
     assert_eq!(pull[0]["rules"][0]["verbs"], serde_json::json!(["get"]));
 }
+
+/// No component may create Secrets in the namespace the charts install into: `create`
+/// cannot be limited to a name, and there it would let a component make a
+/// service-account token Secret for a stronger account of that namespace. The webhooks'
+/// certificate Secrets are made by the charts instead (`kubeairunway-lib.webhookSecret`),
+/// and the components only get and update them by name. The kernel-cache controller's
+/// copies of pull Secrets go to the credentials namespace, which holds no service account.
+#[test]
+fn no_component_creates_secrets_in_the_release_namespace() {
+    let Some(helm) = helm::require() else {
+        return;
+    };
+    let release = "kubeairunway-system";
+    let mut found = Vec::new();
+    for chart in CHARTS {
+        let objects = helm::template(&helm, &helm::chart(chart), &[]).unwrap();
+        for role in helm::of_kind(&objects, "Role")
+            .into_iter()
+            .chain(helm::of_kind(&objects, "ClusterRole"))
+        {
+            let namespace = role["metadata"]["namespace"].as_str();
+            let in_release = namespace.is_none_or(|ns| ns == release);
+            for rule in role["rules"].as_array().into_iter().flatten() {
+                let secrets = strings(&rule["resources"])
+                    .iter()
+                    .any(|r| r == "secrets" || r == "*");
+                let creates = strings(&rule["verbs"])
+                    .iter()
+                    .any(|v| v == "create" || v == "*");
+                if in_release && secrets && creates {
+                    found.push(format!(
+                        "{chart}: {} {}",
+                        role["kind"], role["metadata"]["name"]
+                    ));
+                }
+            }
+        }
+        // The charts make their webhooks' certificate Secrets themselves.
+        for secret in helm::of_kind(&objects, "Secret") {
+            assert_eq!(secret["type"], "kubernetes.io/tls", "{chart}");
+        }
+    }
+    assert!(found.is_empty(), "{found:#?}");
+}

@@ -565,6 +565,7 @@ async fn core_chart_webhooks_are_called_by_the_api_server_through_rotation() {
         &objects,
         &[
             "ServiceAccount",
+            "Secret",
             "Service",
             "ValidatingWebhookConfiguration",
             "MutatingWebhookConfiguration",

@@ -439,6 +439,7 @@ async fn the_api_server_calls_the_pod_webhook_installed_from_the_chart() {
         &objects,
         &[
             "ServiceAccount",
+            "Secret",
             "Service",
             "MutatingWebhookConfiguration",
             "ValidatingWebhookConfiguration",

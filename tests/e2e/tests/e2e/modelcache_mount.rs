@@ -46,7 +46,12 @@ async fn start_webhook(
     helm::apply_kinds(
         admin,
         objects,
-        &["ServiceAccount", "Service", "MutatingWebhookConfiguration"],
+        &[
+            "ServiceAccount",
+            "Secret",
+            "Service",
+            "MutatingWebhookConfiguration",
+        ],
     )
     .await
     .unwrap();
