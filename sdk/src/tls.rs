@@ -491,11 +491,23 @@ impl CertStore for KubeCertStore {
                 .create(&PostParams::default(), &secret)
                 .await
                 .map(|_| ()),
-            Some(_) => self
-                .secrets
-                .replace(&self.secret_name, &PostParams::default(), &secret)
-                .await
-                .map(|_| ()),
+            // A merge patch of the data and our label, conditional on the version read:
+            // the Secret may be a chart's, whose own labels and annotations (Helm's
+            // ownership) must stay.
+            Some(v) => {
+                let patch = serde_json::json!({
+                    "metadata": {"resourceVersion": v, "labels": secret.metadata.labels},
+                    "data": secret.data,
+                });
+                self.secrets
+                    .patch(
+                        &self.secret_name,
+                        &PatchParams::default(),
+                        &Patch::Merge(&patch),
+                    )
+                    .await
+                    .map(|_| ())
+            }
         };
         match result {
             Ok(()) => Ok(Saved::Yes),

@@ -169,20 +169,28 @@ fn core_chart_lints_and_renders_least_privilege_rbac_and_webhooks() {
     assert_eq!(binding["subjects"][0]["name"], sa);
     assert_eq!(binding["subjects"][0]["namespace"], "kubeairunway-system");
 
-    // Role: the one Secret and the one Lease, by name (create cannot be named).
+    // Role: the one Secret (made by the chart: get and patch it by name, never create) and
+    // the one Lease (create cannot be named; get and update by name).
     let role = find(&docs, "Role");
     assert_eq!(role["metadata"]["namespace"], "kubeairunway-system");
     for rule in role["rules"].as_array().unwrap() {
         let verbs = strings(&rule["verbs"]);
+        let resources = strings(&rule["resources"]);
         if verbs == ["create"] {
             assert!(rule.get("resourceNames").is_none());
+            assert_eq!(resources, ["leases"], "{rule}");
             continue;
         }
-        assert_eq!(verbs, ["get", "update"], "{rule}");
         let names = strings(&rule["resourceNames"]);
-        match strings(&rule["resources"]).as_slice() {
-            [r] if r == "secrets" => assert_eq!(names, std::slice::from_ref(&secret)),
-            [r] if r == "leases" => assert_eq!(names, std::slice::from_ref(&lease)),
+        match resources.as_slice() {
+            [r] if r == "secrets" => {
+                assert_eq!(verbs, ["get", "patch"], "{rule}");
+                assert_eq!(names, std::slice::from_ref(&secret));
+            }
+            [r] if r == "leases" => {
+                assert_eq!(verbs, ["get", "update"], "{rule}");
+                assert_eq!(names, std::slice::from_ref(&lease));
+            }
             other => panic!("unexpected namespaced rule for {other:?}"),
         }
     }

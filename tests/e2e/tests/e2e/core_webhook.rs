@@ -676,6 +676,28 @@ async fn core_chart_webhooks_are_called_by_the_api_server_through_rotation() {
         "the API server names the webhook: {}",
         denied.message
     );
+    // The certificate went into the chart's Secret by a patch of its data: the chart's own
+    // labels (and so Helm's ownership of it) stay.
+    let secret_name = objects.iter().find(|o| o["kind"] == "Secret").unwrap()["metadata"]["name"]
+        .as_str()
+        .unwrap();
+    let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(admin.clone(), system)
+        .get(secret_name)
+        .await
+        .unwrap();
+    let labels = secret.metadata.labels.unwrap_or_default();
+    assert_eq!(
+        labels.get("app.kubernetes.io/part-of").map(String::as_str),
+        Some("kubeairunway"),
+        "{labels:?}"
+    );
+    assert!(
+        secret
+            .data
+            .unwrap_or_default()
+            .get("tls.crt")
+            .is_some_and(|c| !c.0.is_empty())
+    );
 
     // A spec that breaks a rule of the CRD and names the same unregistered provider: the
     // API server refuses it with the CRD's message before it calls the validating webhook
