@@ -571,7 +571,7 @@ fn notes(target: &Target, took: Duration) -> String {
         if let Some(kubeconfig) = &target.kubeconfig {
             let _ = writeln!(
                 out,
-                "Look around:\n  export KUBECONFIG={}\n  kubectl get md\n  kubeairunway explain md llama-8b\n  kubeairunway providers",
+                "Look around:\n  export KUBECONFIG={}\n  kubectl get md\n  kubeairunway explain md llama-8b\n  kubeairunway providers\n  kubeairunway dashboard   (the web UI on http://127.0.0.1:3001/)",
                 kubeconfig.display()
             );
         }
