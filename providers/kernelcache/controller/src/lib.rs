@@ -10,9 +10,11 @@
 //! - over ModelDeployments that name a cache (also woken by cache changes): their one
 //!   condition `KernelCacheReady`, applied as `kernelcache-provider` so that every other
 //!   writer's conditions stay;
-//! - over `ModelCache`s (also woken by node reports): the hub token handed over to the
-//!   agents, the status added up from the reports, and the local PersistentVolume and
-//!   claim serving pods mount it through ([`model_caches`], [`model_volumes`]).
+//! - over `ModelCache`s (also woken by node reports, and by ModelDeployments while a cache
+//!   is being deleted): the hub token handed over to the agents, the status added up from
+//!   the reports, the local PersistentVolume and claim serving pods mount it through, and
+//!   its finalizer, holding its deletion while ModelDeployments use it ([`model_caches`],
+//!   [`model_volumes`]).
 //!
 //! A pin is kept while the spec is unchanged: a tag that moves later is reported
 //! (`Resolved=False`, `TagMoved`), never followed silently; editing the spec re-pins.

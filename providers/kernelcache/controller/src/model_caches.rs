@@ -7,6 +7,11 @@
 //! changed. Once a node is ready, it applies the cache's local PersistentVolume and claim
 //! ([`crate::model_volumes`]; again only when they changed) and deletes both when the cache
 //! is gone (a cluster-scoped volume cannot have a namespaced owner).
+//!
+//! Lifecycle: its finalizer ([`FINALIZER`]) on every cache holds a deleted one while
+//! ModelDeployments of its namespace use it (`Deleting=True`/`InUse` names them; their
+//! watch events wake it), then the volume and claim go and the finalizer is removed. The
+//! nodes are not waited for: each agent removes the files once the object is gone.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -255,7 +260,7 @@ pub(crate) fn model_controller(
     // A ModelDeployment's change (or its deletion) wakes the deleted caches of its
     // namespace: their users may have changed.
     let store = ctx.caches.store.clone();
-    let deleting = mds.filter_map(move |md| {
+    let deleting = mds.flat_map(move |md| {
         let refs: Vec<ObjectRef<ModelCache>> = md
             .ok()
             .map(|md| {
@@ -268,9 +273,8 @@ pub(crate) fn model_controller(
                     .collect()
             })
             .unwrap_or_default();
-        futures::future::ready(Some(futures::stream::iter(refs)))
+        futures::stream::iter(refs)
     });
-    let deleting = deleting.flatten();
     // A cache gone from the store is never reconciled: what was made for it (left by a
     // deletion that did not pass the finalizer, e.g. no controller ran) goes when its
     // deletion comes through the watch (the store already without it).
