@@ -14,6 +14,7 @@
 
 pub mod decide;
 pub mod download;
+pub mod prune;
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -349,6 +350,33 @@ impl Loop {
             );
         }
         self.entries = plan.entries;
+        // Without this node's labels, caches with a nodeSelector are not in `wanted`:
+        // their files must not be taken for unwanted.
+        if labels.is_some() {
+            self.prune(&wanted).await;
+        }
+    }
+
+    /// Removes from the hub cache what no wanted cache keeps ([`prune`]), off the async
+    /// threads.
+    async fn prune(&self, wanted: &[decide::Wanted]) {
+        let keep = prune::keep(wanted, &self.entries);
+        let hub = self.settings.cache_dir();
+        let done = tokio::task::spawn_blocking(move || {
+            let removals = prune::removals(&prune::scan(&hub), &keep);
+            let errors = prune::remove(&hub, &removals);
+            (removals, errors)
+        })
+        .await;
+        let Ok((removals, errors)) = done else {
+            return;
+        };
+        for r in &removals {
+            info!(removed = ?r, "model cache files no ModelCache wants removed");
+        }
+        for (path, error) in errors {
+            warn!(path, %error, "removing model cache files");
+        }
     }
 
     /// The report: the planned entries with the running downloads' progress; the

@@ -21,6 +21,9 @@ pub const OCI_SCHEME: &str = "oci://";
 pub const DEFAULT_REVISION: &str = "main";
 /// The key of the credentials Secret holding the hub token when none is given.
 pub const DEFAULT_TOKEN_KEY: &str = "token";
+/// The controller's finalizer on every ModelCache: its deletion waits while a
+/// ModelDeployment uses it, then its volume and claim go before the object does.
+pub const FINALIZER: &str = "cache.kubeairunway.ai/model-cache";
 
 /// The condition types of a ModelCache.
 pub mod conditions {
@@ -28,6 +31,8 @@ pub mod conditions {
     pub const ACCEPTED: &str = "Accepted";
     /// At least one node holds the resolved commit.
     pub const READY: &str = "Ready";
+    /// Deleted, and held: ModelDeployments still use it (reason `InUse`).
+    pub const DELETING: &str = "Deleting";
 }
 
 /// The reasons of the conditions and of the per-node states.
@@ -62,6 +67,8 @@ pub mod reasons {
     pub const VERIFICATION_FAILED: &str = "VerificationFailed";
     /// Any other failure (the hub unreachable, the disk): retried with backoff.
     pub const DOWNLOAD_FAILED: &str = "DownloadFailed";
+    /// `Deleting=True`: ModelDeployments of its namespace still use it.
+    pub const IN_USE: &str = "InUse";
 }
 
 /// Model weights downloaded onto the disks of the nodes a selector picks.
@@ -278,9 +285,75 @@ pub fn parse_source(source: &str) -> Result<Source, String> {
     ))
 }
 
+/// Whether a ModelDeployment whose model is `model` may use `cache` (of its namespace):
+/// it names the cache in `cacheRef`, or names none and serves the cache's `hf://` model at
+/// revision `main` (the revision the engines load). The one rule the pod webhook mounts
+/// by and the controller holds a cache's deletion by.
+pub fn model_uses(
+    model: &kubeairunway_sdk::api::ModelSpec,
+    cache_name: &str,
+    cache: &ModelCacheSpec,
+) -> bool {
+    if let Some(named) = &model.cache_ref {
+        return named.name == cache_name;
+    }
+    if model.source != kubeairunway_sdk::api::ModelSource::Huggingface {
+        return false;
+    }
+    let Some(id) = model.id.as_deref() else {
+        return false;
+    };
+    parse_source(&cache.source) == Ok(Source::Hf(id.to_string()))
+        && cache.revision() == DEFAULT_REVISION
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A named cache is used by name only; else an `hf://` cache of the model's id at
+    /// `main` is; another revision, another model or `source: custom` is not.
+    #[test]
+    fn a_model_deployment_uses_the_cache_it_names_or_its_model_at_main() {
+        use kubeairunway_sdk::api::{ModelCacheRef, ModelSource, ModelSpec};
+        let spec = |source: &str, revision: Option<&str>| ModelCacheSpec {
+            source: source.into(),
+            revision: revision.map(Into::into),
+            ..ModelCacheSpec::default()
+        };
+        let by_id = ModelSpec {
+            id: Some("acme/tiny".into()),
+            source: ModelSource::Huggingface,
+            ..ModelSpec::default()
+        };
+        assert!(model_uses(&by_id, "a", &spec("hf://acme/tiny", None)));
+        assert!(model_uses(
+            &by_id,
+            "a",
+            &spec("hf://acme/tiny", Some("main"))
+        ));
+        assert!(!model_uses(
+            &by_id,
+            "a",
+            &spec("hf://acme/tiny", Some("v2"))
+        ));
+        assert!(!model_uses(&by_id, "a", &spec("hf://acme/other", None)));
+        let custom = ModelSpec {
+            source: ModelSource::Custom,
+            ..by_id.clone()
+        };
+        assert!(!model_uses(&custom, "a", &spec("hf://acme/tiny", None)));
+        let named = ModelSpec {
+            cache_ref: Some(ModelCacheRef { name: "b".into() }),
+            ..by_id
+        };
+        assert!(model_uses(
+            &named,
+            "b",
+            &spec("hf://acme/other", Some("v2"))
+        ));
+        assert!(!model_uses(&named, "a", &spec("hf://acme/tiny", None)));
+    }
 
     #[test]
     fn sources_parse_by_scheme_and_bad_ones_are_refused() {

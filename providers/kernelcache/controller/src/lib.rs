@@ -10,9 +10,11 @@
 //! - over ModelDeployments that name a cache (also woken by cache changes): their one
 //!   condition `KernelCacheReady`, applied as `kernelcache-provider` so that every other
 //!   writer's conditions stay;
-//! - over `ModelCache`s (also woken by node reports): the hub token handed over to the
-//!   agents, the status added up from the reports, and the local PersistentVolume and
-//!   claim serving pods mount it through ([`model_caches`], [`model_volumes`]).
+//! - over `ModelCache`s (also woken by node reports, and by ModelDeployments while a cache
+//!   is being deleted): the hub token handed over to the agents, the status added up from
+//!   the reports, the local PersistentVolume and claim serving pods mount it through, and
+//!   its finalizer, holding its deletion while ModelDeployments use it ([`model_caches`],
+//!   [`model_volumes`]).
 //!
 //! A pin is kept while the spec is unchanged: a tag that moves later is reported
 //! (`Resolved=False`, `TagMoved`), never followed silently; editing the spec re-pins.
@@ -75,7 +77,11 @@ pub async fn run(
         (),
         reflect::strip,
     );
-    let md_stream = md_stream.applied_objects().predicate_filter(
+    // The ModelDeployment events go to two consumers: the KernelCacheReady controller and
+    // the ModelCache controller (a deleted cache held by its users is released when the
+    // last one goes).
+    let (md_for_kernel, md_for_models, md_events) = fan_out(md_stream);
+    let md_stream = md_for_kernel.map(Ok).applied_objects().predicate_filter(
         |md: &Compact<ModelDeployment>| Some(model_deployments::md_relevant(md)),
         kube::runtime::PredicateConfig::default(),
     );
@@ -100,6 +106,7 @@ pub async fn run(
         settings.resync,
         settings.credentials_namespace.as_deref(),
         settings.model_cache_root.clone(),
+        &mds,
     );
     let ctx = caches::new_ctx(
         &client, settings, secrets, metrics, &nodes, &caches, policies,
@@ -114,7 +121,7 @@ pub async fn run(
     let (reports_for_labels, reports_for_models, rest) =
         fan_out(reports_for_rest.map(Ok::<_, watcher::Error>));
     let reports = tokio::spawn(async move {
-        tokio::join!(reports, rest);
+        tokio::join!(reports, rest, md_events);
     });
     let caches_ctl = caches::cache_controller(
         &ctx,
@@ -128,6 +135,7 @@ pub async fn run(
         &model_ctx,
         model_stream,
         reports_for_models,
+        md_for_models.map(Ok).touched_objects(),
         shutdown.clone(),
     );
     let labels_ctl = nodes::label_controller(

@@ -7,6 +7,11 @@
 //! changed. Once a node is ready, it applies the cache's local PersistentVolume and claim
 //! ([`crate::model_volumes`]; again only when they changed) and deletes both when the cache
 //! is gone (a cluster-scoped volume cannot have a namespaced owner).
+//!
+//! Lifecycle: its finalizer ([`FINALIZER`]) on every cache holds a deleted one while
+//! ModelDeployments of its namespace use it (`Deleting=True`/`InUse` names them; their
+//! watch events wake it), then the volume and claim go and the finalizer is removed. The
+//! nodes are not waited for: each agent removes the files once the object is gone.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -21,17 +26,20 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use kubeairunway_kernelcache_api::KernelCacheNode;
-use kubeairunway_kernelcache_api::model::{ModelCache, ModelCacheStatus};
+use kubeairunway_kernelcache_api::model::{FINALIZER, ModelCache, ModelCacheStatus};
 use kubeairunway_kernelcache_api::names::{self, MODEL_TOKEN_KEY, model_token_secret};
 use kubeairunway_kernelcache_api::report::{Error, kube_error};
 use kubeairunway_kernelcache_artifact::secrets::SecretApi;
+use kubeairunway_sdk::ModelDeployment;
+use kubeairunway_sdk::api::ModelSpec;
+use kubeairunway_sdk::compact::Compact;
 use kubeairunway_sdk::reflect::Cache;
 use serde_json::json;
 use tracing::{info, warn};
 
 use crate::handover::{FOR_ANNOTATION, MANAGED_BY, MODEL_TOKEN_LABEL as HANDOVER_LABEL};
 use crate::metrics::Metrics;
-use crate::model_decide;
+use crate::model_decide::{self, Deletion};
 use crate::model_volumes::{self, VOLUME_LABEL, Volumes};
 use crate::settings::{FIELD_MANAGER, SYNC_WAIT};
 
@@ -62,6 +70,8 @@ pub(crate) struct ModelCtx {
     model_root: Option<String>,
     /// The volumes applied, per cache: applied again only when they change.
     applied: Mutex<HashMap<Key, Volumes>>,
+    /// Every ModelDeployment (compact): who holds a deleted cache.
+    mds: Cache<Compact<ModelDeployment>>,
 }
 
 impl ModelCtx {
@@ -76,6 +86,7 @@ impl ModelCtx {
         resync: Duration,
         credentials_namespace: Option<&str>,
         model_root: Option<String>,
+        mds: &Cache<Compact<ModelDeployment>>,
     ) -> Arc<Self> {
         Arc::new(Self {
             client: client.clone(),
@@ -88,6 +99,7 @@ impl ModelCtx {
             handed: Mutex::default(),
             model_root,
             applied: Mutex::default(),
+            mds: mds.clone(),
         })
     }
 
@@ -233,6 +245,7 @@ pub(crate) fn model_controller(
     ctx: &Arc<ModelCtx>,
     caches: impl futures::Stream<Item = Result<ModelCache, watcher::Error>> + Send + 'static,
     reports: impl futures::Stream<Item = KernelCacheNode> + Send + 'static,
+    mds: impl futures::Stream<Item = Result<Compact<ModelDeployment>, watcher::Error>> + Send + 'static,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> impl std::future::Future<Output = ()> {
     let mentioned = reports.flat_map(|n| {
@@ -244,8 +257,27 @@ pub(crate) fn model_controller(
             .collect();
         futures::stream::iter(refs)
     });
-    // A deleted cache is never reconciled (it is not in the store): what was made for it
-    // goes when its deletion comes through the watch (the store already without it).
+    // A ModelDeployment's change (or its deletion) wakes the deleted caches of its
+    // namespace: their users may have changed.
+    let store = ctx.caches.store.clone();
+    let deleting = mds.flat_map(move |md| {
+        let refs: Vec<ObjectRef<ModelCache>> = md
+            .ok()
+            .map(|md| {
+                let ns = md.namespace();
+                store
+                    .state()
+                    .iter()
+                    .filter(|c| c.metadata.deletion_timestamp.is_some() && c.namespace() == ns)
+                    .map(|c| ObjectRef::from_obj(c.as_ref()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        futures::stream::iter(refs)
+    });
+    // A cache gone from the store is never reconciled: what was made for it (left by a
+    // deletion that did not pass the finalizer, e.g. no controller ran) goes when its
+    // deletion comes through the watch (the store already without it).
     let pruning = Arc::clone(ctx);
     let caches = caches.then(move |event| {
         let ctx = Arc::clone(&pruning);
@@ -258,6 +290,7 @@ pub(crate) fn model_controller(
     Controller::for_stream(caches, ctx.caches.store.clone())
         .with_config(kubeairunway_sdk::process::controller_config())
         .reconcile_on(mentioned)
+        .reconcile_on(deleting)
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, Arc::clone(ctx))
         .for_each(|_| async {})
@@ -278,6 +311,10 @@ async fn reconcile(cache: Arc<ModelCache>, ctx: Arc<ModelCtx>) -> Result<Action,
     if !ctx.reports.synced_within(SYNC_WAIT).await {
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
+    if cache.metadata.deletion_timestamp.is_some() {
+        return finish_deletion(&ctx, &cache).await;
+    }
+    ensure_finalizer(&ctx, &cache).await?;
     let credentials = hand_over(&ctx, &cache).await;
     let reports = ctx.reports.store.state();
     let reports: Vec<&KernelCacheNode> = reports.iter().map(AsRef::as_ref).collect();
@@ -306,6 +343,106 @@ async fn reconcile(cache: Arc<ModelCache>, ctx: Arc<ModelCtx>) -> Result<Action,
     } else {
         Duration::from_secs(10)
     }))
+}
+
+/// The finalizer put on `cache` when it lacks it (a phase of [`reconcile`]; no write
+/// when it has it).
+async fn ensure_finalizer(ctx: &ModelCtx, cache: &ModelCache) -> Result<(), Error> {
+    if cache.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(());
+    }
+    let mut finalizers = cache.finalizers().to_vec();
+    finalizers.push(FINALIZER.to_string());
+    set_finalizers(ctx, cache, finalizers).await
+}
+
+/// `cache`'s finalizers set to `finalizers`, provided it is unchanged since read (its
+/// resourceVersion: a conflict is retried by the error policy).
+async fn set_finalizers(
+    ctx: &ModelCtx,
+    cache: &ModelCache,
+    finalizers: Vec<String>,
+) -> Result<(), Error> {
+    let api: Api<ModelCache> =
+        Api::namespaced(ctx.client.clone(), &cache.namespace().unwrap_or_default());
+    let body = json!({"metadata": {
+        "finalizers": finalizers,
+        "resourceVersion": cache.resource_version(),
+    }});
+    api.patch(
+        &cache.name_any(),
+        &PatchParams::default(),
+        &Patch::Merge(&body),
+    )
+    .await?;
+    Ok(())
+}
+
+/// A deleted cache (a phase of [`reconcile`]): held while ModelDeployments of its
+/// namespace use it (`Deleting=True`/`InUse` names them; their changes wake it), else its
+/// volume and claim deleted and the finalizer removed. The nodes are not waited for: each
+/// agent removes the files once the object is gone.
+async fn finish_deletion(ctx: &ModelCtx, cache: &ModelCache) -> Result<Action, Error> {
+    if !cache.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    if !ctx.mds.synced_within(SYNC_WAIT).await {
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
+    let mds = ctx.mds.store.state();
+    let models: Vec<(String, String, ModelSpec)> = mds
+        .iter()
+        .filter_map(|md| {
+            let model = md.peek::<ModelOf>()?.spec.model;
+            Some((md.namespace().unwrap_or_default(), md.name_any(), model))
+        })
+        .collect();
+    let users = model_decide::deletion(
+        cache,
+        models.iter().map(|(ns, n, m)| (ns.as_str(), n.as_str(), m)),
+    );
+    let namespace = cache.namespace().unwrap_or_default();
+    let name = cache.name_any();
+    match users {
+        Deletion::Held(users) => {
+            let previous = cache.status.clone().unwrap_or_default();
+            let status = model_decide::held(previous.clone(), &users, cache.metadata.generation);
+            if status != previous {
+                let api: Api<ModelCache> = Api::namespaced(ctx.client.clone(), &namespace);
+                kubeairunway_kernelcache_api::report::apply(&api, &name, FIELD_MANAGER, &status)
+                    .await?;
+                info!(%namespace, cache = %name, users = ?users, "ModelCache deletion held: in use");
+            }
+            Ok(Action::requeue(ctx.resync))
+        }
+        Deletion::Release => {
+            ctx.delete_volumes(&namespace, &name).await;
+            if let Ok(mut a) = ctx.applied.lock() {
+                a.remove(&(namespace.clone(), name.clone()));
+            }
+            let rest: Vec<String> = cache
+                .finalizers()
+                .iter()
+                .filter(|f| *f != FINALIZER)
+                .cloned()
+                .collect();
+            set_finalizers(ctx, cache, rest).await?;
+            info!(%namespace, cache = %name, "ModelCache released: no ModelDeployment uses it");
+            Ok(Action::await_change())
+        }
+    }
+}
+
+/// The part of a ModelDeployment that says which cache it uses.
+#[derive(serde::Deserialize)]
+struct ModelOf {
+    spec: ModelOfSpec,
+}
+
+#[derive(serde::Deserialize)]
+struct ModelOfSpec {
+    #[serde(default)]
+    model: ModelSpec,
 }
 
 /// The cache's volume and claim applied once a node is ready, and the claim named in

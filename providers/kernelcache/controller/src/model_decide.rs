@@ -7,8 +7,10 @@ use std::collections::BTreeMap;
 use kube::ResourceExt as _;
 use kubeairunway_kernelcache_api::KernelCacheNode;
 use kubeairunway_kernelcache_api::model::{
-    ModelCache, ModelCacheState, ModelCacheStatus, Source, conditions, parse_source, reasons,
+    ModelCache, ModelCacheState, ModelCacheStatus, Source, conditions, model_uses, parse_source,
+    reasons,
 };
+use kubeairunway_sdk::api::ModelSpec;
 
 /// What the nodes report about one ModelCache's current generation.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -219,6 +221,66 @@ pub fn status(
     status
 }
 
+/// What a ModelCache's deletion does next.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Deletion {
+    /// ModelDeployments (their names, sorted) still use it: the finalizer stays, and
+    /// `Deleting=True`/`InUse` names them.
+    Held(Vec<String>),
+    /// No user left: its volume and claim go, then the finalizer (the agents remove the
+    /// files once the object is gone; the controller does not wait for nodes, a node that
+    /// is gone would hold it for ever).
+    Release,
+}
+
+/// Who holds a deleted `cache`: the ModelDeployments of its namespace, among `mds`
+/// (namespace, name, model), that use it by [`model_uses`] (being deleted included: their
+/// pods may still mount it).
+pub fn deletion<'a>(
+    cache: &ModelCache,
+    mds: impl IntoIterator<Item = (&'a str, &'a str, &'a ModelSpec)>,
+) -> Deletion {
+    let namespace = cache.namespace().unwrap_or_default();
+    let name = cache.name_any();
+    let mut users: Vec<String> = mds
+        .into_iter()
+        .filter(|(ns, _, model)| *ns == namespace && model_uses(model, &name, &cache.spec))
+        .map(|(_, md, _)| md.to_string())
+        .collect();
+    users.sort();
+    users.dedup();
+    if users.is_empty() {
+        Deletion::Release
+    } else {
+        Deletion::Held(users)
+    }
+}
+
+/// The message of `Deleting=True`/`InUse` naming the users.
+pub fn in_use_message(users: &[String]) -> String {
+    format!(
+        "in use by ModelDeployments {}: delete them or point them elsewhere",
+        users.join(", ")
+    )
+}
+
+/// `status` with `Deleting=True`/`InUse` naming `users`.
+pub fn held(
+    mut status: ModelCacheStatus,
+    users: &[String],
+    generation: Option<i64>,
+) -> ModelCacheStatus {
+    kubeairunway_sdk::conditions::set(
+        &mut status.conditions,
+        conditions::DELETING,
+        true,
+        reasons::IN_USE,
+        in_use_message(users),
+        generation,
+    );
+    status
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -339,5 +401,48 @@ mod tests {
         assert_eq!((st, reason), ("False", reasons::CREDENTIALS_MISSING));
         assert_eq!(message, "Secret ml/hf not found");
         assert_eq!(condition(&s, conditions::READY).1, reasons::NO_NODES);
+    }
+
+    /// Only the ModelDeployments of the cache's namespace that use it hold it, named in
+    /// order; none left releases it.
+    #[test]
+    fn deletion_is_held_by_the_users_of_its_namespace_only() {
+        use kubeairunway_sdk::api::{ModelCacheRef, ModelSource};
+        let mut c = cache("hf://acme/tiny");
+        c.metadata.namespace = Some("ns".into());
+        let by_id = ModelSpec {
+            id: Some("acme/tiny".into()),
+            source: ModelSource::Huggingface,
+            ..ModelSpec::default()
+        };
+        let other = ModelSpec {
+            id: Some("acme/other".into()),
+            ..by_id.clone()
+        };
+        let named = ModelSpec {
+            cache_ref: Some(ModelCacheRef { name: c.name_any() }),
+            ..other.clone()
+        };
+        let mds = [
+            ("ns", "b", &by_id),
+            ("ns", "a", &named),
+            ("ns", "c", &other),
+            ("elsewhere", "d", &by_id),
+        ];
+        let d = deletion(&c, mds.iter().map(|(ns, n, m)| (*ns, *n, *m)));
+        assert_eq!(d, Deletion::Held(vec!["a".into(), "b".into()]));
+        let status = held(
+            ModelCacheStatus::default(),
+            &["a".into(), "b".into()],
+            Some(1),
+        );
+        let (ok, reason, message) = condition(&status, conditions::DELETING);
+        assert_eq!((ok, reason), ("True", reasons::IN_USE));
+        assert!(message.contains("ModelDeployments a, b"), "{message}");
+        let rest = [("ns", "c", &other), ("elsewhere", "d", &by_id)];
+        assert_eq!(
+            deletion(&c, rest.iter().map(|(ns, n, m)| (*ns, *n, *m))),
+            Deletion::Release
+        );
     }
 }

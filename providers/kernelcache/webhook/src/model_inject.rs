@@ -25,11 +25,10 @@ use std::sync::Arc;
 
 use kube::ResourceExt;
 use kubeairunway_kernelcache_api::model::{
-    DEFAULT_REVISION, ModelCache, Source, conditions, parse_source,
+    ModelCache, Source, conditions, model_uses, parse_source,
 };
 use kubeairunway_kernelcache_api::names::{MODEL_MOUNT_ROOT, hub_folder};
 use kubeairunway_sdk::ModelDeployment;
-use kubeairunway_sdk::api::ModelSource;
 use kubeairunway_sdk::labels::MODEL_DEPLOYMENT;
 use serde_json::{Value, json};
 
@@ -129,14 +128,9 @@ pub fn choose(md: &ModelDeployment, caches: &[Arc<ModelCache>]) -> Result<Chosen
             .ok_or(ModelOutcome::CacheNotFound)?;
         return ready(cache).ok_or(ModelOutcome::CacheNotReady);
     }
-    if md.spec.model.source != ModelSource::Huggingface {
-        return Err(ModelOutcome::NoCache);
-    }
-    let id = md.spec.model.id.as_deref().ok_or(ModelOutcome::NoCache)?;
     let mut matching: Vec<&Arc<ModelCache>> = caches
         .iter()
-        .filter(|c| parse_source(&c.spec.source) == Ok(Source::Hf(id.to_string())))
-        .filter(|c| c.spec.revision() == DEFAULT_REVISION)
+        .filter(|c| model_uses(&md.spec.model, &c.name_any(), &c.spec))
         .collect();
     matching.sort_by_key(|c| c.name_any());
     matching
@@ -268,7 +262,7 @@ mod tests {
     use super::*;
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
     use kubeairunway_kernelcache_api::model::{ModelCacheSpec, ModelCacheStatus};
-    use kubeairunway_sdk::api::ModelCacheRef;
+    use kubeairunway_sdk::api::{ModelCacheRef, ModelSource};
 
     fn cache(name: &str, source: &str, ready_nodes: i32) -> Arc<ModelCache> {
         let mut c = ModelCache::new(

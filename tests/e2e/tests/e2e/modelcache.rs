@@ -424,7 +424,7 @@ async fn model_caches_go_ready_on_selected_nodes_with_clear_reasons_for_token_an
         &files(),
     );
 
-    // Deleted: the entry leaves the report (the files stay until the lifecycle step).
+    // Deleted: the entry leaves the report.
     Api::<ModelCache>::namespaced(client.clone(), NS)
         .delete("small", &kube::api::DeleteParams::default())
         .await
@@ -433,6 +433,24 @@ async fn model_caches_go_ready_on_selected_nodes_with_clear_reasons_for_token_an
         entry(n, "small").is_none() && entry(n, "tiny").is_some()
     })
     .await;
+    // The only cache of its repository deleted (no controller runs here, so no
+    // finalizer): its folder leaves the node; the other repository's files stay.
+    Api::<ModelCache>::namespaced(client.clone(), NS)
+        .delete("gated", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
+    let gated_folder = roots["gpu-a"].path().join("models/hub/models--acme--gated");
+    eventually(60, "the deleted cache's folder removed", || async {
+        (!gated_folder.exists()).then_some(())
+    })
+    .await
+    .unwrap();
+    assert_cached(
+        roots["gpu-a"].path(),
+        "models--acme--tiny",
+        &commit,
+        &files(),
+    );
     for a in agents {
         a.stop().await;
     }

@@ -15,9 +15,10 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::Client;
+use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kubeairunway_e2e::{eventually, helm, rbac};
-use kubeairunway_kernelcache_api::model::ModelCache;
+use kubeairunway_kernelcache_api::model::{FINALIZER, ModelCache, conditions, reasons};
 use kubeairunway_kernelcache_api::names::{MODEL_STORAGE_CLASS, model_volume};
 use kubeairunway_kernelcache_webhook::model_inject::{MODEL_INJECTED_ANNOTATION, VOLUME};
 use kubeairunway_modelcache_hub::testing::{StandIn, commit_id};
@@ -350,6 +351,17 @@ async fn serving_pods_mount_a_ready_model_cache_in_a_restricted_namespace() {
     )
     .await
     .unwrap();
+    // Another cache of the same repository (its folder on the nodes shared), at another
+    // commit with the same files (the blobs shared too).
+    let commit_v2 = commit_id("tiny-2");
+    hub.commit("acme/tiny", "v2", &commit_v2, files());
+    model_cache(
+        &client,
+        "tiny-v2",
+        json!({"source": "hf://acme/tiny", "revision": "v2", "nodeSelector": {"pool": "a"}}),
+    )
+    .await
+    .unwrap();
     assert_volume_policy(&objects);
     let (controller_identity, stop_controller, controller) =
         start_controller(&cluster, &client).await;
@@ -444,11 +456,78 @@ async fn serving_pods_mount_a_ready_model_cache_in_a_restricted_namespace() {
             .all(|v| v.name != VOLUME)
     );
 
-    // Deleted: the claim and the cluster-scoped volume go with it.
-    Api::<ModelCache>::namespaced(client.clone(), NS)
+    cache_where(&client, "tiny-v2", "the other cache Ready", |s| {
+        s.ready_nodes == 2
+    })
+    .await;
+    let caches: Api<ModelCache> = Api::namespaced(client.clone(), NS);
+    assert!(
+        caches
+            .get("tiny")
+            .await
+            .unwrap()
+            .finalizers()
+            .iter()
+            .any(|f| f == FINALIZER),
+        "the controller's finalizer is on the cache"
+    );
+
+    // Deleted while `llama` uses it (its model at main): held, the user named, the
+    // volume kept.
+    caches
         .delete("tiny", &DeleteParams::default())
         .await
         .unwrap();
+    let held = eventually(60, "the deletion held, naming its user", || async {
+        let c = caches.get_opt("tiny").await.unwrap()?;
+        c.metadata.deletion_timestamp.as_ref()?;
+        c.status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == conditions::DELETING && c.status == "True")
+    })
+    .await
+    .unwrap();
+    assert_eq!(held.reason, reasons::IN_USE);
+    assert_eq!(
+        held.message,
+        "in use by ModelDeployments llama: delete them or point them elsewhere"
+    );
+    let pv = Api::<PersistentVolume>::all(client.clone())
+        .get(&model_volume(NS, "tiny"))
+        .await
+        .unwrap();
+    assert!(
+        pv.metadata.deletion_timestamp.is_none(),
+        "the volume is kept while held"
+    );
+    let held_files = |root: &std::path::Path, commit: &str| {
+        root.join("models/hub/models--acme--tiny/snapshots")
+            .join(commit)
+            .join("config.json")
+    };
+    for (_, root) in &roots[..2] {
+        assert!(
+            held_files(root.path(), &commit).exists(),
+            "files kept while held"
+        );
+    }
+
+    // Its user deleted: the cache goes, and the claim and the cluster-scoped volume with it.
+    Api::<kubeairunway_sdk::ModelDeployment>::namespaced(client.clone(), NS)
+        .delete("llama", &DeleteParams::default())
+        .await
+        .unwrap();
+    eventually(60, "the cache gone once unused", || async {
+        caches
+            .get_opt("tiny")
+            .await
+            .unwrap()
+            .is_none()
+            .then_some(())
+    })
+    .await
+    .unwrap();
     eventually(60, "the volume and claim removed", || async {
         let pv = Api::<PersistentVolume>::all(client.clone())
             .get_opt(&model_volume(NS, "tiny"))
@@ -468,6 +547,50 @@ async fn serving_pods_mount_a_ready_model_cache_in_a_restricted_namespace() {
     })
     .await
     .unwrap();
+
+    // The files go from the nodes' roots: the snapshot and ref of the deleted cache's
+    // commit; the other cache of the repository keeps its snapshot and the blobs it links.
+    eventually(
+        60,
+        "the deleted cache's files removed from the nodes",
+        || async {
+            roots[..2]
+                .iter()
+                .all(|(_, root)| {
+                    !root
+                        .path()
+                        .join("models/hub/models--acme--tiny/snapshots")
+                        .join(&commit)
+                        .exists()
+                })
+                .then_some(())
+        },
+    )
+    .await
+    .unwrap();
+    for (node, root) in &roots[..2] {
+        let repo = root.path().join("models/hub/models--acme--tiny");
+        assert!(
+            !repo.join("refs/main").exists(),
+            "{node}: refs/main removed"
+        );
+        assert_eq!(
+            std::fs::read_to_string(repo.join("refs/v2")).unwrap(),
+            commit_v2
+        );
+        for f in files() {
+            let kept = std::fs::read(repo.join("snapshots").join(&commit_v2).join(&f.path))
+                .unwrap_or_else(|e| panic!("{node}: {} of the other cache: {e}", f.path));
+            assert_eq!(
+                kubeairunway_modelcache_hub::hash::sha256(&kept),
+                f.sha256,
+                "{node}: {}",
+                f.path
+            );
+        }
+    }
+    let other = caches.get("tiny-v2").await.unwrap();
+    assert_eq!(other.status.unwrap().ready_nodes, 2);
 
     for a in agents {
         a.stop().await;

@@ -55,14 +55,15 @@ pub struct Wanted {
 /// The ModelCaches this node holds: those with an `hf://` source whose nodeSelector its
 /// labels match. Without its labels, only caches without a nodeSelector (the others
 /// wait). `oci://` sources are not downloaded: the controller refuses them
-/// (`SourceNotSupported`), so the nodes report nothing of them.
+/// (`SourceNotSupported`), so the nodes report nothing of them. A cache being deleted
+/// is still held (the controller's finalizer keeps it while ModelDeployments use it): its
+/// files stay until the object is gone.
 pub fn wanted<'a>(
     caches: impl IntoIterator<Item = &'a ModelCache>,
     labels: Option<&BTreeMap<String, String>>,
 ) -> Vec<Wanted> {
     let mut out: Vec<Wanted> = caches
         .into_iter()
-        .filter(|c| c.metadata.deletion_timestamp.is_none())
         .filter(|c| match (labels, c.spec.node_selector.as_ref()) {
             (_, None) => true,
             (Some(labels), selector) => selects(selector, labels),
