@@ -809,7 +809,9 @@ async fn a_model_deployments_nodes_get_its_image_and_its_kernel_cache() {
     // (The controller writes a node as active before it creates its pod, so the status
     // alone cannot tell a pod about to be made from a done pod held by its cache: both
     // pods are waited for first.)
-    let done = eventually(60, "both warmup pods to succeed", || async {
+    // Two controllers and a node stand-in on a private API server: slow when the machine
+    // runs other tests' servers too.
+    let done = eventually(120, "both warmup pods to succeed", || async {
         let pods = warmup_pods(&client, &ns).await;
         let succeeded = pods
             .iter()
@@ -1065,12 +1067,18 @@ async fn a_gated_model_deployment_waits_for_its_warmup_then_scales_up() {
         images.iter().all(|i| preloaded.contains(i)),
         "{preloaded:?}"
     );
+    // Held, saying why: until the warmup controller writes its first phase the message
+    // says the phase is not set yet, then that the Warmup is in progress.
     let held = md_where(
         &client,
         &ns,
         "qwen",
-        "WarmedUp=False, AwaitingWarmup",
-        |m| condition(m, WARMED_UP).is_some_and(|c| c.reason == reasons::AWAITING_WARMUP),
+        "WarmedUp=False, AwaitingWarmup, InProgress",
+        |m| {
+            condition(m, WARMED_UP).is_some_and(|c| {
+                c.reason == reasons::AWAITING_WARMUP && c.message.contains("InProgress")
+            })
+        },
     )
     .await;
     let why = &condition(&held, WARMED_UP).unwrap().message;
