@@ -91,10 +91,30 @@ impl AuditEvent {
 pub fn read(path: &Path) -> anyhow::Result<Vec<AuditEvent>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-    text.lines()
+    // The API server may be writing an event as we read: only lines it has ended count.
+    let complete = text.rfind('\n').map_or("", |end| &text[..end]);
+    complete
+        .lines()
         .filter(|line| !line.trim().is_empty())
         .map(|line| {
             serde_json::from_str(line).with_context(|| format!("parsing audit event {line}"))
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An event the API server is still writing (no newline yet) is left for the next read.
+    #[test]
+    fn a_line_being_written_is_not_read() {
+        let line = r#"{"stage":"ResponseComplete","verb":"get","requestURI":"/api/v1/pods","user":{"username":"u"}}"#;
+        let path = std::env::temp_dir().join(format!("audit-{}.log", std::process::id()));
+        std::fs::write(&path, format!("{line}\n{}", &line[..40])).unwrap();
+        let events = read(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].verb, "get");
+    }
 }
