@@ -22,6 +22,26 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::Client;
 use kube::api::{Api, ObjectMeta, Patch, PatchParams, PostParams};
 pub use kube::runtime::events::{Event, EventType, Reporter};
+
+/// `Warning` when `warning`, else `Normal`: the flag pure decisions return.
+pub fn event_type(warning: bool) -> EventType {
+    if warning {
+        EventType::Warning
+    } else {
+        EventType::Normal
+    }
+}
+
+/// An event of `reason` with `note` for `action`, a warning when `warning`.
+pub fn event(warning: bool, reason: &str, note: String, action: &str) -> Event {
+    Event {
+        type_: event_type(warning),
+        reason: reason.into(),
+        note: Some(note),
+        action: action.into(),
+        secondary: None,
+    }
+}
 use serde_json::json;
 
 /// How long a published event may be counted up by a repeat (kube's and client-go's).

@@ -40,7 +40,7 @@ use kube::api::Api;
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource};
-use kubeairunway_sdk::events::{Event, EventType, Recorder, Reporter};
+use kubeairunway_sdk::events::{Recorder, Reporter};
 use tokio::task::JoinSet;
 use tokio::time::Instant;
 use tracing::{info, warn};
@@ -703,17 +703,7 @@ impl Agent {
         else {
             return;
         };
-        let event = Event {
-            type_: if warning {
-                EventType::Warning
-            } else {
-                EventType::Normal
-            },
-            reason: reason.into(),
-            note: Some(note),
-            action: "Stage".into(),
-            secondary: None,
-        };
+        let event = kubeairunway_sdk::events::event(warning, reason, note, "Stage");
         if let Err(e) = self.recorder.publish(&event, &object.object_ref(&())).await {
             warn!(error = %e, reason, "publishing an event");
         }

@@ -32,7 +32,7 @@ use kubeairunway_kernelcache_api::KernelCacheNode;
 use kubeairunway_kernelcache_api::model::{ModelCache, NodeModelCache};
 use kubeairunway_kernelcache_api::report::kube_error;
 use kubeairunway_kernelcache_artifact::secrets::SecretApi;
-use kubeairunway_sdk::events::{Event, EventType, Recorder, Reporter};
+use kubeairunway_sdk::events::{Recorder, Reporter};
 use serde_json::json;
 use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
@@ -500,17 +500,7 @@ impl Loop {
             else {
                 continue;
             };
-            let event = Event {
-                type_: if warning {
-                    EventType::Warning
-                } else {
-                    EventType::Normal
-                },
-                reason: reason.into(),
-                note: Some(note),
-                action: "Download".into(),
-                secondary: None,
-            };
+            let event = kubeairunway_sdk::events::event(warning, reason, note, "Download");
             if let Err(err) = self.recorder.publish(&event, &object.object_ref(&())).await {
                 warn!(error = %err, reason, "publishing an event");
             }

@@ -605,12 +605,14 @@ async fn announce(
         return;
     }
     let (warning, reason, note) = decide::verification_event(pinned, verification, is_cache);
-    let type_ = if warning {
-        EventType::Warning
-    } else {
-        EventType::Normal
-    };
-    publish(ctx, cache, type_, reason, note).await;
+    publish(
+        ctx,
+        cache,
+        kubeairunway_sdk::events::event_type(warning),
+        reason,
+        note,
+    )
+    .await;
 }
 
 /// Verify the signature of the pinned digest and read its labels (part of
