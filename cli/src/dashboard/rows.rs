@@ -23,7 +23,7 @@ pub struct Row {
     pub message: String,
     /// The selected provider, `-` before selection.
     pub provider: String,
-    /// The engine (`status.engine.type`, else the spec's, else `auto`).
+    /// The engine it is served with ([`ModelDeployment::resolved_engine`]), else `auto`.
     pub engine: String,
     /// `ready/desired` replicas, `-` before the provider reports them.
     pub replicas: String,
@@ -36,11 +36,8 @@ pub struct Row {
 /// The row of `md` at `now`.
 pub fn row(md: &ModelDeployment, now: Timestamp) -> Row {
     let status = md.status.clone().unwrap_or_default();
-    let engine = status
-        .engine
-        .as_ref()
-        .and_then(|e| e.type_)
-        .or(md.spec.engine.type_)
+    let engine = md
+        .resolved_engine()
         .map_or_else(|| "auto".to_string(), |e| e.as_str().to_string());
     let replicas = status.replicas.as_ref().map_or_else(
         || "-".to_string(),
@@ -63,11 +60,7 @@ pub fn row(md: &ModelDeployment, now: Timestamp) -> Row {
             .phase
             .map_or_else(|| "Pending".to_string(), |p| p.as_str().to_string()),
         message: status.message.clone().unwrap_or_default(),
-        provider: status
-            .provider
-            .as_ref()
-            .and_then(|p| p.name.clone())
-            .unwrap_or_else(|| "-".to_string()),
+        provider: md.selected_provider().unwrap_or("-").to_string(),
         engine,
         replicas,
         endpoint,
