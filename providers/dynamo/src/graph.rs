@@ -350,10 +350,7 @@ fn epp(md: &ModelDeployment, version: &str, user_flags: &BTreeMap<String, String
         .iter()
         .find(|(k, _)| engine::arg_key(k) == "block-size")
         .map_or(DEFAULT_KV_BLOCK_SIZE, |(_, v)| v.as_str());
-    let model = spec
-        .served_model_name()
-        .or(spec.model.id.as_deref())
-        .unwrap_or_default();
+    let model = spec.served_model_name().unwrap_or_default();
     Component {
         name: EPP.to_string(),
         role: Role::Epp,
