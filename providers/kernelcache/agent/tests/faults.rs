@@ -142,6 +142,8 @@ impl Agent {
                 "--resync=1s",
                 "--metrics-bind-address=",
                 "--log-format=text",
+                // The test machine's disk may be fuller than the default floor allows.
+                "--min-free=1Mi",
             ])
             .arg(format!("--cache-root={}", root.display()))
             .arg(format!("--gpu-inventory={}", inventory.display()))

@@ -65,6 +65,9 @@ fn start_agent_with(
     tweak: impl FnOnce(&mut Settings),
 ) -> RunningAgent {
     let mut settings = Settings::new(node_name, root.to_path_buf());
+    // The test machine's disk may be fuller than the default floor (a share of the whole
+    // filesystem) allows; the floor's own test sets it.
+    settings.min_free = kubeairunway_kernelcache_agent::space::Size::Bytes(1 << 20);
     tweak(&mut settings);
     settings.plain_http = vec![registry.addr().to_string()];
     settings.resync = Duration::from_secs(2);

@@ -83,13 +83,18 @@ fn start_agent_with(
     hub: &StandIn,
     tweak: impl FnOnce(&mut ModelSettings),
 ) -> RunningAgent {
+    // The test machine's disk may be fuller than the default floors (a share of the whole
+    // filesystem) allow; the floor's own test sets it.
+    let floor = kubeairunway_kernelcache_agent::space::Size::Bytes(1 << 20);
     let mut settings = Settings::new(node_name, root.join("kernels"));
+    settings.min_free = floor;
     settings.resync = Duration::from_secs(2);
     settings.credentials_namespace = Some(CREDENTIALS_NS.into());
     settings.models = Some(ModelSettings {
         hf_endpoint: hub.url.clone(),
         progress_every: Duration::from_millis(300),
         resync: Duration::from_secs(2),
+        min_free: floor,
         ..ModelSettings::new(root.join("models"))
     });
     if let Some(m) = settings.models.as_mut() {
