@@ -5,7 +5,7 @@
 //! [`PROVIDER_SELECTED`]; the serving provider writes [`PROVIDER_COMPATIBLE`],
 //! [`RESOURCE_CREATED`], [`READY`], [`STALE_STATUS`] and (with `spec.warmup`)
 //! [`WARMED_UP`]; the kernel-cache provider writes
-//! [`KERNEL_CACHE_READY`]. `status.conditions` is a list-map keyed by `type`, so each
+//! [`KERNEL_CACHE_READY`] and [`MODEL_CACHE_READY`]. `status.conditions` is a list-map keyed by `type`, so each
 //! writer server-side-applies only its own entries.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
@@ -31,6 +31,9 @@ pub const STALE_STATUS: &str = "StaleStatus";
 pub const UPSTREAM_READY: &str = "UpstreamReady";
 /// Kernel-cache provider: the requested kernel cache is staged and injectable.
 pub const KERNEL_CACHE_READY: &str = "KernelCacheReady";
+/// Kernel-cache provider: whether serving pods started now mount a model cache (`True`:
+/// which one, at which commit), and why not when one is named or holds the model.
+pub const MODEL_CACHE_READY: &str = "ModelCacheReady";
 /// Provider, only with `spec.warmup`: its Warmup (named, or made for an inline one)
 /// completed and the upstream objects may be created (`True`), or what creating them
 /// waits for (`False`).

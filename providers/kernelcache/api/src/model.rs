@@ -71,6 +71,16 @@ pub mod reasons {
     pub const IN_USE: &str = "InUse";
 }
 
+/// The reasons of a ModelDeployment's `ModelCacheReady` condition.
+pub mod deployment_reasons {
+    /// `True`: its serving pods mount a Ready cache.
+    pub const READY: &str = "ModelCacheReady";
+    /// The cache it names (`spec.model.cacheRef`) does not exist.
+    pub const NOT_FOUND: &str = "ModelCacheNotFound";
+    /// The cache it names, or one holding its model, is not Ready yet.
+    pub const NOT_READY: &str = "ModelCacheNotReady";
+}
+
 /// Model weights downloaded onto the disks of the nodes a selector picks.
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
@@ -307,9 +317,161 @@ pub fn model_uses(
         && cache.revision() == DEFAULT_REVISION
 }
 
+/// A Ready cache a ModelDeployment's pods mount.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Chosen {
+    /// The ModelCache's name.
+    pub name: String,
+    /// Its claim in the ModelDeployment's namespace.
+    pub claim: String,
+    /// Its Hugging Face repository (`org/name`).
+    pub repo: String,
+    /// The commit its ready nodes hold.
+    pub commit: String,
+    /// Nodes where it is ready.
+    pub ready_nodes: i32,
+}
+
+/// Why a ModelDeployment's pods mount no model cache.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NotChosen {
+    /// The cache it names does not exist.
+    NotFound(String),
+    /// The cache it names, or the first that holds its model, is not Ready (its name).
+    NotReady(String),
+    /// It names none and no cache holds its model.
+    NoCache,
+}
+
+/// The cache's claim, repository and commit when it is Ready for its current generation
+/// with at least one ready node and its claim made.
+pub fn ready(cache: &ModelCache) -> Option<Chosen> {
+    let status = cache.status.as_ref()?;
+    let current = status.observed_generation == cache.metadata.generation;
+    let ready = status
+        .conditions
+        .iter()
+        .any(|c| c.type_ == conditions::READY && c.status == "True");
+    if !current || !ready || status.ready_nodes < 1 {
+        return None;
+    }
+    let Ok(Source::Hf(repo)) = parse_source(&cache.spec.source) else {
+        return None;
+    };
+    Some(Chosen {
+        name: cache.metadata.name.clone().unwrap_or_default(),
+        claim: status.claim_name.clone()?,
+        repo,
+        commit: status.resolved_commit.clone().unwrap_or_default(),
+        ready_nodes: status.ready_nodes,
+    })
+}
+
+/// The cache the pods of a ModelDeployment whose model is `model` mount, among `caches`
+/// (those of its namespace): the one it names, else the first Ready one by name of those
+/// it [`model_uses`]. The one rule the pod webhook mounts by and the controller reports
+/// (`ModelCacheReady`) by.
+pub fn choose<C: std::borrow::Borrow<ModelCache>>(
+    model: &kubeairunway_sdk::api::ModelSpec,
+    caches: &[C],
+) -> Result<Chosen, NotChosen> {
+    let name = |c: &ModelCache| c.metadata.name.clone().unwrap_or_default();
+    if let Some(named) = &model.cache_ref {
+        let cache = caches
+            .iter()
+            .map(std::borrow::Borrow::borrow)
+            .find(|c| name(c) == named.name)
+            .ok_or_else(|| NotChosen::NotFound(named.name.clone()))?;
+        return ready(cache).ok_or_else(|| NotChosen::NotReady(named.name.clone()));
+    }
+    let mut matching: Vec<&ModelCache> = caches
+        .iter()
+        .map(std::borrow::Borrow::borrow)
+        .filter(|c| model_uses(model, &name(c), &c.spec))
+        .collect();
+    matching.sort_by_key(|c| name(c));
+    if let Some(chosen) = matching.iter().find_map(|c| ready(c)) {
+        return Ok(chosen);
+    }
+    Err(matching
+        .first()
+        .map_or(NotChosen::NoCache, |c| NotChosen::NotReady(name(c))))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn cache(name: &str, source: &str, ready_nodes: i32) -> ModelCache {
+        let mut c = ModelCache::new(
+            name,
+            ModelCacheSpec {
+                source: source.into(),
+                ..ModelCacheSpec::default()
+            },
+        );
+        c.metadata.generation = Some(1);
+        c.status = Some(ModelCacheStatus {
+            claim_name: Some(format!("modelcache-{name}")),
+            resolved_commit: Some("abc".into()),
+            ready_nodes,
+            observed_generation: Some(1),
+            conditions: vec![Condition {
+                type_: conditions::READY.into(),
+                status: if ready_nodes > 0 { "True" } else { "False" }.into(),
+                reason: reasons::DOWNLOADING.into(),
+                message: String::new(),
+                last_transition_time: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+                observed_generation: Some(1),
+            }],
+            ..ModelCacheStatus::default()
+        });
+        c
+    }
+
+    /// The named cache, else the first Ready one of the model by name; a cache that holds
+    /// the model but is not Ready is named in the refusal, so a user learns why.
+    #[test]
+    fn choose_names_the_cache_and_why_it_is_not_used() {
+        use kubeairunway_sdk::api::{ModelCacheRef, ModelSpec};
+        let model = |id: &str, named: Option<&str>| ModelSpec {
+            id: Some(id.into()),
+            cache_ref: named.map(|n| ModelCacheRef { name: n.into() }),
+            ..ModelSpec::default()
+        };
+        let caches = [
+            cache("a-qwen", "hf://Qwen/Qwen3", 0),
+            cache("b-qwen", "hf://Qwen/Qwen3", 2),
+            cache("c-llama", "hf://meta/llama", 0),
+        ];
+        let chosen = choose(&model("Qwen/Qwen3", None), &caches).unwrap();
+        assert_eq!(
+            chosen,
+            Chosen {
+                name: "b-qwen".into(),
+                claim: "modelcache-b-qwen".into(),
+                repo: "Qwen/Qwen3".into(),
+                commit: "abc".into(),
+                ready_nodes: 2,
+            }
+        );
+        assert_eq!(
+            choose(&model("meta/llama", None), &caches),
+            Err(NotChosen::NotReady("c-llama".into()))
+        );
+        assert_eq!(
+            choose(&model("x/y", None), &caches),
+            Err(NotChosen::NoCache)
+        );
+        assert_eq!(
+            choose(&model("Qwen/Qwen3", Some("a-qwen")), &caches),
+            Err(NotChosen::NotReady("a-qwen".into()))
+        );
+        assert_eq!(
+            choose(&model("Qwen/Qwen3", Some("gone")), &caches),
+            Err(NotChosen::NotFound("gone".into()))
+        );
+    }
 
     /// A named cache is used by name only; else an `hf://` cache of the model's id at
     /// `main` is; another revision, another model or `source: custom` is not.

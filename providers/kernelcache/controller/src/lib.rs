@@ -120,8 +120,11 @@ pub async fn run(
     let (reports_for_caches, reports_for_rest, reports) = fan_out(node_stream);
     let (reports_for_labels, reports_for_models, rest) =
         fan_out(reports_for_rest.map(Ok::<_, watcher::Error>));
+    // The ModelCache events go to the ModelCache controller and wake the ModelDeployments
+    // whose `ModelCacheReady` they change.
+    let (models_for_caches, models_for_mds, model_events) = fan_out(model_stream);
     let reports = tokio::spawn(async move {
-        tokio::join!(reports, rest, md_events);
+        tokio::join!(reports, rest, md_events, model_events);
     });
     let caches_ctl = caches::cache_controller(
         &ctx,
@@ -130,10 +133,17 @@ pub async fn run(
         policy_stream,
         shutdown.clone(),
     );
-    let mds_ctl = model_deployments::md_controller(&ctx, &mds, md_stream, shutdown.clone());
+    let mds_ctl = model_deployments::md_controller(
+        &ctx,
+        &mds,
+        md_stream,
+        &models,
+        models_for_mds,
+        shutdown.clone(),
+    );
     let models_ctl = model_caches::model_controller(
         &model_ctx,
-        model_stream,
+        models_for_caches.map(Ok),
         reports_for_models,
         md_for_models.map(Ok).touched_objects(),
         shutdown.clone(),

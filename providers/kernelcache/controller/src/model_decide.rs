@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use kube::ResourceExt as _;
 use kubeairunway_kernelcache_api::KernelCacheNode;
 use kubeairunway_kernelcache_api::model::{
-    ModelCache, ModelCacheState, ModelCacheStatus, Source, conditions, model_uses, parse_source,
-    reasons,
+    self, ModelCache, ModelCacheState, ModelCacheStatus, NotChosen, Source, conditions,
+    deployment_reasons, model_uses, parse_source, reasons,
 };
 use kubeairunway_sdk::api::ModelSpec;
 
@@ -281,11 +281,119 @@ pub fn held(
     status
 }
 
+/// A ModelDeployment's `ModelCacheReady` (status, reason, message) for a model `model`,
+/// among its namespace's `caches`: whether pods started now mount a cache
+/// ([`model::choose`], the pod webhook's rule), and why not when it names one or one holds
+/// its model. `None`: no cache concerns it, no condition.
+pub fn model_deployment_condition<C: std::borrow::Borrow<ModelCache>>(
+    model: &ModelSpec,
+    caches: &[C],
+) -> Option<(bool, &'static str, String)> {
+    match model::choose(model, caches) {
+        Ok(c) => Some((
+            true,
+            deployment_reasons::READY,
+            format!(
+                "ModelCache '{}' holds {} at commit {} on {} node(s): serving pods mount it \
+                 read-only, are scheduled only there and load the model offline",
+                c.name, c.repo, c.commit, c.ready_nodes
+            ),
+        )),
+        Err(NotChosen::NotFound(name)) => Some((
+            false,
+            deployment_reasons::NOT_FOUND,
+            format!(
+                "ModelCache '{name}' does not exist: serving pods download the model themselves"
+            ),
+        )),
+        Err(NotChosen::NotReady(name)) => {
+            let why = caches
+                .iter()
+                .map(std::borrow::Borrow::borrow)
+                .find(|c: &&ModelCache| c.name_any() == name)
+                .and_then(|c| c.status.as_ref())
+                .and_then(|s| s.conditions.iter().find(|c| c.type_ == conditions::READY))
+                .map(|c| format!(" ({}: {})", c.reason, c.message))
+                .unwrap_or_default();
+            Some((
+                false,
+                deployment_reasons::NOT_READY,
+                format!(
+                    "ModelCache '{name}' is not Ready{why}: serving pods started now download \
+                     the model themselves"
+                ),
+            ))
+        }
+        Err(NotChosen::NoCache) => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use kubeairunway_kernelcache_api::model::{ModelCacheSpec, NodeModelCache};
     use kubeairunway_kernelcache_api::{KernelCacheNodeSpec, KernelCacheNodeStatus};
+
+    /// `ModelCacheReady`: which cache pods mount, or why the one named or holding the
+    /// model is not used; nothing when no cache concerns the ModelDeployment.
+    #[test]
+    fn model_cache_ready_says_whether_pods_mount_a_cache_and_why_not() {
+        use kubeairunway_sdk::api::ModelCacheRef;
+        let model = |id: &str, named: Option<&str>| ModelSpec {
+            id: Some(id.into()),
+            cache_ref: named.map(|n| ModelCacheRef { name: n.into() }),
+            ..ModelSpec::default()
+        };
+        let ready = |ready_nodes: i32| {
+            let mut c = cache("hf://Qwen/Qwen3");
+            let mut status = ModelCacheStatus {
+                claim_name: Some("modelcache-qwen".into()),
+                resolved_commit: Some("abc".into()),
+                ready_nodes,
+                observed_generation: Some(2),
+                ..ModelCacheStatus::default()
+            };
+            let (reason, message) = if ready_nodes > 0 {
+                (reasons::READY, "1 Ready")
+            } else {
+                (reasons::DOWNLOADING, "1 Downloading")
+            };
+            kubeairunway_sdk::conditions::set(
+                &mut status.conditions,
+                conditions::READY,
+                ready_nodes > 0,
+                reason,
+                message.to_string(),
+                Some(2),
+            );
+            c.status = Some(status);
+            c
+        };
+        let (ok, reason, message) =
+            model_deployment_condition(&model("Qwen/Qwen3", None), &[ready(1)]).unwrap();
+        assert!(ok);
+        assert_eq!(reason, deployment_reasons::READY);
+        assert!(
+            message.contains("'qwen' holds Qwen/Qwen3 at commit abc on 1 node"),
+            "{message}"
+        );
+        let (ok, reason, message) =
+            model_deployment_condition(&model("Qwen/Qwen3", None), &[ready(0)]).unwrap();
+        assert!(!ok);
+        assert_eq!(reason, deployment_reasons::NOT_READY);
+        assert!(
+            message.contains("(Downloading: 1 Downloading)"),
+            "{message}"
+        );
+        let (ok, reason, _) =
+            model_deployment_condition(&model("x/y", Some("gone")), &[ready(1)]).unwrap();
+        assert!(!ok);
+        assert_eq!(reason, deployment_reasons::NOT_FOUND);
+        assert_eq!(
+            model_deployment_condition(&model("x/y", None), &[ready(1)]),
+            None
+        );
+    }
 
     fn cache(source: &str) -> ModelCache {
         let mut c = ModelCache::new(

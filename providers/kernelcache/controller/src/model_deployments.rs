@@ -1,5 +1,6 @@
-//! The controller of `KernelCacheReady` on the ModelDeployments that name a cache: cache
-//! changes wake the ModelDeployments of their namespace that name them.
+//! The controller of `KernelCacheReady` and `ModelCacheReady` on ModelDeployments: a
+//! KernelCache's change wakes the ModelDeployments of its namespace that name it, a
+//! ModelCache's those that use it or name it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,28 +14,32 @@ use kube::runtime::watcher;
 use kube::{Client, Resource, ResourceExt};
 use kubeairunway_sdk::ModelDeployment;
 use kubeairunway_sdk::compact::Compact;
-use kubeairunway_sdk::conditions::{self, KERNEL_CACHE_READY};
+use kubeairunway_sdk::conditions::{self, KERNEL_CACHE_READY, MODEL_CACHE_READY};
 use kubeairunway_sdk::reflect::Cache;
 use serde_json::json;
 use tracing::warn;
 
 use kubeairunway_kernelcache_api::KernelCache;
+use kubeairunway_kernelcache_api::model::{ModelCache, model_uses};
 
 use crate::caches::Ctx;
-use crate::decide;
 use crate::metrics::Metrics;
 use crate::settings::SYNC_WAIT;
+use crate::{decide, model_decide};
 use kubeairunway_kernelcache_api::names::PROVIDER_FIELD_MANAGER;
 use kubeairunway_kernelcache_api::report::Error;
 
-/// The controller of `KernelCacheReady` on ModelDeployments (a part of [`crate::run`]): cache
-/// changes wake the ModelDeployments in their namespace that name them.
+/// The controller of `KernelCacheReady` and `ModelCacheReady` on ModelDeployments (a
+/// part of [`crate::run`]): cache changes wake the ModelDeployments in their namespace that
+/// name them (a ModelCache's also those whose model it holds).
 pub(crate) fn md_controller(
     ctx: &Ctx,
     mds: &Cache<Compact<ModelDeployment>>,
     md_stream: impl futures::Stream<Item = Result<Compact<ModelDeployment>, watcher::Error>>
     + Send
     + 'static,
+    models: &Cache<ModelCache>,
+    model_stream: impl futures::Stream<Item = ModelCache> + Send + 'static,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> impl std::future::Future<Output = ()> {
     let md_store = mds.store.clone();
@@ -48,9 +53,24 @@ pub(crate) fn md_controller(
             .map(|md| ObjectRef::from_obj(md.as_ref()))
             .collect::<Vec<_>>()
     };
+    let md_store = mds.store.clone();
+    let model_mds = move |cache: ModelCache| {
+        let (ns, name) = (cache.namespace().unwrap_or_default(), cache.name_any());
+        md_store
+            .state()
+            .iter()
+            .filter(|md| md.namespace().as_deref() == Some(ns.as_str()))
+            .filter(|md| {
+                md.object()
+                    .is_ok_and(|md| model_uses(&md.spec.model, &name, &cache.spec))
+            })
+            .map(|md| ObjectRef::from_obj(md.as_ref()))
+            .collect::<Vec<_>>()
+    };
     let md_ctx = Arc::new(MdCtx {
         client: ctx.client.clone(),
         caches: ctx.caches.clone(),
+        models: models.clone(),
         metrics: Arc::clone(&ctx.metrics),
     });
     Controller::for_stream(md_stream, mds.store.clone())
@@ -60,83 +80,117 @@ pub(crate) fn md_controller(
             watcher::Config::default(),
             cache_mds,
         )
+        .watches_stream(model_stream.map(Ok), model_mds)
         .graceful_shutdown_on(shutdown)
         .run(reconcile_md, md_error, md_ctx)
         .for_each(|_| async {})
 }
 
-/// What [`reconcile_md`] reads of a ModelDeployment, hashed: its identity and the
-/// KernelCache it names, and for one naming a cache, its generation and its
-/// `KernelCacheReady` condition. Its other changes (core's and the serving provider's
-/// status, their finalizers) never change what it decides, so they wake nothing: one
-/// reconcile per ModelDeployment naming no cache, not one per write to it. Cache changes
-/// wake the ModelDeployments naming them through the KernelCache watch.
+/// What [`reconcile_md`] reads of a ModelDeployment, hashed: its identity, the KernelCache
+/// it names, its model (id, source, the ModelCache it names), our two conditions, and its
+/// generation (our conditions' `observedGeneration`) once it names a kernel cache or has
+/// a `ModelCacheReady`. Its other changes (core's and the serving provider's status, their
+/// finalizers) never change what it decides, so they wake nothing: one reconcile per
+/// ModelDeployment no cache concerns, not one per write to it. Cache changes wake the
+/// ModelDeployments they concern through the cache watches.
 pub(crate) fn md_relevant(md: &Compact<ModelDeployment>) -> u64 {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     md.meta().uid.hash(&mut h);
     let cache = md.kernel_cache_name();
     cache.hash(&mut h);
-    if cache.is_some() {
+    let parsed = md.object().ok();
+    let model = parsed.as_ref().map(|md| &md.spec.model);
+    serde_json::to_string(&model).ok().hash(&mut h);
+    let ours = |type_: &str| {
+        parsed
+            .as_ref()
+            .and_then(|md| md.status.as_ref())
+            .and_then(|s| conditions::find(&s.conditions, type_).cloned())
+    };
+    let (kernel, model_condition) = (ours(KERNEL_CACHE_READY), ours(MODEL_CACHE_READY));
+    if cache.is_some() || model_condition.is_some() {
         md.meta().generation.hash(&mut h);
-        let condition = md
-            .status()
-            .and_then(|s| conditions::find(&s.conditions, KERNEL_CACHE_READY).cloned());
-        serde_json::to_string(&condition).ok().hash(&mut h);
     }
+    serde_json::to_string(&kernel).ok().hash(&mut h);
+    serde_json::to_string(&model_condition).ok().hash(&mut h);
     h.finish()
 }
 
 struct MdCtx {
     client: Client,
     caches: Cache<KernelCache>,
+    models: Cache<ModelCache>,
     metrics: Arc<Metrics>,
 }
 
 #[allow(clippy::needless_pass_by_value)] // kube-runtime's error-policy signature
 fn md_error(_: Arc<Compact<ModelDeployment>>, error: &Error, _: Arc<MdCtx>) -> Action {
-    warn!(%error, "writing KernelCacheReady");
+    warn!(%error, "writing KernelCacheReady and ModelCacheReady");
     Action::requeue(Duration::from_secs(10))
 }
 
-/// `KernelCacheReady` on one ModelDeployment that names a cache.
+/// `KernelCacheReady` and `ModelCacheReady` on one ModelDeployment: each where a cache
+/// concerns it, applied together (one field manager owns both: an entry left out of an
+/// apply is removed, which is how a condition no cache concerns any longer goes).
 async fn reconcile_md(
     cached: Arc<Compact<ModelDeployment>>,
     ctx: Arc<MdCtx>,
 ) -> Result<Action, Error> {
     let _timing = ctx.metrics.reconciling("ModelDeployment");
-    let Some(name) = cached.kernel_cache_name() else {
-        return Ok(Action::await_change());
-    };
-    let name = name.as_str();
     let md = cached.object()?;
     // An empty cache store would report every cache missing after a restart.
-    if !ctx.caches.synced_within(SYNC_WAIT).await {
+    if !ctx.caches.synced_within(SYNC_WAIT).await || !ctx.models.synced_within(SYNC_WAIT).await {
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
     let ns = md.namespace().unwrap_or_default();
-    let cache = ctx.caches.store.get(&ObjectRef::new(name).within(&ns));
-    let (ok, reason, message) = decide::model_deployment_condition(name, cache.as_deref());
+    let mut decided = Vec::new();
+    if let Some(name) = cached.kernel_cache_name() {
+        let cache = ctx.caches.store.get(&ObjectRef::new(&name).within(&ns));
+        let (ok, reason, message) = decide::model_deployment_condition(&name, cache.as_deref());
+        decided.push((KERNEL_CACHE_READY, ok, reason, message));
+    }
+    let models: Vec<Arc<ModelCache>> = ctx
+        .models
+        .store
+        .state()
+        .into_iter()
+        .filter(|c| c.namespace().as_deref() == Some(ns.as_str()))
+        .collect();
+    if let Some((ok, reason, message)) =
+        model_decide::model_deployment_condition(&md.spec.model, &models)
+    {
+        decided.push((MODEL_CACHE_READY, ok, reason, message));
+    }
     let current = md
         .status
         .as_ref()
         .map(|s| s.conditions.as_slice())
         .unwrap_or_default();
-    let previous = conditions::find(current, KERNEL_CACHE_READY);
-    let condition: Condition = conditions::new(
-        previous,
-        KERNEL_CACHE_READY,
-        ok,
-        reason,
-        message,
-        md.metadata.generation,
-        k8s_openapi::jiff::Timestamp::now(),
-    );
-    if previous == Some(&condition) {
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let wanted: Vec<Condition> = decided
+        .into_iter()
+        .map(|(type_, ok, reason, message)| {
+            let previous = conditions::find(current, type_);
+            conditions::new(
+                previous,
+                type_,
+                ok,
+                reason,
+                message,
+                md.metadata.generation,
+                now,
+            )
+        })
+        .collect();
+    let unchanged = [KERNEL_CACHE_READY, MODEL_CACHE_READY]
+        .iter()
+        .all(|type_| conditions::find(current, type_) == wanted.iter().find(|c| c.type_ == *type_));
+    if unchanged {
         return Ok(Action::await_change());
     }
     let api: Api<ModelDeployment> = Api::namespaced(ctx.client.clone(), &ns);
-    let status = json!({"conditions": [condition]});
+    let status = json!({"conditions": wanted});
     kubeairunway_kernelcache_api::report::apply(
         &api,
         &md.name_any(),
@@ -200,6 +254,16 @@ mod tests {
         let mut edited = named.clone();
         edited.metadata.generation = Some(2);
         assert_ne!(relevant(&named), relevant(&edited));
+        // Its model, and our ModelCacheReady, count; with the condition, so does the
+        // generation (the condition's observedGeneration).
+        let mut other_model = plain.clone();
+        other_model.spec.model.id = Some("org/other".into());
+        assert_ne!(relevant(&plain), relevant(&other_model));
+        let with_model_condition = with_condition(&plain, MODEL_CACHE_READY, true);
+        assert_ne!(relevant(&plain), relevant(&with_model_condition));
+        let mut later = with_model_condition.clone();
+        later.metadata.generation = Some(5);
+        assert_ne!(relevant(&with_model_condition), relevant(&later));
         let ours = with_condition(&named, KERNEL_CACHE_READY, true);
         assert_ne!(relevant(&named), relevant(&ours));
         assert_ne!(

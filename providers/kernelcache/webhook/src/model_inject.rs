@@ -23,10 +23,7 @@
 
 use std::sync::Arc;
 
-use kube::ResourceExt;
-use kubeairunway_kernelcache_api::model::{
-    ModelCache, Source, conditions, model_uses, parse_source,
-};
+use kubeairunway_kernelcache_api::model::{self, Chosen, ModelCache, NotChosen};
 use kubeairunway_kernelcache_api::names::{MODEL_MOUNT_ROOT, hub_folder};
 use kubeairunway_sdk::ModelDeployment;
 use kubeairunway_sdk::labels::MODEL_DEPLOYMENT;
@@ -83,60 +80,14 @@ impl ModelOutcome {
     }
 }
 
-/// A Ready cache chosen for a pod.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Chosen {
-    /// The ModelCache's name.
-    pub name: String,
-    /// Its claim in the pod's namespace.
-    pub claim: String,
-    /// Its repository's folder in the hub cache (`models--{org}--{name}`).
-    pub folder: String,
-    /// The commit its ready nodes hold.
-    pub commit: String,
-}
-
-/// The cache's claim, folder and commit when it is Ready for its current generation.
-fn ready(cache: &ModelCache) -> Option<Chosen> {
-    let status = cache.status.as_ref()?;
-    let current = status.observed_generation == cache.metadata.generation;
-    let ready = status
-        .conditions
-        .iter()
-        .any(|c| c.type_ == conditions::READY && c.status == "True");
-    if !current || !ready || status.ready_nodes < 1 {
-        return None;
-    }
-    let Ok(Source::Hf(repo)) = parse_source(&cache.spec.source) else {
-        return None;
-    };
-    Some(Chosen {
-        name: cache.name_any(),
-        claim: status.claim_name.clone()?,
-        folder: hub_folder(&repo),
-        commit: status.resolved_commit.clone().unwrap_or_default(),
-    })
-}
-
 /// The cache a ModelDeployment's pods mount, among `caches` (those of its namespace):
-/// the one it names, else a Ready one of its Hugging Face model at `main`.
+/// [`model::choose`], its refusals as outcomes.
 pub fn choose(md: &ModelDeployment, caches: &[Arc<ModelCache>]) -> Result<Chosen, ModelOutcome> {
-    if let Some(named) = &md.spec.model.cache_ref {
-        let cache = caches
-            .iter()
-            .find(|c| c.name_any() == named.name)
-            .ok_or(ModelOutcome::CacheNotFound)?;
-        return ready(cache).ok_or(ModelOutcome::CacheNotReady);
-    }
-    let mut matching: Vec<&Arc<ModelCache>> = caches
-        .iter()
-        .filter(|c| model_uses(&md.spec.model, &c.name_any(), &c.spec))
-        .collect();
-    matching.sort_by_key(|c| c.name_any());
-    matching
-        .into_iter()
-        .find_map(|c| ready(c))
-        .ok_or(ModelOutcome::NoCache)
+    model::choose(&md.spec.model, caches).map_err(|why| match why {
+        NotChosen::NotFound(_) => ModelOutcome::CacheNotFound,
+        NotChosen::NotReady(_) if md.spec.model.cache_ref.is_some() => ModelOutcome::CacheNotReady,
+        NotChosen::NotReady(_) | NotChosen::NoCache => ModelOutcome::NoCache,
+    })
 }
 
 /// The patch mounting the model cache the pod's ModelDeployment uses, or why there is
@@ -224,7 +175,7 @@ pub fn patch(pod: &Value, namespace: &str, chosen: &Chosen) -> Result<Vec<Value>
 /// mounts something there already.
 fn container_ops(ops: &mut Vec<Value>, i: usize, c: &Value, chosen: &Chosen) -> Result<(), String> {
     let (dir, set_dir) = hub_dir(c)?;
-    let mount_path = format!("{dir}/{}", chosen.folder);
+    let mount_path = format!("{dir}/{}", hub_folder(&chosen.repo));
     let name = c["name"].as_str().unwrap_or_default();
     for m in c["volumeMounts"].as_array().into_iter().flatten() {
         if m["mountPath"].as_str().map(|p| p.trim_end_matches('/')) == Some(mount_path.as_str()) {
@@ -279,7 +230,7 @@ mod tests {
             claim_name: Some(format!("modelcache-{name}")),
             observed_generation: Some(1),
             conditions: vec![Condition {
-                type_: conditions::READY.into(),
+                type_: model::conditions::READY.into(),
                 status: if ready_nodes > 0 { "True" } else { "False" }.into(),
                 reason: "Ready".into(),
                 message: String::new(),
@@ -325,7 +276,7 @@ mod tests {
         ];
         let chosen = choose(&md("Qwen/Qwen3", None), &caches).unwrap();
         assert_eq!(chosen.name, "b-qwen", "the ready one");
-        assert_eq!(chosen.folder, "models--Qwen--Qwen3");
+        assert_eq!(chosen.repo, "Qwen/Qwen3");
         assert_eq!(chosen.claim, "modelcache-b-qwen");
         assert_eq!(
             choose(&md("x/y", None), &caches),
@@ -366,8 +317,9 @@ mod tests {
         Chosen {
             name: "qwen".into(),
             claim: "modelcache-qwen".into(),
-            folder: "models--Qwen--Qwen3".into(),
+            repo: "Qwen/Qwen3".into(),
             commit: "abc".into(),
+            ready_nodes: 1,
         }
     }
 

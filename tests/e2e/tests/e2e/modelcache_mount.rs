@@ -18,10 +18,13 @@ use kube::Client;
 use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kubeairunway_e2e::{eventually, helm, rbac};
-use kubeairunway_kernelcache_api::model::{FINALIZER, ModelCache, conditions, reasons};
+use kubeairunway_kernelcache_api::model::{
+    FINALIZER, ModelCache, conditions, deployment_reasons, reasons,
+};
 use kubeairunway_kernelcache_api::names::{MODEL_STORAGE_CLASS, model_volume};
 use kubeairunway_kernelcache_webhook::model_inject::{MODEL_INJECTED_ANNOTATION, VOLUME};
 use kubeairunway_modelcache_hub::testing::{StandIn, commit_id};
+use kubeairunway_sdk::conditions::MODEL_CACHE_READY;
 use kubeairunway_testcluster::TestCluster;
 use serde_json::{Value, json};
 
@@ -455,6 +458,52 @@ async fn serving_pods_mount_a_ready_model_cache_in_a_restricted_namespace() {
             .iter()
             .all(|v| v.name != VOLUME)
     );
+
+    // Status says whether the cache is used: which one at which commit, or why not.
+    let condition = |name: &'static str| {
+        let mds: Api<kubeairunway_sdk::ModelDeployment> = Api::namespaced(client.clone(), NS);
+        async move {
+            let md = mds.get(name).await.ok()?;
+            kubeairunway_sdk::conditions::find(&md.status?.conditions, MODEL_CACHE_READY).cloned()
+        }
+    };
+    let used = eventually(30, "llama's ModelCacheReady", || async {
+        condition("llama").await.filter(|c| c.status == "True")
+    })
+    .await
+    .unwrap();
+    assert_eq!(used.reason, deployment_reasons::READY);
+    assert!(
+        used.message
+            .contains(&format!("'tiny' holds acme/tiny at commit {commit}")),
+        "{}",
+        used.message
+    );
+    let missing = eventually(30, "named-missing's ModelCacheReady", || {
+        condition("named-missing")
+    })
+    .await
+    .unwrap();
+    assert_eq!(
+        (missing.status.as_str(), missing.reason.as_str()),
+        ("False", deployment_reasons::NOT_FOUND),
+        "{}",
+        missing.message
+    );
+    // No cache concerns a ModelDeployment of another model: no condition.
+    model_deployment(&client, "unrelated", json!({"id": "acme/other"})).await;
+    model_deployment(
+        &client,
+        "witness",
+        json!({"id": "acme/tiny", "cacheRef": {"name": "nope-either"}}),
+    )
+    .await;
+    eventually(30, "the witness's condition, written after", || {
+        condition("witness")
+    })
+    .await
+    .unwrap();
+    assert_eq!(condition("unrelated").await, None);
 
     cache_where(&client, "tiny-v2", "the other cache Ready", |s| {
         s.ready_nodes == 2
