@@ -207,7 +207,7 @@ pub fn all() -> Vec<Sample> {
             "warmup-named-and-inline",
             "spec.warmup names an existing Warmup or is an inline one, not both.",
             "spec.warmup.name",
-            "spec.warmup is either a reference to a Warmup (name) or an inline warmup (imagesPreload, kernelCaches, customAction, tolerations, policies), not both",
+            "spec.warmup is either a reference to a Warmup (name) or an inline warmup (imagesPreload, kernelCaches, modelCaches, customAction, tolerations, policies), not both",
             json!({
                 "model": {"id": "meta-llama/Llama-3.1-8B-Instruct"},
                 "engine": {"type": "vllm"},

@@ -27,8 +27,8 @@ use serde::{Deserialize, Serialize};
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
     {
-        "rule": "!has(self.name) || !(has(self.imagesPreload) || has(self.kernelCaches) || has(self.customAction) || has(self.tolerations) || has(self.policies))",
-        "message": "spec.warmup is either a reference to a Warmup (name) or an inline warmup (imagesPreload, kernelCaches, customAction, tolerations, policies), not both",
+        "rule": "!has(self.name) || !(has(self.imagesPreload) || has(self.kernelCaches) || has(self.modelCaches) || has(self.customAction) || has(self.tolerations) || has(self.policies))",
+        "message": "spec.warmup is either a reference to a Warmup (name) or an inline warmup (imagesPreload, kernelCaches, modelCaches, customAction, tolerations, policies), not both",
         "fieldPath": ".name",
         "reason": "FieldValueForbidden"
     },
@@ -55,6 +55,11 @@ pub struct DeploymentWarmup {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
     pub kernel_caches: Option<Vec<String>>,
+    /// Inline: ModelCaches (in this namespace) the node agents must have downloaded on
+    /// every node (the ModelCache this ModelDeployment's pods mount is waited for too).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub model_caches: Option<Vec<String>>,
     /// Inline: a pod of your own run on every node after the images are pulled (a model
     /// download, a kernel build): a Job pod template, restartPolicy Never (default) or
     /// OnFailure.
@@ -210,8 +215,8 @@ fn pod_template_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
         "message": "exactly one of targetNodes or targetModelDeployment must be set"
     },
     {
-        "rule": "has(self.targetModelDeployment) || has(self.imagesPreload) || has(self.kernelCaches) || has(self.customAction)",
-        "message": "at least one of imagesPreload, kernelCaches or customAction must be set (a targetModelDeployment preloads the images its provider renders)"
+        "rule": "has(self.targetModelDeployment) || has(self.imagesPreload) || has(self.kernelCaches) || has(self.modelCaches) || has(self.customAction)",
+        "message": "at least one of imagesPreload, kernelCaches, modelCaches or customAction must be set (a targetModelDeployment preloads the images its provider renders)"
     },
     {
         "rule": "!has(oldSelf.targetNodes) || (has(self.targetNodes) && self.targetNodes == oldSelf.targetNodes)",
@@ -228,6 +233,10 @@ fn pod_template_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
     {
         "rule": "has(self.kernelCaches) == has(oldSelf.kernelCaches) && (!has(self.kernelCaches) || self.kernelCaches == oldSelf.kernelCaches)",
         "message": "kernelCaches is immutable: create another Warmup"
+    },
+    {
+        "rule": "has(self.modelCaches) == has(oldSelf.modelCaches) && (!has(self.modelCaches) || self.modelCaches == oldSelf.modelCaches)",
+        "message": "modelCaches is immutable: create another Warmup"
     },
     {
         "rule": "has(self.customAction) == has(oldSelf.customAction) && (!has(self.customAction) || self.customAction == oldSelf.customAction)",
@@ -252,6 +261,13 @@ pub struct WarmupSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1))]
     pub kernel_caches: Option<Vec<String>>,
+    /// ModelCaches (in this namespace) the node agents must have downloaded on every
+    /// node: a node is warm once its agent reports each of them Ready for the cache's
+    /// current generation. For a targetModelDeployment, the ModelCache its pods mount (the
+    /// one `spec.model.cacheRef` names, else one holding its model) is waited for too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1))]
+    pub model_caches: Option<Vec<String>>,
     /// A pod of your own run on every node after the images are pulled (a model
     /// download, a kernel build): a Job pod template, restartPolicy Never (default) or
     /// OnFailure.
@@ -439,6 +455,10 @@ pub mod reasons {
     pub const KERNEL_CACHE_FAILED: &str = "KernelCacheFailed";
     /// Node: a KernelCache fits none of its GPUs.
     pub const KERNEL_CACHE_INCOMPATIBLE: &str = "KernelCacheIncompatible";
+    /// Node outcome: a ModelCache to wait for does not select this node (its nodeSelector).
+    pub const MODEL_CACHE_NOT_TARGETED: &str = "ModelCacheNotTargeted";
+    /// Node outcome: the agent failed to download a ModelCache on this node.
+    pub const MODEL_CACHE_FAILED: &str = "ModelCacheFailed";
 
     /// Events: a node is warm; an attempt failed and is retried; a node failed for good.
     pub const NODE_WARMED: &str = "NodeWarmed";

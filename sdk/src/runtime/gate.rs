@@ -483,6 +483,7 @@ pub(crate) fn warmup_object(
         }),
         images_preload: warmup.images_preload.clone(),
         kernel_caches: warmup.kernel_caches.clone(),
+        model_caches: warmup.model_caches.clone(),
         custom_action: warmup.custom_action.clone(),
         tolerations: warmup.tolerations.clone(),
         policies: warmup.policies.clone(),

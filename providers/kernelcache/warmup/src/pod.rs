@@ -58,6 +58,8 @@ pub struct Actions {
     pub pull_secrets: Vec<LocalObjectReference>,
     /// KernelCaches the node must have staged (not done by the pod).
     pub kernel_caches: Vec<String>,
+    /// ModelCaches the node must have downloaded (not done by the pod).
+    pub model_caches: Vec<String>,
     /// The custom pod.
     pub custom: Option<PodTemplateSpec>,
     /// Tolerations of the pods.

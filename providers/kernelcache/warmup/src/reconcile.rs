@@ -39,6 +39,7 @@ use super::pod::{self, Attempt, Outcome, Owner, WARMUP_UID_LABEL};
 use super::policy::Policy;
 use super::resolve::{Resolved, resolve};
 use super::targets;
+use kubeairunway_kernelcache_api::model::ModelCache;
 use kubeairunway_kernelcache_api::{KernelCache, KernelCacheNode};
 use kubeairunway_sdk::api::warmup::reasons;
 use kubeairunway_sdk::api::{Warmup, WarmupPhase, WarmupStatus};
@@ -72,6 +73,7 @@ struct Ctx {
     nodes: Cache<Node>,
     mds: Cache<kubeairunway_sdk::compact::Compact<ModelDeployment>>,
     kernel_caches: Cache<KernelCache>,
+    model_caches: Cache<ModelCache>,
     reports: Cache<KernelCacheNode>,
     /// The status last written, per Warmup UID.
     written: Mutex<HashMap<String, WarmupStatus>>,
@@ -90,6 +92,7 @@ impl Ctx {
             && self.nodes.synced().await
             && self.mds.synced().await
             && self.kernel_caches.synced().await
+            && self.model_caches.synced().await
             && self.reports.synced().await
     }
 
@@ -99,6 +102,7 @@ impl Ctx {
             && self.nodes.is_synced()
             && self.mds.is_synced()
             && self.kernel_caches.is_synced()
+            && self.model_caches.is_synced()
             && self.reports.is_synced()
     }
 
@@ -298,6 +302,12 @@ pub async fn run(
         (),
         reflect::strip,
     );
+    let (model_caches, mc_stream) = reflect::cache(
+        Api::<ModelCache>::all(client.clone()),
+        all.clone(),
+        (),
+        reflect::strip,
+    );
     let (reports, report_stream) = reflect::cache(
         Api::<KernelCacheNode>::all(client.clone()),
         all,
@@ -321,6 +331,7 @@ pub async fn run(
         nodes: nodes.clone(),
         mds: mds.clone(),
         kernel_caches: kernel_caches.clone(),
+        model_caches: model_caches.clone(),
         reports: reports.clone(),
         written: Mutex::default(),
         expected: Mutex::default(),
@@ -395,14 +406,16 @@ pub async fn run(
             }
         }),
     ));
-    // Kernel caches and the agents' reports wake the warmups that may wait for caches
-    // (their own, or their target ModelDeployment's spec.kernelCache).
+    // Kernel and model caches and the agents' reports wake the warmups that may wait for
+    // caches (their own, or their target ModelDeployment's).
     let wakes_cache_warmups = || {
         let (warmups, wu_tx) = (warmups.clone(), wu_tx.clone());
         move |ok: bool| {
             if ok && warmups.is_synced() {
                 for r in running(&warmups, |w| {
-                    w.spec.kernel_caches.is_some() || w.spec.target_model_deployment.is_some()
+                    w.spec.kernel_caches.is_some()
+                        || w.spec.model_caches.is_some()
+                        || w.spec.target_model_deployment.is_some()
                 }) {
                     let _ = wu_tx.send(r);
                 }
@@ -412,6 +425,18 @@ pub async fn run(
     tasks.spawn(reflect::drive(
         "kernel caches",
         kc_stream.inspect({
+            let wake = wakes_cache_warmups();
+            move |e| {
+                wake(matches!(
+                    e,
+                    Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_))
+                ));
+            }
+        }),
+    ));
+    tasks.spawn(reflect::drive(
+        "model caches",
+        mc_stream.inspect({
             let wake = wakes_cache_warmups();
             move |e| {
                 wake(matches!(
@@ -609,7 +634,19 @@ async fn reconcile_warmup(w: Arc<Warmup>, ctx: Arc<Ctx>) -> Result<Action, Error
             .map(|a| a.pod.clone())
             .collect::<Vec<_>>()
     };
-    let plan = match resolve(&current, md.as_ref(), &ctx.settings.custom_actions) {
+    let namespace_models: Vec<Arc<ModelCache>> = ctx
+        .model_caches
+        .store
+        .state()
+        .into_iter()
+        .filter(|c| c.namespace().as_deref() == Some(ns.as_str()))
+        .collect();
+    let plan = match resolve(
+        &current,
+        md.as_ref(),
+        &ctx.settings.custom_actions,
+        &namespace_models,
+    ) {
         Resolved::Invalid(message) => Plan {
             status: decide::invalid(&previous, generation, &message, now),
             delete: running_pods(),
@@ -629,30 +666,7 @@ async fn reconcile_warmup(w: Arc<Warmup>, ctx: Arc<Ctx>) -> Result<Action, Error
             let targets = targets::targets(&w.spec, md.as_ref(), &nodes, &actions.tolerations);
             let by_name: HashMap<String, &Arc<Node>> =
                 nodes.iter().map(|n| (n.name_any(), n)).collect();
-            let mut cache_states: BTreeMap<String, BTreeMap<String, OnNode>> = BTreeMap::new();
-            if !actions.kernel_caches.is_empty() {
-                for t in &targets {
-                    let Some(node) = by_name.get(&t.node) else {
-                        continue;
-                    };
-                    let report = ctx.reports.store.get(&ObjectRef::new(&t.node));
-                    let states = actions
-                        .kernel_caches
-                        .iter()
-                        .map(|name| {
-                            let cache = ctx
-                                .kernel_caches
-                                .store
-                                .get(&ObjectRef::new(name).within(&ns));
-                            (
-                                name.clone(),
-                                caches::on_node(name, cache.as_deref(), node, report.as_deref()),
-                            )
-                        })
-                        .collect();
-                    cache_states.insert(t.node.clone(), states);
-                }
-            }
+            let cache_states = cache_states(&ctx, &ns, &actions, &targets, &by_name);
             let plan = decide::progress(&Inputs {
                 generation,
                 status: &previous,
@@ -667,6 +681,47 @@ async fn reconcile_warmup(w: Arc<Warmup>, ctx: Arc<Ctx>) -> Result<Action, Error
         }
     };
     execute(&ctx, &w, &previous, plan, &pod::Actions::default()).await
+}
+
+/// Per target node, the state of each cache the warmup waits for (kernel caches by
+/// name, model caches as `model/<name>`: the names may be the same), from the caches and
+/// the agents' reports.
+fn cache_states(
+    ctx: &Ctx,
+    ns: &str,
+    actions: &pod::Actions,
+    targets: &[targets::Target],
+    by_name: &HashMap<String, &Arc<Node>>,
+) -> BTreeMap<String, BTreeMap<String, OnNode>> {
+    let mut out = BTreeMap::new();
+    if actions.kernel_caches.is_empty() && actions.model_caches.is_empty() {
+        return out;
+    }
+    for t in targets {
+        let Some(node) = by_name.get(&t.node) else {
+            continue;
+        };
+        let report = ctx.reports.store.get(&ObjectRef::new(&t.node));
+        let kernel = actions.kernel_caches.iter().map(|name| {
+            let cache = ctx
+                .kernel_caches
+                .store
+                .get(&ObjectRef::new(name).within(ns));
+            (
+                name.clone(),
+                caches::on_node(name, cache.as_deref(), node, report.as_deref()),
+            )
+        });
+        let models = actions.model_caches.iter().map(|name| {
+            let cache = ctx.model_caches.store.get(&ObjectRef::new(name).within(ns));
+            (
+                format!("model/{name}"),
+                caches::model_on_node(name, cache.as_deref(), node, report.as_deref()),
+            )
+        });
+        out.insert(t.node.clone(), kernel.chain(models).collect());
+    }
+    out
 }
 
 /// Write the status, delete and create pods, publish what happened.

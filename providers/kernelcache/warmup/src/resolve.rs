@@ -1,12 +1,16 @@
 //! What a Warmup does on each node, from its spec and its target: pure.
 //!
 //! Images come from `imagesPreload`; for a `targetModelDeployment`, its image
-//! (`spec.engine.image`, or `spec.image`) is added and its `spec.kernelCache` staged too. A `targetModelDeployment` without
+//! (`spec.engine.image`, or `spec.image`) is added, its `spec.kernelCache` staged too and
+//! the ModelCache its pods mount downloaded too. A `targetModelDeployment` without
 //! `imagesPreload` preloads the images its provider renders for it, as the provider
 //! runtime reports them (`status.provider.images` for the current generation); the
 //! warmup waits until they are reported. Images are fixed in `status.images` when the
 //! warmup starts, so every node gets the same. The custom pod template is parsed strictly.
 
+use std::borrow::Borrow;
+
+use kubeairunway_kernelcache_api::model::{self, ModelCache, NotChosen};
 use kubeairunway_sdk::ModelDeployment;
 
 use super::pod::{Actions, parse_template};
@@ -27,8 +31,14 @@ pub enum Resolved {
 
 /// The actions of `warmup`, whose target ModelDeployment is `md` (looked up in the
 /// Warmup's namespace; `None` when absent or when the target is nodes), its custom
-/// action held to `policy`.
-pub fn resolve(warmup: &Warmup, md: Option<&ModelDeployment>, policy: &Policy) -> Resolved {
+/// action held to `policy`; `model_caches` are the ModelCaches of the Warmup's namespace
+/// (the one `md`'s pods mount is waited for).
+pub fn resolve<C: Borrow<ModelCache>>(
+    warmup: &Warmup,
+    md: Option<&ModelDeployment>,
+    policy: &Policy,
+    model_caches: &[C],
+) -> Resolved {
     let spec = &warmup.spec;
     let custom = match spec
         .custom_action
@@ -86,7 +96,13 @@ pub fn resolve(warmup: &Warmup, md: Option<&ModelDeployment>, policy: &Policy) -
     {
         kernel_caches.push(cache.name.clone());
     }
-    if unique.is_empty() && kernel_caches.is_empty() && custom.is_none() {
+    let mut models = spec.model_caches.clone().unwrap_or_default();
+    if let Some(cache) = md.and_then(|m| mounted_model_cache(m, model_caches))
+        && !models.contains(&cache)
+    {
+        models.push(cache);
+    }
+    if unique.is_empty() && kernel_caches.is_empty() && models.is_empty() && custom.is_none() {
         let name = spec
             .target_model_deployment
             .as_ref()
@@ -95,7 +111,7 @@ pub fn resolve(warmup: &Warmup, md: Option<&ModelDeployment>, policy: &Policy) -
         return Resolved::Waiting(
             reasons::NOTHING_TO_WARM,
             format!(
-                "nothing to warm: the provider of ModelDeployment '{name}' renders no image (its upstream operator picks it), the ModelDeployment names no kernel cache (spec.kernelCache), and the Warmup sets no imagesPreload, kernelCaches or customAction"
+                "nothing to warm: the provider of ModelDeployment '{name}' renders no image (its upstream operator picks it), the ModelDeployment names no kernel cache (spec.kernelCache) and no ModelCache holds its model, and the Warmup sets no imagesPreload, kernelCaches, modelCaches or customAction"
             ),
         );
     }
@@ -107,9 +123,24 @@ pub fn resolve(warmup: &Warmup, md: Option<&ModelDeployment>, policy: &Policy) -
             .map(|p| p.pull_secrets.clone())
             .unwrap_or_default(),
         kernel_caches,
+        model_caches: models,
         custom,
         tolerations,
     }))
+}
+
+/// The ModelCache `md`'s pods mount, or would once it is Ready (`model::choose`, the pod
+/// webhook's rule): the one it names (waited for if it does not exist yet), else the
+/// Ready one holding its model, else the first holding it.
+fn mounted_model_cache<C: Borrow<ModelCache>>(
+    md: &ModelDeployment,
+    caches: &[C],
+) -> Option<String> {
+    match model::choose(&md.spec.model, caches) {
+        Ok(chosen) => Some(chosen.name),
+        Err(NotChosen::NotFound(name) | NotChosen::NotReady(name)) => Some(name),
+        Err(NotChosen::NoCache) => None,
+    }
 }
 
 /// The images `md`'s provider reports for its current generation (`None`: not reported
@@ -127,6 +158,9 @@ mod tests {
     #![allow(clippy::needless_pass_by_value)] // JSON literals built in place
     use super::*;
     use serde_json::json;
+
+    /// No ModelCache in the namespace.
+    const NONE: &[ModelCache] = &[];
 
     fn warmup(spec: serde_json::Value, phase: Option<&str>) -> Warmup {
         let mut w: Warmup = serde_json::from_value(json!({
@@ -169,6 +203,74 @@ mod tests {
         md
     }
 
+    fn model_cache(name: &str, source: &str, ready: bool) -> ModelCache {
+        let status = if ready {
+            json!({"observedGeneration": 1, "readyNodes": 1, "claimName": "c", "resolvedCommit": "abc",
+                   "conditions": [{"type": "Ready", "status": "True", "reason": "Ready", "message": "",
+                                   "lastTransitionTime": "2026-01-01T00:00:00Z"}]})
+        } else {
+            json!({})
+        };
+        serde_json::from_value(json!({
+            "apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "ModelCache",
+            "metadata": {"name": name, "namespace": "ml", "generation": 1},
+            "spec": {"source": source}, "status": status,
+        }))
+        .unwrap()
+    }
+
+    /// A target ModelDeployment's model cache is waited for: the one its pods mount (the
+    /// Ready one holding its model), else the one it names or the first holding its model;
+    /// with the Warmup's own, each once.
+    #[test]
+    fn the_target_model_deployments_model_cache_is_waited_for() {
+        let w = warmup(
+            json!({"targetModelDeployment": {"name": "llama"}, "imagesPreload": {"items": ["x:1"]},
+                   "modelCaches": ["own", "b-ready"]}),
+            None,
+        );
+        let target = md(None, None);
+        let caches = [
+            model_cache("a-pending", "hf://a/b", false),
+            model_cache("b-ready", "hf://a/b", true),
+            model_cache("other", "hf://c/d", true),
+        ];
+        let Resolved::Ready(a) = resolve(&w, Some(&target), &Policy::default(), &caches) else {
+            panic!()
+        };
+        assert_eq!(a.model_caches, ["own", "b-ready"], "each cache once");
+        let only_pending = [model_cache("a-pending", "hf://a/b", false)];
+        let Resolved::Ready(a) = resolve(&w, Some(&target), &Policy::default(), &only_pending)
+        else {
+            panic!()
+        };
+        assert_eq!(a.model_caches, ["own", "b-ready", "a-pending"]);
+        let mut named = target.clone();
+        named.spec.model.cache_ref = Some(kubeairunway_sdk::api::ModelCacheRef {
+            name: "later".into(),
+        });
+        let Resolved::Ready(a) = resolve(&w, Some(&named), &Policy::default(), &caches) else {
+            panic!()
+        };
+        assert_eq!(
+            a.model_caches,
+            ["own", "b-ready", "later"],
+            "waited for until it exists"
+        );
+        // Nothing else to warm but the model's cache: enough to run.
+        let bare = warmup(json!({"targetModelDeployment": {"name": "llama"}}), None);
+        let rendered_nothing = reported(md(None, None), 2, &[]);
+        let Resolved::Ready(a) =
+            resolve(&bare, Some(&rendered_nothing), &Policy::default(), &caches)
+        else {
+            panic!()
+        };
+        assert_eq!(
+            (a.images.len(), a.model_caches.as_slice()),
+            (0, ["b-ready".to_string()].as_slice())
+        );
+    }
+
     #[test]
     fn node_targets_preload_what_they_name() {
         let w = warmup(
@@ -177,7 +279,7 @@ mod tests {
                    "kernelCaches": ["vadd"]}),
             None,
         );
-        let Resolved::Ready(a) = resolve(&w, None, &Policy::default()) else {
+        let Resolved::Ready(a) = resolve(&w, None, &Policy::default(), NONE) else {
             panic!()
         };
         assert_eq!(a.images, ["b:1", "a:1"]);
@@ -190,20 +292,20 @@ mod tests {
     fn a_model_target_preloads_its_image_and_stages_its_cache_fixed_at_the_start() {
         let w = warmup(json!({"targetModelDeployment": {"name": "llama"}}), None);
         assert!(
-            matches!(resolve(&w, None, &Policy::default()), Resolved::Waiting(r, _) if r == reasons::TARGET_NOT_FOUND)
+            matches!(resolve(&w, None, &Policy::default(), NONE), Resolved::Waiting(r, _) if r == reasons::TARGET_NOT_FOUND)
         );
         assert!(
-            matches!(resolve(&w, Some(&md(Some("llama.cpp:b1"), None)), &Policy::default()), Resolved::Waiting(r, m) if r == reasons::IMAGES_NOT_REPORTED && m.contains("generation 2")),
+            matches!(resolve(&w, Some(&md(Some("llama.cpp:b1"), None)), &Policy::default(), NONE), Resolved::Waiting(r, m) if r == reasons::IMAGES_NOT_REPORTED && m.contains("generation 2")),
             "without imagesPreload, the images the provider renders are waited for"
         );
         let stale = reported(md(Some("llama.cpp:b1"), None), 1, &["old:1"]);
         assert!(
-            matches!(resolve(&w, Some(&stale), &Policy::default()), Resolved::Waiting(r, _) if r == reasons::IMAGES_NOT_REPORTED),
+            matches!(resolve(&w, Some(&stale), &Policy::default(), NONE), Resolved::Waiting(r, _) if r == reasons::IMAGES_NOT_REPORTED),
             "images reported for an older generation are not the model's"
         );
         let nothing = reported(md(None, None), 2, &[]);
         assert!(
-            matches!(resolve(&w, Some(&nothing), &Policy::default()), Resolved::Waiting(r, m) if r == reasons::NOTHING_TO_WARM && m.contains("renders no image")),
+            matches!(resolve(&w, Some(&nothing), &Policy::default(), NONE), Resolved::Waiting(r, m) if r == reasons::NOTHING_TO_WARM && m.contains("renders no image")),
             "a provider rendering no image, no cache, no action: nothing to do"
         );
         let rendered = reported(
@@ -211,7 +313,7 @@ mod tests {
             2,
             &["busybox:1", "llama.cpp:b1"],
         );
-        let Resolved::Ready(a) = resolve(&w, Some(&rendered), &Policy::default()) else {
+        let Resolved::Ready(a) = resolve(&w, Some(&rendered), &Policy::default(), NONE) else {
             panic!()
         };
         assert_eq!(
@@ -229,6 +331,7 @@ mod tests {
             &with_own,
             Some(&md(Some("llama.cpp:b1"), Some("vadd"))),
             &Policy::default(),
+            NONE,
         ) else {
             panic!()
         };
@@ -238,9 +341,12 @@ mod tests {
             json!({"targetModelDeployment": {"name": "llama"}}),
             Some("InProgress"),
         );
-        let Resolved::Ready(a) =
-            resolve(&running, Some(&md(Some("new:2"), None)), &Policy::default())
-        else {
+        let Resolved::Ready(a) = resolve(
+            &running,
+            Some(&md(Some("new:2"), None)),
+            &Policy::default(),
+            NONE,
+        ) else {
             panic!()
         };
         assert_eq!(a.images, ["frozen:1"], "a running warmup keeps its images");
@@ -263,7 +369,7 @@ mod tests {
             None,
         );
         assert!(
-            matches!(resolve(&w, None, &Policy::default()), Resolved::Invalid(m) if m.contains("imagee"))
+            matches!(resolve(&w, None, &Policy::default(), NONE), Resolved::Invalid(m) if m.contains("imagee"))
         );
     }
 }

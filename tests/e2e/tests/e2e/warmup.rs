@@ -18,6 +18,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use kubeairunway_e2e::eventually;
 use kubeairunway_e2e::rbac::ChartIdentity;
+use kubeairunway_kernelcache_api::model::ModelCache;
 use kubeairunway_kernelcache_warmup::metrics::Metrics;
 use kubeairunway_kernelcache_warmup::pod::{ATTEMPT_ANNOTATION, NODE_ANNOTATION};
 use kubeairunway_kernelcache_warmup::{self as warmup, Settings};
@@ -887,6 +888,138 @@ async fn a_model_deployments_nodes_get_its_image_and_its_kernel_cache() {
     let failed = s.conditions.iter().find(|c| c.type_ == "Failed").unwrap();
     assert_eq!(failed.reason, "GlobalTimeoutExceeded", "{s:?}");
     assert_eq!((s.desired_nodes, s.succeeded_nodes), (1, 0), "{s:?}");
+}
+
+/// What the cache agent on `node` reports for ModelCache `cache` of `ns` at `generation`,
+/// under the agent's field manager.
+async fn agent_model_report(
+    client: &Client,
+    node: &str,
+    ns: &str,
+    cache: &str,
+    generation: i64,
+    state: &str,
+) {
+    let api: Api<kube::api::DynamicObject> = Api::all_with(
+        client.clone(),
+        &kube::discovery::ApiResource::erase::<kubeairunway_kernelcache_api::KernelCacheNode>(&()),
+    );
+    let spec = json!({"apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "KernelCacheNode",
+                      "metadata": {"name": node}, "spec": {"nodeName": node}});
+    api.patch(
+        node,
+        &PatchParams::apply("kernelcache-agent").force(),
+        &Patch::Apply(&spec),
+    )
+    .await
+    .unwrap();
+    let status = json!({"apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "KernelCacheNode",
+        "metadata": {"name": node},
+        "status": {"gpuCount": 1, "modelCaches": [{"namespace": ns, "name": cache,
+            "observedGeneration": generation, "state": state, "bytesDone": 5, "bytesTotal": 10}]}});
+    api.patch_status(
+        node,
+        &PatchParams::apply("kernelcache-agent").force(),
+        &Patch::Apply(&status),
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_model_deployments_nodes_wait_for_its_model_cache_and_named_ones() {
+    let Some((cluster, client, _controller)) = start("warmup-modelcache").await else {
+        return;
+    };
+    let ns = cluster.namespace("warmup-modelcache");
+    gpu_node(&client, "h100-1", json!({"pool": "h100"}), 8, json!([])).await;
+    gpu_node(&client, "h100-2", json!({"pool": "h100"}), 8, json!([])).await;
+    gpu_node(&client, "a10-1", json!({"pool": "a10"}), 1, json!([])).await;
+    let _kubelet = Kubelet::start(client.clone(), &ns, |_, _| Run::Succeed);
+
+    // The model runs on pool h100; a ModelCache of its model (not Ready yet: its pods
+    // would mount it once it is) downloads on that pool.
+    let mds: Api<kubeairunway_sdk::ModelDeployment> = Api::namespaced(client.clone(), &ns);
+    let md = json!({"apiVersion": "kubeairunway.ai/v1alpha1", "kind": "ModelDeployment", "metadata": {"name": "tiny"},
+        "spec": {"model": {"id": "acme/tiny"}, "engine": {"type": "vllm"},
+                 "image": "vllm/vllm-openai:v0.11.0",
+                 "resources": {"gpu": {"count": 1, "type": "nvidia.com/gpu"}},
+                 "nodeSelector": {"pool": "h100"}}});
+    let md = mds
+        .patch(
+            "tiny",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&md),
+        )
+        .await
+        .unwrap();
+    provider_reports_images(&client, &md, &["vllm/vllm-openai:v0.11.0"]).await;
+    let caches: Api<ModelCache> = Api::namespaced(client.clone(), &ns);
+    let cache = caches
+        .patch(
+            "tiny",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(
+                json!({"apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "ModelCache",
+                "metadata": {"name": "tiny"},
+                "spec": {"source": "hf://acme/tiny", "nodeSelector": {"pool": "h100"}}}),
+            ),
+        )
+        .await
+        .unwrap();
+    let generation = cache.metadata.generation.unwrap();
+    agent_model_report(&client, "h100-1", &ns, "tiny", generation, "Ready").await;
+    agent_model_report(&client, "h100-2", &ns, "tiny", generation, "Downloading").await;
+
+    create_warmup(
+        &client,
+        &ns,
+        "tiny",
+        json!({"targetModelDeployment": {"name": "tiny"}}),
+    )
+    .await
+    .unwrap();
+    let done = eventually(120, "both warmup pods to succeed", || async {
+        let pods = warmup_pods(&client, &ns).await;
+        let succeeded = pods
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"))
+            .count();
+        (succeeded == 2).then_some(pods)
+    })
+    .await;
+    assert!(done.is_ok(), "{done:?}");
+    // h100-2's pod is done but its download is not: the node is not warm.
+    let s = status_where(&client, &ns, "tiny", "h100-2 still downloading", |s| {
+        s.phase == Some(WarmupPhase::InProgress) && s.succeeded_nodes == 1 && s.active_nodes == 1
+    })
+    .await;
+    assert_eq!(s.desired_nodes, 2, "{s:?}");
+    agent_model_report(&client, "h100-2", &ns, "tiny", generation, "Ready").await;
+    let s = status_where(&client, &ns, "tiny", "Completed", |s| {
+        s.phase == Some(WarmupPhase::Completed)
+    })
+    .await;
+    assert_eq!((s.succeeded_nodes, s.failed_nodes), (2, 0), "{s:?}");
+
+    // Named by a Warmup: a node the cache does not select fails with the reason, one
+    // whose report is of an older generation waits.
+    create_warmup(
+        &client,
+        &ns,
+        "named",
+        json!({"targetNodes": {"nodeNames": ["h100-1", "a10-1"]}, "modelCaches": ["tiny"],
+               "policies": {"maxFailedNodes": 1, "backoffLimitPerNode": 0}}),
+    )
+    .await
+    .unwrap();
+    let s = status_where(&client, &ns, "named", "a10-1 failed, h100-1 warm", |s| {
+        s.succeeded_nodes == 1 && s.failed_nodes == 1
+    })
+    .await;
+    let failure = s.failures.iter().find(|f| f.node_name == "a10-1").unwrap();
+    assert_eq!(failure.reason, "ModelCacheNotTargeted", "{s:?}");
+    assert!(failure.message.contains("ModelCache 'tiny'"), "{s:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
