@@ -373,6 +373,26 @@ impl Hub {
         }
     }
 
+    /// Whether this client may download `path` of `commit`: a `HEAD` of the file, as
+    /// huggingface_hub's `get_hf_file_metadata` does (the hub lists a gated repository's
+    /// files to anyone and gates their downloads, so only a file request tells).
+    pub async fn check_access(&self, repo: &RepoId, commit: &str, path: &str) -> Result<(), Error> {
+        let what = format!("{repo}/{path}");
+        let deadline = Instant::now() + self.timeouts.request;
+        let response = self
+            .send(
+                &what,
+                self.http.head(self.resolve_url(repo, commit, path)),
+                deadline,
+            )
+            .await?;
+        if response.status().is_success() || response.status().is_redirection() {
+            Ok(())
+        } else {
+            Err(self.error(&what, repo, commit, Some(path), &response))
+        }
+    }
+
     fn error(
         &self,
         what: &str,

@@ -203,6 +203,14 @@ pub async fn pull_resolved(
         .try_collect()
         .await?;
 
+    // Every blob already on disk (another cache's pull, maybe with another token): no
+    // request proved this token may read the repository, and the hub lists a gated
+    // repository's files to anyone. One file request does.
+    if fetched.values().all(|f| f.cached)
+        && let Some(first) = files.iter().min_by_key(|f| f.path.as_str())
+    {
+        hub.check_access(repo, &info.commit, &first.path).await?;
+    }
     let snapshot = publish_snapshot(&layout, &info.commit, &files).await?;
     if revision != info.commit {
         write_ref(&layout, revision, &info.commit).await?;

@@ -8,7 +8,9 @@
 //! - `HEAD`/`GET /{org}/{name}/resolve/{rev}/{path}`: `X-Repo-Commit`, `ETag`, and for
 //!   LFS files `X-Linked-Etag`/`X-Linked-Size`; `Range: bytes=<n>-[<m>]` answered `206`
 //!   with `Content-Range`;
-//! - a gated repo answers `401` with `X-Error-Code: GatedRepo` without its token; unknown
+//! - a gated repo answers `401` with `X-Error-Code: GatedRepo` without its token (with
+//!   [`StandIn::gate_files`], only its files do: the hub lists a gated model's files to
+//!   anyone and gates their downloads); unknown
 //!   repos, revisions and files answer `RepoNotFound`, `RevisionNotFound`,
 //!   `EntryNotFound`.
 //!
@@ -157,6 +159,8 @@ struct Repo {
     refs: BTreeMap<String, String>,
     commits: BTreeMap<String, Vec<StandInFile>>,
     token: Option<String>,
+    /// The model info and listing answer without the token: only files are gated.
+    files_only: bool,
 }
 
 #[derive(Default, Debug)]
@@ -224,6 +228,14 @@ impl StandIn {
         inner.repos.entry(repo.to_string()).or_default().token = Some(token.to_string());
     }
 
+    /// Gates the files of `repo` only: its model info and listing answer anyone.
+    pub fn gate_files(&self, repo: &str, token: &str) {
+        let mut inner = self.inner.lock().unwrap();
+        let r = inner.repos.entry(repo.to_string()).or_default();
+        r.token = Some(token.to_string());
+        r.files_only = true;
+    }
+
     /// The next `GET` of `path` (in any repo) dies after `bytes` bytes of body.
     pub fn die_after(&self, path: &str, bytes: u64) {
         self.inner
@@ -283,6 +295,7 @@ fn lookup(
     repo: &str,
     rev: &str,
     headers: &HeaderMap,
+    file: bool,
 ) -> Result<(String, Vec<StandInFile>), Response<Body>> {
     let Some(r) = inner.repos.get(repo) else {
         return Err(error(
@@ -291,7 +304,7 @@ fn lookup(
             "Repository Not Found",
         ));
     };
-    if let Some(token) = &r.token {
+    if let Some(token) = r.token.as_ref().filter(|_| file || !r.files_only) {
         let sent = headers
             .get("authorization")
             .and_then(|v| v.to_str().ok())
@@ -381,7 +394,7 @@ fn list(
     let repo = format!("{org}/{name}");
     let answer = {
         let guard = inner.lock().unwrap();
-        lookup(&guard, &repo, &rev, headers)
+        lookup(&guard, &repo, &rev, headers, false)
     };
     let response = match answer {
         Err(e) => e,
@@ -454,7 +467,7 @@ async fn resolve(
     let logged = format!("/{repo}/resolve/{rev}/{path}");
     let answer = {
         let guard = inner.lock().unwrap();
-        lookup(&guard, &repo, &rev, &headers)
+        lookup(&guard, &repo, &rev, &headers, true)
     };
     let (commit, files) = match answer {
         Ok(found) => found,

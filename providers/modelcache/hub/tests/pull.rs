@@ -332,6 +332,44 @@ async fn wrong_bytes_are_refused_and_nothing_is_published() {
     }
 }
 
+/// The hub lists a gated repository's files to anyone and gates their downloads: files
+/// already on disk (another cache's pull with its token) are no pass. One `HEAD` of a
+/// file checks the token when nothing had to be downloaded.
+#[tokio::test]
+async fn files_already_on_disk_are_no_pass_to_a_gated_repo() {
+    let f = Fixture::new(5).await;
+    f.stand_in.gate_files(REPO, "hf_right");
+    let default = PullOptions::default();
+    let first = f
+        .pull_with(Some("hf_right"), "main", &default)
+        .await
+        .unwrap();
+    assert!(first.bytes_received > 0);
+    for (token, with_token) in [(None, false), (Some("hf_wrong"), true)] {
+        let err = f.pull_with(token, "main", &default).await.unwrap_err();
+        assert!(
+            matches!(err, Error::Gated { with_token: w, .. } if w == with_token),
+            "{err}"
+        );
+    }
+    let before = f.stand_in.log().len();
+    let again = f
+        .pull_with(Some("hf_right"), "main", &default)
+        .await
+        .unwrap();
+    assert_eq!(again.bytes_received, 0, "nothing downloaded again");
+    let files: Vec<_> = f.stand_in.log()[before..]
+        .iter()
+        .filter(|l| l.path.contains("/resolve/"))
+        .map(|l| (l.method.clone(), l.status))
+        .collect();
+    assert_eq!(
+        files,
+        [("HEAD".to_string(), 200)],
+        "one file request, a HEAD"
+    );
+}
+
 #[tokio::test]
 async fn a_gated_repo_needs_its_token() {
     let f = Fixture::new(5).await;

@@ -287,7 +287,8 @@ async fn model_caches_go_ready_on_selected_nodes_with_clear_reasons_for_token_an
     hub.commit("acme/tiny", "main", &commit, files());
     let gated_commit = commit_id("gated-1");
     hub.commit("acme/gated", "main", &gated_commit, files());
-    hub.gate("acme/gated", "hf_right");
+    // As the hub does: a gated model's files are listed to anyone, downloaded with access.
+    hub.gate_files("acme/gated", "hf_right");
     for (name, pool) in [("gpu-a", "a"), ("gpu-b", "a"), ("cpu-c", "c")] {
         node(&client, name, pool).await;
     }
@@ -428,6 +429,25 @@ async fn model_caches_go_ready_on_selected_nodes_with_clear_reasons_for_token_an
         &gated_commit,
         &files(),
     );
+    // Another cache of the gated model without a token: the files on the node are no
+    // pass, the hub refuses this cache's file request.
+    model_cache(
+        &client,
+        "gated-copy",
+        json!({"source": "hf://acme/gated", "nodeSelector": selector}),
+    )
+    .await
+    .unwrap();
+    let report = node_where(&client, "gpu-a", "gated-copy refused", |n| {
+        state(n, "gated-copy").is_some_and(|s| s.0 == ModelCacheState::Failed)
+    })
+    .await;
+    let copy = entry(&report, "gated-copy").unwrap();
+    assert_eq!(copy.reason.as_deref(), Some(reasons::GATED), "{copy:?}");
+    Api::<ModelCache>::namespaced(client.clone(), NS)
+        .delete("gated-copy", &kube::api::DeleteParams::default())
+        .await
+        .unwrap();
 
     // Deleted: the entry leaves the report.
     Api::<ModelCache>::namespaced(client.clone(), NS)
