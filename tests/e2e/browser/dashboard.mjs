@@ -1,15 +1,20 @@
 // Drives the dashboard in a real headless Chromium (Debian's, through playwright-core):
 // deploy a model through the form after its preview, watch it appear live, open it, scale
 // it and delete it. Prints one JSON line of findings for the Rust test to check; exits 1
-// on a failed step. Usage: node dashboard.mjs URL NAMESPACE
+// on a failed step. Usage: node dashboard.mjs URL NAMESPACE [VIEWER_URL] (a dashboard run
+// by a user who may only read ModelDeployments).
 import { createRequire } from "node:module";
 
 const require = createRequire(import.meta.url);
 const { chromium } = require(process.env.PLAYWRIGHT_CORE);
-const [url, ns] = process.argv.slice(2);
+const [url, ns, viewerUrl] = process.argv.slice(2);
 const name = "tiny";
 const findings = { consoleErrors: [], steps: [] };
 const step = (s) => findings.steps.push(s);
+// With SCREENSHOTS=DIR, each page is saved there as it is checked (docs/images holds them).
+const shot = async (page, file, fullPage = false) => {
+  if (process.env.SCREENSHOTS) await page.screenshot({ path: `${process.env.SCREENSHOTS}/${file}.png`, fullPage });
+};
 
 const browser = await chromium.launch({ executablePath: process.env.CHROMIUM, args: ["--no-sandbox"] });
 try {
@@ -50,6 +55,7 @@ try {
   findings.preview = await page.getByRole("region", { name: "Preview" }).textContent();
   findings.selection = await page.locator("#selection").textContent();
   findings.objects = await page.locator("pre.object").allTextContents();
+  await shot(page, "dashboard-deploy", true);
   step("previewed");
 
   // A kernel cache and an inline warmup pass the API server's checks too.
@@ -85,6 +91,7 @@ try {
   await page.waitForFunction((n) => [...document.querySelectorAll("tbody tr")]
     .some((tr) => tr.cells[0].textContent === n && tr.cells[4].textContent === "kaito"), name);
   findings.row = await row.locator("td").allTextContents();
+  await shot(page, "dashboard-deployments");
   step("listed live");
 
   await page.getByRole("link", { name, exact: true }).click();
@@ -102,6 +109,8 @@ try {
   await page.getByRole("button", { name: "Send" }).click();
   await page.locator("#chat-answer [role=alert]").waitFor();
   findings.chat = await page.locator("#chat-answer").textContent();
+  await page.locator("h1").scrollIntoViewIfNeeded();
+  await shot(page, "dashboard-deployment");
   step("pods, log, chat");
   await page.getByLabel("Replicas").fill("2");
   await page.getByRole("button", { name: "Scale" }).click();
@@ -127,6 +136,7 @@ try {
   await page.getByLabel("GPU memory").selectOption("24");
   await page.getByRole("table", { name: /24 GB GPUs$/ }).waitFor();
   findings.seventyOn24 = await seventy();
+  await shot(page, "dashboard-models");
   await page.getByRole("link", { name: "Deploy Qwen/Qwen3-0.6B" }).click();
   await page.getByLabel("Model (Hugging Face id)").waitFor();
   findings.prefilled = [await page.getByLabel("Name", { exact: true }).inputValue(),
@@ -137,7 +147,32 @@ try {
   await page.getByRole("table", { name: "Model caches" }).waitFor();
   findings.modelCaches = await page.getByRole("table", { name: "Model caches" }).locator("tbody tr td").allTextContents();
   findings.nodes = await page.getByRole("table", { name: "Nodes" }).locator("tbody tr td").allTextContents();
+  await shot(page, "dashboard-caches");
   step("caches");
+
+  // A field the API server refuses: its own message, and Deploy stays disabled.
+  const fillDeploy = async (base, deployName) => {
+    await page.goto(`${base}/#/deploy`);
+    await page.getByLabel("Name", { exact: true }).fill(deployName);
+    await page.getByLabel("Namespace").fill(ns);
+    await page.getByLabel("Model (Hugging Face id)").fill("Qwen/Qwen3-0.6B");
+    await page.getByRole("button", { name: "Preview" }).click();
+    await page.locator("#dry-run").waitFor();
+    return [await page.locator("#dry-run").textContent(), await page.getByRole("button", { name: "Deploy" }).isDisabled()];
+  };
+  [findings.invalid, findings.invalidDeployDisabled] = await fillDeploy(url, "Not_A_Name");
+  step("invalid field");
+
+  if (viewerUrl) {
+    // A user who may only read: the list works, a deployment is refused with the API
+    // server's words before anything is written.
+    [findings.viewerDryRun, findings.viewerDeployDisabled] = await fillDeploy(viewerUrl, "denied");
+    await page.goto(`${viewerUrl}/#/deployments`);
+    // The live list answered (rows, or none left): the viewer's watch works.
+    await page.locator("main table, main p.message:has-text('No ModelDeployments')").first().waitFor();
+    findings.viewerListed = !(await page.locator("main [role=alert]").count());
+    step("viewer");
+  }
 } catch (e) {
   findings.error = String(e);
   findings.page = await browser.contexts()[0]?.pages()[0]?.locator("main").textContent().catch(() => null);

@@ -159,6 +159,14 @@ async fn a_model_is_previewed_deployed_watched_scaled_and_deleted_in_a_real_brow
         .await
         .unwrap();
 
+    // A second dashboard, run by a user who holds only the core chart's `view` role (its
+    // ClusterRole aggregated into `view`; this API server does not aggregate, so it is
+    // bound directly): reads work, a deployment is refused with the API server's words.
+    let viewer_server = viewer_dashboard(&cluster, &client).await;
+    let viewer_url = viewer_server
+        .as_ref()
+        .map_or_else(String::new, |(url, _)| url.clone());
+
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("browser/dashboard.mjs");
     let output = tokio::time::timeout(
         Duration::from_secs(240),
@@ -166,7 +174,10 @@ async fn a_model_is_previewed_deployed_watched_scaled_and_deleted_in_a_real_brow
             .arg(&script)
             .arg(format!("http://{host}"))
             .arg(&ns)
+            .arg(&viewer_url)
             .env("PLAYWRIGHT_CORE", &core)
+            // `SCREENSHOTS=$PWD/docs/images` makes the run save each page (docs/dashboard.md).
+            .envs(std::env::var_os("SCREENSHOTS").map(|d| ("SCREENSHOTS", d)))
             .env("CHROMIUM", &chromium)
             .output(),
     )
@@ -289,6 +300,28 @@ async fn a_model_is_previewed_deployed_watched_scaled_and_deleted_in_a_real_brow
         "{cache_row:?}"
     );
 
+    // A field the API server refuses: its message, and Deploy stays disabled.
+    let invalid = findings["invalid"].as_str().unwrap();
+    assert!(
+        invalid.starts_with("Validation: ") && invalid.contains("metadata.name"),
+        "{invalid}"
+    );
+    assert_eq!(findings["invalidDeployDisabled"], true);
+    if viewer_server.is_some() {
+        let denied = findings["viewerDryRun"].as_str().unwrap();
+        assert!(
+            denied.contains("forbidden") && denied.contains("viewer"),
+            "the API server's refusal, naming the user: {denied}"
+        );
+        assert_eq!(findings["viewerDeployDisabled"], true);
+        assert_eq!(findings["viewerListed"], true, "{findings:#}");
+        let mds: Api<ModelDeployment> = Api::namespaced(client.clone(), &ns);
+        assert!(
+            mds.get_opt("denied").await.unwrap().is_none(),
+            "nothing written"
+        );
+    }
+
     // What the browser did happened in the cluster: created (core selected a provider for
     // it), then deleted.
     let mds: Api<ModelDeployment> = Api::namespaced(client.clone(), &ns);
@@ -307,4 +340,61 @@ async fn a_model_is_previewed_deployed_watched_scaled_and_deleted_in_a_real_brow
         kubeairunway_sdk::testing::event_where(&client, &ns, "tiny", "ProviderSelected").await;
     assert!(!events.is_empty());
     server.abort();
+    if let Some((_, task)) = viewer_server {
+        task.abort();
+    }
+}
+
+/// A dashboard served with the identity of `viewer`, bound to the core chart's `-view`
+/// ClusterRole: its URL and task. `None` when helm is missing outside CI.
+async fn viewer_dashboard(
+    cluster: &kubeairunway_testcluster::TestCluster,
+    admin: &kube::Client,
+) -> Option<(String, tokio::task::JoinHandle<anyhow::Result<()>>)> {
+    use kube::api::{Patch, PatchParams};
+    use kubeairunway_e2e::helm;
+    let helm_bin = helm::require()?;
+    let objects = helm::template(&helm_bin, &helm::chart("kubeairunway"), &[]).unwrap();
+    let role = helm::of_kind(&objects, "ClusterRole")
+        .into_iter()
+        .find(|r| {
+            r["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.ends_with("-view"))
+        })
+        .expect("the core chart's view role")
+        .clone();
+    let role_name = role["metadata"]["name"].as_str().unwrap().to_string();
+    let roles: Api<k8s_openapi::api::rbac::v1::ClusterRole> = Api::all(admin.clone());
+    roles
+        .patch(
+            &role_name,
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(&role),
+        )
+        .await
+        .unwrap();
+    let bindings: Api<k8s_openapi::api::rbac::v1::ClusterRoleBinding> = Api::all(admin.clone());
+    bindings
+        .patch(
+            "dashboard-viewer",
+            &PatchParams::apply("test").force(),
+            &Patch::Apply(serde_json::json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                "metadata": {"name": "dashboard-viewer"},
+                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name},
+                "subjects": [{"apiGroup": "rbac.authorization.k8s.io", "kind": "User", "name": "viewer"}],
+            })),
+        )
+        .await
+        .unwrap();
+    let viewer = cluster.client_as("viewer", None).await.unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://127.0.0.1:{}", listener.local_addr().unwrap().port());
+    let task = tokio::spawn(dashboard::api::serve(
+        listener,
+        viewer,
+        std::future::pending(),
+    ));
+    Some((url, task))
 }
