@@ -530,6 +530,10 @@ pub struct KernelCacheAgent {
     pub runtime_class_name: String,
     /// The DaemonSet's updateStrategy.
     pub update_strategy: k8s_openapi::api::apps::v1::DaemonSetUpdateStrategy,
+    /// Hand the cache roots to podSecurityContext.runAsUser:runAsGroup before the agent
+    /// starts: an init container, root with CAP_CHOWN alone, changes the owner of the
+    /// roots and everything under them (not when runAsUser is 0 or unset).
+    pub own_cache_roots: bool,
     #[serde(flatten)]
     pub workload: Workload,
 }
