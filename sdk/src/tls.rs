@@ -308,21 +308,22 @@ impl CertBundle {
         Ok(Arc::new(CertifiedKey::new(certs, key)))
     }
 
-    /// The serving Secret's data: the serving pair and the CA bundle. `ca.key` is written
-    /// as `None`, which a merge patch turns into a removal: a Secret of the single-Secret
-    /// layout loses its CA key once the CA Secret holds it.
-    pub fn serving_data(&self) -> BTreeMap<String, Option<ByteString>> {
-        let mut data = data_of(&[
+    /// The serving Secret's data: the serving pair, the CA bundle, and an empty `ca.key`.
+    /// Empty, not absent: a Secret of the single-Secret layout loses its CA key once the
+    /// CA Secret holds it, while a replica of that earlier release, still running during
+    /// the upgrade, reads a Secret it understands and keeps its certificate (it wants the
+    /// key only to issue one; without the entry it would make a new CA).
+    pub fn serving_data(&self) -> BTreeMap<String, ByteString> {
+        data_of(&[
             ("ca.crt", &self.ca_crt),
+            ("ca.key", &String::new()),
             ("tls.crt", &self.tls_crt),
             ("tls.key", &self.tls_key),
-        ]);
-        data.insert("ca.key".into(), None);
-        data
+        ])
     }
 
     /// The CA Secret's data: the CA bundle and the signing CA's key.
-    pub fn ca_data(&self) -> BTreeMap<String, Option<ByteString>> {
+    pub fn ca_data(&self) -> BTreeMap<String, ByteString> {
         data_of(&[("ca.crt", &self.ca_crt), ("ca.key", &self.ca_key)])
     }
 
@@ -357,17 +358,10 @@ impl CertBundle {
     }
 }
 
-fn data_of(entries: &[(&str, &String)]) -> BTreeMap<String, Option<ByteString>> {
+fn data_of(entries: &[(&str, &String)]) -> BTreeMap<String, ByteString> {
     entries
         .iter()
-        .map(|(k, v)| (k.to_string(), Some(ByteString(v.as_bytes().to_vec()))))
-        .collect()
-}
-
-/// Secret data as stored (a removal is no key at all).
-fn stored_data(data: BTreeMap<String, Option<ByteString>>) -> BTreeMap<String, ByteString> {
-    data.into_iter()
-        .filter_map(|(k, v)| Some((k, v?)))
+        .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
         .collect()
 }
 
@@ -453,10 +447,7 @@ impl MemoryCertStore {
 
     /// Replace the stored bundle (as another replica would).
     pub fn put(&self, bundle: &CertBundle) {
-        self.put_data((
-            stored_data(bundle.serving_data()),
-            stored_data(bundle.ca_data()),
-        ));
+        self.put_data((bundle.serving_data(), bundle.ca_data()));
     }
 
     /// Replace the stored data of both Secrets (e.g. as an earlier release left them).
@@ -488,13 +479,7 @@ impl CertStore for MemoryCertStore {
             return Ok(Saved::Conflict);
         }
         let next = g.0.as_ref().map_or(1, |(_, v)| v + 1);
-        g.0 = Some((
-            (
-                stored_data(bundle.serving_data()),
-                stored_data(bundle.ca_data()),
-            ),
-            next,
-        ));
+        g.0 = Some(((bundle.serving_data(), bundle.ca_data()), next));
         Ok(Saved::Yes)
     }
 
@@ -580,7 +565,7 @@ impl KubeCertStore {
         &self,
         name: &str,
         type_: &str,
-        data: BTreeMap<String, Option<ByteString>>,
+        data: BTreeMap<String, ByteString>,
         version: Option<&str>,
     ) -> Result<Saved, Error> {
         let labels: BTreeMap<String, String> = [(
@@ -597,7 +582,7 @@ impl KubeCertStore {
                         ..ObjectMeta::default()
                     },
                     type_: Some(type_.into()),
-                    data: Some(stored_data(data)),
+                    data: Some(data),
                     ..Secret::default()
                 };
                 self.secrets
@@ -1024,11 +1009,13 @@ mod tests {
         let bundle = m.ensure().await.unwrap();
         let (serving, ca) = store.data().unwrap();
         let keys = |d: &BTreeMap<String, ByteString>| d.keys().cloned().collect::<Vec<_>>();
-        assert_eq!(keys(&serving), ["ca.crt", "tls.crt", "tls.key"]);
+        assert_eq!(keys(&serving), ["ca.crt", "ca.key", "tls.crt", "tls.key"]);
+        assert!(
+            serving["ca.key"].0.is_empty(),
+            "no CA key in the serving Secret"
+        );
         assert_eq!(keys(&ca), ["ca.crt", "ca.key"]);
         assert_eq!(ca["ca.key"].0, bundle.ca_key.as_bytes());
-        // A merge patch of the serving data removes a CA key left there.
-        assert_eq!(bundle.serving_data()["ca.key"], None);
     }
 
     /// A new CA lives as long as the settings say (a year by default, not ten), and its
@@ -1096,7 +1083,7 @@ mod tests {
         let m = CertManager::new(store.clone(), s, Arc::clone(&resolver));
         assert_eq!(m.ensure().await.unwrap(), old, "the same certificates");
         let (serving, ca) = store.data().unwrap();
-        assert!(!serving.contains_key("ca.key"), "moved out");
+        assert!(serving["ca.key"].0.is_empty(), "moved out");
         assert_eq!(ca["ca.key"].0, old.ca_key.as_bytes());
         assert_eq!(store.stored(), Some(old.clone()));
         assert_eq!(store.published(), std::slice::from_ref(&old.ca_crt));

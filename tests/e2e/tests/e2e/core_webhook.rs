@@ -451,7 +451,7 @@ async fn core_webhook_ca_bundle_is_patched_into_the_configurations() {
 /// Upgrading from the single-Secret layout: the serving Secret holds the CA's key too and
 /// the chart's new CA Secret is empty. On the API server, the same CA and serving pair are
 /// kept (the webhook configurations need no new CA bundle) and the key is moved: into the
-/// CA Secret, out of the serving one (a merge patch's null removes it).
+/// CA Secret, out of the serving one (emptied there).
 #[tokio::test]
 async fn the_ca_key_moves_out_of_a_single_secret_of_an_earlier_release() {
     use k8s_openapi::api::core::v1::Secret;
@@ -502,10 +502,13 @@ async fn the_ca_key_moves_out_of_a_single_secret_of_an_earlier_release() {
         .unwrap();
     assert_eq!(kept, old, "the same CA and serving pair");
     let serving = secrets.get("hook-tls").await.unwrap().data.unwrap();
+    // Emptied, not removed: a replica of the earlier release still running reads the four
+    // files it knows and keeps its certificate.
     assert_eq!(
         serving.keys().collect::<Vec<_>>(),
-        ["ca.crt", "tls.crt", "tls.key"]
+        ["ca.crt", "ca.key", "tls.crt", "tls.key"]
     );
+    assert!(serving["ca.key"].0.is_empty(), "no CA key left");
     assert_eq!(serving["tls.crt"], pem(&old.tls_crt));
     let ca = secrets.get("hook-ca").await.unwrap().data.unwrap();
     assert_eq!(ca["ca.key"], pem(&old.ca_key));
@@ -768,7 +771,11 @@ async fn core_chart_webhooks_are_called_by_the_api_server_through_rotation() {
     }
     let serving_data = serving.data.unwrap_or_default();
     assert_eq!(
-        serving_data.keys().collect::<Vec<_>>(),
+        serving_data
+            .iter()
+            .filter(|(_, v)| !v.0.is_empty())
+            .map(|(k, _)| k.as_str())
+            .collect::<Vec<_>>(),
         ["ca.crt", "tls.crt", "tls.key"],
         "no CA key in the serving Secret"
     );
