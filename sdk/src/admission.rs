@@ -88,6 +88,20 @@ impl Default for WebhookOptions {
     }
 }
 
+impl WebhookOptions {
+    /// Refuse lifetimes that would make a new CA at every check: a CA must live longer
+    /// than the rotation margin.
+    pub fn check(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.webhook_ca_validity > self.webhook_cert_rotate_before,
+            "--webhook-ca-validity ({:?}) must exceed --webhook-cert-rotate-before ({:?}), or every check makes a new CA",
+            self.webhook_ca_validity,
+            self.webhook_cert_rotate_before
+        );
+        Ok(())
+    }
+}
+
 /// The webhook configurations whose CA bundle the server keeps current (`None`: the
 /// component has none of that kind).
 #[derive(Clone, Debug, Default)]
@@ -112,6 +126,7 @@ pub async fn serve(
 
     use crate::tls::{CertManager, CertResolver, CertSettings, KubeCertStore};
 
+    options.check()?;
     let namespace = rt.options().namespace.clone();
     let service = options
         .webhook_service_name
@@ -190,4 +205,35 @@ pub async fn serve(
     });
     tracing::info!(address = %addr, "serving admission webhooks");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser as _;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        webhook: WebhookOptions,
+    }
+
+    const DAY: u64 = 86_400;
+
+    /// A year for the CA, not ten; its serving certificates 90 days, rotated 30 days
+    /// before they end: the flags' defaults and `Default` agree.
+    #[test]
+    fn the_ca_lives_a_year_by_default() {
+        let parsed = Cli::try_parse_from(["x"]).unwrap().webhook;
+        for o in [&parsed, &WebhookOptions::default()] {
+            assert_eq!(o.webhook_ca_validity.as_secs(), 365 * DAY);
+            assert_eq!(o.webhook_cert_validity.as_secs(), 90 * DAY);
+            assert_eq!(o.webhook_cert_rotate_before.as_secs(), 30 * DAY);
+            o.check().unwrap();
+        }
+        let churn = Cli::try_parse_from(["x", "--webhook-ca-validity=30d"])
+            .unwrap()
+            .webhook;
+        assert!(churn.check().is_err());
+    }
 }
