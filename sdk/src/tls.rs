@@ -82,8 +82,8 @@ impl CertSettings {
 
 /// The CA and the serving certificate: `ca.crt` (the CA bundle: the signing CA first, then
 /// a previous CA still valid during a CA rotation) and `ca.key` are kept in the CA Secret
-/// ([`CertBundle::ca_data`]); `ca.crt`, `tls.crt` and `tls.key` in the serving Secret
-/// ([`CertBundle::serving_data`]).
+/// ([`CertBundle::ca_data`]); `ca.crt`, `tls.crt`, `tls.key` and an empty `ca.key` in the
+/// serving Secret ([`CertBundle::serving_data`]).
 #[derive(Clone, PartialEq, Eq)]
 pub struct CertBundle {
     /// CA bundle (PEM, one or more certificates; the first signs).
