@@ -206,7 +206,8 @@ pub struct CoreWebhook {
     /// Seconds the API server waits for a webhook.
     #[schemars(range(min = 1, max = 30))]
     pub timeout_seconds: i32,
-    /// Lifetime of the CA the controller makes (--webhook-ca-validity).
+    /// Lifetime of the CA the controller makes (--webhook-ca-validity); the CA and its key
+    /// are kept in a Secret of their own, apart from the serving pair.
     pub ca_validity: String,
     /// Lifetime of the serving certificate (--webhook-cert-validity).
     pub cert_validity: String,
@@ -529,6 +530,10 @@ pub struct KernelCacheAgent {
     pub runtime_class_name: String,
     /// The DaemonSet's updateStrategy.
     pub update_strategy: k8s_openapi::api::apps::v1::DaemonSetUpdateStrategy,
+    /// Hand the cache roots to podSecurityContext.runAsUser:runAsGroup before the agent
+    /// starts: an init container, root with CAP_CHOWN alone, changes the owner of the
+    /// roots and everything under them (not when runAsUser is 0 or unset).
+    pub own_cache_roots: bool,
     #[serde(flatten)]
     pub workload: Workload,
 }
@@ -590,6 +595,9 @@ pub struct KernelCacheWebhook {
     /// Seconds the API server waits for the webhook.
     #[schemars(range(min = 1, max = 30))]
     pub timeout_seconds: i32,
+    /// Lifetime of the CA the webhook makes (--webhook-ca-validity); the CA and its key
+    /// are kept in a Secret of their own, apart from the serving pair.
+    pub ca_validity: String,
     /// Image of the kernelcache-seed init container added to serving pods; empty: this
     /// chart's image.
     pub seed_image: String,

@@ -36,8 +36,8 @@ pub fn respond(resp: AdmissionResponse) -> axum::response::Response {
 }
 
 /// Flags of a component that serves admission webhooks over HTTPS with a certificate it
-/// manages itself ([`crate::tls`]: a CA and serving certificate in a Secret shared by the
-/// replicas, the CA bundle patched into its webhook configurations, rotated before expiry
+/// manages itself ([`crate::tls`]: a CA in one Secret and the serving certificate in
+/// another, shared by the replicas, the CA bundle patched into its webhook configurations, rotated before expiry
 /// and reloaded without a restart).
 #[derive(Clone, Debug, clap::Args)]
 pub struct WebhookOptions {
@@ -48,15 +48,22 @@ pub struct WebhookOptions {
     /// the component's name).
     #[arg(long, env = "WEBHOOK_SERVICE_NAME")]
     pub webhook_service_name: Option<String>,
-    /// Name of the Secret holding the CA and the serving certificate (default:
-    /// `<service>-tls`).
+    /// Name of the Secret holding the serving certificate, its key and the CA bundle
+    /// (default: `<service>-tls`).
     #[arg(long, env = "WEBHOOK_SECRET_NAME")]
     pub webhook_secret_name: Option<String>,
-    /// Lifetime of a new CA.
-    #[arg(long, env = "WEBHOOK_CA_VALIDITY", default_value = "3650d", value_parser = crate::process::parse_duration)]
+    /// Name of the Secret holding the CA's certificate and key (default: `<service>-ca`).
+    /// While it is empty, a CA key found in the serving Secret (the layout of earlier
+    /// releases) is used and moved here.
+    #[arg(long, env = "WEBHOOK_CA_SECRET_NAME")]
+    pub webhook_ca_secret_name: Option<String>,
+    /// Lifetime of a new CA (a new one is made, and the old one kept in the CA bundle
+    /// while it is valid, when less than a serving certificate's lifetime plus the
+    /// rotation margin is left).
+    #[arg(long, env = "WEBHOOK_CA_VALIDITY", default_value = "365d", value_parser = crate::process::parse_duration)]
     pub webhook_ca_validity: std::time::Duration,
-    /// Lifetime of a new serving certificate.
-    #[arg(long, env = "WEBHOOK_CERT_VALIDITY", default_value = "365d", value_parser = crate::process::parse_duration)]
+    /// Lifetime of a new serving certificate (never past its CA's).
+    #[arg(long, env = "WEBHOOK_CERT_VALIDITY", default_value = "90d", value_parser = crate::process::parse_duration)]
     pub webhook_cert_validity: std::time::Duration,
     /// Rotate a certificate this long before it expires.
     #[arg(long, env = "WEBHOOK_CERT_ROTATE_BEFORE", default_value = "30d", value_parser = crate::process::parse_duration)]
@@ -72,11 +79,26 @@ impl Default for WebhookOptions {
             webhook_bind_address: std::net::SocketAddr::from(([0, 0, 0, 0], 9443)),
             webhook_service_name: None,
             webhook_secret_name: None,
-            webhook_ca_validity: std::time::Duration::from_secs(3650 * 86_400),
-            webhook_cert_validity: std::time::Duration::from_secs(365 * 86_400),
+            webhook_ca_secret_name: None,
+            webhook_ca_validity: std::time::Duration::from_secs(365 * 86_400),
+            webhook_cert_validity: std::time::Duration::from_secs(90 * 86_400),
             webhook_cert_rotate_before: std::time::Duration::from_secs(30 * 86_400),
             webhook_cert_check_interval: std::time::Duration::from_secs(300),
         }
+    }
+}
+
+impl WebhookOptions {
+    /// Refuse lifetimes that would make a new CA at every check: a CA must live longer
+    /// than the rotation margin.
+    pub fn check(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(
+            self.webhook_ca_validity > self.webhook_cert_rotate_before,
+            "--webhook-ca-validity ({:?}) must exceed --webhook-cert-rotate-before ({:?}), or every check makes a new CA",
+            self.webhook_ca_validity,
+            self.webhook_cert_rotate_before
+        );
+        Ok(())
     }
 }
 
@@ -104,6 +126,7 @@ pub async fn serve(
 
     use crate::tls::{CertManager, CertResolver, CertSettings, KubeCertStore};
 
+    options.check()?;
     let namespace = rt.options().namespace.clone();
     let service = options
         .webhook_service_name
@@ -113,11 +136,16 @@ pub async fn serve(
         .webhook_secret_name
         .clone()
         .unwrap_or_else(|| format!("{service}-tls"));
+    let ca_secret = options
+        .webhook_ca_secret_name
+        .clone()
+        .unwrap_or_else(|| format!("{service}-ca"));
     let resolver = Arc::new(CertResolver::default());
     let store = KubeCertStore::new(
         rt.client(),
         &namespace,
         &secret,
+        &ca_secret,
         configurations.validating.as_deref().unwrap_or_default(),
         configurations.mutating.as_deref().unwrap_or_default(),
     );
@@ -177,4 +205,35 @@ pub async fn serve(
     });
     tracing::info!(address = %addr, "serving admission webhooks");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser as _;
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        webhook: WebhookOptions,
+    }
+
+    const DAY: u64 = 86_400;
+
+    /// A year for the CA, not ten; its serving certificates 90 days, rotated 30 days
+    /// before they end: the flags' defaults and `Default` agree.
+    #[test]
+    fn the_ca_lives_a_year_by_default() {
+        let parsed = Cli::try_parse_from(["x"]).unwrap().webhook;
+        for o in [&parsed, &WebhookOptions::default()] {
+            assert_eq!(o.webhook_ca_validity.as_secs(), 365 * DAY);
+            assert_eq!(o.webhook_cert_validity.as_secs(), 90 * DAY);
+            assert_eq!(o.webhook_cert_rotate_before.as_secs(), 30 * DAY);
+            o.check().unwrap();
+        }
+        let churn = Cli::try_parse_from(["x", "--webhook-ca-validity=30d"])
+            .unwrap()
+            .webhook;
+        assert!(churn.check().is_err());
+    }
 }

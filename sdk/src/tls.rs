@@ -1,12 +1,14 @@
 //! TLS for the webhooks, managed by the controller itself (the job
 //! open-policy-agent's cert-controller does for other controllers): a self-signed CA and a serving certificate for the webhook Service's DNS
-//! names, made with rcgen and kept in a Secret that every replica shares; the CA bundle
-//! patched into the webhook configurations; rotation before expiry; and hot reload of the
-//! serving certificate ([`CertResolver`]) without a restart.
+//! names, made with rcgen and kept in two Secrets that every replica shares (the CA's
+//! certificate and key in one, the serving pair and the CA bundle in the other, so that
+//! whoever may read the serving Secret does not get the key that signs for the webhook);
+//! the CA bundle patched into the webhook configurations; rotation before expiry; and hot
+//! reload of the serving certificate ([`CertResolver`]) without a restart.
 //!
 //! All Secret and webhook-configuration I/O goes through [`CertStore`], so rotation is
 //! tested without a cluster ([`MemoryCertStore`]); [`KubeCertStore`] is the real one.
-//! Replicas coordinate through the Secret's resourceVersion: whoever writes first wins,
+//! Replicas coordinate through the Secrets' resourceVersions: whoever writes first wins,
 //! the others load what it wrote.
 
 use std::collections::BTreeMap;
@@ -55,7 +57,7 @@ pub enum Error {
 pub struct CertSettings {
     /// The webhook Service's name.
     pub service_name: String,
-    /// The namespace of the Service and the Secret.
+    /// The namespace of the Service and the Secrets.
     pub namespace: String,
     /// How long a new CA is valid.
     pub ca_validity: Duration,
@@ -78,8 +80,10 @@ impl CertSettings {
     }
 }
 
-/// The PEM files kept in the Secret: `ca.crt` (the CA bundle: the signing CA first, then
-/// a previous CA still valid during a CA rotation), `ca.key`, `tls.crt`, `tls.key`.
+/// The CA and the serving certificate: `ca.crt` (the CA bundle: the signing CA first, then
+/// a previous CA still valid during a CA rotation) and `ca.key` are kept in the CA Secret
+/// ([`CertBundle::ca_data`]); `ca.crt`, `tls.crt`, `tls.key` and an empty `ca.key` in the
+/// serving Secret ([`CertBundle::serving_data`]).
 #[derive(Clone, PartialEq, Eq)]
 pub struct CertBundle {
     /// CA bundle (PEM, one or more certificates; the first signs).
@@ -164,6 +168,43 @@ pub fn dns_names(pem: &str) -> Result<Vec<String>, Error> {
         .unwrap_or_default())
 }
 
+/// Whether the first certificate of `leaf_pem` names the first certificate of `ca_pem` as
+/// its issuer (authority key identifier = the CA's subject key identifier). The two live
+/// in different Secrets, so a crash between their writes can leave a leaf of a previous CA.
+fn issued_by(leaf_pem: &str, ca_pem: &str) -> bool {
+    let first = |pem: &str| {
+        CertificateDer::pem_slice_iter(pem.as_bytes())
+            .next()
+            .and_then(Result::ok)
+    };
+    let (Some(leaf), Some(ca)) = (first(leaf_pem), first(ca_pem)) else {
+        return false;
+    };
+    let (Ok((_, leaf)), Ok((_, ca))) = (
+        x509_parser::parse_x509_certificate(&leaf),
+        x509_parser::parse_x509_certificate(&ca),
+    ) else {
+        return false;
+    };
+    let aki = leaf
+        .extensions()
+        .iter()
+        .find_map(|e| match e.parsed_extension() {
+            x509_parser::extensions::ParsedExtension::AuthorityKeyIdentifier(a) => {
+                a.key_identifier.as_ref().map(|k| k.0.to_vec())
+            }
+            _ => None,
+        });
+    let ski = ca
+        .extensions()
+        .iter()
+        .find_map(|e| match e.parsed_extension() {
+            x509_parser::extensions::ParsedExtension::SubjectKeyIdentifier(k) => Some(k.0.to_vec()),
+            _ => None,
+        });
+    aki.is_some() && aki == ski
+}
+
 fn remaining(t: SystemTime, now: SystemTime) -> Duration {
     t.duration_since(now).unwrap_or_default()
 }
@@ -221,6 +262,7 @@ impl CertBundle {
             n == want
         });
         let leaf_ok = names_ok
+            && issued_by(&self.tls_crt, &self.ca_crt)
             && not_after(&self.tls_crt)
                 .is_ok_and(|t| remaining(t[0], now) > settings.rotate_before);
         let key_ok = self.certified_key().is_ok();
@@ -266,33 +308,61 @@ impl CertBundle {
         Ok(Arc::new(CertifiedKey::new(certs, key)))
     }
 
-    /// The Secret data.
-    pub fn to_data(&self) -> BTreeMap<String, ByteString> {
-        [
+    /// The serving Secret's data: the serving pair, the CA bundle, and an empty `ca.key`.
+    /// Empty, not absent: a Secret of the single-Secret layout loses its CA key once the
+    /// CA Secret holds it, while a replica of that earlier release, still running during
+    /// the upgrade, reads a Secret it understands and keeps its certificate (it wants the
+    /// key only to issue one; without the entry it would make a new CA).
+    pub fn serving_data(&self) -> BTreeMap<String, ByteString> {
+        data_of(&[
             ("ca.crt", &self.ca_crt),
-            ("ca.key", &self.ca_key),
+            ("ca.key", &String::new()),
             ("tls.crt", &self.tls_crt),
             ("tls.key", &self.tls_key),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
-        .collect()
+        ])
     }
 
-    /// Read Secret data.
-    pub fn from_data(data: &BTreeMap<String, ByteString>) -> Result<Self, Error> {
-        let get = |k: &str| {
-            data.get(k)
-                .map(|b| String::from_utf8_lossy(&b.0).into_owned())
-                .ok_or_else(|| Error::Invalid(format!("secret has no {k}")))
-        };
-        Ok(Self {
-            ca_crt: get("ca.crt")?,
-            ca_key: get("ca.key")?,
-            tls_crt: get("tls.crt")?,
-            tls_key: get("tls.key")?,
-        })
+    /// The CA Secret's data: the CA bundle and the signing CA's key.
+    pub fn ca_data(&self) -> BTreeMap<String, ByteString> {
+        data_of(&[("ca.crt", &self.ca_crt), ("ca.key", &self.ca_key)])
     }
+
+    /// The bundle kept in a serving Secret's and a CA Secret's data, and whether the
+    /// Secrets must be written again although the bundle is good: the CA is still in the
+    /// serving Secret (the single-Secret layout of earlier releases, read from there while
+    /// the CA Secret is empty, then moved). `None`: no CA anywhere, make one.
+    pub fn from_secrets(
+        serving: Option<&BTreeMap<String, ByteString>>,
+        ca: Option<&BTreeMap<String, ByteString>>,
+    ) -> (Option<Self>, bool) {
+        let get = |data: Option<&BTreeMap<String, ByteString>>, k: &str| {
+            data.and_then(|d| d.get(k))
+                .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+                .filter(|v| !v.is_empty())
+        };
+        let key_in_serving = get(serving, "ca.key").is_some();
+        let (ca_crt, ca_key) = match (get(ca, "ca.crt"), get(ca, "ca.key")) {
+            (Some(c), Some(k)) => (c, k),
+            _ => match (get(serving, "ca.crt"), get(serving, "ca.key")) {
+                (Some(c), Some(k)) => (c, k),
+                _ => return (None, false),
+            },
+        };
+        let bundle = Self {
+            ca_crt,
+            ca_key,
+            tls_crt: get(serving, "tls.crt").unwrap_or_default(),
+            tls_key: get(serving, "tls.key").unwrap_or_default(),
+        };
+        (Some(bundle), key_in_serving)
+    }
+}
+
+fn data_of(entries: &[(&str, &String)]) -> BTreeMap<String, ByteString> {
+    entries
+        .iter()
+        .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
+        .collect()
 }
 
 fn pem_cert(der: &CertificateDer<'_>) -> String {
@@ -315,13 +385,23 @@ pub enum Saved {
     Conflict,
 }
 
+/// What a [`CertStore`] holds.
+#[derive(Clone, Debug)]
+pub struct Stored {
+    /// The bundle (`None`: no CA yet, or unreadable data: make a new one).
+    pub bundle: Option<CertBundle>,
+    /// The version to write against.
+    pub version: String,
+    /// Write the bundle again even if it is good: it is not stored the way it should be
+    /// (the CA key still in the serving Secret).
+    pub rewrite: bool,
+}
+
 /// Where the certificates live and where the CA bundle goes.
 pub trait CertStore: Send + Sync {
-    /// The stored bundle and its version, if any (unreadable data counts as a bundle
-    /// to replace: return it with its version and let rotation handle it).
-    fn load(
-        &self,
-    ) -> impl Future<Output = Result<Option<(Option<CertBundle>, String)>, Error>> + Send;
+    /// The stored bundle and its version, if anything is stored (unreadable data counts
+    /// as a bundle to replace: return `bundle: None` with the version).
+    fn load(&self) -> impl Future<Output = Result<Option<Stored>, Error>> + Send;
     /// Write `bundle` if the stored version is still `version` (`None`: create).
     fn save(
         &self,
@@ -332,10 +412,14 @@ pub trait CertStore: Send + Sync {
     fn publish_ca_bundle(&self, ca_pem: &str) -> impl Future<Output = Result<(), Error>> + Send;
 }
 
-/// The stored bundle with its version, and the CA bundles published.
-type MemoryState = (Option<(CertBundle, u64)>, Vec<String>);
+/// The serving Secret's and the CA Secret's data.
+pub type SecretsData = (BTreeMap<String, ByteString>, BTreeMap<String, ByteString>);
 
-/// An in-memory store, shared by clones (for tests and the benchmark).
+/// The two Secrets' data with their version, and the CA bundles published.
+type MemoryState = (Option<(SecretsData, u64)>, Vec<String>);
+
+/// An in-memory store of the two Secrets' data, shared by clones (for tests and the
+/// benchmark); it splits and reads the data as [`KubeCertStore`] does.
 #[derive(Clone, Debug, Default)]
 pub struct MemoryCertStore {
     inner: Arc<Mutex<MemoryState>>,
@@ -349,25 +433,43 @@ impl MemoryCertStore {
 
     /// The stored bundle.
     pub fn stored(&self) -> Option<CertBundle> {
+        let (serving, ca) = self.data()?;
+        CertBundle::from_secrets(Some(&serving), Some(&ca)).0
+    }
+
+    /// The stored data of the serving Secret and of the CA Secret.
+    pub fn data(&self) -> Option<SecretsData> {
         self.inner
             .lock()
             .ok()
-            .and_then(|g| g.0.as_ref().map(|(b, _)| b.clone()))
+            .and_then(|g| g.0.as_ref().map(|(d, _)| d.clone()))
     }
 
     /// Replace the stored bundle (as another replica would).
-    pub fn put(&self, bundle: CertBundle) {
+    pub fn put(&self, bundle: &CertBundle) {
+        self.put_data((bundle.serving_data(), bundle.ca_data()));
+    }
+
+    /// Replace the stored data of both Secrets (e.g. as an earlier release left them).
+    pub fn put_data(&self, data: SecretsData) {
         if let Ok(mut g) = self.inner.lock() {
             let v = g.0.as_ref().map_or(1, |(_, v)| v + 1);
-            g.0 = Some((bundle, v));
+            g.0 = Some((data, v));
         }
     }
 }
 
 impl CertStore for MemoryCertStore {
-    async fn load(&self) -> Result<Option<(Option<CertBundle>, String)>, Error> {
+    async fn load(&self) -> Result<Option<Stored>, Error> {
         let g = self.inner.lock().map_err(|e| Error::Store(e.to_string()))?;
-        Ok(g.0.as_ref().map(|(b, v)| (Some(b.clone()), v.to_string())))
+        Ok(g.0.as_ref().map(|((serving, ca), v)| {
+            let (bundle, rewrite) = CertBundle::from_secrets(Some(serving), Some(ca));
+            Stored {
+                bundle,
+                version: v.to_string(),
+                rewrite,
+            }
+        }))
     }
 
     async fn save(&self, bundle: &CertBundle, version: Option<&str>) -> Result<Saved, Error> {
@@ -377,7 +479,7 @@ impl CertStore for MemoryCertStore {
             return Ok(Saved::Conflict);
         }
         let next = g.0.as_ref().map_or(1, |(_, v)| v + 1);
-        g.0 = Some((bundle.clone(), next));
+        g.0 = Some(((bundle.serving_data(), bundle.ca_data()), next));
         Ok(Saved::Yes)
     }
 
@@ -390,11 +492,13 @@ impl CertStore for MemoryCertStore {
     }
 }
 
-/// The real store: a `kubernetes.io/tls` Secret and the two webhook configurations.
+/// The real store: a `kubernetes.io/tls` Secret for the serving pair, an `Opaque` one for
+/// the CA, and the two webhook configurations.
 #[derive(Clone)]
 pub struct KubeCertStore {
     secrets: Api<Secret>,
     secret_name: String,
+    ca_secret_name: String,
     validating: Api<ValidatingWebhookConfiguration>,
     validating_name: String,
     mutating: Api<MutatingWebhookConfiguration>,
@@ -405,6 +509,7 @@ impl fmt::Debug for KubeCertStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("KubeCertStore")
             .field("secret_name", &self.secret_name)
+            .field("ca_secret_name", &self.ca_secret_name)
             .field("validating_name", &self.validating_name)
             .field("mutating_name", &self.mutating_name)
             .finish_non_exhaustive()
@@ -412,18 +517,21 @@ impl fmt::Debug for KubeCertStore {
 }
 
 impl KubeCertStore {
-    /// A store for `secret_name` in `namespace` and the named webhook configurations.
-    /// An empty configuration name means there is none of that kind to patch.
+    /// A store for the serving Secret `secret_name` and the CA Secret `ca_secret_name` in
+    /// `namespace`, and the named webhook configurations. An empty configuration name
+    /// means there is none of that kind to patch.
     pub fn new(
         client: kube::Client,
         namespace: &str,
         secret_name: &str,
+        ca_secret_name: &str,
         validating_name: &str,
         mutating_name: &str,
     ) -> Self {
         Self {
             secrets: Api::namespaced(client.clone(), namespace),
             secret_name: secret_name.into(),
+            ca_secret_name: ca_secret_name.into(),
             validating: Api::all(client.clone()),
             validating_name: validating_name.into(),
             mutating: Api::all(client),
@@ -449,62 +557,46 @@ fn ca_bundle_patch(webhooks: usize, ca_pem: &str) -> Result<json_patch::Patch, E
     serde_json::from_value(serde_json::Value::Array(ops)).map_err(store_err)
 }
 
-impl CertStore for KubeCertStore {
-    async fn load(&self) -> Result<Option<(Option<CertBundle>, String)>, Error> {
-        let Some(secret) = self
-            .secrets
-            .get_opt(&self.secret_name)
-            .await
-            .map_err(store_err)?
-        else {
-            return Ok(None);
-        };
-        let version = secret.metadata.resource_version.clone().unwrap_or_default();
-        let bundle = secret
-            .data
-            .as_ref()
-            .and_then(|d| CertBundle::from_data(d).ok());
-        Ok(Some((bundle, version)))
-    }
-
-    async fn save(&self, bundle: &CertBundle, version: Option<&str>) -> Result<Saved, Error> {
-        let secret = Secret {
-            metadata: ObjectMeta {
-                name: Some(self.secret_name.clone()),
-                resource_version: version.map(str::to_string),
-                labels: Some(
-                    [(
-                        crate::labels::MANAGED_BY.to_string(),
-                        crate::labels::MANAGED_BY_VALUE.to_string(),
-                    )]
-                    .into(),
-                ),
-                ..ObjectMeta::default()
-            },
-            type_: Some("kubernetes.io/tls".into()),
-            data: Some(bundle.to_data()),
-            ..Secret::default()
-        };
+impl KubeCertStore {
+    /// Write one Secret's data: create it (`version` `None`) or merge-patch its data and
+    /// our label, conditional on the version read: the Secret may be a chart's, whose own
+    /// labels and annotations (Helm's ownership) must stay.
+    async fn write(
+        &self,
+        name: &str,
+        type_: &str,
+        data: BTreeMap<String, ByteString>,
+        version: Option<&str>,
+    ) -> Result<Saved, Error> {
+        let labels: BTreeMap<String, String> = [(
+            crate::labels::MANAGED_BY.to_string(),
+            crate::labels::MANAGED_BY_VALUE.to_string(),
+        )]
+        .into();
         let result = match version {
-            None => self
-                .secrets
-                .create(&PostParams::default(), &secret)
-                .await
-                .map(|_| ()),
-            // A merge patch of the data and our label, conditional on the version read:
-            // the Secret may be a chart's, whose own labels and annotations (Helm's
-            // ownership) must stay.
+            None => {
+                let secret = Secret {
+                    metadata: ObjectMeta {
+                        name: Some(name.to_string()),
+                        labels: Some(labels),
+                        ..ObjectMeta::default()
+                    },
+                    type_: Some(type_.into()),
+                    data: Some(data),
+                    ..Secret::default()
+                };
+                self.secrets
+                    .create(&PostParams::default(), &secret)
+                    .await
+                    .map(|_| ())
+            }
             Some(v) => {
                 let patch = serde_json::json!({
-                    "metadata": {"resourceVersion": v, "labels": secret.metadata.labels},
-                    "data": secret.data,
+                    "metadata": {"resourceVersion": v, "labels": labels},
+                    "data": data,
                 });
                 self.secrets
-                    .patch(
-                        &self.secret_name,
-                        &PatchParams::default(),
-                        &Patch::Merge(&patch),
-                    )
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
                     .await
                     .map(|_| ())
             }
@@ -514,6 +606,72 @@ impl CertStore for KubeCertStore {
             Err(e) if is_conflict(&e) => Ok(Saved::Conflict),
             Err(e) => Err(store_err(e)),
         }
+    }
+}
+
+/// The version of the two Secrets: `<serving>/<CA>`, the CA's empty while it does not
+/// exist.
+fn split_version(version: &str) -> (&str, Option<&str>) {
+    let (serving, ca) = version.split_once('/').unwrap_or((version, ""));
+    (serving, (!ca.is_empty()).then_some(ca))
+}
+
+impl CertStore for KubeCertStore {
+    async fn load(&self) -> Result<Option<Stored>, Error> {
+        let Some(serving) = self
+            .secrets
+            .get_opt(&self.secret_name)
+            .await
+            .map_err(store_err)?
+        else {
+            return Ok(None);
+        };
+        let ca = self
+            .secrets
+            .get_opt(&self.ca_secret_name)
+            .await
+            .map_err(store_err)?;
+        let rv = |s: &Secret| s.metadata.resource_version.clone().unwrap_or_default();
+        let version = format!(
+            "{}/{}",
+            rv(&serving),
+            ca.as_ref().map(rv).unwrap_or_default()
+        );
+        let (bundle, rewrite) = CertBundle::from_secrets(
+            serving.data.as_ref(),
+            ca.as_ref().and_then(|c| c.data.as_ref()),
+        );
+        Ok(Some(Stored {
+            bundle,
+            version,
+            rewrite,
+        }))
+    }
+
+    /// The CA Secret first: the serving Secret's leaf may lag behind it (it is then
+    /// reissued, see [`CertBundle::rotated`]), but never a CA key behind a leaf it signed.
+    async fn save(&self, bundle: &CertBundle, version: Option<&str>) -> Result<Saved, Error> {
+        let (serving_version, ca_version) = match version {
+            Some(v) => {
+                let (s, c) = split_version(v);
+                (Some(s), c)
+            }
+            None => (None, None),
+        };
+        if self
+            .write(&self.ca_secret_name, "Opaque", bundle.ca_data(), ca_version)
+            .await?
+            == Saved::Conflict
+        {
+            return Ok(Saved::Conflict);
+        }
+        self.write(
+            &self.secret_name,
+            "kubernetes.io/tls",
+            bundle.serving_data(),
+            serving_version,
+        )
+        .await
     }
 
     async fn publish_ca_bundle(&self, ca_pem: &str) -> Result<(), Error> {
@@ -654,7 +812,15 @@ impl<S: CertStore> CertManager<S> {
             let now = SystemTime::now();
             let loaded = self.store.load().await?;
             let (bundle, version) = match loaded {
-                Some((Some(b), v)) => match b.rotated(&self.settings, now) {
+                Some(Stored {
+                    bundle: Some(b),
+                    version: v,
+                    rewrite,
+                }) => match b.rotated(&self.settings, now) {
+                    Ok(None) if rewrite => {
+                        info!("moving the webhook CA key out of the serving certificate's Secret");
+                        (b, Some(Some(v)))
+                    }
                     Ok(None) => (b, None),
                     Ok(Some(next)) => (next, Some(Some(v))),
                     Err(e) => {
@@ -662,7 +828,11 @@ impl<S: CertStore> CertManager<S> {
                         (CertBundle::generate(&self.settings, now)?, Some(Some(v)))
                     }
                 },
-                Some((None, v)) => (CertBundle::generate(&self.settings, now)?, Some(Some(v))),
+                Some(Stored {
+                    bundle: None,
+                    version: v,
+                    ..
+                }) => (CertBundle::generate(&self.settings, now)?, Some(Some(v))),
                 None => (CertBundle::generate(&self.settings, now)?, Some(None)),
             };
             if let Some(version) = version {
@@ -716,7 +886,7 @@ mod tests {
         CertSettings {
             service_name: "kubeairunway-webhook".into(),
             namespace: "kubeairunway-system".into(),
-            ca_validity: Duration::from_secs(3650 * 86400),
+            ca_validity: Duration::from_secs(365 * 86400),
             cert_validity: Duration::from_secs(cert),
             rotate_before: Duration::from_secs(before),
         }
@@ -822,5 +992,131 @@ mod tests {
         };
         assert!(b.rotated(&settings(3600, 60), SystemTime::now()).is_err());
         assert!(b.certified_key().is_err());
+    }
+
+    const DAY: u64 = 86400;
+
+    /// The serving Secret holds the serving pair and the CA bundle, never the CA key; the
+    /// CA Secret holds the CA and its key.
+    #[tokio::test]
+    async fn the_ca_key_is_kept_apart_from_the_serving_pair() {
+        let store = MemoryCertStore::default();
+        let m = CertManager::new(
+            store.clone(),
+            settings(86400, 3600),
+            Arc::new(CertResolver::default()),
+        );
+        let bundle = m.ensure().await.unwrap();
+        let (serving, ca) = store.data().unwrap();
+        let keys = |d: &BTreeMap<String, ByteString>| d.keys().cloned().collect::<Vec<_>>();
+        assert_eq!(keys(&serving), ["ca.crt", "ca.key", "tls.crt", "tls.key"]);
+        assert!(
+            serving["ca.key"].0.is_empty(),
+            "no CA key in the serving Secret"
+        );
+        assert_eq!(keys(&ca), ["ca.crt", "ca.key"]);
+        assert_eq!(ca["ca.key"].0, bundle.ca_key.as_bytes());
+    }
+
+    /// A new CA lives as long as the settings say (a year by default, not ten), and its
+    /// rotation overlaps: the old CA stays in the bundle while it is valid, the new leaf
+    /// is signed by the new CA, and the old CA leaves the bundle once expired.
+    #[test]
+    fn a_one_year_ca_rotates_with_overlap() {
+        let s = CertSettings {
+            ca_validity: Duration::from_secs(365 * DAY),
+            cert_validity: Duration::from_secs(90 * DAY),
+            rotate_before: Duration::from_secs(30 * DAY),
+            ..settings(0, 0)
+        };
+        let now = SystemTime::now();
+        let first = CertBundle::generate(&s, now).unwrap();
+        let ca_end = not_after(&first.ca_crt).unwrap()[0];
+        let lifetime = ca_end.duration_since(now).unwrap().as_secs();
+        assert!(
+            (365 * DAY - 120..=365 * DAY).contains(&lifetime),
+            "{lifetime}"
+        );
+        // A leaf rotation at 70 days keeps the CA.
+        let day70 = now + Duration::from_secs(70 * DAY);
+        let leaf = first.rotated(&s, day70).unwrap().unwrap();
+        assert_eq!(leaf.ca_crt, first.ca_crt);
+        // At 300 days a new leaf would outlive the CA's margin: a new CA, the old kept.
+        let day300 = now + Duration::from_secs(300 * DAY);
+        let next = leaf.rotated(&s, day300).unwrap().unwrap();
+        assert_ne!(next.ca_key, first.ca_key);
+        assert_eq!(not_after(&next.ca_crt).unwrap().len(), 2);
+        assert!(issued_by(&next.tls_crt, &next.ca_crt));
+        assert!(!issued_by(&next.tls_crt, &first.ca_crt));
+        // Past the old CA's end, the next CA rotation drops it from the bundle.
+        let day640 = now + Duration::from_secs(640 * DAY);
+        let last = next.rotated(&s, day640).unwrap().unwrap();
+        assert_eq!(not_after(&last.ca_crt).unwrap().len(), 2);
+        assert!(!last.ca_crt.contains(first.ca_crt.trim()));
+    }
+
+    /// The serving Secret of an earlier release holds all four files and the CA Secret is
+    /// empty (the chart just made it): the same CA and serving pair are kept (no new CA
+    /// for the API server to learn), and the CA key is moved into the CA Secret.
+    #[tokio::test]
+    async fn the_single_secret_layout_is_migrated() {
+        let s = settings(86400, 3600);
+        let old = CertBundle::generate(&s, SystemTime::now()).unwrap();
+        let single: BTreeMap<String, ByteString> = [
+            ("ca.crt", &old.ca_crt),
+            ("ca.key", &old.ca_key),
+            ("tls.crt", &old.tls_crt),
+            ("tls.key", &old.tls_key),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
+        .collect();
+        // The chart's empty CA Secret.
+        let empty: BTreeMap<String, ByteString> = BTreeMap::new();
+        assert_eq!(
+            CertBundle::from_secrets(Some(&single), Some(&empty)),
+            (Some(old.clone()), true)
+        );
+        let store = MemoryCertStore::default();
+        store.put_data((single, empty));
+        let resolver = Arc::new(CertResolver::default());
+        let m = CertManager::new(store.clone(), s, Arc::clone(&resolver));
+        assert_eq!(m.ensure().await.unwrap(), old, "the same certificates");
+        let (serving, ca) = store.data().unwrap();
+        assert!(serving["ca.key"].0.is_empty(), "moved out");
+        assert_eq!(ca["ca.key"].0, old.ca_key.as_bytes());
+        assert_eq!(store.stored(), Some(old.clone()));
+        assert_eq!(store.published(), std::slice::from_ref(&old.ca_crt));
+        // Moved once: the next check writes nothing.
+        let before = store.load().await.unwrap().unwrap().version;
+        m.ensure().await.unwrap();
+        assert_eq!(store.load().await.unwrap().unwrap().version, before);
+        // An emptied CA Secret (after a suspected leak): a new CA, the old one not trusted.
+        let (serving, _) = store.data().unwrap();
+        store.put_data((serving, BTreeMap::new()));
+        let fresh = m.ensure().await.unwrap();
+        assert_ne!(fresh.ca_key, old.ca_key);
+        assert!(!fresh.ca_crt.contains(old.ca_crt.trim()));
+        assert!(issued_by(&fresh.tls_crt, &fresh.ca_crt));
+    }
+
+    /// A serving Secret whose leaf a previous CA signed (a crash between the CA Secret's
+    /// write and the serving Secret's) gets a leaf of the current CA at once.
+    #[test]
+    fn a_leaf_of_another_ca_is_reissued() {
+        let s = settings(86400, 3600);
+        let now = SystemTime::now();
+        let a = CertBundle::generate(&s, now).unwrap();
+        let b = CertBundle::generate(&s, now).unwrap();
+        let mixed = CertBundle {
+            tls_crt: a.tls_crt.clone(),
+            tls_key: a.tls_key.clone(),
+            ..b.clone()
+        };
+        let next = mixed.rotated(&s, now).unwrap().unwrap();
+        assert_eq!(next.ca_crt, b.ca_crt, "the CA stays");
+        assert!(issued_by(&next.tls_crt, &b.ca_crt));
+        // Neither Secret filled in: nothing to keep.
+        assert_eq!(CertBundle::from_secrets(None, None), (None, false));
     }
 }

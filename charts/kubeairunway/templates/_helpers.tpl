@@ -13,6 +13,10 @@ library chart (kubeairunway-lib), with the context
 {{- printf "%s-webhook-tls" (include "kubeairunway.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}
 
+{{- define "kubeairunway.webhookCaSecret" -}}
+{{- printf "%s-webhook-ca" (include "kubeairunway.fullname" .) | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
 {{- define "kubeairunway.validatingWebhook" -}}
 {{- printf "%s-validating" (include "kubeairunway.fullname" .) | trunc 63 | trimSuffix "-" -}}
 {{- end -}}

@@ -156,6 +156,13 @@ pub async fn main() -> anyhow::Result<()> {
         secrets: Arc::new(KubeSecrets(client.clone())),
     };
     info!(node = %settings.node_name, root = %settings.cache_root.display(), "kernel-cache agent starting");
+    // Root is not refused: the chart runs the agent as a non-root owner of the cache
+    // roots, and an operator who chose otherwise would only add an override flag.
+    if rustix::process::geteuid().is_root() {
+        tracing::warn!(
+            "running as root while parsing untrusted image layers and JSON; run as the cache roots' non-root owner (docs/security.md)"
+        );
+    }
     let mut seams = Some(seams);
     rt.run(|term| {
         let (client, settings, metrics) = (client.clone(), settings.clone(), metrics.clone());

@@ -22,6 +22,7 @@ pub mod gpu;
 pub mod metrics;
 pub mod models;
 pub mod node;
+pub mod owner;
 pub mod plan;
 pub mod report;
 pub mod seed;

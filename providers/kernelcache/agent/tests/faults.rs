@@ -2,7 +2,9 @@
 //! with SIGKILL while it stages a cache and while it rewrites Triton group files, then
 //! started again. At every moment a cache directory is absent or complete; after the
 //! restart it is identical to a clean extraction of the same image (file for file, byte
-//! for byte). Real API server (`kubeairunway-testcluster`), real loopback registry.
+//! for byte). And the agent as its chart runs it: the cache root handed to a non-root user
+//! by `kernelcache-own-roots` with CAP_CHOWN alone, then the agent as that user with no
+//! capability. Real API server (`kubeairunway-testcluster`), real loopback registry.
 #![allow(clippy::unwrap_used, clippy::expect_used)] // a test: failing loudly is the point
 
 use std::collections::BTreeMap;
@@ -129,6 +131,17 @@ struct Agent {
 
 impl Agent {
     fn start(kubeconfig: &Path, root: &Path, registry: &Registry, work: &Path) -> Self {
+        Self::start_under(&[], kubeconfig, root, registry, work)
+    }
+
+    /// Started by `wrapper` (e.g. `setpriv` with its flags), which then runs the agent.
+    fn start_under(
+        wrapper: &[&str],
+        kubeconfig: &Path,
+        root: &Path,
+        registry: &Registry,
+        work: &Path,
+    ) -> Self {
         let inventory = work.join("gpus.yaml");
         std::fs::write(&inventory, GPUS).unwrap();
         let log = std::fs::OpenOptions::new()
@@ -136,7 +149,16 @@ impl Agent {
             .append(true)
             .open(work.join("agent.log"))
             .unwrap();
-        let child = Command::new(env!("CARGO_BIN_EXE_kernelcache-agent"))
+        let agent = env!("CARGO_BIN_EXE_kernelcache-agent");
+        let mut command = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut c = Command::new(program);
+                c.args(args).arg(agent);
+                c
+            }
+            None => Command::new(agent),
+        };
+        let child = command
             .args([
                 "--node-name=fault-node",
                 "--resync=1s",
@@ -357,4 +379,153 @@ async fn sigkill_during_staging_and_during_the_rewrite_leaves_absent_or_complete
     }
     assert_eq!(tree(&target), expected, "identical to a clean extraction");
     let _ = std::io::stdout().flush();
+}
+
+const AGENT_UID: u32 = 65532;
+
+/// Whether this test can switch users: root with util-linux's `setpriv`. Outside CI a
+/// machine without them skips the test (saying so); CI must run it.
+fn can_switch_users() -> bool {
+    let setpriv = Command::new("setpriv")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    let root = rustix::process::geteuid().is_root();
+    if setpriv && root {
+        return true;
+    }
+    assert!(
+        std::env::var_os("CI").is_none(),
+        "CI must run this test as root with setpriv (util-linux)"
+    );
+    eprintln!("skipped: needs root and setpriv (util-linux) to run the agent as uid {AGENT_UID}");
+    false
+}
+
+/// A kubeconfig the agent's user can read: the test cluster's, with its certificate and
+/// key files copied beside it.
+fn readable_kubeconfig(kubeconfig: &Path, dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt as _;
+    let mut text = std::fs::read_to_string(kubeconfig).unwrap();
+    for key in ["certificate-authority", "client-certificate", "client-key"] {
+        let prefix = format!("{key}: ");
+        let line = text
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(&prefix))
+            .unwrap_or_else(|| panic!("no {key} in the kubeconfig"))
+            .to_string();
+        let copy = dir.join(key);
+        std::fs::copy(&line, &copy).unwrap();
+        std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o644)).unwrap();
+        text = text.replace(&line, &copy.display().to_string());
+    }
+    let path = dir.join("kubeconfig");
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+    path
+}
+
+/// Every path under `dir` (itself included) not owned by `uid:uid`.
+fn not_owned_by(dir: &Path, uid: u32) -> Vec<PathBuf> {
+    use std::os::unix::fs::MetadataExt as _;
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(p) = stack.pop() {
+        let meta = p.symlink_metadata().unwrap();
+        if meta.uid() != uid || meta.gid() != uid {
+            out.push(p.clone());
+        }
+        if meta.is_dir() {
+            stack.extend(std::fs::read_dir(&p).unwrap().flatten().map(|e| e.path()));
+        }
+    }
+    out
+}
+
+/// The agent's pod as the chart makes it: a root-owned cache root (as the kubelet makes a
+/// hostPath), holding a cache a root agent of an earlier release staged, is handed to uid
+/// 65532 by `kernelcache-own-roots` with CAP_CHOWN as its only capability; the agent then
+/// runs as 65532 with no capability and no new privileges: it stages a cache, removes the
+/// earlier one (no longer wanted), and everything under the root is its own.
+#[tokio::test]
+async fn the_agent_stages_as_the_non_root_owner_of_the_cache_root() {
+    use std::os::unix::fs::PermissionsExt as _;
+    if !can_switch_users() {
+        return;
+    }
+    let (cluster, client) = kubeairunway_sdk::testing::private_cluster(
+        "kc-non-root",
+        &kubeairunway_kernelcache_api::crds(),
+    )
+    .await
+    .unwrap();
+    cluster.ensure_namespace(NS);
+    let registry = Registry::start(
+        &kubeairunway_testcluster::cache_dir()
+            .join("runs")
+            .join(format!("{}-registry-non-root", std::process::id())),
+    )
+    .unwrap();
+    let pinned = push(&registry, triton_layer(20, 1 << 10)).await;
+    let work = tempfile::tempdir().unwrap();
+    // The agent's user reaches its files through the work directory.
+    std::fs::set_permissions(work.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let kubeconfig = readable_kubeconfig(cluster.kubeconfig(), work.path());
+    let root = work.path().join("root");
+    let earlier = root
+        .join(NS)
+        .join("old")
+        .join(format!("sha256-{}", "e".repeat(64)));
+    std::fs::create_dir_all(&earlier).unwrap();
+    std::fs::write(earlier.join("k.cubin"), b"staged by root").unwrap();
+    assert!(!not_owned_by(&root, AGENT_UID).is_empty());
+
+    // The init container: root, CAP_CHOWN alone.
+    let owned = Command::new("setpriv")
+        .args([
+            "--inh-caps=-all",
+            "--bounding-set=-all,+chown",
+            "--no-new-privs",
+            "--",
+        ])
+        .arg(env!("CARGO_BIN_EXE_kernelcache-own-roots"))
+        .arg(format!("--uid={AGENT_UID}"))
+        .arg(format!("--gid={AGENT_UID}"))
+        .arg(&root)
+        .output()
+        .unwrap();
+    assert!(
+        owned.status.success(),
+        "kernelcache-own-roots: {}",
+        String::from_utf8_lossy(&owned.stderr)
+    );
+    assert_eq!(not_owned_by(&root, AGENT_UID), Vec::<PathBuf>::new());
+
+    cache(&client, "triton", &pinned, "/cache/triton").await;
+    let (uid, gid) = (
+        format!("--reuid={AGENT_UID}"),
+        format!("--regid={AGENT_UID}"),
+    );
+    let _agent = Agent::start_under(
+        &[
+            "setpriv",
+            &uid,
+            &gid,
+            "--clear-groups",
+            "--inh-caps=-all",
+            "--bounding-set=-all",
+            "--no-new-privs",
+            "--",
+        ],
+        &kubeconfig,
+        &root,
+        &registry,
+        work.path(),
+    );
+    wait_ready(&client, work.path()).await;
+    let digest_dir = pinned.split_once('@').unwrap().1.replace(':', "-");
+    let staged = root.join(NS).join("triton").join(&digest_dir);
+    assert!(staged.join("io.triton.cache/HASH00000/k.cubin").is_file());
+    when("the earlier cache removed", || !earlier.exists()).await;
+    assert_eq!(not_owned_by(&root, AGENT_UID), Vec::<PathBuf>::new());
 }

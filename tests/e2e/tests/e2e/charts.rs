@@ -131,6 +131,25 @@ fn parse(binary: &str, container: &Value) -> Result<(), String> {
     result.map_err(|e| format!("{binary} {args:?}: {e}"))
 }
 
+/// Every init container of every Deployment and DaemonSet, with its workload's name.
+fn init_containers(objects: &[Value]) -> Vec<(String, &Value)> {
+    objects
+        .iter()
+        .filter(|o| matches!(o["kind"].as_str(), Some("Deployment" | "DaemonSet")))
+        .flat_map(|o| {
+            let name = o["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .to_string();
+            o["spec"]["template"]["spec"]["initContainers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(move |c| (name.clone(), c))
+        })
+        .collect()
+}
+
 /// Every container of every Deployment and DaemonSet, with its workload's name.
 fn containers(objects: &[Value]) -> Vec<(String, &Value)> {
     objects
@@ -161,6 +180,28 @@ fn every_container_of_every_chart_runs_an_image_binary_that_accepts_its_flags() 
             workloads(chart).into_iter().flat_map(shared_keys).collect();
         for (case, set) in [("defaults", Vec::new()), ("shared keys set", all_set)] {
             let objects = render(&helm, chart, &set).unwrap();
+            // Init containers run image binaries too, with flags their parser accepts.
+            for (workload, init) in init_containers(&objects) {
+                let command = init["command"][0].as_str().unwrap_or_default();
+                let binary = command.strip_prefix('/').unwrap_or(command);
+                assert!(
+                    binaries.iter().any(|b| b == binary),
+                    "{chart} {workload}: init command {command} is not a binary of the image"
+                );
+                seen.insert(binary.to_string());
+                let mut args = vec![binary.to_string()];
+                args.extend(helm::args_with(init, &[]));
+                let parsed = match binary {
+                    "kernelcache-own-roots" => {
+                        <kubeairunway_kernelcache_agent::owner::Cli as clap::Parser>::try_parse_from(&args)
+                            .map(drop)
+                    }
+                    other => panic!("no flag parser known for the init binary {other}: add it here"),
+                };
+                if let Err(e) = parsed {
+                    panic!("{chart} {workload}: {binary} refuses the chart's flags {args:?}: {e}");
+                }
+            }
             let found = containers(&objects);
             assert!(!found.is_empty(), "{chart}: no workload rendered");
             for (workload, container) in found {

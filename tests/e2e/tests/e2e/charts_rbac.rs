@@ -229,10 +229,94 @@ fn no_component_creates_secrets_in_the_release_namespace() {
                 }
             }
         }
-        // The charts make their webhooks' certificate Secrets themselves.
+        // The charts make their webhooks' certificate Secrets themselves (checked by
+        // a_webhook_gets_and_patches_only_its_two_certificate_secrets).
         for secret in helm::of_kind(&objects, "Secret") {
-            assert_eq!(secret["type"], "kubernetes.io/tls", "{chart}");
+            assert!(
+                ["kubernetes.io/tls", "Opaque"].contains(&secret["type"].as_str().unwrap_or("")),
+                "{chart}: {secret}"
+            );
         }
     }
     assert!(found.is_empty(), "{found:#?}");
+}
+
+/// The value of `--<flag>=` among a container's args.
+fn flag(container: &Value, flag: &str) -> Option<String> {
+    let prefix = format!("--{flag}=");
+    strings(&container["args"])
+        .into_iter()
+        .find_map(|a| a.strip_prefix(&prefix).map(str::to_string))
+}
+
+/// A component serving a webhook keeps its serving pair and its CA in two Secrets the
+/// chart makes (the serving one `kubernetes.io/tls`, the CA one `Opaque`, both empty), and
+/// may only get and patch those two, by name, in its own namespace: no other Secret, no
+/// other verb, nowhere else.
+#[test]
+fn a_webhook_gets_and_patches_only_its_two_certificate_secrets() {
+    use kubeairunway_e2e::rbac;
+    let Some(helm) = helm::require() else {
+        return;
+    };
+    let release = "kubeairunway-system";
+    let mut webhooks = 0;
+    for chart in CHARTS {
+        let objects = helm::template(&helm, &helm::chart(chart), &[]).unwrap();
+        for deployment in helm::of_kind(&objects, "Deployment") {
+            let pod = &deployment["spec"]["template"]["spec"];
+            for container in pod["containers"].as_array().into_iter().flatten() {
+                let Some(serving) = flag(container, "webhook-secret-name") else {
+                    continue;
+                };
+                webhooks += 1;
+                let ca = flag(container, "webhook-ca-secret-name")
+                    .unwrap_or_else(|| panic!("{chart}: no --webhook-ca-secret-name"));
+                assert_ne!(serving, ca, "{chart}");
+                let secret = |name: &str| {
+                    helm::of_kind(&objects, "Secret")
+                        .into_iter()
+                        .find(|s| s["metadata"]["name"] == name)
+                        .unwrap_or_else(|| panic!("{chart}: the chart makes no Secret {name}"))
+                };
+                assert_eq!(secret(&serving)["type"], "kubernetes.io/tls", "{chart}");
+                assert_eq!(secret(&ca)["type"], "Opaque", "{chart}");
+                assert!(
+                    secret(&ca)["data"]
+                        .as_object()
+                        .is_none_or(serde_json::Map::is_empty),
+                    "{chart}: the CA Secret is made empty"
+                );
+                let account = pod["serviceAccountName"].as_str().unwrap();
+                let rules: Vec<_> = rbac::granted_rules(&objects, release, account)
+                    .into_iter()
+                    .filter(|r| r.resources.iter().any(|x| x == "secrets" || x == "*"))
+                    .collect();
+                assert!(
+                    !rules.is_empty(),
+                    "{chart}: {account} cannot reach its Secrets"
+                );
+                for rule in rules {
+                    let mut names = rule.resource_names.clone();
+                    names.sort();
+                    let mut want = vec![serving.clone(), ca.clone()];
+                    want.sort();
+                    assert_eq!(names, want, "{chart}: {}", rule.source);
+                    assert_eq!(
+                        rule.namespace.as_deref(),
+                        Some(release),
+                        "{chart}: {}",
+                        rule.source
+                    );
+                    assert!(
+                        rule.verbs.iter().all(|v| v == "get" || v == "patch"),
+                        "{chart}: {} grants {:?}",
+                        rule.source,
+                        rule.verbs
+                    );
+                }
+            }
+        }
+    }
+    assert_eq!(webhooks, 2, "core and the kernel-cache webhook");
 }

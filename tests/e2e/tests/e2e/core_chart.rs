@@ -69,6 +69,7 @@ fn core_chart_lints_and_renders_least_privilege_rbac_and_webhooks() {
         Some("true")
     );
     let secret = arg(deployment, "webhook-secret-name").unwrap();
+    let ca_secret = arg(deployment, "webhook-ca-secret-name").unwrap();
     let lease = arg(deployment, "leader-elect-resource-name").unwrap();
     let service_name = arg(deployment, "webhook-service-name").unwrap();
     let vwc_name = arg(deployment, "validating-webhook-configuration").unwrap();
@@ -169,7 +170,8 @@ fn core_chart_lints_and_renders_least_privilege_rbac_and_webhooks() {
     assert_eq!(binding["subjects"][0]["name"], sa);
     assert_eq!(binding["subjects"][0]["namespace"], "kubeairunway-system");
 
-    // Role: the one Secret (made by the chart: get and patch it by name, never create) and
+    // Role: the two Secrets, serving pair and CA (made by the chart: get and patch them by
+    // name, never create) and
     // the one Lease (create cannot be named; get and update by name).
     let role = find(&docs, "Role");
     assert_eq!(role["metadata"]["namespace"], "kubeairunway-system");
@@ -185,7 +187,7 @@ fn core_chart_lints_and_renders_least_privilege_rbac_and_webhooks() {
         match resources.as_slice() {
             [r] if r == "secrets" => {
                 assert_eq!(verbs, ["get", "patch"], "{rule}");
-                assert_eq!(names, std::slice::from_ref(&secret));
+                assert_eq!(names, [secret.clone(), ca_secret.clone()]);
             }
             [r] if r == "leases" => {
                 assert_eq!(verbs, ["get", "update"], "{rule}");

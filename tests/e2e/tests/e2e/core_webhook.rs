@@ -415,6 +415,7 @@ async fn core_webhook_ca_bundle_is_patched_into_the_configurations() {
         client.clone(),
         "kubeairunway-system",
         "unused",
+        "unused-ca",
         &vname,
         &mname,
     );
@@ -445,6 +446,73 @@ async fn core_webhook_ca_bundle_is_patched_into_the_configurations() {
         mapi.get(&mname).await.unwrap().metadata.resource_version,
         rv
     );
+}
+
+/// Upgrading from the single-Secret layout: the serving Secret holds the CA's key too and
+/// the chart's new CA Secret is empty. On the API server, the same CA and serving pair are
+/// kept (the webhook configurations need no new CA bundle) and the key is moved: into the
+/// CA Secret, out of the serving one (emptied there).
+#[tokio::test]
+async fn the_ca_key_moves_out_of_a_single_secret_of_an_earlier_release() {
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::{Api, PostParams};
+    use kubeairunway_sdk::tls::{CertBundle, KubeCertStore};
+
+    let (cluster, client) = kubeairunway_e2e::core_cluster().await.unwrap();
+    let ns = cluster.namespace("ca-move");
+    let settings = CertSettings {
+        namespace: ns.clone(),
+        ..cert_settings(3600, 60)
+    };
+    let old = CertBundle::generate(&settings, std::time::SystemTime::now()).unwrap();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let pem = |v: &str| k8s_openapi::ByteString(v.as_bytes().to_vec());
+    let single: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "hook-tls"}, "type": "kubernetes.io/tls"}))
+    .unwrap();
+    let single = Secret {
+        data: Some(
+            [
+                ("ca.crt".to_string(), pem(&old.ca_crt)),
+                ("ca.key".to_string(), pem(&old.ca_key)),
+                ("tls.crt".to_string(), pem(&old.tls_crt)),
+                ("tls.key".to_string(), pem(&old.tls_key)),
+            ]
+            .into(),
+        ),
+        ..single
+    };
+    secrets
+        .create(&PostParams::default(), &single)
+        .await
+        .unwrap();
+    let empty: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "hook-ca"}, "type": "Opaque"}))
+    .unwrap();
+    secrets
+        .create(&PostParams::default(), &empty)
+        .await
+        .unwrap();
+
+    let store = KubeCertStore::new(client.clone(), &ns, "hook-tls", "hook-ca", "", "");
+    let resolver = Arc::new(CertResolver::default());
+    let kept = CertManager::new(store, settings, Arc::clone(&resolver))
+        .ensure()
+        .await
+        .unwrap();
+    assert_eq!(kept, old, "the same CA and serving pair");
+    let serving = secrets.get("hook-tls").await.unwrap().data.unwrap();
+    // Emptied, not removed: a replica of the earlier release still running reads the four
+    // files it knows and keeps its certificate.
+    assert_eq!(
+        serving.keys().collect::<Vec<_>>(),
+        ["ca.crt", "ca.key", "tls.crt", "tls.key"]
+    );
+    assert!(serving["ca.key"].0.is_empty(), "no CA key left");
+    assert_eq!(serving["tls.crt"], pem(&old.tls_crt));
+    let ca = secrets.get("hook-ca").await.unwrap().data.unwrap();
+    assert_eq!(ca["ca.key"], pem(&old.ca_key));
+    assert_eq!(ca["ca.crt"], pem(&old.ca_crt));
 }
 
 /// A tenant allowed to write ModelDeployments but not pods is refused an inline custom
@@ -676,28 +744,53 @@ async fn core_chart_webhooks_are_called_by_the_api_server_through_rotation() {
         "the API server names the webhook: {}",
         denied.message
     );
-    // The certificate went into the chart's Secret by a patch of its data: the chart's own
-    // labels (and so Helm's ownership of it) stay.
-    let secret_name = objects.iter().find(|o| o["kind"] == "Secret").unwrap()["metadata"]["name"]
-        .as_str()
-        .unwrap();
-    let secret = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(admin.clone(), system)
-        .get(secret_name)
+    // The certificates went into the chart's Secrets by patches of their data: the chart's
+    // own labels (and so Helm's ownership of them) stay. The serving Secret holds the
+    // serving pair and the CA bundle, not the CA's key; the CA Secret holds that key.
+    let chart_secret = |t: &str| {
+        objects
+            .iter()
+            .find(|o| o["kind"] == "Secret" && o["type"] == t)
+            .unwrap()["metadata"]["name"]
+            .as_str()
+            .unwrap()
+    };
+    let secrets_api = Api::<k8s_openapi::api::core::v1::Secret>::namespaced(admin.clone(), system);
+    let serving = secrets_api
+        .get(chart_secret("kubernetes.io/tls"))
         .await
         .unwrap();
-    let labels = secret.metadata.labels.unwrap_or_default();
+    let ca = secrets_api.get(chart_secret("Opaque")).await.unwrap();
+    for secret in [&serving, &ca] {
+        let labels = secret.metadata.labels.clone().unwrap_or_default();
+        assert_eq!(
+            labels.get("app.kubernetes.io/part-of").map(String::as_str),
+            Some("kubeairunway"),
+            "{labels:?}"
+        );
+    }
+    let serving_data = serving.data.unwrap_or_default();
     assert_eq!(
-        labels.get("app.kubernetes.io/part-of").map(String::as_str),
-        Some("kubeairunway"),
-        "{labels:?}"
+        serving_data
+            .iter()
+            .filter(|(_, v)| !v.0.is_empty())
+            .map(|(k, _)| k.as_str())
+            .collect::<Vec<_>>(),
+        ["ca.crt", "tls.crt", "tls.key"],
+        "no CA key in the serving Secret"
     );
     assert!(
-        secret
-            .data
-            .unwrap_or_default()
-            .get("tls.crt")
-            .is_some_and(|c| !c.0.is_empty())
+        serving_data["tls.crt"]
+            .0
+            .starts_with(b"-----BEGIN CERTIFICATE-----")
     );
+    let ca_data = ca.data.unwrap_or_default();
+    assert!(
+        ca_data["ca.key"]
+            .0
+            .starts_with(b"-----BEGIN PRIVATE KEY-----")
+    );
+    assert_eq!(ca_data["ca.crt"], serving_data["ca.crt"]);
 
     // A spec that breaks a rule of the CRD and names the same unregistered provider: the
     // API server refuses it with the CRD's message before it calls the validating webhook
@@ -777,16 +870,7 @@ async fn core_chart_webhooks_are_called_by_the_api_server_through_rotation() {
 
     // Rotation under load.
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(admin.clone(), system);
-    let secret_name = objects
-        .iter()
-        .find(|o| o["kind"] == "Role")
-        .and_then(|r| {
-            r["rules"].as_array()?.iter().find_map(|rule| {
-                (rule["resources"][0] == "secrets").then(|| rule["resourceNames"][0].as_str())?
-            })
-        })
-        .unwrap()
-        .to_string();
+    let secret_name = chart_secret("kubernetes.io/tls").to_string();
     let serving_cert = |s: k8s_openapi::api::core::v1::Secret| {
         s.data.unwrap_or_default().get("tls.crt").cloned().unwrap()
     };

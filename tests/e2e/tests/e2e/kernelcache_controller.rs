@@ -736,6 +736,64 @@ fn chart_lints_and_renders_the_controller_the_agent_and_the_webhook() {
     assert!(args.contains(&"--leader-elect=true"), "{args:?}");
     assert_eq!(helm::of_kind(&objects, "DaemonSet").len(), 1);
 
+    // The agent parses untrusted layers and JSON as a non-root user with nothing extra;
+    // the only root part of its pod is an init container that may chown and nothing else,
+    // run on the two cache roots.
+    let agent_pod = &helm::of_kind(&objects, "DaemonSet")[0]["spec"]["template"]["spec"];
+    assert_eq!(
+        agent_pod["securityContext"],
+        json!({"runAsUser": 65532, "runAsGroup": 65532, "runAsNonRoot": true,
+               "seccompProfile": {"type": "RuntimeDefault"}})
+    );
+    assert_eq!(
+        agent_pod["containers"][0]["securityContext"],
+        json!({"privileged": false, "allowPrivilegeEscalation": false,
+               "readOnlyRootFilesystem": true, "capabilities": {"drop": ["ALL"]}})
+    );
+    let init = agent_pod["initContainers"].as_array().unwrap();
+    assert_eq!(init.len(), 1);
+    assert_eq!(init[0]["command"], json!(["/kernelcache-own-roots"]));
+    assert_eq!(
+        init[0]["args"],
+        json!([
+            "--uid=65532",
+            "--gid=65532",
+            "/var/lib/kubeairunway/kernel-caches",
+            "/var/lib/kubeairunway/model-caches"
+        ])
+    );
+    assert_eq!(
+        init[0]["securityContext"],
+        json!({"runAsUser": 0, "runAsGroup": 0, "runAsNonRoot": false, "privileged": false,
+               "allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true,
+               "capabilities": {"drop": ["ALL"], "add": ["CHOWN"]}})
+    );
+    let mounts: Vec<&Value> = init[0]["volumeMounts"].as_array().unwrap().iter().collect();
+    assert_eq!(
+        mounts,
+        agent_pod["containers"][0]["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["name"] != "gpu-inventory")
+            .collect::<Vec<_>>(),
+        "the cache roots, nothing else"
+    );
+    // An operator who runs the agent as root gets no init container.
+    let as_root = helm::template(
+        &helm_bin,
+        &chart,
+        &[
+            ("agent.podSecurityContext.runAsUser", "0"),
+            ("agent.podSecurityContext.runAsNonRoot", "false"),
+        ],
+    )
+    .unwrap();
+    assert!(
+        helm::of_kind(&as_root, "DaemonSet")[0]["spec"]["template"]["spec"]["initContainers"]
+            .is_null()
+    );
+
     let role = |name: &str| {
         helm::of_kind(&objects, "ClusterRole")
             .into_iter()

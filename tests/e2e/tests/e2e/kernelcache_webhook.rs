@@ -604,6 +604,24 @@ async fn the_api_server_calls_the_pod_webhook_installed_from_the_chart() {
         cert(secrets.get(&tls_secret).await.unwrap()),
         "rotated"
     );
+    // The serving Secret holds the serving pair and the CA bundle; the CA's key is in the
+    // CA Secret alone.
+    let keys = |s: k8s_openapi::api::core::v1::Secret| {
+        s.data
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|(_, v)| !v.0.is_empty())
+            .map(|(k, _)| k)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        keys(secrets.get(&tls_secret).await.unwrap()),
+        ["ca.crt", "tls.crt", "tls.key"]
+    );
+    assert_eq!(
+        keys(secrets.get(&format!("{service}-ca")).await.unwrap()),
+        ["ca.crt", "ca.key"]
+    );
 
     // Untouched: not a serving pod (not even sent: objectSelector), a missing cache.
     for p in [
