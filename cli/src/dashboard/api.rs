@@ -41,6 +41,8 @@ const ICON: &str = include_str!("assets/favicon.svg");
 
 struct Inner {
     client: Client,
+    /// The Hugging Face hub the Models page searches (`None`: the catalogue only).
+    hub: Option<kubeairunway_modelcache_hub::Hub>,
     mds: reflect::Cache<ModelDeployment>,
     changes: watch::Receiver<u64>,
     port: u16,
@@ -50,12 +52,32 @@ struct Inner {
 
 type Shared = Arc<Inner>;
 
-/// Serve the dashboard on `listener` as `client`'s identity until `shutdown` completes.
+/// Serve the dashboard on `listener` as `client`'s identity until `shutdown` completes,
+/// searching the Hugging Face hub `HF_ENDPOINT` names (else huggingface.co).
 pub async fn serve(
     listener: tokio::net::TcpListener,
     client: Client,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    serve_with(
+        listener,
+        client,
+        Some(kubeairunway_modelcache_hub::HubOptions::from_env()),
+        shutdown,
+    )
+    .await
+}
+
+/// [`serve`], searching the hub `hub` reaches (`None`: the built-in catalogue only).
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    client: Client,
+    hub: Option<kubeairunway_modelcache_hub::HubOptions>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let hub = hub
+        .map(|o| kubeairunway_modelcache_hub::Hub::new(&o))
+        .transpose()?;
     let port = listener.local_addr()?.port();
     let (mds, stream) = reflect::cache(
         Api::<ModelDeployment>::all(client.clone()),
@@ -79,6 +101,7 @@ pub async fn serve(
     let builtins = BuiltIns::for_crds(&ProviderFlags::default(), &crds)?;
     let state = Arc::new(Inner {
         client,
+        hub,
         mds,
         changes,
         port,
@@ -129,6 +152,8 @@ fn router(state: Shared) -> Router {
         .route("/api/preview", axum::routing::post(preview))
         .route("/api/providers", get(providers))
         .route("/api/models", get(models))
+        .route("/api/hub/search", get(hub_search))
+        .route("/api/hub/fit", get(hub_fit))
         .route(
             "/api/gpus",
             get(|State(state): State<Shared>| async move {
@@ -493,6 +518,75 @@ async fn models(Query(q): Query<FitQuery>) -> Response {
         .map(|m| super::models::fit(m, context, eighths, gpu_mb))
         .collect();
     Json(fits).into_response()
+}
+
+#[derive(Deserialize)]
+struct SearchQuery {
+    q: String,
+}
+
+/// Text-generation models of the hub whose id contains `q`; when the hub cannot be
+/// reached, an empty list and why (the catalogue works offline).
+async fn hub_search(State(state): State<Shared>, Query(q): Query<SearchQuery>) -> Response {
+    let Some(hub) = &state.hub else {
+        return Json(json!({ "models": [], "note": "Hugging Face search is off" })).into_response();
+    };
+    match hub.search(q.q.trim(), 20).await {
+        Ok(found) => Json(json!({ "models": found })).into_response(),
+        Err(e) => Json(json!({ "models": [], "note": e.to_string() })).into_response(),
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct HubFitQuery {
+    id: String,
+    context: Option<u64>,
+    dtype: Option<String>,
+    gpu_memory_gb: Option<u64>,
+}
+
+/// The fit of a hub model, from its parameter count (safetensors) and its `config.json`.
+async fn hub_fit(State(state): State<Shared>, Query(q): Query<HubFitQuery>) -> Response {
+    let Some(hub) = &state.hub else {
+        return bad_request("Hugging Face search is off");
+    };
+    let dtype = q.dtype.unwrap_or_else(|| "bf16".into());
+    let Some(eighths) = super::models::eighths(&dtype) else {
+        return bad_request(&format!(
+            "dtype {dtype:?}: one of fp32, bf16, fp16, fp8, int8, int4"
+        ));
+    };
+    let repo = match kubeairunway_modelcache_hub::RepoId::parse(&q.id) {
+        Ok(r) => r,
+        Err(e) => return bad_request(&e.to_string()),
+    };
+    let unreachable = |e: kubeairunway_modelcache_hub::Error| {
+        (
+            StatusCode::BAD_GATEWAY,
+            Json(json!({ "message": e.to_string() })),
+        )
+            .into_response()
+    };
+    let (params, config) = match tokio::try_join!(hub.parameters(&repo), hub.config(&repo)) {
+        Ok(both) => both,
+        Err(e) => return unreachable(e),
+    };
+    let Some(params) = params else {
+        return bad_request(&format!(
+            "{repo}: the hub reports no parameter count (no safetensors files)"
+        ));
+    };
+    match super::models::from_config(repo.as_str(), params, &config) {
+        Ok(model) => Json(super::models::fit(
+            &model,
+            q.context.unwrap_or(8192),
+            eighths,
+            q.gpu_memory_gb.unwrap_or(80).max(1) * 1000,
+        ))
+        .into_response(),
+        Err(message) => bad_request(&format!("{repo}: {message}")),
+    }
 }
 
 async fn providers(State(state): State<Shared>) -> Response {

@@ -37,6 +37,12 @@ pub struct Args {
     /// Address to serve on: a loopback address (the UI acts with your credentials).
     #[arg(long, default_value = "127.0.0.1:3001", value_name = "ADDR")]
     pub listen: SocketAddr,
+    /// The Hugging Face hub the Models page searches (a mirror, say).
+    #[arg(long, env = "HF_ENDPOINT", default_value = kubeairunway_modelcache_hub::client::DEFAULT_ENDPOINT, value_name = "URL")]
+    pub hf_endpoint: String,
+    /// No Hugging Face search (the built-in catalogue only): for air-gapped clusters.
+    #[arg(long)]
+    pub offline: bool,
 }
 
 /// Serve the dashboard until Ctrl-C.
@@ -58,7 +64,11 @@ pub async fn run(args: Args, state_dir: &Path, term: &mut Terminal) -> anyhow::R
         "dashboard: http://{address}/ acting as your kubeconfig's identity on {} (Ctrl-C stops)\n",
         target.server
     ));
-    api::serve(listener, target.client, async {
+    let hub = (!args.offline).then(|| kubeairunway_modelcache_hub::HubOptions {
+        endpoint: args.hf_endpoint.trim_end_matches('/').to_string(),
+        ..kubeairunway_modelcache_hub::HubOptions::default()
+    });
+    api::serve_with(listener, target.client, hub, async {
         let _ = tokio::signal::ctrl_c().await;
     })
     .await?;

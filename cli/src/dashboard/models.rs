@@ -8,17 +8,20 @@
 //! rest of its budget beyond weights and KV (activations, CUDA graphs) is taken as 10% of
 //! the weights. It is an estimate for choosing GPUs, not a guarantee.
 
+use std::borrow::Cow;
+
 use k8s_openapi::api::core::v1::Node;
 use kube::api::{Api, ListParams};
 use kube::{Client, ResourceExt};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-/// A model of the built-in catalogue, with the architecture figures of its `config.json`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A model (of the built-in catalogue, or found on the hub), with the architecture
+/// figures of its `config.json`.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Model {
     /// Hugging Face id.
-    pub id: &'static str,
+    pub id: Cow<'static, str>,
     /// Parameters, in millions.
     pub params_m: u64,
     /// `num_hidden_layers`.
@@ -36,8 +39,8 @@ pub struct Model {
 /// The catalogue (figures from each model's `config.json` on the Hugging Face hub).
 pub const CATALOGUE: &[Model] = &[
     Model {
-        id: "Qwen/Qwen3-0.6B",
-        params_m: 600,
+        id: Cow::Borrowed("Qwen/Qwen3-0.6B"),
+        params_m: 752,
         layers: 28,
         kv_heads: 8,
         head_dim: 128,
@@ -45,7 +48,7 @@ pub const CATALOGUE: &[Model] = &[
         gguf: false,
     },
     Model {
-        id: "Qwen/Qwen3-8B",
+        id: Cow::Borrowed("Qwen/Qwen3-8B"),
         params_m: 8_200,
         layers: 36,
         kv_heads: 8,
@@ -54,7 +57,7 @@ pub const CATALOGUE: &[Model] = &[
         gguf: false,
     },
     Model {
-        id: "meta-llama/Llama-3.1-8B-Instruct",
+        id: Cow::Borrowed("meta-llama/Llama-3.1-8B-Instruct"),
         params_m: 8_030,
         layers: 32,
         kv_heads: 8,
@@ -63,7 +66,7 @@ pub const CATALOGUE: &[Model] = &[
         gguf: false,
     },
     Model {
-        id: "mistralai/Mistral-7B-Instruct-v0.3",
+        id: Cow::Borrowed("mistralai/Mistral-7B-Instruct-v0.3"),
         params_m: 7_250,
         layers: 32,
         kv_heads: 8,
@@ -72,7 +75,7 @@ pub const CATALOGUE: &[Model] = &[
         gguf: false,
     },
     Model {
-        id: "deepseek-ai/DeepSeek-R1-Distill-Qwen-7B",
+        id: Cow::Borrowed("deepseek-ai/DeepSeek-R1-Distill-Qwen-7B"),
         params_m: 7_620,
         layers: 28,
         kv_heads: 4,
@@ -81,7 +84,7 @@ pub const CATALOGUE: &[Model] = &[
         gguf: false,
     },
     Model {
-        id: "meta-llama/Llama-3.1-70B-Instruct",
+        id: Cow::Borrowed("meta-llama/Llama-3.1-70B-Instruct"),
         params_m: 70_600,
         layers: 80,
         kv_heads: 8,
@@ -90,7 +93,7 @@ pub const CATALOGUE: &[Model] = &[
         gguf: false,
     },
     Model {
-        id: "Qwen/Qwen2.5-72B-Instruct",
+        id: Cow::Borrowed("Qwen/Qwen2.5-72B-Instruct"),
         params_m: 72_700,
         layers: 80,
         kv_heads: 8,
@@ -99,7 +102,7 @@ pub const CATALOGUE: &[Model] = &[
         gguf: false,
     },
     Model {
-        id: "google/gemma-3-1b-it-qat-q8_0-gguf",
+        id: Cow::Borrowed("google/gemma-3-1b-it-qat-q8_0-gguf"),
         params_m: 1_000,
         layers: 26,
         kv_heads: 1,
@@ -108,6 +111,36 @@ pub const CATALOGUE: &[Model] = &[
         gguf: true,
     },
 ];
+
+/// `id`'s figures from its `config.json` (the text model's, `text_config`, for a
+/// multimodal one) and its parameter count: `num_hidden_layers`, `num_key_value_heads`
+/// (else `num_attention_heads`), `head_dim` (else `hidden_size / num_attention_heads`),
+/// `max_position_embeddings`.
+pub fn from_config(id: &str, parameters: u64, config: &Value) -> Result<Model, String> {
+    let text = config
+        .get("text_config")
+        .filter(|t| t.is_object())
+        .unwrap_or(config);
+    let number = |key: &str| text.get(key).and_then(Value::as_u64).filter(|n| *n > 0);
+    let layers = number("num_hidden_layers").ok_or("config.json has no num_hidden_layers")?;
+    let heads = number("num_attention_heads");
+    let kv_heads = number("num_key_value_heads")
+        .or(heads)
+        .ok_or("config.json has no num_key_value_heads or num_attention_heads")?;
+    let head_dim = number("head_dim")
+        .or_else(|| Some(number("hidden_size")? / heads?))
+        .filter(|d| *d > 0)
+        .ok_or("config.json has no head_dim, nor hidden_size and num_attention_heads")?;
+    Ok(Model {
+        id: Cow::Owned(id.to_string()),
+        params_m: parameters.div_ceil(1_000_000),
+        layers,
+        kv_heads,
+        head_dim,
+        max_context: number("max_position_embeddings").unwrap_or(u64::MAX),
+        gguf: false,
+    })
+}
 
 /// Bytes per weight (or KV element) of a dtype, in eighths of a byte.
 pub fn eighths(dtype: &str) -> Option<u64> {
@@ -217,6 +250,43 @@ mod tests {
 
     fn model(id: &str) -> &'static Model {
         CATALOGUE.iter().find(|m| m.id == id).unwrap()
+    }
+
+    /// The figures of a hub model from its `config.json` as the hub serves them: plain
+    /// (Llama 3.1 8B's), without head_dim (Mistral's), and multimodal (Gemma 3's
+    /// `text_config`); what the fit then says matches the catalogue's entry.
+    #[test]
+    fn hub_models_are_read_from_their_config() {
+        let llama = json!({"architectures": ["LlamaForCausalLM"], "hidden_size": 4096,
+            "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
+            "max_position_embeddings": 131_072});
+        let m = from_config("meta-llama/Llama-3.1-8B-Instruct", 8_030_261_248, &llama).unwrap();
+        let catalogue = model("meta-llama/Llama-3.1-8B-Instruct");
+        assert_eq!(
+            (m.layers, m.kv_heads, m.head_dim, m.max_context),
+            (
+                catalogue.layers,
+                catalogue.kv_heads,
+                catalogue.head_dim,
+                catalogue.max_context
+            )
+        );
+        let (hub, ours) = (fit(&m, 8192, 16, 24_000), fit(catalogue, 8192, 16, 24_000));
+        // 8,031 M parameters (rounded up) against the catalogue's 8,030: 2 MB more weights.
+        assert_eq!(hub.total_mb - ours.total_mb, 2, "{hub:?} {ours:?}");
+        assert_eq!(hub.gpus, ours.gpus);
+        let gemma = json!({"architectures": ["Gemma3ForConditionalGeneration"],
+            "text_config": {"num_hidden_layers": 34, "num_key_value_heads": 4, "head_dim": 256,
+                            "num_attention_heads": 8, "hidden_size": 2560}});
+        let g = from_config("google/gemma-3-4b-it", 4_300_000_000, &gemma).unwrap();
+        assert_eq!((g.layers, g.kv_heads, g.head_dim), (34, 4, 256));
+        assert_eq!(
+            g.max_context,
+            u64::MAX,
+            "none given: the context asked is used"
+        );
+        let no_layers = from_config("x/y", 1, &json!({"hidden_size": 10})).unwrap_err();
+        assert!(no_layers.contains("num_hidden_layers"), "{no_layers}");
     }
 
     #[test]

@@ -136,8 +136,16 @@ try {
   await page.getByLabel("GPU memory").selectOption("24");
   await page.getByRole("table", { name: /24 GB GPUs$/ }).waitFor();
   findings.seventyOn24 = await seventy();
-  await shot(page, "dashboard-models");
-  await page.getByRole("link", { name: "Deploy Qwen/Qwen3-0.6B" }).click();
+  // Hugging Face search (the test's stand-in of the hub), and a result's fit.
+  await page.getByLabel("Search Hugging Face").fill("qwen3");
+  await page.getByRole("button", { name: "Search" }).click();
+  await page.getByRole("table", { name: "Hugging Face: qwen3" }).waitFor();
+  findings.hubFound = await page.getByRole("table", { name: "Hugging Face: qwen3" }).locator("tbody tr td:first-child").allTextContents();
+  await page.getByRole("button", { name: "Fit of Qwen/Qwen3-0.6B" }).click();
+  await page.getByRole("table", { name: "Hugging Face: qwen3" }).getByRole("link", { name: "Deploy Qwen/Qwen3-0.6B" }).waitFor();
+  findings.hubFit = (await page.getByRole("table", { name: "Hugging Face: qwen3" }).locator("tbody tr td").nth(2).textContent()).trim();
+  await shot(page, "dashboard-models", true);
+  await page.getByRole("table", { name: /^Models: / }).getByRole("link", { name: "Deploy Qwen/Qwen3-0.6B" }).click();
   await page.getByLabel("Model (Hugging Face id)").waitFor();
   findings.prefilled = [await page.getByLabel("Name", { exact: true }).inputValue(),
     await page.getByLabel("Model (Hugging Face id)").inputValue(), await page.getByLabel("GPUs per replica").inputValue()];

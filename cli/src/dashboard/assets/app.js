@@ -349,12 +349,51 @@ async function modelsView() {
       })));
   };
   for (const input of [context, dtype, memory]) input.addEventListener("change", refresh);
+  // Hugging Face search (through the dashboard, which asks the hub): each result's fit on
+  // demand, from its parameter count and config.json.
+  const query = el("input", { id: "hub-q", type: "search", placeholder: "e.g. qwen3" });
+  const searchButton = el("button", { type: "submit", text: "Search" });
+  const found = el("div", { "aria-live": "polite" });
+  const fitOf = async (id, cells) => {
+    const q = new URLSearchParams({ id, context: context.value, dtype: dtype.value, gpuMemoryGb: memory.value });
+    try {
+      const m = await call("GET", `/api/hub/fit?${q}`);
+      const gpusNeeded = m.gpus === null ? "more than 8" : String(m.gpus);
+      const deploy = new URLSearchParams({ model: m.id, gpus: String(m.gpus ?? 8), engine: "auto" });
+      cells.replaceChildren(`${m.params} B parameters, ${gb(m.totalMb)} GB: ${gpusNeeded} GPU(s) `,
+        el("a", { href: `#/deploy?${deploy}`, "aria-label": `Deploy ${m.id}`, text: "Deploy" }));
+    } catch (e) { cells.replaceChildren(el("span", { class: "bad", role: "alert", text: e.message })); }
+  };
+  const search = el("form", { class: "actions", role: "search", "aria-label": "Hugging Face" },
+    el("label", { for: "hub-q" }, "Search Hugging Face", query), searchButton);
+  search.addEventListener("submit", async (event) => {
+    event.preventDefault();
+    if (!query.value.trim()) return;
+    found.replaceChildren(el("p", { class: "message", text: "Searching…" }));
+    let r;
+    try { r = await call("GET", `/api/hub/search?${new URLSearchParams({ q: query.value })}`); } catch (e) {
+      found.replaceChildren(el("p", { class: "bad", role: "alert", text: e.message })); return;
+    }
+    if (mine !== view) return;
+    if (!r.models.length) {
+      found.replaceChildren(el("p", { class: "message", text: r.note ? `Hugging Face: ${r.note}` : "No model found." }));
+      return;
+    }
+    found.replaceChildren(table(`Hugging Face: ${query.value}`, ["Model", "Downloads", "Fit"],
+      r.models.map((m) => {
+        const cells = el("span");
+        const button = el("button", { type: "button", "aria-label": `Fit of ${m.id}`, text: "Fit" });
+        button.addEventListener("click", () => fitOf(m.id, cells));
+        cells.replaceChildren(button);
+        return [m.id, String(m.downloads), cells];
+      })));
+  });
   show("Models",
     el("div", { class: "actions" },
       el("label", { for: "fit-context" }, "Context length (tokens)", context),
       el("label", { for: "fit-dtype" }, "Weights", dtype),
       el("label", { for: "fit-memory" }, "GPU memory", memory)),
-    models, gpus,
+    models, search, found, gpus,
     el("p", { class: "message", text: "Weights by dtype plus the KV cache of one sequence at the context length (16-bit), 10% overhead, at 0.9 of each GPU's memory; GPUs in powers of two for tensor parallelism. An estimate for choosing GPUs." }));
   call("GET", "/api/gpus").then((g) => {
     if (mine !== view) return;

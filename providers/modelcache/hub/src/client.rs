@@ -214,6 +214,21 @@ pub fn status_error(
     }
 }
 
+/// The error of a non-success answer about no repository in particular.
+fn status_error_plain(what: &str, status: u16) -> Error {
+    if status == 401 || status == 403 {
+        Error::Unauthorized {
+            what: what.to_string(),
+            status,
+        }
+    } else {
+        Error::Status {
+            what: what.to_string(),
+            status,
+        }
+    }
+}
+
 /// A client of one hub.
 #[derive(Clone)]
 pub struct Hub {
@@ -266,7 +281,7 @@ impl Hub {
     }
 
     /// The endpoint with `segments` appended, each percent-encoded as one segment.
-    fn url(&self, segments: &[&str]) -> url::Url {
+    pub(crate) fn url(&self, segments: &[&str]) -> url::Url {
         let mut url = self.endpoint.clone();
         if let Ok(mut path) = url.path_segments_mut() {
             path.pop_if_empty();
@@ -311,38 +326,54 @@ impl Hub {
         segments.extend(["revision", revision]);
         let mut url = self.url(&segments);
         url.set_query(Some("blobs=true"));
+        let body = self
+            .get_json_body(&what, url, Some((repo, revision)))
+            .await?;
+        parse_revision_info(&what, &body)
+    }
+
+    /// The body of a JSON `GET` of `url` (an API answer, about a repository at a
+    /// revision when `about` says so), capped at [`MAX_INFO_BYTES`] and under the request
+    /// deadline; errors typed.
+    pub(crate) async fn get_json_body(
+        &self,
+        what: &str,
+        url: url::Url,
+        about: Option<(&RepoId, &str)>,
+    ) -> Result<Vec<u8>, Error> {
         let deadline = Instant::now() + self.timeouts.request;
-        let mut response = self.send(&what, self.http.get(url), deadline).await?;
-        let status = response.status();
-        if !status.is_success() {
-            return Err(self.error(&what, repo, revision, None, &response));
+        let mut response = self.send(what, self.http.get(url), deadline).await?;
+        if !response.status().is_success() {
+            return Err(match about {
+                Some((repo, revision)) => self.error(what, repo, revision, None, &response),
+                None => status_error_plain(what, response.status().as_u16()),
+            });
         }
         if response
             .content_length()
             .is_some_and(|n| n > MAX_INFO_BYTES)
         {
-            return Err(too_large(&what));
+            return Err(too_large(what));
         }
         let mut body = Vec::new();
         loop {
             match tokio::time::timeout_at(deadline, response.chunk()).await {
                 Err(_) => {
                     return Err(Error::Transport {
-                        what,
+                        what: what.to_string(),
                         message: "timed out".into(),
                     });
                 }
-                Ok(Err(e)) => return Err(transport(&what, &e)),
-                Ok(Ok(None)) => break,
+                Ok(Err(e)) => return Err(transport(what, &e)),
+                Ok(Ok(None)) => return Ok(body),
                 Ok(Ok(Some(chunk))) => {
                     if (body.len() + chunk.len()) as u64 > MAX_INFO_BYTES {
-                        return Err(too_large(&what));
+                        return Err(too_large(what));
                     }
                     body.extend_from_slice(&chunk);
                 }
             }
         }
-        parse_revision_info(&what, &body)
     }
 
     /// `GET` the file `path` of `commit` from byte `from` on (a `Range` request when

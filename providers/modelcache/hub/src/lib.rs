@@ -8,6 +8,7 @@
 //!   functions, refusing hostile repo ids, revisions and paths before anything touches disk;
 //! - [`hash`]: the digests the hub names files by (sha256 for LFS, git blob sha1 else);
 //! - [`client`]: the hub API (revision -> commit and file list), errors typed;
+//! - [`browse`]: search, parameter counts and `config.json`, for choosing a model;
 //! - [`download`]: one file, streamed to `blobs/<etag>.incomplete`, resumed with `Range`,
 //!   size and digest checked, then renamed to `blobs/<etag>`;
 //! - [`pull`]: a whole revision, in parallel, published as `snapshots/<commit>` at once,
@@ -26,6 +27,7 @@
 //! through Xet (over 50 GB, hfpy `constants.py` `MAX_HTTP_DOWNLOAD_SIZE`) are out of reach
 //! of plain HTTP, by anyone's client.
 
+pub mod browse;
 pub mod client;
 pub mod download;
 mod error;

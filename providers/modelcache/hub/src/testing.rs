@@ -8,6 +8,10 @@
 //! - `HEAD`/`GET /{org}/{name}/resolve/{rev}/{path}`: `X-Repo-Commit`, `ETag`, and for
 //!   LFS files `X-Linked-Etag`/`X-Linked-Size`; `Range: bytes=<n>-[<m>]` answered `206`
 //!   with `Content-Range`;
+//! - `GET /api/models?search=<q>&limit=<n>`: repositories whose id contains the query,
+//!   most downloaded first (`list_models`); `GET /api/models/{org}/{name}?expand[]=safetensors`:
+//!   `{id, sha, safetensors: {parameters, total}}` when parameters were set
+//!   (`model_info(expand=...)`);
 //! - a gated repo answers `401` with `X-Error-Code: GatedRepo` without its token (with
 //!   [`StandIn::gate_files`], only its files do: the hub lists a gated model's files to
 //!   anyone and gates their downloads); unknown
@@ -161,6 +165,9 @@ struct Repo {
     token: Option<String>,
     /// The model info and listing answer without the token: only files are gated.
     files_only: bool,
+    /// Parameters (its safetensors headers' total) and downloads, for browsing.
+    parameters: Option<u64>,
+    downloads: u64,
 }
 
 #[derive(Default, Debug)]
@@ -199,6 +206,8 @@ impl StandIn {
     pub async fn start() -> Self {
         let inner: Shared = Arc::default();
         let app = Router::new()
+            .route("/api/models", get(search))
+            .route("/api/models/{org}/{name}", get(summary))
             .route("/api/models/{org}/{name}/revision/{rev}", get(model_info))
             .route("/api/models/{org}/{name}/tree/{rev}", get(tree))
             .route("/{org}/{name}/resolve/{rev}/{*path}", get(resolve))
@@ -226,6 +235,15 @@ impl StandIn {
     pub fn gate(&self, repo: &str, token: &str) {
         let mut inner = self.inner.lock().unwrap();
         inner.repos.entry(repo.to_string()).or_default().token = Some(token.to_string());
+    }
+
+    /// What browsing the hub shows of `repo`: its parameter count (safetensors) and its
+    /// downloads.
+    pub fn describe(&self, repo: &str, parameters: u64, downloads: u64) {
+        let mut inner = self.inner.lock().unwrap();
+        let r = inner.repos.entry(repo.to_string()).or_default();
+        r.parameters = Some(parameters);
+        r.downloads = downloads;
     }
 
     /// Gates the files of `repo` only: its model info and listing answer anyone.
@@ -424,6 +442,77 @@ async fn model_info(
     headers: HeaderMap,
 ) -> Response<Body> {
     list(Listing::Info, &inner, params, &method, &headers)
+}
+
+#[derive(serde::Deserialize)]
+struct SearchQuery {
+    search: Option<String>,
+    limit: Option<usize>,
+}
+
+/// Repositories whose id contains the query, most downloaded first.
+async fn search(
+    State(inner): State<Shared>,
+    axum::extract::Query(q): axum::extract::Query<SearchQuery>,
+    method: Method,
+) -> Response<Body> {
+    let query = q.search.unwrap_or_default().to_lowercase();
+    let mut found: Vec<(u64, String)> = {
+        let guard = inner.lock().unwrap();
+        guard
+            .repos
+            .iter()
+            .filter(|(id, _)| id.to_lowercase().contains(&query))
+            .map(|(id, r)| (r.downloads, id.clone()))
+            .collect()
+    };
+    found.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.1.cmp(&b.1)));
+    found.truncate(q.limit.unwrap_or(1000));
+    log(&inner, &method, "/api/models".into(), None, 200);
+    json(&serde_json::Value::Array(
+        found
+            .into_iter()
+            .map(|(downloads, id)| {
+                serde_json::json!({"_id": id, "id": id, "modelId": id, "downloads": downloads,
+                                   "likes": 0, "private": false, "pipeline_tag": "text-generation"})
+            })
+            .collect(),
+    ))
+}
+
+/// A repository's summary at `main`, with its safetensors parameter count when set.
+async fn summary(
+    State(inner): State<Shared>,
+    Path((org, name)): Path<(String, String)>,
+    method: Method,
+    headers: HeaderMap,
+) -> Response<Body> {
+    let repo = format!("{org}/{name}");
+    let answer = {
+        let guard = inner.lock().unwrap();
+        lookup(&guard, &repo, "main", &headers, false)
+            .map(|(commit, _)| (commit, guard.repos.get(&repo).and_then(|r| r.parameters)))
+    };
+    let response = match answer {
+        Err(e) => e,
+        Ok((commit, parameters)) => {
+            let mut body = serde_json::json!({"_id": repo, "id": repo, "modelId": repo, "sha": commit,
+                                              "private": false, "pipeline_tag": "text-generation"});
+            if let Some(total) = parameters {
+                body["safetensors"] =
+                    serde_json::json!({"parameters": {"BF16": total}, "total": total});
+            }
+            json(&body)
+        }
+    };
+    log(
+        &inner,
+        &method,
+        format!("/api/models/{repo}"),
+        None,
+        response.status().as_u16(),
+    );
+    response
 }
 
 async fn tree(

@@ -591,3 +591,61 @@ async fn huggingface_hub_reads_our_cache_offline() {
     assert_eq!(answer["walked"], expected_shas(&expected));
     assert_eq!(answer["single"], expected_shas(&expected));
 }
+
+/// Browsing (the dashboard's Models page): a search, a parameter count and `config.json`,
+/// read by our client and, from the same stand-in, by huggingface_hub's `list_models` and
+/// `model_info(expand=["safetensors"])`, so the stand-in answers as the hub does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn search_parameters_and_config_for_choosing_a_model() {
+    let f = Fixture::new(3).await;
+    let stand_in = &f.stand_in;
+    stand_in.commit("acme/tiny-chat", "main", &commit_id("chat"), files(4));
+    stand_in.commit("other/thing", "main", &commit_id("thing"), files(5));
+    stand_in.describe(REPO, 751_632_384, 10);
+    stand_in.describe("acme/tiny-chat", 1_000, 500);
+    let hub = hub(stand_in, None);
+    let found = hub.search("tiny", 10).await.unwrap();
+    let ids: Vec<&str> = found.iter().map(|m| m.id.as_str()).collect();
+    assert_eq!(ids, ["acme/tiny-chat", REPO], "most downloaded first");
+    assert_eq!(found[0].downloads, 500);
+    assert_eq!(hub.search("tiny", 1).await.unwrap().len(), 1);
+    let repo = RepoId::parse(REPO).unwrap();
+    assert_eq!(hub.parameters(&repo).await.unwrap(), Some(751_632_384));
+    assert_eq!(
+        hub.parameters(&RepoId::parse("other/thing").unwrap())
+            .await
+            .unwrap(),
+        None,
+        "no safetensors metadata"
+    );
+    assert_eq!(hub.config(&repo).await.unwrap()["seed"], 3);
+    let missing = hub
+        .parameters(&RepoId::parse("acme/nothing").unwrap())
+        .await;
+    assert!(
+        matches!(missing, Err(Error::RepoNotFound { .. })),
+        "{missing:?}"
+    );
+
+    let Some(py) = judge() else { return };
+    let url = stand_in.url.clone();
+    let answer = tokio::task::spawn_blocking(move || {
+        python(
+            &py,
+            r#"
+import json, sys
+from huggingface_hub import HfApi
+api = HfApi(endpoint=sys.argv[1])
+found = [m.id for m in api.list_models(search="tiny", limit=10)]
+info = api.model_info(sys.argv[2], expand=["safetensors"])
+print(json.dumps({"found": found, "total": info.safetensors.total}))
+"#,
+            &[&url, REPO],
+            &[],
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(answer["found"], serde_json::json!(["acme/tiny-chat", REPO]));
+    assert_eq!(answer["total"], 751_632_384);
+}

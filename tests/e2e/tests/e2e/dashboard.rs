@@ -89,11 +89,32 @@ async fn a_model_is_previewed_deployed_watched_scaled_and_deleted_in_a_real_brow
     for provider in NAMES {
         testing::registered(&client, provider).await;
     }
+    // The Models page searches a loopback stand-in of the Hugging Face hub: Qwen3-0.6B's
+    // config.json (the hub's figures) and parameter count.
+    let hub = kubeairunway_modelcache_hub::testing::StandIn::start().await;
+    let qwen_config =
+        br#"{"architectures": ["Qwen3ForCausalLM"], "hidden_size": 1024, "head_dim": 128,
+        "num_attention_heads": 16, "num_hidden_layers": 28, "num_key_value_heads": 8,
+        "max_position_embeddings": 40960}"#;
+    hub.commit(
+        "Qwen/Qwen3-0.6B",
+        "main",
+        &kubeairunway_modelcache_hub::testing::commit_id("qwen3"),
+        vec![kubeairunway_modelcache_hub::testing::StandInFile::regular(
+            "config.json",
+            qwen_config,
+        )],
+    );
+    hub.describe("Qwen/Qwen3-0.6B", 751_632_384, 1_000_000);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
-    let server = tokio::spawn(dashboard::api::serve(
+    let server = tokio::spawn(dashboard::api::serve_with(
         listener,
         client.clone(),
+        Some(kubeairunway_modelcache_hub::HubOptions {
+            endpoint: hub.url.clone(),
+            ..kubeairunway_modelcache_hub::HubOptions::default()
+        }),
         std::future::pending(),
     ));
 
@@ -282,6 +303,19 @@ async fn a_model_is_previewed_deployed_watched_scaled_and_deleted_in_a_real_brow
     assert_eq!(
         findings["prefilled"],
         serde_json::json!(["qwen3-0-6b", "Qwen/Qwen3-0.6B", "1"])
+    );
+    // Found on the hub, its fit from the hub's figures: 0.7 B parameters, one 80 GB GPU.
+    assert_eq!(findings["hubFound"], serde_json::json!(["Qwen/Qwen3-0.6B"]));
+    let hub_fit = findings["hubFit"].as_str().unwrap();
+    assert!(
+        hub_fit.starts_with("0.7 B parameters, ") && hub_fit.contains(": 1 GPU(s)"),
+        "{hub_fit}"
+    );
+    assert!(
+        hub.log()
+            .iter()
+            .any(|l| l.path == "/api/models/Qwen/Qwen3-0.6B"),
+        "the parameter count was asked of the hub"
     );
     let cache_row: Vec<&str> = findings["modelCaches"]
         .as_array()
