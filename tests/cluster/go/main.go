@@ -12,7 +12,8 @@
 //     persistentvolumeclaims, persistentvolumes; apps/v1 deployments, daemonsets,
 //     statefulsets, replicasets; batch/v1 jobs; coordination.k8s.io/v1 leases;
 //     events.k8s.io/v1 events; admissionregistration.k8s.io/v1 validating and mutating
-//     webhook configurations; discovery.k8s.io/v1 endpointslices;
+//     webhook configurations, validatingadmissionpolicies (with their status subresource)
+//     and validatingadmissionpolicybindings; discovery.k8s.io/v1 endpointslices;
 //     rbac.authorization.k8s.io/v1 roles, rolebindings, clusterroles, clusterrolebindings;
 //     autoscaling/v2 horizontalpodautoscalers; policy/v1 poddisruptionbudgets. Each through
 //     the generic registry with the k8s.io/api Go types, status subresources,
@@ -20,9 +21,12 @@
 //     openapi-gen over k8s.io/api, so lists merge by their real keys), watches, and the
 //     field selectors kube-apiserver offers for those kinds;
 //   - kube-apiserver's admission chain for all of them: NamespaceLifecycle,
-//     MutatingAdmissionWebhook and ValidatingAdmissionWebhook, reading the served webhook
-//     configurations. A webhook's service reference resolves the way kube-apiserver does
-//     with --enable-aggregator-routing: Service port -> EndpointSlice
+//     MutatingAdmissionWebhook, ValidatingAdmissionPolicy and ValidatingAdmissionWebhook,
+//     reading the served webhook configurations, policies and bindings (the policy plugin
+//     is k8s.io/apiserver's, wired as kube-apiserver wires it: CEL over the request, the
+//     objects and the `authorizer` variable, which asks this server's authorizer). A
+//     webhook's service reference resolves the way kube-apiserver does with
+//     --enable-aggregator-routing: Service port -> EndpointSlice
 //     (k8s.io/apiserver/pkg/util/proxy.ResolveEndpoint), so a test that serves a webhook
 //     on 127.0.0.1:<port> writes the Service and an EndpointSlice pointing there, playing
 //     the EndpointSlice controller. TLS is verified against the caBundle with the server
@@ -51,7 +55,11 @@
 //     namespace. Tests write those statuses themselves, as envtest users do;
 //   - core/v1 and events.k8s.io/v1 Events are stored apart (kube-apiserver converts one
 //     into the other); no other built-in kinds, no scale subresources of built-in kinds, no
-//     aggregation, no API priority and fairness, no ValidatingAdmissionPolicy.
+//     aggregation, no API priority and fairness, no MutatingAdmissionPolicy. Admission
+//     policies and bindings are stored as sent, defaults aside (kube-apiserver's validation
+//     of them, and its check that their author may read the paramKind, live in
+//     k8s.io/kubernetes), and nothing writes a policy's status.typeChecking (a
+//     kube-controller-manager controller).
 package main
 
 import (
@@ -69,6 +77,7 @@ import (
 	builtinopenapi "kubeairunway/apiserver/builtinopenapi"
 
 	"github.com/spf13/cobra"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apihelpers "k8s.io/apiextensions-apiserver/pkg/apihelpers"
 	crdv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -82,8 +91,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/version"
+	k8sadmission "k8s.io/apiserver/pkg/admission"
+	admissioninit "k8s.io/apiserver/pkg/admission/initializer"
 	mutatingpolicy "k8s.io/apiserver/pkg/admission/plugin/policy/mutating"
-	validatingpolicy "k8s.io/apiserver/pkg/admission/plugin/policy/validating"
 	webhookinit "k8s.io/apiserver/pkg/admission/plugin/webhook/initializer"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
@@ -114,9 +124,11 @@ func main() {
 	// Admission is applied in serve, once the loopback client it reads through exists.
 	rec.Admission = nil
 	admission := genericoptions.NewAdmissionOptions()
-	// kube-apiserver's default chain less the admission policies (whose kinds are not served):
-	// NamespaceLifecycle, MutatingAdmissionWebhook, ValidatingAdmissionWebhook.
-	admission.DefaultOffPlugins = sets.New(mutatingpolicy.PluginName, validatingpolicy.PluginName)
+	// kube-apiserver's default chain less MutatingAdmissionPolicy (whose kinds are not
+	// served), in kube-apiserver's order (pkg/kubeapiserver/options/plugins.go of Kubernetes
+	// v1.36, AllOrderedPlugins): NamespaceLifecycle, MutatingAdmissionWebhook, then the
+	// validating ValidatingAdmissionPolicy and ValidatingAdmissionWebhook.
+	admission.DefaultOffPlugins = sets.New(mutatingpolicy.PluginName)
 	rec.Features.EnablePriorityAndFairness = false
 	rec.Authentication.RemoteKubeConfigFileOptional = true
 	rec.Authentication.SkipInClusterLookup = true
@@ -230,8 +242,11 @@ func serve(c *cobra.Command, opts *options.CustomResourceDefinitionsServerOption
 	}
 	resolver := &endpointResolver{services: informers.Core().V1().Services().Lister(), slices: slices}
 	authWrapper := webhook.NewDefaultAuthenticationInfoResolverWrapper(nil, nil, loopback, noopoteltrace.NewTracerProvider())
+	// The generic initializer of ApplyTo hands the ValidatingAdmissionPolicy plugin what it
+	// needs: the loopback clients, the informer factory (policies, bindings, namespaces), a
+	// REST mapper over discovery, and the authorizer behind its CEL `authorizer` variable.
 	if err := admission.ApplyTo(&cfg.Config, informers, client, dyn, utilfeature.DefaultFeatureGate, cfg.EffectiveVersion,
-		webhookinit.NewPluginInitializer(authWrapper, resolver)); err != nil {
+		webhookinit.NewPluginInitializer(authWrapper, resolver), excludedFromPolicies{}); err != nil {
 		return err
 	}
 
@@ -307,6 +322,21 @@ func installBuiltins(s *genericapiserver.GenericAPIServer, etcd genericoptions.E
 			return true, nil
 		})
 	})
+}
+
+// excludedFromPolicies keeps the admission policies off the access reviews, which are
+// never stored, as kube-apiserver does (pkg/kubeapiserver/admission/exclusion/resources.go
+// of Kubernetes v1.36 lists them; this server serves only those of authorization.k8s.io).
+type excludedFromPolicies struct{}
+
+func (excludedFromPolicies) Initialize(plugin k8sadmission.Interface) {
+	if p, ok := plugin.(admissioninit.WantsExcludedAdmissionResources); ok {
+		var reviews []schema.GroupResource
+		for _, r := range []string{"subjectaccessreviews", "localsubjectaccessreviews", "selfsubjectaccessreviews"} {
+			reviews = append(reviews, authorizationv1.Resource(r))
+		}
+		p.SetExcludedAdmissionResources(reviews)
+	}
 }
 
 // endpointResolver resolves a webhook's service reference to an endpoint of the Service,
