@@ -54,3 +54,16 @@ where
     })
     .await
 }
+
+/// Assert that `result` is the API server's refusal by the policy `policy` with a message
+/// ending in `message` (the policy's message for the validation that failed).
+#[track_caller]
+pub fn assert_denied<T: std::fmt::Debug>(result: &kube::Result<T>, policy: &str, message: &str) {
+    let Some(denial) = denial(result, policy) else {
+        panic!("expected a refusal by {policy}: {result:?}")
+    };
+    assert!(
+        denial.ends_with(message),
+        "{policy} refused with another message: {denial}"
+    );
+}
