@@ -47,7 +47,11 @@
 //     a Pod without containers is stored as sent. Object metadata is validated. The
 //     exceptions are what admission and routing read (defaults.go) and a Secret's
 //     stringData merged into data (builtin.go);
-//   - x509 client certificates and anonymous requests authenticate (no tokens); no Node
+//   - x509 client certificates and anonymous requests authenticate, and a stand-in for
+//     bound service-account tokens (tokens.go: opaque tokens listed in
+//     --bound-service-account-tokens-file, each the service account of a pod with the
+//     pod and its node in the user's extra, as kube-apiserver gives a bound token's
+//     bearer); no signed service-account tokens, no TokenRequest, no other tokens; no Node
 //     authorizer, no ClusterRole aggregation (a kube-controller-manager controller), no
 //     SelfSubjectRulesReview;
 //   - no controllers, kubelet or scheduler: nothing runs pods, schedules them, fills Job,
@@ -136,6 +140,7 @@ func main() {
 	rec.SecureServing.BindAddress = netutils.ParseIPSloppy("127.0.0.1")
 
 	authorizationMode := modeRBAC
+	boundTokensFile := ""
 	cmd := &cobra.Command{
 		Use:   "kubeairunway-apiserver",
 		Short: "Kubernetes API server (CRDs, the built-in kinds kubeairunway uses, webhook admission) for kubeairunway's integration tests",
@@ -155,7 +160,7 @@ func main() {
 			if authorizationMode != modeRBAC && authorizationMode != modeAlwaysAllow {
 				return fmt.Errorf("--authorization-mode: %q is neither %s nor %s", authorizationMode, modeRBAC, modeAlwaysAllow)
 			}
-			return serve(c, opts, admission, authorizationMode)
+			return serve(c, opts, admission, authorizationMode, boundTokensFile)
 		},
 	}
 	cmd.SetContext(genericapiserver.SetupSignalContext())
@@ -163,6 +168,9 @@ func main() {
 	cmd.Flags().StringVar(&authorizationMode, "authorization-mode", modeRBAC,
 		"RBAC: authorize requests by the served RBAC objects, as kube-apiserver's RBAC mode does "+
 			"(system:masters is always allowed); AlwaysAllow: authorize every request")
+	cmd.Flags().StringVar(&boundTokensFile, "bound-service-account-tokens-file", "",
+		"a stand-in for bound service-account tokens: a CSV file of lines "+
+			"token,namespace,service account,pod name,pod UID,node name,node UID (tokens.go)")
 	os.Exit(cli.Run(cmd))
 }
 
@@ -172,7 +180,8 @@ const (
 	modeAlwaysAllow = "AlwaysAllow"
 )
 
-func serve(c *cobra.Command, opts *options.CustomResourceDefinitionsServerOptions, admission *genericoptions.AdmissionOptions, authorizationMode string) error {
+func serve(c *cobra.Command, opts *options.CustomResourceDefinitionsServerOptions, admission *genericoptions.AdmissionOptions,
+	authorizationMode, boundTokensFile string) error {
 	rec := opts.RecommendedOptions
 	if err := rec.SecureServing.MaybeDefaultWithSelfSignedCerts("localhost", nil, []net.IP{netutils.ParseIPSloppy("127.0.0.1")}); err != nil {
 		return fmt.Errorf("self-signed certificates: %w", err)
@@ -190,6 +199,9 @@ func serve(c *cobra.Command, opts *options.CustomResourceDefinitionsServerOption
 	}
 	if err := rec.ApplyTo(cfg); err != nil {
 		return err
+	}
+	if boundTokensFile != "" {
+		addBoundTokens(&cfg.Authentication, boundTokensFile)
 	}
 	if err := opts.APIEnablement.ApplyTo(&cfg.Config, apiserver.DefaultAPIResourceConfigSource(), apiserver.Scheme); err != nil {
 		return err

@@ -11,6 +11,7 @@ use k8s_openapi::api::admissionregistration::v1::{
     ValidatingAdmissionPolicy, ValidatingAdmissionPolicyBinding,
 };
 use k8s_openapi::api::core::v1::ConfigMap;
+use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kubeairunway_e2e::{policy, rbac};
 use kubeairunway_testcluster::shared;
@@ -195,4 +196,160 @@ async fn admission_policies_are_served_and_enforced() {
         .delete(&name, &DeleteParams::default())
         .await
         .unwrap();
+}
+
+/// A pod's service-account token bound to its pod and node (the server's stand-in for
+/// bound tokens, `tests/cluster/go/tokens.go`): the API server authenticates it as the
+/// service account with the node in the user's extra, which a policy reads to let a pod
+/// change only its own Node, as a node-binding policy on an agent would. The same service
+/// account by client certificate carries no node and is refused; an unknown token is
+/// refused with 401, not taken as anonymous.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pods_token_carries_its_node_to_the_policies() {
+    use k8s_openapi::api::core::v1::{Node, Pod};
+    let cluster = kubeairunway_e2e::private_cluster("bound-token")
+        .await
+        .unwrap();
+    let admin = cluster.client().await.unwrap();
+    let ns = cluster.namespace("bound-token");
+    let user = kubeairunway_testcluster::service_account_user(&ns, "agent");
+    let node_name = "authentication.kubernetes.io/node-name";
+    let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
+        "metadata": {"name": "own-node"},
+        "spec": {
+            "matchConstraints": {"resourceRules": [{"apiGroups": [""], "apiVersions": ["v1"],
+                "operations": ["UPDATE"], "resources": ["nodes"]}]},
+            "matchConditions": [{"name": "the-agent", "expression": format!("request.userInfo.username == '{user}'")}],
+            "validations": [
+                {"expression": format!("'{node_name}' in request.userInfo.extra"),
+                 "message": "no node in the credential"},
+                {"expression": format!("request.userInfo.extra['{node_name}'][0] == object.metadata.name"),
+                 "messageExpression": format!("'a pod on ' + request.userInfo.extra['{node_name}'][0] + ' may not change the Node ' + object.metadata.name")},
+            ],
+        },
+    }))
+    .unwrap();
+    Api::<ValidatingAdmissionPolicy>::all(admin.clone())
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    Api::<ValidatingAdmissionPolicyBinding>::all(admin.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "own-node"},
+                "spec": {"policyName": "own-node", "validationActions": ["Deny"]}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    for (kind, plural, body) in [
+        (
+            "ClusterRole",
+            "clusterroles",
+            json!({"rules": [{"apiGroups": [""], "resources": ["nodes"], "verbs": ["patch"]}]}),
+        ),
+        (
+            "ClusterRoleBinding",
+            "clusterrolebindings",
+            json!({
+            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "agent"},
+            "subjects": [{"kind": "ServiceAccount", "name": "agent", "namespace": ns}]}),
+        ),
+    ] {
+        let mut object = body;
+        object["apiVersion"] = json!("rbac.authorization.k8s.io/v1");
+        object["kind"] = json!(kind);
+        object["metadata"] = json!({"name": "agent"});
+        let ar = kube::discovery::ApiResource {
+            group: "rbac.authorization.k8s.io".into(),
+            version: "v1".into(),
+            api_version: "rbac.authorization.k8s.io/v1".into(),
+            kind: kind.into(),
+            plural: plural.into(),
+        };
+        Api::<kube::api::DynamicObject>::all_with(admin.clone(), &ar)
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(object).unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+    let nodes: Api<Node> = Api::all(admin.clone());
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), &ns);
+    let mut on = Vec::new();
+    for node in ["node-a", "node-b"] {
+        nodes
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": node}})).unwrap(),
+            )
+            .await
+            .unwrap();
+        let pod = pods
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(json!({"metadata": {"name": format!("agent-{node}")},
+                    "spec": {"serviceAccountName": "agent", "nodeName": node,
+                        "containers": [{"name": "agent", "image": "agent:1"}]}}))
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+        on.push(Api::<Node>::all(
+            cluster.client_for_pod(&pod).await.unwrap(),
+        ));
+    }
+    let label = |value: &str| Patch::Merge(json!({"metadata": {"labels": {"agent": value}}}));
+    let pp = PatchParams::default();
+    // The pod on node-a may not change node-b (waiting for the policy and RBAC to reach
+    // the server's informers); it changes node-a; the pod on node-b changes node-b.
+    let to_a = label("a");
+    let message = policy::until_denied("own-node", || on[0].patch("node-b", &pp, &to_a))
+        .await
+        .unwrap();
+    assert!(
+        message.ends_with("a pod on node-a may not change the Node node-b"),
+        "{message}"
+    );
+    on[0].patch("node-a", &pp, &label("a")).await.unwrap();
+    on[1].patch("node-b", &pp, &label("b")).await.unwrap();
+    // The same service account by client certificate: no node.
+    let by_certificate: Api<Node> = Api::all(
+        cluster
+            .client_as_service_account(&ns, "agent")
+            .await
+            .unwrap(),
+    );
+    let refused = by_certificate.patch("node-a", &pp, &label("c")).await;
+    let denial = policy::denial(&refused, "own-node").unwrap_or_else(|| panic!("{refused:?}"));
+    assert!(denial.contains("no node in the credential"), "{denial}");
+    // An unknown token: 401; no token: anonymous, which RBAC refuses (403).
+    let ca = std::fs::read(cluster.dir().join("pki/ca.crt")).unwrap();
+    kubeairunway_testcluster::install_crypto_provider();
+    let http = reqwest::Client::builder()
+        .tls_built_in_root_certs(false)
+        .add_root_certificate(reqwest::Certificate::from_pem(&ca).unwrap())
+        .build()
+        .unwrap();
+    let url = format!("{}/api/v1/nodes", cluster.server());
+    let unknown = http
+        .get(&url)
+        .bearer_auth("not-a-token")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 401);
+    let anonymous = http.get(&url).send().await.unwrap();
+    assert_eq!(anonymous.status(), 403);
+    assert_eq!(
+        nodes
+            .get("node-b")
+            .await
+            .unwrap()
+            .labels()
+            .get("agent")
+            .map(String::as_str),
+        Some("b")
+    );
 }
