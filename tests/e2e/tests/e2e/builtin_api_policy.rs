@@ -3,7 +3,8 @@
 //! its status subresource, `metadata.generation` counting spec changes, kube's defaults
 //! filled in), and k8s.io/apiserver's ValidatingAdmissionPolicy plugin enforces them:
 //! CEL validations over the request and the object refuse what they reject, with the
-//! policy's message, and the `authorizer` variable asks the server's RBAC authorizer.
+//! policy's message, and the `authorizer` variable asks the server's RBAC authorizer; a
+//! pod's bound service-account token (the server's stand-in) carries its node to them.
 //! The charts' own policies are exercised where their components run (`gateway`,
 //! `modelcache_mount`, `kaito`).
 
@@ -305,7 +306,11 @@ async fn a_pods_token_carries_its_node_to_the_policies() {
     // The pod on node-a may not change node-b (waiting for the policy and RBAC to reach
     // the server's informers); it changes node-a; the pod on node-b changes node-b.
     let to_a = label("a");
-    let message = policy::until_denied("own-node", || on[0].patch("node-b", &pp, &to_a))
+    let dry_run = PatchParams {
+        dry_run: true,
+        ..PatchParams::default()
+    };
+    let message = policy::until_denied("own-node", || on[0].patch("node-b", &dry_run, &to_a))
         .await
         .unwrap();
     assert!(
@@ -324,6 +329,11 @@ async fn a_pods_token_carries_its_node_to_the_policies() {
     let refused = by_certificate.patch("node-a", &pp, &label("c")).await;
     let denial = policy::denial(&refused, "own-node").unwrap_or_else(|| panic!("{refused:?}"));
     assert!(denial.contains("no node in the credential"), "{denial}");
+    policy::assert_denied(
+        &on[0].patch("node-b", &pp, &to_a).await,
+        "own-node",
+        "a pod on node-a may not change the Node node-b",
+    );
     // An unknown token: 401; no token: anonymous, which RBAC refuses (403).
     let ca = std::fs::read(cluster.dir().join("pki/ca.crt")).unwrap();
     kubeairunway_testcluster::install_crypto_provider();
