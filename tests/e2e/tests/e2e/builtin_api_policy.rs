@@ -4,7 +4,8 @@
 //! filled in), and k8s.io/apiserver's ValidatingAdmissionPolicy plugin enforces them:
 //! CEL validations over the request and the object refuse what they reject, with the
 //! policy's message, and the `authorizer` variable asks the server's RBAC authorizer; a
-//! pod's bound service-account token (the server's stand-in) carries its node to them.
+//! pod's bound service-account token (the server's stand-in) carries its node to them;
+//! the access reviews are kept off them.
 //! The charts' own policies are exercised where their components run (`gateway`,
 //! `modelcache_mount`, `kaito`).
 
@@ -362,4 +363,54 @@ async fn a_pods_token_carries_its_node_to_the_policies() {
             .map(String::as_str),
         Some("b")
     );
+}
+
+/// The access reviews, which are never stored, are kept off the policies as kube-apiserver
+/// keeps them (its `exclusion.Excluded`): a policy that refuses every ConfigMap and every
+/// SubjectAccessReview refuses the ConfigMap, and the review is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn access_reviews_are_not_subject_to_policies() {
+    let cluster = kubeairunway_e2e::private_cluster("policy-reviews")
+        .await
+        .unwrap();
+    let admin = cluster.client().await.unwrap();
+    let policy: ValidatingAdmissionPolicy = serde_json::from_value(json!({
+        "metadata": {"name": "refuse-all"},
+        "spec": {
+            "matchConstraints": {"resourceRules": [
+                {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["configmaps"]},
+                {"apiGroups": ["authorization.k8s.io"], "apiVersions": ["v1"], "operations": ["CREATE"],
+                 "resources": ["subjectaccessreviews"]},
+            ]},
+            "validations": [{"expression": "false", "message": "refused"}],
+        },
+    }))
+    .unwrap();
+    Api::<ValidatingAdmissionPolicy>::all(admin.clone())
+        .create(&PostParams::default(), &policy)
+        .await
+        .unwrap();
+    Api::<ValidatingAdmissionPolicyBinding>::all(admin.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({"metadata": {"name": "refuse-all"},
+                "spec": {"policyName": "refuse-all", "validationActions": ["Deny"]}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    let configmaps: Api<ConfigMap> = Api::namespaced(admin.clone(), "default");
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let any = config_map("any", &json!({}));
+    policy::until_denied("refuse-all", || configmaps.create(&dry_run, &any))
+        .await
+        .unwrap();
+    let review = json!({
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+        "spec": {"user": "someone", "resourceAttributes": {"verb": "get", "resource": "pods"}},
+    });
+    assert!(!rbac::subject_access_review(&admin, &review).await.unwrap());
 }
