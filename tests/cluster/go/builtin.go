@@ -130,6 +130,16 @@ var builtinResources = []*resource{
 		newObj: obj[admissionregistrationv1.ValidatingWebhookConfiguration], newList: obj[admissionregistrationv1.ValidatingWebhookConfigurationList]},
 	{gv: admissionV1, plural: "mutatingwebhookconfigurations", kind: "MutatingWebhookConfiguration",
 		newObj: obj[admissionregistrationv1.MutatingWebhookConfiguration], newList: obj[admissionregistrationv1.MutatingWebhookConfigurationList]},
+	// Admission policies, enforced by the ValidatingAdmissionPolicy plugin (main.go). Both
+	// count spec changes in metadata.generation; a policy's status is cleared on create
+	// (pkg/registry/admissionregistration/validatingadmissionpolicy{,binding}/strategy.go of
+	// Kubernetes v1.36).
+	{gv: admissionV1, plural: "validatingadmissionpolicies", kind: "ValidatingAdmissionPolicy",
+		newObj: obj[admissionregistrationv1.ValidatingAdmissionPolicy], newList: obj[admissionregistrationv1.ValidatingAdmissionPolicyList],
+		status: true, clearStatusOnCreate: true, generation: true},
+	{gv: admissionV1, plural: "validatingadmissionpolicybindings", kind: "ValidatingAdmissionPolicyBinding",
+		newObj:  obj[admissionregistrationv1.ValidatingAdmissionPolicyBinding],
+		newList: obj[admissionregistrationv1.ValidatingAdmissionPolicyBindingList], generation: true},
 	{gv: discoveryV1, plural: "endpointslices", kind: "EndpointSlice", newObj: obj[discoveryv1.EndpointSlice],
 		newList: obj[discoveryv1.EndpointSliceList], namespaced: true},
 	// RBAC: writes go through the escalation checks of rbac.go (kube-apiserver's policybased storage).

@@ -1,8 +1,8 @@
 package main
 
 // The only defaulting of built-in kinds this server does (besides moving a Secret's
-// stringData into data, builtin.go): the fields the admission chain
-// and the webhook service resolver read, which a chart leaves out because
+// stringData into data, builtin.go): the fields the admission chain (webhooks and
+// admission policies) and the webhook service resolver read, which a chart leaves out because
 // kube-apiserver fills them in (k8s.io/kubernetes pkg/apis/admissionregistration/v1/defaults.go
 // and pkg/apis/core/v1/defaults.go of Kubernetes v1.36; the values are those the
 // k8s.io/api field documentation gives). Without them the webhook plugins read a missing
@@ -34,6 +34,25 @@ func init() {
 			w := &o.(*admissionregistrationv1.ValidatingWebhookConfiguration).Webhooks[i]
 			defaultWebhook(&w.FailurePolicy, &w.MatchPolicy, &w.NamespaceSelector, &w.ObjectSelector,
 				&w.TimeoutSeconds, w.Rules, &w.ClientConfig)
+		}
+	})
+	// Admission policies: a missing failurePolicy fails closed; missing selectors select
+	// everything (the plugin reads a nil selector as "nothing") and a missing matchPolicy
+	// is Equivalent; a binding's paramRef denies when its parameter is not found.
+	Scheme.AddTypeDefaultingFunc(&admissionregistrationv1.ValidatingAdmissionPolicy{}, func(o interface{}) {
+		spec := &o.(*admissionregistrationv1.ValidatingAdmissionPolicy).Spec
+		if spec.FailurePolicy == nil {
+			fail := admissionregistrationv1.Fail
+			spec.FailurePolicy = &fail
+		}
+		defaultMatchResources(spec.MatchConstraints)
+	})
+	Scheme.AddTypeDefaultingFunc(&admissionregistrationv1.ValidatingAdmissionPolicyBinding{}, func(o interface{}) {
+		spec := &o.(*admissionregistrationv1.ValidatingAdmissionPolicyBinding).Spec
+		defaultMatchResources(spec.MatchResources)
+		if spec.ParamRef != nil && spec.ParamRef.ParameterNotFoundAction == nil {
+			deny := admissionregistrationv1.DenyAction
+			spec.ParamRef.ParameterNotFoundAction = &deny
 		}
 	})
 	Scheme.AddTypeDefaultingFunc(&corev1.Service{}, func(o interface{}) {
@@ -83,5 +102,31 @@ func defaultWebhook(failure **admissionregistrationv1.FailurePolicyType, match *
 	if client.Service != nil && client.Service.Port == nil {
 		port := int32(443)
 		client.Service.Port = &port
+	}
+}
+
+// defaultMatchResources defaults the match criteria of an admission policy or binding, when
+// there are any.
+func defaultMatchResources(m *admissionregistrationv1.MatchResources) {
+	if m == nil {
+		return
+	}
+	if m.MatchPolicy == nil {
+		equivalent := admissionregistrationv1.Equivalent
+		m.MatchPolicy = &equivalent
+	}
+	if m.NamespaceSelector == nil {
+		m.NamespaceSelector = &metav1.LabelSelector{}
+	}
+	if m.ObjectSelector == nil {
+		m.ObjectSelector = &metav1.LabelSelector{}
+	}
+	for _, rules := range [][]admissionregistrationv1.NamedRuleWithOperations{m.ResourceRules, m.ExcludeResourceRules} {
+		for i := range rules {
+			if rules[i].Scope == nil {
+				all := admissionregistrationv1.AllScopes
+				rules[i].Scope = &all
+			}
+		}
 	}
 }

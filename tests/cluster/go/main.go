@@ -12,7 +12,8 @@
 //     persistentvolumeclaims, persistentvolumes; apps/v1 deployments, daemonsets,
 //     statefulsets, replicasets; batch/v1 jobs; coordination.k8s.io/v1 leases;
 //     events.k8s.io/v1 events; admissionregistration.k8s.io/v1 validating and mutating
-//     webhook configurations; discovery.k8s.io/v1 endpointslices;
+//     webhook configurations, validatingadmissionpolicies (with their status subresource)
+//     and validatingadmissionpolicybindings; discovery.k8s.io/v1 endpointslices;
 //     rbac.authorization.k8s.io/v1 roles, rolebindings, clusterroles, clusterrolebindings;
 //     autoscaling/v2 horizontalpodautoscalers; policy/v1 poddisruptionbudgets. Each through
 //     the generic registry with the k8s.io/api Go types, status subresources,
@@ -20,9 +21,12 @@
 //     openapi-gen over k8s.io/api, so lists merge by their real keys), watches, and the
 //     field selectors kube-apiserver offers for those kinds;
 //   - kube-apiserver's admission chain for all of them: NamespaceLifecycle,
-//     MutatingAdmissionWebhook and ValidatingAdmissionWebhook, reading the served webhook
-//     configurations. A webhook's service reference resolves the way kube-apiserver does
-//     with --enable-aggregator-routing: Service port -> EndpointSlice
+//     MutatingAdmissionWebhook, ValidatingAdmissionPolicy and ValidatingAdmissionWebhook,
+//     reading the served webhook configurations, policies and bindings (the policy plugin
+//     is k8s.io/apiserver's, wired as kube-apiserver wires it: CEL over the request, the
+//     objects and the `authorizer` variable, which asks this server's authorizer). A
+//     webhook's service reference resolves the way kube-apiserver does with
+//     --enable-aggregator-routing: Service port -> EndpointSlice
 //     (k8s.io/apiserver/pkg/util/proxy.ResolveEndpoint), so a test that serves a webhook
 //     on 127.0.0.1:<port> writes the Service and an EndpointSlice pointing there, playing
 //     the EndpointSlice controller. TLS is verified against the caBundle with the server
@@ -43,7 +47,11 @@
 //     a Pod without containers is stored as sent. Object metadata is validated. The
 //     exceptions are what admission and routing read (defaults.go) and a Secret's
 //     stringData merged into data (builtin.go);
-//   - x509 client certificates and anonymous requests authenticate (no tokens); no Node
+//   - x509 client certificates and anonymous requests authenticate, and a stand-in for
+//     bound service-account tokens (tokens.go: opaque tokens listed in
+//     --bound-service-account-tokens-file, each the service account of a pod with the
+//     pod and its node in the user's extra, as kube-apiserver gives a bound token's
+//     bearer); no signed service-account tokens, no TokenRequest, no other tokens; no Node
 //     authorizer, no ClusterRole aggregation (a kube-controller-manager controller), no
 //     SelfSubjectRulesReview;
 //   - no controllers, kubelet or scheduler: nothing runs pods, schedules them, fills Job,
@@ -51,7 +59,11 @@
 //     namespace. Tests write those statuses themselves, as envtest users do;
 //   - core/v1 and events.k8s.io/v1 Events are stored apart (kube-apiserver converts one
 //     into the other); no other built-in kinds, no scale subresources of built-in kinds, no
-//     aggregation, no API priority and fairness, no ValidatingAdmissionPolicy.
+//     aggregation, no API priority and fairness, no MutatingAdmissionPolicy. Admission
+//     policies and bindings are stored as sent, defaults aside (kube-apiserver's validation
+//     of them, and its check that their author may read the paramKind, live in
+//     k8s.io/kubernetes), and nothing writes a policy's status.typeChecking (a
+//     kube-controller-manager controller).
 package main
 
 import (
@@ -69,6 +81,7 @@ import (
 	builtinopenapi "kubeairunway/apiserver/builtinopenapi"
 
 	"github.com/spf13/cobra"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
 	apihelpers "k8s.io/apiextensions-apiserver/pkg/apihelpers"
 	crdv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -82,8 +95,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/version"
+	k8sadmission "k8s.io/apiserver/pkg/admission"
+	admissioninit "k8s.io/apiserver/pkg/admission/initializer"
 	mutatingpolicy "k8s.io/apiserver/pkg/admission/plugin/policy/mutating"
-	validatingpolicy "k8s.io/apiserver/pkg/admission/plugin/policy/validating"
 	webhookinit "k8s.io/apiserver/pkg/admission/plugin/webhook/initializer"
 	"k8s.io/apiserver/pkg/authentication/user"
 	"k8s.io/apiserver/pkg/authorization/authorizerfactory"
@@ -114,9 +128,11 @@ func main() {
 	// Admission is applied in serve, once the loopback client it reads through exists.
 	rec.Admission = nil
 	admission := genericoptions.NewAdmissionOptions()
-	// kube-apiserver's default chain less the admission policies (whose kinds are not served):
-	// NamespaceLifecycle, MutatingAdmissionWebhook, ValidatingAdmissionWebhook.
-	admission.DefaultOffPlugins = sets.New(mutatingpolicy.PluginName, validatingpolicy.PluginName)
+	// kube-apiserver's default chain less MutatingAdmissionPolicy (whose kinds are not
+	// served), in kube-apiserver's order (pkg/kubeapiserver/options/plugins.go of Kubernetes
+	// v1.36, AllOrderedPlugins): NamespaceLifecycle, MutatingAdmissionWebhook, then the
+	// validating ValidatingAdmissionPolicy and ValidatingAdmissionWebhook.
+	admission.DefaultOffPlugins = sets.New(mutatingpolicy.PluginName)
 	rec.Features.EnablePriorityAndFairness = false
 	rec.Authentication.RemoteKubeConfigFileOptional = true
 	rec.Authentication.SkipInClusterLookup = true
@@ -124,6 +140,7 @@ func main() {
 	rec.SecureServing.BindAddress = netutils.ParseIPSloppy("127.0.0.1")
 
 	authorizationMode := modeRBAC
+	boundTokensFile := ""
 	cmd := &cobra.Command{
 		Use:   "kubeairunway-apiserver",
 		Short: "Kubernetes API server (CRDs, the built-in kinds kubeairunway uses, webhook admission) for kubeairunway's integration tests",
@@ -143,7 +160,7 @@ func main() {
 			if authorizationMode != modeRBAC && authorizationMode != modeAlwaysAllow {
 				return fmt.Errorf("--authorization-mode: %q is neither %s nor %s", authorizationMode, modeRBAC, modeAlwaysAllow)
 			}
-			return serve(c, opts, admission, authorizationMode)
+			return serve(c, opts, admission, authorizationMode, boundTokensFile)
 		},
 	}
 	cmd.SetContext(genericapiserver.SetupSignalContext())
@@ -151,6 +168,9 @@ func main() {
 	cmd.Flags().StringVar(&authorizationMode, "authorization-mode", modeRBAC,
 		"RBAC: authorize requests by the served RBAC objects, as kube-apiserver's RBAC mode does "+
 			"(system:masters is always allowed); AlwaysAllow: authorize every request")
+	cmd.Flags().StringVar(&boundTokensFile, "bound-service-account-tokens-file", "",
+		"a stand-in for bound service-account tokens: a CSV file of lines "+
+			"token,namespace,service account,pod name,pod UID,node name,node UID (tokens.go)")
 	os.Exit(cli.Run(cmd))
 }
 
@@ -160,7 +180,8 @@ const (
 	modeAlwaysAllow = "AlwaysAllow"
 )
 
-func serve(c *cobra.Command, opts *options.CustomResourceDefinitionsServerOptions, admission *genericoptions.AdmissionOptions, authorizationMode string) error {
+func serve(c *cobra.Command, opts *options.CustomResourceDefinitionsServerOptions, admission *genericoptions.AdmissionOptions,
+	authorizationMode, boundTokensFile string) error {
 	rec := opts.RecommendedOptions
 	if err := rec.SecureServing.MaybeDefaultWithSelfSignedCerts("localhost", nil, []net.IP{netutils.ParseIPSloppy("127.0.0.1")}); err != nil {
 		return fmt.Errorf("self-signed certificates: %w", err)
@@ -178,6 +199,9 @@ func serve(c *cobra.Command, opts *options.CustomResourceDefinitionsServerOption
 	}
 	if err := rec.ApplyTo(cfg); err != nil {
 		return err
+	}
+	if boundTokensFile != "" {
+		addBoundTokens(&cfg.Authentication, boundTokensFile)
 	}
 	if err := opts.APIEnablement.ApplyTo(&cfg.Config, apiserver.DefaultAPIResourceConfigSource(), apiserver.Scheme); err != nil {
 		return err
@@ -230,8 +254,11 @@ func serve(c *cobra.Command, opts *options.CustomResourceDefinitionsServerOption
 	}
 	resolver := &endpointResolver{services: informers.Core().V1().Services().Lister(), slices: slices}
 	authWrapper := webhook.NewDefaultAuthenticationInfoResolverWrapper(nil, nil, loopback, noopoteltrace.NewTracerProvider())
+	// The generic initializer of ApplyTo hands the ValidatingAdmissionPolicy plugin what it
+	// needs: the loopback clients, the informer factory (policies, bindings, namespaces), a
+	// REST mapper over discovery, and the authorizer behind its CEL `authorizer` variable.
 	if err := admission.ApplyTo(&cfg.Config, informers, client, dyn, utilfeature.DefaultFeatureGate, cfg.EffectiveVersion,
-		webhookinit.NewPluginInitializer(authWrapper, resolver)); err != nil {
+		webhookinit.NewPluginInitializer(authWrapper, resolver), excludedFromPolicies{}); err != nil {
 		return err
 	}
 
@@ -307,6 +334,21 @@ func installBuiltins(s *genericapiserver.GenericAPIServer, etcd genericoptions.E
 			return true, nil
 		})
 	})
+}
+
+// excludedFromPolicies keeps the admission policies off the access reviews, which are
+// never stored, as kube-apiserver does (pkg/kubeapiserver/admission/exclusion/resources.go
+// of Kubernetes v1.36 lists them; this server serves only those of authorization.k8s.io).
+type excludedFromPolicies struct{}
+
+func (excludedFromPolicies) Initialize(plugin k8sadmission.Interface) {
+	if p, ok := plugin.(admissioninit.WantsExcludedAdmissionResources); ok {
+		var reviews []schema.GroupResource
+		for _, r := range []string{"subjectaccessreviews", "localsubjectaccessreviews", "selfsubjectaccessreviews"} {
+			reviews = append(reviews, authorizationv1.Resource(r))
+		}
+		p.SetExcludedAdmissionResources(reviews)
+	}
 }
 
 // endpointResolver resolves a webhook's service reference to an endpoint of the Service,

@@ -12,7 +12,8 @@
 //!   serviceaccounts, persistentvolumeclaims, persistentvolumes; apps/v1 deployments,
 //!   daemonsets, statefulsets, replicasets; batch/v1 jobs; coordination.k8s.io/v1 leases;
 //!   events.k8s.io/v1 events; admissionregistration.k8s.io/v1 validating and mutating
-//!   webhook configurations; discovery.k8s.io/v1 endpointslices;
+//!   webhook configurations, validating admission policies and their bindings;
+//!   discovery.k8s.io/v1 endpointslices;
 //!   rbac.authorization.k8s.io/v1 roles, rolebindings, clusterroles, clusterrolebindings;
 //!   autoscaling/v2 horizontalpodautoscalers; policy/v1 poddisruptionbudgets; with status
 //!   subresources, strategic-merge
@@ -20,15 +21,18 @@
 //!   selectors (`spec.nodeName`, `metadata.name`, ...);
 //! - kube-apiserver's admission chain on all of them: NamespaceLifecycle (objects go into
 //!   namespaces that exist and are not terminating: [`TestCluster::namespace`] creates
-//!   one), MutatingAdmissionWebhook and ValidatingAdmissionWebhook reading the served
-//!   webhook configurations. A service reference resolves through the Service and its
+//!   one), MutatingAdmissionWebhook, ValidatingAdmissionPolicy and
+//!   ValidatingAdmissionWebhook reading the served webhook configurations, policies and
+//!   bindings. A service reference resolves through the Service and its
 //!   EndpointSlices, as kube-apiserver does with `--enable-aggregator-routing`: a test
 //!   serving a webhook on `127.0.0.1:<port>` registers it with
 //!   [`TestCluster::route_service`]. The caBundle is verified against the server name
 //!   `<service>.<namespace>.svc`;
 //! - an audit log of every request with its user ([`TestCluster::audit_events`]); give
 //!   each component its own identity with [`TestCluster::client_as`] or
-//!   [`TestCluster::kubeconfig_as`];
+//!   [`TestCluster::kubeconfig_as`] (client certificates), or as a pod's service account
+//!   bound to its pod and node with [`TestCluster::client_for_pod`] (a stand-in for bound
+//!   service-account tokens, `go/tokens.go`);
 //! - RBAC authorization as kube-apiserver's `--authorization-mode=RBAC` ([`Authorization`]:
 //!   `system:masters`, the admin kubeconfig's group, is always allowed), with the escalation
 //!   checks on writes of Roles and bindings, and SubjectAccessReviews answered by it.
@@ -123,6 +127,10 @@ pub struct TestCluster {
 }
 
 static NAMESPACE_SEQ: AtomicU32 = AtomicU32::new(0);
+static TOKEN_SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// The server's bound service-account tokens file, in the cluster directory (`go/tokens.go`).
+const BOUND_TOKENS: &str = "bound-tokens.csv";
 
 impl TestCluster {
     /// Start a cluster in `dir` (created; its previous content is removed), authorizing
@@ -195,6 +203,7 @@ impl TestCluster {
         })?;
 
         fs::write(dir.join("audit-policy.yaml"), AUDIT_POLICY)?;
+        fs::write(dir.join(BOUND_TOKENS), "")?;
         cluster.spawn(
             "apiserver",
             &bin.join(APISERVER_BIN),
@@ -218,6 +227,10 @@ impl TestCluster {
                 "--audit-log-format=json".into(),
                 "--audit-log-mode=blocking".into(),
                 format!("--authorization-mode={}", authorization.mode()),
+                format!(
+                    "--bound-service-account-tokens-file={}",
+                    dir.join(BOUND_TOKENS).display()
+                ),
             ],
         )?;
         fs::write(
@@ -306,13 +319,75 @@ impl TestCluster {
     }
 
     fn kubeconfig_yaml(&self, cert: &Path, key: &Path) -> String {
+        self.kubeconfig_with_user(&format!(
+            "    client-certificate: {}\n    client-key: {}\n",
+            cert.display(),
+            key.display()
+        ))
+    }
+
+    /// A kubeconfig for the server whose user is `user` (the indented fields of `user:`).
+    fn kubeconfig_with_user(&self, user: &str) -> String {
         format!(
-            "apiVersion: v1\nkind: Config\nclusters:\n- name: testcluster\n  cluster:\n    server: {server}\n    certificate-authority: {ca}\nusers:\n- name: user\n  user:\n    client-certificate: {cert}\n    client-key: {key}\ncontexts:\n- name: testcluster\n  context:\n    cluster: testcluster\n    user: user\n    namespace: default\ncurrent-context: testcluster\n",
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: testcluster\n  cluster:\n    server: {server}\n    certificate-authority: {ca}\nusers:\n- name: user\n  user:\n{user}contexts:\n- name: testcluster\n  context:\n    cluster: testcluster\n    user: user\n    namespace: default\ncurrent-context: testcluster\n",
             server = self.server,
             ca = self.dir.join("pki").join("ca.crt").display(),
-            cert = cert.display(),
-            key = key.display(),
         )
+    }
+
+    /// A client bearing the token the kubelet would mount into `pod` (as the server
+    /// returned it: its namespace, UID, `spec.serviceAccountName` or `default`, and
+    /// `spec.nodeName`): the API server authenticates it as the pod's service account with
+    /// the pod and its node in the user's extra (`authentication.kubernetes.io/pod-name`,
+    /// `pod-uid`, `node-name`, `node-uid` when the Node exists), as kube-apiserver does a
+    /// bound service-account token. A stand-in (`go/tokens.go`): the token is an opaque
+    /// line of the server's tokens file, not a signed JWT, and not secret.
+    pub async fn client_for_pod(
+        &self,
+        pod: &k8s_openapi::api::core::v1::Pod,
+    ) -> anyhow::Result<Client> {
+        let meta = &pod.metadata;
+        let spec = pod.spec.clone().unwrap_or_default();
+        let namespace = meta.namespace.clone().context("the pod has a namespace")?;
+        let account = spec
+            .service_account_name
+            .unwrap_or_else(|| "default".into());
+        let node = spec.node_name.unwrap_or_default();
+        let node_uid = if node.is_empty() {
+            String::new()
+        } else {
+            Api::<k8s_openapi::api::core::v1::Node>::all(self.client().await?)
+                .get_opt(&node)
+                .await?
+                .and_then(|n| n.metadata.uid)
+                .unwrap_or_default()
+        };
+        let seq = TOKEN_SEQ.fetch_add(1, Ordering::Relaxed);
+        let nanos = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or_default();
+        let token = format!("bound-{}-{seq}-{nanos}", std::process::id());
+        let line = [
+            token.as_str(),
+            &namespace,
+            &account,
+            meta.name.as_deref().unwrap_or_default(),
+            meta.uid.as_deref().unwrap_or_default(),
+            &node,
+            &node_uid,
+        ]
+        .join(",");
+        let mut tokens = fs::OpenOptions::new()
+            .append(true)
+            .open(self.dir.join(BOUND_TOKENS))?;
+        writeln!(tokens, "{line}")?;
+        let path = self.dir.join(format!("{token}.kubeconfig"));
+        fs::write(
+            &path,
+            self.kubeconfig_with_user(&format!("    token: {token}\n")),
+        )?;
+        client_from(&path).await
     }
 
     fn env_lines(&self) -> String {

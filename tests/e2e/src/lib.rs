@@ -7,6 +7,7 @@ pub mod helm;
 pub mod mcv;
 pub mod operators;
 pub mod outage;
+pub mod policy;
 pub mod rbac;
 
 use std::path::{Path, PathBuf};

@@ -6,6 +6,8 @@
 mod builtin_api;
 #[path = "e2e/builtin_api_kinds.rs"]
 mod builtin_api_kinds;
+#[path = "e2e/builtin_api_policy.rs"]
+mod builtin_api_policy;
 #[path = "e2e/builtin_api_rbac.rs"]
 mod builtin_api_rbac;
 #[path = "e2e/charts.rs"]

@@ -5,7 +5,9 @@
 //! A ClusterRole (bound cluster-wide) granting any verb but `create` on Secrets without
 //! `resourceNames` is refused outright: one compromised pod would read every Secret in
 //! the cluster (webhook CA keys included). Write verbs on Nodes or ConfigMaps are allowed
-//! only beside a policy that matches the bound service account.
+//! only beside a policy that matches the bound service account. The policies themselves
+//! are enforced by the test API server, on the components' requests, in `gateway`,
+//! `modelcache_mount`, `kaito` and `providers_rbac`.
 
 use kubeairunway_e2e::helm;
 use serde_json::Value;

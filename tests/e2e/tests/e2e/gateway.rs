@@ -6,7 +6,9 @@
 //! the provider renders on their port, its endpoint picker and the HTTPRoute are made,
 //! owned by the ModelDeployment; a missing Gateway gives `NoGateway`; the URL once the
 //! test (there is no gateway implementation) writes the Gateway's address; a user's
-//! HTTPRoute (`httpRouteRef`) is checked; `enabled: false` removes everything.
+//! HTTPRoute (`httpRouteRef`) is checked; `enabled: false` removes everything. The core
+//! chart's ValidatingAdmissionPolicy on the gateway's writes is enforced by the API server
+//! while core runs under the chart's RBAC, and shown refusing what it fences.
 
 use std::path::Path;
 
@@ -423,6 +425,9 @@ async fn the_gateway_needs_exactly_what_the_core_chart_grants() {
         .unwrap();
     let core = identity.client(&cluster).await.unwrap();
     let ns = cluster.namespace("gateway-rbac");
+    // The chart's fence on the gateway's writes, enforced before core starts: every write
+    // of core's below passes it.
+    let fence = enforce_gateway_policy(&admin, &core, &objects, &ns).await;
     let settings = Settings {
         gateway: None,
         namespace: None,
@@ -489,7 +494,27 @@ async fn the_gateway_needs_exactly_what_the_core_chart_grants() {
     .await;
     task.abort();
 
-    let measured = rbac::measure_chart_account(&cluster, &objects, system, account).unwrap();
+    // Core's requests, less the test's probe of the policy (made under core's name).
+    let events: Vec<_> = cluster
+        .audit_events()
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.object_ref.as_ref().and_then(|r| r.name.as_deref()) != Some(PROBE))
+        .collect();
+    let rules = rbac::granted_rules(&objects, system, account);
+    let measured = rbac::measure(&rules, &events, &user);
+    assert!(
+        measured.denied.is_empty(),
+        "requests the chart does not allow: {:#?}",
+        measured.denied
+    );
+    assert!(
+        events.iter().any(|e| e.user.username == user
+            && ["create", "patch"].contains(&e.verb.as_str())
+            && e.resource_path().as_deref() == Some("configmaps")
+            && e.response_status.as_ref().is_some_and(|s| s.code == 201)),
+        "core's gateway wrote a ConfigMap while {fence} was enforced"
+    );
     // The gateway's grants (core's others are measured by core_webhook's test); the reads
     // core holds only so that it may grant them to the endpoint picker's Role.
     let gateway_groups = [
@@ -521,6 +546,196 @@ async fn the_gateway_needs_exactly_what_the_core_chart_grants() {
         unused.is_empty(),
         "gateway rules no request used: {unused:#?}"
     );
+}
+
+/// The name of the ConfigMap a test sends as core to see the chart's gateway policy at work.
+const PROBE: &str = "gateway-policy-probe";
+
+/// Apply the core chart's policy on the gateway's writes (`gateway-policy.yaml`) and wait
+/// until the API server enforces it: until it refuses core (`core`, its service account's
+/// client) an unlabelled ConfigMap in `ns` (a dry run). The policy's name.
+async fn enforce_gateway_policy(
+    admin: &Client,
+    core: &Client,
+    objects: &[Value],
+    ns: &str,
+) -> String {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kubeairunway_e2e::{helm, policy};
+    let name = helm::of_kind(objects, "ValidatingAdmissionPolicy")
+        .iter()
+        .find_map(|p| {
+            p["metadata"]["name"]
+                .as_str()
+                .filter(|n| n.ends_with("-gateway-objects"))
+        })
+        .expect("the core chart's gateway policy")
+        .to_string();
+    policy::apply(admin, objects).await.unwrap();
+    let configmaps: Api<ConfigMap> = Api::namespaced(core.clone(), ns);
+    let probe: ConfigMap = serde_json::from_value(json!({"metadata": {"name": PROBE}})).unwrap();
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let message = policy::until_denied(&name, || configmaps.create(&dry_run, &probe))
+        .await
+        .unwrap();
+    assert!(
+        message
+            .ends_with("core's gateway writes only objects labelled kubeairunway.ai/gateway-for"),
+        "{message}"
+    );
+    name
+}
+
+/// The core chart's policy on the gateway's writes, at work on core's service account:
+/// an unlabelled object, one in kube-system, a label removed and another's object changed
+/// or deleted are refused with the policy's messages; a labelled object is created,
+/// changed and deleted; another service account and the cluster admin are not fenced.
+#[tokio::test]
+async fn the_core_chart_fences_the_gateways_writes() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use k8s_openapi::api::rbac::v1::Role;
+    use kube::api::DeleteParams;
+    use kubeairunway_e2e::{helm, policy, rbac};
+
+    let Some(helm_bin) = helm::require() else {
+        return;
+    };
+    let objects = helm::template(&helm_bin, &helm::chart("kubeairunway"), &[]).unwrap();
+    let system = "kubeairunway-system";
+    let (cluster, admin) = testing::private_cluster("gateway-policy", &[])
+        .await
+        .unwrap();
+    cluster.ensure_namespace(system);
+    let deployment = objects.iter().find(|o| o["kind"] == "Deployment").unwrap();
+    let account = deployment["spec"]["template"]["spec"]["serviceAccountName"]
+        .as_str()
+        .unwrap();
+    let identity = rbac::ChartIdentity::apply(&cluster, &admin, &objects, "core", system, account)
+        .await
+        .unwrap();
+    let core = identity.client(&cluster).await.unwrap();
+    let ns = cluster.namespace("gateway-policy");
+    let fence = enforce_gateway_policy(&admin, &core, &objects, &ns).await;
+    let config_map = |name: &str, labelled: bool| -> ConfigMap {
+        let labels = if labelled {
+            json!({"kubeairunway.ai/gateway-for": "m"})
+        } else {
+            json!({})
+        };
+        serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}})).unwrap()
+    };
+    let pp = PostParams::default();
+    let unlabelled = "core's gateway writes only objects labelled kubeairunway.ai/gateway-for";
+    let not_made = "core's gateway changes and deletes only the objects it made";
+
+    // Core: an unlabelled object refused, in any of the fenced kinds; in kube-system
+    // nothing, labelled or not.
+    let as_core: Api<ConfigMap> = Api::namespaced(core.clone(), &ns);
+    policy::assert_denied(
+        &as_core.create(&pp, &config_map("plain", false)).await,
+        &fence,
+        unlabelled,
+    );
+    let role: Role =
+        serde_json::from_value(json!({"metadata": {"name": "plain"}, "rules": []})).unwrap();
+    policy::assert_denied(
+        &Api::<Role>::namespaced(core.clone(), &ns)
+            .create(&pp, &role)
+            .await,
+        &fence,
+        unlabelled,
+    );
+    policy::assert_denied(
+        &Api::<ConfigMap>::namespaced(core.clone(), "kube-system")
+            .create(&pp, &config_map("labelled", true))
+            .await,
+        &fence,
+        "core's gateway never writes in kube-system",
+    );
+    // A labelled one admitted, changed while labelled, not stripped of its label, deleted.
+    as_core
+        .create(&pp, &config_map("labelled", true))
+        .await
+        .unwrap();
+    as_core
+        .patch(
+            "labelled",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"k": "v"}})),
+        )
+        .await
+        .unwrap();
+    policy::assert_denied(
+        &as_core
+            .patch(
+                "labelled",
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"metadata": {"labels": {"kubeairunway.ai/gateway-for": null}}}),
+                ),
+            )
+            .await,
+        &fence,
+        unlabelled,
+    );
+    as_core
+        .delete("labelled", &DeleteParams::default())
+        .await
+        .unwrap();
+    // Another's unlabelled object: core may neither label it (take it over) nor delete it.
+    let as_admin: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns);
+    as_admin
+        .create(&pp, &config_map("users", false))
+        .await
+        .unwrap();
+    policy::assert_denied(
+        &as_core
+            .patch(
+                "users",
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"metadata": {"labels": {"kubeairunway.ai/gateway-for": "m"}}}),
+                ),
+            )
+            .await,
+        &fence,
+        not_made,
+    );
+    policy::assert_denied(
+        &as_core.delete("users", &DeleteParams::default()).await,
+        &fence,
+        not_made,
+    );
+    assert!(as_admin.get_opt("users").await.unwrap().is_some());
+
+    // Not core: another service account allowed by RBAC, and the admin, in kube-system.
+    let other = json!([{"kind": "ServiceAccount", "name": "other", "namespace": ns}]);
+    rbac::grant(
+        &admin,
+        &ns,
+        "configmaps",
+        other,
+        json!([{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["create"]}]),
+    )
+    .await
+    .unwrap();
+    Api::<ConfigMap>::namespaced(
+        cluster
+            .client_as_service_account(&ns, "other")
+            .await
+            .unwrap(),
+        &ns,
+    )
+    .create(&pp, &config_map("others", false))
+    .await
+    .unwrap();
+    Api::<ConfigMap>::namespaced(admin.clone(), "kube-system")
+        .create(&pp, &config_map("admins", false))
+        .await
+        .unwrap();
 }
 
 /// An operator-backed provider: KAITO (its Workspace CRD v0.12.0, no KAITO needed, since

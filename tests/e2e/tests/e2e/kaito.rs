@@ -908,6 +908,161 @@ fn kaito_chart_lints_and_renders_least_privilege_rbac() {
     );
 }
 
+/// The name of the ConfigMap a test sends as the KAITO provider to see its chart's policy
+/// at work (excluded from the provider's measured requests).
+pub(crate) const POLICY_PROBE: &str = "kaito-policy-probe";
+
+/// Apply the KAITO chart's policy on the provider's ConfigMaps (`configmap-policy.yaml`)
+/// and wait until the API server enforces it: until it refuses the provider (`provider`,
+/// its service account's client) an unlabelled ConfigMap in `ns` (a dry run named
+/// [`POLICY_PROBE`]). The policy's name.
+pub(crate) async fn enforce_configmap_policy(
+    admin: &Client,
+    provider: &Client,
+    objects: &[Value],
+    ns: &str,
+) -> String {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::PostParams;
+    use kubeairunway_e2e::policy;
+    let name = helm::of_kind(objects, "ValidatingAdmissionPolicy")
+        .iter()
+        .find_map(|p| {
+            p["metadata"]["name"]
+                .as_str()
+                .filter(|n| n.ends_with("-configmaps"))
+        })
+        .expect("the KAITO chart's ConfigMap policy")
+        .to_string();
+    policy::apply(admin, objects).await.unwrap();
+    let configmaps: Api<ConfigMap> = Api::namespaced(provider.clone(), ns);
+    let probe: ConfigMap =
+        serde_json::from_value(json!({"metadata": {"name": POLICY_PROBE}})).unwrap();
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let message = policy::until_denied(&name, || configmaps.create(&dry_run, &probe))
+        .await
+        .unwrap();
+    assert!(
+        message.ends_with(
+            "kaito-provider writes only ConfigMaps labelled kubeairunway.ai/provider=kaito"
+        ),
+        "{message}"
+    );
+    name
+}
+
+/// The KAITO chart's policy on the provider's ConfigMaps, at work on its service account:
+/// an unlabelled ConfigMap, another provider's, one in kube-system, a label changed and
+/// another's ConfigMap changed or deleted are refused with the policy's messages; one
+/// labelled `kubeairunway.ai/provider=kaito` is created, changed and deleted; the cluster
+/// admin is not fenced. The provider's own ConfigMaps pass it in `providers_rbac`.
+#[tokio::test]
+async fn kaito_chart_fences_the_providers_configmaps() {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::PostParams;
+    use kubeairunway_e2e::{policy, rbac};
+
+    let Some(helm_bin) = helm::require() else {
+        return;
+    };
+    let objects = helm::template(&helm_bin, &helm::chart("kaito-provider"), &[]).unwrap();
+    let system = "kubeairunway-system";
+    let (cluster, admin) = testing::private_cluster("kaito-policy", &[]).await.unwrap();
+    cluster.ensure_namespace(system);
+    let account =
+        helm::of_kind(&objects, "Deployment")[0]["spec"]["template"]["spec"]["serviceAccountName"]
+            .as_str()
+            .unwrap()
+            .to_string();
+    let identity = rbac::ChartIdentity::apply(
+        &cluster,
+        &admin,
+        &objects,
+        "kaito-provider",
+        system,
+        &account,
+    )
+    .await
+    .unwrap();
+    let provider = identity.client(&cluster).await.unwrap();
+    let ns = cluster.namespace("kaito-policy");
+    let fence = enforce_configmap_policy(&admin, &provider, &objects, &ns).await;
+    let config_map = |name: &str, owner: Option<&str>| -> ConfigMap {
+        let labels = owner.map_or(json!({}), |o| json!({"kubeairunway.ai/provider": o}));
+        serde_json::from_value(json!({"metadata": {"name": name, "labels": labels}})).unwrap()
+    };
+    let pp = PostParams::default();
+    let unlabelled =
+        "kaito-provider writes only ConfigMaps labelled kubeairunway.ai/provider=kaito";
+    let not_made = "kaito-provider changes and deletes only the ConfigMaps it created";
+    let label = |value: Value| {
+        Patch::Merge(json!({"metadata": {"labels": {"kubeairunway.ai/provider": value}}}))
+    };
+
+    let as_provider: Api<ConfigMap> = Api::namespaced(provider.clone(), &ns);
+    for (name, owner) in [("plain", None), ("dynamos", Some("dynamo"))] {
+        policy::assert_denied(
+            &as_provider.create(&pp, &config_map(name, owner)).await,
+            &fence,
+            unlabelled,
+        );
+    }
+    policy::assert_denied(
+        &Api::<ConfigMap>::namespaced(provider.clone(), "kube-system")
+            .create(&pp, &config_map("kaitos", Some("kaito")))
+            .await,
+        &fence,
+        "kaito-provider never writes ConfigMaps in kube-system",
+    );
+    as_provider
+        .create(&pp, &config_map("kaitos", Some("kaito")))
+        .await
+        .unwrap();
+    as_provider
+        .patch(
+            "kaitos",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"k": "v"}})),
+        )
+        .await
+        .unwrap();
+    policy::assert_denied(
+        &as_provider
+            .patch("kaitos", &PatchParams::default(), &label(json!("dynamo")))
+            .await,
+        &fence,
+        unlabelled,
+    );
+    as_provider
+        .delete("kaitos", &DeleteParams::default())
+        .await
+        .unwrap();
+    let as_admin: Api<ConfigMap> = Api::namespaced(admin.clone(), &ns);
+    as_admin
+        .create(&pp, &config_map("users", None))
+        .await
+        .unwrap();
+    policy::assert_denied(
+        &as_provider
+            .patch("users", &PatchParams::default(), &label(json!("kaito")))
+            .await,
+        &fence,
+        not_made,
+    );
+    policy::assert_denied(
+        &as_provider.delete("users", &DeleteParams::default()).await,
+        &fence,
+        not_made,
+    );
+    Api::<ConfigMap>::namespaced(admin.clone(), "kube-system")
+        .create(&pp, &config_map("admins", None))
+        .await
+        .unwrap();
+}
+
 /// Create the ModelDeployment as a user would and select `kaito` as core would.
 async fn deploy(client: &Client, md: &ModelDeployment) -> ModelDeployment {
     testing::deploy(client, md, "kaito").await.unwrap()

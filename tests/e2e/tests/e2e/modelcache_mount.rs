@@ -5,23 +5,26 @@
 //! server in a namespace labelled `pod-security.kubernetes.io/enforce: restricted`, and
 //! deleting the cache removes both objects.
 //!
-//! The test API server runs neither the PodSecurity admission plugin nor
-//! ValidatingAdmissionPolicy (docs/testing.md). So the pod the API server returns is
-//! checked here against the `restricted` profile's rules that concern a pod's spec
-//! ([`restricted_violations`], shown to find the violations of a pod without a security
-//! context), and the chart's policy on the controller's volumes is checked as rendered.
+//! The chart's ValidatingAdmissionPolicies on the controller's volumes, claims and Node
+//! labels are enforced by the API server throughout, shown refusing what they fence
+//! ([`enforce_controller_policies`]) while the controller's own writes pass them.
+//!
+//! The test API server does not run the PodSecurity admission plugin (docs/testing.md).
+//! So the pod the API server returns is checked here against the `restricted` profile's
+//! rules that concern a pod's spec ([`restricted_violations`], shown to find the
+//! violations of a pod without a security context).
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::core::v1::{Namespace, PersistentVolume, PersistentVolumeClaim, Pod};
+use k8s_openapi::api::core::v1::{Namespace, Node, PersistentVolume, PersistentVolumeClaim, Pod};
 use kube::Client;
 use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kubeairunway_e2e::{eventually, helm, rbac};
+use kubeairunway_e2e::{eventually, helm, policy, rbac};
 use kubeairunway_kernelcache_api::model::{
     FINALIZER, ModelCache, conditions, deployment_reasons, reasons,
 };
-use kubeairunway_kernelcache_api::names::{MODEL_STORAGE_CLASS, model_volume};
+use kubeairunway_kernelcache_api::names::{MODEL_STORAGE_CLASS, model_ready_label, model_volume};
 use kubeairunway_kernelcache_webhook::model_inject::{MODEL_INJECTED_ANNOTATION, VOLUME};
 use kubeairunway_modelcache_hub::testing::{StandIn, commit_id};
 use kubeairunway_sdk::conditions::MODEL_CACHE_READY;
@@ -110,30 +113,157 @@ async fn start_webhook(
     (identity, stop, task)
 }
 
-/// The chart's ValidatingAdmissionPolicy on the controller's volumes and claims, as
-/// rendered (the test API server does not serve the kind): bound with `Deny`, for the
-/// controller's service account, with the agents' root in its path rule.
-fn assert_volume_policy(objects: &[Value]) {
-    let policy = helm::of_kind(objects, "ValidatingAdmissionPolicy")
-        .into_iter()
-        .find(|p| p["metadata"]["name"] == "release-kernelcache-provider-model-volumes")
-        .expect("the model-volumes policy")
-        .clone();
-    let resources = &policy["spec"]["matchConstraints"]["resourceRules"][0]["resources"];
-    assert_eq!(
-        resources,
-        &json!(["persistentvolumes", "persistentvolumeclaims"])
+/// The chart's ValidatingAdmissionPolicies on the controller (its volumes and claims, its
+/// Node labels), applied and enforced by the API server before the controller starts:
+/// waits until a volume outside the agents' root is refused to the controller's service
+/// account, then shows what else the policies refuse it (a hostPath or a local path
+/// elsewhere on the node, one climbing out of the root, another class, a claim of another
+/// class, a Node label of someone else's) and that the cluster admin is not fenced. The
+/// controller's own volume, claim and labels are admitted as the test goes on.
+async fn enforce_controller_policies(
+    cluster: &TestCluster,
+    admin: &Client,
+    objects: &[Value],
+) -> (rbac::ChartIdentity, usize) {
+    let name_of = |suffix: &str| {
+        helm::of_kind(objects, "ValidatingAdmissionPolicy")
+            .iter()
+            .find_map(|p| {
+                p["metadata"]["name"]
+                    .as_str()
+                    .filter(|n| n.ends_with(suffix))
+            })
+            .unwrap_or_else(|| panic!("the chart's {suffix} policy"))
+            .to_string()
+    };
+    let (volumes, node_labels) = (name_of("-model-volumes"), name_of("-node-labels"));
+    let deployment = objects
+        .iter()
+        .find(|o| {
+            o["kind"] == "Deployment"
+                && o["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.ends_with("-controller"))
+        })
+        .unwrap();
+    let identity = rbac::ChartIdentity::apply(
+        cluster,
+        admin,
+        objects,
+        "kernelcache-controller (policy probes)",
+        deployment["metadata"]["namespace"].as_str().unwrap(),
+        deployment["spec"]["template"]["spec"]["serviceAccountName"]
+            .as_str()
+            .unwrap(),
+    )
+    .await
+    .unwrap();
+    policy::apply(admin, objects).await.unwrap();
+    let controller = identity.client(cluster).await.unwrap();
+    let pvs: Api<PersistentVolume> = Api::all(controller.clone());
+    let volume = |class: &str, source: Value| -> PersistentVolume {
+        let mut spec = json!({"capacity": {"storage": "1Ki"}, "accessModes": ["ReadOnlyMany"],
+            "storageClassName": class});
+        spec.as_object_mut()
+            .unwrap()
+            .extend(source.as_object().unwrap().clone());
+        serde_json::from_value(json!({"metadata": {"name": "probe"}, "spec": spec})).unwrap()
+    };
+    let host_path = volume(MODEL_STORAGE_CLASS, json!({"hostPath": {"path": "/etc"}}));
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let outside = "the kernel-cache controller's volumes are local paths to a repository folder below the model-cache root";
+    let message = policy::until_denied(&volumes, || pvs.create(&dry_run, &host_path))
+        .await
+        .unwrap();
+    assert!(message.ends_with(outside), "{message}");
+    let pp = PostParams::default();
+    policy::assert_denied(&pvs.create(&pp, &host_path).await, &volumes, outside);
+    let local = |path: String| volume(MODEL_STORAGE_CLASS, json!({"local": {"path": path}}));
+    for path in [
+        "/var/lib/kubelet".to_string(),
+        format!("{MODEL_ROOT}/models--acme--tiny"),
+        format!("{MODEL_ROOT}/hub/models--acme--tiny/../../../../etc"),
+        format!("{MODEL_ROOT}/hub/"),
+    ] {
+        policy::assert_denied(&pvs.create(&pp, &local(path)).await, &volumes, outside);
+    }
+    let other_class = "the kernel-cache controller touches only volumes and claims of the class kubeairunway-modelcache";
+    let repository = json!({"local": {"path": format!("{MODEL_ROOT}/hub/models--acme--tiny")}});
+    policy::assert_denied(
+        &pvs.create(&pp, &volume("standard", repository.clone()))
+            .await,
+        &volumes,
+        other_class,
     );
-    let text = policy.to_string();
-    assert!(text.contains("-controller"), "{text}");
-    assert!(text.contains(&format!("{MODEL_ROOT}/hub/")), "{text}");
-    assert!(text.contains(MODEL_STORAGE_CLASS), "{text}");
-    let binding = helm::of_kind(objects, "ValidatingAdmissionPolicyBinding")
-        .into_iter()
-        .find(|b| b["spec"]["policyName"] == policy["metadata"]["name"])
-        .expect("the policy is bound")
-        .clone();
-    assert_eq!(binding["spec"]["validationActions"], json!(["Deny"]));
+    let claim: PersistentVolumeClaim = serde_json::from_value(json!({
+        "metadata": {"name": "probe"},
+        "spec": {"storageClassName": "standard", "accessModes": ["ReadWriteOnce"],
+            "resources": {"requests": {"storage": "1Ki"}}},
+    }))
+    .unwrap();
+    policy::assert_denied(
+        &Api::<PersistentVolumeClaim>::namespaced(controller.clone(), NS)
+            .create(&pp, &claim)
+            .await,
+        &volumes,
+        other_class,
+    );
+    // A volume of the class at a repository's folder below the root passes (a dry run:
+    // the controller makes the real one); the admin is not fenced.
+    pvs.create(&dry_run, &volume(MODEL_STORAGE_CLASS, repository))
+        .await
+        .unwrap();
+    Api::<PersistentVolume>::all(admin.clone())
+        .create(&dry_run, &host_path)
+        .await
+        .unwrap();
+    // The Node labels: the controller may not change another's label.
+    policy::assert_denied(
+        &Api::<Node>::all(controller)
+            .patch(
+                "gpu-a",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"labels": {"pool": "b"}}})),
+            )
+            .await,
+        &node_labels,
+        "the kernel-cache controller changes only kernelcache.kubeairunway.ai/ and modelcache.kubeairunway.ai/ labels",
+    );
+    // Where the probes end in the audit log: the controller's own requests come after.
+    let probed = eventually(10, "the probes in the audit log", || async {
+        let events = cluster.audit_events().ok()?;
+        let last = events.iter().rposition(|e| {
+            e.user.username == identity.user
+                && e.verb == "patch"
+                && e.response_status.as_ref().is_some_and(|s| s.code == 422)
+        })?;
+        Some(last + 1)
+    })
+    .await
+    .unwrap();
+    (identity, probed)
+}
+
+/// The controller's requests after the probes that an admission policy refused (the
+/// plugin answers 422 Invalid, which [`rbac::ChartIdentity`]'s 403 guard does not see).
+fn refused_by_policies(
+    cluster: &TestCluster,
+    identity: &rbac::ChartIdentity,
+    probed: usize,
+) -> Vec<String> {
+    cluster.audit_events().unwrap()[probed..]
+        .iter()
+        .filter(|e| {
+            e.user.username == identity.user
+                && e.stage == "ResponseComplete"
+                && e.response_status.as_ref().is_some_and(|s| s.code == 422)
+        })
+        .filter_map(rbac::Request::from_audit)
+        .map(|r| r.to_string())
+        .collect()
 }
 
 /// What the Pod Security `restricted` profile refuses in `pod`, for the rules about a
@@ -365,7 +495,7 @@ async fn serving_pods_mount_a_ready_model_cache_in_a_restricted_namespace() {
     )
     .await
     .unwrap();
-    assert_volume_policy(&objects);
+    let (probes, probed) = enforce_controller_policies(&cluster, &client, &objects).await;
     let (controller_identity, stop_controller, controller) =
         start_controller(&cluster, &client).await;
     let roots: Vec<(&str, tempfile::TempDir)> = ["gpu-a", "gpu-b", "cpu-c"]
@@ -385,6 +515,16 @@ async fn serving_pods_mount_a_ready_model_cache_in_a_restricted_namespace() {
     let claim_name = status.claim_name.unwrap();
     assert_eq!(claim_name, "modelcache-tiny");
     assert_volumes(&client, &claim_name).await;
+    // The controller labelled the ready nodes, under the chart's policy on Node labels.
+    let label = model_ready_label(NS, "tiny");
+    for (name, ready) in [("gpu-a", true), ("gpu-b", true), ("cpu-c", false)] {
+        eventually(30, &format!("{label} on {name}: {ready}"), || async {
+            let node = Api::<Node>::all(client.clone()).get(name).await.ok()?;
+            (node.labels().get(&label).is_some_and(|v| v == "true") == ready).then_some(())
+        })
+        .await
+        .unwrap();
+    }
 
     // The namespace enforces `restricted` (as labelled; see the module's comment).
     Api::<Namespace>::all(client.clone())
@@ -650,4 +790,10 @@ async fn serving_pods_mount_a_ready_model_cache_in_a_restricted_namespace() {
     controller.await.unwrap().unwrap();
     drop(webhook_identity);
     drop(controller_identity);
+    let refused = refused_by_policies(&cluster, &probes, probed);
+    assert!(
+        refused.is_empty(),
+        "the chart's admission policies refused the controller: {refused:#?}"
+    );
+    drop(probes);
 }
