@@ -215,6 +215,11 @@ pub struct CoreWebhook {
     pub rotate_before: String,
     /// How often the certificate is checked.
     pub check_interval: String,
+    /// A ConfigMap in the release namespace whose `ca.crt` signs the client certificate
+    /// the API server presents to webhooks (its admission configuration's
+    /// `kubeConfigFile`): the webhook then answers nobody else
+    /// (--webhook-client-ca-file). Empty: any caller that reaches it is answered.
+    pub client_ca_config_map: String,
 }
 
 /// A PodDisruptionBudget.
@@ -598,6 +603,11 @@ pub struct KernelCacheWebhook {
     /// Lifetime of the CA the webhook makes (--webhook-ca-validity); the CA and its key
     /// are kept in a Secret of their own, apart from the serving pair.
     pub ca_validity: String,
+    /// A ConfigMap in the release namespace whose `ca.crt` signs the client certificate
+    /// the API server presents to webhooks (its admission configuration's
+    /// `kubeConfigFile`): the webhook then answers nobody else
+    /// (--webhook-client-ca-file). Empty: any caller that reaches it is answered.
+    pub client_ca_config_map: String,
     /// Image of the kernelcache-seed init container added to serving pods; empty: this
     /// chart's image.
     pub seed_image: String,

@@ -71,6 +71,11 @@ pub struct WebhookOptions {
     /// How often to check (and reload) the certificate.
     #[arg(long, env = "WEBHOOK_CERT_CHECK_INTERVAL", default_value = "5m", value_parser = crate::process::parse_duration)]
     pub webhook_cert_check_interval: std::time::Duration,
+    /// Require callers to present a client certificate signed by this CA (a PEM file):
+    /// the API server, given one by its admission configuration's `kubeConfigFile`. No
+    /// other pod can then ask the webhook about anything (docs/security.md).
+    #[arg(long, env = "WEBHOOK_CLIENT_CA_FILE", value_name = "PATH")]
+    pub webhook_client_ca_file: Option<std::path::PathBuf>,
 }
 
 impl Default for WebhookOptions {
@@ -84,6 +89,7 @@ impl Default for WebhookOptions {
             webhook_cert_validity: std::time::Duration::from_secs(90 * 86_400),
             webhook_cert_rotate_before: std::time::Duration::from_secs(30 * 86_400),
             webhook_cert_check_interval: std::time::Duration::from_secs(300),
+            webhook_client_ca_file: None,
         }
     }
 }
@@ -183,7 +189,16 @@ pub async fn serve(
     tokio::spawn(certs.run(options.webhook_cert_check_interval, async move {
         stop.wait().await;
     }));
-    let tls = crate::tls::server_config(resolver).context("webhook TLS configuration")?;
+    let client_ca = options
+        .webhook_client_ca_file
+        .as_ref()
+        .map(|path| {
+            std::fs::read_to_string(path)
+                .with_context(|| format!("--webhook-client-ca-file {}", path.display()))
+        })
+        .transpose()?;
+    let tls = crate::tls::server_config_with_clients(resolver, client_ca.as_deref())
+        .context("webhook TLS configuration")?;
     let handle = axum_server::Handle::new();
     {
         let (handle, stop) = (handle.clone(), shutdown.clone());

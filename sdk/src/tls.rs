@@ -776,13 +776,44 @@ impl ResolvesServerCert for CertResolver {
 /// The rustls server configuration for the webhook server (ring, TLS 1.2 and 1.3, h2 and
 /// HTTP/1.1), serving whatever `resolver` holds.
 pub fn server_config(resolver: Arc<CertResolver>) -> Result<Arc<rustls::ServerConfig>, Error> {
-    let mut config = rustls::ServerConfig::builder_with_provider(Arc::new(
-        rustls::crypto::ring::default_provider(),
-    ))
-    .with_safe_default_protocol_versions()
-    .map_err(|e| Error::Invalid(e.to_string()))?
-    .with_no_client_auth()
-    .with_cert_resolver(resolver);
+    server_config_with_clients(resolver, None)
+}
+
+/// [`server_config`], requiring with `client_ca` (PEM certificates) that every client
+/// presents a certificate it signed: the API server, given one by its admission
+/// configuration's `kubeConfigFile`, and nobody else. A client without one fails the TLS
+/// handshake, before any request is read.
+pub fn server_config_with_clients(
+    resolver: Arc<CertResolver>,
+    client_ca: Option<&str>,
+) -> Result<Arc<rustls::ServerConfig>, Error> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ServerConfig::builder_with_provider(Arc::clone(&provider))
+        .with_safe_default_protocol_versions()
+        .map_err(|e| Error::Invalid(e.to_string()))?;
+    let builder = match client_ca {
+        None => builder.with_no_client_auth(),
+        Some(pem) => {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in CertificateDer::pem_slice_iter(pem.as_bytes()) {
+                let cert = cert.map_err(|e| Error::Invalid(format!("client CA: {e}")))?;
+                roots
+                    .add(cert)
+                    .map_err(|e| Error::Invalid(format!("client CA: {e}")))?;
+            }
+            if roots.is_empty() {
+                return Err(Error::Invalid("client CA: no certificate in it".into()));
+            }
+            let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+                Arc::new(roots),
+                provider,
+            )
+            .build()
+            .map_err(|e| Error::Invalid(format!("client CA: {e}")))?;
+            builder.with_client_cert_verifier(verifier)
+        }
+    };
+    let mut config = builder.with_cert_resolver(resolver);
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }

@@ -165,6 +165,9 @@ func main() {
 	}
 	cmd.SetContext(genericapiserver.SetupSignalContext())
 	opts.AddFlags(cmd.Flags())
+	// --admission-control-config-file among them: a WebhookAdmissionConfiguration's
+	// kubeConfigFile gives the API server the credentials it presents to webhooks.
+	admission.AddFlags(cmd.Flags())
 	cmd.Flags().StringVar(&authorizationMode, "authorization-mode", modeRBAC,
 		"RBAC: authorize requests by the served RBAC objects, as kube-apiserver's RBAC mode does "+
 			"(system:masters is always allowed); AlwaysAllow: authorize every request")

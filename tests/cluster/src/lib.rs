@@ -145,10 +145,21 @@ impl TestCluster {
         lifetime: Lifetime,
         authorization: Authorization,
     ) -> anyhow::Result<Self> {
+        Self::start_with_args(dir, lifetime, authorization, &[])
+    }
+
+    /// [`TestCluster::start_with`], the API server given `extra` flags too (e.g.
+    /// `--admission-control-config-file=...`).
+    pub fn start_with_args(
+        dir: &Path,
+        lifetime: Lifetime,
+        authorization: Authorization,
+        extra: &[String],
+    ) -> anyhow::Result<Self> {
         let bin = binaries()?;
         let mut last_err = None;
         for _ in 0..3 {
-            match Self::start_once(&bin, dir, lifetime, authorization) {
+            match Self::start_once(&bin, dir, lifetime, authorization, extra) {
                 Ok(c) => return Ok(c),
                 Err(e) => last_err = Some(e),
             }
@@ -161,6 +172,7 @@ impl TestCluster {
         dir: &Path,
         lifetime: Lifetime,
         authorization: Authorization,
+        extra: &[String],
     ) -> anyhow::Result<Self> {
         if dir.exists() {
             fs::remove_dir_all(dir).with_context(|| format!("cleaning {}", dir.display()))?;
@@ -204,35 +216,33 @@ impl TestCluster {
 
         fs::write(dir.join("audit-policy.yaml"), AUDIT_POLICY)?;
         fs::write(dir.join(BOUND_TOKENS), "")?;
-        cluster.spawn(
-            "apiserver",
-            &bin.join(APISERVER_BIN),
-            &[
-                format!("--etcd-servers={etcd_url}"),
-                "--bind-address=127.0.0.1".into(),
-                "--advertise-address=127.0.0.1".into(),
-                format!("--secure-port={api_port}"),
-                format!("--tls-cert-file={}", pki_dir.join("server.crt").display()),
-                format!(
-                    "--tls-private-key-file={}",
-                    pki_dir.join("server.key").display()
-                ),
-                format!("--client-ca-file={}", pki_dir.join("ca.crt").display()),
-                format!("--cert-dir={}", pki_dir.display()),
-                format!("--audit-log-path={}", dir.join("audit.log").display()),
-                format!(
-                    "--audit-policy-file={}",
-                    dir.join("audit-policy.yaml").display()
-                ),
-                "--audit-log-format=json".into(),
-                "--audit-log-mode=blocking".into(),
-                format!("--authorization-mode={}", authorization.mode()),
-                format!(
-                    "--bound-service-account-tokens-file={}",
-                    dir.join(BOUND_TOKENS).display()
-                ),
-            ],
-        )?;
+        let mut args: Vec<String> = vec![
+            format!("--etcd-servers={etcd_url}"),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            format!("--secure-port={api_port}"),
+            format!("--tls-cert-file={}", pki_dir.join("server.crt").display()),
+            format!(
+                "--tls-private-key-file={}",
+                pki_dir.join("server.key").display()
+            ),
+            format!("--client-ca-file={}", pki_dir.join("ca.crt").display()),
+            format!("--cert-dir={}", pki_dir.display()),
+            format!("--audit-log-path={}", dir.join("audit.log").display()),
+            format!(
+                "--audit-policy-file={}",
+                dir.join("audit-policy.yaml").display()
+            ),
+            "--audit-log-format=json".into(),
+            "--audit-log-mode=blocking".into(),
+            format!("--authorization-mode={}", authorization.mode()),
+            format!(
+                "--bound-service-account-tokens-file={}",
+                dir.join(BOUND_TOKENS).display()
+            ),
+        ];
+        args.extend(extra.iter().cloned());
+        cluster.spawn("apiserver", &bin.join(APISERVER_BIN), &args)?;
         fs::write(
             &cluster.kubeconfig,
             cluster.kubeconfig_yaml(&pki_dir.join("admin.crt"), &pki_dir.join("admin.key")),

@@ -81,6 +81,32 @@ pub async fn serve_validating_async(
     registration: Registration<'_>,
     verdict: Arc<AsyncVerdict>,
 ) -> anyhow::Result<ValidatingWebhook> {
+    serve(cluster, client, registration, verdict, None).await
+}
+
+/// [`serve_validating`], answering only callers that present a client certificate signed
+/// by `client_ca` (PEM), through the SDK's TLS configuration for webhooks.
+pub async fn serve_validating_for_clients_of(
+    cluster: &TestCluster,
+    client: &Client,
+    registration: Registration<'_>,
+    verdict: Arc<Verdict>,
+    client_ca: &str,
+) -> anyhow::Result<ValidatingWebhook> {
+    let verdict: Arc<AsyncVerdict> = Arc::new(move |req| {
+        let answer = verdict(&req);
+        Box::pin(async move { answer })
+    });
+    serve(cluster, client, registration, verdict, Some(client_ca)).await
+}
+
+async fn serve(
+    cluster: &TestCluster,
+    client: &Client,
+    registration: Registration<'_>,
+    verdict: Arc<AsyncVerdict>,
+    client_ca: Option<&str>,
+) -> anyhow::Result<ValidatingWebhook> {
     kubeairunway_testcluster::install_crypto_provider();
     kubeairunway_testcluster::ensure_namespace(client, registration.namespace).await?;
     let settings = CertSettings {
@@ -93,7 +119,7 @@ pub async fn serve_validating_async(
     let bundle = CertBundle::generate(&settings, std::time::SystemTime::now())?;
     let resolver = Arc::new(CertResolver::default());
     resolver.install(&bundle)?;
-    let tls = kubeairunway_sdk::tls::server_config(resolver)?;
+    let tls = kubeairunway_sdk::tls::server_config_with_clients(resolver, client_ca)?;
     let listener = std::net::TcpListener::bind("127.0.0.1:0")?;
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;

@@ -87,3 +87,5 @@ mod status_ownership;
 mod upstream_crds;
 #[path = "e2e/warmup.rs"]
 mod warmup;
+#[path = "e2e/webhook_client_auth.rs"]
+mod webhook_client_auth;

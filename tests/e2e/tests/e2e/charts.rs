@@ -684,3 +684,66 @@ fn model_deployments_join_the_default_admin_edit_and_view_roles() {
     .unwrap();
     assert_eq!(helm::of_kind(&objects, "ClusterRole").len(), 1);
 }
+
+/// A webhook told to answer only the API server (`webhook.clientCaConfigMap`): the
+/// ConfigMap's `ca.crt` is mounted read-only and passed as `--webhook-client-ca-file`,
+/// which the binary accepts; without the value, neither (webhook_client_auth.rs tests the
+/// handshake itself).
+#[test]
+fn a_webhook_client_ca_is_mounted_and_passed_when_named() {
+    let Some(helm) = helm::require() else { return };
+    for chart in ["kubeairunway", "kernelcache-provider"] {
+        let set = [(
+            "webhook.clientCaConfigMap".to_string(),
+            "apiserver-webhook-client-ca".to_string(),
+        )];
+        let objects = render(&helm, chart, &set).unwrap();
+        let deployment = objects
+            .iter()
+            .find(|o| {
+                o["kind"] == "Deployment" && o.to_string().contains("--webhook-client-ca-file=")
+            })
+            .unwrap_or_else(|| panic!("{chart}: no webhook Deployment with the flag"));
+        let pod = &deployment["spec"]["template"]["spec"];
+        let container = &pod["containers"][0];
+        let flag = helm::args_with(container, &[])
+            .into_iter()
+            .find_map(|a| {
+                a.strip_prefix("--webhook-client-ca-file=")
+                    .map(str::to_string)
+            })
+            .unwrap();
+        let mount = container["volumeMounts"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|m| m["name"] == "webhook-client-ca")
+            .unwrap();
+        assert_eq!(mount["readOnly"], true);
+        assert_eq!(
+            format!("{}/ca.crt", mount["mountPath"].as_str().unwrap()),
+            flag,
+            "{chart}: the flag names the mounted file"
+        );
+        let volume = pod["volumes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|v| v["name"] == "webhook-client-ca")
+            .unwrap();
+        assert_eq!(
+            volume["configMap"]["name"], "apiserver-webhook-client-ca",
+            "{chart}"
+        );
+        let command = container["command"][0].as_str().unwrap();
+        parse(command.trim_start_matches('/'), container)
+            .unwrap_or_else(|e| panic!("{chart}: {e}"));
+        let defaults = render(&helm, chart, &[]).unwrap();
+        assert!(
+            !serde_json::to_string(&defaults)
+                .unwrap()
+                .contains("webhook-client-ca"),
+            "{chart}: nothing without the value"
+        );
+    }
+}
