@@ -191,6 +191,40 @@ impl<K> Compact<K> {
 
 /// What of a cached ModelDeployment is read most often, without parsing its spec.
 impl Compact<crate::ModelDeployment> {
+    /// `spec.model` alone (the rest is skipped, not parsed).
+    pub fn model(&self) -> Option<crate::api::ModelSpec> {
+        #[derive(Deserialize)]
+        struct Only {
+            spec: Spec,
+        }
+        #[derive(Deserialize)]
+        struct Spec {
+            model: crate::api::ModelSpec,
+        }
+        Some(self.peek::<Only>()?.spec.model)
+    }
+
+    /// The status condition of type `type_`, if any (the rest is skipped, not parsed).
+    pub fn condition(
+        &self,
+        type_: &str,
+    ) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition> {
+        #[derive(Deserialize)]
+        struct Only {
+            status: Option<Status>,
+        }
+        #[derive(Deserialize)]
+        struct Status {
+            #[serde(default)]
+            conditions: Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+        }
+        self.peek::<Only>()?
+            .status?
+            .conditions
+            .into_iter()
+            .find(|c| c.type_ == type_)
+    }
+
     /// Its status alone (the spec is skipped, not parsed).
     pub fn status(&self) -> Option<crate::api::ModelDeploymentStatus> {
         #[derive(Deserialize)]

@@ -61,8 +61,8 @@ pub(crate) fn md_controller(
             .iter()
             .filter(|md| md.namespace().as_deref() == Some(ns.as_str()))
             .filter(|md| {
-                md.object()
-                    .is_ok_and(|md| model_uses(&md.spec.model, &name, &cache.spec))
+                md.model()
+                    .is_some_and(|model| model_uses(&model, &name, &cache.spec))
             })
             .map(|md| ObjectRef::from_obj(md.as_ref()))
             .collect::<Vec<_>>()
@@ -99,16 +99,11 @@ pub(crate) fn md_relevant(md: &Compact<ModelDeployment>) -> u64 {
     md.meta().uid.hash(&mut h);
     let cache = md.kernel_cache_name();
     cache.hash(&mut h);
-    let parsed = md.object().ok();
-    let model = parsed.as_ref().map(|md| &md.spec.model);
-    serde_json::to_string(&model).ok().hash(&mut h);
-    let ours = |type_: &str| {
-        parsed
-            .as_ref()
-            .and_then(|md| md.status.as_ref())
-            .and_then(|s| conditions::find(&s.conditions, type_).cloned())
-    };
-    let (kernel, model_condition) = (ours(KERNEL_CACHE_READY), ours(MODEL_CACHE_READY));
+    serde_json::to_string(&md.model()).ok().hash(&mut h);
+    let (kernel, model_condition) = (
+        md.condition(KERNEL_CACHE_READY),
+        md.condition(MODEL_CACHE_READY),
+    );
     if cache.is_some() || model_condition.is_some() {
         md.meta().generation.hash(&mut h);
     }
