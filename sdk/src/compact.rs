@@ -499,4 +499,22 @@ mod tests {
                 .is_err()
         );
     }
+
+    /// `spec.model` and one condition are read without the rest.
+    #[test]
+    fn the_model_and_a_condition_are_peeked() {
+        let md: crate::ModelDeployment = serde_json::from_value(json!({
+            "apiVersion": "kubeairunway.ai/v1alpha1", "kind": "ModelDeployment",
+            "metadata": {"name": "m"},
+            "spec": {"model": {"id": "acme/tiny", "cacheRef": {"name": "c"}}},
+            "status": {"conditions": [{"type": "ModelCacheReady", "status": "True", "reason": "R",
+                "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}}))
+        .unwrap();
+        let compact = Compact::new(md).unwrap();
+        let model = compact.model().unwrap();
+        assert_eq!(model.id.as_deref(), Some("acme/tiny"));
+        assert_eq!(model.cache_ref.unwrap().name, "c");
+        assert_eq!(compact.condition("ModelCacheReady").unwrap().status, "True");
+        assert_eq!(compact.condition("KernelCacheReady"), None);
+    }
 }
