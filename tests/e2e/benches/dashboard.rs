@@ -35,30 +35,11 @@ fn arg(name: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-/// playwright-core and Chromium, where `tests/e2e/browser/install.sh` puts them.
-fn browser() -> (PathBuf, PathBuf) {
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_default();
-    let core = std::env::var_os("PLAYWRIGHT_CORE").map_or_else(
-        || cache.join("kubeairunway/playwright/1.65.1/node_modules/playwright-core"),
-        PathBuf::from,
-    );
-    let chromium = std::env::var_os("CHROMIUM")
-        .map_or_else(|| PathBuf::from("/usr/bin/chromium"), PathBuf::from);
-    assert!(
-        core.join("package.json").exists() && chromium.exists(),
-        "needs playwright-core and Chromium: bash tests/e2e/browser/install.sh"
-    );
-    (core, chromium)
-}
-
 #[tokio::main]
 async fn main() {
     let n = arg("--n", 1000);
     let loads = arg("--loads", 5);
-    let (core, chromium) = browser();
+    let (core, chromium) = kubeairunway_e2e::browser::tools();
     let (cluster, client) = kubeairunway_sdk::testing::private_cluster("dashboard-bench", &[])
         .await
         .unwrap();

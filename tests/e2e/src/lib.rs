@@ -2,6 +2,7 @@
 //! installed, and small API conveniences.
 
 pub mod admission;
+pub mod browser;
 pub mod cache_images;
 pub mod helm;
 pub mod mcv;

@@ -27,6 +27,16 @@ pub enum OnNode {
     Failed(&'static str, String),
 }
 
+/// Whether a cache's `nodeSelector` (none: every node) selects `node`, as its agent
+/// decides where to stage it.
+fn selects(selector: Option<&std::collections::BTreeMap<String, String>>, node: &Node) -> bool {
+    let labels = node.metadata.labels.as_ref();
+    selector
+        .into_iter()
+        .flatten()
+        .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
+}
+
 /// The state of KernelCache `name` (`cache`, absent when there is none) on `node`, whose
 /// agent reported `report`.
 pub fn on_node(
@@ -38,14 +48,7 @@ pub fn on_node(
     let Some(cache) = cache else {
         return OnNode::Waiting(format!("there is no KernelCache '{name}' (yet)"));
     };
-    let labels = node.metadata.labels.clone().unwrap_or_default();
-    let selected = cache
-        .spec
-        .node_selector
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
-    if !selected {
+    if !selects(cache.spec.node_selector.as_ref(), node) {
         return OnNode::Failed(
             reasons::KERNEL_CACHE_NOT_TARGETED,
             format!("KernelCache '{name}' does not select this node (its nodeSelector)"),
@@ -116,14 +119,7 @@ pub fn model_on_node(
     let Some(cache) = cache else {
         return OnNode::Waiting(format!("there is no ModelCache '{name}' (yet)"));
     };
-    let labels = node.metadata.labels.clone().unwrap_or_default();
-    let selected = cache
-        .spec
-        .node_selector
-        .iter()
-        .flatten()
-        .all(|(k, v)| labels.get(k) == Some(v));
-    if !selected {
+    if !selects(cache.spec.node_selector.as_ref(), node) {
         return OnNode::Failed(
             reasons::MODEL_CACHE_NOT_TARGETED,
             format!("ModelCache '{name}' does not select this node (its nodeSelector)"),

@@ -19,28 +19,6 @@ use kubeairunway_sdk::ModelDeployment;
 use kubeairunway_sdk::testing::{self, wait_for};
 use serde_json::Value;
 
-/// Where playwright-core and Chromium are (`tests/e2e/browser/install.sh` prints them and
-/// scripts/test.sh exports them; these are its defaults).
-fn browser_env() -> (PathBuf, PathBuf) {
-    let cache = std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
-        .unwrap_or_default();
-    let core = std::env::var_os("PLAYWRIGHT_CORE").map_or_else(
-        || cache.join("kubeairunway/playwright/1.65.1/node_modules/playwright-core"),
-        PathBuf::from,
-    );
-    let chromium = std::env::var_os("CHROMIUM")
-        .map_or_else(|| PathBuf::from("/usr/bin/chromium"), PathBuf::from);
-    assert!(
-        core.join("package.json").exists() && chromium.exists(),
-        "the browser tests need playwright-core ({}) and Chromium ({}): run scripts/test.sh, which installs them",
-        core.display(),
-        chromium.display()
-    );
-    (core, chromium)
-}
-
 async fn request(port: u16, method: &str, path: &str, host: &str, marked: bool) -> u16 {
     let mut req = format!(
         "{method} {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\nContent-Type: application/json\r\nContent-Length: 2\r\n"
@@ -67,7 +45,7 @@ async fn request(port: u16, method: &str, path: &str, host: &str, marked: bool) 
 
 #[tokio::test]
 async fn a_model_is_previewed_deployed_watched_scaled_and_deleted_in_a_real_browser() {
-    let (core, chromium) = browser_env();
+    let (core, chromium) = kubeairunway_e2e::browser::tools();
     let upstream = crds::all_bundled().unwrap();
     let (cluster, client) = testing::private_cluster("dashboard", &upstream)
         .await

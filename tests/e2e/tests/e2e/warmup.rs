@@ -667,6 +667,17 @@ async fn agent_report(
     digest: &str,
     state: &str,
 ) {
+    agent_status(
+        client,
+        node,
+        json!({"gpuCount": 1, "caches": [{"namespace": ns, "name": cache, "digest": digest, "state": state}]}),
+    )
+    .await;
+}
+
+/// `status` as the cache agent on `node` reports it in its KernelCacheNode, under the
+/// agent's field manager.
+async fn agent_status(client: &Client, node: &str, status: Value) {
     let api: Api<kube::api::DynamicObject> = Api::all_with(
         client.clone(),
         &kube::discovery::ApiResource::erase::<kubeairunway_kernelcache_api::KernelCacheNode>(&()),
@@ -681,8 +692,7 @@ async fn agent_report(
     .await
     .unwrap();
     let status = json!({"apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "KernelCacheNode",
-        "metadata": {"name": node},
-        "status": {"gpuCount": 1, "caches": [{"namespace": ns, "name": cache, "digest": digest, "state": state}]}});
+        "metadata": {"name": node}, "status": status});
     api.patch_status(
         node,
         &PatchParams::apply("kernelcache-agent").force(),
@@ -900,30 +910,13 @@ async fn agent_model_report(
     generation: i64,
     state: &str,
 ) {
-    let api: Api<kube::api::DynamicObject> = Api::all_with(
-        client.clone(),
-        &kube::discovery::ApiResource::erase::<kubeairunway_kernelcache_api::KernelCacheNode>(&()),
-    );
-    let spec = json!({"apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "KernelCacheNode",
-                      "metadata": {"name": node}, "spec": {"nodeName": node}});
-    api.patch(
+    agent_status(
+        client,
         node,
-        &PatchParams::apply("kernelcache-agent").force(),
-        &Patch::Apply(&spec),
+        json!({"gpuCount": 1, "modelCaches": [{"namespace": ns, "name": cache,
+            "observedGeneration": generation, "state": state, "bytesDone": 5, "bytesTotal": 10}]}),
     )
-    .await
-    .unwrap();
-    let status = json!({"apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "KernelCacheNode",
-        "metadata": {"name": node},
-        "status": {"gpuCount": 1, "modelCaches": [{"namespace": ns, "name": cache,
-            "observedGeneration": generation, "state": state, "bytesDone": 5, "bytesTotal": 10}]}});
-    api.patch_status(
-        node,
-        &PatchParams::apply("kernelcache-agent").force(),
-        &Patch::Apply(&status),
-    )
-    .await
-    .unwrap();
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
