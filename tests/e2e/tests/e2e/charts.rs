@@ -133,25 +133,17 @@ fn parse(binary: &str, container: &Value) -> Result<(), String> {
 
 /// Every init container of every Deployment and DaemonSet, with its workload's name.
 fn init_containers(objects: &[Value]) -> Vec<(String, &Value)> {
-    objects
-        .iter()
-        .filter(|o| matches!(o["kind"].as_str(), Some("Deployment" | "DaemonSet")))
-        .flat_map(|o| {
-            let name = o["metadata"]["name"]
-                .as_str()
-                .unwrap_or_default()
-                .to_string();
-            o["spec"]["template"]["spec"]["initContainers"]
-                .as_array()
-                .into_iter()
-                .flatten()
-                .map(move |c| (name.clone(), c))
-        })
-        .collect()
+    pod_lists(objects, "initContainers")
 }
 
 /// Every container of every Deployment and DaemonSet, with its workload's name.
 fn containers(objects: &[Value]) -> Vec<(String, &Value)> {
+    pod_lists(objects, "containers")
+}
+
+/// The entries of the pod spec's list `field` of every Deployment and DaemonSet, with
+/// its workload's name.
+fn pod_lists<'a>(objects: &'a [Value], field: &'a str) -> Vec<(String, &'a Value)> {
     objects
         .iter()
         .filter(|o| matches!(o["kind"].as_str(), Some("Deployment" | "DaemonSet")))
@@ -160,7 +152,7 @@ fn containers(objects: &[Value]) -> Vec<(String, &Value)> {
                 .as_str()
                 .unwrap_or_default()
                 .to_string();
-            o["spec"]["template"]["spec"]["containers"]
+            o["spec"]["template"]["spec"][field]
                 .as_array()
                 .into_iter()
                 .flatten()
