@@ -13,7 +13,8 @@
 //! (`kubeairunway_e2e::rbac`): every request must be allowed, and every granted verb used,
 //! but for the grants in [`UNEXERCISED`], each with the path that needs it and why this
 //! walk does not take it. KAITO's walk runs under its chart's ValidatingAdmissionPolicy
-//! on ConfigMaps too, enforced by the API server: none of its ConfigMap writes is refused.
+//! on ConfigMaps too, and the Deployment provider's under its chart's on Deployments and
+//! Services, enforced by the API server: none of their writes is refused.
 
 use std::collections::BTreeMap;
 
@@ -296,6 +297,10 @@ async fn walk(
     if chart == "kaito-provider" {
         super::kaito::enforce_configmap_policy(admin, &client, &objects, SYSTEM).await;
     }
+    // The Deployment provider's chart fences its Deployments and Services likewise.
+    if chart == "deployment-provider" {
+        enforce_workload_policy(admin, &client, &objects).await;
+    }
     let (stop, stopped) = tokio::sync::oneshot::channel();
     let running = start(chart, &args, client, stopped).await;
 
@@ -559,6 +564,7 @@ async fn provider_charts_grant_what_the_providers_use_and_nothing_more() {
         .filter(|e| {
             e.object_ref.as_ref().and_then(|r| r.name.as_deref())
                 != Some(super::kaito::POLICY_PROBE)
+                && e.object_ref.as_ref().and_then(|r| r.name.as_deref()) != Some(POLICY_PROBE)
         })
         .collect();
     let mut findings = Vec::new();
@@ -568,12 +574,10 @@ async fn provider_charts_grant_what_the_providers_use_and_nothing_more() {
             "{}: the chart binds its account",
             case.chart
         );
-        // No ConfigMap write refused by an admission policy (the plugin answers 422,
-        // which the 403 guard of rbac::ChartIdentity does not see).
+        // No write refused by an admission policy (the plugin answers 422, which the
+        // 403 guard of rbac::ChartIdentity does not see).
         for e in audit.iter().filter(|e| {
-            e.user.username == user
-                && e.resource_path().as_deref() == Some("configmaps")
-                && e.response_status.as_ref().is_some_and(|s| s.code == 422)
+            e.user.username == user && e.response_status.as_ref().is_some_and(|s| s.code == 422)
         }) {
             findings.push(format!(
                 "{}: refused: {:?}",
@@ -689,4 +693,137 @@ async fn a_provider_missing_a_grant_is_refused_and_its_test_fails_naming_the_gra
 
     let _ = stop.send(());
     let _ = running.await;
+}
+
+/// The name of the probe [`enforce_workload_policy`] sends (a dry run).
+const POLICY_PROBE: &str = "policy-probe";
+/// The Deployment provider chart's policy on its Deployments and Services.
+const WORKLOAD_POLICY: &str = "release-deployment-provider-workloads";
+
+/// Apply the Deployment provider chart's policies and wait until the API server enforces
+/// them on `provider`: an unlabelled Service in the release namespace (a dry run) is
+/// refused.
+async fn enforce_workload_policy(admin: &Client, provider: &Client, objects: &[Value]) {
+    use k8s_openapi::api::core::v1::Service;
+    kubeairunway_e2e::policy::apply(admin, objects)
+        .await
+        .unwrap();
+    let services: Api<Service> = Api::namespaced(provider.clone(), SYSTEM);
+    let probe: Service = serde_json::from_value(json!({"metadata": {"name": POLICY_PROBE},
+        "spec": {"ports": [{"port": 80}]}}))
+    .unwrap();
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    kubeairunway_e2e::policy::until_denied(WORKLOAD_POLICY, || services.create(&dry_run, &probe))
+        .await
+        .unwrap();
+}
+
+/// The Deployment provider chart's policy at work on its service account: RBAC lets it
+/// write Deployments and Services in every namespace; the policy refuses one without its
+/// label, one not controlled by a ModelDeployment, one in kube-system, and changing or
+/// deleting someone else's; one of its own is admitted. Its own writes pass it in the
+/// walk above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deployment_providers_writes_are_fenced_by_its_chart_policy() {
+    use k8s_openapi::api::core::v1::Service;
+    use kubeairunway_e2e::policy;
+    let Some(helm_bin) = helm::require() else {
+        return;
+    };
+    let objects = helm::template(&helm_bin, &helm::chart("deployment-provider"), &[]).unwrap();
+    let (cluster, admin) = testing::private_cluster("deployment-policy", &[])
+        .await
+        .unwrap();
+    cluster.ensure_namespace(SYSTEM);
+    let (account, _, _) = provider_args("deployment-provider", &objects);
+    let identity = rbac::ChartIdentity::apply(
+        &cluster,
+        &admin,
+        &objects,
+        "deployment-provider",
+        SYSTEM,
+        &account,
+    )
+    .await
+    .unwrap();
+    let provider = identity.client(&cluster).await.unwrap();
+    enforce_workload_policy(&admin, &provider, &objects).await;
+    let ns = cluster.namespace("deployment-policy");
+    let ours = json!({"kubeairunway.ai/provider": "deployment", "kubeairunway.ai/managed-by": "kubeairunway"});
+    let owner = |kind: &str| {
+        json!([{"apiVersion": "kubeairunway.ai/v1alpha1", "kind": kind, "name": "md",
+                "uid": "uid-1", "controller": true}])
+    };
+    let service = |name: &str, labels: &Value, owners: &Value| -> Service {
+        serde_json::from_value(json!({
+            "metadata": {"name": name, "labels": labels, "ownerReferences": owners},
+            "spec": {"ports": [{"port": 80}]},
+        }))
+        .unwrap()
+    };
+    let pp = PostParams::default();
+    let as_provider: Api<Service> = Api::namespaced(provider.clone(), &ns);
+    let unlabelled = "deployment-provider writes only Deployments and Services labelled kubeairunway.ai/provider=deployment";
+    let not_made =
+        "deployment-provider changes and deletes only the Deployments and Services it created";
+    for labels in [json!({}), json!({"kubeairunway.ai/provider": "kaito"})] {
+        policy::assert_denied(
+            &as_provider
+                .create(&pp, &service("s", &labels, &owner("ModelDeployment")))
+                .await,
+            WORKLOAD_POLICY,
+            unlabelled,
+        );
+    }
+    for owners in [json!([]), owner("Workspace")] {
+        policy::assert_denied(
+            &as_provider.create(&pp, &service("s", &ours, &owners)).await,
+            WORKLOAD_POLICY,
+            "deployment-provider creates only Deployments and Services controlled by a ModelDeployment",
+        );
+    }
+    policy::assert_denied(
+        &Api::<Service>::namespaced(provider.clone(), "kube-system")
+            .create(&pp, &service("s", &ours, &owner("ModelDeployment")))
+            .await,
+        WORKLOAD_POLICY,
+        "deployment-provider never writes in kube-system, kube-public, kube-node-lease or its own namespace",
+    );
+    // Someone else's Service: not the provider's to change or delete.
+    Api::<Service>::namespaced(admin.clone(), &ns)
+        .create(&pp, &service("theirs", &json!({}), &json!([])))
+        .await
+        .unwrap();
+    policy::assert_denied(
+        &as_provider
+            .patch(
+                "theirs",
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"metadata": {"labels": {"kubeairunway.ai/provider": "deployment"}}}),
+                ),
+            )
+            .await,
+        WORKLOAD_POLICY,
+        not_made,
+    );
+    policy::assert_denied(
+        &as_provider.delete("theirs", &DeleteParams::default()).await,
+        WORKLOAD_POLICY,
+        not_made,
+    );
+    // One of its own is admitted (a dry run).
+    as_provider
+        .create(
+            &PostParams {
+                dry_run: true,
+                ..PostParams::default()
+            },
+            &service("s", &ours, &owner("ModelDeployment")),
+        )
+        .await
+        .unwrap();
 }
