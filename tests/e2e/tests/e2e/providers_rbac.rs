@@ -12,9 +12,10 @@
 //! its requests are matched against the RBAC its chart grants
 //! (`kubeairunway_e2e::rbac`): every request must be allowed, and every granted verb used,
 //! but for the grants in [`UNEXERCISED`], each with the path that needs it and why this
-//! walk does not take it. KAITO's walk runs under its chart's ValidatingAdmissionPolicy
-//! on ConfigMaps too, and the Deployment provider's under its chart's on Deployments and
-//! Services, enforced by the API server: none of their writes is refused.
+//! walk does not take it. KAITO's walk runs under its chart's ValidatingAdmissionPolicies
+//! on ConfigMaps and on what it renders, and the Deployment provider's under its chart's
+//! on Deployments and Services, enforced by the API server: none of their writes is
+//! refused.
 
 use std::collections::BTreeMap;
 
@@ -297,9 +298,9 @@ async fn walk(
     if chart == "kaito-provider" {
         super::kaito::enforce_configmap_policy(admin, &client, &objects, SYSTEM).await;
     }
-    // The Deployment provider's chart fences its Deployments and Services likewise.
-    if chart == "deployment-provider" {
-        enforce_workload_policy(admin, &client, &objects).await;
+    // The Deployment and KAITO providers' charts fence what they render likewise.
+    if matches!(chart, "deployment-provider" | "kaito-provider") {
+        enforce_upstream_policy(admin, &client, &objects, chart).await;
     }
     let (stop, stopped) = tokio::sync::oneshot::channel();
     let running = start(chart, &args, client, stopped).await;
@@ -695,15 +696,23 @@ async fn a_provider_missing_a_grant_is_refused_and_its_test_fails_naming_the_gra
     let _ = running.await;
 }
 
-/// The name of the probe [`enforce_workload_policy`] sends (a dry run).
+/// The name of the probe [`enforce_upstream_policy`] sends (a dry run).
 const POLICY_PROBE: &str = "policy-probe";
-/// The Deployment provider chart's policy on its Deployments and Services.
-const WORKLOAD_POLICY: &str = "release-deployment-provider-workloads";
 
-/// Apply the Deployment provider chart's policies and wait until the API server enforces
-/// them on `provider`: an unlabelled Service in the release namespace (a dry run) is
-/// refused.
-async fn enforce_workload_policy(admin: &Client, provider: &Client, objects: &[Value]) {
+/// The policy of the provider `chart` on what it renders (`kubeairunway-lib.upstreamPolicy`).
+fn upstream_policy(chart: &str) -> String {
+    format!("release-{chart}-upstream")
+}
+
+/// Apply the provider `chart`'s policies and wait until the API server enforces its
+/// upstream policy on `provider`: an unlabelled Service in the release namespace (a dry
+/// run) is refused.
+async fn enforce_upstream_policy(
+    admin: &Client,
+    provider: &Client,
+    objects: &[Value],
+    chart: &str,
+) {
     use k8s_openapi::api::core::v1::Service;
     kubeairunway_e2e::policy::apply(admin, objects)
         .await
@@ -716,43 +725,39 @@ async fn enforce_workload_policy(admin: &Client, provider: &Client, objects: &[V
         dry_run: true,
         ..PostParams::default()
     };
-    kubeairunway_e2e::policy::until_denied(WORKLOAD_POLICY, || services.create(&dry_run, &probe))
-        .await
-        .unwrap();
+    kubeairunway_e2e::policy::until_denied(&upstream_policy(chart), || {
+        services.create(&dry_run, &probe)
+    })
+    .await
+    .unwrap();
 }
 
-/// The Deployment provider chart's policy at work on its service account: RBAC lets it
-/// write Deployments and Services in every namespace; the policy refuses one without its
+/// The upstream policy of the provider `chart` (rendering for `provider`, which renders
+/// `kinds`) at work on its service account, probed with Services (every provider renders
+/// them): RBAC lets it write them in every namespace; the policy refuses one without its
 /// label, one not controlled by a ModelDeployment, one in kube-system, and changing or
 /// deleting someone else's; one of its own is admitted. Its own writes pass it in the
-/// walk above.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_deployment_providers_writes_are_fenced_by_its_chart_policy() {
+/// walk of `provider_charts_grant_what_the_providers_use_and_nothing_more`.
+async fn upstream_policy_fences(chart: &str, provider_name: &str, kinds: &str) {
     use k8s_openapi::api::core::v1::Service;
     use kubeairunway_e2e::policy;
     let Some(helm_bin) = helm::require() else {
         return;
     };
-    let objects = helm::template(&helm_bin, &helm::chart("deployment-provider"), &[]).unwrap();
-    let (cluster, admin) = testing::private_cluster("deployment-policy", &[])
+    let objects = helm::template(&helm_bin, &helm::chart(chart), &[]).unwrap();
+    let (cluster, admin) = testing::private_cluster(&format!("{provider_name}-policy"), &[])
         .await
         .unwrap();
     cluster.ensure_namespace(SYSTEM);
-    let (account, _, _) = provider_args("deployment-provider", &objects);
-    let identity = rbac::ChartIdentity::apply(
-        &cluster,
-        &admin,
-        &objects,
-        "deployment-provider",
-        SYSTEM,
-        &account,
-    )
-    .await
-    .unwrap();
+    let (account, _, _) = provider_args(chart, &objects);
+    let identity = rbac::ChartIdentity::apply(&cluster, &admin, &objects, chart, SYSTEM, &account)
+        .await
+        .unwrap();
     let provider = identity.client(&cluster).await.unwrap();
-    enforce_workload_policy(&admin, &provider, &objects).await;
-    let ns = cluster.namespace("deployment-policy");
-    let ours = json!({"kubeairunway.ai/provider": "deployment", "kubeairunway.ai/managed-by": "kubeairunway"});
+    enforce_upstream_policy(&admin, &provider, &objects, chart).await;
+    let fence = upstream_policy(chart);
+    let ns = cluster.namespace(&format!("{provider_name}-policy"));
+    let ours = json!({"kubeairunway.ai/provider": provider_name, "kubeairunway.ai/managed-by": "kubeairunway"});
     let owner = |kind: &str| {
         json!([{"apiVersion": "kubeairunway.ai/v1alpha1", "kind": kind, "name": "md",
                 "uid": "uid-1", "controller": true}])
@@ -766,31 +771,33 @@ async fn the_deployment_providers_writes_are_fenced_by_its_chart_policy() {
     };
     let pp = PostParams::default();
     let as_provider: Api<Service> = Api::namespaced(provider.clone(), &ns);
-    let unlabelled = "deployment-provider writes only Deployments and Services labelled kubeairunway.ai/provider=deployment";
-    let not_made =
-        "deployment-provider changes and deletes only the Deployments and Services it created";
-    for labels in [json!({}), json!({"kubeairunway.ai/provider": "kaito"})] {
+    let unlabelled =
+        format!("{chart} writes only {kinds} labelled kubeairunway.ai/provider={provider_name}");
+    let not_made = format!("{chart} changes and deletes only the {kinds} it created");
+    for labels in [json!({}), json!({"kubeairunway.ai/provider": "dynamo"})] {
         policy::assert_denied(
             &as_provider
                 .create(&pp, &service("s", &labels, &owner("ModelDeployment")))
                 .await,
-            WORKLOAD_POLICY,
-            unlabelled,
+            &fence,
+            &unlabelled,
         );
     }
     for owners in [json!([]), owner("Workspace")] {
         policy::assert_denied(
             &as_provider.create(&pp, &service("s", &ours, &owners)).await,
-            WORKLOAD_POLICY,
-            "deployment-provider creates only Deployments and Services controlled by a ModelDeployment",
+            &fence,
+            &format!("{chart} creates only {kinds} controlled by a ModelDeployment"),
         );
     }
     policy::assert_denied(
         &Api::<Service>::namespaced(provider.clone(), "kube-system")
             .create(&pp, &service("s", &ours, &owner("ModelDeployment")))
             .await,
-        WORKLOAD_POLICY,
-        "deployment-provider never writes in kube-system, kube-public, kube-node-lease or its own namespace",
+        &fence,
+        &format!(
+            "{chart} never writes in kube-system, kube-public, kube-node-lease or its own namespace"
+        ),
     );
     // Someone else's Service: not the provider's to change or delete.
     Api::<Service>::namespaced(admin.clone(), &ns)
@@ -803,17 +810,17 @@ async fn the_deployment_providers_writes_are_fenced_by_its_chart_policy() {
                 "theirs",
                 &PatchParams::default(),
                 &Patch::Merge(
-                    json!({"metadata": {"labels": {"kubeairunway.ai/provider": "deployment"}}}),
+                    json!({"metadata": {"labels": {"kubeairunway.ai/provider": provider_name}}}),
                 ),
             )
             .await,
-        WORKLOAD_POLICY,
-        not_made,
+        &fence,
+        &not_made,
     );
     policy::assert_denied(
         &as_provider.delete("theirs", &DeleteParams::default()).await,
-        WORKLOAD_POLICY,
-        not_made,
+        &fence,
+        &not_made,
     );
     // One of its own is admitted (a dry run).
     as_provider
@@ -826,4 +833,24 @@ async fn the_deployment_providers_writes_are_fenced_by_its_chart_policy() {
         )
         .await
         .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deployment_providers_writes_are_fenced_by_its_chart_policy() {
+    upstream_policy_fences(
+        "deployment-provider",
+        "deployment",
+        "Deployments and Services",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kaito_providers_writes_are_fenced_by_its_chart_policy() {
+    upstream_policy_fences(
+        "kaito-provider",
+        "kaito",
+        "Workspaces, InferenceSets and Services",
+    )
+    .await;
 }
