@@ -298,10 +298,8 @@ async fn walk(
     if chart == "kaito-provider" {
         super::kaito::enforce_configmap_policy(admin, &client, &objects, SYSTEM).await;
     }
-    // The Deployment and KAITO providers' charts fence what they render likewise.
-    if matches!(chart, "deployment-provider" | "kaito-provider") {
-        enforce_upstream_policy(admin, &client, &objects, chart).await;
-    }
+    // Each provider's chart fences what it renders likewise.
+    enforce_upstream_policy(admin, &client, &objects, chart).await;
     let (stop, stopped) = tokio::sync::oneshot::channel();
     let running = start(chart, &args, client, stopped).await;
 
@@ -704,50 +702,91 @@ fn upstream_policy(chart: &str) -> String {
     format!("release-{chart}-upstream")
 }
 
+/// What the policy of the provider `chart` is probed with: a kind it governs, the CRD
+/// that serves it (none for a built-in kind) and a spec its schema admits (the API
+/// server validates an object before the policies see it).
+fn probe_kind(chart: &str) -> (ApiResource, Option<CustomResourceDefinition>, Value) {
+    let custom = |file: &str, spec: Value| {
+        let crd = upstream_crd(file);
+        (resource_of(&crd), Some(crd), spec)
+    };
+    match chart {
+        "dynamo-provider" => custom("nvidia.com_dynamographdeployments.yaml", json!({})),
+        "kuberay-provider" => custom(
+            "ray.io_rayservices.yaml",
+            json!({"rayClusterConfig": {"headGroupSpec": {"rayStartParams": {},
+                "template": {"spec": {"containers": [{"name": "ray-head", "image": "rayproject/ray:2.9.0"}]}}}}}),
+        ),
+        // Services: both the Deployment provider and KAITO render them.
+        _ => (
+            ApiResource::erase::<k8s_openapi::api::core::v1::Service>(&()),
+            None,
+            json!({"ports": [{"port": 80}]}),
+        ),
+    }
+}
+
+/// An object of `kind` named `name` with `labels`, `owners` (owner references) and `spec`.
+fn probe_object(
+    kind: &ApiResource,
+    name: &str,
+    labels: &Value,
+    owners: &Value,
+    spec: &Value,
+) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": kind.api_version, "kind": kind.kind,
+        "metadata": {"name": name, "labels": labels, "ownerReferences": owners},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
 /// Apply the provider `chart`'s policies and wait until the API server enforces its
-/// upstream policy on `provider`: an unlabelled Service in the release namespace (a dry
-/// run) is refused.
+/// upstream policy on `provider`: an unlabelled object of its kind in the release
+/// namespace (a dry run) is refused.
 async fn enforce_upstream_policy(
     admin: &Client,
     provider: &Client,
     objects: &[Value],
     chart: &str,
 ) {
-    use k8s_openapi::api::core::v1::Service;
     kubeairunway_e2e::policy::apply(admin, objects)
         .await
         .unwrap();
-    let services: Api<Service> = Api::namespaced(provider.clone(), SYSTEM);
-    let probe: Service = serde_json::from_value(json!({"metadata": {"name": POLICY_PROBE},
-        "spec": {"ports": [{"port": 80}]}}))
-    .unwrap();
+    let (kind, _, spec) = probe_kind(chart);
+    let api: Api<DynamicObject> = Api::namespaced_with(provider.clone(), SYSTEM, &kind);
+    let probe = probe_object(&kind, POLICY_PROBE, &json!({}), &json!([]), &spec);
     let dry_run = PostParams {
         dry_run: true,
         ..PostParams::default()
     };
     kubeairunway_e2e::policy::until_denied(&upstream_policy(chart), || {
-        services.create(&dry_run, &probe)
+        api.create(&dry_run, &probe)
     })
     .await
     .unwrap();
 }
 
-/// The upstream policy of the provider `chart` (rendering for `provider`, which renders
-/// `kinds`) at work on its service account, probed with Services (every provider renders
-/// them): RBAC lets it write them in every namespace; the policy refuses one without its
-/// label, one not controlled by a ModelDeployment, one in kube-system, and changing or
-/// deleting someone else's; one of its own is admitted. Its own writes pass it in the
-/// walk of `provider_charts_grant_what_the_providers_use_and_nothing_more`.
+/// The upstream policy of the provider `chart` (rendering for `provider_name`, which
+/// renders `kinds`) at work on its service account, probed with one kind it renders
+/// ([`probe_kind`]): RBAC lets it write that kind in every namespace; the policy refuses
+/// one without its label, one not controlled by a ModelDeployment, one in kube-system,
+/// and changing or deleting someone else's; one of its own is admitted. Its own writes
+/// pass it in the walk of `provider_charts_grant_what_the_providers_use_and_nothing_more`.
 async fn upstream_policy_fences(chart: &str, provider_name: &str, kinds: &str) {
-    use k8s_openapi::api::core::v1::Service;
     use kubeairunway_e2e::policy;
     let Some(helm_bin) = helm::require() else {
         return;
     };
     let objects = helm::template(&helm_bin, &helm::chart(chart), &[]).unwrap();
-    let (cluster, admin) = testing::private_cluster(&format!("{provider_name}-policy"), &[])
-        .await
-        .unwrap();
+    let (kind, crd, spec) = probe_kind(chart);
+    let (cluster, admin) = testing::private_cluster(
+        &format!("{provider_name}-policy"),
+        &crd.into_iter().collect::<Vec<_>>(),
+    )
+    .await
+    .unwrap();
     cluster.ensure_namespace(SYSTEM);
     let (account, _, _) = provider_args(chart, &objects);
     let identity = rbac::ChartIdentity::apply(&cluster, &admin, &objects, chart, SYSTEM, &account)
@@ -762,22 +801,21 @@ async fn upstream_policy_fences(chart: &str, provider_name: &str, kinds: &str) {
         json!([{"apiVersion": "kubeairunway.ai/v1alpha1", "kind": kind, "name": "md",
                 "uid": "uid-1", "controller": true}])
     };
-    let service = |name: &str, labels: &Value, owners: &Value| -> Service {
-        serde_json::from_value(json!({
-            "metadata": {"name": name, "labels": labels, "ownerReferences": owners},
-            "spec": {"ports": [{"port": 80}]},
-        }))
-        .unwrap()
+    let object = |name: &str, labels: &Value, owners: &Value| {
+        probe_object(&kind, name, labels, owners, &spec)
     };
     let pp = PostParams::default();
-    let as_provider: Api<Service> = Api::namespaced(provider.clone(), &ns);
+    let in_ns = |client: &Client, ns: &str| {
+        Api::<DynamicObject>::namespaced_with(client.clone(), ns, &kind)
+    };
+    let as_provider = in_ns(&provider, &ns);
     let unlabelled =
         format!("{chart} writes only {kinds} labelled kubeairunway.ai/provider={provider_name}");
     let not_made = format!("{chart} changes and deletes only the {kinds} it created");
-    for labels in [json!({}), json!({"kubeairunway.ai/provider": "dynamo"})] {
+    for labels in [json!({}), json!({"kubeairunway.ai/provider": "other"})] {
         policy::assert_denied(
             &as_provider
-                .create(&pp, &service("s", &labels, &owner("ModelDeployment")))
+                .create(&pp, &object("s", &labels, &owner("ModelDeployment")))
                 .await,
             &fence,
             &unlabelled,
@@ -785,23 +823,23 @@ async fn upstream_policy_fences(chart: &str, provider_name: &str, kinds: &str) {
     }
     for owners in [json!([]), owner("Workspace")] {
         policy::assert_denied(
-            &as_provider.create(&pp, &service("s", &ours, &owners)).await,
+            &as_provider.create(&pp, &object("s", &ours, &owners)).await,
             &fence,
             &format!("{chart} creates only {kinds} controlled by a ModelDeployment"),
         );
     }
     policy::assert_denied(
-        &Api::<Service>::namespaced(provider.clone(), "kube-system")
-            .create(&pp, &service("s", &ours, &owner("ModelDeployment")))
+        &in_ns(&provider, "kube-system")
+            .create(&pp, &object("s", &ours, &owner("ModelDeployment")))
             .await,
         &fence,
         &format!(
             "{chart} never writes in kube-system, kube-public, kube-node-lease or its own namespace"
         ),
     );
-    // Someone else's Service: not the provider's to change or delete.
-    Api::<Service>::namespaced(admin.clone(), &ns)
-        .create(&pp, &service("theirs", &json!({}), &json!([])))
+    // Someone else's object: not the provider's to change or delete.
+    in_ns(&admin, &ns)
+        .create(&pp, &object("theirs", &json!({}), &json!([])))
         .await
         .unwrap();
     policy::assert_denied(
@@ -829,7 +867,7 @@ async fn upstream_policy_fences(chart: &str, provider_name: &str, kinds: &str) {
                 dry_run: true,
                 ..PostParams::default()
             },
-            &service("s", &ours, &owner("ModelDeployment")),
+            &object("s", &ours, &owner("ModelDeployment")),
         )
         .await
         .unwrap();
@@ -853,4 +891,14 @@ async fn the_kaito_providers_writes_are_fenced_by_its_chart_policy() {
         "Workspaces, InferenceSets and Services",
     )
     .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dynamo_providers_writes_are_fenced_by_its_chart_policy() {
+    upstream_policy_fences("dynamo-provider", "dynamo", "DynamoGraphDeployments").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kuberay_providers_writes_are_fenced_by_its_chart_policy() {
+    upstream_policy_fences("kuberay-provider", "kuberay", "RayServices").await;
 }
