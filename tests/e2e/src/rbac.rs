@@ -24,6 +24,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use anyhow::Context;
+use k8s_openapi::api::core::v1::Pod;
 use kube::Client;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::discovery::ApiResource;
@@ -405,6 +406,30 @@ impl ChartIdentity {
         cluster
             .client_as_service_account(&self.namespace, &self.account)
             .await
+    }
+
+    /// A client that authenticates as the service account of a pod on `node`, with the
+    /// token the kubelet would mount there (the node in the user's extra, as a bound
+    /// token carries it): a pod `<account>-<node>` is created as `admin` for it.
+    pub async fn client_on_node(
+        &self,
+        cluster: &TestCluster,
+        admin: &Client,
+        node: &str,
+    ) -> anyhow::Result<Client> {
+        let pods: Api<Pod> = Api::namespaced(admin.clone(), &self.namespace);
+        let name = format!("{}-{node}", self.account);
+        let pod = if let Some(pod) = pods.get_opt(&name).await? {
+            pod
+        } else {
+            let pod = serde_json::from_value(json!({
+                "metadata": {"name": name},
+                "spec": {"serviceAccountName": self.account, "nodeName": node,
+                    "containers": [{"name": "c", "image": "component:test"}]},
+            }))?;
+            pods.create(&PostParams::default(), &pod).await?
+        };
+        cluster.client_for_pod(&pod).await
     }
 
     /// The component's requests the API server refused so far.

@@ -116,18 +116,60 @@ async fn chart_identity(
         .as_str()
         .unwrap();
     let namespace = workload["metadata"]["namespace"].as_str().unwrap();
-    Some(
-        kubeairunway_e2e::rbac::ChartIdentity::apply(
-            cluster,
-            admin,
-            &objects,
-            &format!("the kernel-cache {component}"),
-            namespace,
-            account,
-        )
-        .await
-        .unwrap(),
+    let identity = kubeairunway_e2e::rbac::ChartIdentity::apply(
+        cluster,
+        admin,
+        &objects,
+        &format!("the kernel-cache {component}"),
+        namespace,
+        account,
     )
+    .await
+    .unwrap();
+    if component == "agent" {
+        enforce_agent_policies(cluster, admin, &objects, &identity).await;
+    }
+    Some(identity)
+}
+
+/// The chart's policy binding each agent to its node.
+pub(crate) const AGENT_NODE_POLICY: &str = "release-kernelcache-provider-agent-node";
+
+/// A KernelCacheNode `name` reporting on `node`, as the agent applies it.
+fn report(name: &str, node: &str) -> Value {
+    json!({"apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "KernelCacheNode",
+           "metadata": {"name": name}, "spec": {"nodeName": node}})
+}
+
+/// Apply the agent's admission policies of the rendered chart `objects` and wait until
+/// the API server enforces them: a report written as the agent's service account by
+/// client certificate (no node in the credential; a dry run) is refused. The agent must
+/// then run with a token bound to its node (`ChartIdentity::client_on_node`).
+pub(crate) async fn enforce_agent_policies(
+    cluster: &TestCluster,
+    admin: &Client,
+    objects: &[Value],
+    identity: &kubeairunway_e2e::rbac::ChartIdentity,
+) {
+    let agents: Vec<Value> = objects
+        .iter()
+        .filter(|o| o["metadata"]["labels"]["app.kubernetes.io/component"] == "agent")
+        .cloned()
+        .collect();
+    kubeairunway_e2e::policy::apply(admin, &agents)
+        .await
+        .unwrap();
+    let by_certificate: Api<KernelCacheNode> = Api::all(identity.client(cluster).await.unwrap());
+    let dry_run = PatchParams {
+        dry_run: true,
+        ..PatchParams::apply("probe")
+    };
+    let probe = Patch::Apply(report("probe", "probe"));
+    kubeairunway_e2e::policy::until_denied(AGENT_NODE_POLICY, || {
+        by_certificate.patch("probe", &dry_run, &probe)
+    })
+    .await
+    .unwrap();
 }
 
 async fn setup(tag: &str) -> (TestCluster, Client, Registry) {
@@ -301,7 +343,10 @@ async fn the_agent_stages_what_fits_reports_labels_survives_restarts_and_cleans_
     let Some(identity) = chart_identity(&cluster, &client, "agent").await else {
         return;
     };
-    let agent = identity.client(&cluster).await.unwrap();
+    let agent = identity
+        .client_on_node(&cluster, &client, node_name)
+        .await
+        .unwrap();
     let running = start_agent(&agent, node_name, root.path(), &registry, H100X2);
 
     let report = node_where(
@@ -778,4 +823,90 @@ fn every_flag_has_one_environment_variable_shared_with_the_controller_and_named_
         seen["plain-http-registry"],
         ("PLAIN_HTTP_REGISTRIES".to_string(), Some(','))
     );
+}
+
+/// Every agent runs as one service account, so RBAC cannot keep one from writing another
+/// node's report (which the controller turns into Node labels). The chart's agent-node
+/// policy binds each to its node by the node in its bound token: the agent on node-a
+/// writes node-a's KernelCacheNode and is refused node-b's (by name, by spec.nodeName, its
+/// status); the same service account by client certificate, no node, is refused too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agent_writes_only_its_own_nodes_report() {
+    let (cluster, client) = kubeairunway_sdk::testing::private_cluster(
+        "agent-node",
+        &kubeairunway_kernelcache_api::crds(),
+    )
+    .await
+    .unwrap();
+    let Some(identity) = chart_identity(&cluster, &client, "agent").await else {
+        return;
+    };
+    let mut on = Vec::new();
+    for node in ["node-a", "node-b"] {
+        Api::<Node>::all(client.clone())
+            .patch(
+                node,
+                &PatchParams::apply("test"),
+                &Patch::Apply(
+                    json!({"apiVersion": "v1", "kind": "Node", "metadata": {"name": node}}),
+                ),
+            )
+            .await
+            .unwrap();
+        let agent = identity
+            .client_on_node(&cluster, &client, node)
+            .await
+            .unwrap();
+        on.push(Api::<KernelCacheNode>::all(agent));
+    }
+    let pp = PatchParams::apply("kernelcache-agent").force();
+    on[0]
+        .patch("node-a", &pp, &Patch::Apply(report("node-a", "node-a")))
+        .await
+        .unwrap();
+    on[1]
+        .patch("node-b", &pp, &Patch::Apply(report("node-b", "node-b")))
+        .await
+        .unwrap();
+    let status = Patch::Merge(json!({"status": {"gpuCount": 8}}));
+    on[0]
+        .patch_status("node-a", &PatchParams::default(), &status)
+        .await
+        .unwrap();
+    let elsewhere = "the kernel-cache agent on node-a writes only the KernelCacheNode node-a (name and spec.nodeName)";
+    for (name, node) in [
+        ("node-b", "node-b"),
+        ("node-b", "node-a"),
+        ("node-a", "node-b"),
+    ] {
+        kubeairunway_e2e::policy::assert_denied(
+            &on[0]
+                .patch(name, &pp, &Patch::Apply(report(name, node)))
+                .await,
+            AGENT_NODE_POLICY,
+            elsewhere,
+        );
+    }
+    kubeairunway_e2e::policy::assert_denied(
+        &on[0]
+            .patch_status("node-b", &PatchParams::default(), &status)
+            .await,
+        AGENT_NODE_POLICY,
+        elsewhere,
+    );
+    let by_certificate: Api<KernelCacheNode> = Api::all(identity.client(&cluster).await.unwrap());
+    kubeairunway_e2e::policy::assert_denied(
+        &by_certificate
+            .patch("node-a", &pp, &Patch::Apply(report("node-a", "node-a")))
+            .await,
+        AGENT_NODE_POLICY,
+        "the kernel-cache agent writes KernelCacheNodes only with a service-account token bound to its node (authentication.kubernetes.io/node-name)",
+    );
+    // node-b's report is as node-b wrote it.
+    let b = Api::<KernelCacheNode>::all(client.clone())
+        .get("node-b")
+        .await
+        .unwrap();
+    assert_eq!(b.spec.node_name, "node-b");
+    assert!(b.status.is_none_or(|s| s.gpu_count == 0));
 }

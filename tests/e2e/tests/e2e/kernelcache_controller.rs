@@ -697,6 +697,54 @@ async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments
 
     let _ = stop.send(());
     task.await.unwrap().unwrap();
+
+    // Its chart grants it its own InferenceProviderConfig only: another provider's, and a
+    // new one under another name, are refused (403) to its service account.
+    if let Some(identity) = identity {
+        identity.assert_none_refused();
+        let config = |name: &str| {
+            json!({"apiVersion": "kubeairunway.ai/v1alpha1", "kind": "InferenceProviderConfig",
+                   "metadata": {"name": name},
+                   "spec": {"capabilities": {"features": ["kernelCache"]}}})
+        };
+        configs
+            .patch(
+                "kaito",
+                &PatchParams::apply("test"),
+                &Patch::Apply(&config("kaito")),
+            )
+            .await
+            .unwrap();
+        let as_controller: Api<InferenceProviderConfig> = Api::all(controller_client.clone());
+        let pp =
+            PatchParams::apply(kubeairunway_kernelcache_api::names::PROVIDER_FIELD_MANAGER).force();
+        let forbidden = |r: kube::Result<InferenceProviderConfig>| {
+            assert!(
+                matches!(&r, Err(kube::Error::Api(s)) if s.code == 403),
+                "{r:?}"
+            );
+        };
+        forbidden(
+            as_controller
+                .patch("kaito", &pp, &Patch::Apply(&config("kaito")))
+                .await,
+        );
+        forbidden(
+            as_controller
+                .patch_status(
+                    "kaito",
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"status": {"ready": false}})),
+                )
+                .await,
+        );
+        forbidden(
+            as_controller
+                .patch("impostor", &pp, &Patch::Apply(&config("impostor")))
+                .await,
+        );
+        identity.expect_refusals();
+    }
 }
 
 /// The kernel-cache chart: lints, ships the generated CRDs, and gives the controller, the

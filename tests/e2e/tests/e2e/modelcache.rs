@@ -142,18 +142,18 @@ async fn agent_identity(
         args.contains("--model-cache-root="),
         "model caches are on by default: {args}"
     );
-    Some(
-        kubeairunway_e2e::rbac::ChartIdentity::apply(
-            cluster,
-            admin,
-            &objects,
-            "the kernel-cache agent",
-            workload["metadata"]["namespace"].as_str().unwrap(),
-            spec["serviceAccountName"].as_str().unwrap(),
-        )
-        .await
-        .unwrap(),
+    let identity = kubeairunway_e2e::rbac::ChartIdentity::apply(
+        cluster,
+        admin,
+        &objects,
+        "the kernel-cache agent",
+        workload["metadata"]["namespace"].as_str().unwrap(),
+        spec["serviceAccountName"].as_str().unwrap(),
     )
+    .await
+    .unwrap();
+    crate::kernelcache_agent::enforce_agent_policies(cluster, admin, &objects, &identity).await;
+    Some(identity)
 }
 
 pub(crate) async fn setup(tag: &str) -> (TestCluster, Client) {
@@ -317,19 +317,20 @@ async fn model_caches_go_ready_on_selected_nodes_with_clear_reasons_for_token_an
     .unwrap();
     hand_over(&client, "gated", "hf_wrong").await;
 
+    // Each agent with a token bound to its node (the chart's agent-node policy).
     let identity = agent_identity(&cluster, &client).await;
-    let agent_client = match &identity {
-        Some(id) => id.client(&cluster).await.unwrap(),
-        None => client.clone(),
-    };
     let roots: BTreeMap<&str, tempfile::TempDir> = ["gpu-a", "gpu-b", "cpu-c"]
         .into_iter()
         .map(|n| (n, tempfile::tempdir().unwrap()))
         .collect();
-    let agents: Vec<RunningAgent> = roots
-        .iter()
-        .map(|(n, root)| start_agent(&agent_client, n, root.path(), &hub))
-        .collect();
+    let mut agents: Vec<RunningAgent> = Vec::new();
+    for (n, root) in &roots {
+        let agent_client = match &identity {
+            Some(id) => id.client_on_node(&cluster, &client, n).await.unwrap(),
+            None => client.clone(),
+        };
+        agents.push(start_agent(&agent_client, n, root.path(), &hub));
+    }
 
     let total: u64 = files().iter().map(|f| f.content.len()).sum();
     for name in ["gpu-a", "gpu-b"] {

@@ -12,8 +12,10 @@
 //! its requests are matched against the RBAC its chart grants
 //! (`kubeairunway_e2e::rbac`): every request must be allowed, and every granted verb used,
 //! but for the grants in [`UNEXERCISED`], each with the path that needs it and why this
-//! walk does not take it. KAITO's walk runs under its chart's ValidatingAdmissionPolicy
-//! on ConfigMaps too, enforced by the API server: none of its ConfigMap writes is refused.
+//! walk does not take it. KAITO's walk runs under its chart's ValidatingAdmissionPolicies
+//! on ConfigMaps and on what it renders, and the Deployment provider's under its chart's
+//! on Deployments and Services, enforced by the API server: none of their writes is
+//! refused.
 
 use std::collections::BTreeMap;
 
@@ -296,6 +298,8 @@ async fn walk(
     if chart == "kaito-provider" {
         super::kaito::enforce_configmap_policy(admin, &client, &objects, SYSTEM).await;
     }
+    // Each provider's chart fences what it renders likewise.
+    enforce_upstream_policy(admin, &client, &objects, chart).await;
     let (stop, stopped) = tokio::sync::oneshot::channel();
     let running = start(chart, &args, client, stopped).await;
 
@@ -559,6 +563,7 @@ async fn provider_charts_grant_what_the_providers_use_and_nothing_more() {
         .filter(|e| {
             e.object_ref.as_ref().and_then(|r| r.name.as_deref())
                 != Some(super::kaito::POLICY_PROBE)
+                && e.object_ref.as_ref().and_then(|r| r.name.as_deref()) != Some(POLICY_PROBE)
         })
         .collect();
     let mut findings = Vec::new();
@@ -568,12 +573,10 @@ async fn provider_charts_grant_what_the_providers_use_and_nothing_more() {
             "{}: the chart binds its account",
             case.chart
         );
-        // No ConfigMap write refused by an admission policy (the plugin answers 422,
-        // which the 403 guard of rbac::ChartIdentity does not see).
+        // No write refused by an admission policy (the plugin answers 422, which the
+        // 403 guard of rbac::ChartIdentity does not see).
         for e in audit.iter().filter(|e| {
-            e.user.username == user
-                && e.resource_path().as_deref() == Some("configmaps")
-                && e.response_status.as_ref().is_some_and(|s| s.code == 422)
+            e.user.username == user && e.response_status.as_ref().is_some_and(|s| s.code == 422)
         }) {
             findings.push(format!(
                 "{}: refused: {:?}",
@@ -689,4 +692,213 @@ async fn a_provider_missing_a_grant_is_refused_and_its_test_fails_naming_the_gra
 
     let _ = stop.send(());
     let _ = running.await;
+}
+
+/// The name of the probe [`enforce_upstream_policy`] sends (a dry run).
+const POLICY_PROBE: &str = "policy-probe";
+
+/// The policy of the provider `chart` on what it renders (`kubeairunway-lib.upstreamPolicy`).
+fn upstream_policy(chart: &str) -> String {
+    format!("release-{chart}-upstream")
+}
+
+/// What the policy of the provider `chart` is probed with: a kind it governs, the CRD
+/// that serves it (none for a built-in kind) and a spec its schema admits (the API
+/// server validates an object before the policies see it).
+fn probe_kind(chart: &str) -> (ApiResource, Option<CustomResourceDefinition>, Value) {
+    let custom = |file: &str, spec: Value| {
+        let crd = upstream_crd(file);
+        (resource_of(&crd), Some(crd), spec)
+    };
+    match chart {
+        "dynamo-provider" => custom("nvidia.com_dynamographdeployments.yaml", json!({})),
+        "kuberay-provider" => custom(
+            "ray.io_rayservices.yaml",
+            json!({"rayClusterConfig": {"headGroupSpec": {"rayStartParams": {},
+                "template": {"spec": {"containers": [{"name": "ray-head", "image": "rayproject/ray:2.9.0"}]}}}}}),
+        ),
+        // Services: both the Deployment provider and KAITO render them.
+        _ => (
+            ApiResource::erase::<k8s_openapi::api::core::v1::Service>(&()),
+            None,
+            json!({"ports": [{"port": 80}]}),
+        ),
+    }
+}
+
+/// An object of `kind` named `name` with `labels`, `owners` (owner references) and `spec`.
+fn probe_object(
+    kind: &ApiResource,
+    name: &str,
+    labels: &Value,
+    owners: &Value,
+    spec: &Value,
+) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": kind.api_version, "kind": kind.kind,
+        "metadata": {"name": name, "labels": labels, "ownerReferences": owners},
+        "spec": spec,
+    }))
+    .unwrap()
+}
+
+/// Apply the provider `chart`'s policies and wait until the API server enforces its
+/// upstream policy on `provider`: an unlabelled object of its kind in the release
+/// namespace (a dry run) is refused.
+async fn enforce_upstream_policy(
+    admin: &Client,
+    provider: &Client,
+    objects: &[Value],
+    chart: &str,
+) {
+    kubeairunway_e2e::policy::apply(admin, objects)
+        .await
+        .unwrap();
+    let (kind, _, spec) = probe_kind(chart);
+    let api: Api<DynamicObject> = Api::namespaced_with(provider.clone(), SYSTEM, &kind);
+    let probe = probe_object(&kind, POLICY_PROBE, &json!({}), &json!([]), &spec);
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    kubeairunway_e2e::policy::until_denied(&upstream_policy(chart), || {
+        api.create(&dry_run, &probe)
+    })
+    .await
+    .unwrap();
+}
+
+/// The upstream policy of the provider `chart` (rendering for `provider_name`, which
+/// renders `kinds`) at work on its service account, probed with one kind it renders
+/// ([`probe_kind`]): RBAC lets it write that kind in every namespace; the policy refuses
+/// one without its label, one not controlled by a ModelDeployment, one in kube-system,
+/// and changing or deleting someone else's; one of its own is admitted. Its own writes
+/// pass it in the walk of `provider_charts_grant_what_the_providers_use_and_nothing_more`.
+async fn upstream_policy_fences(chart: &str, provider_name: &str, kinds: &str) {
+    use kubeairunway_e2e::policy;
+    let Some(helm_bin) = helm::require() else {
+        return;
+    };
+    let objects = helm::template(&helm_bin, &helm::chart(chart), &[]).unwrap();
+    let (kind, crd, spec) = probe_kind(chart);
+    let (cluster, admin) = testing::private_cluster(
+        &format!("{provider_name}-policy"),
+        &crd.into_iter().collect::<Vec<_>>(),
+    )
+    .await
+    .unwrap();
+    cluster.ensure_namespace(SYSTEM);
+    let (account, _, _) = provider_args(chart, &objects);
+    let identity = rbac::ChartIdentity::apply(&cluster, &admin, &objects, chart, SYSTEM, &account)
+        .await
+        .unwrap();
+    let provider = identity.client(&cluster).await.unwrap();
+    enforce_upstream_policy(&admin, &provider, &objects, chart).await;
+    let fence = upstream_policy(chart);
+    let ns = cluster.namespace(&format!("{provider_name}-policy"));
+    let ours = json!({"kubeairunway.ai/provider": provider_name, "kubeairunway.ai/managed-by": "kubeairunway"});
+    let owner = |kind: &str| {
+        json!([{"apiVersion": "kubeairunway.ai/v1alpha1", "kind": kind, "name": "md",
+                "uid": "uid-1", "controller": true}])
+    };
+    let object = |name: &str, labels: &Value, owners: &Value| {
+        probe_object(&kind, name, labels, owners, &spec)
+    };
+    let pp = PostParams::default();
+    let in_ns = |client: &Client, ns: &str| {
+        Api::<DynamicObject>::namespaced_with(client.clone(), ns, &kind)
+    };
+    let as_provider = in_ns(&provider, &ns);
+    let unlabelled =
+        format!("{chart} writes only {kinds} labelled kubeairunway.ai/provider={provider_name}");
+    let not_made = format!("{chart} changes and deletes only the {kinds} it created");
+    for labels in [json!({}), json!({"kubeairunway.ai/provider": "other"})] {
+        policy::assert_denied(
+            &as_provider
+                .create(&pp, &object("s", &labels, &owner("ModelDeployment")))
+                .await,
+            &fence,
+            &unlabelled,
+        );
+    }
+    for owners in [json!([]), owner("Workspace")] {
+        policy::assert_denied(
+            &as_provider.create(&pp, &object("s", &ours, &owners)).await,
+            &fence,
+            &format!("{chart} creates only {kinds} controlled by a ModelDeployment"),
+        );
+    }
+    policy::assert_denied(
+        &in_ns(&provider, "kube-system")
+            .create(&pp, &object("s", &ours, &owner("ModelDeployment")))
+            .await,
+        &fence,
+        &format!(
+            "{chart} never writes in kube-system, kube-public, kube-node-lease or its own namespace"
+        ),
+    );
+    // Someone else's object: not the provider's to change or delete.
+    in_ns(&admin, &ns)
+        .create(&pp, &object("theirs", &json!({}), &json!([])))
+        .await
+        .unwrap();
+    policy::assert_denied(
+        &as_provider
+            .patch(
+                "theirs",
+                &PatchParams::default(),
+                &Patch::Merge(
+                    json!({"metadata": {"labels": {"kubeairunway.ai/provider": provider_name}}}),
+                ),
+            )
+            .await,
+        &fence,
+        &not_made,
+    );
+    policy::assert_denied(
+        &as_provider.delete("theirs", &DeleteParams::default()).await,
+        &fence,
+        &not_made,
+    );
+    // One of its own is admitted (a dry run).
+    as_provider
+        .create(
+            &PostParams {
+                dry_run: true,
+                ..PostParams::default()
+            },
+            &object("s", &ours, &owner("ModelDeployment")),
+        )
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deployment_providers_writes_are_fenced_by_its_chart_policy() {
+    upstream_policy_fences(
+        "deployment-provider",
+        "deployment",
+        "Deployments and Services",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kaito_providers_writes_are_fenced_by_its_chart_policy() {
+    upstream_policy_fences(
+        "kaito-provider",
+        "kaito",
+        "Workspaces, InferenceSets and Services",
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dynamo_providers_writes_are_fenced_by_its_chart_policy() {
+    upstream_policy_fences("dynamo-provider", "dynamo", "DynamoGraphDeployments").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_kuberay_providers_writes_are_fenced_by_its_chart_policy() {
+    upstream_policy_fences("kuberay-provider", "kuberay", "RayServices").await;
 }

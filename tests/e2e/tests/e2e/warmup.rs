@@ -16,8 +16,8 @@ use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::api::events::v1::Event as K8sEvent;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
-use kubeairunway_e2e::eventually;
 use kubeairunway_e2e::rbac::ChartIdentity;
+use kubeairunway_e2e::{eventually, policy};
 use kubeairunway_kernelcache_api::model::ModelCache;
 use kubeairunway_kernelcache_warmup::metrics::Metrics;
 use kubeairunway_kernelcache_warmup::pod::{ATTEMPT_ANNOTATION, NODE_ANNOTATION};
@@ -172,18 +172,20 @@ fn kubelet_status(pod: &Pod, run: Run) -> Option<Value> {
 /// The namespace and service account the chart runs the warmup controller as.
 const CHART_NAMESPACE: &str = "kubeairunway-system";
 const CHART_ACCOUNT: &str = "release-kernelcache-provider-warmup";
+/// The chart's policy fencing the warmup controller's pods.
+const PODS_POLICY: &str = "release-kernelcache-provider-warmup-pods";
 
 /// The warmup controller started by [`start`]: stopped, and checked for refused requests,
 /// when dropped.
 struct Controller {
     _stop: tokio::sync::oneshot::Sender<()>,
-    _identity: ChartIdentity,
+    identity: ChartIdentity,
 }
 
 /// A private API server with our CRDs, and the warmup controller running on it under the
-/// chart's service account and the RBAC the chart grants it (its requests are in the
-/// audit log under that name; one the chart does not grant fails the test). `None` when
-/// helm is missing outside CI.
+/// chart's service account, the RBAC the chart grants it (its requests are in the audit
+/// log under that name; one the chart does not grant fails the test) and the chart's
+/// admission policies, enforced before it starts. `None` when helm is missing outside CI.
 async fn start(tag: &str) -> Option<(TestCluster, Client, Controller)> {
     let helm = kubeairunway_e2e::helm::require()?;
     let objects = kubeairunway_e2e::helm::template(
@@ -207,6 +209,17 @@ async fn start(tag: &str) -> Option<(TestCluster, Client, Controller)> {
     .await
     .unwrap();
     let controller = identity.client(&cluster).await.unwrap();
+    // The policies, enforced before the controller's first request: a pod without the
+    // managed-by label (a dry run) is refused.
+    policy::apply(&client, &objects).await.unwrap();
+    let probe = probe_pod(&json!({}), &json!([]));
+    let (pods, dry_run) = (
+        Api::<Pod>::namespaced(controller.clone(), CHART_NAMESPACE),
+        dry_run(),
+    );
+    policy::until_denied(PODS_POLICY, || pods.create(&dry_run, &probe))
+        .await
+        .unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let synced = kubeairunway_sdk::process::Check::default();
     tokio::spawn(warmup::run(
@@ -227,9 +240,26 @@ async fn start(tag: &str) -> Option<(TestCluster, Client, Controller)> {
         client,
         Controller {
             _stop: stop,
-            _identity: identity,
+            identity,
         },
     ))
+}
+
+fn dry_run() -> PostParams {
+    PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    }
+}
+
+/// A pod named `probe` with `labels` and `owners` (owner references).
+fn probe_pod(labels: &Value, owners: &Value) -> Pod {
+    serde_json::from_value(json!({
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "probe", "labels": labels, "ownerReferences": owners},
+        "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]},
+    }))
+    .unwrap()
 }
 
 async fn node(client: &Client, name: &str, labels: Value) {
@@ -1710,4 +1740,82 @@ async fn a_custom_action_that_would_own_its_node_is_refused_and_others_pods_are_
         Some("serving"),
         "{left:?}"
     );
+}
+
+/// RBAC lets the warmup controller create and delete pods in every namespace; the chart's
+/// warmup-pods policy keeps that to its own pods. As its service account: a pod without
+/// the managed-by label, one not controlled by a Warmup, one in kube-system and deleting
+/// someone else's pod are refused (422); a warmup pod in a user's namespace is admitted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_warmup_controller_may_create_and_delete_only_its_own_pods_outside_system_namespaces() {
+    let Some((cluster, client, controller)) = start("warmup-fence").await else {
+        return;
+    };
+    let ns = cluster.namespace("warmup-fence");
+    kubeairunway_testcluster::ensure_namespace(&client, "kube-system")
+        .await
+        .unwrap();
+    let as_warmup = controller.identity.client(&cluster).await.unwrap();
+    let pods = |ns: &str| Api::<Pod>::namespaced(as_warmup.clone(), ns);
+    let labels = json!({warmup::pod::MANAGED_BY_LABEL: warmup::pod::MANAGED_BY,
+                        warmup::pod::WARMUP_UID_LABEL: "uid-1"});
+    let owner = |kind: &str, controller: bool| {
+        json!([{"apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": kind, "name": "w",
+                "uid": "uid-1", "controller": controller}])
+    };
+    let ours = probe_pod(&labels, &owner("Warmup", true));
+    let pp = PostParams::default();
+    let unlabelled = "the warmup controller touches only pods labelled app.kubernetes.io/managed-by=kernelcache-warmup";
+    let unowned = "the warmup controller's pods are controlled by a Warmup (cache.kubeairunway.ai)";
+    policy::assert_denied(
+        &pods(&ns)
+            .create(&pp, &probe_pod(&json!({}), &owner("Warmup", true)))
+            .await,
+        PODS_POLICY,
+        unlabelled,
+    );
+    policy::assert_denied(
+        &pods(&ns)
+            .create(
+                &pp,
+                &probe_pod(
+                    &json!({"app.kubernetes.io/managed-by": "helm"}),
+                    &owner("Warmup", true),
+                ),
+            )
+            .await,
+        PODS_POLICY,
+        unlabelled,
+    );
+    for owners in [json!([]), owner("ReplicaSet", true), owner("Warmup", false)] {
+        policy::assert_denied(
+            &pods(&ns).create(&pp, &probe_pod(&labels, &owners)).await,
+            PODS_POLICY,
+            unowned,
+        );
+    }
+    for system in ["kube-system", CHART_NAMESPACE] {
+        policy::assert_denied(
+            &pods(system).create(&pp, &ours).await,
+            PODS_POLICY,
+            "the warmup controller never touches pods in kube-system, kube-public, kube-node-lease or its own namespace",
+        );
+    }
+    // A warmup pod in a user's namespace is admitted (a dry run).
+    pods(&ns).create(&dry_run(), &ours).await.unwrap();
+    // Someone else's pod in a user's namespace: not the controller's to delete.
+    let theirs = probe_pod(&json!({"app": "serving"}), &json!([]));
+    Api::<Pod>::namespaced(client.clone(), &ns)
+        .create(&pp, &theirs)
+        .await
+        .unwrap();
+    policy::assert_denied(
+        &pods(&ns).delete("probe", &DeleteParams::default()).await,
+        PODS_POLICY,
+        unlabelled,
+    );
+    Api::<Pod>::namespaced(client.clone(), &ns)
+        .get("probe")
+        .await
+        .unwrap();
 }
