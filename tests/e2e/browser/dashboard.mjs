@@ -98,6 +98,7 @@ try {
   await page.getByRole("table", { name: "Conditions" }).waitFor();
   findings.conditions = await page.getByRole("table", { name: "Conditions" }).locator("tbody tr td:first-child").allTextContents();
   findings.selectionTable = await page.getByRole("table", { name: /^Provider selection/ }).locator("tbody tr td:first-child").allTextContents();
+  findings.cachesTable = await page.getByRole("table", { name: "Caches and warmup" }).locator("tbody tr td").allTextContents();
   // Its pods (the one the test made with KAITO's label), a pod's log (this API server
   // serves none: the page says so), and the chat's refusal by the service proxy.
   await page.getByRole("table", { name: "Pods" }).getByRole("cell", { name: "tiny-0", exact: true }).waitFor();

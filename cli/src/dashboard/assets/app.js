@@ -127,6 +127,7 @@ async function deploymentView(ns, name) {
         try { await call("DELETE", `/api/deployments/${encodeURIComponent(ns)}/${encodeURIComponent(name)}`); notice(`deleting ${name}`); location.hash = "#/deployments"; }
         catch (e) { notice(e.message); }
       } }, "Delete")),
+    cachesTable(data.spec ?? {}, x.conditions),
     table("Conditions", ["Type", "Status", "Reason", "Age", "Message"],
       x.conditions.map((c) => [c.type, el("span", { class: c.status === "True" ? "ok" : "warn", text: c.status }), c.reason, c.age, c.message])),
     table(`Provider selection: ${x.selectionNow}`, ["Provider", "Health", "Capabilities", "Score", "Standing"],
@@ -141,6 +142,22 @@ async function deploymentView(ns, name) {
 }
 
 // The serving pods (by the selector the provider reports) and, on demand, a pod's log.
+// What the deployment asked of caches and warmup, and what their conditions say now.
+function cachesTable(spec, conditions) {
+  const said = (type, otherwise) => {
+    const c = conditions.find((c) => c.type === type);
+    return c ? `${c.status}: ${c.reason}${c.message ? `: ${c.message}` : ""}` : otherwise;
+  };
+  const warmup = spec.warmup ? (spec.warmup.name ? `Warmup ${spec.warmup.name}` : "inline") : "none";
+  return table("Caches and warmup", ["", "Asked", "Now"], [
+    ["Kernel cache", spec.kernelCache?.name ?? "none",
+      said("KernelCacheReady", spec.kernelCache ? "not reported yet (is the kernel-cache provider installed?)" : "-")],
+    ["Model cache", spec.model?.cacheRef?.name ?? "a Ready ModelCache of its model, if any",
+      said("ModelCacheReady", "none: serving pods download the model themselves")],
+    ["Warmup", warmup, said("WarmedUp", spec.warmup ? "not reported yet" : "-")],
+  ]);
+}
+
 function podsSection(ns, name) {
   const base = `/api/deployments/${encodeURIComponent(ns)}/${encodeURIComponent(name)}`;
   const section = el("section", { "aria-label": "Pods" }, el("p", { class: "message", text: "Loading pods…" }));

@@ -243,6 +243,22 @@ async fn a_model_is_previewed_deployed_watched_scaled_and_deleted_in_a_real_brow
         .collect();
     assert!(conditions.contains(&"ProviderSelected"), "{conditions:?}");
     assert!(!findings["selectionTable"].as_array().unwrap().is_empty());
+    // It named no kernel cache, no model cache holds its model, no warmup: said so.
+    assert_eq!(
+        findings["cachesTable"],
+        serde_json::json!([
+            "Kernel cache",
+            "none",
+            "-",
+            "Model cache",
+            "a Ready ModelCache of its model, if any",
+            "none: serving pods download the model themselves",
+            "Warmup",
+            "none",
+            "-"
+        ]),
+        "{findings:#}"
+    );
     let pod_cells: Vec<&str> = findings["pods"]
         .as_array()
         .unwrap()
