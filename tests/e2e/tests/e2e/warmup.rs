@@ -187,6 +187,14 @@ struct Controller {
 /// log under that name; one the chart does not grant fails the test) and the chart's
 /// admission policies, enforced before it starts. `None` when helm is missing outside CI.
 async fn start(tag: &str) -> Option<(TestCluster, Client, Controller)> {
+    // The warmup controller's warnings (a failed reconcile and why) go to stderr: a test
+    // that times out under load then shows what the controller met.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(
+            "kubeairunway_kernelcache_warmup=warn",
+        ))
+        .with_writer(std::io::stderr)
+        .try_init();
     let helm = kubeairunway_e2e::helm::require()?;
     let objects = kubeairunway_e2e::helm::template(
         &helm,
@@ -292,6 +300,8 @@ async fn create_warmup(
     .await
 }
 
+/// The Warmup's status once `check` holds (two minutes at most: slow when the machine runs
+/// other tests' API servers too).
 async fn status_where(
     client: &Client,
     ns: &str,
@@ -301,7 +311,7 @@ async fn status_where(
 ) -> WarmupStatus {
     let api: Api<Warmup> = Api::namespaced(client.clone(), ns);
     let last = Mutex::new(None);
-    eventually(60, what, || async {
+    eventually(120, what, || async {
         let s = api.get(name).await.ok()?.status.unwrap_or_default();
         *last.lock().unwrap() = Some(s.clone());
         check(&s).then_some(s)
@@ -852,7 +862,7 @@ async fn a_model_deployments_nodes_get_its_image_and_its_kernel_cache() {
     // pods are waited for first.)
     // Two controllers and a node stand-in on a private API server: slow when the machine
     // runs other tests' servers too.
-    let done = eventually(120, "both warmup pods to succeed", || async {
+    let done = eventually(240, "both warmup pods to succeed", || async {
         let pods = warmup_pods(&client, &ns).await;
         let succeeded = pods
             .iter()
@@ -1002,7 +1012,7 @@ async fn a_model_deployments_nodes_wait_for_its_model_cache_and_named_ones() {
     )
     .await
     .unwrap();
-    let done = eventually(120, "both warmup pods to succeed", || async {
+    let done = eventually(240, "both warmup pods to succeed", || async {
         let pods = warmup_pods(&client, &ns).await;
         let succeeded = pods
             .iter()
