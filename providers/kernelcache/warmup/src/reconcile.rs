@@ -60,6 +60,11 @@ const EXPECTATION_TTL: Duration = Duration::from_secs(60);
 
 pub use kubeairunway_kernelcache_api::report::Error;
 
+/// How often a Warmup that waits (for its ModelDeployment, for the images its provider
+/// reports) is looked at again without a change: from the watch caches, no request
+/// unless its status changes.
+const WAITING_RECHECK: Duration = Duration::from_secs(10);
+
 /// Field manager of the Warmup status.
 pub const FIELD_MANAGER: &str = "kernelcache-warmup";
 
@@ -658,6 +663,9 @@ async fn reconcile_warmup(w: Arc<Warmup>, ctx: Arc<Ctx>) -> Result<Action, Error
             Plan {
                 status,
                 delete: if stopped { running_pods() } else { Vec::new() },
+                // What it waits for (its ModelDeployment, the images reported) wakes it
+                // through the watches; a look now and then bounds a wake-up missed.
+                requeue_after: (!stopped).then_some(WAITING_RECHECK),
                 ..Plan::default()
             }
         }
