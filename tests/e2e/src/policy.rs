@@ -55,6 +55,41 @@ where
     .await
 }
 
+/// Apply the policies and bindings of the rendered chart `objects` as `admin`, then wait
+/// until the policy whose name ends with `suffix` refuses `component` (its service
+/// account's client) a ConfigMap named `probe` in `ns` without labels (a dry run): the
+/// policy's name and the refusal's message.
+pub async fn enforce_by_configmap(
+    admin: &Client,
+    component: &Client,
+    objects: &[Value],
+    suffix: &str,
+    ns: &str,
+    probe: &str,
+) -> anyhow::Result<(String, String)> {
+    use k8s_openapi::api::core::v1::ConfigMap;
+    use kube::api::{Api, PostParams};
+    let name = crate::helm::of_kind(objects, "ValidatingAdmissionPolicy")
+        .iter()
+        .find_map(|p| {
+            p["metadata"]["name"]
+                .as_str()
+                .filter(|n| n.ends_with(suffix))
+        })
+        .ok_or_else(|| anyhow::anyhow!("no ValidatingAdmissionPolicy named *{suffix}"))?
+        .to_string();
+    apply(admin, objects).await?;
+    let configmaps: Api<ConfigMap> = Api::namespaced(component.clone(), ns);
+    let probe: ConfigMap =
+        serde_json::from_value(serde_json::json!({"metadata": {"name": probe}}))?;
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let message = until_denied(&name, || configmaps.create(&dry_run, &probe)).await?;
+    Ok((name, message))
+}
+
 /// Assert that `result` is the API server's refusal by the policy `policy` with a message
 /// ending in `message` (the policy's message for the validation that failed).
 #[track_caller]

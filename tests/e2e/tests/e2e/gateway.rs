@@ -560,27 +560,16 @@ async fn enforce_gateway_policy(
     objects: &[Value],
     ns: &str,
 ) -> String {
-    use k8s_openapi::api::core::v1::ConfigMap;
-    use kubeairunway_e2e::{helm, policy};
-    let name = helm::of_kind(objects, "ValidatingAdmissionPolicy")
-        .iter()
-        .find_map(|p| {
-            p["metadata"]["name"]
-                .as_str()
-                .filter(|n| n.ends_with("-gateway-objects"))
-        })
-        .expect("the core chart's gateway policy")
-        .to_string();
-    policy::apply(admin, objects).await.unwrap();
-    let configmaps: Api<ConfigMap> = Api::namespaced(core.clone(), ns);
-    let probe: ConfigMap = serde_json::from_value(json!({"metadata": {"name": PROBE}})).unwrap();
-    let dry_run = PostParams {
-        dry_run: true,
-        ..PostParams::default()
-    };
-    let message = policy::until_denied(&name, || configmaps.create(&dry_run, &probe))
-        .await
-        .unwrap();
+    let (name, message) = kubeairunway_e2e::policy::enforce_by_configmap(
+        admin,
+        core,
+        objects,
+        "-gateway-objects",
+        ns,
+        PROBE,
+    )
+    .await
+    .unwrap();
     assert!(
         message
             .ends_with("core's gateway writes only objects labelled kubeairunway.ai/gateway-for"),

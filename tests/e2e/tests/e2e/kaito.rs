@@ -922,29 +922,16 @@ pub(crate) async fn enforce_configmap_policy(
     objects: &[Value],
     ns: &str,
 ) -> String {
-    use k8s_openapi::api::core::v1::ConfigMap;
-    use kube::api::PostParams;
-    use kubeairunway_e2e::policy;
-    let name = helm::of_kind(objects, "ValidatingAdmissionPolicy")
-        .iter()
-        .find_map(|p| {
-            p["metadata"]["name"]
-                .as_str()
-                .filter(|n| n.ends_with("-configmaps"))
-        })
-        .expect("the KAITO chart's ConfigMap policy")
-        .to_string();
-    policy::apply(admin, objects).await.unwrap();
-    let configmaps: Api<ConfigMap> = Api::namespaced(provider.clone(), ns);
-    let probe: ConfigMap =
-        serde_json::from_value(json!({"metadata": {"name": POLICY_PROBE}})).unwrap();
-    let dry_run = PostParams {
-        dry_run: true,
-        ..PostParams::default()
-    };
-    let message = policy::until_denied(&name, || configmaps.create(&dry_run, &probe))
-        .await
-        .unwrap();
+    let (name, message) = kubeairunway_e2e::policy::enforce_by_configmap(
+        admin,
+        provider,
+        objects,
+        "-configmaps",
+        ns,
+        POLICY_PROBE,
+    )
+    .await
+    .unwrap();
     assert!(
         message.ends_with(
             "kaito-provider writes only ConfigMaps labelled kubeairunway.ai/provider=kaito"
