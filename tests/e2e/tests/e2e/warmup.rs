@@ -332,6 +332,22 @@ async fn events(client: &Client, ns: &str, warmup: &str) -> Vec<(String, String)
         .collect()
 }
 
+/// Wait until two warmup pods of `ns` have succeeded (four minutes at most: two
+/// controllers and a node stand-in on a private API server are slow when the machine runs
+/// other tests' servers too).
+async fn both_pods_succeed(client: &Client, ns: &str) {
+    let done = eventually(240, "both warmup pods to succeed", || async {
+        let pods = warmup_pods(client, ns).await;
+        let succeeded = pods
+            .iter()
+            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"))
+            .count();
+        (succeeded == 2).then_some(pods)
+    })
+    .await;
+    assert!(done.is_ok(), "{done:?}");
+}
+
 async fn warmup_pods(client: &Client, ns: &str) -> Vec<Pod> {
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);
     api.list(&ListParams::default().labels(warmup::pod::WARMUP_UID_LABEL))
@@ -860,18 +876,7 @@ async fn a_model_deployments_nodes_get_its_image_and_its_kernel_cache() {
     // (The controller writes a node as active before it creates its pod, so the status
     // alone cannot tell a pod about to be made from a done pod held by its cache: both
     // pods are waited for first.)
-    // Two controllers and a node stand-in on a private API server: slow when the machine
-    // runs other tests' servers too.
-    let done = eventually(240, "both warmup pods to succeed", || async {
-        let pods = warmup_pods(&client, &ns).await;
-        let succeeded = pods
-            .iter()
-            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"))
-            .count();
-        (succeeded == 2).then_some(pods)
-    })
-    .await;
-    assert!(done.is_ok(), "{done:?}");
+    both_pods_succeed(&client, &ns).await;
     let s = status_where(
         &client,
         &ns,
@@ -1012,16 +1017,7 @@ async fn a_model_deployments_nodes_wait_for_its_model_cache_and_named_ones() {
     )
     .await
     .unwrap();
-    let done = eventually(240, "both warmup pods to succeed", || async {
-        let pods = warmup_pods(&client, &ns).await;
-        let succeeded = pods
-            .iter()
-            .filter(|p| p.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Succeeded"))
-            .count();
-        (succeeded == 2).then_some(pods)
-    })
-    .await;
-    assert!(done.is_ok(), "{done:?}");
+    both_pods_succeed(&client, &ns).await;
     // h100-2's pod is done but its download is not: the node is not warm.
     let s = status_where(&client, &ns, "tiny", "h100-2 still downloading", |s| {
         s.phase == Some(WarmupPhase::InProgress) && s.succeeded_nodes == 1 && s.active_nodes == 1
