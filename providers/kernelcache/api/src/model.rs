@@ -471,6 +471,25 @@ mod tests {
             choose(&model("Qwen/Qwen3", Some("gone")), &caches),
             Err(NotChosen::NotFound("gone".into()))
         );
+        assert_eq!(
+            choose(&model("x/y", Some("b-qwen")), &caches).unwrap().name,
+            "b-qwen",
+            "a named cache is used whatever the model id"
+        );
+        // Another revision than the engines load holds no model of an unnamed cache; a
+        // status of an older generation is not Ready.
+        let mut pinned = cache("c", "hf://Qwen/Qwen3", 1);
+        pinned.spec.revision = Some("v2".into());
+        assert_eq!(
+            choose(&model("Qwen/Qwen3", None), &[pinned]),
+            Err(NotChosen::NoCache)
+        );
+        let mut stale = cache("c", "hf://Qwen/Qwen3", 1);
+        stale.metadata.generation = Some(2);
+        assert_eq!(
+            choose(&model("Qwen/Qwen3", Some("c")), &[stale]),
+            Err(NotChosen::NotReady("c".into()))
+        );
     }
 
     /// A named cache is used by name only; else an `hf://` cache of the model's id at
