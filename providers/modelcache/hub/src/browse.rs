@@ -15,7 +15,7 @@ use crate::{Error, Hub, RepoId};
 /// Most results asked of a search.
 pub const MAX_RESULTS: usize = 50;
 /// A `config.json` larger than this is refused (real ones are a few KiB).
-const MAX_CONFIG_BYTES: usize = 1 << 20;
+const MAX_CONFIG_BYTES: u64 = 1 << 20;
 
 /// One model of a search.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -88,28 +88,8 @@ impl Hub {
         let mut response = self
             .get_file(repo, "main", "config.json", 0, deadline)
             .await?;
-        let mut body = Vec::new();
-        loop {
-            match tokio::time::timeout_at(deadline, response.chunk()).await {
-                Err(_) => {
-                    return Err(Error::Transport {
-                        what,
-                        message: "timed out".into(),
-                    });
-                }
-                Ok(Err(e)) => return Err(crate::client::transport(&what, &e)),
-                Ok(Ok(None)) => break,
-                Ok(Ok(Some(chunk))) => {
-                    if body.len() + chunk.len() > MAX_CONFIG_BYTES {
-                        return Err(Error::Protocol {
-                            what,
-                            message: format!("larger than {MAX_CONFIG_BYTES} bytes"),
-                        });
-                    }
-                    body.extend_from_slice(&chunk);
-                }
-            }
-        }
+        let body =
+            crate::client::read_capped(&what, &mut response, deadline, MAX_CONFIG_BYTES).await?;
         serde_json::from_slice(&body).map_err(|e| Error::Protocol {
             what,
             message: format!("not JSON: {e}"),

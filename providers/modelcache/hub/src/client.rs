@@ -349,31 +349,7 @@ impl Hub {
                 None => status_error_plain(what, response.status().as_u16()),
             });
         }
-        if response
-            .content_length()
-            .is_some_and(|n| n > MAX_INFO_BYTES)
-        {
-            return Err(too_large(what));
-        }
-        let mut body = Vec::new();
-        loop {
-            match tokio::time::timeout_at(deadline, response.chunk()).await {
-                Err(_) => {
-                    return Err(Error::Transport {
-                        what: what.to_string(),
-                        message: "timed out".into(),
-                    });
-                }
-                Ok(Err(e)) => return Err(transport(what, &e)),
-                Ok(Ok(None)) => return Ok(body),
-                Ok(Ok(Some(chunk))) => {
-                    if (body.len() + chunk.len()) as u64 > MAX_INFO_BYTES {
-                        return Err(too_large(what));
-                    }
-                    body.extend_from_slice(&chunk);
-                }
-            }
-        }
+        read_capped(what, &mut response, deadline, MAX_INFO_BYTES).await
     }
 
     /// `GET` the file `path` of `commit` from byte `from` on (a `Range` request when
@@ -448,10 +424,39 @@ impl Hub {
     }
 }
 
-fn too_large(what: &str) -> Error {
-    Error::Protocol {
+/// The body of `response`, refused past `cap` bytes (announced or received) and at
+/// `deadline`.
+pub(crate) async fn read_capped(
+    what: &str,
+    response: &mut reqwest::Response,
+    deadline: Instant,
+    cap: u64,
+) -> Result<Vec<u8>, Error> {
+    let too_large = || Error::Protocol {
         what: what.to_string(),
-        message: format!("the answer is larger than {MAX_INFO_BYTES} bytes"),
+        message: format!("the answer is larger than {cap} bytes"),
+    };
+    if response.content_length().is_some_and(|n| n > cap) {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    loop {
+        match tokio::time::timeout_at(deadline, response.chunk()).await {
+            Err(_) => {
+                return Err(Error::Transport {
+                    what: what.to_string(),
+                    message: "timed out".into(),
+                });
+            }
+            Ok(Err(e)) => return Err(transport(what, &e)),
+            Ok(Ok(None)) => return Ok(body),
+            Ok(Ok(Some(chunk))) => {
+                if (body.len() + chunk.len()) as u64 > cap {
+                    return Err(too_large());
+                }
+                body.extend_from_slice(&chunk);
+            }
+        }
     }
 }
 
