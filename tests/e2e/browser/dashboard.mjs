@@ -88,8 +88,11 @@ try {
   await page.getByLabel("Namespace").selectOption(ns);
   const row = page.getByRole("row", { name: new RegExp(`^${name} `) });
   await row.waitFor();
+  // Its provider has reported (phase Deploying, with the selector its pods are found by):
+  // the Deployment page reads its pods once, when it opens.
   await page.waitForFunction((n) => [...document.querySelectorAll("tbody tr")]
-    .some((tr) => tr.cells[0].textContent === n && tr.cells[4].textContent === "kaito"), name);
+    .some((tr) => tr.cells[0].textContent === n && tr.cells[4].textContent === "kaito"
+      && tr.cells[3].textContent === "Deploying"), name, { timeout: 120000 });
   findings.row = await row.locator("td").allTextContents();
   await shot(page, "dashboard-deployments");
   step("listed live");
