@@ -60,9 +60,8 @@ const EXPECTATION_TTL: Duration = Duration::from_secs(60);
 
 pub use kubeairunway_kernelcache_api::report::Error;
 
-/// How often a Warmup that waits (for its ModelDeployment, for the images its provider
-/// reports) is looked at again without a change: from the watch caches, no request
-/// unless its status changes.
+/// How often a Warmup that waits or is under way is looked at again without a change: from
+/// the watch caches, no request unless its status changes.
 const WAITING_RECHECK: Duration = Duration::from_secs(10);
 
 /// Field manager of the Warmup status.
@@ -663,9 +662,6 @@ async fn reconcile_warmup(w: Arc<Warmup>, ctx: Arc<Ctx>) -> Result<Action, Error
             Plan {
                 status,
                 delete: if stopped { running_pods() } else { Vec::new() },
-                // What it waits for (its ModelDeployment, the images reported) wakes it
-                // through the watches; a look now and then bounds a wake-up missed.
-                requeue_after: (!stopped).then_some(WAITING_RECHECK),
                 ..Plan::default()
             }
         }
@@ -782,9 +778,18 @@ async fn execute(
         );
     }
     announce(ctx, w, previous, &plan).await;
-    let action = plan
-        .requeue_after
-        .map_or_else(Action::await_change, Action::requeue);
+    // A warmup under way is woken by its pods' and caches' changes; a look now and then
+    // from the caches bounds a wake-up missed (seen under load: pods done, the status not
+    // following).
+    let requeue_after = if plan.status.phase.is_some_and(WarmupPhase::is_finished) {
+        plan.requeue_after
+    } else {
+        Some(
+            plan.requeue_after
+                .map_or(WAITING_RECHECK, |d| d.min(WAITING_RECHECK)),
+        )
+    };
+    let action = requeue_after.map_or_else(Action::await_change, Action::requeue);
     ok(ctx, &format!("w/{uid}"), action)
 }
 
