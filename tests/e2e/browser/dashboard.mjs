@@ -29,7 +29,7 @@ try {
   page.on("response", (r) => {
     if (r.status() >= 400 && !r.url().endsWith("/chat")) findings.consoleErrors.push(`${r.status()} ${r.url()}`);
   });
-  page.setDefaultTimeout(30000);
+  page.setDefaultTimeout(60000);
 
   // Keyboard: the first Tab reaches the skip link.
   await page.goto(`${url}/#/deploy`);

@@ -138,6 +138,22 @@ async fn a_model_is_previewed_deployed_watched_scaled_and_deleted_in_a_real_brow
         .create(&kube::api::PostParams::default(), &cache)
         .await
         .unwrap();
+    // The Caches page reads once when it opens: the controller's verdict must be in
+    // (its watch starts once the CRD above exists, after a back-off under load).
+    wait_for(
+        Duration::from_secs(180),
+        "the model cache's Ready condition",
+        || caches.get("gemma"),
+        |c| {
+            c.status.as_ref().is_some_and(|s| {
+                s.conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.reason == "NoNodes")
+            })
+        },
+    )
+    .await
+    .unwrap();
 
     // A GPU node, as the kubelet and NVIDIA's GPU feature discovery describe it.
     let nodes: Api<k8s_openapi::api::core::v1::Node> = Api::all(client.clone());
@@ -168,7 +184,7 @@ async fn a_model_is_previewed_deployed_watched_scaled_and_deleted_in_a_real_brow
 
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("browser/dashboard.mjs");
     let output = tokio::time::timeout(
-        Duration::from_secs(240),
+        Duration::from_secs(480),
         tokio::process::Command::new("node")
             .arg(&script)
             .arg(format!("http://{host}"))
