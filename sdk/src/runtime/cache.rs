@@ -30,6 +30,7 @@ use kube::{Client, Resource, ResourceExt};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
+use super::error::Error;
 use crate::api::ModelDeployment;
 use crate::compact::Compact;
 use crate::{labels, reflect};
@@ -330,6 +331,8 @@ pub(crate) struct OwnedCache {
     own_writes: Arc<Mutex<HashMap<ObjectKey, OwnWrite>>>,
     /// Reconcile requests for ModelDeployments whose objects changed.
     trigger: Option<mpsc::UnboundedSender<ObjectRef<ModelDeployment>>>,
+    /// The leader term these caches serve: a wait for a cache ends with it.
+    term: Option<crate::process::Term>,
 }
 
 impl std::fmt::Debug for OwnedCache {
@@ -354,7 +357,14 @@ impl OwnedCache {
             kinds: Mutex::default(),
             own_writes: Arc::default(),
             trigger,
+            term: None,
         }
+    }
+
+    /// Waits for these caches end when `term` does (see [`Self::synced`]).
+    pub(crate) fn ending_with(mut self, term: crate::process::Term) -> Self {
+        self.term = Some(term);
+        self
     }
 
     /// Start watching `resource` unless it is watched already (or held fixed).
@@ -461,12 +471,20 @@ impl OwnedCache {
             .map(|k| (k.resource.clone(), k.cache.clone()))
     }
 
-    /// Wait (bounded) until the cache of `resource` has been filled once.
-    pub(crate) async fn synced(&self, resource: &ApiResource) -> bool {
+    /// Wait (bounded) until the cache of `resource` has been filled once: whether it was.
+    /// A wait cut off from the API server would outlive the leader term; it ends with the
+    /// term instead, in [`Error::TermEnded`].
+    pub(crate) async fn synced(&self, resource: &ApiResource) -> Result<bool, Error> {
         self.watch(resource);
-        match self.cache(resource) {
-            Some((_, cache)) => cache.synced_within(SYNC_WAIT).await,
-            None => false,
+        let Some((_, cache)) = self.cache(resource) else {
+            return Ok(false);
+        };
+        let Some(term) = &self.term else {
+            return Ok(cache.synced_within(SYNC_WAIT).await);
+        };
+        tokio::select! {
+            synced = cache.synced_within(SYNC_WAIT) => Ok(synced),
+            () = term.ended() => Err(Error::TermEnded),
         }
     }
 
@@ -684,6 +702,39 @@ mod tests {
         );
     }
 
+    /// Cut off from the API server, a reconcile waiting for a cache to fill would outlive
+    /// the leader term by up to `SYNC_WAIT`: the wait ends with the term instead.
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_for_a_cache_ends_with_the_term() {
+        let (service, mut server) = tower_test::mock::pair::<
+            http::Request<kube::client::Body>,
+            http::Response<kube::client::Body>,
+        >();
+        let (leading_tx, leading) = tokio::sync::watch::channel(true);
+        let term = crate::process::Term::new(
+            leading,
+            crate::process::Shutdown::on(std::future::pending()),
+        );
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let cache = OwnedCache::new(Client::new(service, "ns"), "p", Some(tx)).ending_with(term);
+        let resource = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        let started = tokio::time::Instant::now();
+        let wait = cache.synced(&resource);
+        tokio::pin!(wait);
+        // The watch's list is taken and never answered; five seconds on, the term ends.
+        tokio::select! {
+            _ = &mut wait => panic!("synced without an answer"),
+            _ = server.next_request() => {}
+        }
+        tokio::select! {
+            _ = &mut wait => panic!("the wait ended before the term"),
+            () = tokio::time::sleep(Duration::from_secs(5)) => {}
+        }
+        leading_tx.send(false).unwrap();
+        assert!(matches!(wait.await, Err(Error::TermEnded)));
+        assert!(started.elapsed() < SYNC_WAIT, "{:?}", started.elapsed());
+    }
+
     #[tokio::test]
     async fn the_cache_keeps_no_managed_fields_nor_last_applied_annotation() {
         let (service, mut server) = tower_test::mock::pair::<
@@ -713,7 +764,7 @@ mod tests {
                 .body(kube::client::Body::from(serde_json::to_vec(&list).unwrap()))
                 .unwrap(),
         );
-        assert!(cache.synced(&resource).await);
+        assert!(cache.synced(&resource).await.unwrap());
         let o = cache.get(&resource, "ns", "x").unwrap();
         assert!(o.metadata.managed_fields.is_none());
         assert_eq!(o.annotations().keys().collect::<Vec<_>>(), ["keep"]);

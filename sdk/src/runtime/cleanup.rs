@@ -145,7 +145,7 @@ pub(crate) async fn delete_owned<P: Provider>(
     let ns = md.namespace().unwrap_or_default();
     let mut remaining = Vec::new();
     for (resource, name) in owned_candidates(md, ctx) {
-        ctx.owned.synced(&resource).await;
+        ctx.owned.synced(&resource).await?;
         let Some(live) = ctx.owned.get(&resource, &ns, &name) else {
             continue;
         };

@@ -12,6 +12,10 @@ pub enum Error {
     /// Anything else that may pass on retry.
     #[error("{0}")]
     Other(String),
+    /// The leader term ended while the reconcile waited: it stops before writing (another
+    /// replica may lead by now), and the next term reconciles again.
+    #[error("the leader term ended during the reconcile")]
+    TermEnded,
 }
 
 /// HTTP codes with which the API server or an admission webhook refuses an object for

@@ -300,7 +300,8 @@ async fn lead<P: Provider>(
     }
     let (owned_tx, owned_rx) = mpsc::unbounded_channel::<ObjectRef<ModelDeployment>>();
     let warmups = warmups::Warmups::new(client.clone(), Some(owned_tx.clone()));
-    let owned = cache::OwnedCache::new(client.clone(), &name, Some(owned_tx));
+    let owned =
+        cache::OwnedCache::new(client.clone(), &name, Some(owned_tx)).ending_with(term.clone());
     let ctx = Arc::new(Context::with_cache(
         provider.clone(),
         client.clone(),
@@ -397,7 +398,7 @@ async fn mark_synced<P: Provider>(
         let kinds = owned_kinds(&ctx, upstream.borrow_and_update().as_ref());
         let mut all = true;
         for kind in &kinds {
-            all &= ctx.owned.synced(kind).await;
+            all &= matches!(ctx.owned.synced(kind).await, Ok(true));
         }
         if all {
             synced.set();

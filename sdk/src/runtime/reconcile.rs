@@ -65,6 +65,10 @@ pub(crate) fn error_policy<P: Provider>(
     error: &Error,
     ctx: Arc<Context<P>>,
 ) -> Action {
+    if matches!(error, Error::TermEnded) {
+        tracing::debug!(name = %md.name_any(), "{error}");
+        return Action::await_change();
+    }
     ctx.metrics.error("transient");
     let attempts = ctx
         .memory
@@ -105,7 +109,7 @@ pub async fn reconcile_once<P: Provider>(
         Ok(prepared) => prepared,
         Err(action) => return Ok(action),
     };
-    let live = prepared.live(ctx).await;
+    let live = prepared.live(ctx).await?;
     let pass = warmup::pass(
         md,
         ctx,
@@ -186,14 +190,17 @@ impl Prepared {
     }
 
     /// The live object of each rendered one, from the caches.
-    async fn live<P: Provider>(&self, ctx: &Context<P>) -> Vec<Option<Arc<DynamicObject>>> {
+    async fn live<P: Provider>(
+        &self,
+        ctx: &Context<P>,
+    ) -> Result<Vec<Option<Arc<DynamicObject>>>, Error> {
         let mut out = Vec::with_capacity(self.objects.len());
         for (object, resource) in self.objects.iter().zip(&self.resources) {
-            ctx.owned.synced(resource).await;
+            ctx.owned.synced(resource).await?;
             let ns = object.namespace().unwrap_or_default();
             out.push(ctx.owned.get(resource, &ns, &object.name_any()));
         }
-        out
+        Ok(out)
     }
 }
 
