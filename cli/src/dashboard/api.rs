@@ -1,32 +1,34 @@
 //! The dashboard's HTTP server: its page, a JSON API and a live stream.
 //!
-//! Reads come from a watch cache of ModelDeployments (the list and the live stream make
-//! no request of their own); a Deployment page reads what `explain` reads; changes are
-//! the user's own requests (create, a server-side dry run first, delete, scale).
+//! Every request acts as one identity: the kubeconfig's (the local dashboard), or the
+//! signed-in user's in the cluster ([`super::session`]). Reads come from that identity's
+//! watch cache of ModelDeployments ([`View`]: the list and the live stream make no request
+//! of their own); a Deployment page reads what `explain` reads; changes are the user's own
+//! requests (create, a server-side dry run first, delete, scale).
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, Query, Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::extract::{Extension, Path, Query, Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
 use axum::{Json, Router};
-use futures::{Stream, StreamExt};
+use futures::Stream;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
-use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
-use kubeairunway_sdk::{ModelDeployment, reflect};
+use kubeairunway_sdk::ModelDeployment;
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::sync::watch;
 
-use super::guard;
 use super::rows::rows;
+use super::session::{self, SignInError, User};
+use super::view::View;
+use super::{guard, session::Sessions};
 use crate::builtin::{BuiltIns, ProviderFlags};
 use crate::crds::UpstreamCrds;
 
@@ -40,14 +42,23 @@ const STYLE: &str = include_str!("assets/app.css");
 const ICON: &str = include_str!("assets/favicon.svg");
 
 struct Inner {
-    client: Client,
+    /// Whom requests act as.
+    access: Access,
     /// The Hugging Face hub the Models page searches (`None`: the catalogue only).
     hub: Option<kubeairunway_modelcache_hub::Hub>,
-    mds: reflect::Cache<ModelDeployment>,
-    changes: watch::Receiver<u64>,
     port: u16,
+    /// Host names served besides this port's loopback addresses.
+    hosts: Vec<String>,
     builtins: BuiltIns,
     crds: UpstreamCrds,
+}
+
+/// Whom the dashboard's requests to the API server act as.
+enum Access {
+    /// The kubeconfig's identity, for everyone who reaches the (loopback) server.
+    Kubeconfig(User),
+    /// Each signed-in user, with their own token ([`session`]).
+    SignIn(Box<Sessions>),
 }
 
 type Shared = Arc<Inner>;
@@ -75,64 +86,84 @@ pub async fn serve_with(
     hub: Option<kubeairunway_modelcache_hub::HubOptions>,
     shutdown: impl std::future::Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
+    let user = User {
+        view: Arc::new(View::start(client)),
+        name: None,
+    };
+    serve_as(
+        listener,
+        Access::Kubeconfig(user),
+        Vec::new(),
+        hub,
+        shutdown,
+    )
+    .await
+}
+
+/// Serve the dashboard in the cluster: every user signs in ([`session`]) and acts as
+/// themselves; requests may name this server by the `hosts` given (its Service or
+/// Ingress names) as well as by its loopback addresses.
+pub async fn serve_signed_in(
+    listener: tokio::net::TcpListener,
+    sessions: Sessions,
+    hosts: Vec<String>,
+    hub: Option<kubeairunway_modelcache_hub::HubOptions>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    serve_as(
+        listener,
+        Access::SignIn(Box::new(sessions)),
+        hosts,
+        hub,
+        shutdown,
+    )
+    .await
+}
+
+async fn serve_as(
+    listener: tokio::net::TcpListener,
+    access: Access,
+    hosts: Vec<String>,
+    hub: Option<kubeairunway_modelcache_hub::HubOptions>,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
     let hub = hub
         .map(|o| kubeairunway_modelcache_hub::Hub::new(&o))
         .transpose()?;
     let port = listener.local_addr()?.port();
-    let (mds, stream) = reflect::cache(
-        Api::<ModelDeployment>::all(client.clone()),
-        watcher::Config::default(),
-        (),
-        reflect::strip,
-    );
-    let (tx, changes) = watch::channel(0u64);
-    let feed = tokio::spawn(stream.for_each(move |event| {
-        if let Err(e) = &event {
-            tracing::warn!(error = %e, "dashboard: ModelDeployment watch failed; retrying");
-        } else if !matches!(
-            event,
-            Ok(watcher::Event::Init | watcher::Event::InitApply(_))
-        ) {
-            tx.send_modify(|n| *n = n.wrapping_add(1));
-        }
-        futures::future::ready(())
-    }));
     let crds = UpstreamCrds::default();
     let builtins = BuiltIns::for_crds(&ProviderFlags::default(), &crds)?;
     let state = Arc::new(Inner {
-        client,
+        access,
         hub,
-        mds,
-        changes,
         port,
+        hosts,
         builtins,
         crds,
+    });
+    // Ended sessions stop their watches even when nobody comes back for them.
+    let sweeper = tokio::spawn({
+        let state = state.clone();
+        async move {
+            let mut every = tokio::time::interval(Duration::from_secs(60));
+            loop {
+                every.tick().await;
+                if let Access::SignIn(sessions) = &state.access {
+                    sessions.sweep();
+                }
+            }
+        }
     });
     let served = axum::serve(listener, router(state))
         .with_graceful_shutdown(shutdown)
         .await;
-    feed.abort();
+    sweeper.abort();
     Ok(served?)
 }
 
 fn router(state: Shared) -> Router {
-    Router::new()
-        .route(
-            "/",
-            get(|| async { page(INDEX, "text/html; charset=utf-8") }),
-        )
-        .route(
-            "/app.js",
-            get(|| async { page(SCRIPT, "text/javascript; charset=utf-8") }),
-        )
-        .route(
-            "/app.css",
-            get(|| async { page(STYLE, "text/css; charset=utf-8") }),
-        )
-        .route(
-            "/favicon.svg",
-            get(|| async { page(ICON, "image/svg+xml") }),
-        )
+    // What needs an identity: a signed-in user's, or the kubeconfig's.
+    let private = Router::new()
         .route("/api/deployments", get(list).post(create))
         .route("/api/deployments/stream", get(stream))
         .route(
@@ -151,23 +182,137 @@ fn router(state: Shared) -> Router {
         )
         .route("/api/preview", axum::routing::post(preview))
         .route("/api/providers", get(providers))
-        .route("/api/models", get(models))
         .route("/api/hub/search", get(hub_search))
         .route("/api/hub/fit", get(hub_fit))
         .route(
             "/api/gpus",
-            get(|State(state): State<Shared>| async move {
-                Json(super::models::gpus(&state.client).await)
+            get(|Extension(user): Extension<User>| async move {
+                Json(super::models::gpus(&user.view.client).await)
             }),
         )
         .route(
             "/api/caches",
-            get(|State(state): State<Shared>| async move {
-                Json(super::caches::overview(&state.client).await)
+            get(|Extension(user): Extension<User>| async move {
+                Json(super::caches::overview(&user.view.client).await)
             }),
         )
+        .route_layer(middleware::from_fn_with_state(state.clone(), identified));
+    Router::new()
+        .route(
+            "/",
+            get(|| async { page(INDEX, "text/html; charset=utf-8") }),
+        )
+        .route(
+            "/app.js",
+            get(|| async { page(SCRIPT, "text/javascript; charset=utf-8") }),
+        )
+        .route(
+            "/app.css",
+            get(|| async { page(STYLE, "text/css; charset=utf-8") }),
+        )
+        .route(
+            "/favicon.svg",
+            get(|| async { page(ICON, "image/svg+xml") }),
+        )
+        .route(
+            "/api/session",
+            get(session_info).post(sign_in).delete(sign_out),
+        )
+        .route("/api/models", get(models))
+        .merge(private)
         .layer(middleware::from_fn_with_state(state.clone(), guarded))
         .with_state(state)
+}
+
+/// The user a request acts as, or 401 (the page then asks for a token).
+async fn identified(State(state): State<Shared>, mut request: Request, next: Next) -> Response {
+    let user = match &state.access {
+        Access::Kubeconfig(user) => Ok(user.clone()),
+        Access::SignIn(sessions) => match session::bearer_token(request.headers()) {
+            Some(token) => sessions.bearer(token).await.map_err(|e| e.to_string()),
+            None => session::session_id(request.headers())
+                .and_then(|id| sessions.get(id))
+                .ok_or_else(|| "sign in with a Kubernetes bearer token".to_string()),
+        },
+    };
+    match user {
+        Ok(user) => {
+            request.extensions_mut().insert(user);
+            next.run(request).await
+        }
+        Err(message) => (
+            StatusCode::UNAUTHORIZED,
+            Json(json!({ "message": message, "signIn": true })),
+        )
+            .into_response(),
+    }
+}
+
+/// How the page signs in: the mode, and the user when signed in.
+async fn session_info(State(state): State<Shared>, headers: HeaderMap) -> Response {
+    let (mode, user) = match &state.access {
+        Access::Kubeconfig(_) => ("kubeconfig", None),
+        Access::SignIn(sessions) => (
+            "sign-in",
+            session::session_id(&headers).and_then(|id| sessions.get(id)),
+        ),
+    };
+    Json(json!({
+        "mode": mode,
+        "signedIn": mode == "kubeconfig" || user.is_some(),
+        "user": user.and_then(|u| u.name),
+    }))
+    .into_response()
+}
+
+#[derive(Deserialize)]
+struct Token {
+    token: String,
+}
+
+/// Sign in with a bearer token: checked by the API server, then a session cookie.
+async fn sign_in(State(state): State<Shared>, Json(body): Json<Token>) -> Response {
+    let Access::SignIn(sessions) = &state.access else {
+        return bad_request("this dashboard acts as its kubeconfig's identity: no sign-in");
+    };
+    match sessions.sign_in(&body.token).await {
+        Ok((id, user)) => (
+            [(
+                header::SET_COOKIE,
+                session::cookie(&id, sessions.settings()),
+            )],
+            Json(json!({ "user": user.name })),
+        )
+            .into_response(),
+        Err(e @ (SignInError::Refused | SignInError::Empty)) => (
+            StatusCode::UNAUTHORIZED,
+            Json(json!({ "message": e.to_string(), "signIn": true })),
+        )
+            .into_response(),
+        Err(e) => (
+            StatusCode::BAD_GATEWAY,
+            Json(json!({ "message": e.to_string() })),
+        )
+            .into_response(),
+    }
+}
+
+/// End the session (its watch stops) and clear the cookie.
+async fn sign_out(State(state): State<Shared>, headers: HeaderMap) -> Response {
+    let Access::SignIn(sessions) = &state.access else {
+        return StatusCode::NO_CONTENT.into_response();
+    };
+    if let Some(id) = session::session_id(&headers) {
+        sessions.sign_out(id);
+    }
+    (
+        StatusCode::NO_CONTENT,
+        [(
+            header::SET_COOKIE,
+            session::cleared_cookie(sessions.settings()),
+        )],
+    )
+        .into_response()
 }
 
 fn page(body: &'static str, content_type: &'static str) -> Response {
@@ -177,7 +322,12 @@ fn page(body: &'static str, content_type: &'static str) -> Response {
 /// [`guard::refusal`] on every request, and headers that keep the page to itself: its
 /// own scripts only, never framed, no referrer.
 async fn guarded(State(state): State<Shared>, request: Request, next: Next) -> Response {
-    if let Some(why) = guard::refusal(request.method(), request.headers(), state.port) {
+    if let Some(why) = guard::refusal(
+        request.method(),
+        request.headers(),
+        state.port,
+        &state.hosts,
+    ) {
         return (StatusCode::FORBIDDEN, why).into_response();
     }
     let mut response = next.run(request).await;
@@ -217,8 +367,8 @@ struct Filter {
     namespace: Option<String>,
 }
 
-fn current_rows(state: &Inner, namespace: Option<&str>) -> Vec<super::rows::Row> {
-    let cached = state.mds.store.state();
+fn current_rows(view: &View, namespace: Option<&str>) -> Vec<super::rows::Row> {
+    let cached = view.mds.store.state();
     rows(
         cached.iter().map(AsRef::as_ref),
         namespace,
@@ -226,16 +376,21 @@ fn current_rows(state: &Inner, namespace: Option<&str>) -> Vec<super::rows::Row>
     )
 }
 
-async fn list(State(state): State<Shared>, Query(filter): Query<Filter>) -> Response {
-    Json(current_rows(&state, filter.namespace.as_deref())).into_response()
+/// How long a list waits for a new identity's watch to fill (a session just signed in).
+const FIRST_LIST_WAIT: Duration = Duration::from_secs(10);
+
+async fn list(Extension(user): Extension<User>, Query(filter): Query<Filter>) -> Response {
+    user.view.mds.synced_within(FIRST_LIST_WAIT).await;
+    Json(current_rows(&user.view, filter.namespace.as_deref())).into_response()
 }
 
 /// The rows once the cache is filled, then again after each change (at most every
 /// 250 ms), as `deployments` events.
 async fn stream(
-    State(state): State<Shared>,
+    Extension(user): Extension<User>,
     Query(filter): Query<Filter>,
 ) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
+    let state = user.view;
     let changes = state.changes.clone();
     let events = futures::stream::unfold(
         (state, changes, filter.namespace, true),
@@ -259,13 +414,13 @@ async fn stream(
 }
 
 async fn detail(
-    State(state): State<Shared>,
+    Extension(user): Extension<User>,
     Path((namespace, name)): Path<(String, String)>,
 ) -> Response {
-    let Some(md) = cached(&state, &namespace, &name) else {
+    let Some(md) = cached(&user.view, &namespace, &name) else {
         return not_found(&namespace, &name);
     };
-    match crate::explain::describe(&state.client, &md).await {
+    match crate::explain::describe(&user.view.client, &md).await {
         Ok(explanation) => Json(json!({
             "explanation": explanation,
             "manifest": crate::output::yaml(md.as_ref()).unwrap_or_default(),
@@ -281,7 +436,7 @@ async fn detail(
 }
 
 /// The ModelDeployment from the cache.
-fn cached(state: &Inner, namespace: &str, name: &str) -> Option<Arc<ModelDeployment>> {
+fn cached(state: &View, namespace: &str, name: &str) -> Option<Arc<ModelDeployment>> {
     let key = kube::runtime::reflector::ObjectRef::new(name).within(namespace);
     state.mds.store.get(&key)
 }
@@ -295,13 +450,13 @@ fn not_found(namespace: &str, name: &str) -> Response {
 }
 
 async fn pods(
-    State(state): State<Shared>,
+    Extension(user): Extension<User>,
     Path((namespace, name)): Path<(String, String)>,
 ) -> Response {
-    let Some(md) = cached(&state, &namespace, &name) else {
+    let Some(md) = cached(&user.view, &namespace, &name) else {
         return not_found(&namespace, &name);
     };
-    match super::serving::pods(&state.client, &md).await {
+    match super::serving::pods(&user.view.client, &md).await {
         Ok(rows) => Json(rows).into_response(),
         Err(e) => failure(&e),
     }
@@ -315,11 +470,11 @@ struct Container {
 /// A pod's log, or why there is none: an API server that serves no logs (no kubelet, or
 /// not allowed) is an answer, not a failure of the page.
 async fn logs(
-    State(state): State<Shared>,
+    Extension(user): Extension<User>,
     Path((namespace, _name, pod)): Path<(String, String, String)>,
     Query(q): Query<Container>,
 ) -> Response {
-    match super::serving::logs(&state.client, &namespace, &pod, q.container).await {
+    match super::serving::logs(&user.view.client, &namespace, &pod, q.container).await {
         Ok(text) => Json(json!({ "text": text })).into_response(),
         Err(kube::Error::Api(s)) => Json(json!({ "error": s.message })).into_response(),
         Err(e) => Json(json!({ "error": e.to_string() })).into_response(),
@@ -334,14 +489,14 @@ struct Conversation {
 /// The chat through the API server's service proxy, the engine's stream passed through;
 /// the API server's (or engine's) refusal with its code and message.
 async fn chat(
-    State(state): State<Shared>,
+    Extension(user): Extension<User>,
     Path((namespace, name)): Path<(String, String)>,
     Json(body): Json<Conversation>,
 ) -> Response {
-    let Some(md) = cached(&state, &namespace, &name) else {
+    let Some(md) = cached(&user.view, &namespace, &name) else {
         return not_found(&namespace, &name);
     };
-    let response = match super::serving::chat(&state.client, &md, &body.messages).await {
+    let response = match super::serving::chat(&user.view.client, &md, &body.messages).await {
         Ok(r) => r,
         Err(message) => {
             return (StatusCode::CONFLICT, Json(json!({ "message": message }))).into_response();
@@ -372,10 +527,10 @@ async fn chat(
 }
 
 async fn delete(
-    State(state): State<Shared>,
+    Extension(user): Extension<User>,
     Path((namespace, name)): Path<(String, String)>,
 ) -> Response {
-    let api: Api<ModelDeployment> = Api::namespaced(state.client.clone(), &namespace);
+    let api: Api<ModelDeployment> = Api::namespaced(user.view.client.clone(), &namespace);
     match api.delete(&name, &DeleteParams::default()).await {
         Ok(_) => StatusCode::ACCEPTED.into_response(),
         Err(e) => failure(&e),
@@ -388,11 +543,11 @@ struct Replicas {
 }
 
 async fn scale(
-    State(state): State<Shared>,
+    Extension(user): Extension<User>,
     Path((namespace, name)): Path<(String, String)>,
     Json(body): Json<Replicas>,
 ) -> Response {
-    let api: Api<ModelDeployment> = Api::namespaced(state.client.clone(), &namespace);
+    let api: Api<ModelDeployment> = Api::namespaced(user.view.client.clone(), &namespace);
     let patch = Patch::Merge(json!({ "spec": { "replicas": body.replicas } }));
     match api
         .patch_scale(&name, &PatchParams::default(), &patch)
@@ -433,13 +588,19 @@ fn parse(text: &str, default_namespace: &str) -> Result<ModelDeployment, String>
 /// Before anything is applied: the API server's verdict (a dry-run create, through its
 /// schema, rules and admission webhooks), then what `render` previews: the engine, the
 /// provider and why, and the exact objects it would apply.
-async fn preview(State(state): State<Shared>, Json(body): Json<Manifest>) -> Response {
-    let md = match parse(&body.manifest, state.client.default_namespace()) {
+async fn preview(
+    State(state): State<Shared>,
+    Extension(user): Extension<User>,
+    Json(body): Json<Manifest>,
+) -> Response {
+    let md = match parse(&body.manifest, user.view.client.default_namespace()) {
         Ok(md) => md,
         Err(message) => return bad_request(&message),
     };
-    let api: Api<ModelDeployment> =
-        Api::namespaced(state.client.clone(), &md.namespace().unwrap_or_default());
+    let api: Api<ModelDeployment> = Api::namespaced(
+        user.view.client.clone(),
+        &md.namespace().unwrap_or_default(),
+    );
     let params = PostParams {
         dry_run: true,
         field_manager: Some(FIELD_MANAGER.into()),
@@ -474,13 +635,13 @@ async fn preview(State(state): State<Shared>, Json(body): Json<Manifest>) -> Res
     .into_response()
 }
 
-async fn create(State(state): State<Shared>, Json(body): Json<Manifest>) -> Response {
-    let md = match parse(&body.manifest, state.client.default_namespace()) {
+async fn create(Extension(user): Extension<User>, Json(body): Json<Manifest>) -> Response {
+    let md = match parse(&body.manifest, user.view.client.default_namespace()) {
         Ok(md) => md,
         Err(message) => return bad_request(&message),
     };
     let namespace = md.namespace().unwrap_or_default();
-    let api: Api<ModelDeployment> = Api::namespaced(state.client.clone(), &namespace);
+    let api: Api<ModelDeployment> = Api::namespaced(user.view.client.clone(), &namespace);
     let params = PostParams {
         dry_run: false,
         field_manager: Some(FIELD_MANAGER.into()),
@@ -589,8 +750,8 @@ async fn hub_fit(State(state): State<Shared>, Query(q): Query<HubFitQuery>) -> R
     }
 }
 
-async fn providers(State(state): State<Shared>) -> Response {
-    match crate::providers::list(&state.client).await {
+async fn providers(Extension(user): Extension<User>) -> Response {
+    match crate::providers::list(&user.view.client).await {
         Ok(configs) => Json(crate::providers::entries(&configs, Timestamp::now())).into_response(),
         Err(e) => (
             StatusCode::BAD_GATEWAY,

@@ -19,6 +19,8 @@ pub mod guard;
 pub mod models;
 pub mod rows;
 pub mod serving;
+pub mod session;
+pub mod view;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -43,10 +45,58 @@ pub struct Args {
     /// No Hugging Face search (the built-in catalogue only): for air-gapped clusters.
     #[arg(long)]
     pub offline: bool,
+    #[command(flatten)]
+    pub in_cluster: InCluster,
 }
 
-/// Serve the dashboard until Ctrl-C.
+/// Running in the cluster, where each user signs in with their own token.
+#[derive(Debug, clap::Args)]
+pub struct InCluster {
+    /// Serve every user as themselves: each signs in with their own Kubernetes bearer
+    /// token (or an authenticating proxy passes it in `Authorization: Bearer`); the
+    /// dashboard holds no credentials and may listen on any address.
+    #[arg(long)]
+    pub in_cluster: bool,
+    /// With --in-cluster: the API server (default: from KUBERNETES_SERVICE_HOST/PORT).
+    #[arg(long, value_name = "URL", requires = "in_cluster")]
+    pub api_server: Option<String>,
+    /// With --in-cluster: the CA bundle the API server's certificate is checked against
+    /// (re-read as it rotates).
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "/var/run/kubeairunway/kube-root-ca.crt",
+        requires = "in_cluster"
+    )]
+    pub api_ca_file: PathBuf,
+    /// With --in-cluster: a Host the dashboard is reached by (its Service, its Ingress
+    /// host), with any port unless one is given; repeat for each. Loopback is always served.
+    #[arg(long = "allowed-host", value_name = "HOST", requires = "in_cluster")]
+    pub allowed_hosts: Vec<String>,
+    /// With --in-cluster: a session unused this long ends.
+    #[arg(long, default_value = "1h", value_parser = kubeairunway_sdk::process::parse_duration, requires = "in_cluster")]
+    pub session_idle: std::time::Duration,
+    /// With --in-cluster: a session ends this long after sign-in.
+    #[arg(long, default_value = "12h", value_parser = kubeairunway_sdk::process::parse_duration, requires = "in_cluster")]
+    pub session_lifetime: std::time::Duration,
+    /// With --in-cluster: sessions alive at once (one more ends the least recently used).
+    #[arg(long, default_value_t = 256, requires = "in_cluster")]
+    pub max_sessions: usize,
+    /// With --in-cluster: a session cookie without `Secure`, for a dashboard reached over
+    /// plain HTTP by a name other than localhost (not recommended).
+    #[arg(long, requires = "in_cluster")]
+    pub insecure_cookie: bool,
+}
+
+/// Serve the dashboard until Ctrl-C (SIGTERM too in the cluster).
 pub async fn run(args: Args, state_dir: &Path, term: &mut Terminal) -> anyhow::Result<i32> {
+    let hub = (!args.offline).then(|| kubeairunway_modelcache_hub::HubOptions {
+        endpoint: args.hf_endpoint.trim_end_matches('/').to_string(),
+        ..kubeairunway_modelcache_hub::HubOptions::default()
+    });
+    if args.in_cluster.in_cluster {
+        return run_in_cluster(args.listen, &args.in_cluster, hub, term).await;
+    }
     if !args.listen.ip().is_loopback() {
         anyhow::bail!(
             "--listen {}: the dashboard acts with your kubeconfig's credentials, so it serves only \
@@ -64,13 +114,70 @@ pub async fn run(args: Args, state_dir: &Path, term: &mut Terminal) -> anyhow::R
         "dashboard: http://{address}/ acting as your kubeconfig's identity on {} (Ctrl-C stops)\n",
         target.server
     ));
-    let hub = (!args.offline).then(|| kubeairunway_modelcache_hub::HubOptions {
-        endpoint: args.hf_endpoint.trim_end_matches('/').to_string(),
-        ..kubeairunway_modelcache_hub::HubOptions::default()
-    });
     api::serve_with(listener, target.client, hub, async {
         let _ = tokio::signal::ctrl_c().await;
     })
     .await?;
     Ok(0)
+}
+
+/// `--in-cluster`: sessions against the API server, no credentials of its own.
+async fn run_in_cluster(
+    listen: SocketAddr,
+    flags: &InCluster,
+    hub: Option<kubeairunway_modelcache_hub::HubOptions>,
+    term: &mut Terminal,
+) -> anyhow::Result<i32> {
+    let config = api_server(flags)?;
+    let server = config.cluster_url.to_string();
+    let sessions = session::Sessions::new(
+        config,
+        session::Settings {
+            idle: flags.session_idle,
+            lifetime: flags.session_lifetime,
+            max: flags.max_sessions,
+            secure_cookie: !flags.insecure_cookie,
+        },
+    );
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("listening on {listen}"))?;
+    term.err(&format!(
+        "dashboard: http://{}/ for users signed in with their own tokens on {server}\n",
+        listener.local_addr()?
+    ));
+    api::serve_signed_in(
+        listener,
+        sessions,
+        flags.allowed_hosts.clone(),
+        hub,
+        kubeairunway_sdk::process::terminated(),
+    )
+    .await?;
+    Ok(0)
+}
+
+/// The API server's address and CA, without credentials: `--api-server` or the
+/// `KUBERNETES_SERVICE_HOST`/`PORT` every pod is given, and `--api-ca-file`.
+pub fn api_server(flags: &InCluster) -> anyhow::Result<kube::Config> {
+    let url = if let Some(url) = &flags.api_server {
+        url.clone()
+    } else {
+        let host = std::env::var("KUBERNETES_SERVICE_HOST")
+            .context("--api-server not given and KUBERNETES_SERVICE_HOST not set")?;
+        let port = std::env::var("KUBERNETES_SERVICE_PORT").unwrap_or_else(|_| "443".into());
+        if host.contains(':') {
+            format!("https://[{host}]:{port}")
+        } else {
+            format!("https://{host}:{port}")
+        }
+    };
+    anyhow::ensure!(
+        flags.api_ca_file.is_file(),
+        "--api-ca-file {}: no such file (the cluster's CA bundle, the kube-root-ca.crt ConfigMap)",
+        flags.api_ca_file.display()
+    );
+    let mut config = kube::Config::new(url.parse().with_context(|| format!("--api-server {url}"))?);
+    config.root_cert_file = Some(flags.api_ca_file.clone());
+    Ok(config)
 }

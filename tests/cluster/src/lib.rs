@@ -356,6 +356,20 @@ impl TestCluster {
         &self,
         pod: &k8s_openapi::api::core::v1::Pod,
     ) -> anyhow::Result<Client> {
+        let token = self.token_for_pod(pod).await?;
+        let path = self.dir.join(format!("{token}.kubeconfig"));
+        fs::write(
+            &path,
+            self.kubeconfig_with_user(&format!("    token: {token}\n")),
+        )?;
+        client_from(&path).await
+    }
+
+    /// The bearer token of [`Self::client_for_pod`] itself (as a user would paste one).
+    pub async fn token_for_pod(
+        &self,
+        pod: &k8s_openapi::api::core::v1::Pod,
+    ) -> anyhow::Result<String> {
         let meta = &pod.metadata;
         let spec = pod.spec.clone().unwrap_or_default();
         let namespace = meta.namespace.clone().context("the pod has a namespace")?;
@@ -392,12 +406,12 @@ impl TestCluster {
             .append(true)
             .open(self.dir.join(BOUND_TOKENS))?;
         writeln!(tokens, "{line}")?;
-        let path = self.dir.join(format!("{token}.kubeconfig"));
-        fs::write(
-            &path,
-            self.kubeconfig_with_user(&format!("    token: {token}\n")),
-        )?;
-        client_from(&path).await
+        Ok(token)
+    }
+
+    /// The CA bundle the API server's certificate is signed by.
+    pub fn ca_file(&self) -> PathBuf {
+        self.dir.join("pki").join("ca.crt")
     }
 
     fn env_lines(&self) -> String {

@@ -35,6 +35,8 @@ mod core_webhook;
 mod crds;
 #[path = "e2e/dashboard.rs"]
 mod dashboard;
+#[path = "e2e/dashboard_in_cluster.rs"]
+mod dashboard_in_cluster;
 #[path = "e2e/dynamo.rs"]
 mod dynamo;
 #[path = "e2e/dynamo_operator.rs"]

@@ -34,8 +34,47 @@ async function call(method, url, body) {
   const response = await fetch(url, { method, headers: CHANGE, body: body === undefined ? undefined : JSON.stringify(body) });
   const text = await response.text();
   const data = text ? JSON.parse(text) : {};
+  // In the cluster, a session that ended (or none yet) asks for a token again.
+  if (response.status === 401 && data.signIn) { signInView(data.message); throw new Error(data.message); }
   if (!response.ok) throw new Error(data.message || `${response.status} ${response.statusText}`);
   return data;
+}
+
+// ---- Signing in (the dashboard in the cluster acts as each user, with their token) ----
+
+function signedIn(user) {
+  const who = document.getElementById("who");
+  who.replaceChildren(el("span", { text: user ? `Signed in as ${user}` : "Signed in" }),
+    el("button", { type: "button", onclick: signOut, text: "Sign out" }));
+}
+
+async function signOut() {
+  await fetch("/api/session", { method: "DELETE", headers: CHANGE });
+  document.getElementById("who").replaceChildren();
+  signInView();
+}
+
+function signInView(message) {
+  view += 1;
+  const token = el("input", { id: "token", type: "password", autocomplete: "off", spellcheck: "false", required: "" });
+  const result = el("div", {}, message ? el("p", { class: "bad", role: "alert", text: message }) : []);
+  const form = el("form", { class: "actions" },
+    el("label", { for: "token" }, "Kubernetes bearer token", token),
+    el("button", { type: "submit", class: "primary", text: "Sign in" }));
+  form.addEventListener("submit", async (e) => {
+    e.preventDefault();
+    const response = await fetch("/api/session", { method: "POST", headers: CHANGE, body: JSON.stringify({ token: token.value }) });
+    const data = await response.json().catch(() => ({}));
+    if (!response.ok) {
+      result.replaceChildren(el("p", { class: "bad", role: "alert", text: data.message || `${response.status}` }));
+      return;
+    }
+    signedIn(data.user);
+    route();
+  });
+  show("Sign in",
+    el("p", { text: "This dashboard acts as you: everything it shows and does is your own request to the API server, allowed or refused by your rights. Sign in with a token the API server accepts, for example from `kubectl create token NAME`. It is kept by the dashboard's server for this session only." }),
+    result, form);
 }
 
 let navigated = false; // focus moves to the new view on navigation, not on first load
@@ -80,6 +119,11 @@ function deploymentsView() {
   };
   filter.addEventListener("change", render);
   live = new EventSource("/api/deployments/stream");
+  // A stream refused (the session ended) is found out by asking who we are.
+  live.addEventListener("error", async () => {
+    const s = await fetch("/api/session").then((r) => r.json()).catch(() => null);
+    if (s && !s.signedIn) signInView("The session ended: sign in again.");
+  });
   live.addEventListener("deployments", (e) => {
     latest = JSON.parse(e.data);
     const namespaces = [...new Set(latest.map((r) => r.namespace))].sort();
@@ -465,4 +509,9 @@ function route() {
 }
 
 window.addEventListener("hashchange", () => { navigated = true; route(); });
-route();
+// The local dashboard acts as the kubeconfig's identity; in the cluster, as the user.
+fetch("/api/session").then((r) => r.json()).then((s) => {
+  if (s.mode === "sign-in" && !s.signedIn) return signInView();
+  if (s.mode === "sign-in") signedIn(s.user);
+  return route();
+}).catch(() => route());
