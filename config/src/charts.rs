@@ -268,6 +268,61 @@ pub struct CoreGateway {
     pub name: String,
 }
 
+/// The dashboard in the cluster (`kubeairunway dashboard --in-cluster`, docs/dashboard.md):
+/// every user signs in with their own Kubernetes bearer token (or an authenticating proxy
+/// passes it in `Authorization: Bearer`) and acts as themselves. It holds no credentials:
+/// its pod mounts no ServiceAccount token and no RBAC is granted to it.
+#[derive(Debug, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CoreDashboard {
+    /// Install the dashboard's Deployment and Service.
+    pub enabled: bool,
+    /// The port it serves on (the Service's too).
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+    /// The Service's type.
+    pub service_type: ServiceType,
+    /// Hosts users reach it by (an Ingress host, say), with any port unless one is given
+    /// (--allowed-host); loopback (kubectl port-forward) is always served. A request
+    /// naming another Host is refused (DNS rebinding).
+    pub allowed_hosts: Vec<String>,
+    /// A session unused this long ends (--session-idle).
+    pub session_idle: String,
+    /// A session ends this long after sign-in (--session-lifetime).
+    pub session_lifetime: String,
+    /// Sessions alive at once; one more ends the least recently used (--max-sessions).
+    #[schemars(range(min = 1))]
+    pub max_sessions: i32,
+    /// A session cookie without `Secure`, for a dashboard reached over plain HTTP by a
+    /// name other than localhost (not recommended: put TLS in front instead).
+    pub insecure_cookie: bool,
+    /// The Hugging Face hub the Models page searches (a mirror, say).
+    pub hf_endpoint: String,
+    /// No Hugging Face search: the built-in catalogue only (air-gapped clusters).
+    pub offline: bool,
+    /// Labels added to the pod.
+    pub pod_labels: BTreeMap<String, String>,
+    /// The container's resources.
+    pub resources: ResourceRequirements,
+    /// The pod's nodeSelector.
+    pub node_selector: BTreeMap<String, String>,
+    /// The pod's tolerations.
+    pub tolerations: Vec<Toleration>,
+    /// The pod's affinity.
+    pub affinity: Affinity,
+}
+
+/// A Service's type.
+#[derive(Debug, JsonSchema)]
+pub enum ServiceType {
+    /// Reached inside the cluster (an Ingress or `kubectl port-forward` in front).
+    ClusterIP,
+    /// On a port of every node.
+    NodePort,
+    /// Through the cloud's load balancer.
+    LoadBalancer,
+}
+
 /// Values of the core chart (`charts/kubeairunway`).
 #[derive(Debug, JsonSchema)]
 #[serde(rename_all = "camelCase")]
@@ -296,6 +351,8 @@ pub struct CoreValues {
     pub pod_disruption_budget: DisruptionBudget,
     /// Who may reach the webhooks and metrics.
     pub network_policy: WebhookNetworkPolicy,
+    /// The dashboard in the cluster, each user signed in as themselves.
+    pub dashboard: CoreDashboard,
     #[serde(flatten)]
     pub controller: Controller,
 }

@@ -221,6 +221,9 @@ fn router(state: Shared) -> Router {
         .route("/api/models", get(models))
         .merge(private)
         .layer(middleware::from_fn_with_state(state.clone(), guarded))
+        // The kubelet's probes name the pod's address as Host: this answers anyone, with
+        // nothing but that the server is up.
+        .route("/healthz", get(|| async { "ok" }))
         .with_state(state)
 }
 

@@ -121,6 +121,18 @@ pub async fn run(args: Args, state_dir: &Path, term: &mut Terminal) -> anyhow::R
     Ok(0)
 }
 
+impl InCluster {
+    /// The sessions' settings these flags give.
+    pub fn session_settings(&self) -> session::Settings {
+        session::Settings {
+            idle: self.session_idle,
+            lifetime: self.session_lifetime,
+            max: self.max_sessions,
+            secure_cookie: !self.insecure_cookie,
+        }
+    }
+}
+
 /// `--in-cluster`: sessions against the API server, no credentials of its own.
 async fn run_in_cluster(
     listen: SocketAddr,
@@ -130,15 +142,7 @@ async fn run_in_cluster(
 ) -> anyhow::Result<i32> {
     let config = api_server(flags)?;
     let server = config.cluster_url.to_string();
-    let sessions = session::Sessions::new(
-        config,
-        session::Settings {
-            idle: flags.session_idle,
-            lifetime: flags.session_lifetime,
-            max: flags.max_sessions,
-            secure_cookie: !flags.insecure_cookie,
-        },
-    );
+    let sessions = session::Sessions::new(config, flags.session_settings());
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .with_context(|| format!("listening on {listen}"))?;

@@ -83,6 +83,12 @@ fn parse(binary: &str, container: &Value) -> Result<(), String> {
     use clap::Parser;
     let mut args = vec![binary.to_string()];
     args.extend(helm::args_with(container, &[]));
+    // The CLI (the dashboard in the cluster) has no process runtime and no Downward API.
+    if binary == "kubeairunway" {
+        return kubeairunway_cli::Cli::try_parse_from(&args)
+            .map(drop)
+            .map_err(|e| format!("{binary} {args:?}: {e}"));
+    }
     let env: Vec<&str> = container["env"]
         .as_array()
         .into_iter()
@@ -170,7 +176,18 @@ fn every_container_of_every_chart_runs_an_image_binary_that_accepts_its_flags() 
         helm::lint(&helm, &helm::chart(chart)).unwrap();
         let all_set: Vec<(String, String)> =
             workloads(chart).into_iter().flat_map(shared_keys).collect();
-        for (case, set) in [("defaults", Vec::new()), ("shared keys set", all_set)] {
+        let mut cases = vec![("defaults", Vec::new()), ("shared keys set", all_set)];
+        if chart == "kubeairunway" {
+            cases.push((
+                "dashboard on",
+                vec![
+                    ("dashboard.enabled".to_string(), "true".to_string()),
+                    ("dashboard.allowedHosts[0]".into(), "ai.example.com".into()),
+                    ("dashboard.offline".into(), "true".into()),
+                ],
+            ));
+        }
+        for (case, set) in cases {
             let objects = render(&helm, chart, &set).unwrap();
             // Init containers run image binaries too, with flags their parser accepts.
             for (workload, init) in init_containers(&objects) {

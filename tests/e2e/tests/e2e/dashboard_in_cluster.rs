@@ -67,6 +67,70 @@ async fn user_token(
     cluster.token_for_pod(&pod).await.unwrap()
 }
 
+/// The core chart's dashboard (enabled, reached as `dashboard.example`): the flags of its
+/// container as the CLI parses them, and its pod spec. Checked on the way: the image's
+/// CLI, its ServiceAccount bound to nothing and given no token, and the CA it mounts.
+fn chart_dashboard(helm_bin: &std::path::Path) -> (dashboard::InCluster, Value) {
+    use clap::Parser;
+    let objects = helm::template(
+        helm_bin,
+        &helm::chart("kubeairunway"),
+        &[
+            ("dashboard.enabled", "true"),
+            ("dashboard.allowedHosts[0]", "dashboard.example"),
+        ],
+    )
+    .unwrap();
+    let deployment = helm::of_kind(&objects, "Deployment")
+        .into_iter()
+        .find(|d| {
+            d["metadata"]["name"]
+                .as_str()
+                .is_some_and(|n| n.ends_with("-dashboard"))
+        })
+        .expect("the dashboard's Deployment");
+    let pod = deployment["spec"]["template"]["spec"].clone();
+    let account = pod["serviceAccountName"].as_str().unwrap();
+    let sa = helm::of_kind(&objects, "ServiceAccount")
+        .into_iter()
+        .find(|s| s["metadata"]["name"] == account)
+        .expect("its ServiceAccount");
+    assert_eq!(sa["automountServiceAccountToken"], false);
+    for binding in helm::of_kind(&objects, "ClusterRoleBinding")
+        .into_iter()
+        .chain(helm::of_kind(&objects, "RoleBinding"))
+    {
+        assert!(
+            !binding["subjects"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|s| s["name"] == account),
+            "the dashboard is granted nothing: {binding}"
+        );
+    }
+    let container = &pod["containers"][0];
+    assert_eq!(container["command"], json!(["/kubeairunway"]));
+    assert_eq!(
+        container["volumeMounts"][0]["mountPath"],
+        "/var/run/kubeairunway"
+    );
+    assert_eq!(pod["volumes"][0]["configMap"]["name"], "kube-root-ca.crt");
+    let mut args = vec!["kubeairunway".to_string()];
+    args.extend(helm::args_with(container, &[]));
+    let cli = kubeairunway_cli::Cli::try_parse_from(&args).unwrap();
+    let kubeairunway_cli::Command::Dashboard(parsed) = cli.command else {
+        panic!("not the dashboard: {args:?}");
+    };
+    assert!(parsed.in_cluster.in_cluster);
+    assert_eq!(
+        parsed.in_cluster.api_ca_file,
+        PathBuf::from("/var/run/kubeairunway/kube-root-ca.crt"),
+        "the CA the pod mounts"
+    );
+    (parsed.in_cluster, pod)
+}
+
 fn model(name: &str, ns: &str) -> String {
     format!(
         "apiVersion: kubeairunway.ai/v1alpha1\nkind: ModelDeployment\nmetadata: {{name: {name}, namespace: {ns}}}\nspec: {{model: {{id: Qwen/Qwen3-0.6B}}, engine: {{type: vllm}}, resources: {{gpu: {{count: 1}}}}}}\n"
@@ -109,20 +173,22 @@ async fn in_the_cluster_every_user_signs_in_and_acts_as_themselves() {
     let existing: ModelDeployment = serde_saphyr::from_str(&model("existing", &ns)).unwrap();
     mds.create(&PostParams::default(), &existing).await.unwrap();
 
-    // The dashboard as `--in-cluster` makes it: the API server's address and CA only.
+    // The dashboard as the core chart runs it: its flags parsed by the CLI's own parser;
+    // only the pod's addresses (the API server, the mounted CA) are this cluster's.
+    let (flags, pod) = chart_dashboard(&helm_bin);
     let flags = dashboard::InCluster {
-        in_cluster: true,
         api_server: Some(cluster.server().to_string()),
         api_ca_file: cluster.ca_file(),
-        allowed_hosts: vec!["dashboard.example".into()],
-        session_idle: Duration::from_secs(3600),
-        session_lifetime: Duration::from_secs(3600),
-        max_sessions: 8,
-        insecure_cookie: false,
+        ..flags
     };
+    assert_eq!(flags.allowed_hosts, ["dashboard.example"]);
+    assert_eq!(
+        pod["automountServiceAccountToken"], false,
+        "no token of its own"
+    );
     let sessions = session::Sessions::new(
         dashboard::api_server(&flags).unwrap(),
-        session::Settings::default(),
+        flags.session_settings(),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
