@@ -82,7 +82,8 @@ pub enum Command {
     Convert(convert::Args),
     /// Explain a ModelDeployment: why its provider, its status, events and upstream object.
     Explain(explain::Args),
-    /// Serve the web dashboard on a loopback address, acting with your kubeconfig.
+    /// Serve the web dashboard on a loopback address, acting with your kubeconfig (or, with
+    /// --in-cluster, as each user signed in with their own token).
     Dashboard(dashboard::Args),
     /// List the registered providers, their health, and how to install missing ones.
     Providers(providers::Args),

@@ -1,12 +1,15 @@
 //! `kubeairunway dashboard`: a web UI over the cluster, served by this process on a
-//! loopback address and acting with the caller's kubeconfig identity (every request the UI
-//! makes is the user's own, refused by the API server when the user may not make it).
+//! loopback address and acting with the caller's kubeconfig identity, or in the cluster
+//! (`--in-cluster`) acting as each signed-in user with their own token (every request the
+//! UI makes is the user's own, refused by the API server when the user may not make it).
 //!
 //! - [`rows`]: what the Deployments page shows of a ModelDeployment (pure);
 //! - [`api`]: the JSON API and the live stream (server-sent events) the page reads;
 //! - [`caches`]: kernel caches, model caches, nodes and warmups (the Caches page);
 //! - [`models`]: the catalogue and its GPU-memory fit estimate (the Models page);
 //! - [`serving`]: a ModelDeployment's pods, their logs, and chat through the service proxy;
+//! - [`view`]: one identity's client and watch cache; [`session`]: the signed-in users of
+//!   the dashboard in the cluster;
 //! - [`guard`]: what keeps other web pages and hosts out: the Host must be this server's
 //!   loopback address (DNS rebinding) and every change carries a header a cross-site form
 //!   or `fetch` without CORS cannot send (cross-site request forgery);
