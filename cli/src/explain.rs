@@ -176,17 +176,27 @@ pub async fn run(args: Args, state_dir: &Path, term: &mut Terminal) -> anyhow::R
 
 /// The explanation of `md`: the registered providers, its recent events and its upstream
 /// object read from the cluster, then [`explanation`].
+///
+/// A user whose rights are in namespaces only may not read the cluster-scoped
+/// InferenceProviderConfigs: the rest is explained, and the selection says why it is not.
 pub async fn describe(client: &Client, md: &ModelDeployment) -> anyhow::Result<Explanation> {
-    let configs = crate::providers::list(client).await?;
+    let (configs, unreadable) = match crate::providers::list(client).await {
+        Ok(configs) => (configs, None),
+        Err(e) if matches!(e.downcast_ref::<kube::Error>(), Some(kube::Error::Api(s)) if s.code == 403) => {
+            (Vec::new(), Some(format!("{e:#}")))
+        }
+        Err(e) => return Err(e),
+    };
     let events = events(client, md).await;
     let upstream = upstream(client, md, &configs).await;
-    Ok(explanation(
-        md,
-        &configs,
-        &events,
-        upstream,
-        Timestamp::now(),
-    ))
+    let mut explained = explanation(md, &configs, &events, upstream, Timestamp::now());
+    if let Some(why) = unreadable {
+        explained.selection.clear();
+        explained.capability_providers.clear();
+        explained.provider_missing = None;
+        explained.selection_now = format!("not shown: {why}");
+    }
+    Ok(explained)
 }
 
 /// The ModelDeployment, with an actionable error when it or its CRD is missing.

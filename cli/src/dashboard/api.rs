@@ -17,7 +17,6 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, put};
 use axum::{Json, Router};
-use futures::Stream;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
@@ -27,7 +26,7 @@ use serde_json::{Value, json};
 
 use super::rows::rows;
 use super::session::{self, SignInError, User};
-use super::view::View;
+use super::view::{Feed, Unseen, View};
 use super::{guard, session::Sessions};
 use crate::builtin::{BuiltIns, ProviderFlags};
 use crate::crds::UpstreamCrds;
@@ -370,8 +369,8 @@ struct Filter {
     namespace: Option<String>,
 }
 
-fn current_rows(view: &View, namespace: Option<&str>) -> Vec<super::rows::Row> {
-    let cached = view.mds.store.state();
+fn current_rows(feed: &Feed, namespace: Option<&str>) -> Vec<super::rows::Row> {
+    let cached = feed.mds.store.state();
     rows(
         cached.iter().map(AsRef::as_ref),
         namespace,
@@ -379,48 +378,66 @@ fn current_rows(view: &View, namespace: Option<&str>) -> Vec<super::rows::Row> {
     )
 }
 
-/// How long a list waits for a new identity's watch to fill (a session just signed in).
-const FIRST_LIST_WAIT: Duration = Duration::from_secs(10);
+/// The API server's refusal of a watch: 403 with its words; `namespaceNeeded` when every
+/// namespace was refused and the page should ask for one.
+fn unseen(why: &Unseen) -> Response {
+    (
+        StatusCode::FORBIDDEN,
+        Json(json!({
+            "message": why.to_string(),
+            "namespaceNeeded": matches!(why, Unseen::NamespaceNeeded(_)),
+        })),
+    )
+        .into_response()
+}
 
 async fn list(Extension(user): Extension<User>, Query(filter): Query<Filter>) -> Response {
-    user.view.mds.synced_within(FIRST_LIST_WAIT).await;
-    Json(current_rows(&user.view, filter.namespace.as_deref())).into_response()
+    let namespace = filter.namespace.as_deref();
+    match user.view.feed(namespace).await {
+        Ok(feed) => Json(current_rows(&feed, namespace)).into_response(),
+        Err(why) => unseen(&why),
+    }
 }
 
 /// The rows once the cache is filled, then again after each change (at most every
-/// 250 ms), as `deployments` events.
-async fn stream(
-    Extension(user): Extension<User>,
-    Query(filter): Query<Filter>,
-) -> Sse<impl Stream<Item = Result<Event, Infallible>>> {
-    let state = user.view;
-    let changes = state.changes.clone();
+/// 250 ms), as `deployments` events; 403 (as [`list`]) when the watch is refused.
+async fn stream(Extension(user): Extension<User>, Query(filter): Query<Filter>) -> Response {
+    let feed = match user.view.feed(filter.namespace.as_deref()).await {
+        Ok(feed) => feed,
+        Err(why) => return unseen(&why),
+    };
+    let changes = feed.changes.clone();
     let events = futures::stream::unfold(
-        (state, changes, filter.namespace, true),
-        |(state, mut changes, namespace, first)| async move {
+        (feed, changes, filter.namespace, true),
+        |(feed, mut changes, namespace, first)| async move {
             if first {
-                state.mds.synced().await;
+                feed.mds.synced().await;
             } else {
                 changes.changed().await.ok()?;
                 tokio::time::sleep(Duration::from_millis(250)).await;
                 changes.borrow_and_update();
             }
-            let rows = current_rows(&state, namespace.as_deref());
+            let rows = current_rows(&feed, namespace.as_deref());
             let event = Event::default()
                 .event("deployments")
                 .json_data(rows)
                 .unwrap_or_else(|_| Event::default().comment("unserializable"));
-            Some((Ok(event), (state, changes, namespace, false)))
+            Some((
+                Ok::<_, Infallible>(event),
+                (feed, changes, namespace, false),
+            ))
         },
     );
-    Sse::new(events).keep_alive(KeepAlive::default())
+    Sse::new(events)
+        .keep_alive(KeepAlive::default())
+        .into_response()
 }
 
 async fn detail(
     Extension(user): Extension<User>,
     Path((namespace, name)): Path<(String, String)>,
 ) -> Response {
-    let Some(md) = cached(&user.view, &namespace, &name) else {
+    let Some(md) = user.view.get(&namespace, &name).await else {
         return not_found(&namespace, &name);
     };
     match crate::explain::describe(&user.view.client, &md).await {
@@ -438,12 +455,6 @@ async fn detail(
     }
 }
 
-/// The ModelDeployment from the cache.
-fn cached(state: &View, namespace: &str, name: &str) -> Option<Arc<ModelDeployment>> {
-    let key = kube::runtime::reflector::ObjectRef::new(name).within(namespace);
-    state.mds.store.get(&key)
-}
-
 fn not_found(namespace: &str, name: &str) -> Response {
     (
         StatusCode::NOT_FOUND,
@@ -456,7 +467,7 @@ async fn pods(
     Extension(user): Extension<User>,
     Path((namespace, name)): Path<(String, String)>,
 ) -> Response {
-    let Some(md) = cached(&user.view, &namespace, &name) else {
+    let Some(md) = user.view.get(&namespace, &name).await else {
         return not_found(&namespace, &name);
     };
     match super::serving::pods(&user.view.client, &md).await {
@@ -496,7 +507,7 @@ async fn chat(
     Path((namespace, name)): Path<(String, String)>,
     Json(body): Json<Conversation>,
 ) -> Response {
-    let Some(md) = cached(&user.view, &namespace, &name) else {
+    let Some(md) = user.view.get(&namespace, &name).await else {
         return not_found(&namespace, &name);
     };
     let response = match super::serving::chat(&user.view.client, &md, &body.messages).await {

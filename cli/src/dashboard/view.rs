@@ -1,24 +1,56 @@
-//! One identity's view of the cluster: its client and its watch cache of ModelDeployments
-//! (the list and the live stream read the cache, never the API server). The local
-//! dashboard has one, for the kubeconfig's identity; in the cluster each signed-in user
-//! has their own ([`super::session`]).
+//! One identity's view of the cluster: its client and its watch caches of ModelDeployments
+//! (the list and the live stream read them, never the API server). The local dashboard
+//! has one, for the kubeconfig's identity; in the cluster each signed-in user has their
+//! own ([`super::session`]).
+//!
+//! The view watches every namespace; when the API server refuses that (a user whose rights
+//! are in some namespaces only), a namespace asked for gets a watch of its own.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use futures::StreamExt;
 use kube::Client;
 use kube::api::Api;
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kubeairunway_sdk::{ModelDeployment, reflect};
 use tokio::sync::watch;
+
+/// How long a request waits for a new watch to fill or be refused.
+const FIRST_LIST_WAIT: Duration = Duration::from_secs(10);
+
+/// Namespace watches one view keeps at most (more: the older ones stop).
+const MAX_NAMESPACE_FEEDS: usize = 32;
 
 /// A client and what it sees of ModelDeployments, followed until dropped.
 pub struct View {
     /// The API server, as this identity.
     pub client: Client,
-    /// Every ModelDeployment this identity may list (stripped of managed fields).
-    pub mds: reflect::Cache<ModelDeployment>,
-    /// Bumped on each change the watch delivers after its first list.
-    pub changes: watch::Receiver<u64>,
-    feed: tokio::task::AbortHandle,
+    all: Arc<Feed>,
+    namespaces: Mutex<HashMap<String, Arc<Feed>>>,
+}
+
+/// Why a view cannot serve a request: the API server's refusal.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unseen {
+    /// Every namespace was refused and none was named: the user must choose one.
+    NamespaceNeeded(String),
+    /// The namespace's own watch was refused.
+    Refused(String),
+}
+
+impl std::fmt::Display for Unseen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NamespaceNeeded(m) => write!(
+                f,
+                "{m}: you may not list ModelDeployments in every namespace; choose a namespace"
+            ),
+            Self::Refused(m) => f.write_str(m),
+        }
+    }
 }
 
 impl std::fmt::Debug for View {
@@ -28,38 +60,123 @@ impl std::fmt::Debug for View {
 }
 
 impl View {
-    /// Start watching ModelDeployments as `client` (must run on a Tokio runtime).
+    /// Start watching ModelDeployments in every namespace as `client` (must run on a
+    /// Tokio runtime).
     pub fn start(client: Client) -> Self {
-        let (mds, stream) = reflect::cache(
-            Api::<ModelDeployment>::all(client.clone()),
-            watcher::Config::default(),
-            (),
-            reflect::strip,
-        );
+        Self {
+            all: Arc::new(Feed::start(Api::all(client.clone()))),
+            client,
+            namespaces: Mutex::default(),
+        }
+    }
+
+    /// The watch that serves `namespace` (`None`: every namespace), once filled or at most
+    /// [`FIRST_LIST_WAIT`]: the all-namespaces one unless the API server refused it.
+    pub async fn feed(&self, namespace: Option<&str>) -> Result<Arc<Feed>, Unseen> {
+        let Some(refusal) = self.all.ready().await else {
+            return Ok(self.all.clone());
+        };
+        let Some(ns) = namespace.filter(|n| !n.is_empty()) else {
+            return Err(Unseen::NamespaceNeeded(refusal));
+        };
+        let feed = self.namespace_feed(ns);
+        match feed.ready().await {
+            None => Ok(feed),
+            Some(refusal) => Err(Unseen::Refused(refusal)),
+        }
+    }
+
+    /// The ModelDeployment `namespace/name` as this identity sees it.
+    pub async fn get(&self, namespace: &str, name: &str) -> Option<Arc<ModelDeployment>> {
+        let feed = self.feed(Some(namespace)).await.ok()?;
+        feed.mds.store.get(&ObjectRef::new(name).within(namespace))
+    }
+
+    fn namespace_feed(&self, ns: &str) -> Arc<Feed> {
+        let Ok(mut feeds) = self.namespaces.lock() else {
+            return Arc::new(Feed::start(Api::namespaced(self.client.clone(), ns)));
+        };
+        if let Some(feed) = feeds.get(ns) {
+            return feed.clone();
+        }
+        if feeds.len() >= MAX_NAMESPACE_FEEDS {
+            feeds.clear();
+        }
+        let feed = Arc::new(Feed::start(Api::namespaced(self.client.clone(), ns)));
+        feeds.insert(ns.to_string(), feed.clone());
+        feed
+    }
+}
+
+/// One watch of ModelDeployments (all namespaces, or one) and its cache.
+pub struct Feed {
+    /// The ModelDeployments (stripped of managed fields).
+    pub mds: reflect::Cache<ModelDeployment>,
+    /// Bumped on each change the watch delivers after its first list.
+    pub changes: watch::Receiver<u64>,
+    /// The API server's refusal of the list (403), while it stands.
+    refused: watch::Receiver<Option<String>>,
+    task: tokio::task::AbortHandle,
+}
+
+impl std::fmt::Debug for Feed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Feed")
+            .field("refused", &*self.refused.borrow())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Feed {
+    fn start(api: Api<ModelDeployment>) -> Self {
+        let (mds, stream) = reflect::cache(api, watcher::Config::default(), (), reflect::strip);
         let (tx, changes) = watch::channel(0u64);
-        let feed = tokio::spawn(stream.for_each(move |event| {
-            if let Err(e) = &event {
-                tracing::warn!(error = %e, "dashboard: ModelDeployment watch failed; retrying");
-            } else if !matches!(
-                event,
-                Ok(watcher::Event::Init | watcher::Event::InitApply(_))
-            ) {
-                tx.send_modify(|n| *n = n.wrapping_add(1));
+        let (refused_tx, refused) = watch::channel(None);
+        let task = tokio::spawn(stream.for_each(move |event| {
+            match &event {
+                Err(watcher::Error::InitialListFailed(kube::Error::Api(s))) if s.code == 403 => {
+                    refused_tx.send_replace(Some(s.message.clone()));
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "dashboard: ModelDeployment watch failed; retrying");
+                }
+                Ok(watcher::Event::InitDone) => {
+                    refused_tx.send_replace(None);
+                    tx.send_modify(|n| *n = n.wrapping_add(1));
+                }
+                Ok(watcher::Event::Init | watcher::Event::InitApply(_)) => {}
+                Ok(_) => tx.send_modify(|n| *n = n.wrapping_add(1)),
             }
             futures::future::ready(())
         }))
         .abort_handle();
         Self {
-            client,
             mds,
             changes,
-            feed,
+            refused,
+            task,
         }
+    }
+
+    /// Once filled or refused (at most [`FIRST_LIST_WAIT`]): the refusal, if any.
+    async fn ready(&self) -> Option<String> {
+        let mut refused = self.refused.clone();
+        let _ = tokio::time::timeout(FIRST_LIST_WAIT, async {
+            tokio::select! {
+                _ = self.mds.synced() => {}
+                _ = refused.wait_for(Option::is_some) => {}
+            }
+        })
+        .await;
+        if self.mds.is_synced() {
+            return None;
+        }
+        self.refused.borrow().clone()
     }
 }
 
-impl Drop for View {
+impl Drop for Feed {
     fn drop(&mut self) {
-        self.feed.abort();
+        self.task.abort();
     }
 }

@@ -36,7 +36,7 @@ async function call(method, url, body) {
   const data = text ? JSON.parse(text) : {};
   // In the cluster, a session that ended (or none yet) asks for a token again.
   if (response.status === 401 && data.signIn) { signInView(data.message); throw new Error(data.message); }
-  if (!response.ok) throw new Error(data.message || `${response.status} ${response.statusText}`);
+  if (!response.ok) throw Object.assign(new Error(data.message || `${response.status} ${response.statusText}`), { data });
   return data;
 }
 
@@ -94,15 +94,16 @@ function show(title, ...content) {
 
 // ---- Deployments ----
 
-function deploymentsView() {
+// `only`: the namespace asked for by a user who may not list every namespace.
+function deploymentsView(only) {
+  const mine = view;
   const filter = el("select", { id: "ns-filter" }, el("option", { value: "", text: "all namespaces" }));
   const body = el("div", { "aria-live": "polite" }, el("p", { class: "message", text: "Loading…" }));
-  show("Deployments",
-    el("div", { class: "actions" }, el("label", { for: "ns-filter" }, "Namespace", filter)),
-    body);
+  const chooser = el("div", { class: "actions" }, el("label", { for: "ns-filter" }, "Namespace", filter));
+  show("Deployments", chooser, body);
   let latest = [];
   const render = () => {
-    const ns = filter.value;
+    const ns = only || filter.value;
     const rows = latest.filter((r) => !ns || r.namespace === ns);
     if (rows.length === 0) {
       body.replaceChildren(el("p", { class: "message" }, "No ModelDeployments. ", el("a", { href: "#/deploy", text: "Deploy one" })));
@@ -117,21 +118,42 @@ function deploymentsView() {
         r.provider, r.engine, r.replicas, r.endpoint, r.age,
       ])));
   };
+  // Rights in some namespaces only: the page asks which one, and watches that one.
+  const askNamespace = (message) => {
+    const input = el("input", { id: "ns-only", value: only ?? "", required: "", spellcheck: "false" });
+    const form = el("form", { class: "actions" }, el("label", { for: "ns-only" }, "Namespace", input),
+      el("button", { type: "submit", text: "Show" }));
+    form.addEventListener("submit", (e) => {
+      e.preventDefault();
+      location.hash = `#/deployments?namespace=${encodeURIComponent(input.value.trim())}`;
+    });
+    chooser.replaceChildren(form);
+    body.replaceChildren(el("p", { class: "bad", role: "alert", text: message }));
+  };
   filter.addEventListener("change", render);
-  live = new EventSource("/api/deployments/stream");
-  // A stream refused (the session ended) is found out by asking who we are.
-  live.addEventListener("error", async () => {
-    const s = await fetch("/api/session").then((r) => r.json()).catch(() => null);
-    if (s && !s.signedIn) signInView("The session ended: sign in again.");
-  });
-  live.addEventListener("deployments", (e) => {
-    latest = JSON.parse(e.data);
-    const namespaces = [...new Set(latest.map((r) => r.namespace))].sort();
-    const chosen = filter.value;
-    filter.replaceChildren(el("option", { value: "", text: "all namespaces" }),
-      ...namespaces.map((ns) => el("option", { value: ns, text: ns })));
-    filter.value = namespaces.includes(chosen) ? chosen : "";
-    render();
+  const query = only ? `?namespace=${encodeURIComponent(only)}` : "";
+  call("GET", `/api/deployments${query}`).then(() => {
+    if (mine !== view) return;
+    if (only) chooser.replaceChildren(el("p", { class: "message", text: `Namespace ${only}` }));
+    live = new EventSource(`/api/deployments/stream${query}`);
+    // A stream refused (the session ended) is found out by asking who we are.
+    live.addEventListener("error", async () => {
+      const s = await fetch("/api/session").then((r) => r.json()).catch(() => null);
+      if (s && !s.signedIn) signInView("The session ended: sign in again.");
+    });
+    live.addEventListener("deployments", (e) => {
+      latest = JSON.parse(e.data);
+      const namespaces = [...new Set(latest.map((r) => r.namespace))].sort();
+      const chosen = filter.value;
+      filter.replaceChildren(el("option", { value: "", text: "all namespaces" }),
+        ...namespaces.map((ns) => el("option", { value: ns, text: ns })));
+      filter.value = namespaces.includes(chosen) ? chosen : "";
+      render();
+    });
+  }).catch((e) => {
+    if (mine !== view) return;
+    if (e.data?.namespaceNeeded || only) askNamespace(e.message);
+    else body.replaceChildren(el("p", { class: "bad", role: "alert", text: e.message }));
   });
 }
 
@@ -505,7 +527,7 @@ function route() {
   if (parts[0] === "models") return modelsView();
   if (parts[0] === "providers") return providersView();
   if (parts[0] === "caches") return cachesView();
-  return deploymentsView();
+  return deploymentsView(new URLSearchParams(query ?? "").get("namespace") || undefined);
 }
 
 window.addEventListener("hashchange", () => { navigated = true; route(); });

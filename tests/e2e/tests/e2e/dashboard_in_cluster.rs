@@ -21,14 +21,14 @@ use serde_json::{Value, json};
 const CSRF: &str = "x-kubeairunway-dashboard";
 
 /// A bearer token of service account `name` in `ns`, bound to a ClusterRole of the core
-/// chart ending in `-{role}`.
+/// chart ending in `-{role}`: in every namespace, or in `ns` only when `only_ns`.
 async fn user_token(
     cluster: &kubeairunway_testcluster::TestCluster,
     admin: &kube::Client,
     chart_roles: &[Value],
-    ns: &str,
-    name: &str,
+    (ns, name): (&str, &str),
     role: &str,
+    only_ns: bool,
 ) -> String {
     let role = chart_roles
         .iter()
@@ -47,19 +47,25 @@ async fn user_token(
         )
         .await
         .unwrap();
-    Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(admin.clone())
-        .patch(
-            &format!("{ns}-{name}"),
-            &PatchParams::apply("test").force(),
-            &Patch::Apply(json!({
-                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
-                "metadata": {"name": format!("{ns}-{name}")},
-                "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name},
-                "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
-            })),
-        )
-        .await
-        .unwrap();
+    let binding = json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1",
+        "kind": if only_ns { "RoleBinding" } else { "ClusterRoleBinding" },
+        "metadata": {"name": format!("{ns}-{name}"), "namespace": ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role_name},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
+    });
+    let params = PatchParams::apply("test").force();
+    if only_ns {
+        Api::<k8s_openapi::api::rbac::v1::RoleBinding>::namespaced(admin.clone(), ns)
+            .patch(&format!("{ns}-{name}"), &params, &Patch::Apply(&binding))
+            .await
+            .unwrap();
+    } else {
+        Api::<k8s_openapi::api::rbac::v1::ClusterRoleBinding>::all(admin.clone())
+            .patch(&format!("{ns}-{name}"), &params, &Patch::Apply(&binding))
+            .await
+            .unwrap();
+    }
     let pod = serde_json::from_value(json!({
         "metadata": {"name": format!("{name}-shell"), "namespace": ns, "uid": format!("uid-{name}")},
         "spec": {"serviceAccountName": name, "containers": []}}))
@@ -166,8 +172,10 @@ async fn in_the_cluster_every_user_signs_in_and_acts_as_themselves() {
         .into_iter()
         .cloned()
         .collect();
-    let viewer = user_token(&cluster, &admin, &roles, &ns, "viewer", "view").await;
-    let editor = user_token(&cluster, &admin, &roles, &ns, "editor", "edit").await;
+    let viewer = user_token(&cluster, &admin, &roles, (&ns, "viewer"), "view", false).await;
+    let editor = user_token(&cluster, &admin, &roles, (&ns, "editor"), "edit", false).await;
+    // A tenant: may edit ModelDeployments in this namespace only.
+    let tenant = user_token(&cluster, &admin, &roles, (&ns, "tenant"), "edit", true).await;
     // One the admin made: the users' lists show it.
     let mds: Api<ModelDeployment> = Api::namespaced(admin.clone(), &ns);
     let existing: ModelDeployment = serde_saphyr::from_str(&model("existing", &ns)).unwrap();
@@ -323,6 +331,62 @@ async fn in_the_cluster_every_user_signs_in_and_acts_as_themselves() {
         "the admin's ModelDeployment, then the editor's"
     );
 
+    // The tenant may not list every namespace: asked to choose one, then served its own
+    // namespace's watch.
+    let (code, _, body) = send(
+        http.get(format!("{base}/api/deployments"))
+            .bearer_auth(&tenant),
+    )
+    .await;
+    assert_eq!(
+        (code, &body["namespaceNeeded"]),
+        (403, &json!(true)),
+        "{body}"
+    );
+    assert!(
+        body["message"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("system:serviceaccount:{ns}:tenant")),
+        "{body}"
+    );
+    let (code, _, rows) = send(
+        http.get(format!("{base}/api/deployments?namespace={ns}"))
+            .bearer_auth(&tenant),
+    )
+    .await;
+    assert_eq!(code, 200, "{rows}");
+    let mut names: Vec<&str> = rows
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["name"].as_str())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(names, ["by-editor", "existing"], "{rows}");
+    let (code, _, body) = send(
+        http.get(format!("{base}/api/deployments?namespace=default"))
+            .bearer_auth(&tenant),
+    )
+    .await;
+    assert_eq!(
+        (code, &body["namespaceNeeded"]),
+        (403, &json!(false)),
+        "{body}"
+    );
+    let (code, _, body) = send(
+        http.get(format!("{base}/api/deployments/{ns}/existing"))
+            .bearer_auth(&tenant),
+    )
+    .await;
+    assert_eq!(code, 200, "its Deployment page: {body}");
+    // Provider configs are cluster-scoped, out of a tenant's reach: the page says so.
+    let selection = body["explanation"]["selectionNow"].as_str().unwrap();
+    assert!(
+        selection.starts_with("not shown: ") && selection.contains("inferenceproviderconfigs"),
+        "{selection}"
+    );
+
     // Signing out ends the session: the cookie is cleared and no longer works.
     let (code, cleared, _) = send(
         http.delete(format!("{base}/api/session"))
@@ -349,6 +413,7 @@ async fn in_the_cluster_every_user_signs_in_and_acts_as_themselves() {
             .arg(&base)
             .arg(&ns)
             .arg(&viewer)
+            .arg(&tenant)
             .env("PLAYWRIGHT_CORE", &core)
             .env("CHROMIUM", &chromium)
             .output(),
@@ -381,5 +446,21 @@ async fn in_the_cluster_every_user_signs_in_and_acts_as_themselves() {
         "the page's script cannot read it"
     );
     assert_eq!(findings["signedOut"], "Sign in");
+    // The tenant is asked for a namespace, then sees its ModelDeployments live.
+    assert!(
+        findings["tenantAsked"]
+            .as_str()
+            .unwrap()
+            .ends_with("choose a namespace"),
+        "{findings:#}"
+    );
+    let mut tenant_rows: Vec<&str> = findings["tenantRows"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    tenant_rows.sort_unstable();
+    assert_eq!(tenant_rows, ["by-editor", "existing"], "{findings:#}");
     server.abort();
 }
