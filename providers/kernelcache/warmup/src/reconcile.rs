@@ -248,6 +248,30 @@ fn receiver_stream<T: Send + 'static>(
 }
 
 /// The Warmups still running, to look at again when nodes or caches change.
+/// What a watch event of a kind Warmups follow wakes. A watch that restarts lists again,
+/// and what changed meanwhile arrives as `InitApply` (never as `Apply`), while what was
+/// deleted meanwhile arrives as nothing: so an object listed wakes its Warmups as a change
+/// does, and the end of a list (`InitDone`) wakes every running one.
+#[derive(Debug, PartialEq, Eq)]
+enum Wake<'a, K> {
+    /// The Warmups this object concerns.
+    For(&'a K),
+    /// Every running Warmup that follows this kind.
+    All,
+    /// Nothing.
+    None,
+}
+
+fn wake<K>(event: &Result<watcher::Event<K>, watcher::Error>) -> Wake<'_, K> {
+    match event {
+        Ok(watcher::Event::Apply(o) | watcher::Event::InitApply(o) | watcher::Event::Delete(o)) => {
+            Wake::For(o)
+        }
+        Ok(watcher::Event::InitDone) => Wake::All,
+        Ok(watcher::Event::Init) | Err(_) => Wake::None,
+    }
+}
+
 fn running(warmups: &Cache<Warmup>, filter: impl Fn(&Warmup) -> bool) -> Vec<ObjectRef<Warmup>> {
     warmups
         .store
@@ -362,8 +386,17 @@ pub async fn run(
         pod_stream.inspect({
             let (ctx, wu_tx, sweep_tx) = (ctx.clone(), wu_tx.clone(), sweep_tx.clone());
             move |event| {
-                let Ok(watcher::Event::Apply(p) | watcher::Event::Delete(p)) = event else {
-                    return;
+                let p = match wake(event) {
+                    Wake::For(p) => p,
+                    Wake::All => {
+                        if ctx.warmups.is_synced() {
+                            for r in running(&ctx.warmups, |_| true) {
+                                let _ = wu_tx.send(r);
+                            }
+                        }
+                        return;
+                    }
+                    Wake::None => return,
                 };
                 if let (Some(owner), Some(ns)) = (
                     p.owner_references().iter().find(|o| o.kind == "Warmup"),
@@ -429,37 +462,22 @@ pub async fn run(
     tasks.spawn(reflect::drive(
         "kernel caches",
         kc_stream.inspect({
-            let wake = wakes_cache_warmups();
-            move |e| {
-                wake(matches!(
-                    e,
-                    Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_))
-                ));
-            }
+            let wake_running = wakes_cache_warmups();
+            move |e| wake_running(!matches!(wake(e), Wake::None))
         }),
     ));
     tasks.spawn(reflect::drive(
         "model caches",
         mc_stream.inspect({
-            let wake = wakes_cache_warmups();
-            move |e| {
-                wake(matches!(
-                    e,
-                    Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_))
-                ));
-            }
+            let wake_running = wakes_cache_warmups();
+            move |e| wake_running(!matches!(wake(e), Wake::None))
         }),
     ));
     tasks.spawn(reflect::drive(
         "kernel cache nodes",
         report_stream.inspect({
-            let wake = wakes_cache_warmups();
-            move |e| {
-                wake(matches!(
-                    e,
-                    Ok(watcher::Event::Apply(_) | watcher::Event::Delete(_))
-                ));
-            }
+            let wake_running = wakes_cache_warmups();
+            move |e| wake_running(!matches!(wake(e), Wake::None))
         }),
     ));
 
@@ -488,8 +506,17 @@ pub async fn run(
     let md_stream = md_stream.inspect({
         let (warmups, wu_tx) = (warmups.clone(), wu_tx.clone());
         move |event| {
-            let Ok(watcher::Event::Apply(md)) = event else {
-                return;
+            let md = match wake(event) {
+                Wake::For(md) => md,
+                Wake::All => {
+                    if warmups.is_synced() {
+                        for r in running(&warmups, |w| w.spec.target_model_deployment.is_some()) {
+                            let _ = wu_tx.send(r);
+                        }
+                    }
+                    return;
+                }
+                Wake::None => return,
             };
             let ns = md.namespace();
             let name = md.name_any();
@@ -882,5 +909,25 @@ async fn announce(ctx: &Ctx, w: &Warmup, previous: &WarmupStatus, plan: &Plan) {
             }
         }
         _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_change_seen_by_a_relist_wakes_as_a_change_does() {
+        let pod = Pod::default();
+        for event in [
+            watcher::Event::Apply(pod.clone()),
+            watcher::Event::InitApply(pod.clone()),
+            watcher::Event::Delete(pod.clone()),
+        ] {
+            assert_eq!(wake(&Ok(event.clone())), Wake::For(&pod), "{event:?}");
+        }
+        // Deletions during a relist arrive as nothing: its end wakes every running Warmup.
+        assert_eq!(wake::<Pod>(&Ok(watcher::Event::InitDone)), Wake::All);
+        assert_eq!(wake::<Pod>(&Ok(watcher::Event::Init)), Wake::None);
     }
 }
