@@ -390,14 +390,24 @@ impl OwnedCache {
         let (idx, own, res) = (index.clone(), self.own_writes.clone(), resource.clone());
         let task = tokio::spawn(async move {
             let mut stream = std::pin::pin!(stream);
+            // After the first list, a list again means the watch restarted: what changed
+            // meanwhile arrives as `InitApply`, and wakes as a change does (the first list
+            // wakes nothing: the controller starts by reconciling everything).
+            let mut listed = false;
             while let Some(event) = stream.next().await {
                 let Ok(event) = event else { continue };
                 let md = event_md(&event);
                 if let Ok(mut i) = idx.write() {
                     i.event(&event, md.as_ref());
                 }
-                let (watcher::Event::Apply(o) | watcher::Event::Delete(o)) = &event else {
-                    continue;
+                let o = match &event {
+                    watcher::Event::Apply(o) | watcher::Event::Delete(o) => o,
+                    watcher::Event::InitApply(o) if listed => o,
+                    watcher::Event::InitDone => {
+                        listed = true;
+                        continue;
+                    }
+                    _ => continue,
                 };
                 let Some((ns, md)) = md else {
                     continue;
@@ -783,6 +793,64 @@ mod tests {
             let meta = c.meta();
             meta.labels.is_none() && meta.owner_references.is_none() && meta.uid.is_none()
         }));
+    }
+
+    /// A watch that restarts lists again; an object changed meanwhile arrives as
+    /// `InitApply`, and must wake its ModelDeployment as a change would. The first list
+    /// wakes nothing (the controller starts by reconciling everything).
+    #[tokio::test]
+    async fn a_change_seen_by_a_relist_wakes_its_model_deployment() {
+        let (service, mut server) = tower_test::mock::pair::<
+            http::Request<kube::client::Body>,
+            http::Response<kube::client::Body>,
+        >();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let cache = OwnedCache::new(Client::new(service, "ns"), "p", Some(tx));
+        let resource = ApiResource::erase::<k8s_openapi::api::core::v1::ConfigMap>(&());
+        let list = |rv: &str, object_rv: &str| {
+            let body = json!({"apiVersion": "v1", "kind": "ConfigMapList",
+                "metadata": {"resourceVersion": rv},
+                "items": [{"apiVersion": "v1", "kind": "ConfigMap",
+                    "metadata": {"name": "x", "namespace": "ns", "resourceVersion": object_rv,
+                        "labels": {labels::MODEL_DEPLOYMENT: "a"}}}]});
+            http::Response::builder()
+                .body(kube::client::Body::from(serde_json::to_vec(&body).unwrap()))
+                .unwrap()
+        };
+        cache.watch(&resource);
+        let (_, send) = server.next_request().await.unwrap();
+        send.send_response(list("5", "4"));
+        assert!(cache.synced(&resource).await.unwrap());
+        // The watch that follows: the API server has compacted past it (410 Gone).
+        let (request, send) = server.next_request().await.unwrap();
+        assert!(request.uri().query().unwrap().contains("watch=true"));
+        assert!(rx.try_recv().is_err(), "the first list wakes nothing");
+        let gone = json!({"type": "ERROR", "object": {"apiVersion": "v1", "kind": "Status",
+            "status": "Failure", "reason": "Expired", "code": 410,
+            "message": "too old resource version"}});
+        send.send_response(
+            http::Response::builder()
+                .body(kube::client::Body::from(serde_json::to_vec(&gone).unwrap()))
+                .unwrap(),
+        );
+        // The list again: `x` changed while the watch was away.
+        let (request, send) = server.next_request().await.unwrap();
+        assert!(
+            !request
+                .uri()
+                .query()
+                .unwrap_or_default()
+                .contains("watch=true")
+        );
+        send.send_response(list("7", "6"));
+        let woken = tokio::time::timeout(Duration::from_secs(30), rx.recv())
+            .await
+            .expect("woken")
+            .unwrap();
+        assert_eq!(
+            (woken.name.as_str(), woken.namespace.as_deref()),
+            ("a", Some("ns"))
+        );
     }
 
     /// A burst of writes grows the table; once their events have arrived it is small
