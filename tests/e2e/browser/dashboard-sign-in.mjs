@@ -9,6 +9,10 @@ const require = createRequire(import.meta.url);
 const { chromium } = require(process.env.PLAYWRIGHT_CORE);
 const [url, ns, token, tenant] = process.argv.slice(2);
 const findings = { consoleErrors: [] };
+// With SCREENSHOTS=DIR, the sign-in page is saved there (docs/images holds it).
+const shot = async (page, file) => {
+  if (process.env.SCREENSHOTS) await page.screenshot({ path: `${process.env.SCREENSHOTS}/${file}.png` });
+};
 
 const browser = await chromium.launch({ executablePath: process.env.CHROMIUM, args: ["--no-sandbox"] });
 try {
@@ -30,6 +34,7 @@ try {
   await page.getByRole("button", { name: "Sign in" }).click();
   await page.locator("main [role=alert]").waitFor();
   findings.wrongToken = await page.locator("main [role=alert]").textContent();
+  await shot(page, "dashboard-sign-in");
 
   await page.getByLabel("Kubernetes bearer token").fill(token);
   await page.getByRole("button", { name: "Sign in" }).click();

@@ -73,7 +73,8 @@ function signInView(message) {
     route();
   });
   show("Sign in",
-    el("p", { text: "This dashboard acts as you: everything it shows and does is your own request to the API server, allowed or refused by your rights. Sign in with a token the API server accepts, for example from `kubectl create token NAME`. It is kept by the dashboard's server for this session only." }),
+    el("p", {}, "This dashboard acts as you: everything it shows and does is your own request to the API server, allowed or refused by your rights. Sign in with a token the API server accepts, for example from ",
+      el("code", { text: "kubectl create token NAME" }), ". It is kept by the dashboard's server for this session only."),
     result, form);
 }
 

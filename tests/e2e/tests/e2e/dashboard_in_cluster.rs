@@ -415,6 +415,8 @@ async fn in_the_cluster_every_user_signs_in_and_acts_as_themselves() {
             .arg(&viewer)
             .arg(&tenant)
             .env("PLAYWRIGHT_CORE", &core)
+            // `SCREENSHOTS=$PWD/docs/images` saves the sign-in page (docs/dashboard.md).
+            .envs(std::env::var_os("SCREENSHOTS").map(|d| ("SCREENSHOTS", d)))
             .env("CHROMIUM", &chromium)
             .output(),
     )
