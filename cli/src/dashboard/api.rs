@@ -360,6 +360,18 @@ fn failure(e: &kube::Error) -> Response {
     (code, Json(json!({ "message": message }))).into_response()
 }
 
+/// A read that failed: with the API server's code when it refused (403 to a user without
+/// the right), else 502; the whole message either way.
+fn reading_failed(e: &anyhow::Error) -> Response {
+    let code = match e.downcast_ref::<kube::Error>() {
+        Some(kube::Error::Api(s)) => {
+            StatusCode::from_u16(s.code).unwrap_or(StatusCode::BAD_GATEWAY)
+        }
+        _ => StatusCode::BAD_GATEWAY,
+    };
+    (code, Json(json!({ "message": format!("{e:#}") }))).into_response()
+}
+
 fn bad_request(message: &str) -> Response {
     (StatusCode::BAD_REQUEST, Json(json!({ "message": message }))).into_response()
 }
@@ -447,11 +459,7 @@ async fn detail(
             "spec": md.spec,
         }))
         .into_response(),
-        Err(e) => (
-            StatusCode::BAD_GATEWAY,
-            Json(json!({ "message": format!("{e:#}") })),
-        )
-            .into_response(),
+        Err(e) => reading_failed(&e),
     }
 }
 
@@ -767,11 +775,7 @@ async fn hub_fit(State(state): State<Shared>, Query(q): Query<HubFitQuery>) -> R
 async fn providers(Extension(user): Extension<User>) -> Response {
     match crate::providers::list(&user.view.client).await {
         Ok(configs) => Json(crate::providers::entries(&configs, Timestamp::now())).into_response(),
-        Err(e) => (
-            StatusCode::BAD_GATEWAY,
-            Json(json!({ "message": format!("{e:#}") })),
-        )
-            .into_response(),
+        Err(e) => reading_failed(&e),
     }
 }
 

@@ -21,6 +21,7 @@ try {
   // A refused sign-in answers 401 (the browser logs it): that one is expected.
   // So does the tenant's list of every namespace (403), which asks for a namespace.
   page.on("console", (m) => {
+    // (and the Providers page: their configs are cluster-scoped, out of a tenant's reach)
     const expected = m.text().includes("status of 401") || m.text().includes("status of 403");
     if (m.type() === "error" && !expected) findings.consoleErrors.push(m.text());
   });
@@ -60,6 +61,14 @@ try {
   await page.getByRole("table", { name: "ModelDeployments (live)" }).waitFor();
   findings.tenantRows = await page.getByRole("table", { name: "ModelDeployments (live)" })
     .locator("tbody tr td:first-child").allTextContents();
+  // Away and back through the nav: the namespace chosen is kept.
+  await page.getByRole("link", { name: "Providers" }).click();
+  await page.getByRole("heading", { name: "Providers" }).waitFor();
+  await page.locator("main [role=alert]").waitFor();
+  findings.tenantProviders = await page.locator("main [role=alert]").textContent();
+  await page.getByRole("link", { name: "Deployments" }).click();
+  await page.getByRole("table", { name: "ModelDeployments (live)" }).waitFor();
+  findings.tenantBack = decodeURIComponent(new URL(page.url()).hash);
 } catch (e) {
   findings.error = String(e);
   findings.page = await browser.contexts()[0]?.pages()[0]?.locator("body").textContent().catch(() => null);

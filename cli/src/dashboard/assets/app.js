@@ -95,6 +95,9 @@ function show(title, ...content) {
 
 // ---- Deployments ----
 
+// A user who may not list every namespace: the namespace they chose last.
+let chosenNamespace = null;
+
 // `only`: the namespace asked for by a user who may not list every namespace.
 function deploymentsView(only) {
   const mine = view;
@@ -135,7 +138,11 @@ function deploymentsView(only) {
   const query = only ? `?namespace=${encodeURIComponent(only)}` : "";
   call("GET", `/api/deployments${query}`).then(() => {
     if (mine !== view) return;
-    if (only) chooser.replaceChildren(el("p", { class: "message", text: `Namespace ${only}` }));
+    if (only) {
+      chosenNamespace = only;
+      chooser.replaceChildren(el("p", { class: "message" }, `Namespace ${only} `,
+        el("a", { href: "#/deployments?namespace=", text: "(another)" })));
+    }
     live = new EventSource(`/api/deployments/stream${query}`);
     // A stream refused (the session ended) is found out by asking who we are.
     live.addEventListener("error", async () => {
@@ -153,7 +160,12 @@ function deploymentsView(only) {
     });
   }).catch((e) => {
     if (mine !== view) return;
-    if (e.data?.namespaceNeeded || only) askNamespace(e.message);
+    // Back on the list (the nav, after a delete): the namespace chosen before.
+    if (e.data?.namespaceNeeded && only === undefined && chosenNamespace) {
+      location.hash = `#/deployments?namespace=${encodeURIComponent(chosenNamespace)}`;
+      return;
+    }
+    if (e.data?.namespaceNeeded || only !== undefined) askNamespace(e.message);
     else body.replaceChildren(el("p", { class: "bad", role: "alert", text: e.message }));
   });
 }
@@ -528,7 +540,9 @@ function route() {
   if (parts[0] === "models") return modelsView();
   if (parts[0] === "providers") return providersView();
   if (parts[0] === "caches") return cachesView();
-  return deploymentsView(new URLSearchParams(query ?? "").get("namespace") || undefined);
+  // `?namespace=` (empty): choose a namespace again.
+  const params = new URLSearchParams(query ?? "");
+  return deploymentsView(params.has("namespace") ? params.get("namespace") : undefined);
 }
 
 window.addEventListener("hashchange", () => { navigated = true; route(); });

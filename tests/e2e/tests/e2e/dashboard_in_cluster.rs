@@ -464,5 +464,15 @@ async fn in_the_cluster_every_user_signs_in_and_acts_as_themselves() {
         .collect();
     tenant_rows.sort_unstable();
     assert_eq!(tenant_rows, ["by-editor", "existing"], "{findings:#}");
+    assert_eq!(
+        findings["tenantBack"],
+        format!("#/deployments?namespace={ns}"),
+        "back on the list, the namespace chosen before"
+    );
+    let providers = findings["tenantProviders"].as_str().unwrap();
+    assert!(
+        providers.contains("forbidden") && providers.contains("inferenceproviderconfigs"),
+        "the API server's refusal: {providers}"
+    );
     server.abort();
 }
