@@ -62,6 +62,10 @@ enum Access {
 
 type Shared = Arc<Inner>;
 
+/// In the cluster, a session's watch of ModelDeployments stops this long after its last
+/// use with no live list open (sessions of users elsewhere hold no copy of the cluster).
+const FEED_IDLE: Duration = Duration::from_secs(120);
+
 /// Serve the dashboard on `listener` as `client`'s identity until `shutdown` completes,
 /// searching the Hugging Face hub `HF_ENDPOINT` names (else huggingface.co).
 pub async fn serve(
@@ -148,7 +152,7 @@ async fn serve_as(
             loop {
                 every.tick().await;
                 if let Access::SignIn(sessions) = &state.access {
-                    sessions.sweep();
+                    sessions.sweep(FEED_IDLE);
                 }
             }
         }

@@ -183,11 +183,15 @@ impl Sessions {
         self.len() == 0
     }
 
-    /// End the sessions that have expired (their watches stop with them).
-    pub fn sweep(&self) {
+    /// End the sessions that have expired (their watches stop with them), and stop the
+    /// watches of live ones that nobody has used in `feed_idle`.
+    pub fn sweep(&self, feed_idle: Duration) {
         let now = Instant::now();
         if let Ok(mut entries) = self.entries.lock() {
             entries.retain(|_, e| !expired(e.created, e.used, now, &self.settings));
+            for entry in entries.values() {
+                entry.user.view.release_idle(feed_idle);
+            }
         }
     }
 
@@ -249,7 +253,7 @@ impl Sessions {
             .ok()
             .and_then(|r| r.status?.user_info?.username);
         Ok(User {
-            view: Arc::new(View::start(client)),
+            view: Arc::new(View::new(client)),
             name,
         })
     }

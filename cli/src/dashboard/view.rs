@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use kube::Client;
@@ -28,8 +28,14 @@ const MAX_NAMESPACE_FEEDS: usize = 32;
 pub struct View {
     /// The API server, as this identity.
     pub client: Client,
-    all: Arc<Feed>,
-    namespaces: Mutex<HashMap<String, Arc<Feed>>>,
+    /// The watches, by namespace (`""`: every namespace), started when first asked for.
+    feeds: Mutex<HashMap<String, Held>>,
+}
+
+/// A watch and when it was last asked for.
+struct Held {
+    feed: Arc<Feed>,
+    used: Instant,
 }
 
 /// Why a view cannot serve a request: the API server's refusal.
@@ -60,50 +66,95 @@ impl std::fmt::Debug for View {
 }
 
 impl View {
-    /// Start watching ModelDeployments in every namespace as `client` (must run on a
-    /// Tokio runtime).
-    pub fn start(client: Client) -> Self {
+    /// A view as `client` that watches nothing until asked ([`Self::feed`]).
+    pub fn new(client: Client) -> Self {
         Self {
-            all: Arc::new(Feed::start(Api::all(client.clone()))),
             client,
-            namespaces: Mutex::default(),
+            feeds: Mutex::default(),
         }
+    }
+
+    /// A view as `client` already watching every namespace (must run on a Tokio runtime).
+    pub fn start(client: Client) -> Self {
+        let view = Self::new(client);
+        view.held("");
+        view
     }
 
     /// The watch that serves `namespace` (`None`: every namespace), once filled or at most
     /// [`FIRST_LIST_WAIT`]: the all-namespaces one unless the API server refused it.
     pub async fn feed(&self, namespace: Option<&str>) -> Result<Arc<Feed>, Unseen> {
-        let Some(refusal) = self.all.ready().await else {
-            return Ok(self.all.clone());
+        let all = self.held("");
+        let Some(refusal) = all.ready().await else {
+            return Ok(all);
         };
         let Some(ns) = namespace.filter(|n| !n.is_empty()) else {
             return Err(Unseen::NamespaceNeeded(refusal));
         };
-        let feed = self.namespace_feed(ns);
+        let feed = self.held(ns);
         match feed.ready().await {
             None => Ok(feed),
             Some(refusal) => Err(Unseen::Refused(refusal)),
         }
     }
 
-    /// The ModelDeployment `namespace/name` as this identity sees it.
+    /// The ModelDeployment `namespace/name` as this identity sees it: from a filled watch
+    /// when one covers it, else one GET (a view that watches nothing right now).
     pub async fn get(&self, namespace: &str, name: &str) -> Option<Arc<ModelDeployment>> {
-        let feed = self.feed(Some(namespace)).await.ok()?;
-        feed.mds.store.get(&ObjectRef::new(name).within(namespace))
+        let key = ObjectRef::new(name).within(namespace);
+        let filled = self.feeds.lock().ok().and_then(|feeds| {
+            ["", namespace]
+                .iter()
+                .filter_map(|k| feeds.get(*k))
+                .find(|h| h.feed.mds.is_synced())
+                .map(|h| h.feed.clone())
+        });
+        if let Some(feed) = filled {
+            return feed.mds.store.get(&key);
+        }
+        Api::<ModelDeployment>::namespaced(self.client.clone(), namespace)
+            .get_opt(name)
+            .await
+            .ok()
+            .flatten()
+            .map(Arc::new)
     }
 
-    fn namespace_feed(&self, ns: &str) -> Arc<Feed> {
-        let Ok(mut feeds) = self.namespaces.lock() else {
-            return Arc::new(Feed::start(Api::namespaced(self.client.clone(), ns)));
+    /// Stop the watches nobody has asked for in `idle` and nobody streams from: a signed-in
+    /// user who left the Deployments page holds no copy of the cluster's ModelDeployments.
+    pub fn release_idle(&self, idle: Duration) {
+        if let Ok(mut feeds) = self.feeds.lock() {
+            feeds.retain(|_, h| Arc::strong_count(&h.feed) > 1 || h.used.elapsed() < idle);
+        }
+    }
+
+    /// The watch of `key` (`""`: every namespace), started if need be; counts as a use.
+    fn held(&self, key: &str) -> Arc<Feed> {
+        let start = || {
+            Arc::new(Feed::start(if key.is_empty() {
+                Api::all(self.client.clone())
+            } else {
+                Api::namespaced(self.client.clone(), key)
+            }))
         };
-        if let Some(feed) = feeds.get(ns) {
-            return feed.clone();
+        let Ok(mut feeds) = self.feeds.lock() else {
+            return start();
+        };
+        if let Some(held) = feeds.get_mut(key) {
+            held.used = Instant::now();
+            return held.feed.clone();
         }
-        if feeds.len() >= MAX_NAMESPACE_FEEDS {
-            feeds.clear();
+        if feeds.len() > MAX_NAMESPACE_FEEDS {
+            feeds.retain(|k, _| k.is_empty());
         }
-        let feed = Arc::new(Feed::start(Api::namespaced(self.client.clone(), ns)));
-        feeds.insert(ns.to_string(), feed.clone());
+        let feed = start();
+        feeds.insert(
+            key.to_string(),
+            Held {
+                feed: feed.clone(),
+                used: Instant::now(),
+            },
+        );
         feed
     }
 }
@@ -178,5 +229,40 @@ impl Feed {
 impl Drop for Feed {
     fn drop(&mut self) {
         self.task.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn watched(view: &View) -> Vec<String> {
+        let mut keys: Vec<String> = view.feeds.lock().unwrap().keys().cloned().collect();
+        keys.sort();
+        keys
+    }
+
+    /// A session's watches stop once idle unless a live list streams from them; one asked
+    /// for again starts again.
+    #[tokio::test]
+    async fn idle_watches_stop_unless_a_stream_holds_them() {
+        let (service, _server) = tower_test::mock::pair::<
+            http::Request<kube::client::Body>,
+            http::Response<kube::client::Body>,
+        >();
+        let view = View::new(Client::new(service, "ns"));
+        assert!(watched(&view).is_empty(), "nothing until asked");
+        let streaming = view.held("team-a");
+        drop(view.held(""));
+        assert_eq!(watched(&view), ["", "team-a"]);
+        view.release_idle(Duration::from_secs(3600));
+        assert_eq!(watched(&view), ["", "team-a"], "not idle yet");
+        view.release_idle(Duration::ZERO);
+        assert_eq!(watched(&view), ["team-a"], "the streamed one stays");
+        drop(streaming);
+        view.release_idle(Duration::ZERO);
+        assert!(watched(&view).is_empty());
+        drop(view.held(""));
+        assert_eq!(watched(&view), [""]);
     }
 }
