@@ -636,6 +636,25 @@ async fn model_cache_sources_are_checked_at_admission() {
         assert!(e.to_string().contains(message), "{source}: {e}");
     }
     let digest = "a".repeat(64);
+    let pinned = format!("oci://r.example/m@sha256:{digest}");
+    for (spec, message) in [
+        (
+            json!({"source": "hf://o/m", "modelId": "o/m"}),
+            "modelId is for oci://",
+        ),
+        (
+            json!({"source": pinned, "include": ["*.json"]}),
+            "include is for hf://",
+        ),
+        (
+            json!({"source": pinned, "credentialsSecretRef": {"name": "t"}}),
+            "credentialsSecretRef holds a hub token",
+        ),
+        (json!({"source": pinned, "modelId": "a/b/c"}), "modelId"),
+    ] {
+        let e = model_cache(&client, "bad", spec.clone()).await.unwrap_err();
+        assert!(e.to_string().contains(message), "{spec}: {e}");
+    }
     let oci = model_cache(
         &client,
         "oci",
@@ -863,14 +882,11 @@ async fn the_controller_adds_up_the_nodes_labels_them_and_hands_the_token_over()
         &gated_commit,
         &files(),
     );
-    let oci = cache_where(&client, "oci", "oci refused", |s| !s.conditions.is_empty()).await;
+    // An oci:// source is accepted; its registry does not exist, so no node is ready.
+    let oci = cache_where(&client, "oci", "oci accepted", |s| !s.conditions.is_empty()).await;
     assert_eq!(
         condition(&oci, conditions::ACCEPTED),
-        Some(("False", reasons::SOURCE_NOT_SUPPORTED))
-    );
-    assert_eq!(
-        condition(&oci, conditions::READY),
-        Some(("False", reasons::SOURCE_NOT_SUPPORTED))
+        Some(("True", reasons::ACCEPTED))
     );
     assert_eq!(oci.ready_nodes, 0);
 
