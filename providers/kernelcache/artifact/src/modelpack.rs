@@ -254,12 +254,5 @@ pub fn snapshot_id(manifest_digest: &str) -> Option<String> {
         .then(|| hex[..40].to_string())
 }
 
-/// The model id an artifact provides when its ModelCache names none: the last two
-/// segments of its repository (`registry/acme/tiny@...` → `acme/tiny`), or the last one.
-pub fn default_model_id(repository: &str) -> String {
-    let parts: Vec<&str> = repository.rsplit('/').take(2).collect();
-    parts.into_iter().rev().collect::<Vec<_>>().join("/")
-}
-
 #[cfg(test)]
 mod tests;

@@ -133,7 +133,7 @@ pub fn missing_bytes(layout: &RepoLayout, files: &[&HubFile]) -> u64 {
 }
 
 /// Bytes this user may still write under `dir`.
-fn available(dir: &Path) -> Result<u64, Error> {
+pub fn available(dir: &Path) -> Result<u64, Error> {
     let s = rustix::fs::statvfs(dir).map_err(|e| Error::io(dir, e.into()))?;
     Ok(s.f_bavail.saturating_mul(s.f_frsize))
 }

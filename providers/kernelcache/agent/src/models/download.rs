@@ -260,6 +260,7 @@ pub async fn run_oci(job: &Job, reference: &str) -> Result<Done, Failure> {
         model_id: &repo,
         revision: &w.revision,
         limits,
+        check_space: false,
     };
     let report = puller
         .pull_model(&inspected, &target)

@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 use kubeairunway_modelcache_hub::RepoId;
 use kubeairunway_modelcache_hub::layout::{RepoLayout, check_revision};
-use kubeairunway_modelcache_hub::pull::{publish_snapshot, write_ref};
+use kubeairunway_modelcache_hub::pull::{available, publish_snapshot, write_ref};
 use oci_client::Reference;
 use oci_client::manifest::OciImageManifest;
 use sha2::{Digest as _, Sha256};
@@ -92,6 +92,9 @@ pub struct Target<'a> {
     pub revision: &'a str,
     /// Caps on each tar layer's content.
     pub limits: Limits,
+    /// Refuse to start (`NoSpace`) when the file system has less room than the bytes
+    /// still to download (the node agent checks before, with its floor).
+    pub check_space: bool,
 }
 
 /// What a pull did.
@@ -168,6 +171,18 @@ impl Puller {
         tokio::fs::create_dir_all(&blobs)
             .await
             .map_err(io("creating the blobs directory"))?;
+        if target.check_space {
+            let needed = missing_bytes(&layout, inspected);
+            let available = available(&blobs)?;
+            if needed > available {
+                return Err(kubeairunway_modelcache_hub::Error::NoSpace {
+                    dir: blobs,
+                    needed,
+                    available,
+                }
+                .into());
+            }
+        }
         let commit = inspected.snapshot.clone();
         let total = inspected.plan.total();
         let mut received = 0;

@@ -196,12 +196,9 @@ fn raw_layers_need_a_safe_unique_path_and_a_sha256_digest() {
 }
 
 #[test]
-fn snapshot_ids_look_like_commits_and_model_ids_default_to_the_repository() {
+fn snapshot_ids_look_like_commits() {
     let d = format!("sha256:{}", "0123456789abcdef".repeat(4));
     assert_eq!(snapshot_id(&d).unwrap(), "0123456789abcdef".repeat(4)[..40]);
     assert_eq!(snapshot_id("sha256:abc"), None);
     assert_eq!(snapshot_id(&format!("sha512:{}", "a".repeat(64))), None);
-    assert_eq!(default_model_id("models/acme/tiny"), "acme/tiny");
-    assert_eq!(default_model_id("acme/tiny"), "acme/tiny");
-    assert_eq!(default_model_id("tiny"), "tiny");
 }
