@@ -76,7 +76,7 @@ pub(crate) fn start_agent(
     start_agent_with(client, node_name, root, hub, |_| {})
 }
 
-fn start_agent_with(
+pub(crate) fn start_agent_with(
     client: &Client,
     node_name: &str,
     root: &Path,
