@@ -48,7 +48,12 @@ fn sha(bytes: &[u8]) -> String {
 /// A deterministic "weight" of `len` bytes.
 fn weight(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
-        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .map(|i| {
+            u8::try_from(i % 256)
+                .unwrap()
+                .wrapping_mul(31)
+                .wrapping_add(seed)
+        })
         .collect()
 }
 

@@ -351,7 +351,10 @@ fn adopt(dir: &Path, blobs: &Path) -> Result<Vec<(String, String)>, ModelError> 
                 .and_then(|p| p.to_str())
                 .map(str::to_string)
                 .ok_or_else(|| ModelError::Io(format!("{} is not UTF-8", path.display())))?;
-            check_path(&rel).map_err(|why| ModelError::Io(format!("{rel:?}: {why}")))?;
+            check_path(&rel).map_err(|why| PlanError::BadLayer {
+                digest: String::new(),
+                why: format!("file path {rel:?} in a tar layer: {why}"),
+            })?;
             let hex = sha256_file(&path)?;
             let blob = blobs.join(&hex);
             if blob.is_file() {
