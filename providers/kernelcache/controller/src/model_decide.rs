@@ -172,6 +172,10 @@ fn failure_reason(reason: &str) -> &'static str {
         reasons::VERIFICATION_FAILED,
         reasons::INVALID_SPEC,
         reasons::DOWNLOAD_FAILED,
+        reasons::UNSUPPORTED_MEDIA_TYPE,
+        reasons::INVALID_ARTIFACT,
+        reasons::REGISTRY_NOT_ALLOWED,
+        reasons::UNSAFE_ARCHIVE,
     ]
     .into_iter()
     .find(|r| *r == reason)
@@ -488,6 +492,18 @@ mod tests {
 
         let s = status(&cache("hf://o/m"), None, &[], None);
         assert_eq!(condition(&s, conditions::READY).1, reasons::NO_NODES);
+
+        // The oci:// reasons reach the cache's condition as the nodes say them.
+        for oci in [
+            reasons::UNSUPPORTED_MEDIA_TYPE,
+            reasons::INVALID_ARTIFACT,
+            reasons::REGISTRY_NOT_ALLOWED,
+            reasons::UNSAFE_ARCHIVE,
+        ] {
+            let failed = report("a", vec![entry(ModelCacheState::Failed, oci, 2)]);
+            let s = status(&cache("hf://o/m"), None, &[&failed], None);
+            assert_eq!(condition(&s, conditions::READY).1, oci);
+        }
 
         let odd = report("a", vec![entry(ModelCacheState::Failed, "Whatever", 2)]);
         let s = status(&cache("hf://o/m"), None, &[&odd], None);

@@ -774,7 +774,7 @@ pub(crate) async fn cache_where(
     }
 }
 
-fn condition<'a>(s: &'a ModelCacheStatus, type_: &str) -> Option<(&'a str, &'a str)> {
+pub(crate) fn condition<'a>(s: &'a ModelCacheStatus, type_: &str) -> Option<(&'a str, &'a str)> {
     s.conditions
         .iter()
         .find(|c| c.type_ == type_)

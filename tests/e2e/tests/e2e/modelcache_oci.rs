@@ -18,7 +18,7 @@ use kubeairunway_cli::Terminal;
 use kubeairunway_e2e::cache_images::{oci_client, pinned, puller, start_registry};
 use kubeairunway_e2e::eventually;
 use kubeairunway_kernelcache_agent::models::decide::oci_reason;
-use kubeairunway_kernelcache_api::model::{ModelCacheState, reasons};
+use kubeairunway_kernelcache_api::model::{ModelCacheState, conditions, reasons};
 use kubeairunway_kernelcache_artifact::extract::Limits;
 use kubeairunway_kernelcache_artifact::modelpack::pull::{ModelError, Target};
 use kubeairunway_kernelcache_artifact::modelpack::{
@@ -34,7 +34,9 @@ use oci_client::secrets::RegistryAuth;
 use serde_json::json;
 use sha2::{Digest as _, Sha256};
 
-use crate::modelcache::{model_cache, node, setup, start_agent_with};
+use crate::modelcache::{
+    cache_where, condition, model_cache, node, setup, start_agent_with, start_controller,
+};
 
 const RAW: &str = "application/vnd.cncf.model.weight.v1.raw";
 const CONFIG_RAW: &str = "application/vnd.cncf.model.weight.config.v1.raw";
@@ -504,7 +506,7 @@ async fn an_unsupported_layer_type_is_refused_with_a_clear_reason() {
 /// A ModelCache of an `oci://` source goes Ready on a real agent (the snapshot under its
 /// model id, the snapshot id as its commit); one of an artifact with a zstd layer fails
 /// with `UnsupportedMediaType`, and one from a registry the agent does not allow with
-/// `RegistryNotAllowed`.
+/// `RegistryNotAllowed`; the controller adds that up into each ModelCache's status.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oci_model_cache_goes_ready_through_the_agent() {
     let registry = start_registry("oci-model-agent").unwrap();
@@ -528,7 +530,7 @@ async fn an_oci_model_cache_goes_ready_through_the_agent() {
         )],
     )
     .await;
-    let (_cluster, client) = setup("mc-oci").await;
+    let (cluster, client) = setup("mc-oci").await;
     node(&client, "oci-a", "a").await;
     let hub = StandIn::start().await;
     let root = tempfile::tempdir().unwrap();
@@ -598,5 +600,31 @@ async fn an_oci_model_cache_goes_ready_through_the_agent() {
         (ModelCacheState::Failed, Some(reasons::REGISTRY_NOT_ALLOWED)),
         "{elsewhere:?}"
     );
+    // The controller's status of each: the commit, the size and the node's reason.
+    let (_identity, stop, controller) = start_controller(&cluster, &client).await;
+    let s = cache_where(&client, "tiny", "tiny Ready", |s| s.ready_nodes == 1).await;
+    assert_eq!(
+        condition(&s, conditions::READY),
+        Some(("True", reasons::READY))
+    );
+    assert_eq!(s.resolved_commit.as_deref(), Some(snapshot_id.as_str()));
+    assert_eq!(s.size_bytes, Some((1 << 20) + 2), "the layers' bytes");
+    for (name, reason) in [
+        ("zstd", reasons::UNSUPPORTED_MEDIA_TYPE),
+        ("elsewhere", reasons::REGISTRY_NOT_ALLOWED),
+    ] {
+        let s = cache_where(&client, name, "failed", |s| s.failed_nodes == 1).await;
+        assert_eq!(
+            condition(&s, conditions::ACCEPTED),
+            Some(("True", reasons::ACCEPTED))
+        );
+        assert_eq!(
+            condition(&s, conditions::READY),
+            Some(("False", reason)),
+            "{name}"
+        );
+    }
+    let _ = stop.send(());
+    controller.await.unwrap().unwrap();
     agent.stop().await;
 }
