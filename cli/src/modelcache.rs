@@ -1,13 +1,22 @@
-//! `kubeairunway cache model pull`: the node agent's Hugging Face download code
-//! (`kubeairunway-modelcache-hub`) run locally: the same cache layout, verification and
-//! resume. The result is an `HF_HUB_CACHE` directory that vLLM, SGLang and TensorRT-LLM
-//! read with `HF_HUB_OFFLINE=1`.
+//! `kubeairunway cache model pull`: the node agent's download code run locally: for
+//! `hf://`, the Hugging Face download (`kubeairunway-modelcache-hub`: the same cache
+//! layout, verification and resume); for `oci://registry/repo@sha256:...`, the OCI model
+//! artifact pull (`kubeairunway_kernelcache_artifact::modelpack`: by digest, every blob
+//! verified, tar layers extracted safely, published under a model id). The result is an
+//! `HF_HUB_CACHE` directory that vLLM, SGLang and TensorRT-LLM read with
+//! `HF_HUB_OFFLINE=1`.
 
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
+use kubeairunway_kernelcache_api::model::oci_model_id;
+use kubeairunway_kernelcache_artifact::allow::RegistryOptions;
+use kubeairunway_kernelcache_artifact::extract::Limits;
+use kubeairunway_kernelcache_artifact::modelpack::pull::{ModelReport, Target};
+use kubeairunway_kernelcache_artifact::oci::Puller;
 use kubeairunway_modelcache_hub::client::DEFAULT_ENDPOINT;
 use kubeairunway_modelcache_hub::{Hub, HubOptions, PullOptions, PullReport, RepoId, pull};
+use oci_client::secrets::RegistryAuth;
 use serde::Serialize;
 
 use crate::Terminal;
@@ -24,16 +33,25 @@ pub struct Args {
 /// `cache model` subcommands.
 #[derive(Debug, clap::Subcommand)]
 pub enum Command {
-    /// Download a Hugging Face model into a cache directory (the standard HF cache
-    /// layout), verifying every file and resuming what an earlier run left unfinished.
+    /// Download a Hugging Face model (or an OCI model artifact, pinned by digest) into a
+    /// cache directory (the standard HF cache layout), verifying every file and resuming
+    /// what an earlier run left unfinished.
     Pull(PullArgs),
 }
 
 /// `cache model pull`.
 #[derive(Debug, clap::Args)]
 pub struct PullArgs {
-    /// The model: `hf://org/name` or `org/name`.
+    /// The model: `hf://org/name`, `org/name`, or `oci://registry/repo@sha256:<64 hex>` (a
+    /// ModelPack artifact or a KitOps ModelKit).
     pub source: String,
+    /// The model id an `oci://` artifact is published as (what engines are given);
+    /// default: the last two segments of its repository.
+    #[arg(long, value_name = "ORG/NAME")]
+    pub model_id: Option<String>,
+    /// Registries of `oci://` sources.
+    #[command(flatten)]
+    pub registries: RegistryOptions,
     /// The cache directory (what `HF_HUB_CACHE` names; `$HF_HOME/hub` by default in
     /// huggingface_hub).
     #[arg(long, env = "HF_HUB_CACHE", value_name = "DIR")]
@@ -58,16 +76,40 @@ pub struct PullArgs {
     pub output: Format,
 }
 
-/// The repository a SOURCE names: `hf://org/name` or `org/name`.
-pub fn parse_source(source: &str) -> anyhow::Result<RepoId> {
+/// What a SOURCE names.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// A Hugging Face repository.
+    Hf(RepoId),
+    /// An OCI model artifact, `registry/repo@sha256:<64 hex>`.
+    Oci(String),
+}
+
+/// The model a SOURCE names: `hf://org/name` or `org/name`, or an `oci://` artifact pinned
+/// to a digest.
+pub fn parse_source(source: &str) -> anyhow::Result<Source> {
     let id = match source.split_once("://") {
         Some(("hf", rest)) => rest,
+        Some(("oci", reference)) => {
+            let pinned = reference.split_once("@sha256:").is_some_and(|(name, hex)| {
+                !name.is_empty()
+                    && hex.len() == 64
+                    && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+            });
+            anyhow::ensure!(
+                pinned,
+                "an oci:// source is pinned to a digest: oci://registry/repo@sha256:<64 hex>"
+            );
+            return Ok(Source::Oci(reference.to_string()));
+        }
         Some((scheme, _)) => {
-            anyhow::bail!("{scheme}:// sources are not supported yet (only hf://org/name)")
+            anyhow::bail!(
+                "{scheme}:// sources are not supported (hf://org/name, oci://registry/repo@sha256:...)"
+            )
         }
         None => source,
     };
-    Ok(RepoId::parse(id)?)
+    Ok(Source::Hf(RepoId::parse(id)?))
 }
 
 /// A token file's token (its first line, trimmed).
@@ -135,19 +177,106 @@ fn summary(report: &PullReport) -> String {
     )
 }
 
+/// The cache directory, created and made absolute.
+fn cache_dir(args: &PullArgs) -> anyhow::Result<PathBuf> {
+    std::fs::create_dir_all(&args.cache_dir)
+        .with_context(|| format!("creating {}", args.cache_dir.display()))?;
+    std::fs::canonicalize(&args.cache_dir)
+        .with_context(|| format!("resolving {}", args.cache_dir.display()))
+}
+
+/// What `-o json|yaml` prints for an `oci://` source.
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct PulledArtifact<'a> {
+    reference: &'a str,
+    digest: &'a str,
+    model_id: &'a str,
+    revision: &'a str,
+    commit: &'a str,
+    hf_hub_cache: &'a Path,
+    snapshot: &'a Path,
+    files: usize,
+    bytes_total: u64,
+    bytes_received: u64,
+}
+
+/// Runs `cache model pull` of an `oci://` artifact (`registry/repo@sha256:...`).
+async fn run_pull_oci(
+    args: &PullArgs,
+    reference: &str,
+    term: &mut Terminal,
+) -> anyhow::Result<i32> {
+    let model_id = args
+        .model_id
+        .clone()
+        .unwrap_or_else(|| oci_model_id(reference));
+    let model_id = RepoId::parse(&model_id)?;
+    args.registries
+        .allowed()
+        .check(reference)
+        .map_err(anyhow::Error::msg)?;
+    let cache_dir = cache_dir(args)?;
+    term.err(&format!(
+        "pulling {reference} as {model_id}@{} into {}\n",
+        args.revision,
+        cache_dir.display()
+    ));
+    let puller = Puller::new(
+        RegistryAuth::Anonymous,
+        args.registries.plain_http_registries.clone(),
+    );
+    let inspected = puller.inspect_model(reference).await?;
+    let target = Target {
+        cache_dir: &cache_dir,
+        model_id: &model_id,
+        revision: &args.revision,
+        limits: Limits::default(),
+        check_space: true,
+    };
+    let report: ModelReport = puller.pull_model(&inspected, &target).await?;
+    let pulled = PulledArtifact {
+        reference,
+        digest: &inspected.digest,
+        model_id: model_id.as_str(),
+        revision: &args.revision,
+        commit: &report.commit,
+        hf_hub_cache: &cache_dir,
+        snapshot: &report.snapshot,
+        files: report.files,
+        bytes_total: report.bytes_total,
+        bytes_received: report.bytes_received,
+    };
+    match args.output {
+        Format::Json => term.out(&output::json(&pulled)?),
+        Format::Yaml => term.out(&output::yaml(&pulled)?),
+        Format::Table => term.out(&format!(
+            "{reference}\n= {model_id}@{} (snapshot {})\n{} files, {} bytes ({} received)\nsnapshot: {}\nuse: HF_HUB_CACHE={} HF_HUB_OFFLINE=1 with the model id {model_id}\n",
+            args.revision,
+            report.commit,
+            report.files,
+            report.bytes_total,
+            report.bytes_received,
+            report.snapshot.display(),
+            cache_dir.display(),
+        )),
+    }
+    Ok(0)
+}
+
 /// Runs `cache model pull`.
 pub async fn run_pull(args: &PullArgs, term: &mut Terminal) -> anyhow::Result<i32> {
-    let repo = parse_source(&args.source)?;
+    let repo = match parse_source(&args.source)? {
+        Source::Hf(repo) => repo,
+        Source::Oci(reference) => return run_pull_oci(args, &reference, term).await,
+    };
     let token = args.token_file.as_deref().map(read_token).transpose()?;
     let hub = Hub::new(&HubOptions {
         endpoint: args.hf_endpoint.trim_end_matches('/').to_string(),
         token,
         ..HubOptions::default()
     })?;
-    std::fs::create_dir_all(&args.cache_dir)
-        .with_context(|| format!("creating {}", args.cache_dir.display()))?;
-    let cache_dir = std::fs::canonicalize(&args.cache_dir)
-        .with_context(|| format!("resolving {}", args.cache_dir.display()))?;
+    let cache_dir = cache_dir(args)?;
     term.err(&format!(
         "pulling {repo}@{} from {} into {}\n",
         args.revision,
@@ -193,14 +322,34 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sources_name_hugging_face_repositories() {
+    fn sources_name_hugging_face_repositories_or_pinned_oci_artifacts() {
+        let hf = |s: &str| match parse_source(s).unwrap() {
+            Source::Hf(repo) => repo.as_str().to_string(),
+            Source::Oci(r) => panic!("{s}: {r}"),
+        };
+        assert_eq!(hf("hf://Qwen/Qwen3-0.6B"), "Qwen/Qwen3-0.6B");
+        assert_eq!(hf("gpt2"), "gpt2");
+        let digest = "a".repeat(64);
         assert_eq!(
-            parse_source("hf://Qwen/Qwen3-0.6B").unwrap().as_str(),
-            "Qwen/Qwen3-0.6B"
+            parse_source(&format!("oci://r:5000/acme/m@sha256:{digest}")).unwrap(),
+            Source::Oci(format!("r:5000/acme/m@sha256:{digest}"))
         );
-        assert_eq!(parse_source("gpt2").unwrap().as_str(), "gpt2");
+        for bad in [
+            "oci://r/x",
+            "oci://r/x:latest",
+            "oci://@sha256:",
+            "oci://r/x@sha256:AB",
+        ] {
+            assert!(
+                parse_source(bad)
+                    .unwrap_err()
+                    .to_string()
+                    .contains("pinned"),
+                "{bad}"
+            );
+        }
         assert!(
-            parse_source("oci://r/x")
+            parse_source("s3://b/k")
                 .unwrap_err()
                 .to_string()
                 .contains("not supported")

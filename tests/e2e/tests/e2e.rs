@@ -71,6 +71,8 @@ mod kuberay_operator;
 mod modelcache;
 #[path = "e2e/modelcache_mount.rs"]
 mod modelcache_mount;
+#[path = "e2e/modelcache_oci.rs"]
+mod modelcache_oci;
 #[path = "e2e/providers_rbac.rs"]
 mod providers_rbac;
 #[path = "e2e/reference_compat.rs"]

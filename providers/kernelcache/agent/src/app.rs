@@ -124,6 +124,8 @@ impl Cli {
                 parallel_downloads: usize::from(self.parallel_model_downloads),
                 parallel_files: usize::from(self.model_download_files),
                 min_free: self.min_free,
+                plain_http: self.registries.plain_http_registries.clone(),
+                allowed: self.registries.allowed(),
                 progress_every: self.model_progress_every,
                 resync: self.resync,
             }),

@@ -1,7 +1,8 @@
 //! The agent's model-cache loop, beside the kernel-cache loop in the same process: it
 //! watches `ModelCache`s (all namespaces, through a reflector), decides which this node
 //! holds and which downloads start ([`decide`]), runs each download in a task
-//! ([`download`]) into `<root>/hub` (the `HF_HUB_CACHE` layout, `HF_HOME=<root>`), and
+//! ([`download`]: a Hugging Face revision, or an `oci://` model artifact by digest) into
+//! `<root>/hub` (the `HF_HUB_CACHE` layout, `HF_HOME=<root>`), and
 //! reports every cache in `status.modelCaches` of the node's `KernelCacheNode`, by
 //! server-side apply under its own field manager ([`FIELD_MANAGER`]), so the kernel-cache
 //! loop's fields stay its own. A change of state is written at once (with an Event on the
@@ -31,6 +32,7 @@ use kube::{Client, Resource as _};
 use kubeairunway_kernelcache_api::KernelCacheNode;
 use kubeairunway_kernelcache_api::model::{ModelCache, NodeModelCache};
 use kubeairunway_kernelcache_api::report::kube_error;
+use kubeairunway_kernelcache_artifact::allow::AllowedRegistries;
 use kubeairunway_kernelcache_artifact::secrets::SecretApi;
 use kubeairunway_sdk::events::{Recorder, Reporter};
 use serde_json::json;
@@ -64,6 +66,11 @@ pub struct ModelSettings {
     /// Free space on the root's filesystem no download goes below (`--min-free`, shared
     /// with kernel caches).
     pub min_free: Size,
+    /// Registries spoken to over plain HTTP (`oci://` sources; shared with kernel caches).
+    pub plain_http: Vec<String>,
+    /// Registries `oci://` sources may come from (`--allowed-registry`, shared with kernel
+    /// caches).
+    pub allowed: AllowedRegistries,
     /// Progress alone is written at most this often.
     pub progress_every: Duration,
     /// Everything is looked at again this often without a change.
@@ -79,6 +86,8 @@ impl ModelSettings {
             parallel_downloads: 2,
             parallel_files: 4,
             min_free: Size::Percent(5),
+            plain_http: Vec::new(),
+            allowed: AllowedRegistries::default(),
             progress_every: Duration::from_secs(5),
             resync: Duration::from_secs(120),
         }
@@ -329,6 +338,10 @@ impl Loop {
                 endpoint: self.settings.hf_endpoint.clone(),
                 parallel_files: self.settings.parallel_files,
                 min_free: self.settings.min_free,
+                registry: download::RegistrySettings {
+                    plain_http: self.settings.plain_http.clone(),
+                    allowed: self.settings.allowed.clone(),
+                },
                 credentials_namespace: self.ctx.credentials_namespace.clone(),
                 secrets: Arc::clone(&self.ctx.secrets),
                 progress: Arc::clone(&progress),

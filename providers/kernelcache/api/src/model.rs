@@ -14,8 +14,8 @@ use serde::{Deserialize, Serialize};
 
 /// The source scheme of Hugging Face models (`hf://org/name`).
 pub const HF_SCHEME: &str = "hf://";
-/// The source scheme of OCI model artifacts (`oci://registry/repo@digest`): declared, not
-/// downloaded yet (`SourceNotSupported`).
+/// The source scheme of OCI model artifacts (`oci://registry/repo@sha256:...`: a ModelPack
+/// artifact or a KitOps ModelKit, pulled by digest into the Hugging Face layout).
 pub const OCI_SCHEME: &str = "oci://";
 /// The revision when none is given.
 pub const DEFAULT_REVISION: &str = "main";
@@ -39,8 +39,18 @@ pub mod conditions {
 pub mod reasons {
     /// `Accepted=True`.
     pub const ACCEPTED: &str = "Accepted";
-    /// A source scheme that is declared but not implemented (`oci://`).
-    pub const SOURCE_NOT_SUPPORTED: &str = "SourceNotSupported";
+    /// A layer media type of an `oci://` artifact the agents do not read (`tar+zstd`,
+    /// anything but the ModelPack and KitOps layer types).
+    pub const UNSUPPORTED_MEDIA_TYPE: &str = "UnsupportedMediaType";
+    /// An `oci://` artifact whose manifest is not a model's (neither ModelPack nor KitOps)
+    /// or whose layers cannot be laid out (a raw layer without a safe file path, two
+    /// layers at one path, a digest that is not sha256).
+    pub const INVALID_ARTIFACT: &str = "InvalidArtifact";
+    /// An `oci://` source from a registry the agents' `--allowed-registry` list leaves out.
+    pub const REGISTRY_NOT_ALLOWED: &str = "RegistryNotAllowed";
+    /// A tar layer of an `oci://` artifact that extraction refused (absolute paths, `..`,
+    /// links, special files, over the size caps).
+    pub const UNSAFE_ARCHIVE: &str = "UnsafeArchive";
     /// A spec field that cannot be used (a repository id, a budget).
     pub const INVALID_SPEC: &str = "InvalidSpec";
     /// `Ready=True`, and a node's `Ready` state.
@@ -63,7 +73,7 @@ pub mod reasons {
     pub const NOT_FOUND: &str = "NotFound";
     /// The credentials Secret (or its handed-over copy) is missing or has no token.
     pub const CREDENTIALS_MISSING: &str = "CredentialsMissing";
-    /// The content did not match the hub's digest or size.
+    /// The content did not match its digest or size (the hub's, or the registry's).
     pub const VERIFICATION_FAILED: &str = "VerificationFailed";
     /// Any other failure (the hub unreachable, the disk): retried with backoff.
     pub const DOWNLOAD_FAILED: &str = "DownloadFailed";
@@ -91,7 +101,7 @@ pub mod deployment_reasons {
     shortname = "mc",
     namespaced,
     status = "ModelCacheStatus",
-    doc = "Model weights (a Hugging Face repository at a revision) downloaded by the node agents into the standard Hugging Face cache layout on the disks of the nodes a selector picks.",
+    doc = "Model weights (a Hugging Face repository at a revision, or an OCI model artifact pinned to a digest) downloaded by the node agents into the standard Hugging Face cache layout on the disks of the nodes a selector picks.",
     printcolumn = r#"{"name":"Source","type":"string","jsonPath":".spec.source"}"#,
     printcolumn = r#"{"name":"Commit","type":"string","jsonPath":".status.resolvedCommit"}"#,
     printcolumn = r#"{"name":"Ready","type":"integer","jsonPath":".status.readyNodes"}"#,
@@ -101,15 +111,28 @@ pub mod deployment_reasons {
 #[schemars(extend("x-kubernetes-validations" = [
     {"rule": "self.source.startsWith('hf://') || self.source.startsWith('oci://')", "message": "source must be hf://org/name or oci://registry/repo@digest"},
     {"rule": "!self.source.startsWith('hf://') || self.source.matches('^hf://[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$')", "message": "an hf:// source is hf://org/name"},
-    {"rule": "!self.source.startsWith('oci://') || self.source.matches('^oci://[^@]+@sha256:[0-9a-f]{64}$')", "message": "an oci:// source is pinned to a digest: oci://registry/repo@sha256:<64 hex>"}
+    {"rule": "!self.source.startsWith('oci://') || self.source.matches('^oci://[^@]+@sha256:[0-9a-f]{64}$')", "message": "an oci:// source is pinned to a digest: oci://registry/repo@sha256:<64 hex>"},
+    {"rule": "!has(self.modelId) || self.source.startsWith('oci://')", "message": "modelId is for oci:// sources (an hf:// source's model id is its repository)"},
+    {"rule": "!self.source.startsWith('oci://') || !has(self.credentialsSecretRef)", "message": "credentialsSecretRef holds a hub token, for hf:// sources; oci:// sources are pulled anonymously"},
+    {"rule": "!self.source.startsWith('oci://') || !has(self.include)", "message": "include is for hf:// sources; an oci:// artifact is pulled whole"}
 ]))]
 pub struct ModelCacheSpec {
     /// The model: `hf://org/name` (a Hugging Face repository), or
-    /// `oci://registry/repo@sha256:...` (a ModelPack/KitOps artifact; declared, refused
-    /// with `SourceNotSupported` until implemented).
+    /// `oci://registry/repo@sha256:...` (a ModelPack artifact or a KitOps ModelKit, pinned
+    /// to its manifest digest).
     #[schemars(length(min = 1, max = 512))]
     pub source: String,
-    /// The revision (branch, tag or commit) of an `hf://` source; `main` when unset.
+    /// The model id an `oci://` source is published as in the Hugging Face layout (what a
+    /// ModelDeployment's `model.id` names and engines are given); unset: the last two
+    /// segments of its repository (`oci://reg/models/acme/tiny@...` is `acme/tiny`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(min = 1, max = 193),
+        regex(pattern = r"^[A-Za-z0-9][A-Za-z0-9._-]*(/[A-Za-z0-9][A-Za-z0-9._-]*)?$")
+    )]
+    pub model_id: Option<String>,
+    /// The revision (branch, tag or commit) of an `hf://` source; `main` when unset. For
+    /// an `oci://` source, the ref (`refs/<revision>`) that names its snapshot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 256))]
     pub revision: Option<String>,
@@ -144,6 +167,31 @@ impl ModelCacheSpec {
     pub fn revision(&self) -> &str {
         self.revision.as_deref().unwrap_or(DEFAULT_REVISION)
     }
+
+    /// The model id the cache provides: an `hf://` source's repository, an `oci://`
+    /// source's `modelId` or [`oci_model_id`] of its reference.
+    pub fn model(&self) -> Result<String, String> {
+        match parse_source(&self.source)? {
+            Source::Hf(repo) => Ok(repo),
+            Source::Oci(reference) => Ok(self
+                .model_id
+                .clone()
+                .unwrap_or_else(|| oci_model_id(&reference))),
+        }
+    }
+}
+
+/// The model id of an OCI reference (`registry/repo@digest`) that names none: the last
+/// two segments of its repository (`reg/models/acme/tiny@...` is `acme/tiny`), or its
+/// only one.
+pub fn oci_model_id(reference: &str) -> String {
+    let name = reference.split('@').next().unwrap_or(reference);
+    let repository = name.split_once('/').map_or(name, |(_, repo)| repo);
+    let mut parts: Vec<&str> = repository.split('/').collect();
+    if let Some(last) = parts.last_mut() {
+        *last = last.split(':').next().unwrap_or(last);
+    }
+    parts[parts.len().saturating_sub(2)..].join("/")
 }
 
 /// The Secret holding the hub token.
@@ -264,7 +312,7 @@ pub struct NodeModelCache {
 pub enum Source {
     /// A Hugging Face repository (`org/name`).
     Hf(String),
-    /// An OCI artifact (not downloaded yet).
+    /// An OCI model artifact (`registry/repo@sha256:...`).
     Oci(String),
 }
 
@@ -296,8 +344,9 @@ pub fn parse_source(source: &str) -> Result<Source, String> {
 }
 
 /// Whether a ModelDeployment whose model is `model` may use `cache` (of its namespace):
-/// it names the cache in `cacheRef`, or names none and serves the cache's `hf://` model at
-/// revision `main` (the revision the engines load). The one rule the pod webhook mounts
+/// it names the cache in `cacheRef`, or names none and serves the cache's model (an
+/// `hf://` repository, an `oci://` source's model id) at revision `main` (the revision the
+/// engines load). The one rule the pod webhook mounts
 /// by and the controller holds a cache's deletion by.
 pub fn model_uses(
     model: &kubeairunway_sdk::api::ModelSpec,
@@ -313,8 +362,7 @@ pub fn model_uses(
     let Some(id) = model.id.as_deref() else {
         return false;
     };
-    parse_source(&cache.source) == Ok(Source::Hf(id.to_string()))
-        && cache.revision() == DEFAULT_REVISION
+    cache.model().is_ok_and(|m| m == id) && cache.revision() == DEFAULT_REVISION
 }
 
 /// A Ready cache a ModelDeployment's pods mount.
@@ -324,7 +372,7 @@ pub struct Chosen {
     pub name: String,
     /// Its claim in the ModelDeployment's namespace.
     pub claim: String,
-    /// Its Hugging Face repository (`org/name`).
+    /// The model id it provides in the Hugging Face layout (`org/name`).
     pub repo: String,
     /// The commit its ready nodes hold.
     pub commit: String,
@@ -355,7 +403,7 @@ pub fn ready(cache: &ModelCache) -> Option<Chosen> {
     if !current || !ready || status.ready_nodes < 1 {
         return None;
     }
-    let Ok(Source::Hf(repo)) = parse_source(&cache.spec.source) else {
+    let Ok(repo) = cache.spec.model() else {
         return None;
     };
     Some(Chosen {
@@ -557,6 +605,43 @@ mod tests {
         ] {
             assert!(parse_source(bad).is_err(), "{bad}");
         }
+    }
+
+    /// An `oci://` cache provides its `modelId`, else its repository's last two segments;
+    /// a ModelDeployment of that id uses it (at `main`), and its Ready cache mounts it
+    /// under that id.
+    #[test]
+    fn an_oci_cache_provides_its_model_id() {
+        use kubeairunway_sdk::api::{ModelSource, ModelSpec};
+        let digest = "0".repeat(64);
+        assert_eq!(
+            oci_model_id(&format!("reg:5000/models/acme/tiny@sha256:{digest}")),
+            "acme/tiny"
+        );
+        assert_eq!(oci_model_id(&format!("reg/tiny@sha256:{digest}")), "tiny");
+        assert_eq!(oci_model_id("reg/acme/tiny:v1"), "acme/tiny");
+        let source = format!("oci://reg:5000/models/acme/tiny@sha256:{digest}");
+        let mut spec = ModelCacheSpec {
+            source: source.clone(),
+            ..ModelCacheSpec::default()
+        };
+        assert_eq!(spec.model().unwrap(), "acme/tiny");
+        let by_id = |id: &str| ModelSpec {
+            id: Some(id.into()),
+            source: ModelSource::Huggingface,
+            ..ModelSpec::default()
+        };
+        assert!(model_uses(&by_id("acme/tiny"), "a", &spec));
+        spec.model_id = Some("Qwen/Qwen3-0.6B".into());
+        assert!(!model_uses(&by_id("acme/tiny"), "a", &spec));
+        assert!(model_uses(&by_id("Qwen/Qwen3-0.6B"), "a", &spec));
+        let mut c = cache("oci", &source, 1);
+        c.spec.model_id = Some("Qwen/Qwen3-0.6B".into());
+        let chosen = choose(&by_id("Qwen/Qwen3-0.6B"), &[c]).unwrap();
+        assert_eq!(
+            (chosen.name.as_str(), chosen.repo.as_str()),
+            ("oci", "Qwen/Qwen3-0.6B")
+        );
     }
 
     #[test]

@@ -164,9 +164,32 @@ pub fn extract_checked<E: From<ExtractError>>(
     stage_dir(
         root,
         target,
-        |staging| unpack(layer, staging, limits, rewrite),
+        |staging| unpack(layer, Compression::Gzip, staging, limits, rewrite),
         check,
     )
+}
+
+/// How a tar layer is compressed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Compression {
+    /// A plain tar.
+    None,
+    /// A gzip tar.
+    Gzip,
+}
+
+/// Extract the tar `layer` (compressed as `compression`) into `dir`, an empty directory
+/// the caller made (and removes on an error), with the same refusals and limits as
+/// [`extract`]; `layer` is read to its end, so a reader that checks a digest at its end
+/// fails the extraction when the check fails. For artifacts whose files are moved
+/// elsewhere after extraction (OCI model artifacts into the Hugging Face layout).
+pub fn unpack_into(
+    layer: impl BufRead,
+    compression: Compression,
+    dir: &Path,
+    limits: Limits,
+) -> Result<Extracted, ExtractError> {
+    unpack(layer, compression, dir, limits, None)
 }
 
 /// Stage `target` as a copy of the complete cache directory `source` (another cache of
@@ -258,11 +281,15 @@ fn link_tree(source: &Path, dir: &Path) -> Result<Extracted, ExtractError> {
 
 fn unpack(
     mut layer: impl BufRead,
+    compression: Compression,
     dir: &Path,
     limits: Limits,
     rewrite: Option<&dyn Rewrite>,
 ) -> Result<Extracted, ExtractError> {
-    let stats = unpack_entries(&mut layer, dir, limits, rewrite)?;
+    let stats = match compression {
+        Compression::Gzip => unpack_entries(GzDecoder::new(&mut layer), dir, limits, rewrite)?,
+        Compression::None => unpack_entries(&mut layer, dir, limits, rewrite)?,
+    };
     // The rest (end-of-archive blocks, padding, gzip's trailer), so that the layer's
     // reader sees its end before the cache can appear.
     loop {
@@ -275,12 +302,12 @@ fn unpack(
 }
 
 fn unpack_entries(
-    layer: impl BufRead,
+    tar: impl Read,
     dir: &Path,
     limits: Limits,
     rewrite: Option<&dyn Rewrite>,
 ) -> Result<Extracted, ExtractError> {
-    let mut archive = Archive::new(GzDecoder::new(layer));
+    let mut archive = Archive::new(tar);
     let mut stats = Extracted {
         files: 0,
         bytes: 0,

@@ -7,6 +7,8 @@
 //! - [`image`]: a cache image's labels and manifest (the GKM/MCV "compat" format), and
 //!   [`compat`], whether a cache fits a GPU; [`triton`] rewrites Triton group files to
 //!   the path pods see;
+//! - [`modelpack`]: OCI model artifacts (ModelPack, KitOps ModelKit) pulled by digest
+//!   into the Hugging Face cache layout (`oci://` ModelCache sources);
 //! - [`allow`]: the registries the operator allows images from;
 //! - [`credentials`]: registry credentials from Docker config Secrets, read from
 //!   Kubernetes by [`secrets`].
@@ -17,6 +19,7 @@ pub mod credentials;
 pub mod extract;
 pub mod files;
 pub mod image;
+pub mod modelpack;
 pub mod oci;
 pub mod registry;
 pub mod secrets;

@@ -106,6 +106,11 @@ impl Puller {
         }
     }
 
+    /// The bounded registry client underneath (OCI model artifacts pull through it).
+    pub(crate) fn registry(&self) -> &registry::Client {
+        &self.client
+    }
+
     /// Resolve a reference (tag or digest) to the digest of its manifest.
     pub async fn resolve(&self, image: &str) -> Result<String, PullError> {
         let reference = parse(image)?;
@@ -345,7 +350,7 @@ fn parse(image: &str) -> Result<Reference, PullError> {
         .map_err(|e| PullError::Reference(image.to_string(), e.to_string()))
 }
 
-fn pinned_reference(pinned: &str) -> Result<Reference, PullError> {
+pub(crate) fn pinned_reference(pinned: &str) -> Result<Reference, PullError> {
     let reference = parse(pinned)?;
     if reference.digest().is_none() {
         return Err(PullError::NotPinned(pinned.to_string()));

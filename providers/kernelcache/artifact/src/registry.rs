@@ -58,7 +58,15 @@ pub struct RegistryError {
     pub message: String,
 }
 
+/// How the message of content that is not what its digest says ends.
+const DIGEST_MISMATCH: &str = "(digest mismatch)";
+
 impl RegistryError {
+    /// Whether content the registry sent did not match its digest.
+    pub fn is_digest_mismatch(&self) -> bool {
+        self.message.ends_with(DIGEST_MISMATCH)
+    }
+
     fn permanent(message: impl Into<String>) -> Self {
         Self {
             transient: false,
@@ -808,7 +816,7 @@ impl Hasher {
             Ok(())
         } else {
             Err(RegistryError::permanent(format!(
-                "{what}: content digest is {actual}, expected {digest} (digest mismatch)"
+                "{what}: content digest is {actual}, expected {digest} {DIGEST_MISMATCH}"
             )))
         }
     }

@@ -92,11 +92,15 @@ pub fn aggregate(
 /// the hub token could not be handed over, when it could not.
 pub fn accepted(cache: &ModelCache, credentials: Option<&str>) -> (bool, &'static str, String) {
     match parse_source(&cache.spec.source) {
-        Ok(Source::Oci(_)) => (
+        Ok(Source::Oci(_)) if cache.spec.credentials_secret_ref.is_some() => (
             false,
-            reasons::SOURCE_NOT_SUPPORTED,
-            "oci:// sources are declared in the API but not downloaded yet; use hf://org/name"
-                .into(),
+            reasons::INVALID_SPEC,
+            "credentialsSecretRef holds a hub token, for hf:// sources; oci:// sources are pulled anonymously".into(),
+        ),
+        Ok(Source::Oci(_)) => (
+            true,
+            reasons::ACCEPTED,
+            "the nodes pull it by digest".into(),
         ),
         Err(e) => (false, reasons::INVALID_SPEC, e),
         Ok(Source::Hf(_)) => match credentials {
@@ -114,7 +118,7 @@ pub fn ready(
     agg: &Aggregate,
 ) -> (bool, &'static str, String) {
     let (ok, reason, message) = accepted;
-    if !ok && (reason == reasons::SOURCE_NOT_SUPPORTED || reason == reasons::INVALID_SPEC) {
+    if !ok && reason == reasons::INVALID_SPEC {
         return (false, reason, message.to_string());
     }
     let ready = agg.count(ModelCacheState::Ready);
@@ -168,6 +172,10 @@ fn failure_reason(reason: &str) -> &'static str {
         reasons::VERIFICATION_FAILED,
         reasons::INVALID_SPEC,
         reasons::DOWNLOAD_FAILED,
+        reasons::UNSUPPORTED_MEDIA_TYPE,
+        reasons::INVALID_ARTIFACT,
+        reasons::REGISTRY_NOT_ALLOWED,
+        reasons::UNSAFE_ARCHIVE,
     ]
     .into_iter()
     .find(|r| *r == reason)
@@ -485,20 +493,35 @@ mod tests {
         let s = status(&cache("hf://o/m"), None, &[], None);
         assert_eq!(condition(&s, conditions::READY).1, reasons::NO_NODES);
 
+        // The oci:// reasons reach the cache's condition as the nodes say them.
+        for oci in [
+            reasons::UNSUPPORTED_MEDIA_TYPE,
+            reasons::INVALID_ARTIFACT,
+            reasons::REGISTRY_NOT_ALLOWED,
+            reasons::UNSAFE_ARCHIVE,
+        ] {
+            let failed = report("a", vec![entry(ModelCacheState::Failed, oci, 2)]);
+            let s = status(&cache("hf://o/m"), None, &[&failed], None);
+            assert_eq!(condition(&s, conditions::READY).1, oci);
+        }
+
         let odd = report("a", vec![entry(ModelCacheState::Failed, "Whatever", 2)]);
         let s = status(&cache("hf://o/m"), None, &[&odd], None);
         assert_eq!(condition(&s, conditions::READY).1, reasons::FAILED);
     }
 
     #[test]
-    fn oci_sources_and_missing_credentials_are_named() {
+    fn oci_sources_are_accepted_and_missing_credentials_are_named() {
         let s = status(&cache("oci://r.example/m@sha256:ab"), None, &[], None);
         let (st, reason, _) = condition(&s, conditions::ACCEPTED);
-        assert_eq!((st, reason), ("False", reasons::SOURCE_NOT_SUPPORTED));
-        assert_eq!(
-            condition(&s, conditions::READY).1,
-            reasons::SOURCE_NOT_SUPPORTED
-        );
+        assert_eq!((st, reason), ("True", reasons::ACCEPTED));
+        assert_eq!(condition(&s, conditions::READY).1, reasons::NO_NODES);
+        let mut with_token = cache("oci://r.example/m@sha256:ab");
+        with_token.spec.credentials_secret_ref =
+            Some(kubeairunway_kernelcache_api::model::CredentialsSecretRef::default());
+        let s = status(&with_token, None, &[], None);
+        let (st, reason, _) = condition(&s, conditions::ACCEPTED);
+        assert_eq!((st, reason), ("False", reasons::INVALID_SPEC));
         let s = status(
             &cache("hf://o/m"),
             None,

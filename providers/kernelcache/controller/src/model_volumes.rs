@@ -18,7 +18,7 @@
 //!   The volume's capacity is the cache's size (`1` until known).
 
 use kube::ResourceExt;
-use kubeairunway_kernelcache_api::model::{ModelCache, ModelCacheStatus, Source, parse_source};
+use kubeairunway_kernelcache_api::model::{ModelCache, ModelCacheStatus};
 use kubeairunway_kernelcache_api::names::{
     MODEL_STORAGE_CLASS, hub_folder, model_claim, model_ready_label, model_volume,
 };
@@ -47,13 +47,14 @@ pub struct Volumes {
 }
 
 /// The volume and claim `cache` should have, given its new `status` and the agents'
-/// `root` (`HF_HOME` on every node); `None` while no node is ready, for a source that is
-/// not downloaded (`oci://`, a bad one), or an object without namespace or uid.
+/// `root` (`HF_HOME` on every node); `None` while no node is ready, for a bad source, or an
+/// object without namespace or uid. The volume is the folder of the model the cache
+/// provides (an `oci://` source's model id included).
 pub fn desired(cache: &ModelCache, status: &ModelCacheStatus, root: &str) -> Option<Volumes> {
     if status.ready_nodes < 1 {
         return None;
     }
-    let Ok(Source::Hf(repo)) = parse_source(&cache.spec.source) else {
+    let Ok(repo) = cache.spec.model() else {
         return None;
     };
     let namespace = cache.namespace().filter(|n| !n.is_empty())?;
@@ -214,11 +215,16 @@ mod tests {
     }
 
     #[test]
-    fn no_volume_before_a_node_is_ready_nor_for_sources_not_downloaded() {
+    fn no_volume_before_a_node_is_ready_nor_for_bad_sources() {
         let root = "/r";
         assert!(desired(&cache("hf://Qwen/Qwen3-0.6B"), &ready(0, None), root).is_none());
-        let oci = format!("oci://r.example/m@sha256:{}", "a".repeat(64));
-        assert!(desired(&cache(&oci), &ready(1, None), root).is_none());
+        // An oci:// source's volume is the folder of the model id it is published as.
+        let oci = format!("oci://r.example/acme/m@sha256:{}", "a".repeat(64));
+        let volumes = desired(&cache(&oci), &ready(1, None), root).unwrap();
+        assert_eq!(
+            volumes.volume["spec"]["local"]["path"],
+            "/r/hub/models--acme--m"
+        );
         assert!(desired(&cache("hf://bad"), &ready(1, None), root).is_none());
         let mut no_uid = cache("hf://Qwen/Qwen3-0.6B");
         no_uid.metadata.uid = None;

@@ -133,7 +133,7 @@ pub fn missing_bytes(layout: &RepoLayout, files: &[&HubFile]) -> u64 {
 }
 
 /// Bytes this user may still write under `dir`.
-fn available(dir: &Path) -> Result<u64, Error> {
+pub fn available(dir: &Path) -> Result<u64, Error> {
     let s = rustix::fs::statvfs(dir).map_err(|e| Error::io(dir, e.into()))?;
     Ok(s.f_bavail.saturating_mul(s.f_frsize))
 }
@@ -211,7 +211,11 @@ pub async fn pull_resolved(
     {
         hub.check_access(repo, &info.commit, &first.path).await?;
     }
-    let snapshot = publish_snapshot(&layout, &info.commit, &files).await?;
+    let links: Vec<(String, String)> = files
+        .iter()
+        .map(|f| (f.path.clone(), f.etag().to_string()))
+        .collect();
+    let snapshot = publish_snapshot(&layout, &info.commit, &links).await?;
     if revision != info.commit {
         write_ref(&layout, revision, &info.commit).await?;
     }
@@ -256,16 +260,18 @@ async fn fetch_one(
     Ok((file.etag().to_string(), fetched))
 }
 
-/// Links `files` into `snapshots/<commit>`: a new snapshot is built aside and renamed
-/// into place; an existing one gets its missing links, each renamed into place.
-async fn publish_snapshot(
+/// Links `files` ((path, etag) of blobs already in `blobs/`) into `snapshots/<commit>`:
+/// a new snapshot is built aside and renamed into place; an existing one gets its missing
+/// links, each renamed into place. Shared with OCI model artifacts, whose files land in
+/// the same layout.
+pub async fn publish_snapshot(
     layout: &RepoLayout,
     commit: &str,
-    files: &[&HubFile],
+    files: &[(String, String)],
 ) -> Result<PathBuf, Error> {
     let links: Vec<(String, PathBuf)> = files
         .iter()
-        .map(|f| Ok((f.path.clone(), link_target(&f.path, f.etag())?)))
+        .map(|(path, etag)| Ok((path.clone(), link_target(path, etag)?)))
         .collect::<Result<_, Error>>()?;
     let snapshot = layout.snapshot(commit);
     let staging = layout.staging(commit);
@@ -319,7 +325,7 @@ fn link_all(dir: &Path, links: &[(String, PathBuf)]) -> Result<(), Error> {
 }
 
 /// Writes `refs/<revision>` = `commit` through a temporary file and a rename.
-async fn write_ref(layout: &RepoLayout, revision: &str, commit: &str) -> Result<(), Error> {
+pub async fn write_ref(layout: &RepoLayout, revision: &str, commit: &str) -> Result<(), Error> {
     let path = layout.reference(revision);
     let parent = path
         .parent()

@@ -76,7 +76,7 @@ pub(crate) fn start_agent(
     start_agent_with(client, node_name, root, hub, |_| {})
 }
 
-fn start_agent_with(
+pub(crate) fn start_agent_with(
     client: &Client,
     node_name: &str,
     root: &Path,
@@ -636,6 +636,25 @@ async fn model_cache_sources_are_checked_at_admission() {
         assert!(e.to_string().contains(message), "{source}: {e}");
     }
     let digest = "a".repeat(64);
+    let pinned = format!("oci://r.example/m@sha256:{digest}");
+    for (spec, message) in [
+        (
+            json!({"source": "hf://o/m", "modelId": "o/m"}),
+            "modelId is for oci://",
+        ),
+        (
+            json!({"source": pinned, "include": ["*.json"]}),
+            "include is for hf://",
+        ),
+        (
+            json!({"source": pinned, "credentialsSecretRef": {"name": "t"}}),
+            "credentialsSecretRef holds a hub token",
+        ),
+        (json!({"source": pinned, "modelId": "a/b/c"}), "modelId"),
+    ] {
+        let e = model_cache(&client, "bad", spec.clone()).await.unwrap_err();
+        assert!(e.to_string().contains(message), "{spec}: {e}");
+    }
     let oci = model_cache(
         &client,
         "oci",
@@ -755,7 +774,7 @@ pub(crate) async fn cache_where(
     }
 }
 
-fn condition<'a>(s: &'a ModelCacheStatus, type_: &str) -> Option<(&'a str, &'a str)> {
+pub(crate) fn condition<'a>(s: &'a ModelCacheStatus, type_: &str) -> Option<(&'a str, &'a str)> {
     s.conditions
         .iter()
         .find(|c| c.type_ == type_)
@@ -863,14 +882,11 @@ async fn the_controller_adds_up_the_nodes_labels_them_and_hands_the_token_over()
         &gated_commit,
         &files(),
     );
-    let oci = cache_where(&client, "oci", "oci refused", |s| !s.conditions.is_empty()).await;
+    // An oci:// source is accepted; its registry does not exist, so no node is ready.
+    let oci = cache_where(&client, "oci", "oci accepted", |s| !s.conditions.is_empty()).await;
     assert_eq!(
         condition(&oci, conditions::ACCEPTED),
-        Some(("False", reasons::SOURCE_NOT_SUPPORTED))
-    );
-    assert_eq!(
-        condition(&oci, conditions::READY),
-        Some(("False", reasons::SOURCE_NOT_SUPPORTED))
+        Some(("True", reasons::ACCEPTED))
     );
     assert_eq!(oci.ready_nodes, 0);
 

@@ -1,7 +1,7 @@
 //! The model-cache loop's pure decisions: which ModelCaches this node holds (source and
 //! nodeSelector against its labels), which downloads start (a bounded number at once;
 //! failures wait for their retry), what each entry of the node's report says, whether a
-//! resolved revision fits the storage budget, and which reason a hub error is.
+//! resolved revision fits the storage budget, and which reason a hub or registry error is.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -10,6 +10,9 @@ use kube::ResourceExt as _;
 use kubeairunway_kernelcache_api::model::{
     ModelCache, ModelCacheState, NodeModelCache, Source, parse_source, reasons,
 };
+use kubeairunway_kernelcache_artifact::extract::ExtractError;
+use kubeairunway_kernelcache_artifact::modelpack::PlanError;
+use kubeairunway_kernelcache_artifact::modelpack::pull::ModelError;
 use kubeairunway_modelcache_hub::Error as HubError;
 use tokio::time::Instant;
 
@@ -38,9 +41,12 @@ pub struct Wanted {
     pub key: Key,
     /// Its generation (a new one downloads again).
     pub generation: i64,
-    /// The repository (`org/name`).
+    /// The model id (`org/name`): the hub repository of an `hf://` source, the id an
+    /// `oci://` source is published as.
     pub repo: String,
-    /// The revision.
+    /// The pinned reference (`registry/repo@sha256:...`) of an `oci://` source.
+    pub oci: Option<String>,
+    /// The revision (of an `oci://` source: the ref written).
     pub revision: String,
     /// Include patterns.
     pub include: Vec<String>,
@@ -52,12 +58,10 @@ pub struct Wanted {
     pub invalid: Option<String>,
 }
 
-/// The ModelCaches this node holds: those with an `hf://` source whose nodeSelector its
-/// labels match. Without its labels, only caches without a nodeSelector (the others
-/// wait). `oci://` sources are not downloaded: the controller refuses them
-/// (`SourceNotSupported`), so the nodes report nothing of them. A cache being deleted
-/// is still held (the controller's finalizer keeps it while ModelDeployments use it): its
-/// files stay until the object is gone.
+/// The ModelCaches this node holds: those whose nodeSelector its labels match (`hf://`
+/// and `oci://` sources alike). Without its labels, only caches without a nodeSelector
+/// (the others wait). A cache being deleted is still held (the controller's finalizer
+/// keeps it while ModelDeployments use it): its files stay until the object is gone.
 pub fn wanted<'a>(
     caches: impl IntoIterator<Item = &'a ModelCache>,
     labels: Option<&BTreeMap<String, String>>,
@@ -69,47 +73,61 @@ pub fn wanted<'a>(
             (Some(labels), selector) => selects(selector, labels),
             (None, Some(_)) => false,
         })
-        .filter_map(|c| {
-            let source = parse_source(&c.spec.source);
-            if matches!(source, Ok(Source::Oci(_))) {
-                return None;
-            }
-            let budget = c
-                .spec
-                .storage_budget
-                .as_ref()
-                .map(|q| match q.0.parse::<Size>() {
-                    Ok(Size::Bytes(b)) => Ok(b),
-                    _ => Err(format!(
-                        "storageBudget {:?}: expected bytes or a quantity without fraction (20Gi, 500M)",
-                        q.0
-                    )),
-                })
-                .transpose();
-            let invalid = match (&source, &budget) {
-                (Err(e), _) | (_, Err(e)) => Some(e.clone()),
-                _ => None,
-            };
-            Some(Wanted {
-                key: Key {
-                    namespace: c.namespace().unwrap_or_default(),
-                    name: c.name_any(),
-                },
-                generation: c.metadata.generation.unwrap_or_default(),
-                repo: match source {
-                    Ok(Source::Hf(repo)) => repo,
-                    _ => String::new(),
-                },
-                revision: c.spec.revision().to_string(),
-                include: c.spec.include.clone(),
-                budget: budget.ok().flatten(),
-                token: c.spec.credentials_secret_ref.is_some(),
-                invalid,
-            })
-        })
+        .map(wanted_one)
         .collect();
     out.sort_by(|a, b| a.key.cmp(&b.key));
     out
+}
+
+/// One ModelCache this node holds, as its download needs it (a part of [`wanted`]).
+fn wanted_one(c: &ModelCache) -> Wanted {
+    let source = parse_source(&c.spec.source);
+    let budget = c
+        .spec
+        .storage_budget
+        .as_ref()
+        .map(|q| match q.0.parse::<Size>() {
+            Ok(Size::Bytes(b)) => Ok(b),
+            _ => Err(format!(
+                "storageBudget {:?}: expected bytes or a quantity without fraction (20Gi, 500M)",
+                q.0
+            )),
+        })
+        .transpose();
+    let model = c.spec.model();
+    let invalid = match (&model, &budget) {
+        (Err(e), _) | (_, Err(e)) => Some(e.clone()),
+        _ if c.spec.model_id.is_some() && !matches!(source, Ok(Source::Oci(_))) => {
+            Some("modelId is for oci:// sources".into())
+        }
+        _ if c.spec.credentials_secret_ref.is_some() && matches!(source, Ok(Source::Oci(_))) => {
+            Some(
+                "credentialsSecretRef is for hf:// sources; oci:// sources are pulled anonymously"
+                    .into(),
+            )
+        }
+        _ if !c.spec.include.is_empty() && matches!(source, Ok(Source::Oci(_))) => {
+            Some("include is for hf:// sources; an oci:// artifact is pulled whole".into())
+        }
+        _ => None,
+    };
+    Wanted {
+        key: Key {
+            namespace: c.namespace().unwrap_or_default(),
+            name: c.name_any(),
+        },
+        generation: c.metadata.generation.unwrap_or_default(),
+        repo: model.unwrap_or_default(),
+        oci: match source {
+            Ok(Source::Oci(reference)) => Some(reference),
+            _ => None,
+        },
+        revision: c.spec.revision().to_string(),
+        include: c.spec.include.clone(),
+        budget: budget.ok().flatten(),
+        token: c.spec.credentials_secret_ref.is_some(),
+        invalid,
+    }
 }
 
 /// What the loop knows of one cache on this node.
@@ -341,6 +359,22 @@ pub fn reason(error: &HubError) -> &'static str {
     }
 }
 
+/// The reason of an `oci://` pull error (the message is the error's own text).
+pub fn oci_reason(error: &ModelError) -> &'static str {
+    match error {
+        ModelError::Reference(_) => reasons::INVALID_SPEC,
+        ModelError::Plan(PlanError::UnsupportedMediaType { .. }) => reasons::UNSUPPORTED_MEDIA_TYPE,
+        ModelError::Plan(_) => reasons::INVALID_ARTIFACT,
+        ModelError::Registry(e) if e.is_digest_mismatch() => reasons::VERIFICATION_FAILED,
+        ModelError::Registry(e) if e.not_found => reasons::NOT_FOUND,
+        ModelError::Extract(ExtractError::Io { .. })
+        | ModelError::Registry(_)
+        | ModelError::Io(_) => reasons::DOWNLOAD_FAILED,
+        ModelError::Extract(_) => reasons::UNSAFE_ARCHIVE,
+        ModelError::Layout(e) => reason(e),
+    }
+}
+
 /// The Event reasons the agent publishes on a ModelCache.
 pub mod events {
     /// The cache became ready on a node.
@@ -419,26 +453,52 @@ mod tests {
     }
 
     #[test]
-    fn the_node_holds_hf_caches_its_labels_select() {
+    fn the_node_holds_the_caches_its_labels_select() {
         let caches = [
             cache("all", "hf://o/all", None),
             cache("gpu", "hf://o/gpu", Some(("pool", "gpu"))),
             cache("cpu", "hf://o/cpu", Some(("pool", "cpu"))),
-            cache("oci", "oci://r.example/m@sha256:ab", None),
+            cache("oci", "oci://r.example/acme/m@sha256:ab", None),
         ];
         let names = |w: Vec<Wanted>| w.into_iter().map(|w| w.key.name).collect::<Vec<_>>();
         assert_eq!(
             names(wanted(&caches, Some(&labels(&[("pool", "gpu")])))),
-            ["all", "gpu"]
+            ["all", "gpu", "oci"]
         );
         assert_eq!(
             names(wanted(&caches, None)),
-            ["all"],
+            ["all", "oci"],
             "selectors wait for labels"
         );
         let w = &wanted(&caches, None)[0];
         assert_eq!((w.repo.as_str(), w.revision.as_str()), ("o/all", "main"));
-        assert!(!w.token && w.invalid.is_none());
+        assert!(!w.token && w.invalid.is_none() && w.oci.is_none());
+        let oci = &wanted(&caches, None)[1];
+        assert_eq!(oci.repo, "acme/m", "the model id from the repository");
+        assert_eq!(oci.oci.as_deref(), Some("r.example/acme/m@sha256:ab"));
+        assert!(oci.invalid.is_none());
+    }
+
+    #[test]
+    fn model_ids_and_tokens_are_refused_where_they_do_not_apply() {
+        let mut hf_with_id = cache("a", "hf://o/m", None);
+        hf_with_id.spec.model_id = Some("o/m".into());
+        let mut oci_with_token = cache("b", "oci://r.example/m@sha256:ab", None);
+        oci_with_token.spec.credentials_secret_ref = Some(CredentialsSecretRef::default());
+        let mut oci_with_id = cache("c", "oci://r.example/m@sha256:ab", None);
+        oci_with_id.spec.model_id = Some("Qwen/Qwen3-0.6B".into());
+        let w = wanted(&[hf_with_id, oci_with_token, oci_with_id], None);
+        assert!(w[0].invalid.as_deref().unwrap().contains("modelId"));
+        assert!(
+            w[1].invalid
+                .as_deref()
+                .unwrap()
+                .contains("credentialsSecretRef")
+        );
+        assert_eq!(
+            (w[2].repo.as_str(), w[2].invalid.as_ref()),
+            ("Qwen/Qwen3-0.6B", None)
+        );
     }
 
     #[test]
@@ -557,6 +617,59 @@ mod tests {
         assert_eq!(note, "on node n: GatedRepo: no token");
         assert_eq!(event(Some(&failed), &failed, "n"), None);
         assert!(event(Some(&failed), &at(ModelCacheState::Failed, "other"), "n").is_some());
+    }
+
+    #[test]
+    fn oci_errors_have_their_reasons() {
+        use kubeairunway_kernelcache_artifact::registry::RegistryError;
+        let registry = |message: &str, not_found| {
+            ModelError::Registry(RegistryError {
+                transient: false,
+                not_found,
+                message: message.into(),
+            })
+        };
+        let cases = [
+            (
+                registry(
+                    "layer sha256:a: content digest is sha256:b, expected sha256:a (digest mismatch)",
+                    false,
+                ),
+                reasons::VERIFICATION_FAILED,
+            ),
+            (registry("manifest: 404", true), reasons::NOT_FOUND),
+            (
+                registry("connection refused", false),
+                reasons::DOWNLOAD_FAILED,
+            ),
+            (
+                ModelError::Plan(PlanError::UnsupportedMediaType {
+                    digest: "d".into(),
+                    media_type: "application/zip".into(),
+                    why: String::new(),
+                }),
+                reasons::UNSUPPORTED_MEDIA_TYPE,
+            ),
+            (
+                ModelError::Plan(PlanError::NotAModel {
+                    artifact_type: String::new(),
+                    config: "application/vnd.oci.image.config.v1+json".into(),
+                }),
+                reasons::INVALID_ARTIFACT,
+            ),
+            (
+                ModelError::Extract(ExtractError::ParentDir("../x".into())),
+                reasons::UNSAFE_ARCHIVE,
+            ),
+            (
+                ModelError::Extract(ExtractError::TooLarge { limit: 1 }),
+                reasons::UNSAFE_ARCHIVE,
+            ),
+            (ModelError::Io("disk".into()), reasons::DOWNLOAD_FAILED),
+        ];
+        for (error, expected) in cases {
+            assert_eq!(oci_reason(&error), expected, "{error}");
+        }
     }
 
     #[test]

@@ -2,20 +2,30 @@
 //! controller in the credentials namespace), the revision resolved to a commit and its
 //! files, the storage budget and the free space above `--min-free` checked against them
 //! before a byte is written, then the pull (`kubeairunway-modelcache-hub`: resumes from
-//! partial files, verifies each blob, publishes the snapshot at once).
+//! partial files, verifies each blob, publishes the snapshot at once). An `oci://` source
+//! takes the same phases through the kernel caches' registry client instead of the hub
+//! ([`run_oci`]: the allow-list, the manifest by digest, the budget and free space, then
+//! [`Puller::pull_model`]).
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
 use kubeairunway_kernelcache_api::model::reasons;
 use kubeairunway_kernelcache_api::names::{MODEL_TOKEN_KEY, model_token_secret};
+use kubeairunway_kernelcache_artifact::allow::AllowedRegistries;
+use kubeairunway_kernelcache_artifact::extract::Limits;
+use kubeairunway_kernelcache_artifact::modelpack::pull::{
+    self as oci, Inspected, ModelError, Target,
+};
+use kubeairunway_kernelcache_artifact::oci::Puller;
 use kubeairunway_kernelcache_artifact::secrets::SecretApi;
 use kubeairunway_modelcache_hub::client::HubOptions;
 use kubeairunway_modelcache_hub::layout::{RepoLayout, check_revision};
 use kubeairunway_modelcache_hub::pull::{missing_bytes, select, unique_bytes};
 use kubeairunway_modelcache_hub::{Hub, HubFile, PullOptions, RepoId, pull_resolved};
+use oci_client::secrets::RegistryAuth;
 
-use crate::models::decide::{Wanted, check_budget, check_space, reason};
+use crate::models::decide::{Wanted, check_budget, check_space, oci_reason, reason};
 use crate::space::{Size, filesystem};
 
 /// How far a download is, once its revision is resolved (read by the report).
@@ -26,16 +36,40 @@ pub struct Progress {
     /// Bytes of the files, each blob once.
     pub total: u64,
     layout: RepoLayout,
-    files: Vec<HubFile>,
+    files: Files,
+}
+
+/// What a download fetches, to measure what is on disk.
+#[derive(Clone, Debug)]
+enum Files {
+    /// A hub revision's files.
+    Hub(Vec<HubFile>),
+    /// An OCI artifact's layers (counted as they complete).
+    Oci(Box<Inspected>),
 }
 
 impl Progress {
-    /// Bytes on disk of the files (complete blobs and partial downloads).
+    /// Bytes on disk of the files (complete blobs and partial downloads; of an OCI
+    /// artifact, its complete raw layers).
     pub fn done(&self) -> u64 {
-        let files: Vec<&HubFile> = self.files.iter().collect();
-        self.total
-            .saturating_sub(missing_bytes(&self.layout, &files))
+        let missing = match &self.files {
+            Files::Hub(files) => {
+                let files: Vec<&HubFile> = files.iter().collect();
+                missing_bytes(&self.layout, &files)
+            }
+            Files::Oci(inspected) => oci::missing_bytes(&self.layout, inspected),
+        };
+        self.total.saturating_sub(missing)
     }
+}
+
+/// The registry settings of `oci://` sources (the kernel caches').
+#[derive(Clone, Debug, Default)]
+pub struct RegistrySettings {
+    /// Registries spoken to over plain HTTP.
+    pub plain_http: Vec<String>,
+    /// Registries sources may come from.
+    pub allowed: AllowedRegistries,
 }
 
 /// Where a running download reports its progress.
@@ -53,6 +87,8 @@ pub struct Job {
     pub parallel_files: usize,
     /// Free space no download goes below.
     pub min_free: Size,
+    /// The registries of `oci://` sources.
+    pub registry: RegistrySettings,
     /// Where the controller hands tokens over.
     pub credentials_namespace: Option<String>,
     /// Reading the handed-over token.
@@ -104,9 +140,13 @@ fn hub_failure(e: &kubeairunway_modelcache_hub::Error) -> Failure {
     failure(reason(e), e.to_string())
 }
 
-/// Downloads the job's cache (phases: [`token`], resolve and check, pull).
+/// Downloads the job's cache (phases: [`token`], resolve and check, pull; an `oci://`
+/// source: [`run_oci`]).
 pub async fn run(job: Job) -> Result<Done, Failure> {
     let w = &job.wanted;
+    if let Some(reference) = &w.oci {
+        return run_oci(&job, reference).await;
+    }
     let token = if w.token {
         Some(token(&job).await?)
     } else {
@@ -150,7 +190,7 @@ pub async fn run(job: Job) -> Result<Done, Failure> {
             commit: info.commit.clone(),
             total,
             layout,
-            files: files.into_iter().cloned().collect(),
+            files: Files::Hub(files.into_iter().cloned().collect()),
         });
     }
     let options = PullOptions {
@@ -161,6 +201,71 @@ pub async fn run(job: Job) -> Result<Done, Failure> {
     let report = pull_resolved(&hub, &job.cache_dir, &repo, &w.revision, &info, &options)
         .await
         .map_err(|e| with_commit(hub_failure(&e)))?;
+    Ok(Done {
+        commit: report.commit,
+        bytes: report.bytes_total,
+        received: report.bytes_received,
+    })
+}
+
+fn oci_failure(e: &ModelError) -> Failure {
+    failure(oci_reason(e), e.to_string())
+}
+
+/// Pulls the job's `oci://` artifact `reference` (pinned): the allow-list, the manifest
+/// and config by digest, the budget and the free space above `--min-free` against its
+/// layers, then the layers (each verified, tar layers extracted under caps no larger
+/// than the budget and the room left) and the snapshot published under the model id.
+pub async fn run_oci(job: &Job, reference: &str) -> Result<Done, Failure> {
+    let w = &job.wanted;
+    let repo = RepoId::parse(&w.repo).map_err(|e| hub_failure(&e))?;
+    check_revision(&w.revision).map_err(|e| hub_failure(&e))?;
+    job.registry
+        .allowed
+        .check(reference)
+        .map_err(|m| failure(reasons::REGISTRY_NOT_ALLOWED, m))?;
+    let puller = Puller::new(RegistryAuth::Anonymous, job.registry.plain_http.clone());
+    let inspected = puller
+        .inspect_model(reference)
+        .await
+        .map_err(|e| oci_failure(&e))?;
+    let commit = inspected.snapshot.clone();
+    let with_commit = |mut f: Failure| {
+        f.commit = Some(commit.clone());
+        f
+    };
+    let total = inspected.plan.total();
+    check_budget(total, w.budget).map_err(|(r, m)| with_commit(failure(r, m)))?;
+    let layout = RepoLayout::new(&job.cache_dir, &repo);
+    let fs = filesystem(&job.cache_dir)
+        .map_err(|e| with_commit(failure(reasons::DOWNLOAD_FAILED, e)))?;
+    check_space(oci::missing_bytes(&layout, &inspected), fs, job.min_free)
+        .map_err(|(r, m)| with_commit(failure(r, m)))?;
+    // A tar layer may not expand past the budget nor the room left above the floor.
+    let room = fs.free.saturating_sub(job.min_free.bytes(fs.total));
+    let limits = Limits {
+        max_bytes: w.budget.unwrap_or(u64::MAX).min(room),
+        ..Limits::default()
+    };
+    if let Ok(mut p) = job.progress.lock() {
+        *p = Some(Progress {
+            commit: commit.clone(),
+            total,
+            layout,
+            files: Files::Oci(Box::new(inspected.clone())),
+        });
+    }
+    let target = Target {
+        cache_dir: &job.cache_dir,
+        model_id: &repo,
+        revision: &w.revision,
+        limits,
+        check_space: false,
+    };
+    let report = puller
+        .pull_model(&inspected, &target)
+        .await
+        .map_err(|e| with_commit(oci_failure(&e)))?;
     Ok(Done {
         commit: report.commit,
         bytes: report.bytes_total,

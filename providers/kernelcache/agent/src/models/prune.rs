@@ -228,6 +228,7 @@ mod tests {
             },
             generation: 1,
             repo: repo.into(),
+            oci: None,
             revision: "main".into(),
             include: Vec::new(),
             budget: None,
