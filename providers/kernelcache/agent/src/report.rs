@@ -40,6 +40,7 @@ pub fn status(
                 incompatible_gpus: e.incompatible.clone(),
                 size_bytes: e.size_bytes.map(|b| i64::try_from(b).unwrap_or(i64::MAX)),
                 message: e.message.clone(),
+                reason: e.reason.clone(),
                 last_transition_time,
             }
         })
@@ -90,6 +91,11 @@ pub fn event(
             "Staged",
             false,
             format!("{} ready on node {node}", now.digest),
+        )),
+        CacheState::Evicted if before.is_none_or(|b| b.state != CacheState::Evicted) => Some((
+            "Evicted",
+            false,
+            format!("{} on node {node}: {detail}", now.digest),
         )),
         CacheState::Failed => Some((
             "StagingFailed",
@@ -172,6 +178,7 @@ mod tests {
             incompatible: Vec::new(),
             size_bytes: Some(10),
             message: None,
+            reason: None,
         }
     }
 

@@ -494,6 +494,7 @@ mod tests {
             name,
             KernelCacheNodeSpec {
                 node_name: name.into(),
+                in_use: None,
             },
         );
         n.status = Some(KernelCacheNodeStatus {
