@@ -85,7 +85,7 @@ mod tests {
 
     #[test]
     fn the_caches_of_unfinished_pods_bound_to_the_node_are_in_use() {
-        let pods = [
+        let pods = vec![
             pod("ml", Some("gpu-1"), "Running", Some("ml/vadd@sha256:1")),
             pod("ml", Some("gpu-1"), "Pending", Some("ml/other@sha256:2")),
             // The same cache twice: once.

@@ -256,7 +256,7 @@ async fn enforce_controller_policies(
         "the kernel-cache controller changes only spec.inUse of a KernelCacheNode",
     );
     reports
-        .delete("probe-node", &Default::default())
+        .delete("probe-node", &DeleteParams::default())
         .await
         .unwrap();
     // Where the probes end in the audit log: the controller's own requests come after.
