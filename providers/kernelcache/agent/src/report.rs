@@ -223,6 +223,19 @@ mod tests {
             event(None, &inc, "gpu-1").unwrap().2,
             "sha256:ab does not fit node gpu-1: cache built for cuda arch 75; GPU 0 (H100) is 90"
         );
+        let mut evicted = ready.clone();
+        evicted.state = CacheState::Evicted;
+        evicted.message = Some("evicted from this node to make room for ml/b@sha256:cd".into());
+        assert_eq!(
+            event(Some(ready), &evicted, "gpu-1"),
+            Some((
+                "Evicted",
+                false,
+                "sha256:ab on node gpu-1: evicted from this node to make room for ml/b@sha256:cd"
+                    .into()
+            ))
+        );
+        assert_eq!(event(Some(&evicted), &evicted, "gpu-1"), None);
         let mut failed = ready.clone();
         failed.state = CacheState::Failed;
         failed.message = Some("registry: 404".into());
