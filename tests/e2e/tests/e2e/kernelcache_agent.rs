@@ -1022,6 +1022,41 @@ async fn a_cache_no_pod_uses_is_evicted_for_one_that_does_not_fit_and_one_in_use
         "a is not staged again by evicting b"
     );
 
+    // After a restart the agent still knows `a` was evicted (from its report): once it
+    // has decided on both caches again (each counted as compatible), `a` is still
+    // Evicted and `b` still on disk, nothing downloaded.
+    running.stop().await;
+    let running = start_agent_with(&client, node, root.path(), &registry, MI210, |s| {
+        s.disk_budget = Some(Size::Bytes(a_size));
+    });
+    eventually(90, "both caches decided again", || async {
+        let text = running.metrics.encode();
+        let compatible = text
+            .lines()
+            .find(|l| {
+                l.starts_with("kubeairunway_kernel_cache_compatibility_checks_total")
+                    && l.contains("compatible")
+                    && !l.contains("incompatible")
+            })?
+            .rsplit(' ')
+            .next()?
+            .parse::<f64>()
+            .ok()?;
+        (compatible >= 2.0).then_some(())
+    })
+    .await
+    .unwrap();
+    let report = node_where(&client, node, "a still Evicted", |n| {
+        state_of(n, "a") == Some(CacheState::Evicted) && state_of(n, "b") == Some(CacheState::Ready)
+    })
+    .await;
+    assert!(dir("b", &b_digest).exists(), "b not evicted in turn");
+    assert_eq!(running.metrics.downloads("success"), 0);
+    assert_eq!(
+        entry(&report, "a").unwrap().reason.as_deref(),
+        Some("EvictedForSpace")
+    );
+
     // `b` no longer wanted: `a` fits again without evicting and is staged again.
     cache(&client, &registry, "ml", "b", &b, false).await;
     node_where(&client, node, "a Ready again, b gone", |n| {
