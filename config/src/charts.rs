@@ -573,7 +573,8 @@ pub struct KernelCacheAgent {
     #[schemars(range(min = 1))]
     pub parallel_stages: i32,
     /// What all caches together may take on a node (--disk-budget): bytes, a quantity
-    /// (20Gi) or a share of the cache root's filesystem (20%); empty: no budget.
+    /// (20Gi) or a share of the cache root's filesystem (20%); empty: no budget. A cache
+    /// that does not fit evicts the least recently used caches no pod on the node uses.
     #[schemars(regex(pattern = r"^([0-9]+(Ki|Mi|Gi|Ti|k|M|G|T)?|[0-9]{1,3}%)?$"))]
     pub disk_budget: String,
     /// Free space no stage goes below on the cache root's filesystem (--min-free): bytes,

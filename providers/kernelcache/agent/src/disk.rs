@@ -169,6 +169,25 @@ fn remove_any(path: &Path) -> io::Result<()> {
     }
 }
 
+/// When the cache of `key` was last used: its directory's modification time, which
+/// [`mark_used`] moves while pods use it (else it is when the cache was staged).
+pub fn last_used(root: &Path, key: &Key) -> io::Result<std::time::SystemTime> {
+    key.dir(root).symlink_metadata()?.modified()
+}
+
+/// Record that the cache of `key` is in use at `now` (its directory's modification
+/// time; nothing inside changes).
+pub fn mark_used(root: &Path, key: &Key, now: std::time::SystemTime) -> io::Result<()> {
+    let dir = key.dir(root);
+    if !dir.symlink_metadata()?.is_dir() {
+        return Err(io::Error::other(format!(
+            "{} is not a directory",
+            dir.display()
+        )));
+    }
+    fs::File::open(&dir)?.set_modified(now)
+}
+
 /// Read every directory of `keys` not in `known` yet.
 pub fn read_new(root: &Path, keys: &[Key], known: &mut BTreeMap<Key, Result<OnDisk, String>>) {
     known.retain(|k, _| keys.contains(k));
@@ -232,6 +251,17 @@ mod tests {
         assert!(outside.path().join("precious").exists());
         // Already gone: fine.
         remove(r, &key("ml", "vadd")).unwrap();
+    }
+
+    #[test]
+    fn last_use_is_the_directory_time_that_marking_moves() {
+        let root = tempfile::tempdir().unwrap();
+        let k = key("ml", "vadd");
+        fs::create_dir_all(k.dir(root.path())).unwrap();
+        let then = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000);
+        mark_used(root.path(), &k, then).unwrap();
+        assert_eq!(last_used(root.path(), &k).unwrap(), then);
+        assert!(mark_used(root.path(), &key("ml", "gone"), then).is_err());
     }
 
     #[test]

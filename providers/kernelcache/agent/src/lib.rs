@@ -18,6 +18,7 @@
 
 pub mod app;
 pub mod disk;
+pub mod evict;
 pub mod gpu;
 pub mod metrics;
 pub mod models;
@@ -49,6 +50,7 @@ use tracing::{info, warn};
 use gpu::{Detected, GpuSource};
 use kubeairunway_kernelcache_api::{
     CacheState, KernelCache, KernelCacheNode, KernelCacheNodeStatus, NodeCache, NodeDisk,
+    node_reasons,
 };
 use kubeairunway_kernelcache_artifact::allow::AllowedRegistries;
 use kubeairunway_kernelcache_artifact::extract::Limits;
@@ -177,6 +179,10 @@ struct Agent {
     checked: BTreeSet<Key>,
     /// The Triton mount path group files on disk were last rewritten to.
     rewritten: BTreeMap<Key, String>,
+    /// Wanted caches evicted from the disk, with the message reported for them (kept
+    /// until one is on disk again or no longer wanted; read back from the status after a
+    /// restart).
+    evicted: BTreeMap<Key, String>,
     tasks: JoinSet<(Wanted, Outcome)>,
 }
 
@@ -316,6 +322,11 @@ impl Agent {
                 BTreeMap::new()
             }
         };
+        let evicted = reported
+            .iter()
+            .filter(|(_, c)| c.state == CacheState::Evicted)
+            .map(|(k, c)| (k.clone(), c.message.clone().unwrap_or_default()))
+            .collect();
         Agent {
             recorder: Recorder::new(
                 client,
@@ -347,6 +358,7 @@ impl Agent {
             written: None,
             checked: BTreeSet::new(),
             rewritten: BTreeMap::new(),
+            evicted,
             tasks: JoinSet::new(),
             settings,
             seams,
@@ -472,12 +484,14 @@ impl Agent {
         }
     }
 
-    /// One pass, in phases: read the Node ([`Agent::read_node`]) and the disk
-    /// ([`Agent::read_disk`]), forget what is no longer wanted, [`plan::plan`], start the
-    /// registry work ([`Agent::start_work`]), point Triton group files at their mount
-    /// paths ([`Agent::rewrite_ready`]), remove directories, and report.
+    /// One pass, in phases: read the Node ([`Agent::read_node`]), the caches in use on it
+    /// ([`Agent::read_in_use`]) and the disk ([`Agent::read_disk`]), forget what is no
+    /// longer wanted, [`plan::plan`], remove directories, make room for the stages
+    /// ([`Agent::make_room`]), start the registry work ([`Agent::start_work`]), point
+    /// Triton group files at their mount paths ([`Agent::rewrite_ready`]), and report.
     async fn reconcile(&mut self) -> anyhow::Result<()> {
         let node = self.read_node().await;
+        let in_use = self.read_in_use().await;
         let caches = self.store.state();
         let wanted = plan::wanted(
             caches.iter().map(AsRef::as_ref),
@@ -502,7 +516,10 @@ impl Agent {
                 failed: &failed,
             },
         );
+        self.remove_dirs(&root, remove.iter().chain(&damaged));
+        let stage = self.make_room(&root, stage, in_use.as_ref(), &mut entries);
         self.start_work(inspect, stage, &mut entries);
+        self.report_evicted(&mut entries);
         self.rewrite_ready(&wanted, &entries, &root);
         self.count_checks(&entries);
         self.metrics.cache_sizes(
@@ -514,17 +531,147 @@ impl Agent {
                 })
                 .collect::<Vec<_>>(),
         );
-        for key in remove.iter().chain(&damaged) {
+        self.write_status(&entries).await
+    }
+
+    /// Remove the directories of `keys` (a phase of [`Agent::reconcile`]); the keys
+    /// removed.
+    fn remove_dirs<'a>(
+        &mut self,
+        root: &Path,
+        keys: impl IntoIterator<Item = &'a Key>,
+    ) -> Vec<Key> {
+        let mut removed = Vec::new();
+        for key in keys {
             info!(cache = %key, "removing kernel cache directory");
-            match disk::remove(&root, key) {
+            match disk::remove(root, key) {
                 Ok(()) => {
                     self.disk.remove(key);
                     self.rewritten.remove(key);
+                    removed.push(key.clone());
                 }
                 Err(e) => warn!(cache = %key, error = %e, "removing kernel cache directory"),
             }
         }
-        self.write_status(&entries).await
+        removed
+    }
+
+    /// The caches pods on this node use, as the controller recorded them in this node's
+    /// KernelCacheNode (a phase of [`Agent::reconcile`]); none while unknown (nothing is
+    /// evicted then).
+    async fn read_in_use(&self) -> Option<BTreeSet<Key>> {
+        match self.nodes.get_opt(&self.settings.node_name).await {
+            Ok(found) => found?
+                .spec
+                .in_use
+                .map(|keys| keys.iter().filter_map(|k| Key::parse(k)).collect()),
+            Err(e) => {
+                warn!(error = %e, "reading the caches in use on this node; evicting none");
+                None
+            }
+        }
+    }
+
+    /// Evict what [`evict::decide`] chooses so that `stage` fits, after marking the caches
+    /// in use as used now (a phase of [`Agent::reconcile`]); the stages to start (those
+    /// evicted before that still have no room wait).
+    fn make_room(
+        &mut self,
+        root: &Path,
+        stage: Vec<Wanted>,
+        in_use: Option<&BTreeSet<Key>>,
+        entries: &mut [plan::Entry],
+    ) -> Vec<Wanted> {
+        let now = std::time::SystemTime::now();
+        for key in in_use.into_iter().flatten() {
+            if matches!(self.disk.get(key), Some(Ok(_)))
+                && let Err(e) = disk::mark_used(root, key, now)
+            {
+                warn!(cache = %key, error = %e, "recording the use of a kernel cache");
+            }
+        }
+        let held: Vec<evict::Held> = entries
+            .iter()
+            .filter(|e| e.state == CacheState::Ready && !self.busy.contains_key(&e.key))
+            .filter_map(|e| {
+                let size_bytes = self.disk.get(&e.key)?.as_ref().ok()?.size_bytes;
+                let last_used = disk::last_used(root, &e.key).ok()?;
+                Some(evict::Held {
+                    key: e.key.clone(),
+                    size_bytes,
+                    last_used,
+                })
+            })
+            .collect();
+        let to_stage: Vec<evict::ToStage> = stage
+            .iter()
+            .map(|w| evict::ToStage {
+                key: w.key.clone(),
+                declared: self.sizes.get(&w.pinned).copied(),
+                evicted_before: self.evicted.contains_key(&w.key),
+            })
+            .collect();
+        let decision = evict::decide(&to_stage, &held, in_use, self.space());
+        for e in &decision.evict {
+            if !self.remove_dirs(root, [&e.key]).is_empty() {
+                let message = format!(
+                    "evicted from this node to make room for {} under its disk budget: no pod here used it, and it was the least recently used",
+                    e.made_room_for
+                );
+                info!(cache = %e.key, room_for = %e.made_room_for, "evicted kernel cache");
+                self.evicted.insert(e.key.clone(), message);
+            }
+        }
+        // Reported Evicted by [`Agent::report_evicted`].
+        for entry in entries.iter_mut() {
+            let gone = decision.evict.iter().any(|e| e.key == entry.key)
+                && !self.disk.contains_key(&entry.key);
+            if gone || decision.hold.contains(&entry.key) {
+                entry.state = CacheState::Pending;
+            }
+        }
+        stage
+            .into_iter()
+            .filter(|w| !decision.hold.contains(&w.key))
+            .collect()
+    }
+
+    /// The room a stage has now, for [`evict::decide`]: what the budget and the free-space
+    /// floor leave (none when the filesystem cannot be read).
+    fn space(&self) -> evict::Space {
+        let Ok(fs) = space::filesystem(&self.settings.cache_root) else {
+            return evict::Space {
+                left: 0,
+                layer_limit: 0,
+            };
+        };
+        let floor = self.settings.min_free.bytes(fs.total);
+        let (left, _) = space::allowance(u64::MAX, self.room().budget(), fs, floor);
+        evict::Space {
+            left,
+            layer_limit: self.settings.limits.max_bytes,
+        }
+    }
+
+    /// Report the evicted caches not on disk again and not being staged as `Evicted`
+    /// (a phase of [`Agent::reconcile`]); those on disk again are no longer evicted.
+    fn report_evicted(&mut self, entries: &mut [plan::Entry]) {
+        for e in entries.iter_mut() {
+            match e.state {
+                CacheState::Ready | CacheState::Incompatible => {
+                    self.evicted.remove(&e.key);
+                }
+                CacheState::Pending => {
+                    if let Some(message) = self.evicted.get(&e.key) {
+                        e.state = CacheState::Evicted;
+                        e.message = Some(message.clone());
+                        e.reason = Some(node_reasons::EVICTED_FOR_SPACE.to_string());
+                        e.size_bytes = None;
+                    }
+                }
+                _ => {}
+            }
+        }
     }
 
     /// This node's uid and labels (a phase of [`Agent::reconcile`]). Without its Node the
@@ -572,6 +719,7 @@ impl Agent {
         let wanted_keys: BTreeSet<&Key> = wanted.iter().map(|w| &w.key).collect();
         let wanted_images: BTreeSet<&str> = wanted.iter().map(|w| w.pinned.as_str()).collect();
         self.failures.retain(|k, _| wanted_keys.contains(k));
+        self.evicted.retain(|k, _| wanted_keys.contains(k));
         self.images
             .retain(|p, _| wanted_images.contains(p.as_str()));
         self.sizes.retain(|p, _| wanted_images.contains(p.as_str()));

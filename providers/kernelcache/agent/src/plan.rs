@@ -33,6 +33,19 @@ impl Key {
     }
 }
 
+impl Key {
+    /// A key written as `<namespace>/<name>@<digest>` (as [`Key`] displays), if it is one.
+    pub fn parse(s: &str) -> Option<Key> {
+        let (namespace, rest) = s.split_once('/')?;
+        let (name, digest) = rest.split_once('@')?;
+        (!namespace.is_empty() && !name.is_empty() && valid_digest(digest)).then(|| Key {
+            namespace: namespace.into(),
+            name: name.into(),
+            digest: digest.into(),
+        })
+    }
+}
+
 impl std::fmt::Display for Key {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}/{}@{}", self.namespace, self.name, self.digest)
@@ -200,6 +213,8 @@ pub struct Entry {
     pub size_bytes: Option<u64>,
     /// Detail.
     pub message: Option<String>,
+    /// Machine-readable reason of the state, where there is one.
+    pub reason: Option<String>,
 }
 
 /// What to do now.
@@ -228,6 +243,7 @@ pub fn plan(wanted: &[Wanted], inputs: Inputs<'_>) -> Plan {
             incompatible: Vec::new(),
             size_bytes: None,
             message: None,
+            reason: None,
         };
         if let Some(problem) = &w.problem {
             entry.state = CacheState::Failed;
@@ -637,6 +653,20 @@ mod tests {
                 .unwrap()
                 .contains("not an algorithm:hex digest")
         );
+    }
+
+    #[test]
+    fn keys_parse_as_they_display() {
+        let k = key("vadd", D1);
+        assert_eq!(Key::parse(&k.to_string()), Some(k));
+        for bad in [
+            "ml/vadd",
+            "vadd@sha256:1",
+            "/vadd@x",
+            "ml/vadd@sha256:../../etc",
+        ] {
+            assert_eq!(Key::parse(bad), None, "{bad}");
+        }
     }
 
     #[test]

@@ -40,6 +40,7 @@ pub fn status(
                 incompatible_gpus: e.incompatible.clone(),
                 size_bytes: e.size_bytes.map(|b| i64::try_from(b).unwrap_or(i64::MAX)),
                 message: e.message.clone(),
+                reason: e.reason.clone(),
                 last_transition_time,
             }
         })
@@ -90,6 +91,11 @@ pub fn event(
             "Staged",
             false,
             format!("{} ready on node {node}", now.digest),
+        )),
+        CacheState::Evicted if before.is_none_or(|b| b.state != CacheState::Evicted) => Some((
+            "Evicted",
+            false,
+            format!("{} on node {node}: {detail}", now.digest),
         )),
         CacheState::Failed => Some((
             "StagingFailed",
@@ -172,6 +178,7 @@ mod tests {
             incompatible: Vec::new(),
             size_bytes: Some(10),
             message: None,
+            reason: None,
         }
     }
 
@@ -216,6 +223,19 @@ mod tests {
             event(None, &inc, "gpu-1").unwrap().2,
             "sha256:ab does not fit node gpu-1: cache built for cuda arch 75; GPU 0 (H100) is 90"
         );
+        let mut evicted = ready.clone();
+        evicted.state = CacheState::Evicted;
+        evicted.message = Some("evicted from this node to make room for ml/b@sha256:cd".into());
+        assert_eq!(
+            event(Some(ready), &evicted, "gpu-1"),
+            Some((
+                "Evicted",
+                false,
+                "sha256:ab on node gpu-1: evicted from this node to make room for ml/b@sha256:cd"
+                    .into()
+            ))
+        );
+        assert_eq!(event(Some(&evicted), &evicted, "gpu-1"), None);
         let mut failed = ready.clone();
         failed.state = CacheState::Failed;
         failed.message = Some("registry: 404".into());

@@ -106,7 +106,7 @@ pub struct KernelCacheStatus {
     /// Nodes where the cache is ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ready_nodes: Option<i32>,
-    /// Node names per state (`Ready`, `Staging`, `Incompatible`, `Failed`).
+    /// Node names per state (`Ready`, `Staging`, `Incompatible`, `Failed`, `Evicted`).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub nodes: BTreeMap<String, Vec<String>>,
     /// Conditions (`Resolved`, `Verified`, `Ready`).
@@ -253,6 +253,12 @@ pub struct CertificatePolicy {
 pub struct KernelCacheNodeSpec {
     /// The node this object describes.
     pub node_name: String,
+    /// The kernel caches pods on this node use (`<namespace>/<name>@<digest>`, sorted),
+    /// written by the controller (field manager `kernelcache-controller`) from the serving
+    /// pods it watches, so the agent never reads pods. Absent until the controller first
+    /// writes it: then the agent evicts nothing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_use: Option<Vec<String>>,
 }
 
 /// GPUs found and caches staged on a node.
@@ -328,7 +334,7 @@ pub struct NodeCache {
     pub name: String,
     /// Digest staged (or being staged).
     pub digest: String,
-    /// `Pending`, `Staging`, `Ready`, `Incompatible` or `Failed`.
+    /// `Pending`, `Staging`, `Ready`, `Incompatible`, `Failed` or `Evicted`.
     pub state: CacheState,
     /// GPUs the cache fits.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -342,6 +348,10 @@ pub struct NodeCache {
     /// Detail of the state (the failure, for `Failed`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// Machine-readable reason of the state, where there is one (`EvictedForSpace` for
+    /// `Evicted`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// When the state last changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition_time: Option<Time>,
@@ -373,6 +383,16 @@ pub enum CacheState {
     Incompatible,
     /// Staging failed (see the message).
     Failed,
+    /// Removed to make room for another cache under the node's disk budget (see the
+    /// message); staged again once it fits without evicting another.
+    Evicted,
+}
+
+/// Reasons of a cache's state on a node (`NodeCache::reason`).
+pub mod node_reasons {
+    /// `Evicted`: the least recently used cache no pod on the node used, removed so that
+    /// another wanted cache fits the node's disk budget.
+    pub const EVICTED_FOR_SPACE: &str = "EvictedForSpace";
 }
 
 /// The CRDs of the group (kernel and model caches), ready to apply.

@@ -32,6 +32,11 @@ pub fn ready_label(namespace: &str, name: &str) -> String {
     prefixed_label(KERNEL_LABEL_PREFIX, namespace, name)
 }
 
+/// The annotation the pod webhook puts on a serving pod it gave a kernel cache:
+/// `<namespace>/<name>@<digest>`. The controller records, per node, the caches of the
+/// pods there that carry it (`KernelCacheNode.spec.inUse`).
+pub const INJECTED_ANNOTATION: &str = "cache.kubeairunway.ai/injected";
+
 /// The prefix of the kernel caches' ready labels on Nodes.
 pub const KERNEL_LABEL_PREFIX: &str = "kernelcache.kubeairunway.ai/";
 /// The prefix of the model caches' ready labels on Nodes.

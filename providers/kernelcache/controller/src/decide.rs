@@ -494,6 +494,7 @@ mod tests {
             name,
             KernelCacheNodeSpec {
                 node_name: name.into(),
+                in_use: None,
             },
         );
         n.status = Some(KernelCacheNodeStatus {
@@ -529,16 +530,26 @@ mod tests {
             ),
             node("gpu-d", &[("vadd", "sha256:old", CacheState::Ready, None)]),
             node("gpu-e", &[("other", "sha256:new", CacheState::Ready, None)]),
+            node(
+                "gpu-f",
+                &[(
+                    "vadd",
+                    "sha256:new",
+                    CacheState::Evicted,
+                    Some("evicted from this node to make room for ml/other@sha256:new"),
+                )],
+            ),
             node("cpu-1", &[]),
         ];
         let a = aggregate("ml", "vadd", "sha256:new", &nodes);
-        assert_eq!(a.ready, 2);
+        assert_eq!(a.ready, 2, "an evicted cache is not ready there");
         assert_eq!(a.nodes["Ready"], ["gpu-a", "gpu-b"]);
         assert_eq!(a.nodes["Failed"], ["gpu-c"]);
-        assert_eq!(a.nodes.len(), 2);
+        assert_eq!(a.nodes["Evicted"], ["gpu-f"]);
+        assert_eq!(a.nodes.len(), 3);
         assert_eq!(
             a.message,
-            "1 Failed, 2 Ready; failed: gpu-c: digest mismatch"
+            "1 Evicted, 1 Failed, 2 Ready; failed: gpu-c: digest mismatch"
         );
         let none = aggregate("ml", "vadd", "sha256:none", &nodes);
         assert_eq!(none.ready, 0);

@@ -148,6 +148,7 @@ mod tests {
             "gpu-1",
             KernelCacheNodeSpec {
                 node_name: "gpu-1".into(),
+                in_use: None,
             },
         );
         let model = |name: &str, state| NodeModelCache {
@@ -168,6 +169,8 @@ mod tests {
                 cache("vadd", CacheState::Ready),
                 cache("llama", CacheState::Staging),
                 cache("rocm", CacheState::Incompatible),
+                // Removed from the node's disk: no pod may count on it there.
+                cache("evicted", CacheState::Evicted),
             ],
             model_caches: vec![
                 model("qwen", ModelCacheState::Ready),

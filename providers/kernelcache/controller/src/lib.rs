@@ -25,6 +25,7 @@ pub mod app;
 mod caches;
 pub mod decide;
 pub mod handover;
+pub mod in_use;
 pub mod labels;
 pub mod metrics;
 pub mod model_caches;
@@ -38,7 +39,7 @@ pub mod settings;
 use std::sync::Arc;
 
 use futures::StreamExt as _;
-use k8s_openapi::api::core::v1::Node;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::Api;
 use kube::core::PartialObjectMeta;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -86,6 +87,14 @@ pub async fn run(
         kube::runtime::PredicateConfig::default(),
     );
     let (node_meta, node_meta_stream) = reflected::<PartialObjectMeta<Node>>(&client);
+    // Serving pods (the webhook gives caches only to pods of a ModelDeployment), kept
+    // slim: which caches are in use on which node.
+    let (pods, pod_stream) = reflect::cache(
+        Api::<Pod>::all(client.clone()),
+        watcher::Config::default().labels(kubeairunway_sdk::labels::MODEL_DEPLOYMENT),
+        (),
+        in_use::slim,
+    );
     let readiness = spawn_readiness(
         synced,
         vec![
@@ -95,6 +104,7 @@ pub async fn run(
             synced_of(&mds),
             synced_of(&node_meta),
             synced_of(&models),
+            synced_of(&pods),
         ],
     );
     let model_ctx = model_caches::ModelCtx::new(
@@ -150,9 +160,9 @@ pub async fn run(
     );
     let labels_ctl = nodes::label_controller(
         &ctx,
-        &node_meta,
-        node_meta_stream,
+        (&node_meta, node_meta_stream),
         reports_for_labels,
+        (&pods, pod_stream.touched_objects()),
         shutdown,
     );
     info!("kernel-cache controller running");

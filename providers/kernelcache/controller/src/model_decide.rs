@@ -421,6 +421,7 @@ mod tests {
             node,
             KernelCacheNodeSpec {
                 node_name: node.into(),
+                in_use: None,
             },
         );
         n.status = Some(KernelCacheNodeStatus {

@@ -86,6 +86,10 @@ pub fn on_node(
             reasons::KERNEL_CACHE_FAILED,
             format!("staging KernelCache '{name}' failed: {message}"),
         ),
+        CacheState::Evicted => OnNode::Failed(
+            reasons::KERNEL_CACHE_FAILED,
+            format!("KernelCache '{name}' was {message}"),
+        ),
         CacheState::Incompatible => {
             let why: Vec<String> = entry
                 .incompatible_gpus

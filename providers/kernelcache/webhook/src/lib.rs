@@ -50,7 +50,7 @@ use kubeairunway_kernelcache_api::{KernelCache, MountSource};
 use kubeairunway_kernelcache_artifact::image::CacheType;
 
 /// The annotation naming the injected cache: `<namespace>/<name>@<digest>`.
-pub const INJECTED_ANNOTATION: &str = "cache.kubeairunway.ai/injected";
+pub use kubeairunway_kernelcache_api::names::INJECTED_ANNOTATION;
 /// The webhook's path.
 pub const PATH: &str = "/mutate-pod";
 

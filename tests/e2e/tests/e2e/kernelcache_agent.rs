@@ -921,3 +921,163 @@ async fn an_agent_writes_only_its_own_nodes_report() {
     assert_eq!(b.spec.node_name, "node-b");
     assert!(b.status.is_none_or(|s| s.gpu_count == 0));
 }
+
+const MI210: &str = "- {name: AMD Instinct MI210, backend: hip, arch: gfx90a, warpSize: 64}";
+
+/// Record `in_use` in the node's report as the controller does (`spec.inUse`).
+async fn record_in_use(client: &Client, node: &str, in_use: &[String]) {
+    let api: Api<KernelCacheNode> = Api::all(client.clone());
+    let body = json!({"apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "KernelCacheNode",
+                      "metadata": {"name": node}, "spec": {"inUse": in_use}});
+    api.patch(
+        node,
+        &PatchParams::apply("kernelcache-controller").force(),
+        &Patch::Apply(&body),
+    )
+    .await
+    .unwrap();
+}
+
+/// A budget that fits one of two caches: with the staged one in use by no pod of the node
+/// (the controller's record in the node's report), it is evicted for the other, reported
+/// `Evicted`/`EvictedForSpace`, and staged again once it fits without evicting; in use,
+/// it stays and the other does not fit.
+#[tokio::test]
+async fn a_cache_no_pod_uses_is_evicted_for_one_that_does_not_fit_and_one_in_use_is_kept() {
+    let (_cluster, client, registry) = setup("kc-agent-evict").await;
+    // Two caches of different content, `a` the larger, each declaring a size below what
+    // it takes on disk (the real example's label declares the original cache's).
+    let declaring = |extra: &[(&str, &[u8])], declared: u64| {
+        let image = triton_rocm(extra).unwrap();
+        let mut config: Value = serde_json::from_slice(&image.config).unwrap();
+        config["config"]["Labels"]["cache.triton.image/cache-size-bytes"] =
+            json!(declared.to_string());
+        CacheImage {
+            config: serde_json::to_vec(&config).unwrap(),
+            ..image
+        }
+    };
+    let a_image = declaring(&[("io.triton.cache/extra-a.bin", &[1u8; 8000])], 8000);
+    let b_image = declaring(&[("io.triton.cache/extra-b.bin", &[2u8; 4000])], 4000);
+    let a = push(&registry, "kc/evict-a:v1", &a_image).await.unwrap();
+    let b = push(&registry, "kc/evict-b:v1", &b_image).await.unwrap();
+    let a_digest = cache(&client, &registry, "ml", "a", &a, true).await;
+    // `b` is not usable yet: no node wants it.
+    cache(&client, &registry, "ml", "b", &b, false).await;
+    let size_of = |n: &KernelCacheNode, name: &str| {
+        entry(n, name)
+            .and_then(|c| c.size_bytes)
+            .map(|b| u64::try_from(b).unwrap())
+    };
+
+    // The size of `a` on disk, measured on a node without a budget.
+    let measure = tempfile::tempdir().unwrap();
+    let running = start_agent(&client, "measure-node", measure.path(), &registry, MI210);
+    let report = node_where(&client, "measure-node", "a Ready", |n| {
+        state_of(n, "a") == Some(CacheState::Ready)
+    })
+    .await;
+    let a_size = size_of(&report, "a").unwrap();
+    running.stop().await;
+
+    let root = tempfile::tempdir().unwrap();
+    let node = "evict-node";
+    let running = start_agent_with(&client, node, root.path(), &registry, MI210, |s| {
+        s.disk_budget = Some(Size::Bytes(a_size));
+    });
+    node_where(&client, node, "a Ready", |n| {
+        state_of(n, "a") == Some(CacheState::Ready)
+    })
+    .await;
+    // No pod on the node uses a cache; then `b` is wanted.
+    record_in_use(&client, node, &[]).await;
+    let b_digest = cache(&client, &registry, "ml", "b", &b, true).await;
+    let report = node_where(&client, node, "a Evicted, b Ready", |n| {
+        state_of(n, "a") == Some(CacheState::Evicted) && state_of(n, "b") == Some(CacheState::Ready)
+    })
+    .await;
+    let evicted = entry(&report, "a").unwrap();
+    assert_eq!(evicted.reason.as_deref(), Some("EvictedForSpace"));
+    let message = evicted.message.as_deref().unwrap();
+    assert!(message.contains(&format!("ml/b@{b_digest}")), "{message}");
+    assert!(evicted.size_bytes.is_none());
+    let dir = |name: &str, digest: &str| {
+        root.path()
+            .join("ml")
+            .join(name)
+            .join(digest.replace(':', "-"))
+    };
+    assert!(!dir("a", &a_digest).exists(), "a's directory removed");
+    assert!(dir("b", &b_digest).exists());
+    let disk = report.status.clone().unwrap().disk.unwrap();
+    assert_eq!(
+        u64::try_from(disk.used_bytes).unwrap(),
+        size_of(&report, "b").unwrap(),
+        "only b is on disk"
+    );
+    // The controller sets no ready label for `a` here (labels::ready_labels of this report).
+    assert_eq!(
+        running.metrics.downloads("success"),
+        2,
+        "a is not staged again by evicting b"
+    );
+
+    // After a restart the agent still knows `a` was evicted (from its report): once it
+    // has decided on both caches again (each counted as compatible), `a` is still
+    // Evicted and `b` still on disk, nothing downloaded.
+    running.stop().await;
+    let running = start_agent_with(&client, node, root.path(), &registry, MI210, |s| {
+        s.disk_budget = Some(Size::Bytes(a_size));
+    });
+    eventually(90, "both caches decided again", || async {
+        let text = running.metrics.encode();
+        let compatible = text
+            .lines()
+            .find(|l| {
+                l.starts_with("kubeairunway_kernel_cache_compatibility_checks_total")
+                    && l.contains("compatible")
+                    && !l.contains("incompatible")
+            })?
+            .rsplit(' ')
+            .next()?
+            .parse::<f64>()
+            .ok()?;
+        (compatible >= 2.0).then_some(())
+    })
+    .await
+    .unwrap();
+    let report = node_where(&client, node, "a still Evicted", |n| {
+        state_of(n, "a") == Some(CacheState::Evicted) && state_of(n, "b") == Some(CacheState::Ready)
+    })
+    .await;
+    assert!(dir("b", &b_digest).exists(), "b not evicted in turn");
+    assert_eq!(running.metrics.downloads("success"), 0);
+    assert_eq!(
+        entry(&report, "a").unwrap().reason.as_deref(),
+        Some("EvictedForSpace")
+    );
+
+    // `b` no longer wanted: `a` fits again without evicting and is staged again.
+    cache(&client, &registry, "ml", "b", &b, false).await;
+    node_where(&client, node, "a Ready again, b gone", |n| {
+        state_of(n, "a") == Some(CacheState::Ready) && state_of(n, "b").is_none()
+    })
+    .await;
+    assert!(!root.path().join("ml").join("b").exists());
+
+    // A pod on the node uses `a`: `b` wanted again does not fit, and `a` stays.
+    record_in_use(&client, node, &[format!("ml/a@{a_digest}")]).await;
+    cache(&client, &registry, "ml", "b", &b, true).await;
+    let report = node_where(&client, node, "b over the budget", |n| {
+        state_of(n, "b") == Some(CacheState::Failed)
+    })
+    .await;
+    assert_eq!(state_of(&report, "a"), Some(CacheState::Ready));
+    let message = entry(&report, "b").unwrap().message.clone().unwrap();
+    assert!(
+        message.contains(&format!("over the node's disk budget of {a_size} bytes")),
+        "{message}"
+    );
+    assert!(dir("a", &a_digest).exists(), "a kept");
+    running.stop().await;
+}

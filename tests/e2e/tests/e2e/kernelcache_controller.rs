@@ -106,6 +106,66 @@ async fn status_where(
     .unwrap()
 }
 
+/// The caches in use on each node, from the serving pods bound to it (the pod webhook's
+/// annotation), recorded in the node's report for its agent, which reads no pods: gpu-a
+/// (a pod of the cache) and gpu-b (a pod of another namespace naming this one's cache,
+/// which counts for nothing); a pod gone uses nothing.
+async fn in_use_is_recorded_from_the_pods_on_each_node(
+    cluster: &kubeairunway_testcluster::TestCluster,
+    client: &Client,
+    digest: &str,
+) {
+    use k8s_openapi::api::core::v1::Pod;
+    use kube::api::{DeleteParams, PostParams};
+    use kubeairunway_kernelcache_api::KernelCacheNode;
+    let serving = |name: &str, node: &str| -> Pod {
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {"name": name,
+                         "labels": {"kubeairunway.ai/model-deployment": "uses"},
+                         "annotations": {"cache.kubeairunway.ai/injected": format!("{NS}/signed@{digest}")}},
+            "spec": {"nodeName": node, "containers": [{"name": "vllm", "image": "vllm"}]},
+        }))
+        .unwrap()
+    };
+    cluster.ensure_namespace("tenant-b");
+    Api::<Pod>::namespaced(client.clone(), NS)
+        .create(&PostParams::default(), &serving("served", "gpu-a"))
+        .await
+        .unwrap();
+    Api::<Pod>::namespaced(client.clone(), "tenant-b")
+        .create(&PostParams::default(), &serving("claims", "gpu-b"))
+        .await
+        .unwrap();
+    let reports: Api<KernelCacheNode> = Api::all(client.clone());
+    let in_use = |node: &'static str| {
+        let reports = reports.clone();
+        async move { anyhow::Ok(reports.get(node).await?.spec.in_use) }
+    };
+    let used = vec![format!("{NS}/signed@{digest}")];
+    eventually("in use recorded per node", || async {
+        let (a, b) = (in_use("gpu-a").await?, in_use("gpu-b").await?);
+        anyhow::ensure!(
+            a.as_ref() == Some(&used) && b == Some(Vec::new()),
+            "{a:?} {b:?}"
+        );
+        Ok(())
+    })
+    .await
+    .unwrap();
+    Api::<Pod>::namespaced(client.clone(), NS)
+        .delete("served", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    eventually("nothing in use once the pod is gone", || async {
+        let a = in_use("gpu-a").await?;
+        anyhow::ensure!(a == Some(Vec::new()), "{a:?}");
+        Ok(())
+    })
+    .await
+    .unwrap();
+}
+
 /// What an agent on `node` reports: `(cache, digest, state, message)` entries.
 async fn node_report(client: &Client, node: &str, entries: &[(&str, &str, &str, &str)]) {
     let api: Api<kube::api::DynamicObject> = Api::all_with(
@@ -531,6 +591,8 @@ async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments
     .await
     .unwrap();
 
+    in_use_is_recorded_from_the_pods_on_each_node(&cluster, &client, &digest).await;
+
     // ModelDeployments: KernelCacheReady beside another writer's condition.
     let md = |cache: &str| {
         json!({"spec": {
@@ -874,7 +936,15 @@ fn chart_lints_and_renders_the_controller_the_agent_and_the_webhook() {
         };
     assert!(writes(&controller["rules"], "kernelcaches/status"));
     assert!(!writes(&controller["rules"], "kernelcaches"));
-    assert!(!writes(&controller["rules"], "kernelcachenodes"));
+    // Of the agents' reports, only spec.inUse (the chart's policy below), never status.
+    assert!(writes(&controller["rules"], "kernelcachenodes"));
+    assert!(!writes(&controller["rules"], "kernelcachenodes/status"));
+    assert!(
+        helm::of_kind(&objects, "ValidatingAdmissionPolicy")
+            .iter()
+            .any(|p| p["metadata"]["name"] == "release-kernelcache-provider-node-reports"),
+        "a policy keeps the controller's report writes to spec.inUse"
+    );
     assert!(writes(&controller["rules"], "modeldeployments/status"));
     assert!(!writes(&controller["rules"], "modeldeployments"));
     // The webhook: never in the way of a pod, only for serving pods, only its own CA.

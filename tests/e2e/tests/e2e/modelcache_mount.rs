@@ -21,6 +21,7 @@ use kube::Client;
 use kube::ResourceExt as _;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use kubeairunway_e2e::{eventually, helm, policy, rbac};
+use kubeairunway_kernelcache_api::KernelCacheNode;
 use kubeairunway_kernelcache_api::model::{
     FINALIZER, ModelCache, conditions, deployment_reasons, reasons,
 };
@@ -222,7 +223,7 @@ async fn enforce_controller_policies(
         .unwrap();
     // The Node labels: the controller may not change another's label.
     policy::assert_denied(
-        &Api::<Node>::all(controller)
+        &Api::<Node>::all(controller.clone())
             .patch(
                 "gpu-a",
                 &PatchParams::default(),
@@ -232,6 +233,32 @@ async fn enforce_controller_policies(
         &node_labels,
         "the kernel-cache controller changes only kernelcache.kubeairunway.ai/ and modelcache.kubeairunway.ai/ labels",
     );
+    // A report of an agent: the controller may change only its spec.inUse.
+    let reports: Api<KernelCacheNode> = Api::all(admin.clone());
+    reports
+        .create(
+            &pp,
+            &serde_json::from_value(json!({"metadata": {"name": "probe-node"},
+                                           "spec": {"nodeName": "probe-node"}}))
+            .unwrap(),
+        )
+        .await
+        .unwrap();
+    policy::assert_denied(
+        &Api::<KernelCacheNode>::all(controller.clone())
+            .patch(
+                "probe-node",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"nodeName": "gpu-a", "inUse": []}})),
+            )
+            .await,
+        &name_of("-node-reports"),
+        "the kernel-cache controller changes only spec.inUse of a KernelCacheNode",
+    );
+    reports
+        .delete("probe-node", &DeleteParams::default())
+        .await
+        .unwrap();
     // Where the probes end in the audit log: the controller's own requests come after.
     let probed = eventually(10, "the probes in the audit log", || async {
         let events = cluster.audit_events().ok()?;
