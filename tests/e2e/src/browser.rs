@@ -32,3 +32,44 @@ pub fn tools() -> (PathBuf, PathBuf) {
     );
     (core, chromium)
 }
+
+/// Run the browser script `tests/e2e/browser/<script>` with `args` in headless Chromium
+/// ([`tools`]; `SCREENSHOTS` passed on when set) for at most `timeout`: its findings, the
+/// JSON of its last line of output. Panics with its whole output when it failed a step
+/// (exit status not 0) or printed no findings.
+pub async fn run(script: &str, args: &[&str], timeout: std::time::Duration) -> serde_json::Value {
+    let (core, chromium) = tools();
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("browser")
+        .join(script);
+    let output = tokio::time::timeout(
+        timeout,
+        tokio::process::Command::new("node")
+            .arg(&script)
+            .args(args)
+            .env("PLAYWRIGHT_CORE", &core)
+            .env("CHROMIUM", &chromium)
+            // `SCREENSHOTS=$PWD/docs/images` makes a run save its pages (docs/dashboard.md).
+            .envs(std::env::var_os("SCREENSHOTS").map(|d| ("SCREENSHOTS", d)))
+            .kill_on_drop(true)
+            .output(),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("{}: no end within {timeout:?}", script.display()))
+    .unwrap_or_else(|e| panic!("running node {}: {e}", script.display()));
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    let findings: serde_json::Value = serde_json::from_str(stdout.lines().last().unwrap_or("{}"))
+        .unwrap_or_else(|e| {
+            panic!(
+                "{}: no findings ({e}): {stdout}\n{stderr}",
+                script.display()
+            )
+        });
+    assert!(
+        output.status.success(),
+        "{}: {findings:#}\n{stderr}",
+        script.display()
+    );
+    findings
+}

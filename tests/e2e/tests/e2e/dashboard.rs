@@ -8,7 +8,6 @@
 //! no console error; every control labelled. The server's guards are checked with plain
 //! requests.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use kube::Api;
@@ -45,7 +44,6 @@ async fn request(port: u16, method: &str, path: &str, host: &str, marked: bool) 
 
 #[tokio::test]
 async fn a_model_is_previewed_deployed_watched_scaled_and_deleted_in_a_real_browser() {
-    let (core, chromium) = kubeairunway_e2e::browser::tools();
     let upstream = crds::all_bundled().unwrap();
     let (cluster, client) = testing::private_cluster("dashboard", &upstream)
         .await
@@ -182,31 +180,12 @@ async fn a_model_is_previewed_deployed_watched_scaled_and_deleted_in_a_real_brow
         .as_ref()
         .map_or_else(String::new, |(url, _)| url.clone());
 
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("browser/dashboard.mjs");
-    let output = tokio::time::timeout(
+    let findings = kubeairunway_e2e::browser::run(
+        "dashboard.mjs",
+        &[&format!("http://{host}"), &ns, &viewer_url],
         Duration::from_secs(480),
-        tokio::process::Command::new("node")
-            .arg(&script)
-            .arg(format!("http://{host}"))
-            .arg(&ns)
-            .arg(&viewer_url)
-            .env("PLAYWRIGHT_CORE", &core)
-            // `SCREENSHOTS=$PWD/docs/images` makes the run save each page (docs/dashboard.md).
-            .envs(std::env::var_os("SCREENSHOTS").map(|d| ("SCREENSHOTS", d)))
-            .env("CHROMIUM", &chromium)
-            .output(),
     )
-    .await
-    .expect("the browser run ended")
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let findings: Value = serde_json::from_str(stdout.lines().last().unwrap_or("{}"))
-        .unwrap_or_else(|e| panic!("{e}: {stdout}\n{}", String::from_utf8_lossy(&output.stderr)));
-    assert!(
-        output.status.success(),
-        "{findings:#}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    .await;
     assert_eq!(
         findings["consoleErrors"],
         serde_json::json!([]),

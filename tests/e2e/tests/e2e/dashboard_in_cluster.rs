@@ -404,29 +404,12 @@ async fn in_the_cluster_every_user_signs_in_and_acts_as_themselves() {
     assert_eq!(code, 401);
 
     // In a real browser: refused a wrong token, signed in, the list, signed out.
-    let (core, chromium) = kubeairunway_e2e::browser::tools();
-    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("browser/dashboard-sign-in.mjs");
-    let output = tokio::time::timeout(
+    let findings = kubeairunway_e2e::browser::run(
+        "dashboard-sign-in.mjs",
+        &[&base, &ns, &viewer, &tenant],
         Duration::from_secs(300),
-        tokio::process::Command::new("node")
-            .arg(&script)
-            .arg(&base)
-            .arg(&ns)
-            .arg(&viewer)
-            .arg(&tenant)
-            .env("PLAYWRIGHT_CORE", &core)
-            // `SCREENSHOTS=$PWD/docs/images` saves the sign-in page (docs/dashboard.md).
-            .envs(std::env::var_os("SCREENSHOTS").map(|d| ("SCREENSHOTS", d)))
-            .env("CHROMIUM", &chromium)
-            .output(),
     )
-    .await
-    .expect("the browser run ended")
-    .unwrap();
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let findings: Value = serde_json::from_str(stdout.lines().last().unwrap_or("{}"))
-        .unwrap_or_else(|e| panic!("{e}: {stdout}\n{}", String::from_utf8_lossy(&output.stderr)));
-    assert!(output.status.success(), "{findings:#}");
+    .await;
     assert_eq!(findings["consoleErrors"], json!([]), "{findings:#}");
     assert_eq!(findings["first"], "Sign in");
     assert_eq!(
