@@ -4,6 +4,7 @@
 pub mod admission;
 pub mod browser;
 pub mod cache_images;
+pub mod cli;
 pub mod helm;
 pub mod mcv;
 pub mod operators;

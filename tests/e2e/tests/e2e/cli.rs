@@ -11,7 +11,6 @@
 //!   requests are recorded on the wire), or refuses with the message the provider writes
 //!   in its status.
 
-use std::ffi::OsString;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -25,7 +24,7 @@ use kube::discovery::ApiResource;
 use kube::{Client, ResourceExt};
 use kubeairunway_cli::builtin::{BuiltIns, NAMES, NodeProvisioningMode, ProviderFlags};
 use kubeairunway_cli::controllers::Controllers;
-use kubeairunway_cli::{Terminal, crds};
+use kubeairunway_cli::crds;
 use kubeairunway_sdk::conditions::{PROVIDER_COMPATIBLE, RESOURCE_CREATED};
 use kubeairunway_sdk::testing::{self, wait_for};
 use kubeairunway_sdk::{ModelDeployment, labels};
@@ -33,16 +32,7 @@ use serde_json::{Value, json};
 
 const WAIT: Duration = Duration::from_secs(90);
 
-/// Run the command line `args` in-process; returns (exit code, stdout, stderr).
-async fn kubeairunway(args: &[&str]) -> (i32, String, String) {
-    let (mut term, captured) = Terminal::capture();
-    let argv: Vec<OsString> = std::iter::once("kubeairunway")
-        .chain(args.iter().copied())
-        .map(OsString::from)
-        .collect();
-    let code = kubeairunway_cli::run(argv, &mut term).await;
-    (code, captured.out(), captured.err())
-}
+use kubeairunway_e2e::cli::run as kubeairunway;
 
 async fn client_of(kubeconfig: &Path) -> Client {
     let kc = Kubeconfig::read_from(kubeconfig).unwrap();

@@ -5,13 +5,12 @@
 //! and the KernelCachePolicy of a real API server.
 
 use std::collections::BTreeMap;
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use kube::Api;
 use kube::api::PostParams;
-use kubeairunway_cli::{Terminal, crds};
+use kubeairunway_cli::crds;
 use kubeairunway_e2e::cache_images::{data_dir, start_registry};
 use kubeairunway_kernelcache_api::{KernelCachePolicy, KernelCachePolicySpec, VerificationMode};
 use kubeairunway_kernelcache_artifact::extract::Limits;
@@ -20,16 +19,7 @@ use kubeairunway_kernelcache_signing::verify::key_fingerprint;
 use oci_client::secrets::RegistryAuth;
 use serde_json::Value;
 
-/// Run the command line `args` in-process; returns (exit code, stdout, stderr).
-async fn kubeairunway(args: &[&str]) -> (i32, String, String) {
-    let (mut term, captured) = Terminal::capture();
-    let argv: Vec<OsString> = std::iter::once("kubeairunway")
-        .chain(args.iter().copied())
-        .map(OsString::from)
-        .collect();
-    let code = kubeairunway_cli::run(argv, &mut term).await;
-    (code, captured.out(), captured.err())
-}
+use kubeairunway_e2e::cli::run as kubeairunway;
 
 /// Every file below `dir` with its bytes.
 fn tree(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
