@@ -954,18 +954,29 @@ async fn core_chart_webhooks_are_called_by_the_api_server_through_rotation() {
     let _ = stop_tx.send(());
     core.await.unwrap().unwrap();
 
-    // Core is down and its validating webhook fails closed: changes are refused...
+    // Core is down and its validating webhook fails closed: changes of the spec are
+    // refused...
     let refused = mds
         .patch(
             "valid",
             &PatchParams::default(),
-            &Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}})),
+            &Patch::Merge(json!({"spec": {"model": {"id": "other/model"}}})),
         )
         .await;
     assert!(
         matches!(&refused, Err(kube::Error::Api(s)) if s.message.contains("validate.modeldeployments.kubeairunway.ai")),
         "{refused:?}"
     );
+    // ...not those of labels or annotations, which the webhooks never look at (the chart's
+    // matchConditions): pausing a ModelDeployment does not wait for core.
+    mds.patch(
+        "valid",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"labels": {"x": "y"},
+            "annotations": {"kubeairunway.ai/reconcile-paused": "true"}}})),
+    )
+    .await
+    .unwrap();
     // ...but not those of an object being deleted: its finalizer goes, and so does it.
     mds.delete("held", &kube::api::DeleteParams::default())
         .await
