@@ -25,6 +25,7 @@ openapi_gen_pin="kube-openapi=0.0~git20260721.d427ff9-1"
 openapi_packages=(k8s.io/api/core/v1 k8s.io/api/apps/v1 k8s.io/api/batch/v1 k8s.io/api/coordination/v1
   k8s.io/api/events/v1 k8s.io/api/admissionregistration/v1 k8s.io/api/discovery/v1
   k8s.io/api/rbac/v1 k8s.io/api/autoscaling/v2 k8s.io/api/policy/v1 k8s.io/api/authorization/v1
+  k8s.io/api/authentication/v1
   k8s.io/apimachinery/pkg/apis/meta/v1 k8s.io/apimachinery/pkg/runtime k8s.io/apimachinery/pkg/version
   k8s.io/apimachinery/pkg/util/intstr k8s.io/apimachinery/pkg/api/resource)
 index_max_age_days=7

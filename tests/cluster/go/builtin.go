@@ -16,6 +16,7 @@ import (
 
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	authorizationv1 "k8s.io/api/authorization/v1"
 	autoscalingv2 "k8s.io/api/autoscaling/v2"
 	batchv1 "k8s.io/api/batch/v1"
@@ -282,6 +283,7 @@ func init() {
 		corev1.AddToScheme, appsv1.AddToScheme, batchv1.AddToScheme, coordinationv1.AddToScheme,
 		eventsv1.AddToScheme, admissionregistrationv1.AddToScheme, discoveryv1.AddToScheme,
 		rbacv1.AddToScheme, autoscalingv2.AddToScheme, policyv1.AddToScheme, authorizationv1.AddToScheme,
+		authenticationv1.AddToScheme,
 	} {
 		utilruntime.Must(add(Scheme))
 	}
@@ -289,6 +291,9 @@ func init() {
 		Scheme.AddKnownTypes(schema.GroupVersion{Group: authorizationv1.GroupName, Version: runtime.APIVersionInternal}, o)
 		utilruntime.Must(Scheme.AddConversionFunc(o, o, copyObject))
 	}
+	selfReview := &authenticationv1.SelfSubjectReview{}
+	Scheme.AddKnownTypes(schema.GroupVersion{Group: authenticationv1.GroupName, Version: runtime.APIVersionInternal}, selfReview)
+	utilruntime.Must(Scheme.AddConversionFunc(selfReview, selfReview, copyObject))
 	for _, r := range builtinResources {
 		internal := schema.GroupVersion{Group: r.gv.Group, Version: runtime.APIVersionInternal}
 		for _, o := range []runtime.Object{r.newObj(), r.newList()} {
@@ -468,6 +473,7 @@ func builtinGroups(optsGetter generic.RESTOptionsGetter, authz authorizer.Author
 	for path, s := range reviewStores(authz) {
 		group(authorizationv1.SchemeGroupVersion)[path] = s
 	}
+	group(authenticationv1.SchemeGroupVersion)["selfsubjectreviews"] = &selfSubjectReviewREST{}
 	for _, g := range order {
 		if g == "" {
 			core = byGroup[g]
@@ -481,7 +487,7 @@ func builtinGroups(optsGetter generic.RESTOptionsGetter, authz authorizer.Author
 // isBuiltinGroup reports whether a group is served by this file (CRDs of such a group
 // are not added to discovery a second time).
 func isBuiltinGroup(group string) bool {
-	if group == authorizationv1.GroupName {
+	if group == authorizationv1.GroupName || group == authenticationv1.GroupName {
 		return true
 	}
 	for _, r := range builtinResources {

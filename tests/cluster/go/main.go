@@ -37,7 +37,8 @@
 //     their author does not hold are forbidden; the bootstrap ClusterRoles for discovery and
 //     cluster-admin exist. authorization.k8s.io/v1 SubjectAccessReview,
 //     LocalSubjectAccessReview and SelfSubjectAccessReview are answered by the same
-//     authorizer (sar.go). --authorization-mode=AlwaysAllow allows every request;
+//     authorizer (sar.go); authentication.k8s.io/v1 SelfSubjectReview answers who the
+//     requester is (selfreview.go). --authorization-mode=AlwaysAllow allows every request;
 //   - audit logging (--audit-log-path, --audit-policy-file), so tests can see which user
 //     made which request.
 //
@@ -341,7 +342,8 @@ func installBuiltins(s *genericapiserver.GenericAPIServer, etcd genericoptions.E
 
 // excludedFromPolicies keeps the admission policies off the access reviews, which are
 // never stored, as kube-apiserver does (pkg/kubeapiserver/admission/exclusion/resources.go
-// of Kubernetes v1.36 lists them; this server serves only those of authorization.k8s.io).
+// of Kubernetes v1.36 lists them; this server serves those of authorization.k8s.io and
+// SelfSubjectReview).
 type excludedFromPolicies struct{}
 
 func (excludedFromPolicies) Initialize(plugin k8sadmission.Interface) {
@@ -350,6 +352,7 @@ func (excludedFromPolicies) Initialize(plugin k8sadmission.Interface) {
 		for _, r := range []string{"subjectaccessreviews", "localsubjectaccessreviews", "selfsubjectaccessreviews"} {
 			reviews = append(reviews, authorizationv1.Resource(r))
 		}
+		reviews = append(reviews, schema.GroupResource{Group: "authentication.k8s.io", Resource: "selfsubjectreviews"})
 		p.SetExcludedAdmissionResources(reviews)
 	}
 }

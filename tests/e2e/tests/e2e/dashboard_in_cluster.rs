@@ -261,6 +261,8 @@ async fn in_the_cluster_every_user_signs_in_and_acts_as_themselves() {
     )
     .await;
     assert_eq!(code, 200, "{body}");
+    // Who signed in, as the API server says (SelfSubjectReview).
+    assert_eq!(body["user"], format!("system:serviceaccount:{ns}:viewer"));
     let cookie = cookie.expect("a session cookie");
     for attribute in ["HttpOnly", "SameSite=Strict", "Secure", "Path=/"] {
         assert!(cookie.contains(attribute), "{cookie}");
@@ -417,7 +419,11 @@ async fn in_the_cluster_every_user_signs_in_and_acts_as_themselves() {
         "the API server does not accept this token"
     );
     assert_eq!(findings["after"], "Deployments");
-    assert_eq!(findings["who"], "Signed inSign out", "{findings:#}");
+    assert_eq!(
+        findings["who"],
+        format!("Signed in as system:serviceaccount:{ns}:viewerSign out"),
+        "{findings:#}"
+    );
     assert!(
         findings["rows"]
             .as_array()
