@@ -776,3 +776,37 @@ async fn copy_token(
     let body = handed_secret(namespace, name, "Opaque", MODEL_TOKEN_KEY, &token.0);
     apply_handed(ctx, &handed, &body).await
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::ByteString;
+
+    fn docker_config(json: &str) -> kubeairunway_kernelcache_artifact::secrets::SecretData {
+        [(
+            ".dockerconfigjson".to_string(),
+            ByteString(json.as_bytes().to_vec()),
+        )]
+        .into()
+    }
+
+    /// The registry credentials of an `oci://` cache: its registry's entry of the docker
+    /// config Secret (a password pair or `auth`); a Secret without that entry, or that
+    /// is not a docker config, is refused with a message, never taken for anonymous.
+    #[test]
+    fn the_sources_registry_entry_is_taken_and_a_missing_one_refused() {
+        let config = docker_config(
+            r#"{"auths":{"other.example":{"username":"o","password":"x"},"reg.example:5000":{"auth":"cm9ib3Q6cHc="}}}"#,
+        );
+        let registry = registry_of("reg.example:5000/models/acme/m@sha256:ab");
+        assert_eq!(
+            credentials_for(&registry, "regcred", config.clone()),
+            Ok(RegistryAuth::Basic("robot".into(), "pw".into()))
+        );
+        let e = credentials_for("third.example", "regcred", config).unwrap_err();
+        assert!(e.contains("regcred") && e.contains("third.example"), "{e}");
+        let opaque = [("token".to_string(), ByteString(b"hf_x".to_vec()))].into();
+        let e = credentials_for(&registry, "hf-token", opaque).unwrap_err();
+        assert!(e.contains(".dockerconfigjson"), "{e}");
+    }
+}
