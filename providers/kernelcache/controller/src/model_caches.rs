@@ -735,19 +735,26 @@ async fn apply_handed(
             "the controller has no --credentials-namespace to hand the credentials over in".into(),
         );
     };
-    api.patch(
-        handed,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(body),
-    )
-    .await
-    .map_err(|e| {
-        format!(
-            "handing the credentials over ({handed}): {}",
-            kube_error(&e)
-        )
-    })?;
-    Ok(())
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let failed =
+        |e: &kube::Error| format!("handing the credentials over ({handed}): {}", kube_error(e));
+    match api.patch(handed, &params, &Patch::Apply(body)).await {
+        Ok(_) => Ok(()),
+        // A Secret's type cannot change (a cache whose source went from hf:// to oci://
+        // had a token handed over): the old one goes, the new one is made.
+        Err(kube::Error::Api(s)) if s.code == 422 => {
+            match api.delete(handed, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(failed(&e)),
+            }
+            api.patch(handed, &params, &Patch::Apply(body))
+                .await
+                .map(|_| ())
+                .map_err(|e| failed(&e))
+        }
+        Err(e) => Err(failed(&e)),
+    }
 }
 
 /// Reads the token from the user's Secret and applies the handed-over copy.

@@ -694,6 +694,20 @@ async fn oci_model_caches_are_verified_under_the_policy_and_pulled_with_credenti
             .await
             .unwrap();
     }
+    // A token handed over before (the cache's source was hf://): an Opaque Secret, whose
+    // type cannot change; the controller replaces it.
+    let stale = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": model_token_secret(crate::modelcache::NS, "signed")},
+        "type": "Opaque", "stringData": {"token": "hf_old"},
+    });
+    Api::<Secret>::namespaced(client.clone(), "kernelcache-credentials")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(stale).unwrap(),
+        )
+        .await
+        .unwrap();
     let (_identity, stop, controller) =
         crate::modelcache::start_controller_with(&cluster, &client, |s| {
             s.plain_http = vec![addr.clone()];
