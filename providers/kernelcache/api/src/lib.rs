@@ -172,14 +172,15 @@ pub enum VerificationMode {
     Disabled,
 }
 
-/// The cluster's verification policy for cache images (one, named `default`).
+/// The cluster's verification policy for cache images and `oci://` model caches (one,
+/// named `default`).
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "cache.kubeairunway.ai",
     version = "v1alpha1",
     kind = "KernelCachePolicy",
     plural = "kernelcachepolicies",
-    doc = "How kernel cache images are verified before any node uses them."
+    doc = "How kernel cache images, and the artifacts of oci:// model caches, are verified before any node uses them."
 )]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [

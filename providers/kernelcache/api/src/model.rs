@@ -33,6 +33,9 @@ pub mod conditions {
     pub const READY: &str = "Ready";
     /// Deleted, and held: ModelDeployments still use it (reason `InUse`).
     pub const DELETING: &str = "Deleting";
+    /// `oci://` sources: whether the nodes may pull the pinned digest (the controller's
+    /// verdict under the cluster's `KernelCachePolicy`; `DigestOnly` without one).
+    pub const VERIFIED: &str = "Verified";
 }
 
 /// The reasons of the conditions and of the per-node states.
@@ -73,8 +76,16 @@ pub mod reasons {
     pub const NOT_FOUND: &str = "NotFound";
     /// The credentials Secret (or its handed-over copy) is missing or has no token.
     pub const CREDENTIALS_MISSING: &str = "CredentialsMissing";
-    /// The content did not match its digest or size (the hub's, or the registry's).
+    /// The content did not match its digest or size (the hub's, or the registry's), or
+    /// (`oci://`) no signature of the pinned digest satisfied the `KernelCachePolicy`.
     pub const VERIFICATION_FAILED: &str = "VerificationFailed";
+    /// `Verified=True` of an `oci://` source: a signature satisfied the policy.
+    pub const VERIFIED: &str = "Verified";
+    /// `Verified=True` of an `oci://` source: the policy disables verification.
+    pub const VERIFICATION_DISABLED: &str = "VerificationDisabled";
+    /// `Verified=True` of an `oci://` source: no `KernelCachePolicy` applies, the nodes
+    /// pull it by its digest only.
+    pub const DIGEST_ONLY: &str = "DigestOnly";
     /// Any other failure (the hub unreachable, the disk): retried with backoff.
     pub const DOWNLOAD_FAILED: &str = "DownloadFailed";
     /// `Deleting=True`: ModelDeployments of its namespace still use it.
@@ -113,7 +124,7 @@ pub mod deployment_reasons {
     {"rule": "!self.source.startsWith('hf://') || self.source.matches('^hf://[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$')", "message": "an hf:// source is hf://org/name"},
     {"rule": "!self.source.startsWith('oci://') || self.source.matches('^oci://[^@]+@sha256:[0-9a-f]{64}$')", "message": "an oci:// source is pinned to a digest: oci://registry/repo@sha256:<64 hex>"},
     {"rule": "!has(self.modelId) || self.source.startsWith('oci://')", "message": "modelId is for oci:// sources (an hf:// source's model id is its repository)"},
-    {"rule": "!self.source.startsWith('oci://') || !has(self.credentialsSecretRef)", "message": "credentialsSecretRef holds a hub token, for hf:// sources; oci:// sources are pulled anonymously"},
+    {"rule": "!self.source.startsWith('oci://') || !has(self.credentialsSecretRef) || !has(self.credentialsSecretRef.key)", "message": "credentialsSecretRef of an oci:// source names a kubernetes.io/dockerconfigjson Secret, without key"},
     {"rule": "!self.source.startsWith('oci://') || !has(self.include)", "message": "include is for hf:// sources; an oci:// artifact is pulled whole"}
 ]))]
 pub struct ModelCacheSpec {
@@ -140,7 +151,9 @@ pub struct ModelCacheSpec {
     /// ending in `/` means a folder's files); empty: every file of the revision.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub include: Vec<String>,
-    /// A Secret in this namespace holding the hub token (a gated or private repository).
+    /// A Secret in this namespace holding the hub token (an `hf://` source: a gated or
+    /// private repository), or the registry credentials (an `oci://` source: a
+    /// `kubernetes.io/dockerconfigjson` Secret with an entry for its registry; no `key`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials_secret_ref: Option<CredentialsSecretRef>,
     /// Download only on nodes with these labels; unset: every node an agent runs on.
@@ -248,6 +261,55 @@ pub struct ModelCacheStatus {
     /// a node is ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub claim_name: Option<String>,
+    /// `oci://` sources: the verdict on the pinned digest's signature under the cluster's
+    /// `KernelCachePolicy` (the KernelCache status's field; mode `disabled` and a message
+    /// saying so when no policy applies).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verification: Option<crate::Verification>,
+    /// `oci://` sources: the manifest digest the nodes may pull, set only once its verdict
+    /// lets them (a signature satisfied the policy, the policy disables verification, or
+    /// no policy applies: digest only). The agents pull nothing else.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub verified_digest: Option<String>,
+}
+
+/// Whether the agents may pull an `oci://` cache, from the controller's verdict in its
+/// status ([`pull_verdict`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PullVerdict {
+    /// The pinned digest passed (or the source is not `oci://`: nothing to verify).
+    Allowed,
+    /// No verdict on the pinned digest yet: wait for the controller.
+    Pending,
+    /// The controller refused the pinned digest (the `Verified` condition's message).
+    Refused(String),
+}
+
+/// Whether the agents may pull `cache`: an `oci://` source only once the controller
+/// recorded its pinned digest in `status.verifiedDigest`; refused when the `Verified`
+/// condition of the current generation is `False`; else pending. The one rule the agents
+/// pull by.
+pub fn pull_verdict(cache: &ModelCache) -> PullVerdict {
+    let Ok(Source::Oci(reference)) = parse_source(&cache.spec.source) else {
+        return PullVerdict::Allowed;
+    };
+    let digest = reference.rsplit_once('@').map(|(_, d)| d);
+    let Some(status) = &cache.status else {
+        return PullVerdict::Pending;
+    };
+    if digest.is_some() && status.verified_digest.as_deref() == digest {
+        return PullVerdict::Allowed;
+    }
+    let refused = status.conditions.iter().find(|c| {
+        c.type_ == conditions::VERIFIED
+            && c.status == "False"
+            && c.observed_generation.is_some()
+            && c.observed_generation == cache.metadata.generation
+    });
+    match refused {
+        Some(c) => PullVerdict::Refused(c.message.clone()),
+        None => PullVerdict::Pending,
+    }
 }
 
 /// The state of one model cache on one node.
@@ -642,6 +704,49 @@ mod tests {
             (chosen.name.as_str(), chosen.repo.as_str()),
             ("oci", "Qwen/Qwen3-0.6B")
         );
+    }
+
+    /// The agents pull an `oci://` digest only once the controller recorded it as
+    /// verified; a refusal of the current generation says why; anything else waits (an
+    /// older verdict, another digest's).
+    #[test]
+    fn agents_pull_an_oci_digest_only_once_the_controller_let_it_through() {
+        let digest = format!("sha256:{}", "a".repeat(64));
+        let mut c = cache("m", &format!("oci://reg/acme/m@{digest}"), 0);
+        c.status = None;
+        assert_eq!(pull_verdict(&c), PullVerdict::Pending, "no status yet");
+        let mut status = ModelCacheStatus::default();
+        c.status = Some(status.clone());
+        assert_eq!(pull_verdict(&c), PullVerdict::Pending, "no verdict yet");
+        status.verified_digest = Some(format!("sha256:{}", "b".repeat(64)));
+        c.status = Some(status.clone());
+        assert_eq!(pull_verdict(&c), PullVerdict::Pending, "another digest's");
+        status.verified_digest = Some(digest.clone());
+        c.status = Some(status.clone());
+        assert_eq!(pull_verdict(&c), PullVerdict::Allowed);
+        status.verified_digest = None;
+        let refused = |generation| Condition {
+            type_: conditions::VERIFIED.into(),
+            status: "False".into(),
+            reason: reasons::VERIFICATION_FAILED.into(),
+            message: "no signature found".into(),
+            last_transition_time: Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH),
+            observed_generation: Some(generation),
+        };
+        status.conditions = vec![refused(1)];
+        c.status = Some(status.clone());
+        assert_eq!(
+            pull_verdict(&c),
+            PullVerdict::Refused("no signature found".into())
+        );
+        c.metadata.generation = Some(2);
+        assert_eq!(
+            pull_verdict(&c),
+            PullVerdict::Pending,
+            "a refusal of an older generation"
+        );
+        let hf = cache("h", "hf://Qwen/Qwen3", 0);
+        assert_eq!(pull_verdict(&hf), PullVerdict::Allowed, "nothing to verify");
     }
 
     #[test]

@@ -49,7 +49,9 @@ pub fn model_ready_label(namespace: &str, name: &str) -> String {
 }
 
 /// The Secret in the credentials namespace where the controller hands over the hub token
-/// of the ModelCache `namespace/name` (key [`MODEL_TOKEN_KEY`]): `modelcache-token-` and
+/// of the ModelCache `namespace/name` (key [`MODEL_TOKEN_KEY`]), or the registry
+/// credentials of an `oci://` one (a docker config, key [`DOCKER_CONFIG_KEY`], holding
+/// its registry's entry only): `modelcache-token-` and
 /// 40 hex digits of the SHA-256 of `namespace/name`. The node agents read Secrets in
 /// that namespace only, never a user's.
 pub fn model_token_secret(namespace: &str, name: &str) -> String {
@@ -103,6 +105,8 @@ pub const MODEL_MOUNT_ROOT: &str = "/models/hf";
 
 /// The key of the handed-over token in [`model_token_secret`].
 pub const MODEL_TOKEN_KEY: &str = "token";
+/// The key of a handed-over docker config (`kubernetes.io/dockerconfigjson`).
+pub const DOCKER_CONFIG_KEY: &str = ".dockerconfigjson";
 
 /// `<prefix><namespace>.<name>`, the name part at most 63 characters (see [`ready_label`]).
 fn prefixed_label(prefix: &str, namespace: &str, name: &str) -> String {

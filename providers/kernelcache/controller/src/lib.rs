@@ -117,6 +117,12 @@ pub async fn run(
         settings.credentials_namespace.as_deref(),
         settings.model_cache_root.clone(),
         &mds,
+        model_caches::Verifying {
+            policies: policies.clone(),
+            policy: settings.policy.clone(),
+            plain_http: settings.plain_http.clone(),
+            allowed: settings.allowed.clone(),
+        },
     );
     let ctx = caches::new_ctx(
         &client, settings, secrets, metrics, &nodes, &caches, policies,
@@ -133,14 +139,16 @@ pub async fn run(
     // The ModelCache events go to the ModelCache controller and wake the ModelDeployments
     // whose `ModelCacheReady` they change.
     let (models_for_caches, models_for_mds, model_events) = fan_out(model_stream);
+    // A policy change wakes every KernelCache and every ModelCache (their verdicts).
+    let (policies_for_caches, policies_for_models, policy_events) = fan_out(policy_stream);
     let reports = tokio::spawn(async move {
-        tokio::join!(reports, rest, md_events, model_events);
+        tokio::join!(reports, rest, md_events, model_events, policy_events);
     });
     let caches_ctl = caches::cache_controller(
         &ctx,
         cache_stream,
         reports_for_caches.map(Ok),
-        policy_stream,
+        policies_for_caches.map(Ok),
         shutdown.clone(),
     );
     let mds_ctl = model_deployments::md_controller(
@@ -156,6 +164,7 @@ pub async fn run(
         models_for_caches.map(Ok),
         reports_for_models,
         md_for_models.map(Ok).touched_objects(),
+        policies_for_models,
         shutdown.clone(),
     );
     let labels_ctl = nodes::label_controller(

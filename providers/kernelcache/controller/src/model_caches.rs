@@ -25,18 +25,27 @@ use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
-use kubeairunway_kernelcache_api::KernelCacheNode;
-use kubeairunway_kernelcache_api::model::{FINALIZER, ModelCache, ModelCacheStatus};
-use kubeairunway_kernelcache_api::names::{self, MODEL_TOKEN_KEY, model_token_secret};
+use kubeairunway_kernelcache_api::model::{
+    FINALIZER, ModelCache, ModelCacheStatus, Source, conditions, parse_source,
+};
+use kubeairunway_kernelcache_api::names::{
+    self, DOCKER_CONFIG_KEY, MODEL_TOKEN_KEY, model_token_secret,
+};
 use kubeairunway_kernelcache_api::report::{Error, kube_error};
+use kubeairunway_kernelcache_api::{KernelCacheNode, KernelCachePolicy};
+use kubeairunway_kernelcache_artifact::allow::AllowedRegistries;
+use kubeairunway_kernelcache_artifact::credentials::{handover_config, registry_auth, registry_of};
 use kubeairunway_kernelcache_artifact::secrets::SecretApi;
+use kubeairunway_kernelcache_signing::verify::{self, VerifyError};
 use kubeairunway_sdk::ModelDeployment;
 use kubeairunway_sdk::api::ModelSpec;
 use kubeairunway_sdk::compact::Compact;
 use kubeairunway_sdk::reflect::Cache;
+use oci_client::secrets::RegistryAuth;
 use serde_json::json;
 use tracing::{info, warn};
 
+use crate::decide;
 use crate::handover::{FOR_ANNOTATION, MANAGED_BY, MODEL_TOKEN_LABEL as HANDOVER_LABEL};
 use crate::metrics::Metrics;
 use crate::model_decide::{self, Deletion};
@@ -53,6 +62,21 @@ struct Handed {
     at: Instant,
     /// Why it could not be handed over, when it could not.
     problem: Option<String>,
+    /// The registry credentials read (an `oci://` source's; anonymous otherwise).
+    auth: RegistryAuth,
+}
+
+/// What verifying `oci://` sources needs: the policies (the KernelCaches' watch cache),
+/// the name of the one that applies, and the registry settings.
+pub(crate) struct Verifying {
+    /// Every `KernelCachePolicy`.
+    pub(crate) policies: Cache<KernelCachePolicy>,
+    /// The name of the policy that applies (`--policy`, the KernelCaches' too).
+    pub(crate) policy: String,
+    /// Registries spoken to over plain HTTP.
+    pub(crate) plain_http: Vec<String>,
+    /// The registries sources may come from.
+    pub(crate) allowed: AllowedRegistries,
 }
 
 /// What the ModelCache controller shares between reconciles.
@@ -72,6 +96,10 @@ pub(crate) struct ModelCtx {
     applied: Mutex<HashMap<Key, Volumes>>,
     /// Every ModelDeployment (compact): who holds a deleted cache.
     mds: Cache<Compact<ModelDeployment>>,
+    /// Verifying `oci://` sources.
+    verifying: Verifying,
+    /// Failed verifications waiting for their retry, per cache.
+    retries: Mutex<HashMap<Key, decide::Retry>>,
 }
 
 impl ModelCtx {
@@ -87,6 +115,7 @@ impl ModelCtx {
         credentials_namespace: Option<&str>,
         model_root: Option<String>,
         mds: &Cache<Compact<ModelDeployment>>,
+        verifying: Verifying,
     ) -> Arc<Self> {
         Arc::new(Self {
             client: client.clone(),
@@ -100,6 +129,8 @@ impl ModelCtx {
             model_root,
             applied: Mutex::default(),
             mds: mds.clone(),
+            verifying,
+            retries: Mutex::default(),
         })
     }
 
@@ -117,6 +148,9 @@ impl ModelCtx {
             return;
         };
         let mut gone: Vec<String> = Vec::new();
+        if let Ok(mut retries) = self.retries.lock() {
+            retries.retain(|key, _| self.exists(key));
+        }
         if let Ok(mut handed) = self.handed.lock() {
             handed.retain(|key, _| {
                 let keep = self.exists(key);
@@ -246,6 +280,7 @@ pub(crate) fn model_controller(
     caches: impl futures::Stream<Item = Result<ModelCache, watcher::Error>> + Send + 'static,
     reports: impl futures::Stream<Item = KernelCacheNode> + Send + 'static,
     mds: impl futures::Stream<Item = Result<Compact<ModelDeployment>, watcher::Error>> + Send + 'static,
+    policies: impl futures::Stream<Item = KernelCachePolicy> + Send + 'static,
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> impl std::future::Future<Output = ()> {
     let mentioned = reports.flat_map(|n| {
@@ -291,6 +326,7 @@ pub(crate) fn model_controller(
         .with_config(kubeairunway_sdk::process::controller_config())
         .reconcile_on(mentioned)
         .reconcile_on(deleting)
+        .reconcile_all_on(policies.map(|_| ()))
         .graceful_shutdown_on(shutdown)
         .run(reconcile, error_policy, Arc::clone(ctx))
         .for_each(|_| async {})
@@ -307,15 +343,18 @@ fn error_policy(_: Arc<ModelCache>, error: &Error, ctx: Arc<ModelCtx>) -> Action
 /// changed.
 async fn reconcile(cache: Arc<ModelCache>, ctx: Arc<ModelCtx>) -> Result<Action, Error> {
     let _timing = ctx.metrics.reconciling("ModelCache");
-    // Counting an empty store's reports would say no node holds anything.
-    if !ctx.reports.synced_within(SYNC_WAIT).await {
+    // Counting an empty store's reports would say no node holds anything; an empty
+    // policy store would let an `oci://` digest through unverified.
+    if !(ctx.reports.synced_within(SYNC_WAIT).await
+        && ctx.verifying.policies.synced_within(SYNC_WAIT).await)
+    {
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
     if cache.metadata.deletion_timestamp.is_some() {
         return finish_deletion(&ctx, &cache).await;
     }
     ensure_finalizer(&ctx, &cache).await?;
-    let credentials = hand_over(&ctx, &cache).await;
+    let (credentials, auth) = hand_over(&ctx, &cache).await;
     let reports = ctx.reports.store.state();
     let reports: Vec<&KernelCacheNode> = reports.iter().map(AsRef::as_ref).collect();
     let mut status = model_decide::status(
@@ -324,6 +363,19 @@ async fn reconcile(cache: Arc<ModelCache>, ctx: Arc<ModelCtx>) -> Result<Action,
         &reports,
         credentials.as_deref(),
     );
+    let accepted = model_decide::accepted(&cache, credentials.as_deref()).0;
+    let mut retry_in = None;
+    match (parse_source(&cache.spec.source), accepted) {
+        (Ok(Source::Oci(reference)), true) => {
+            let (verdict, retry) = verdict_phase(&ctx, &cache, &reference, &auth).await;
+            model_decide::record_verdict(&mut status, &verdict, cache.metadata.generation);
+            retry_in = retry;
+        }
+        // No verdict: nothing for the nodes to pull.
+        _ => status
+            .conditions
+            .retain(|c| c.type_ != conditions::VERIFIED),
+    }
     let volumes_ok = volumes(&ctx, &cache, &mut status).await;
     if cache.status.as_ref() != Some(&status) {
         let api: Api<ModelCache> =
@@ -338,11 +390,94 @@ async fn reconcile(cache: Arc<ModelCache>, ctx: Arc<ModelCtx>) -> Result<Action,
     }
     ctx.prune(false).await;
     ctx.prune_volumes(false).await;
-    Ok(Action::requeue(if volumes_ok {
+    let next = if volumes_ok {
         ctx.resync
     } else {
         Duration::from_secs(10)
-    }))
+    };
+    Ok(Action::requeue(retry_in.map_or(next, |r| r.min(next))))
+}
+
+/// The verdict on an `oci://` cache's pinned digest `reference` (a phase of
+/// [`reconcile`]), as KernelCaches get theirs: none applies without the policy (digest
+/// only); under it, a passed verdict stands until the policy changes or a reverify is
+/// asked ([`decide::verify_when`]), else the signature is checked now, and a failure is
+/// retried with backoff ([`decide::next_retry`]). With when to look again.
+async fn verdict_phase(
+    ctx: &ModelCtx,
+    cache: &ModelCache,
+    reference: &str,
+    auth: &RegistryAuth,
+) -> (model_decide::OciVerdict, Option<Duration>) {
+    let key = (cache.namespace().unwrap_or_default(), cache.name_any());
+    let digest = reference
+        .rsplit_once('@')
+        .map(|(_, d)| d.to_string())
+        .unwrap_or_default();
+    let v = &ctx.verifying;
+    let verdict = |policy_found, verification| model_decide::OciVerdict {
+        digest: digest.clone(),
+        policy_found,
+        verification,
+    };
+    let Some(policy) = v.policies.store.get(&ObjectRef::new(&v.policy)) else {
+        return (verdict(false, model_decide::digest_only(&v.policy)), None);
+    };
+    let status = cache.status.clone().unwrap_or_default();
+    // A passed verdict counts only for the digest it passed; a refusal, for its retries.
+    let previous = status
+        .verification
+        .filter(|p| !decide::passed(p) || status.verified_digest.as_deref() == Some(&digest));
+    let policy_version = decide::policy_version(&policy);
+    let request = cache
+        .annotations()
+        .get(decide::REVERIFY_ANNOTATION)
+        .cloned();
+    let retry = ctx.retries.lock().ok().and_then(|r| r.get(&key).cloned());
+    let now = Instant::now();
+    match decide::verify_when(
+        previous.as_ref(),
+        &digest,
+        &policy_version,
+        request.as_deref(),
+        retry.as_ref(),
+        now,
+    ) {
+        decide::VerifyWhen::Reuse => return (verdict(true, previous.unwrap_or_default()), None),
+        decide::VerifyWhen::Later(wait) => {
+            return (verdict(true, previous.unwrap_or_default()), Some(wait));
+        }
+        decide::VerifyWhen::Now => {}
+    }
+    let result = match v.allowed.check(reference) {
+        Ok(()) => verify::verify(&policy.spec, reference, auth, v.plain_http.clone()).await,
+        Err(e) => Err(VerifyError::Reference(reference.to_string(), e)),
+    };
+    let mut verification = model_decide::judge_oci(previous.as_ref(), policy.spec.mode, result);
+    if previous.as_ref() != Some(&verification) {
+        verification.policy_version = Some(policy_version.clone());
+    }
+    verification.reverify_request = request;
+    ctx.metrics
+        .verification(policy.spec.mode, verification.verified);
+    let passed = decide::passed(&verification)
+        && verification.policy_version.as_deref() == Some(policy_version.as_str());
+    let next = decide::next_retry(
+        passed,
+        retry.as_ref(),
+        &digest,
+        &policy_version,
+        ctx.resync,
+        now,
+    );
+    let retry_in = next.as_ref().map(|r| r.at - now);
+    if let Ok(mut retries) = ctx.retries.lock() {
+        match next {
+            Some(r) => retries.insert(key, r),
+            None => retries.remove(&key),
+        };
+    }
+    (verdict(true, verification), retry_in)
 }
 
 /// The finalizer put on `cache` when it lacks it (a phase of [`reconcile`]; no write
@@ -470,11 +605,15 @@ async fn volumes(ctx: &ModelCtx, cache: &ModelCache, status: &mut ModelCacheStat
     }
 }
 
-/// The cache's hub token into `<credentials namespace>/modelcache-token-<hash>` (a phase
-/// of [`reconcile`]); why not, when it could not be. The user's Secret is read again only
-/// for a new generation of the cache or after the resync interval.
-async fn hand_over(ctx: &ModelCtx, cache: &ModelCache) -> Option<String> {
-    let reference = cache.spec.credentials_secret_ref.as_ref()?;
+/// The cache's hub token (`hf://`) or registry credentials (`oci://`) into
+/// `<credentials namespace>/modelcache-token-<hash>` (a phase of [`reconcile`]); why not,
+/// when it could not be, and the registry credentials (anonymous when none). The user's
+/// Secret is read again only for a new generation of the cache or after the resync
+/// interval.
+async fn hand_over(ctx: &ModelCtx, cache: &ModelCache) -> (Option<String>, RegistryAuth) {
+    let Some(reference) = cache.spec.credentials_secret_ref.as_ref() else {
+        return (None, RegistryAuth::Anonymous);
+    };
     let namespace = cache.namespace().unwrap_or_default();
     let name = cache.name_any();
     let key = (namespace.clone(), name.clone());
@@ -486,13 +625,22 @@ async fn hand_over(ctx: &ModelCtx, cache: &ModelCache) -> Option<String> {
     if let Some(h) = ctx.handed.lock().ok().and_then(|h| {
         h.get(&key)
             .filter(|h| h.version == version && h.at.elapsed() < ctx.resync)
-            .map(|h| h.problem.clone())
+            .map(|h| (h.problem.clone(), h.auth.clone()))
     }) {
         return h;
     }
-    let problem = copy_token(ctx, &namespace, &name, &reference.name, reference.key())
-        .await
-        .err();
+    let copied = match parse_source(&cache.spec.source) {
+        Ok(Source::Oci(image)) => {
+            copy_registry_auth(ctx, &namespace, &name, &reference.name, &image).await
+        }
+        _ => copy_token(ctx, &namespace, &name, &reference.name, reference.key())
+            .await
+            .map(|()| RegistryAuth::Anonymous),
+    };
+    let (problem, auth) = match copied {
+        Ok(auth) => (None, auth),
+        Err(e) => (Some(e), RegistryAuth::Anonymous),
+    };
     if let Ok(mut h) = ctx.handed.lock() {
         h.insert(
             key,
@@ -500,10 +648,113 @@ async fn hand_over(ctx: &ModelCtx, cache: &ModelCache) -> Option<String> {
                 version,
                 at: Instant::now(),
                 problem: problem.clone(),
+                auth: auth.clone(),
             },
         );
     }
-    problem
+    (problem, auth)
+}
+
+/// Reads the registry credentials of `image`'s registry from the user's docker config
+/// Secret (as KernelCaches' pull Secrets are read: [`registry_auth`]) and hands that
+/// registry's entry over ([`handover_config`]) in the cache's Secret, for the agents.
+async fn copy_registry_auth(
+    ctx: &ModelCtx,
+    namespace: &str,
+    name: &str,
+    secret: &str,
+    image: &str,
+) -> Result<RegistryAuth, String> {
+    let data = ctx
+        .secrets
+        .get(namespace, secret)
+        .await
+        .map_err(|e| format!("reading Secret {namespace}/{secret}: {e}"))?
+        .ok_or_else(|| format!("Secret {namespace}/{secret} not found"))?;
+    let registry = registry_of(image);
+    let auth = credentials_for(&registry, secret, data)?;
+    let config = handover_config(&registry, &auth).unwrap_or_default();
+    let handed = model_token_secret(namespace, name);
+    let body = handed_secret(
+        namespace,
+        name,
+        "kubernetes.io/dockerconfigjson",
+        DOCKER_CONFIG_KEY,
+        &config,
+    );
+    apply_handed(ctx, &handed, &body).await?;
+    Ok(auth)
+}
+
+/// The credentials for `registry` in the docker config Secret `secret` (a part of
+/// [`copy_registry_auth`]): one with no entry for it is refused, not taken for anonymous
+/// access (the cache names it to pull with it).
+pub fn credentials_for(
+    registry: &str,
+    secret: &str,
+    data: kubeairunway_kernelcache_artifact::secrets::SecretData,
+) -> Result<RegistryAuth, String> {
+    match registry_auth(registry, &[(secret.to_string(), data)]) {
+        Ok(RegistryAuth::Anonymous) => Err(format!(
+            "Secret {secret} has no credentials for registry {registry}"
+        )),
+        Ok(auth) => Ok(auth),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// The handed-over Secret of the cache `namespace/name` holding `bytes` under `key`.
+fn handed_secret(
+    namespace: &str,
+    name: &str,
+    type_: &str,
+    key: &str,
+    bytes: &[u8],
+) -> serde_json::Value {
+    json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": model_token_secret(namespace, name),
+            "labels": {MANAGED_BY.0: MANAGED_BY.1, HANDOVER_LABEL.0: HANDOVER_LABEL.1},
+            "annotations": {FOR_ANNOTATION: format!("{namespace}/{name}")},
+        },
+        "type": type_,
+        "data": {key: base64::engine::general_purpose::STANDARD.encode(bytes)},
+    })
+}
+
+/// Applies the handed-over Secret `handed` in the credentials namespace.
+async fn apply_handed(
+    ctx: &ModelCtx,
+    handed: &str,
+    body: &serde_json::Value,
+) -> Result<(), String> {
+    let Some(api) = &ctx.handover else {
+        return Err(
+            "the controller has no --credentials-namespace to hand the credentials over in".into(),
+        );
+    };
+    let params = PatchParams::apply(FIELD_MANAGER).force();
+    let failed =
+        |e: &kube::Error| format!("handing the credentials over ({handed}): {}", kube_error(e));
+    match api.patch(handed, &params, &Patch::Apply(body)).await {
+        Ok(_) => Ok(()),
+        // A Secret's type cannot change (a cache whose source went from hf:// to oci://
+        // had a token handed over): the old one goes, the new one is made.
+        Err(kube::Error::Api(s)) if s.code == 422 => {
+            match api.delete(handed, &DeleteParams::default()).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(e) => return Err(failed(&e)),
+            }
+            api.patch(handed, &params, &Patch::Apply(body))
+                .await
+                .map(|_| ())
+                .map_err(|e| failed(&e))
+        }
+        Err(e) => Err(failed(&e)),
+    }
 }
 
 /// Reads the token from the user's Secret and applies the handed-over copy.
@@ -514,11 +765,11 @@ async fn copy_token(
     secret: &str,
     key: &str,
 ) -> Result<(), String> {
-    let Some(api) = &ctx.handover else {
+    if ctx.handover.is_none() {
         return Err(
             "the controller has no --credentials-namespace to hand the hub token over in".into(),
         );
-    };
+    }
     let data = ctx
         .secrets
         .get(namespace, secret)
@@ -529,23 +780,40 @@ async fn copy_token(
         .get(key)
         .ok_or_else(|| format!("Secret {namespace}/{secret} has no key {key:?}"))?;
     let handed = model_token_secret(namespace, name);
-    let body = json!({
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {
-            "name": handed,
-            "labels": {MANAGED_BY.0: MANAGED_BY.1, HANDOVER_LABEL.0: HANDOVER_LABEL.1},
-            "annotations": {FOR_ANNOTATION: format!("{namespace}/{name}")},
-        },
-        "type": "Opaque",
-        "data": {MODEL_TOKEN_KEY: base64::engine::general_purpose::STANDARD.encode(&token.0)},
-    });
-    api.patch(
-        &handed,
-        &PatchParams::apply(FIELD_MANAGER).force(),
-        &Patch::Apply(&body),
-    )
-    .await
-    .map_err(|e| format!("handing the hub token over ({handed}): {}", kube_error(&e)))?;
-    Ok(())
+    let body = handed_secret(namespace, name, "Opaque", MODEL_TOKEN_KEY, &token.0);
+    apply_handed(ctx, &handed, &body).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::ByteString;
+
+    fn docker_config(json: &str) -> kubeairunway_kernelcache_artifact::secrets::SecretData {
+        [(
+            ".dockerconfigjson".to_string(),
+            ByteString(json.as_bytes().to_vec()),
+        )]
+        .into()
+    }
+
+    /// The registry credentials of an `oci://` cache: its registry's entry of the docker
+    /// config Secret (a password pair or `auth`); a Secret without that entry, or that
+    /// is not a docker config, is refused with a message, never taken for anonymous.
+    #[test]
+    fn the_sources_registry_entry_is_taken_and_a_missing_one_refused() {
+        let config = docker_config(
+            r#"{"auths":{"other.example":{"username":"o","password":"x"},"reg.example:5000":{"auth":"cm9ib3Q6cHc="}}}"#,
+        );
+        let registry = registry_of("reg.example:5000/models/acme/m@sha256:ab");
+        assert_eq!(
+            credentials_for(&registry, "regcred", config.clone()),
+            Ok(RegistryAuth::Basic("robot".into(), "pw".into()))
+        );
+        let e = credentials_for("third.example", "regcred", config).unwrap_err();
+        assert!(e.contains("regcred") && e.contains("third.example"), "{e}");
+        let opaque = [("token".to_string(), ByteString(b"hf_x".to_vec()))].into();
+        let e = credentials_for(&registry, "hf-token", opaque).unwrap_err();
+        assert!(e.contains(".dockerconfigjson"), "{e}");
+    }
 }

@@ -5,11 +5,12 @@
 use std::collections::BTreeMap;
 
 use kube::ResourceExt as _;
-use kubeairunway_kernelcache_api::KernelCacheNode;
 use kubeairunway_kernelcache_api::model::{
     self, ModelCache, ModelCacheState, ModelCacheStatus, NotChosen, Source, conditions,
     deployment_reasons, model_uses, parse_source, reasons,
 };
+use kubeairunway_kernelcache_api::{KernelCacheNode, Verification, VerificationMode};
+use kubeairunway_kernelcache_signing::verify::VerifyError;
 use kubeairunway_sdk::api::ModelSpec;
 
 /// What the nodes report about one ModelCache's current generation.
@@ -91,22 +92,115 @@ pub fn aggregate(
 /// Whether the spec can be acted on: (accepted, reason, message). `credentials` is why
 /// the hub token could not be handed over, when it could not.
 pub fn accepted(cache: &ModelCache, credentials: Option<&str>) -> (bool, &'static str, String) {
-    match parse_source(&cache.spec.source) {
-        Ok(Source::Oci(_)) if cache.spec.credentials_secret_ref.is_some() => (
-            false,
-            reasons::INVALID_SPEC,
-            "credentialsSecretRef holds a hub token, for hf:// sources; oci:// sources are pulled anonymously".into(),
-        ),
-        Ok(Source::Oci(_)) => (
+    let source = parse_source(&cache.spec.source);
+    match (source, credentials) {
+        (Ok(Source::Oci(_)), _)
+            if cache
+                .spec
+                .credentials_secret_ref
+                .as_ref()
+                .is_some_and(|r| r.key.is_some()) =>
+        {
+            (
+                false,
+                reasons::INVALID_SPEC,
+                "credentialsSecretRef of an oci:// source names a kubernetes.io/dockerconfigjson Secret, without key".into(),
+            )
+        }
+        (Err(e), _) => (false, reasons::INVALID_SPEC, e),
+        (Ok(_), Some(why)) => (false, reasons::CREDENTIALS_MISSING, why.to_string()),
+        (Ok(Source::Oci(_)), None) => (
             true,
             reasons::ACCEPTED,
             "the nodes pull it by digest".into(),
         ),
-        Err(e) => (false, reasons::INVALID_SPEC, e),
-        Ok(Source::Hf(_)) => match credentials {
-            Some(why) => (false, reasons::CREDENTIALS_MISSING, why.to_string()),
-            None => (true, reasons::ACCEPTED, "the nodes download it".into()),
-        },
+        (Ok(Source::Hf(_)), None) => (true, reasons::ACCEPTED, "the nodes download it".into()),
+    }
+}
+
+/// The controller's verdict on an `oci://` cache's pinned manifest digest.
+#[derive(Clone, Debug, PartialEq)]
+pub struct OciVerdict {
+    /// The digest it is about.
+    pub digest: String,
+    /// Whether a `KernelCachePolicy` applies (none: digest only).
+    pub policy_found: bool,
+    /// The verdict, in the KernelCache status's shape.
+    pub verification: Verification,
+}
+
+/// The verification recorded when no `KernelCachePolicy` named `policy` exists: the nodes
+/// pull the digest without a signature check (mode `disabled`, saying so).
+pub fn digest_only(policy: &str) -> Verification {
+    Verification {
+        mode: VerificationMode::Disabled,
+        verified: false,
+        message: Some(format!(
+            "no KernelCachePolicy '{policy}': pulled by its digest only, no signature checked"
+        )),
+        ..Verification::default()
+    }
+}
+
+/// The `Verified` condition of an `oci://` cache: (whether the nodes may pull it, reason,
+/// message). Without a policy, `DigestOnly`; under one, the KernelCaches' rule
+/// ([`crate::decide::verdict`] and [`crate::decide::passed`]: verified, disabled by the
+/// policy, or refused).
+pub fn verified_condition(v: &OciVerdict) -> (bool, &'static str, String) {
+    if !v.policy_found {
+        return (
+            true,
+            reasons::DIGEST_ONLY,
+            v.verification.message.clone().unwrap_or_default(),
+        );
+    }
+    let d = crate::decide::verdict(true, true, &v.verification);
+    // `disabled` passes only as the policy's own answer (not a digest-only verdict).
+    if d.usable && !crate::decide::passed(&v.verification) {
+        let message = v.verification.message.clone().unwrap_or_default();
+        return (false, reasons::VERIFICATION_FAILED, message);
+    }
+    (d.usable, d.reason, d.message)
+}
+
+/// The verdict after a signature check of an `oci://` digest: a registry that could not
+/// be reached keeps a passed `previous` verdict (as for KernelCaches,
+/// [`crate::decide::after_failure`]); any other failure refuses.
+pub fn judge_oci(
+    previous: Option<&Verification>,
+    mode: VerificationMode,
+    result: Result<Verification, VerifyError>,
+) -> Verification {
+    match result {
+        Ok(v) => v,
+        Err(e) => crate::decide::after_failure(previous, mode, &e),
+    }
+}
+
+/// `status` with the verdict recorded (`verification`, the `Verified` condition, and
+/// `verifiedDigest` only when the nodes may pull it); a refusal makes `Ready=False` with
+/// `VerificationFailed`, whatever the nodes report.
+pub fn record_verdict(status: &mut ModelCacheStatus, v: &OciVerdict, generation: Option<i64>) {
+    let (ok, reason, message) = verified_condition(v);
+    kubeairunway_sdk::conditions::set(
+        &mut status.conditions,
+        conditions::VERIFIED,
+        ok,
+        reason,
+        message.clone(),
+        generation,
+    );
+    status.verification = Some(v.verification.clone());
+    status.verified_digest = ok.then(|| v.digest.clone());
+    if !ok {
+        kubeairunway_sdk::conditions::set(
+            &mut status.conditions,
+            conditions::READY,
+            false,
+            reasons::VERIFICATION_FAILED,
+            message,
+            generation,
+        );
     }
 }
 
@@ -517,10 +611,22 @@ mod tests {
         let (st, reason, _) = condition(&s, conditions::ACCEPTED);
         assert_eq!((st, reason), ("True", reasons::ACCEPTED));
         assert_eq!(condition(&s, conditions::READY).1, reasons::NO_NODES);
-        let mut with_token = cache("oci://r.example/m@sha256:ab");
-        with_token.spec.credentials_secret_ref =
+        // Registry credentials: a docker config Secret, without key.
+        let mut with_secret = cache("oci://r.example/m@sha256:ab");
+        with_secret.spec.credentials_secret_ref =
             Some(kubeairunway_kernelcache_api::model::CredentialsSecretRef::default());
-        let s = status(&with_token, None, &[], None);
+        let s = status(&with_secret, None, &[], None);
+        assert_eq!(condition(&s, conditions::ACCEPTED).0, "True");
+        let s = status(&with_secret, None, &[], Some("no entry for r.example"));
+        let (st, reason, _) = condition(&s, conditions::ACCEPTED);
+        assert_eq!((st, reason), ("False", reasons::CREDENTIALS_MISSING));
+        let mut with_key = with_secret.clone();
+        with_key.spec.credentials_secret_ref =
+            Some(kubeairunway_kernelcache_api::model::CredentialsSecretRef {
+                name: "regcred".into(),
+                key: Some("token".into()),
+            });
+        let s = status(&with_key, None, &[], None);
         let (st, reason, _) = condition(&s, conditions::ACCEPTED);
         assert_eq!((st, reason), ("False", reasons::INVALID_SPEC));
         let s = status(
@@ -533,6 +639,87 @@ mod tests {
         assert_eq!((st, reason), ("False", reasons::CREDENTIALS_MISSING));
         assert_eq!(message, "Secret ml/hf not found");
         assert_eq!(condition(&s, conditions::READY).1, reasons::NO_NODES);
+    }
+
+    fn verdict(policy_found: bool, verification: Verification) -> OciVerdict {
+        OciVerdict {
+            digest: "sha256:ab".into(),
+            policy_found,
+            verification,
+        }
+    }
+
+    /// The verdict on an `oci://` digest: without a policy the nodes pull it by digest
+    /// only; under one, only a verified (or policy-disabled) digest is recorded for the
+    /// nodes, and a refusal is `Ready=False`/`VerificationFailed` even with ready nodes.
+    #[test]
+    fn an_oci_digest_reaches_the_nodes_only_when_its_verdict_lets_it() {
+        let ready = report("a", vec![entry(ModelCacheState::Ready, reasons::READY, 2)]);
+        let c = cache("oci://r.example/m@sha256:ab");
+        let passed = Verification {
+            mode: VerificationMode::Key,
+            verified: true,
+            signer: Some("SHA256:k".into()),
+            ..Verification::default()
+        };
+        let refused = judge_oci(
+            None,
+            VerificationMode::Key,
+            Err(VerifyError::NoSignature("r.example/m".into())),
+        );
+        let disabled = judge_oci(
+            None,
+            VerificationMode::Disabled,
+            Ok(Verification {
+                mode: VerificationMode::Disabled,
+                message: Some(kubeairunway_kernelcache_signing::verify::DISABLED_MESSAGE.into()),
+                ..Verification::default()
+            }),
+        );
+        for (v, pulled, reason) in [
+            (
+                verdict(false, digest_only("default")),
+                true,
+                reasons::DIGEST_ONLY,
+            ),
+            (verdict(true, passed.clone()), true, reasons::VERIFIED),
+            (
+                verdict(true, disabled),
+                true,
+                reasons::VERIFICATION_DISABLED,
+            ),
+            (
+                verdict(true, refused.clone()),
+                false,
+                reasons::VERIFICATION_FAILED,
+            ),
+            // The digest-only verdict under a policy is no pass.
+            (
+                verdict(true, digest_only("default")),
+                false,
+                reasons::VERIFICATION_FAILED,
+            ),
+        ] {
+            let mut s = status(&c, None, &[&ready], None);
+            record_verdict(&mut s, &v, Some(2));
+            let (st, why, _) = condition(&s, conditions::VERIFIED);
+            assert_eq!((st == "True", why), (pulled, reason), "{v:?}");
+            assert_eq!(s.verified_digest.is_some(), pulled, "{v:?}");
+            assert_eq!(s.verification.as_ref(), Some(&v.verification));
+            let (st, why, _) = condition(&s, conditions::READY);
+            if pulled {
+                assert_eq!((st, why), ("True", reasons::READY));
+            } else {
+                assert_eq!((st, why), ("False", reasons::VERIFICATION_FAILED));
+            }
+        }
+        // An unreachable registry keeps a passed verdict, and refuses a new one.
+        let outage = || Err(VerifyError::Unavailable("down".into()));
+        assert_eq!(
+            judge_oci(Some(&passed), VerificationMode::Key, outage()),
+            passed
+        );
+        assert!(!judge_oci(Some(&refused), VerificationMode::Key, outage()).verified);
     }
 
     /// Only the ModelDeployments of the cache's namespace that use it hold it, named in

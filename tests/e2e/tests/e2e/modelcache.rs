@@ -647,8 +647,8 @@ async fn model_cache_sources_are_checked_at_admission() {
             "include is for hf://",
         ),
         (
-            json!({"source": pinned, "credentialsSecretRef": {"name": "t"}}),
-            "credentialsSecretRef holds a hub token",
+            json!({"source": pinned, "credentialsSecretRef": {"name": "t", "key": "token"}}),
+            "names a kubernetes.io/dockerconfigjson Secret, without key",
         ),
         (json!({"source": pinned, "modelId": "a/b/c"}), "modelId"),
     ] {
@@ -663,6 +663,14 @@ async fn model_cache_sources_are_checked_at_admission() {
     .await
     .unwrap();
     assert_eq!(oci.spec.revision(), "main");
+    // Registry credentials of an oci:// source: a docker config Secret named, no key.
+    model_cache(
+        &client,
+        "oci-private",
+        json!({"source": pinned, "credentialsSecretRef": {"name": "regcred"}}),
+    )
+    .await
+    .unwrap();
     let budget = model_cache(
         &client,
         "budget",
@@ -682,6 +690,21 @@ pub(crate) async fn start_controller(
     tokio::sync::oneshot::Sender<()>,
     tokio::task::JoinHandle<anyhow::Result<()>>,
 ) {
+    start_controller_with(cluster, client, |_| {}).await
+}
+
+/// [`start_controller`] with its settings changed by `tweak` (the registry settings and
+/// the policy of `oci://` sources), allowed to read the pull Secrets `hf-token`,
+/// `regcred` and `othercred` of the test namespace.
+pub(crate) async fn start_controller_with(
+    cluster: &TestCluster,
+    client: &Client,
+    tweak: impl FnOnce(&mut kubeairunway_kernelcache_controller::Settings),
+) -> (
+    Option<kubeairunway_e2e::rbac::ChartIdentity>,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
     use kubeairunway_kernelcache_controller::{self as controller, Settings, metrics::Metrics};
     let identity = match kubeairunway_e2e::helm::require() {
         Some(helm_bin) => {
@@ -691,6 +714,8 @@ pub(crate) async fn start_controller(
                 &[
                     ("controller.pullSecrets[0].namespace", NS),
                     ("controller.pullSecrets[0].names[0]", "hf-token"),
+                    ("controller.pullSecrets[0].names[1]", "regcred"),
+                    ("controller.pullSecrets[0].names[2]", "othercred"),
                 ],
             )
             .unwrap();
@@ -724,12 +749,13 @@ pub(crate) async fn start_controller(
         Some(id) => id.client(cluster).await.unwrap(),
         None => client.clone(),
     };
-    let settings = Settings {
+    let mut settings = Settings {
         resync: Duration::from_secs(2),
         credentials_namespace: Some(CREDENTIALS_NS.into()),
         model_cache_root: Some(MODEL_ROOT.into()),
         ..Settings::default()
     };
+    tweak(&mut settings);
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let task = tokio::spawn(controller::run(
         controller_client.clone(),

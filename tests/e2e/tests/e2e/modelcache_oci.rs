@@ -555,6 +555,9 @@ async fn an_oci_model_cache_goes_ready_through_the_agent() {
     model_cache(&client, "elsewhere", json!({"source": elsewhere}))
         .await
         .unwrap();
+    // The agents pull an oci:// digest only once the controller let it through: without
+    // a KernelCachePolicy, by its digest only.
+    let (_identity, stop, controller) = start_controller(&cluster, &client).await;
     let snapshot_id = good.split_once("@sha256:").unwrap().1[..40].to_string();
     let entries = eventually(120, "the oci caches' states", || async {
         let nodes: kube::Api<kubeairunway_kernelcache_api::KernelCacheNode> =
@@ -601,11 +604,18 @@ async fn an_oci_model_cache_goes_ready_through_the_agent() {
         "{elsewhere:?}"
     );
     // The controller's status of each: the commit, the size and the node's reason.
-    let (_identity, stop, controller) = start_controller(&cluster, &client).await;
     let s = cache_where(&client, "tiny", "tiny Ready", |s| s.ready_nodes == 1).await;
     assert_eq!(
         condition(&s, conditions::READY),
         Some(("True", reasons::READY))
+    );
+    assert_eq!(
+        condition(&s, conditions::VERIFIED),
+        Some(("True", reasons::DIGEST_ONLY))
+    );
+    assert_eq!(
+        s.verified_digest.as_deref(),
+        good.rsplit_once('@').map(|(_, d)| d)
     );
     assert_eq!(s.resolved_commit.as_deref(), Some(snapshot_id.as_str()));
     assert_eq!(s.size_bytes, Some((1 << 20) + 2), "the layers' bytes");
@@ -624,6 +634,193 @@ async fn an_oci_model_cache_goes_ready_through_the_agent() {
             "{name}"
         );
     }
+    let _ = stop.send(());
+    controller.await.unwrap().unwrap();
+    agent.stop().await;
+}
+
+/// Under a `KernelCachePolicy`, the controller verifies an `oci://` source's pinned digest
+/// as it does a KernelCache's image (cosign signatures in the same registry, real keys):
+/// the signed artifact, pulled with registry credentials from a docker config Secret
+/// handed over to the agent, goes Ready; an unsigned one and one signed by an untrusted
+/// key are `Ready=False`/`VerificationFailed`, and the agent pulls nothing of them. A
+/// Secret without an entry for the registry is `CredentialsMissing`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oci_model_caches_are_verified_under_the_policy_and_pulled_with_credentials() {
+    use k8s_openapi::api::core::v1::Secret;
+    use kube::api::{Api, Patch, PatchParams, PostParams};
+    use kubeairunway_e2e::cache_images::{new_signer, sign};
+    use kubeairunway_kernelcache_api::KernelCachePolicy;
+    use kubeairunway_kernelcache_api::names::{DOCKER_CONFIG_KEY, model_token_secret};
+
+    let registry = start_registry("oci-model-verify").unwrap();
+    let addr = registry.addr().to_string();
+    let artifact = |seed| vec![layer(weight(4096, seed), RAW, Some("model.safetensors"))];
+    let signed = push_modelpack(&registry, "models/acme/signed:v1", &artifact(1)).await;
+    let unsigned = push_modelpack(&registry, "models/acme/unsigned:v1", &artifact(2)).await;
+    let wrong = push_modelpack(&registry, "models/acme/wrong:v1", &artifact(3)).await;
+    let (signer, public) = new_signer().unwrap();
+    let (other_signer, _) = new_signer().unwrap();
+    sign(&registry, &signed, signer).await.unwrap();
+    sign(&registry, &wrong, other_signer).await.unwrap();
+
+    let (cluster, client) = setup("mc-oci-verify").await;
+    node(&client, "oci-v", "a").await;
+    Api::<KernelCachePolicy>::all(client.clone())
+        .patch(
+            "default",
+            &PatchParams::apply("user"),
+            &Patch::Apply(json!({
+                "apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "KernelCachePolicy",
+                "metadata": {"name": "default"},
+                "spec": {"mode": "key", "publicKeys": [public]},
+            })),
+        )
+        .await
+        .unwrap();
+    let config = json!({"auths": {addr.clone(): {"username": "robot", "password": "pw"}}});
+    let elsewhere = json!({"auths": {"other.example": {"username": "u", "password": "p"}}});
+    for (name, config) in [("regcred", config), ("othercred", elsewhere)] {
+        let secret = json!({
+            "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
+            "type": "kubernetes.io/dockerconfigjson",
+            "stringData": {".dockerconfigjson": config.to_string()},
+        });
+        Api::<Secret>::namespaced(client.clone(), crate::modelcache::NS)
+            .create(
+                &PostParams::default(),
+                &serde_json::from_value(secret).unwrap(),
+            )
+            .await
+            .unwrap();
+    }
+    // A token handed over before (the cache's source was hf://): an Opaque Secret, whose
+    // type cannot change; the controller replaces it.
+    let stale = json!({
+        "apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": model_token_secret(crate::modelcache::NS, "signed")},
+        "type": "Opaque", "stringData": {"token": "hf_old"},
+    });
+    Api::<Secret>::namespaced(client.clone(), "kernelcache-credentials")
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(stale).unwrap(),
+        )
+        .await
+        .unwrap();
+    let (_identity, stop, controller) =
+        crate::modelcache::start_controller_with(&cluster, &client, |s| {
+            s.plain_http = vec![addr.clone()];
+        })
+        .await;
+    let hub = StandIn::start().await;
+    let root = tempfile::tempdir().unwrap();
+    let agent = start_agent_with(&client, "oci-v", root.path(), &hub, |m| {
+        m.plain_http = vec![addr.clone()];
+    });
+    for (name, pinned, secret) in [
+        ("signed", &signed, Some("regcred")),
+        ("unsigned", &unsigned, None),
+        ("wrong", &wrong, None),
+        ("nocred", &signed, Some("othercred")),
+    ] {
+        let mut spec = json!({"source": format!("oci://{pinned}")});
+        if let Some(secret) = secret {
+            spec["credentialsSecretRef"] = json!({"name": secret});
+            spec["modelId"] = json!(format!("acme/{name}"));
+        }
+        model_cache(&client, name, spec).await.unwrap();
+    }
+
+    let s = cache_where(&client, "signed", "signed Ready", |s| s.ready_nodes == 1).await;
+    assert_eq!(
+        condition(&s, conditions::READY),
+        Some(("True", reasons::READY))
+    );
+    assert_eq!(
+        condition(&s, conditions::VERIFIED),
+        Some(("True", reasons::VERIFIED))
+    );
+    assert!(s.verification.as_ref().is_some_and(|v| v.verified), "{s:?}");
+    assert_eq!(
+        s.verified_digest.as_deref(),
+        signed.rsplit_once('@').map(|(_, d)| d)
+    );
+    // The credentials reached the agent through the controller's copy: that registry's
+    // entry only, in the credentials namespace.
+    let handed = Api::<Secret>::namespaced(client.clone(), "kernelcache-credentials")
+        .get(&model_token_secret(crate::modelcache::NS, "signed"))
+        .await
+        .unwrap();
+    assert_eq!(
+        handed.type_.as_deref(),
+        Some("kubernetes.io/dockerconfigjson")
+    );
+    let handed: serde_json::Value =
+        serde_json::from_slice(&handed.data.unwrap()[DOCKER_CONFIG_KEY].0).unwrap();
+    assert_eq!(
+        handed["auths"]
+            .as_object()
+            .unwrap()
+            .keys()
+            .collect::<Vec<_>>(),
+        [&addr]
+    );
+    let hub_dir = root.path().join("models/hub");
+    assert!(hub_dir.join("models--acme--signed/snapshots").is_dir());
+
+    for (name, why) in [
+        ("unsigned", "no signature found"),
+        ("wrong", "no signature by a trusted key"),
+    ] {
+        let s = cache_where(&client, name, "refused", |s| {
+            condition(s, conditions::READY).is_some_and(|c| c.1 == reasons::VERIFICATION_FAILED)
+        })
+        .await;
+        let verified = s
+            .conditions
+            .iter()
+            .find(|c| c.type_ == conditions::VERIFIED)
+            .unwrap();
+        assert_eq!(
+            (verified.status.as_str(), verified.reason.as_str()),
+            ("False", reasons::VERIFICATION_FAILED),
+            "{name}"
+        );
+        assert!(verified.message.contains(why), "{name}: {verified:?}");
+        assert_eq!(s.verified_digest, None, "{name}");
+    }
+    // The agent reports them refused, and wrote nothing of them on the node.
+    let entries = eventually(60, "the refusals on the node", || async {
+        let nodes: kube::Api<kubeairunway_kernelcache_api::KernelCacheNode> =
+            kube::Api::all(client.clone());
+        let status = nodes.get("oci-v").await.ok()?.status?;
+        let refused: Vec<_> = status
+            .model_caches
+            .into_iter()
+            .filter(|e| e.name == "unsigned" || e.name == "wrong")
+            .filter(|e| e.reason.as_deref() == Some(reasons::VERIFICATION_FAILED))
+            .collect();
+        (refused.len() == 2).then_some(refused)
+    })
+    .await
+    .unwrap();
+    for e in &entries {
+        assert_eq!(e.state, ModelCacheState::Failed, "{e:?}");
+        assert_eq!(e.bytes_done, None, "{e:?}");
+    }
+    for folder in ["models--acme--unsigned", "models--acme--wrong"] {
+        assert!(
+            !hub_dir.join(folder).exists(),
+            "{folder} written on the node"
+        );
+    }
+    let s = cache_where(&client, "nocred", "credentials missing", |s| {
+        condition(s, conditions::ACCEPTED).is_some_and(|c| c.1 == reasons::CREDENTIALS_MISSING)
+    })
+    .await;
+    assert_eq!(s.verified_digest, None, "no verdict without credentials");
+    assert!(!hub_dir.join("models--acme--nocred").exists());
     let _ = stop.send(());
     controller.await.unwrap().unwrap();
     agent.stop().await;

@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use kube::ResourceExt as _;
 use kubeairunway_kernelcache_api::model::{
-    ModelCache, ModelCacheState, NodeModelCache, Source, parse_source, reasons,
+    ModelCache, ModelCacheState, NodeModelCache, PullVerdict, Source, parse_source, pull_verdict,
+    reasons,
 };
 use kubeairunway_kernelcache_artifact::extract::ExtractError;
 use kubeairunway_kernelcache_artifact::modelpack::PlanError;
@@ -52,10 +53,14 @@ pub struct Wanted {
     pub include: Vec<String>,
     /// The per-node budget in bytes.
     pub budget: Option<u64>,
-    /// Whether a hub token is to be read (the cache names a credentials Secret).
+    /// Whether credentials are to be read (the cache names a credentials Secret): the
+    /// hub token of an `hf://` source, the registry credentials of an `oci://` one.
     pub token: bool,
     /// Why the spec cannot be acted on (`InvalidSpec`), when it cannot.
     pub invalid: Option<String>,
+    /// Whether the controller lets the nodes pull it ([`pull_verdict`]: an `oci://`
+    /// digest only once verified, or digest-only without a policy).
+    pub verdict: PullVerdict,
 }
 
 /// The ModelCaches this node holds: those whose nodeSelector its labels match (`hf://`
@@ -100,9 +105,15 @@ fn wanted_one(c: &ModelCache) -> Wanted {
         _ if c.spec.model_id.is_some() && !matches!(source, Ok(Source::Oci(_))) => {
             Some("modelId is for oci:// sources".into())
         }
-        _ if c.spec.credentials_secret_ref.is_some() && matches!(source, Ok(Source::Oci(_))) => {
+        _ if c
+            .spec
+            .credentials_secret_ref
+            .as_ref()
+            .is_some_and(|r| r.key.is_some())
+            && matches!(source, Ok(Source::Oci(_))) =>
+        {
             Some(
-                "credentialsSecretRef is for hf:// sources; oci:// sources are pulled anonymously"
+                "credentialsSecretRef of an oci:// source names a kubernetes.io/dockerconfigjson Secret, without key"
                     .into(),
             )
         }
@@ -127,6 +138,7 @@ fn wanted_one(c: &ModelCache) -> Wanted {
         budget: budget.ok().flatten(),
         token: c.spec.credentials_secret_ref.is_some(),
         invalid,
+        verdict: pull_verdict(c),
     }
 }
 
@@ -214,9 +226,10 @@ pub fn plan(
     let mut plan = Plan::default();
     let current: BTreeMap<&Key, &Wanted> = wanted.iter().map(|w| (&w.key, w)).collect();
     for (key, k) in known {
+        // A download the controller no longer lets through stops too.
         let outdated = current
             .get(key)
-            .is_none_or(|w| w.generation != k.generation());
+            .is_none_or(|w| w.generation != k.generation() || w.verdict != PullVerdict::Allowed);
         if matches!(k, Known::Running { .. }) && outdated {
             plan.stop.push(key.clone());
         }
@@ -264,6 +277,25 @@ fn one(
             Some(why.clone()),
         );
         return (e, false);
+    }
+    match &w.verdict {
+        PullVerdict::Allowed => {}
+        PullVerdict::Pending => {
+            let e = entry(
+                ModelCacheState::Downloading,
+                reasons::DOWNLOADING,
+                Some("waiting for the controller's signature verdict on the digest".into()),
+            );
+            return (e, false);
+        }
+        PullVerdict::Refused(why) => {
+            let e = entry(
+                ModelCacheState::Failed,
+                reasons::VERIFICATION_FAILED,
+                Some(format!("refused by the controller: {why}")),
+            );
+            return (e, false);
+        }
     }
     match known {
         Some(Known::Running { .. }) => (
@@ -483,11 +515,22 @@ mod tests {
     fn model_ids_and_tokens_are_refused_where_they_do_not_apply() {
         let mut hf_with_id = cache("a", "hf://o/m", None);
         hf_with_id.spec.model_id = Some("o/m".into());
-        let mut oci_with_token = cache("b", "oci://r.example/m@sha256:ab", None);
-        oci_with_token.spec.credentials_secret_ref = Some(CredentialsSecretRef::default());
+        let mut oci_with_key = cache("b", "oci://r.example/m@sha256:ab", None);
+        oci_with_key.spec.credentials_secret_ref = Some(CredentialsSecretRef {
+            name: "regcred".into(),
+            key: Some("token".into()),
+        });
         let mut oci_with_id = cache("c", "oci://r.example/m@sha256:ab", None);
         oci_with_id.spec.model_id = Some("Qwen/Qwen3-0.6B".into());
-        let w = wanted(&[hf_with_id, oci_with_token, oci_with_id], None);
+        let mut oci_with_secret = cache("d", "oci://r.example/m@sha256:ab", None);
+        oci_with_secret.spec.credentials_secret_ref = Some(CredentialsSecretRef {
+            name: "regcred".into(),
+            key: None,
+        });
+        let w = wanted(
+            &[hf_with_id, oci_with_key, oci_with_id, oci_with_secret],
+            None,
+        );
         assert!(w[0].invalid.as_deref().unwrap().contains("modelId"));
         assert!(
             w[1].invalid
@@ -498,6 +541,11 @@ mod tests {
         assert_eq!(
             (w[2].repo.as_str(), w[2].invalid.as_ref()),
             ("Qwen/Qwen3-0.6B", None)
+        );
+        assert_eq!(
+            (w[3].token, w[3].invalid.as_ref()),
+            (true, None),
+            "registry credentials"
         );
     }
 
@@ -522,6 +570,62 @@ mod tests {
         assert_eq!(p.start.len(), 1, "only the valid one downloads");
         assert_eq!(p.entries[0].reason, reasons::INVALID_SPEC);
         assert_eq!(p.entries[0].state, ModelCacheState::Failed);
+    }
+
+    /// An `oci://` cache downloads only once the controller let its digest through; a
+    /// refusal is reported `VerificationFailed` without a download, and stops one that
+    /// runs; without a verdict it waits.
+    #[test]
+    fn oci_downloads_wait_for_the_controllers_verdict() {
+        use kubeairunway_kernelcache_api::model::ModelCacheStatus;
+        let digest = format!("sha256:{}", "a".repeat(64));
+        let mut c = cache("m", &format!("oci://r.example/acme/m@{digest}"), None);
+        c.metadata.generation = Some(1);
+        let now = Instant::now();
+        let running = BTreeMap::from([(key("m"), Known::Running { generation: 1 })]);
+        let w = wanted(std::slice::from_ref(&c), None);
+        let p = plan(&w, &BTreeMap::new(), 2, now);
+        assert!(p.start.is_empty(), "no verdict: no download");
+        assert_eq!(p.entries[0].state, ModelCacheState::Downloading);
+        assert!(p.entries[0].message.as_deref().unwrap().contains("verdict"));
+        assert_eq!(plan(&w, &running, 2, now).stop, [key("m")]);
+
+        c.status = Some(ModelCacheStatus {
+            verified_digest: Some(digest.clone()),
+            ..ModelCacheStatus::default()
+        });
+        let w = wanted(std::slice::from_ref(&c), None);
+        assert_eq!(plan(&w, &BTreeMap::new(), 2, now).start.len(), 1);
+        assert!(plan(&w, &running, 2, now).stop.is_empty());
+
+        c.status = Some(ModelCacheStatus {
+            conditions: vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+                type_: "Verified".into(),
+                status: "False".into(),
+                reason: reasons::VERIFICATION_FAILED.into(),
+                message: "no signature found".into(),
+                last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    k8s_openapi::jiff::Timestamp::UNIX_EPOCH,
+                ),
+                observed_generation: Some(1),
+            }],
+            ..ModelCacheStatus::default()
+        });
+        let w = wanted(std::slice::from_ref(&c), None);
+        let p = plan(&w, &BTreeMap::new(), 2, now);
+        assert!(p.start.is_empty());
+        assert_eq!(
+            (p.entries[0].state, p.entries[0].reason),
+            (ModelCacheState::Failed, reasons::VERIFICATION_FAILED)
+        );
+        assert!(
+            p.entries[0]
+                .message
+                .as_deref()
+                .unwrap()
+                .contains("no signature found")
+        );
+        assert_eq!(plan(&w, &running, 2, now).stop, [key("m")], "stopped");
     }
 
     fn want(name: &str, generation: i64) -> Wanted {

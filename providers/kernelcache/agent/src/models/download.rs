@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use kubeairunway_kernelcache_api::model::reasons;
 use kubeairunway_kernelcache_api::names::{MODEL_TOKEN_KEY, model_token_secret};
 use kubeairunway_kernelcache_artifact::allow::AllowedRegistries;
+use kubeairunway_kernelcache_artifact::credentials::{registry_auth, registry_of};
 use kubeairunway_kernelcache_artifact::extract::Limits;
 use kubeairunway_kernelcache_artifact::modelpack::pull::{
     self as oci, Inspected, ModelError, Target,
@@ -224,7 +225,12 @@ pub async fn run_oci(job: &Job, reference: &str) -> Result<Done, Failure> {
         .allowed
         .check(reference)
         .map_err(|m| failure(reasons::REGISTRY_NOT_ALLOWED, m))?;
-    let puller = Puller::new(RegistryAuth::Anonymous, job.registry.plain_http.clone());
+    let auth = if w.token {
+        registry_credentials(job, reference).await?
+    } else {
+        RegistryAuth::Anonymous
+    };
+    let puller = Puller::new(auth, job.registry.plain_http.clone());
     let inspected = puller
         .inspect_model(reference)
         .await
@@ -273,8 +279,17 @@ pub async fn run_oci(job: &Job, reference: &str) -> Result<Done, Failure> {
     })
 }
 
-/// The hub token the controller handed over for this cache (a phase of [`run`]).
-async fn token(job: &Job) -> Result<String, Failure> {
+/// The handed-over Secret of this cache (the controller's copy, in the credentials
+/// namespace): its data, or why it cannot be read (`CredentialsMissing`).
+async fn handed_over(
+    job: &Job,
+) -> Result<
+    (
+        String,
+        kubeairunway_kernelcache_artifact::secrets::SecretData,
+    ),
+    Failure,
+> {
     let w = &job.wanted;
     let Some(namespace) = job.credentials_namespace.as_deref() else {
         return Err(failure(
@@ -290,17 +305,39 @@ async fn token(job: &Job) -> Result<String, Failure> {
         .map_err(|e| {
             failure(
                 reasons::CREDENTIALS_MISSING,
-                format!("reading the handed-over token {namespace}/{secret}: {e}"),
+                format!("reading the handed-over credentials {namespace}/{secret}: {e}"),
             )
         })?
         .ok_or_else(|| {
             failure(
                 reasons::CREDENTIALS_MISSING,
                 format!(
-                    "the token is not handed over yet ({namespace}/{secret}; the controller copies it from the cache's credentialsSecretRef)"
+                    "the credentials are not handed over yet ({namespace}/{secret}; the controller copies them from the cache's credentialsSecretRef)"
                 ),
             )
         })?;
+    Ok((format!("{namespace}/{secret}"), data))
+}
+
+/// The registry credentials of `reference`'s registry the controller handed over for
+/// this cache (a phase of [`run_oci`]), read as the kernel caches' are
+/// ([`registry_auth`]): a copy without them is `CredentialsMissing`.
+async fn registry_credentials(job: &Job, reference: &str) -> Result<RegistryAuth, Failure> {
+    let (secret, data) = handed_over(job).await?;
+    let registry = registry_of(reference);
+    match registry_auth(&registry, &[(secret.clone(), data)]) {
+        Ok(RegistryAuth::Anonymous) => Err(failure(
+            reasons::CREDENTIALS_MISSING,
+            format!("{secret} holds no credentials for registry {registry}"),
+        )),
+        Ok(auth) => Ok(auth),
+        Err(e) => Err(failure(reasons::CREDENTIALS_MISSING, e.to_string())),
+    }
+}
+
+/// The hub token the controller handed over for this cache (a phase of [`run`]).
+async fn token(job: &Job) -> Result<String, Failure> {
+    let (secret, data) = handed_over(job).await?;
     data.get(MODEL_TOKEN_KEY)
         .and_then(|b| String::from_utf8(b.0.clone()).ok())
         .map(|t| t.trim().to_string())
@@ -308,7 +345,7 @@ async fn token(job: &Job) -> Result<String, Failure> {
         .ok_or_else(|| {
             failure(
                 reasons::CREDENTIALS_MISSING,
-                format!("{namespace}/{secret} has no {MODEL_TOKEN_KEY:?} key"),
+                format!("{secret} has no {MODEL_TOKEN_KEY:?} key"),
             )
         })
 }

@@ -234,6 +234,7 @@ mod tests {
             budget: None,
             token: false,
             invalid: None,
+            verdict: kubeairunway_kernelcache_api::model::PullVerdict::Allowed,
         }
     }
 
