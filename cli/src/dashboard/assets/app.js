@@ -35,7 +35,12 @@ async function call(method, url, body) {
   const text = await response.text();
   const data = text ? JSON.parse(text) : {};
   // In the cluster, a session that ended (or none yet) asks for a token again.
-  if (response.status === 401 && data.signIn) { signInView(data.message); throw new Error(data.message); }
+  if (response.status === 401 && data.signIn) {
+    const ended = document.getElementById("who").childElementCount > 0;
+    document.getElementById("who").replaceChildren();
+    signInView(ended ? "The session ended: sign in again." : undefined);
+    throw new Error(data.message);
+  }
   if (!response.ok) throw Object.assign(new Error(data.message || `${response.status} ${response.statusText}`), { data });
   return data;
 }
@@ -136,8 +141,19 @@ function deploymentsView(only) {
   };
   filter.addEventListener("change", render);
   const query = only ? `?namespace=${encodeURIComponent(only)}` : "";
-  call("GET", `/api/deployments${query}`).then(() => {
+  // The rows as they are now (shown at once), then live from the stream.
+  const showRows = (rows) => {
+    latest = rows;
+    const namespaces = [...new Set(latest.map((r) => r.namespace))].sort();
+    const chosen = filter.value;
+    filter.replaceChildren(el("option", { value: "", text: "all namespaces" }),
+      ...namespaces.map((ns) => el("option", { value: ns, text: ns })));
+    filter.value = namespaces.includes(chosen) ? chosen : "";
+    render();
+  };
+  call("GET", `/api/deployments${query}`).then((rows) => {
     if (mine !== view) return;
+    showRows(rows);
     if (only) {
       chosenNamespace = only;
       chooser.replaceChildren(el("p", { class: "message" }, `Namespace ${only} `,
@@ -149,15 +165,7 @@ function deploymentsView(only) {
       const s = await fetch("/api/session").then((r) => r.json()).catch(() => null);
       if (s && !s.signedIn) signInView("The session ended: sign in again.");
     });
-    live.addEventListener("deployments", (e) => {
-      latest = JSON.parse(e.data);
-      const namespaces = [...new Set(latest.map((r) => r.namespace))].sort();
-      const chosen = filter.value;
-      filter.replaceChildren(el("option", { value: "", text: "all namespaces" }),
-        ...namespaces.map((ns) => el("option", { value: ns, text: ns })));
-      filter.value = namespaces.includes(chosen) ? chosen : "";
-      render();
-    });
+    live.addEventListener("deployments", (e) => showRows(JSON.parse(e.data)));
   }).catch((e) => {
     if (mine !== view) return;
     // Back on the list (the nav, after a delete): the namespace chosen before.
@@ -546,9 +554,10 @@ function route() {
 }
 
 window.addEventListener("hashchange", () => { navigated = true; route(); });
-// The local dashboard acts as the kubeconfig's identity; in the cluster, as the user.
+// The local dashboard acts as the kubeconfig's identity; in the cluster, as the user:
+// the page is shown at once, and replaced by the sign-in page when nobody is signed in.
+route();
 fetch("/api/session").then((r) => r.json()).then((s) => {
-  if (s.mode === "sign-in" && !s.signedIn) return signInView();
-  if (s.mode === "sign-in") signedIn(s.user);
-  return route();
-}).catch(() => route());
+  if (s.mode === "sign-in" && !s.signedIn && !document.getElementById("token")) signInView();
+  else if (s.mode === "sign-in") signedIn(s.user);
+}).catch(() => {});

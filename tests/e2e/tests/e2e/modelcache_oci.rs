@@ -7,14 +7,12 @@
 //! `oci://` source going Ready through a real agent on the test API server.
 
 use std::collections::BTreeMap;
-use std::ffi::OsString;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use flate2::Compression;
 use flate2::write::GzEncoder;
-use kubeairunway_cli::Terminal;
 use kubeairunway_e2e::cache_images::{oci_client, pinned, puller, start_registry};
 use kubeairunway_e2e::eventually;
 use kubeairunway_kernelcache_agent::models::decide::oci_reason;
@@ -148,16 +146,7 @@ async fn push_modelpack(registry: &Registry, repo_tag: &str, layers: &[ImageLaye
     .await
 }
 
-/// Run the command line in-process; returns (exit code, stdout, stderr).
-async fn kubeairunway(args: &[&str]) -> (i32, String, String) {
-    let (mut term, captured) = Terminal::capture();
-    let argv: Vec<OsString> = std::iter::once("kubeairunway")
-        .chain(args.iter().copied())
-        .map(OsString::from)
-        .collect();
-    let code = kubeairunway_cli::run(argv, &mut term).await;
-    (code, captured.out(), captured.err())
-}
+use kubeairunway_e2e::cli::run as kubeairunway;
 
 /// Pulls `pinned` with the library (the agent's path) into `cache` as `model_id`.
 async fn pull(
