@@ -265,7 +265,7 @@ pub struct ModelCacheStatus {
     /// `KernelCachePolicy` (the KernelCache status's field; mode `disabled` and a message
     /// saying so when no policy applies).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub verification: Option<crate::Verification>,
+    pub verification: Option<crate::verification::Verification>,
     /// `oci://` sources: the manifest digest the nodes may pull, set only once its verdict
     /// lets them (a signature satisfied the policy, the policy disables verification, or
     /// no policy applies: digest only). The agents pull nothing else.
