@@ -456,22 +456,7 @@ async fn hostile_names_are_refused_before_any_request() {
 
 // --- the judge: the real huggingface_hub client ---------------------------------------
 
-/// The venv's python with the pinned huggingface_hub, installed when missing; `None`
-/// (skip) outside CI when pip or PyPI is unreachable; a failure in CI.
-fn judge() -> Option<PathBuf> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/hfhub-venv.sh");
-    let out = Command::new("bash").arg(&script).output().expect("bash");
-    if out.status.success() {
-        return Some(PathBuf::from(String::from_utf8(out.stdout).unwrap().trim()));
-    }
-    let why = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        std::env::var_os("CI").is_none() && out.status.code() == Some(3),
-        "installing huggingface_hub failed (CI needs it): {why}"
-    );
-    eprintln!("SKIPPED: huggingface_hub is not installable here (pip/PyPI unreachable): {why}");
-    None
-}
+use kubeairunway_modelcache_hub::testing::judge;
 
 /// Runs `code` with the judge's python; its stdout parsed as JSON.
 fn python(py: &Path, code: &str, args: &[&str], env: &[(&str, &str)]) -> serde_json::Value {

@@ -200,23 +200,7 @@ fn nothing_published(cache: &Path, folder: &str, kept: &[String]) {
     assert_eq!(blobs, kept, "blobs");
 }
 
-/// The judge (`huggingface_hub` in a venv), or `None` outside CI where it cannot be
-/// installed.
-fn judge() -> Option<PathBuf> {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../providers/modelcache/hub/tests/hfhub-venv.sh");
-    let out = Command::new("bash").arg(&script).output().unwrap();
-    if out.status.success() {
-        return Some(PathBuf::from(String::from_utf8(out.stdout).unwrap().trim()));
-    }
-    let why = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        std::env::var_os("CI").is_none() && out.status.code() == Some(3),
-        "installing huggingface_hub failed (CI needs it): {why}"
-    );
-    eprintln!("SKIPPED: huggingface_hub is not installable here: {why}");
-    None
-}
+use kubeairunway_modelcache_hub::testing::judge;
 
 /// `snapshot_download` and `hf_hub_download` of `repo` at `rev`, offline: sha256 of every
 /// file, by path.
