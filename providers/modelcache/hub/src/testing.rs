@@ -691,3 +691,37 @@ pub fn judge() -> Option<std::path::PathBuf> {
     eprintln!("SKIPPED: huggingface_hub is not installable here (pip/PyPI unreachable): {why}");
     None
 }
+
+/// Runs `code` with the judge's python (`py`, from [`judge`]) and `args`, in an
+/// environment without the caller's token or endpoint (`env` sets what a check needs);
+/// its stdout parsed as JSON. Panics with python's output when it fails.
+pub fn python(
+    py: &std::path::Path,
+    code: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> serde_json::Value {
+    let out = std::process::Command::new(py)
+        .arg("-c")
+        .arg(code)
+        .args(args)
+        .env_remove("HF_TOKEN")
+        .env_remove("HF_ENDPOINT")
+        .env("HF_HUB_DISABLE_TELEMETRY", "1")
+        .env("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        .envs(env.iter().copied())
+        .output()
+        .unwrap_or_else(|e| panic!("running {}: {e}", py.display()));
+    assert!(
+        out.status.success(),
+        "python failed: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "python's answer is not JSON ({e}): {}",
+            String::from_utf8_lossy(&out.stdout)
+        )
+    })
+}

@@ -456,28 +456,7 @@ async fn hostile_names_are_refused_before_any_request() {
 
 // --- the judge: the real huggingface_hub client ---------------------------------------
 
-use kubeairunway_modelcache_hub::testing::judge;
-
-/// Runs `code` with the judge's python; its stdout parsed as JSON.
-fn python(py: &Path, code: &str, args: &[&str], env: &[(&str, &str)]) -> serde_json::Value {
-    let out = Command::new(py)
-        .arg("-c")
-        .arg(code)
-        .args(args)
-        .envs(env.iter().copied())
-        .env_remove("HF_TOKEN")
-        .env("HF_HUB_DISABLE_TELEMETRY", "1")
-        .env("HF_HUB_DISABLE_PROGRESS_BARS", "1")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "python failed: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
-}
+use kubeairunway_modelcache_hub::testing::{judge, python};
 
 /// sha256 of every file under the folder `snapshot_download` returns, by path.
 const SNAPSHOT_PY: &str = r#"

@@ -9,7 +9,6 @@
 use std::collections::BTreeMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use flate2::Compression;
 use flate2::write::GzEncoder;
@@ -200,7 +199,7 @@ fn nothing_published(cache: &Path, folder: &str, kept: &[String]) {
     assert_eq!(blobs, kept, "blobs");
 }
 
-use kubeairunway_modelcache_hub::testing::judge;
+use kubeairunway_modelcache_hub::testing::{judge, python};
 
 /// `snapshot_download` and `hf_hub_download` of `repo` at `rev`, offline: sha256 of every
 /// file, by path.
@@ -221,23 +220,12 @@ print(json.dumps({"folder": folder, "walked": walked, "single": one}))
 "#;
 
 fn offline(py: &Path, repo: &str, rev: &str, cache: &Path, single: &str) -> serde_json::Value {
-    let out = Command::new(py)
-        .arg("-c")
-        .arg(OFFLINE_PY)
-        .args([repo, rev, cache.to_str().unwrap(), single])
-        .env("HF_HUB_OFFLINE", "1")
-        .env("HF_HUB_DISABLE_TELEMETRY", "1")
-        .env_remove("HF_TOKEN")
-        .env_remove("HF_ENDPOINT")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "python failed: {}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    python(
+        py,
+        OFFLINE_PY,
+        &[repo, rev, cache.to_str().unwrap(), single],
+        &[("HF_HUB_OFFLINE", "1")],
+    )
 }
 
 /// A ModelPack artifact (raw weight and config, a plain tar of docs, a gzip tar of code)
