@@ -30,6 +30,7 @@ use kubeairunway_kernelcache_signing::verify;
 use crate::decide;
 use crate::handover;
 use crate::metrics::Metrics;
+use crate::retries::Retries;
 use crate::settings::{FIELD_MANAGER, SYNC_WAIT, Settings};
 use kubeairunway_kernelcache_api::report::Error;
 
@@ -45,7 +46,7 @@ pub(crate) struct Ctx {
     recorder: Recorder,
     pub(crate) metrics: Arc<Metrics>,
     /// Failed verifications waiting for their retry, per cache.
-    retries: Mutex<HashMap<(String, String), decide::Retry>>,
+    retries: Retries,
     /// When each cache's tag was last compared with its pin.
     pin_checked: Mutex<HashMap<(String, String), std::time::Instant>>,
     pub(crate) handover: Option<handover::Handover>,
@@ -63,9 +64,7 @@ impl Ctx {
     /// handed-over credentials back.
     pub(crate) async fn prune(&self) {
         let exists = |(ns, name): &(String, String)| self.exists(ns, name);
-        if let Ok(mut r) = self.retries.lock() {
-            r.retain(|k, _| exists(k));
-        }
+        self.retries.retain(exists);
         if let Ok(mut p) = self.pin_checked.lock() {
             p.retain(|k, _| exists(k));
         }
@@ -104,7 +103,7 @@ pub(crate) fn new_ctx(
         caches: caches.clone(),
         policies,
         metrics,
-        retries: Mutex::default(),
+        retries: Retries::default(),
         pin_checked: Mutex::default(),
         handover,
     })
@@ -505,7 +504,7 @@ async fn verification_phase(
         .annotations()
         .get(decide::REVERIFY_ANNOTATION)
         .cloned();
-    let retry = ctx.retries.lock().ok().and_then(|r| r.get(&key).cloned());
+    let retry = ctx.retries.pending(&key);
     let now = std::time::Instant::now();
     let kept = |retry_in| Checked {
         verification: previous.cloned().unwrap_or_default(),
@@ -537,12 +536,12 @@ async fn verification_phase(
     let passed_now = decide::passed(&verification)
         && cache_type.is_some()
         && verification.policy_version.as_deref() == Some(policy_version.as_str());
-    let retry_in = schedule_retry(
-        ctx,
+    let retry_in = ctx.retries.schedule(
         key,
         passed_now,
         retry.as_ref(),
         (&digest, &policy_version),
+        ctx.settings.resync,
         now,
     );
     announce(
@@ -560,34 +559,6 @@ async fn verification_phase(
         retry_in,
         size_bytes: size,
     }
-}
-
-/// Keep the retry of `key` that [`decide::next_retry`] gives after a verification of
-/// `digest` under `policy_version` (none: forget it); how long until it is due.
-fn schedule_retry(
-    ctx: &Ctx,
-    key: (String, String),
-    passed: bool,
-    pending: Option<&decide::Retry>,
-    (digest, policy_version): (&str, &str),
-    now: std::time::Instant,
-) -> Option<Duration> {
-    let next = decide::next_retry(
-        passed,
-        pending,
-        digest,
-        policy_version,
-        ctx.settings.resync,
-        now,
-    );
-    let retry_in = next.as_ref().map(|r| r.at - now);
-    if let Ok(mut retries) = ctx.retries.lock() {
-        match next {
-            Some(r) => retries.insert(key, r),
-            None => retries.remove(&key),
-        };
-    }
-    retry_in
 }
 
 /// An event when the verdict changed from `previous` ([`decide::verification_event`]).

@@ -34,6 +34,7 @@ mod model_deployments;
 pub mod model_volumes;
 mod nodes;
 mod registration;
+mod retries;
 pub mod settings;
 
 use std::sync::Arc;

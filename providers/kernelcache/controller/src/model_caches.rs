@@ -50,6 +50,7 @@ use crate::handover::{FOR_ANNOTATION, MANAGED_BY, MODEL_TOKEN_LABEL as HANDOVER_
 use crate::metrics::Metrics;
 use crate::model_decide::{self, Deletion};
 use crate::model_volumes::{self, VOLUME_LABEL, Volumes};
+use crate::retries::Retries;
 use crate::settings::{FIELD_MANAGER, SYNC_WAIT};
 
 /// A ModelCache: (namespace, name).
@@ -99,7 +100,7 @@ pub(crate) struct ModelCtx {
     /// Verifying `oci://` sources.
     verifying: Verifying,
     /// Failed verifications waiting for their retry, per cache.
-    retries: Mutex<HashMap<Key, decide::Retry>>,
+    retries: Retries,
 }
 
 impl ModelCtx {
@@ -130,7 +131,7 @@ impl ModelCtx {
             applied: Mutex::default(),
             mds: mds.clone(),
             verifying,
-            retries: Mutex::default(),
+            retries: Retries::default(),
         })
     }
 
@@ -148,9 +149,7 @@ impl ModelCtx {
             return;
         };
         let mut gone: Vec<String> = Vec::new();
-        if let Ok(mut retries) = self.retries.lock() {
-            retries.retain(|key, _| self.exists(key));
-        }
+        self.retries.retain(|key| self.exists(key));
         if let Ok(mut handed) = self.handed.lock() {
             handed.retain(|key, _| {
                 let keep = self.exists(key);
@@ -433,7 +432,7 @@ async fn verdict_phase(
         .annotations()
         .get(decide::REVERIFY_ANNOTATION)
         .cloned();
-    let retry = ctx.retries.lock().ok().and_then(|r| r.get(&key).cloned());
+    let retry = ctx.retries.pending(&key);
     let now = Instant::now();
     match decide::verify_when(
         previous.as_ref(),
@@ -462,21 +461,14 @@ async fn verdict_phase(
         .verification(policy.spec.mode, verification.verified);
     let passed = decide::passed(&verification)
         && verification.policy_version.as_deref() == Some(policy_version.as_str());
-    let next = decide::next_retry(
+    let retry_in = ctx.retries.schedule(
+        key,
         passed,
         retry.as_ref(),
-        &digest,
-        &policy_version,
+        (&digest, &policy_version),
         ctx.resync,
         now,
     );
-    let retry_in = next.as_ref().map(|r| r.at - now);
-    if let Ok(mut retries) = ctx.retries.lock() {
-        match next {
-            Some(r) => retries.insert(key, r),
-            None => retries.remove(&key),
-        };
-    }
     (verdict(true, verification), retry_in)
 }
 
