@@ -657,12 +657,7 @@ async fn copy_registry_auth(
     secret: &str,
     image: &str,
 ) -> Result<RegistryAuth, String> {
-    let data = ctx
-        .secrets
-        .get(namespace, secret)
-        .await
-        .map_err(|e| format!("reading Secret {namespace}/{secret}: {e}"))?
-        .ok_or_else(|| format!("Secret {namespace}/{secret} not found"))?;
+    let data = user_secret(ctx, namespace, secret).await?;
     let registry = registry_of(image);
     let auth = credentials_for(&registry, secret, data)?;
     let config = handover_config(&registry, &auth).unwrap_or_default();
@@ -762,18 +757,26 @@ async fn copy_token(
             "the controller has no --credentials-namespace to hand the hub token over in".into(),
         );
     }
-    let data = ctx
-        .secrets
-        .get(namespace, secret)
-        .await
-        .map_err(|e| format!("reading Secret {namespace}/{secret}: {e}"))?
-        .ok_or_else(|| format!("Secret {namespace}/{secret} not found"))?;
+    let data = user_secret(ctx, namespace, secret).await?;
     let token = data
         .get(key)
         .ok_or_else(|| format!("Secret {namespace}/{secret} has no key {key:?}"))?;
     let handed = model_token_secret(namespace, name);
     let body = handed_secret(namespace, name, "Opaque", MODEL_TOKEN_KEY, &token.0);
     apply_handed(ctx, &handed, &body).await
+}
+
+/// The data of the user's Secret `namespace/secret` a cache names, or why it cannot be read.
+async fn user_secret(
+    ctx: &ModelCtx,
+    namespace: &str,
+    secret: &str,
+) -> Result<kubeairunway_kernelcache_artifact::secrets::SecretData, String> {
+    ctx.secrets
+        .get(namespace, secret)
+        .await
+        .map_err(|e| format!("reading Secret {namespace}/{secret}: {e}"))?
+        .ok_or_else(|| format!("Secret {namespace}/{secret} not found"))
 }
 
 #[cfg(test)]
