@@ -55,6 +55,7 @@ use kubeairunway_kernelcache_api::{
 use kubeairunway_kernelcache_artifact::allow::AllowedRegistries;
 use kubeairunway_kernelcache_artifact::extract::Limits;
 use kubeairunway_kernelcache_artifact::image::Target;
+use kubeairunway_kernelcache_artifact::sealed::{NodeKey, Unsealing};
 use kubeairunway_kernelcache_artifact::secrets::SecretApi;
 use kubeairunway_kernelcache_artifact::triton;
 use metrics::Metrics;
@@ -161,6 +162,9 @@ struct Agent {
     /// Why the Node could not be read, as last logged.
     node_error: Option<String>,
     node_applied: bool,
+    /// The public half of the key the controller seals this node's credentials to
+    /// (published in the KernelCacheNode's spec).
+    credentials_key: String,
     /// Targets from image labels, by pinned reference (immutable: digests).
     images: BTreeMap<String, Vec<Target>>,
     /// Sizes image labels declare, by pinned reference.
@@ -196,6 +200,17 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
+    // The key the controller seals this node's credentials to (published with the
+    // node's report): every read of a handed-over Secret goes through it.
+    let key = Arc::new(NodeKey::generate());
+    let seams = Seams {
+        secrets: Arc::new(Unsealing::new(
+            seams.secrets,
+            &settings.node_name,
+            Arc::clone(&key),
+        )),
+        ..seams
+    };
     let model_loop = {
         let ctx = models::Context {
             client: client.clone(),
@@ -203,6 +218,7 @@ pub async fn run(
             credentials_namespace: settings.credentials_namespace.clone(),
             node: Arc::clone(&seams.node),
             secrets: Arc::clone(&seams.secrets),
+            credentials_key: key.public(),
             metrics: Arc::clone(&metrics),
         };
         let shutdown = shutdown.clone();
@@ -217,7 +233,7 @@ pub async fn run(
         }
     };
     tokio::try_join!(
-        run_kernel_caches(client, settings, seams, metrics, shutdown),
+        run_kernel_caches(client, settings, seams, key.public(), metrics, shutdown),
         model_loop
     )?;
     Ok(())
@@ -228,6 +244,7 @@ async fn run_kernel_caches(
     client: Client,
     settings: Settings,
     seams: Seams,
+    credentials_key: String,
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
@@ -247,6 +264,7 @@ async fn run_kernel_caches(
     .reflect(writer)
     .boxed();
     let mut agent = Agent::new(client, settings, seams, metrics, store).await;
+    agent.credentials_key = credentials_key;
     agent.detect_gpus().await;
 
     tokio::pin!(shutdown);
@@ -348,6 +366,7 @@ impl Agent {
             node_uid: None,
             node_error: None,
             node_applied: false,
+            credentials_key: String::new(),
             images: BTreeMap::new(),
             sizes: BTreeMap::new(),
             staging_sizes: BTreeMap::new(),
@@ -829,7 +848,13 @@ impl Agent {
             return Ok(());
         }
         if !self.node_applied {
-            report::apply_node(&self.nodes, &node, self.node_uid.as_deref()).await?;
+            report::apply_node(
+                &self.nodes,
+                &node,
+                self.node_uid.as_deref(),
+                &self.credentials_key,
+            )
+            .await?;
             self.node_applied = true;
         }
         let mut stamped = status.clone();

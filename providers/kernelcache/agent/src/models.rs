@@ -109,8 +109,10 @@ pub struct Context {
     pub credentials_namespace: Option<String>,
     /// This node's labels.
     pub node: Arc<dyn NodeApi>,
-    /// The handed-over tokens.
+    /// The handed-over tokens (opened with this node's key).
     pub secrets: Arc<dyn SecretApi>,
+    /// The public half of that key (published with the node's report).
+    pub credentials_key: String,
     /// The agent's metrics (model-cache downloads).
     pub metrics: Arc<Metrics>,
 }
@@ -474,7 +476,13 @@ impl Loop {
             // No KernelCacheNode yet (the kernel-cache loop creates it too): create it.
             Err(kube::Error::Api(s)) if s.code == 404 => {
                 let uid = self.ctx.node.get().await.ok().and_then(|n| n.uid);
-                crate::report::apply_node(&self.nodes, node, uid.as_deref()).await?;
+                crate::report::apply_node(
+                    &self.nodes,
+                    node,
+                    uid.as_deref(),
+                    &self.ctx.credentials_key,
+                )
+                .await?;
                 kubeairunway_kernelcache_api::report::apply(
                     &self.nodes,
                     node,

@@ -123,12 +123,14 @@ pub fn event(
     }
 }
 
-/// Server-side apply the KernelCacheNode itself (`spec.nodeName`, owned by the Node when
-/// its uid is known).
+/// Server-side apply the KernelCacheNode itself (`spec.nodeName`, and
+/// `spec.credentialsKey`, the public key the controller seals this node's credentials to;
+/// owned by the Node when its uid is known).
 pub async fn apply_node(
     api: &Api<KernelCacheNode>,
     node: &str,
     node_uid: Option<&str>,
+    credentials_key: &str,
 ) -> kube::Result<()> {
     let mut metadata = json!({"name": node});
     if let Some(uid) = node_uid {
@@ -140,7 +142,7 @@ pub async fn apply_node(
         "apiVersion": "cache.kubeairunway.ai/v1alpha1",
         "kind": "KernelCacheNode",
         "metadata": metadata,
-        "spec": {"nodeName": node},
+        "spec": {"nodeName": node, "credentialsKey": credentials_key},
     });
     api.patch(
         node,

@@ -221,6 +221,12 @@ pub struct KernelCacheNodeSpec {
     /// writes it: then the agent evicts nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_use: Option<Vec<String>>,
+    /// The public half (X25519, base64) of the key the node's agent made at its start,
+    /// written by that agent: the controller seals the credentials of the caches this node
+    /// pulls to it, in the node's own Secret of the credentials namespace; the private half
+    /// never leaves the agent's memory (a restarted agent publishes a new one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials_key: Option<String>,
 }
 
 /// GPUs found and caches staged on a node.

@@ -22,6 +22,7 @@ pub mod image;
 pub mod modelpack;
 pub mod oci;
 pub mod registry;
+pub mod sealed;
 pub mod secrets;
 #[cfg(any(test, feature = "testing"))]
 pub mod testing;

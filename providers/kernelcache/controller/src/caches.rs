@@ -23,6 +23,7 @@ use kubeairunway_kernelcache_api::{
     KernelCache, KernelCacheNode, KernelCachePolicy, KernelCacheStatus, Verification,
     VerificationMode,
 };
+use kubeairunway_kernelcache_artifact::credentials::{handover_config, handover_name, registry_of};
 use kubeairunway_kernelcache_artifact::oci::{PullError, Puller, pin};
 use kubeairunway_kernelcache_artifact::secrets::{SecretApi, auth_for};
 use kubeairunway_kernelcache_signing::verify;
@@ -49,7 +50,7 @@ pub(crate) struct Ctx {
     retries: Retries,
     /// When each cache's tag was last compared with its pin.
     pin_checked: Mutex<HashMap<(String, String), std::time::Instant>>,
-    pub(crate) handover: Option<handover::Handover>,
+    pub(crate) handover: Option<Arc<handover::Handover>>,
 }
 
 impl Ctx {
@@ -62,19 +63,20 @@ impl Ctx {
 
     /// Forget what is kept per cache for caches that no longer exist, and take their
     /// handed-over credentials back.
-    pub(crate) async fn prune(&self) {
+    pub(crate) fn prune(&self) {
         let exists = |(ns, name): &(String, String)| self.exists(ns, name);
         self.retries.retain(exists);
         if let Ok(mut p) = self.pin_checked.lock() {
             p.retain(|k, _| exists(k));
         }
         if let Some(h) = &self.handover {
-            h.prune(|ns, name| self.exists(ns, name), false).await;
+            h.retain(handover::Kind::Kernel, |ns, name| self.exists(ns, name));
         }
     }
 }
 
 /// The shared state of the KernelCache controller (a part of [`crate::run`]).
+#[allow(clippy::too_many_arguments)] // the controller's seams, each a watch cache or a setting
 pub(crate) fn new_ctx(
     client: &Client,
     settings: Settings,
@@ -83,11 +85,8 @@ pub(crate) fn new_ctx(
     nodes: &Cache<KernelCacheNode>,
     caches: &Cache<KernelCache>,
     policies: Cache<KernelCachePolicy>,
+    handover: Option<Arc<handover::Handover>>,
 ) -> Arc<Ctx> {
-    let handover = settings
-        .credentials_namespace
-        .as_deref()
-        .map(|ns| handover::Handover::new(client.clone(), ns));
     Arc::new(Ctx {
         recorder: Recorder::new(
             client.clone(),
@@ -167,7 +166,7 @@ async fn reconcile_cache(cache: Arc<KernelCache>, ctx: Arc<Ctx>) -> Result<Actio
     if !(ctx.policies.synced_within(SYNC_WAIT).await && ctx.nodes.synced_within(SYNC_WAIT).await) {
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
-    ctx.prune().await;
+    ctx.prune();
     let generation = cache.metadata.generation;
     let previous = cache.status.clone().unwrap_or_default();
     let mut status = previous.clone();
@@ -242,6 +241,8 @@ async fn registry_phase(
     cache: &KernelCache,
 ) -> Result<(Puller, oci_client::secrets::RegistryAuth), String> {
     let ns = cache.namespace().unwrap_or_default();
+    let name = cache.name_any();
+    let owner = (handover::Kind::Kernel, ns.clone(), name.clone());
     let image = &cache.spec.image;
     let auth = auth_for(
         ctx.secrets.as_ref(),
@@ -249,11 +250,21 @@ async fn registry_phase(
         &cache.spec.image_pull_secrets,
         image,
     )
-    .await?;
-    if let Some(h) = &ctx.handover
-        && let Err(e) = h.sync(&ns, &cache.name_any(), image, &auth).await
-    {
-        warn!(cache = %cache.name_any(), error = %e, "handing registry credentials over to the agents");
+    .await
+    .inspect_err(|_| {
+        if let Some(h) = &ctx.handover {
+            h.tried(&owner);
+        }
+    })?;
+    if let Some(h) = &ctx.handover {
+        let entry_name = handover_name(&ns, &name);
+        let entry = handover_config(&registry_of(image), &auth).map(|config| handover::Entry {
+            owner: owner.clone(),
+            name: entry_name.clone(),
+            selector: cache.spec.node_selector.clone(),
+            data: handover::docker_config(config),
+        });
+        h.hand_over(&owner, &entry_name, entry);
     }
     let puller = Puller::new(auth.clone(), ctx.settings.plain_http.clone());
     Ok((puller, auth))

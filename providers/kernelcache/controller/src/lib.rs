@@ -108,6 +108,11 @@ pub async fn run(
             synced_of(&pods),
         ],
     );
+    // The credentials handed over to the agents, sealed per node (both kinds of cache).
+    let handover = settings
+        .credentials_namespace
+        .as_deref()
+        .map(|ns| Arc::new(handover::Handover::new(client.clone(), ns)));
     let model_ctx = model_caches::ModelCtx::new(
         &client,
         &models,
@@ -115,7 +120,7 @@ pub async fn run(
         Arc::clone(&secrets),
         Arc::clone(&metrics),
         settings.resync,
-        settings.credentials_namespace.as_deref(),
+        handover.clone(),
         settings.model_cache_root.clone(),
         &mds,
         model_caches::Verifying {
@@ -125,10 +130,29 @@ pub async fn run(
             allowed: settings.allowed.clone(),
         },
     );
+    let sealing = handover.map(|h| {
+        let (nodes, node_meta, caches, models) = (
+            nodes.clone(),
+            node_meta.clone(),
+            caches.clone(),
+            models.clone(),
+        );
+        tokio::spawn(async move {
+            h.run(node_meta, nodes, || expected_handovers(&caches, &models))
+                .await;
+        })
+    });
     let ctx = caches::new_ctx(
-        &client, settings, secrets, metrics, &nodes, &caches, policies,
+        &client,
+        settings,
+        secrets,
+        metrics,
+        &nodes,
+        &caches,
+        policies,
+        model_ctx.handover(),
     );
-    let sweepers = spawn_sweepers(&ctx, &model_ctx, &models);
+    let sweepers = spawn_sweepers(&model_ctx, &models);
     let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
     let registration = tokio::spawn(registration::register(client.clone(), ctx.settings.resync));
     // The node reports wake two controllers, both reading the reports' store: each gets
@@ -179,7 +203,7 @@ pub async fn run(
     tokio::join!(caches_ctl, mds_ctl, labels_ctl, models_ctl);
     registration.abort();
     reports.abort();
-    for task in sweepers {
+    for task in sweepers.into_iter().chain(sealing) {
         task.abort();
     }
     readiness.abort();
@@ -213,35 +237,54 @@ fn spawn_readiness(
     })
 }
 
-/// Tasks that delete what was handed over for caches deleted while no controller ran:
-/// registry credentials of KernelCaches and hub tokens of ModelCaches (a part of
-/// [`run`]).
+/// Deletes what earlier runs left of deleted model caches, once they are synced (a part
+/// of [`run`]).
 fn spawn_sweepers(
-    ctx: &Arc<caches::Ctx>,
     model_ctx: &Arc<model_caches::ModelCtx>,
     models: &Cache<ModelCache>,
-) -> [tokio::task::JoinHandle<()>; 2] {
-    let kernel = {
-        let ctx = Arc::clone(ctx);
-        tokio::spawn(async move {
-            if ctx.caches.synced().await
-                && let Some(h) = &ctx.handover
-            {
-                h.prune(|ns, name| ctx.exists(ns, name), true).await;
-            }
-        })
-    };
-    let model = {
-        let model_ctx = Arc::clone(model_ctx);
-        let models = models.clone();
-        tokio::spawn(async move {
-            if models.synced().await {
-                model_ctx.prune(true).await;
-                model_ctx.prune_volumes(true).await;
-            }
-        })
-    };
-    [kernel, model]
+) -> [tokio::task::JoinHandle<()>; 1] {
+    let model_ctx = Arc::clone(model_ctx);
+    let models = models.clone();
+    [tokio::spawn(async move {
+        if models.synced().await {
+            model_ctx.prune();
+            model_ctx.prune_volumes(true).await;
+        }
+    })]
+}
+
+/// The caches that hand credentials over (a part of [`run`]): KernelCaches naming pull
+/// Secrets, ModelCaches naming a credentials Secret.
+fn expected_handovers(
+    caches: &Cache<KernelCache>,
+    models: &Cache<ModelCache>,
+) -> std::collections::BTreeSet<handover::Owner> {
+    use kube::ResourceExt as _;
+    let kernel = caches
+        .store
+        .state()
+        .into_iter()
+        .filter(|c| !c.spec.image_pull_secrets.is_empty())
+        .map(|c| {
+            (
+                handover::Kind::Kernel,
+                c.namespace().unwrap_or_default(),
+                c.name_any(),
+            )
+        });
+    let model = models
+        .store
+        .state()
+        .into_iter()
+        .filter(|c| c.spec.credentials_secret_ref.is_some())
+        .map(|c| {
+            (
+                handover::Kind::Model,
+                c.namespace().unwrap_or_default(),
+                c.name_any(),
+            )
+        });
+    kernel.chain(model).collect()
 }
 
 /// Every object `stream` yields, to two consumers (each of its own pace: unbounded, as a

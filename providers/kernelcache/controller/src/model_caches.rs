@@ -17,9 +17,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use base64::Engine as _;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Secret};
+use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
@@ -28,9 +27,7 @@ use kube::{Client, ResourceExt};
 use kubeairunway_kernelcache_api::model::{
     FINALIZER, ModelCache, ModelCacheStatus, Source, conditions, parse_source,
 };
-use kubeairunway_kernelcache_api::names::{
-    self, DOCKER_CONFIG_KEY, MODEL_TOKEN_KEY, model_token_secret,
-};
+use kubeairunway_kernelcache_api::names::{self, MODEL_TOKEN_KEY, model_token_secret};
 use kubeairunway_kernelcache_api::report::{Error, kube_error};
 use kubeairunway_kernelcache_api::{KernelCacheNode, KernelCachePolicy};
 use kubeairunway_kernelcache_artifact::allow::AllowedRegistries;
@@ -46,7 +43,7 @@ use serde_json::json;
 use tracing::{info, warn};
 
 use crate::decide;
-use crate::handover::{FOR_ANNOTATION, MANAGED_BY, MODEL_TOKEN_LABEL as HANDOVER_LABEL};
+use crate::handover::{self, Handover};
 use crate::metrics::Metrics;
 use crate::model_decide::{self, Deletion};
 use crate::model_volumes::{self, VOLUME_LABEL, Volumes};
@@ -88,8 +85,8 @@ pub(crate) struct ModelCtx {
     secrets: Arc<dyn SecretApi>,
     metrics: Arc<Metrics>,
     resync: Duration,
-    /// The credentials namespace's Secrets (none: tokens are not handed over).
-    handover: Option<Api<Secret>>,
+    /// The sealed handover to the agents (none: tokens are not handed over).
+    handover: Option<Arc<Handover>>,
     handed: Mutex<HashMap<Key, Handed>>,
     /// The agents' model-cache root (`HF_HOME` on every node); none: no volumes.
     model_root: Option<String>,
@@ -113,7 +110,7 @@ impl ModelCtx {
         secrets: Arc<dyn SecretApi>,
         metrics: Arc<Metrics>,
         resync: Duration,
-        credentials_namespace: Option<&str>,
+        handover: Option<Arc<Handover>>,
         model_root: Option<String>,
         mds: &Cache<Compact<ModelDeployment>>,
         verifying: Verifying,
@@ -125,7 +122,7 @@ impl ModelCtx {
             secrets,
             metrics,
             resync,
-            handover: credentials_namespace.map(|ns| Api::namespaced(client.clone(), ns)),
+            handover,
             handed: Mutex::default(),
             model_root,
             applied: Mutex::default(),
@@ -135,6 +132,11 @@ impl ModelCtx {
         })
     }
 
+    /// The sealed handover (shared with the KernelCache controller).
+    pub(crate) fn handover(&self) -> Option<Arc<Handover>> {
+        self.handover.clone()
+    }
+
     fn exists(&self, (namespace, name): &Key) -> bool {
         self.caches
             .store
@@ -142,43 +144,17 @@ impl ModelCtx {
             .is_some()
     }
 
-    /// Delete handed-over tokens of caches that no longer exist: those this process
-    /// wrote, and (`sweep`, once the caches are synced) every one in the namespace.
-    pub(crate) async fn prune(&self, sweep: bool) {
-        let Some(api) = &self.handover else {
-            return;
-        };
-        let mut gone: Vec<String> = Vec::new();
+    /// Forget what is kept of caches that no longer exist, and take their handed-over
+    /// credentials back.
+    pub(crate) fn prune(&self) {
         self.retries.retain(|key| self.exists(key));
         if let Ok(mut handed) = self.handed.lock() {
-            handed.retain(|key, _| {
-                let keep = self.exists(key);
-                if !keep {
-                    gone.push(model_token_secret(&key.0, &key.1));
-                }
-                keep
+            handed.retain(|key, _| self.exists(key));
+        }
+        if let Some(h) = &self.handover {
+            h.retain(handover::Kind::Model, |ns, name| {
+                self.exists(&(ns.to_string(), name.to_string()))
             });
-        }
-        if sweep {
-            let selector = format!("{}={}", HANDOVER_LABEL.0, HANDOVER_LABEL.1);
-            match api.list(&ListParams::default().labels(&selector)).await {
-                Ok(list) => gone.extend(list.into_iter().filter_map(|s| {
-                    let owner = s.annotations().get(FOR_ANNOTATION).cloned();
-                    let key = owner
-                        .as_deref()
-                        .and_then(|o| o.split_once('/'))
-                        .map(|(ns, n)| (ns.to_string(), n.to_string()));
-                    key.is_none_or(|k| !self.exists(&k)).then(|| s.name_any())
-                })),
-                Err(e) => warn!(error = %kube_error(&e), "listing handed-over hub tokens"),
-            }
-        }
-        for name in gone {
-            match api.delete(&name, &DeleteParams::default()).await {
-                Ok(_) => info!(secret = %name, "hub token of a deleted ModelCache removed"),
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => warn!(error = %kube_error(&e), "removing a handed-over hub token"),
-            }
         }
     }
 
@@ -316,7 +292,7 @@ pub(crate) fn model_controller(
     let caches = caches.then(move |event| {
         let ctx = Arc::clone(&pruning);
         async move {
-            ctx.prune(false).await;
+            ctx.prune();
             ctx.prune_volumes(false).await;
             event
         }
@@ -387,7 +363,7 @@ async fn reconcile(cache: Arc<ModelCache>, ctx: Arc<ModelCtx>) -> Result<Action,
         )
         .await?;
     }
-    ctx.prune(false).await;
+    ctx.prune();
     ctx.prune_volumes(false).await;
     let next = if volumes_ok {
         ctx.resync
@@ -603,11 +579,15 @@ async fn volumes(ctx: &ModelCtx, cache: &ModelCache, status: &mut ModelCacheStat
 /// Secret is read again only for a new generation of the cache or after the resync
 /// interval.
 async fn hand_over(ctx: &ModelCtx, cache: &ModelCache) -> (Option<String>, RegistryAuth) {
-    let Some(reference) = cache.spec.credentials_secret_ref.as_ref() else {
-        return (None, RegistryAuth::Anonymous);
-    };
     let namespace = cache.namespace().unwrap_or_default();
     let name = cache.name_any();
+    let Some(reference) = cache.spec.credentials_secret_ref.as_ref() else {
+        if let Some(h) = &ctx.handover {
+            let owner = (handover::Kind::Model, namespace.clone(), name.clone());
+            h.hand_over(&owner, &model_token_secret(&namespace, &name), None);
+        }
+        return (None, RegistryAuth::Anonymous);
+    };
     let key = (namespace.clone(), name.clone());
     let version = format!(
         "{}/{}",
@@ -621,14 +601,22 @@ async fn hand_over(ctx: &ModelCtx, cache: &ModelCache) -> (Option<String>, Regis
     }) {
         return h;
     }
+    let to = Recipient {
+        namespace: &namespace,
+        name: &name,
+        selector: cache.spec.node_selector.as_ref(),
+    };
     let copied = match parse_source(&cache.spec.source) {
-        Ok(Source::Oci(image)) => {
-            copy_registry_auth(ctx, &namespace, &name, &reference.name, &image).await
-        }
-        _ => copy_token(ctx, &namespace, &name, &reference.name, reference.key())
+        Ok(Source::Oci(image)) => copy_registry_auth(ctx, &to, &reference.name, &image).await,
+        _ => copy_token(ctx, &to, &reference.name, reference.key())
             .await
             .map(|()| RegistryAuth::Anonymous),
     };
+    if copied.is_err()
+        && let Some(h) = &ctx.handover
+    {
+        h.tried(&(handover::Kind::Model, namespace.clone(), name.clone()));
+    }
     let (problem, auth) = match copied {
         Ok(auth) => (None, auth),
         Err(e) => (Some(e), RegistryAuth::Anonymous),
@@ -647,29 +635,27 @@ async fn hand_over(ctx: &ModelCtx, cache: &ModelCache) -> (Option<String>, Regis
     (problem, auth)
 }
 
+/// The cache a hand-over is for, and the nodes it is sealed for.
+struct Recipient<'a> {
+    namespace: &'a str,
+    name: &'a str,
+    selector: Option<&'a std::collections::BTreeMap<String, String>>,
+}
+
 /// Reads the registry credentials of `image`'s registry from the user's docker config
 /// Secret (as KernelCaches' pull Secrets are read: [`registry_auth`]) and hands that
-/// registry's entry over ([`handover_config`]) in the cache's Secret, for the agents.
+/// registry's entry over ([`handover_config`]), sealed for the nodes the cache selects.
 async fn copy_registry_auth(
     ctx: &ModelCtx,
-    namespace: &str,
-    name: &str,
+    to: &Recipient<'_>,
     secret: &str,
     image: &str,
 ) -> Result<RegistryAuth, String> {
-    let data = user_secret(ctx, namespace, secret).await?;
+    let data = user_secret(ctx, to.namespace, secret).await?;
     let registry = registry_of(image);
     let auth = credentials_for(&registry, secret, data)?;
     let config = handover_config(&registry, &auth).unwrap_or_default();
-    let handed = model_token_secret(namespace, name);
-    let body = handed_secret(
-        namespace,
-        name,
-        "kubernetes.io/dockerconfigjson",
-        DOCKER_CONFIG_KEY,
-        &config,
-    );
-    apply_handed(ctx, &handed, &body).await?;
+    hand(ctx, to, handover::docker_config(config))?;
     Ok(auth)
 }
 
@@ -690,65 +676,37 @@ pub fn credentials_for(
     }
 }
 
-/// The handed-over Secret of the cache `namespace/name` holding `bytes` under `key`.
-fn handed_secret(
-    namespace: &str,
-    name: &str,
-    type_: &str,
-    key: &str,
-    bytes: &[u8],
-) -> serde_json::Value {
-    json!({
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {
-            "name": model_token_secret(namespace, name),
-            "labels": {MANAGED_BY.0: MANAGED_BY.1, HANDOVER_LABEL.0: HANDOVER_LABEL.1},
-            "annotations": {FOR_ANNOTATION: format!("{namespace}/{name}")},
-        },
-        "type": type_,
-        "data": {key: base64::engine::general_purpose::STANDARD.encode(bytes)},
-    })
-}
-
-/// Applies the handed-over Secret `handed` in the credentials namespace.
-async fn apply_handed(
+/// Hands `data` over for `to` (a part of [`hand_over`]).
+fn hand(
     ctx: &ModelCtx,
-    handed: &str,
-    body: &serde_json::Value,
+    to: &Recipient<'_>,
+    data: kubeairunway_kernelcache_artifact::secrets::SecretData,
 ) -> Result<(), String> {
-    let Some(api) = &ctx.handover else {
+    let Some(h) = &ctx.handover else {
         return Err(
             "the controller has no --credentials-namespace to hand the credentials over in".into(),
         );
     };
-    let params = PatchParams::apply(FIELD_MANAGER).force();
-    let failed =
-        |e: &kube::Error| format!("handing the credentials over ({handed}): {}", kube_error(e));
-    match api.patch(handed, &params, &Patch::Apply(body)).await {
-        Ok(_) => Ok(()),
-        // A Secret's type cannot change (a cache whose source went from hf:// to oci://
-        // had a token handed over): the old one goes, the new one is made.
-        Err(kube::Error::Api(s)) if s.code == 422 => {
-            match api.delete(handed, &DeleteParams::default()).await {
-                Ok(_) => {}
-                Err(kube::Error::Api(s)) if s.code == 404 => {}
-                Err(e) => return Err(failed(&e)),
-            }
-            api.patch(handed, &params, &Patch::Apply(body))
-                .await
-                .map(|_| ())
-                .map_err(|e| failed(&e))
-        }
-        Err(e) => Err(failed(&e)),
-    }
+    let owner = (
+        handover::Kind::Model,
+        to.namespace.to_string(),
+        to.name.to_string(),
+    );
+    let name = model_token_secret(to.namespace, to.name);
+    let entry = handover::Entry {
+        owner: owner.clone(),
+        name: name.clone(),
+        selector: to.selector.cloned(),
+        data,
+    };
+    h.hand_over(&owner, &name, Some(entry));
+    Ok(())
 }
 
-/// Reads the token from the user's Secret and applies the handed-over copy.
+/// Reads the token from the user's Secret and hands it over.
 async fn copy_token(
     ctx: &ModelCtx,
-    namespace: &str,
-    name: &str,
+    to: &Recipient<'_>,
     secret: &str,
     key: &str,
 ) -> Result<(), String> {
@@ -757,13 +715,15 @@ async fn copy_token(
             "the controller has no --credentials-namespace to hand the hub token over in".into(),
         );
     }
-    let data = user_secret(ctx, namespace, secret).await?;
+    let data = user_secret(ctx, to.namespace, secret).await?;
     let token = data
         .get(key)
-        .ok_or_else(|| format!("Secret {namespace}/{secret} has no key {key:?}"))?;
-    let handed = model_token_secret(namespace, name);
-    let body = handed_secret(namespace, name, "Opaque", MODEL_TOKEN_KEY, &token.0);
-    apply_handed(ctx, &handed, &body).await
+        .ok_or_else(|| format!("Secret {}/{secret} has no key {key:?}", to.namespace))?;
+    hand(
+        ctx,
+        to,
+        [(MODEL_TOKEN_KEY.to_string(), token.clone())].into(),
+    )
 }
 
 /// The data of the user's Secret `namespace/secret` a cache names, or why it cannot be read.

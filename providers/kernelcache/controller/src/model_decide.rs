@@ -516,6 +516,7 @@ mod tests {
             KernelCacheNodeSpec {
                 node_name: node.into(),
                 in_use: None,
+                credentials_key: None,
             },
         );
         n.status = Some(KernelCacheNodeStatus {

@@ -11,7 +11,10 @@ use kube::api::{Api, Patch, PatchParams};
 use kubeairunway_e2e::cache_images::{
     new_signer, pinned, push, sign, start_registry, triton_cuda, vllm_cuda,
 };
-use kubeairunway_kernelcache_api::{KernelCache, KernelCacheStatus, VerificationMode};
+use kubeairunway_kernelcache_api::{
+    KernelCache, KernelCacheNode, KernelCacheStatus, VerificationMode,
+};
+use kubeairunway_kernelcache_artifact::sealed::{NodeKey, node_secret_name};
 use kubeairunway_kernelcache_artifact::secrets::KubeSecrets;
 use kubeairunway_kernelcache_controller::{self as controller, Settings, metrics::Metrics};
 use kubeairunway_sdk::conditions::{self, KERNEL_CACHE_READY};
@@ -164,6 +167,29 @@ async fn in_use_is_recorded_from_the_pods_on_each_node(
     })
     .await
     .unwrap();
+}
+
+/// The registry credentials sealed for `node` under the entry `name` of its Secret,
+/// opened with the node's `key`, as its agent reads them.
+async fn opened(
+    handed: &Api<k8s_openapi::api::core::v1::Secret>,
+    node: &str,
+    name: &str,
+    key: &NodeKey,
+    registry: &str,
+) -> anyhow::Result<oci_client::secrets::RegistryAuth> {
+    let secret = handed.get(&node_secret_name(node)).await?;
+    let data = secret.data.unwrap_or_default();
+    let sealed = data
+        .get(name)
+        .ok_or_else(|| anyhow::anyhow!("no entry for the cache yet"))?;
+    let opened = key.open(&sealed.0)?;
+    Ok(
+        kubeairunway_kernelcache_artifact::credentials::registry_auth(
+            registry,
+            &[(name.to_string(), opened)],
+        )?,
+    )
 }
 
 /// What an agent on `node` reports: `(cache, digest, state, message)` entries.
@@ -360,7 +386,36 @@ async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments
     }
 
     // A cache naming a pull Secret: the controller hands the registry's entry over to the
-    // agents in the credentials namespace, and takes it back when the cache goes.
+    // agents of the nodes the cache selects, sealed to each one's published key in that
+    // node's Secret, and takes it back when the cache goes.
+    let keys: Vec<(&str, &str, NodeKey)> = vec![
+        ("sealed-a", "sealed", NodeKey::generate()),
+        ("sealed-b", "other", NodeKey::generate()),
+    ];
+    for (node, pool, key) in &keys {
+        Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+            .create(
+                &kube::api::PostParams::default(),
+                &serde_json::from_value(
+                    json!({"metadata": {"name": node, "labels": {"pool": pool}}}),
+                )
+                .unwrap(),
+            )
+            .await
+            .unwrap();
+        Api::<KernelCacheNode>::all(client.clone())
+            .patch(
+                node,
+                &PatchParams::apply("kernelcache-agent").force(),
+                &Patch::Apply(json!({
+                    "apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "KernelCacheNode",
+                    "metadata": {"name": node},
+                    "spec": {"nodeName": node, "credentialsKey": key.public()},
+                })),
+            )
+            .await
+            .unwrap();
+    }
     let secrets: Api<k8s_openapi::api::core::v1::Secret> = Api::namespaced(client.clone(), NS);
     let config = json!({"auths": {registry.addr(): {"username": "robot", "password": "pw"}}});
     secrets
@@ -381,31 +436,63 @@ async fn caches_are_pinned_verified_aggregated_and_reported_on_model_deployments
         "KernelCache",
         "kernelcaches",
         "private",
-        json!({"spec": {"image": signed, "imagePullSecrets": ["regcred"]}}),
+        json!({"spec": {"image": signed, "imagePullSecrets": ["regcred"],
+                        "nodeSelector": {"pool": "sealed"}}}),
     )
     .await;
     let handed: Api<k8s_openapi::api::core::v1::Secret> =
         Api::namespaced(client.clone(), "kc-credentials");
     let name = kubeairunway_kernelcache_artifact::credentials::handover_name(NS, "private");
-    let secret = eventually("the handed-over credentials", || async {
-        Ok(handed.get(&name).await?)
+    let addr = registry.addr().to_string();
+    let auth = eventually("the credentials sealed for sealed-a", || {
+        opened(&handed, "sealed-a", &name, &keys[0].2, &addr)
     })
     .await
-    .unwrap();
-    let data = secret.data.unwrap();
-    let auth = kubeairunway_kernelcache_artifact::credentials::registry_auth(
-        registry.addr(),
-        &[(name.clone(), data)],
-    )
     .unwrap();
     assert_eq!(
         auth,
         oci_client::secrets::RegistryAuth::Basic("robot".into(), "pw".into())
     );
+    // sealed-b is not selected: nothing for it; sealed-a's entry does not open with
+    // sealed-b's key.
+    assert!(
+        handed
+            .get_opt(&node_secret_name("sealed-b"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let a_secret = handed.get(&node_secret_name("sealed-a")).await.unwrap();
+    assert!(keys[1].2.open(&a_secret.data.unwrap()[&name].0).is_err());
+    // Once the pool changes, sealed-b gets its own sealed entry.
+    Api::<k8s_openapi::api::core::v1::Node>::all(client.clone())
+        .patch(
+            "sealed-b",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"pool": "sealed"}}})),
+        )
+        .await
+        .unwrap();
+    eventually("the credentials sealed for sealed-b", || {
+        opened(&handed, "sealed-b", &name, &keys[1].2, &addr)
+    })
+    .await
+    .unwrap();
     Api::<KernelCache>::namespaced(client.clone(), NS)
         .delete("private", &kube::api::DeleteParams::default())
         .await
         .unwrap();
+    eventually("the sealed credentials taken back", || async {
+        for node in ["sealed-a", "sealed-b"] {
+            anyhow::ensure!(
+                handed.get_opt(&node_secret_name(node)).await?.is_none(),
+                "{node}'s Secret still there"
+            );
+        }
+        Ok(())
+    })
+    .await
+    .unwrap();
 
     // Without a policy nothing is usable.
     cache(&client, "signed", &signed).await;

@@ -198,21 +198,37 @@ pub(crate) async fn model_cache(
         .await
 }
 
-/// Hands `token` over for the ModelCache `name`, as the controller does.
-async fn hand_over(client: &Client, name: &str, token: &str) {
-    let secret = model_token_secret(NS, name);
-    Api::<Secret>::namespaced(client.clone(), CREDENTIALS_NS)
-        .patch(
-            &secret,
-            &PatchParams::apply("kernelcache-controller").force(),
-            &Patch::Apply(json!({
-                "apiVersion": "v1", "kind": "Secret",
-                "metadata": {"name": secret, "namespace": CREDENTIALS_NS},
-                "stringData": {"token": token},
-            })),
-        )
-        .await
-        .unwrap();
+/// Hands `token` over for the ModelCache `name` to the agents of `nodes`, as the
+/// controller does: sealed to the key each agent published, in each node's Secret.
+async fn hand_over(client: &Client, name: &str, token: &str, nodes: &[&str]) {
+    use base64::Engine as _;
+    use kubeairunway_kernelcache_artifact::sealed::{node_secret_name, seal};
+    let data: secrets::SecretData = [(
+        "token".to_string(),
+        k8s_openapi::ByteString(token.as_bytes().to_vec()),
+    )]
+    .into();
+    for node in nodes {
+        let report = node_where(client, node, "the agent's published key", |n| {
+            n.spec.credentials_key.is_some()
+        })
+        .await;
+        let sealed = seal(report.spec.credentials_key.as_deref().unwrap(), &data).unwrap();
+        let secret = node_secret_name(node);
+        Api::<Secret>::namespaced(client.clone(), CREDENTIALS_NS)
+            .patch(
+                &secret,
+                &PatchParams::apply(&format!("test-{name}")).force(),
+                &Patch::Apply(json!({
+                    "apiVersion": "v1", "kind": "Secret",
+                    "metadata": {"name": secret, "namespace": CREDENTIALS_NS},
+                    "data": {model_token_secret(NS, name):
+                        base64::engine::general_purpose::STANDARD.encode(sealed)},
+                })),
+            )
+            .await
+            .unwrap();
+    }
 }
 
 fn entry<'a>(node: &'a KernelCacheNode, name: &str) -> Option<&'a NodeModelCache> {
@@ -315,7 +331,6 @@ async fn model_caches_go_ready_on_selected_nodes_with_clear_reasons_for_token_an
     )
     .await
     .unwrap();
-    hand_over(&client, "gated", "hf_wrong").await;
 
     // Each agent with a token bound to its node (the chart's agent-node policy).
     let identity = agent_identity(&cluster, &client).await;
@@ -331,6 +346,7 @@ async fn model_caches_go_ready_on_selected_nodes_with_clear_reasons_for_token_an
         };
         agents.push(start_agent(&agent_client, n, root.path(), &hub));
     }
+    hand_over(&client, "gated", "hf_wrong", &["gpu-a", "gpu-b"]).await;
 
     let total: u64 = files().iter().map(|f| f.content.len()).sum();
     for name in ["gpu-a", "gpu-b"] {
@@ -340,7 +356,8 @@ async fn model_caches_go_ready_on_selected_nodes_with_clear_reasons_for_token_an
             "tiny Ready, gated refused, small over budget",
             |n| {
                 state(n, "tiny").is_some_and(|s| s.0 == ModelCacheState::Ready)
-                    && state(n, "gated").is_some_and(|s| s.0 == ModelCacheState::Failed)
+                    && entry(n, "gated")
+                        .is_some_and(|g| g.reason.as_deref() == Some(reasons::GATED))
                     && state(n, "small").is_some_and(|s| s.0 == ModelCacheState::Failed)
             },
         )
@@ -415,7 +432,7 @@ async fn model_caches_go_ready_on_selected_nodes_with_clear_reasons_for_token_an
     );
 
     // The right token: the gated model downloads at its retry.
-    hand_over(&client, "gated", "hf_right").await;
+    hand_over(&client, "gated", "hf_right", &["gpu-a", "gpu-b"]).await;
     let report = node_where(&client, "gpu-a", "gated Ready with the right token", |n| {
         state(n, "gated").is_some_and(|s| s.0 == ModelCacheState::Ready)
     })
@@ -940,10 +957,39 @@ async fn the_controller_adds_up_the_nodes_labels_them_and_hands_the_token_over()
         "{c:?}"
     );
 
-    // Deleted: its label leaves the nodes, its handed-over token the namespace.
+    // The token reached the selected nodes only, sealed to each one's key: no Secret of
+    // the namespace holds it in the clear, and cpu-c (not selected) has nothing.
     let handed = model_token_secret(NS, "gated");
     let secrets_api: Api<Secret> = Api::namespaced(client.clone(), CREDENTIALS_NS);
-    assert!(secrets_api.get_opt(&handed).await.unwrap().is_some());
+    let node_secret = kubeairunway_kernelcache_artifact::sealed::node_secret_name;
+    for node in ["gpu-a", "gpu-b"] {
+        let s = secrets_api.get(&node_secret(node)).await.unwrap();
+        assert_eq!(
+            s.data.unwrap().keys().collect::<Vec<_>>(),
+            [&handed],
+            "{node}: only the gated cache hands something over"
+        );
+    }
+    assert!(
+        secrets_api
+            .get_opt(&node_secret("cpu-c"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    for s in secrets_api
+        .list(&kube::api::ListParams::default())
+        .await
+        .unwrap()
+    {
+        for (k, v) in s.data.unwrap_or_default() {
+            assert!(
+                !String::from_utf8_lossy(&v.0).contains("hf_right"),
+                "{k} of {} holds the token in the clear",
+                s.metadata.name.unwrap_or_default()
+            );
+        }
+    }
     Api::<ModelCache>::namespaced(client.clone(), NS)
         .delete("gated", &kube::api::DeleteParams::default())
         .await
@@ -958,7 +1004,7 @@ async fn the_controller_adds_up_the_nodes_labels_them_and_hands_the_token_over()
     .unwrap();
     eventually(60, "the handed-over token removed", || async {
         secrets_api
-            .get_opt(&handed)
+            .get_opt(&node_secret("gpu-a"))
             .await
             .unwrap()
             .is_none()

@@ -255,6 +255,19 @@ async fn enforce_controller_policies(
         &name_of("-node-reports"),
         "the kernel-cache controller changes only spec.inUse of a KernelCacheNode",
     );
+    // Nor the key the agent published: the controller cannot have a node's credentials
+    // sealed to a key of its choosing.
+    policy::assert_denied(
+        &Api::<KernelCacheNode>::all(controller.clone())
+            .patch(
+                "probe-node",
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"credentialsKey": "AAAA", "inUse": []}})),
+            )
+            .await,
+        &name_of("-node-reports"),
+        "the kernel-cache controller changes only spec.inUse of a KernelCacheNode",
+    );
     reports
         .delete("probe-node", &DeleteParams::default())
         .await

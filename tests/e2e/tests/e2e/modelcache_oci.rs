@@ -612,7 +612,8 @@ async fn oci_model_caches_are_verified_under_the_policy_and_pulled_with_credenti
     use kube::api::{Api, Patch, PatchParams, PostParams};
     use kubeairunway_e2e::cache_images::{new_signer, sign};
     use kubeairunway_kernelcache_api::KernelCachePolicy;
-    use kubeairunway_kernelcache_api::names::{DOCKER_CONFIG_KEY, model_token_secret};
+    use kubeairunway_kernelcache_api::names::model_token_secret;
+    use kubeairunway_kernelcache_artifact::sealed::node_secret_name;
 
     let registry = start_registry("oci-model-verify").unwrap();
     let addr = registry.addr().to_string();
@@ -655,11 +656,14 @@ async fn oci_model_caches_are_verified_under_the_policy_and_pulled_with_credenti
             .await
             .unwrap();
     }
-    // A token handed over before (the cache's source was hf://): an Opaque Secret, whose
-    // type cannot change; the controller replaces it.
+    // A token an earlier version handed over in the clear (one Secret per cache): the
+    // controller deletes it at start.
+    let stale_name = model_token_secret(crate::modelcache::NS, "signed");
     let stale = json!({
         "apiVersion": "v1", "kind": "Secret",
-        "metadata": {"name": model_token_secret(crate::modelcache::NS, "signed")},
+        "metadata": {"name": stale_name,
+            "labels": {"app.kubernetes.io/managed-by": "kernelcache-controller"},
+            "annotations": {"cache.kubeairunway.ai/for": format!("{}/signed", crate::modelcache::NS)}},
         "type": "Opaque", "stringData": {"token": "hf_old"},
     });
     Api::<Secret>::namespaced(client.clone(), "kernelcache-credentials")
@@ -707,25 +711,24 @@ async fn oci_model_caches_are_verified_under_the_policy_and_pulled_with_credenti
         s.verified_digest.as_deref(),
         signed.rsplit_once('@').map(|(_, d)| d)
     );
-    // The credentials reached the agent through the controller's copy: that registry's
-    // entry only, in the credentials namespace.
-    let handed = Api::<Secret>::namespaced(client.clone(), "kernelcache-credentials")
-        .get(&model_token_secret(crate::modelcache::NS, "signed"))
-        .await
-        .unwrap();
+    // The credentials reached the agent through the controller's copy, sealed to the
+    // node's key in the node's Secret (the pull above opened it); nothing in the clear.
+    let creds = Api::<Secret>::namespaced(client.clone(), "kernelcache-credentials");
+    let handed = creds.get(&node_secret_name("oci-v")).await.unwrap();
+    let data = handed.data.unwrap();
     assert_eq!(
-        handed.type_.as_deref(),
-        Some("kubernetes.io/dockerconfigjson")
+        data.keys().collect::<Vec<_>>(),
+        [&stale_name],
+        "the one cache with credentials on this node"
     );
-    let handed: serde_json::Value =
-        serde_json::from_slice(&handed.data.unwrap()[DOCKER_CONFIG_KEY].0).unwrap();
-    assert_eq!(
-        handed["auths"]
-            .as_object()
-            .unwrap()
-            .keys()
-            .collect::<Vec<_>>(),
-        [&addr]
+    let sealed = String::from_utf8_lossy(&data[&stale_name].0).to_string();
+    assert!(
+        !sealed.contains("robot") && !sealed.contains("auths"),
+        "{sealed}"
+    );
+    assert!(
+        creds.get_opt(&stale_name).await.unwrap().is_none(),
+        "the earlier version's Secret in the clear is deleted"
     );
     let hub_dir = root.path().join("models/hub");
     assert!(hub_dir.join("models--acme--signed/snapshots").is_dir());
