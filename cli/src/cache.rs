@@ -214,7 +214,7 @@ fn registry_of(image: &str) -> anyhow::Result<String> {
 }
 
 /// The credentials Docker or Podman keep for the registry of `image`.
-fn auth_for(image: &str) -> anyhow::Result<RegistryAuth> {
+pub(crate) fn auth_for(image: &str) -> anyhow::Result<RegistryAuth> {
     let registry = registry_of(image)?;
     build::docker_auth(&registry)
         .map_err(|e| anyhow::anyhow!("reading the credentials for {registry}: {e}"))
@@ -332,17 +332,35 @@ async fn policy(
     args: &VerifyArgs,
     state_dir: &Path,
 ) -> anyhow::Result<(Option<KernelCachePolicySpec>, String)> {
-    if let Some(path) = &args.policy_file {
+    policy_of(
+        &args.policy,
+        args.policy_file.as_deref(),
+        args.kubeconfig.as_deref(),
+        state_dir,
+    )
+    .await
+}
+
+/// The KernelCachePolicy `name` of the cluster (through `kubeconfig`), or the one in
+/// `file`; `None` when the cluster has none of that name. Returns it with where it came
+/// from.
+pub(crate) async fn policy_of(
+    name: &str,
+    file: Option<&Path>,
+    kubeconfig: Option<&Path>,
+    state_dir: &Path,
+) -> anyhow::Result<(Option<KernelCachePolicySpec>, String)> {
+    if let Some(path) = file {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
         let policy: KernelCachePolicy = serde_saphyr::from_str(&text)
             .with_context(|| format!("{} is not a KernelCachePolicy", path.display()))?;
         return Ok((Some(policy.spec), path.display().to_string()));
     }
-    let target = cluster::connect(args.kubeconfig.as_deref(), state_dir).await?;
+    let target = cluster::connect(kubeconfig, state_dir).await?;
     let api: Api<KernelCachePolicy> = Api::all(target.client);
-    let origin = format!("KernelCachePolicy/{}", args.policy);
-    match api.get_opt(&args.policy).await {
+    let origin = format!("KernelCachePolicy/{name}");
+    match api.get_opt(name).await {
         Ok(found) => Ok((found.map(|p| p.spec), origin)),
         Err(kube::Error::Api(s)) if s.code == 404 => anyhow::bail!(
             "this cluster has no KernelCachePolicy CRD (kernelcachepolicies.cache.kubeairunway.ai): the kernel-cache provider is not installed; install charts/kernelcache-provider (or run `kubeairunway up`), or pass --policy-file"

@@ -150,7 +150,7 @@ pub async fn run(args: Vec<OsString>, term: &mut Terminal) -> i32 {
                 cache::Command::Model(modelcache::Args {
                     command: modelcache::Command::Pull(a),
                 }),
-        }) => modelcache::run_pull(&a, term).await,
+        }) => modelcache::run_pull(&a, &cli.state_dir, term).await,
         Command::Completion { shell } => {
             let mut buf = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), name, &mut buf);

@@ -52,6 +52,19 @@ pub struct PullArgs {
     /// Registries of `oci://` sources.
     #[command(flatten)]
     pub registries: RegistryOptions,
+    /// Verify an `oci://` artifact's signature before pulling anything, under the
+    /// cluster's KernelCachePolicy of this name, as the kernel-cache controller does for a
+    /// ModelCache (a refused artifact is not pulled; exit code 1).
+    #[arg(long, value_name = "NAME", conflicts_with = "policy_file")]
+    pub policy: Option<String>,
+    /// As `--policy`, under the KernelCachePolicy in this file (YAML or JSON); no cluster
+    /// is needed.
+    #[arg(long, value_name = "FILE")]
+    pub policy_file: Option<PathBuf>,
+    /// Kubeconfig of the cluster `--policy` is read from (default: KUBECONFIG, the local
+    /// cluster of `up`, then ~/.kube/config).
+    #[arg(long, value_name = "PATH")]
+    pub kubeconfig: Option<PathBuf>,
     /// The cache directory (what `HF_HUB_CACHE` names; `$HF_HOME/hub` by default in
     /// huggingface_hub).
     #[arg(long, env = "HF_HUB_CACHE", value_name = "DIR")]
@@ -201,10 +214,56 @@ struct PulledArtifact<'a> {
     bytes_received: u64,
 }
 
+/// Why the policy `--policy`/`--policy-file` names refuses `reference` (the kernel-cache
+/// controller's verdict on a ModelCache: `verify::verify` and `judge_oci`), or `None`
+/// when it passes or no policy was asked for.
+async fn refused_by_policy(
+    args: &PullArgs,
+    reference: &str,
+    auth: &RegistryAuth,
+    state_dir: &Path,
+    term: &mut Terminal,
+) -> anyhow::Result<Option<String>> {
+    use kubeairunway_kernelcache_api::VerificationMode;
+    use kubeairunway_kernelcache_controller::{decide, model_decide};
+    if args.policy.is_none() && args.policy_file.is_none() {
+        return Ok(None);
+    }
+    let name = args.policy.as_deref().unwrap_or("default");
+    let (spec, origin) = crate::cache::policy_of(
+        name,
+        args.policy_file.as_deref(),
+        args.kubeconfig.as_deref(),
+        state_dir,
+    )
+    .await?;
+    let Some(spec) = spec else {
+        return Ok(Some(format!("{origin} does not exist")));
+    };
+    term.err(&format!("verifying {reference} under {origin}\n"));
+    let result = kubeairunway_kernelcache_signing::verify::verify(
+        &spec,
+        reference,
+        auth,
+        args.registries.plain_http_registries.clone(),
+    )
+    .await;
+    let verification = model_decide::judge_oci(None, spec.mode, result);
+    let verdict = decide::verdict(true, true, &verification);
+    if verdict.usable {
+        if spec.mode != VerificationMode::Disabled {
+            term.err(&format!("verified: {}\n", verdict.message));
+        }
+        return Ok(None);
+    }
+    Ok(Some(format!("refused by {origin}: {}", verdict.message)))
+}
+
 /// Runs `cache model pull` of an `oci://` artifact (`registry/repo@sha256:...`).
 async fn run_pull_oci(
     args: &PullArgs,
     reference: &str,
+    state_dir: &Path,
     term: &mut Terminal,
 ) -> anyhow::Result<i32> {
     let model_id = args
@@ -217,15 +276,19 @@ async fn run_pull_oci(
         .check(reference)
         .map_err(anyhow::Error::msg)?;
     let cache_dir = cache_dir(args)?;
+    // The registry credentials Docker or Podman keep (as `cache build` and `cache verify`
+    // read them); anonymous without.
+    let auth = crate::cache::auth_for(reference)?;
+    if let Some(refused) = refused_by_policy(args, reference, &auth, state_dir, term).await? {
+        term.err(&format!("{reference}: {refused}; nothing pulled\n"));
+        return Ok(crate::terminal::FAILURE);
+    }
     term.err(&format!(
         "pulling {reference} as {model_id}@{} into {}\n",
         args.revision,
         cache_dir.display()
     ));
-    let puller = Puller::new(
-        RegistryAuth::Anonymous,
-        args.registries.plain_http_registries.clone(),
-    );
+    let puller = Puller::new(auth, args.registries.plain_http_registries.clone());
     let inspected = puller.inspect_model(reference).await?;
     let target = Target {
         cache_dir: &cache_dir,
@@ -265,10 +328,16 @@ async fn run_pull_oci(
 }
 
 /// Runs `cache model pull`.
-pub async fn run_pull(args: &PullArgs, term: &mut Terminal) -> anyhow::Result<i32> {
+pub async fn run_pull(
+    args: &PullArgs,
+    state_dir: &Path,
+    term: &mut Terminal,
+) -> anyhow::Result<i32> {
     let repo = match parse_source(&args.source)? {
         Source::Hf(repo) => repo,
-        Source::Oci(reference) => return run_pull_oci(args, &reference, term).await,
+        Source::Oci(reference) => {
+            return run_pull_oci(args, &reference, state_dir, term).await;
+        }
     };
     let token = args.token_file.as_deref().map(read_token).transpose()?;
     let hub = Hub::new(&HubOptions {

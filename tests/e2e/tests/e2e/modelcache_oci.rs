@@ -789,3 +789,75 @@ async fn oci_model_caches_are_verified_under_the_policy_and_pulled_with_credenti
     controller.await.unwrap().unwrap();
     agent.stop().await;
 }
+
+/// `cache model pull --policy-file` verifies an `oci://` artifact as the kernel-cache
+/// controller verifies a ModelCache before any node pulls it: a signed artifact is pulled;
+/// an unsigned one, one signed by an untrusted key, and a policy file naming no policy are
+/// refused with exit code 1 and nothing written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cli_verifies_an_oci_artifact_under_a_policy_before_pulling_it() {
+    use kubeairunway_e2e::cache_images::{new_signer, sign};
+    let registry = start_registry("oci-model-cli-verify").unwrap();
+    let artifact = |seed| vec![layer(weight(4096, seed), RAW, Some("model.safetensors"))];
+    let signed = push_modelpack(&registry, "models/acme/signed:v1", &artifact(1)).await;
+    let unsigned = push_modelpack(&registry, "models/acme/unsigned:v1", &artifact(2)).await;
+    let wrong = push_modelpack(&registry, "models/acme/wrong:v1", &artifact(3)).await;
+    let (signer, public) = new_signer().unwrap();
+    let (other_signer, _) = new_signer().unwrap();
+    sign(&registry, &signed, signer).await.unwrap();
+    sign(&registry, &wrong, other_signer).await.unwrap();
+    let files = tempfile::tempdir().unwrap();
+    let policy = files.path().join("policy.yaml");
+    std::fs::write(
+        &policy,
+        serde_json::to_string(&json!({
+            "apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "KernelCachePolicy",
+            "metadata": {"name": "default"},
+            "spec": {"mode": "key", "publicKeys": [public]},
+        }))
+        .unwrap(),
+    )
+    .unwrap();
+    let cache = tempfile::tempdir().unwrap();
+    let pull = |pinned: &str| {
+        let source = format!("oci://{pinned}");
+        let cache = cache.path().to_str().unwrap().to_string();
+        let policy = policy.to_str().unwrap().to_string();
+        let addr = registry.addr().to_string();
+        async move {
+            kubeairunway(&[
+                "cache",
+                "model",
+                "pull",
+                &source,
+                "--cache-dir",
+                &cache,
+                "--plain-http-registry",
+                &addr,
+                "--policy-file",
+                &policy,
+            ])
+            .await
+        }
+    };
+    let (code, out, err) = pull(&signed).await;
+    assert_eq!(code, 0, "{out}\n{err}");
+    assert!(err.contains("verified: signed by"), "{err}");
+    assert!(cache.path().join("models--acme--signed/snapshots").is_dir());
+    for (pinned, folder, why) in [
+        (&unsigned, "models--acme--unsigned", "no signature found"),
+        (
+            &wrong,
+            "models--acme--wrong",
+            "no signature by a trusted key",
+        ),
+    ] {
+        let (code, out, err) = pull(pinned).await;
+        assert_eq!(code, 1, "{out}\n{err}");
+        assert!(
+            err.contains("refused by") && err.contains(why) && err.contains("nothing pulled"),
+            "{err}"
+        );
+        assert!(!cache.path().join(folder).exists(), "{folder} written");
+    }
+}
