@@ -2,6 +2,7 @@
 //! `docker-registry` package, unpacked into the user cache by `fetch-registry.sh`), tied
 //! to the test process like the API server.
 
+use std::fmt::Write as _;
 use std::io::Read;
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
@@ -17,11 +18,23 @@ pub struct Registry {
     addr: String,
     dir: PathBuf,
     process: Child,
+    user: Option<(String, String)>,
 }
 
 impl Registry {
-    /// Start a registry storing its data under `dir` (emptied first).
+    /// Start a registry storing its data under `dir` (emptied first), open to anyone.
     pub fn start(dir: &Path) -> anyhow::Result<Self> {
+        Self::start_as(dir, None)
+    }
+
+    /// Start a registry that requires `user`'s name and password for every request
+    /// (distribution's `htpasswd` access controller: a `Basic` challenge, 401 without them
+    /// or with wrong ones).
+    pub fn start_with_user(dir: &Path, user: &str, password: &str) -> anyhow::Result<Self> {
+        Self::start_as(dir, Some((user.to_string(), password.to_string())))
+    }
+
+    fn start_as(dir: &Path, user: Option<(String, String)>) -> anyhow::Result<Self> {
         let bin = binary()?;
         if dir.exists() {
             fs::remove_dir_all(dir)?;
@@ -29,10 +42,19 @@ impl Registry {
         fs::create_dir_all(dir.join("data"))?;
         let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let addr = format!("127.0.0.1:{port}");
-        let config = format!(
+        let mut config = format!(
             "version: 0.1\nlog:\n  level: warn\nstorage:\n  filesystem:\n    rootdirectory: {}\n  delete:\n    enabled: true\nhttp:\n  addr: {addr}\n",
             dir.join("data").display()
         );
+        if let Some((name, password)) = &user {
+            let hash = bcrypt::hash(password, 4).context("hashing the registry password")?;
+            fs::write(dir.join("htpasswd"), format!("{name}:{hash}\n"))?;
+            let _ = write!(
+                config,
+                "auth:\n  htpasswd:\n    realm: test-registry\n    path: {}\n",
+                dir.join("htpasswd").display()
+            );
+        }
         fs::write(dir.join("config.yml"), config)?;
         let log = fs::File::create(dir.join("registry.log"))?;
         let process = Command::new("sh")
@@ -51,6 +73,7 @@ impl Registry {
             addr,
             dir: dir.to_path_buf(),
             process,
+            user,
         };
         let deadline = Instant::now() + Duration::from_secs(30);
         while !registry.answers() {
@@ -77,8 +100,16 @@ impl Registry {
         if s.write_all(b"GET /v2/ HTTP/1.0\r\n\r\n").is_err() {
             return false;
         }
+        // 401: it answers, and asks for credentials.
         let mut head = [0u8; 12];
-        s.read_exact(&mut head).is_ok() && head.starts_with(b"HTTP/1.") && &head[9..12] == b"200"
+        s.read_exact(&mut head).is_ok()
+            && head.starts_with(b"HTTP/1.")
+            && (&head[9..12] == b"200" || (self.user.is_some() && &head[9..12] == b"401"))
+    }
+
+    /// The name and password it requires, when it requires some.
+    pub fn user(&self) -> Option<(&str, &str)> {
+        self.user.as_ref().map(|(u, p)| (u.as_str(), p.as_str()))
     }
 
     /// `127.0.0.1:<port>`, the registry part of image references.

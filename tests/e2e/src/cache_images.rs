@@ -162,10 +162,26 @@ pub fn vllm_cuda(arch: &str) -> anyhow::Result<CacheImage> {
 
 /// Start a private loopback registry (its data under the test cache's `runs/`).
 pub fn start_registry(tag: &str) -> anyhow::Result<Registry> {
-    let dir = kubeairunway_testcluster::cache_dir()
+    Registry::start(&registry_dir(tag))
+}
+
+/// Start a private loopback registry that requires `user` and `password` for every
+/// request (the helpers here use them).
+pub fn start_registry_with_user(tag: &str, user: &str, password: &str) -> anyhow::Result<Registry> {
+    Registry::start_with_user(&registry_dir(tag), user, password)
+}
+
+fn registry_dir(tag: &str) -> std::path::PathBuf {
+    kubeairunway_testcluster::cache_dir()
         .join("runs")
-        .join(format!("{}-registry-{tag}", std::process::id()));
-    Registry::start(&dir)
+        .join(format!("{}-registry-{tag}", std::process::id()))
+}
+
+/// The credentials `registry` requires (anonymous when it requires none).
+pub fn registry_auth(registry: &Registry) -> RegistryAuth {
+    registry.user().map_or(RegistryAuth::Anonymous, |(u, p)| {
+        RegistryAuth::Basic(u.to_string(), p.to_string())
+    })
 }
 
 /// An OCI client speaking plain HTTP (the loopback registry).
@@ -178,7 +194,7 @@ pub fn oci_client() -> Client {
 
 /// A puller for the loopback registry.
 pub fn puller(registry: &Registry) -> Puller {
-    Puller::new(RegistryAuth::Anonymous, vec![registry.addr().to_string()])
+    Puller::new(registry_auth(registry), vec![registry.addr().to_string()])
 }
 
 /// Push `image` as `<registry>/<repo_tag>` and return that (tag) reference.
@@ -199,7 +215,7 @@ pub async fn push(
         None,
     );
     oci_client()
-        .push(&reference, &layers, config, &RegistryAuth::Anonymous, None)
+        .push(&reference, &layers, config, &registry_auth(registry), None)
         .await?;
     Ok(reference.to_string())
 }
@@ -229,14 +245,17 @@ pub async fn sign(registry: &Registry, pinned: &str, signer: SigStoreSigner) -> 
         })
         .build()?;
     let image: OciReference = pinned.parse()?;
-    let (cosign_image, digest) = client.triangulate(&image, &Auth::Anonymous).await?;
+    let auth = registry
+        .user()
+        .map_or(Auth::Anonymous, |(u, p)| Auth::Basic(u.into(), p.into()));
+    let (cosign_image, digest) = client.triangulate(&image, &auth).await?;
     let mut layer = SignatureLayer::new_unsigned(&image, &digest)?;
     anyhow::ensure!(
         PrivateKeySigner::new_with_signer(signer).add_constraint(&mut layer)?,
         "the signer did not sign the layer"
     );
     client
-        .push_signature(None, &Auth::Anonymous, &cosign_image, vec![layer])
+        .push_signature(None, &auth, &cosign_image, vec![layer])
         .await?;
     Ok(())
 }

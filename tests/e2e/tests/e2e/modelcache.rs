@@ -733,6 +733,7 @@ pub(crate) async fn start_controller_with(
                     ("controller.pullSecrets[0].names[0]", "hf-token"),
                     ("controller.pullSecrets[0].names[1]", "regcred"),
                     ("controller.pullSecrets[0].names[2]", "othercred"),
+                    ("controller.pullSecrets[0].names[3]", "badcred"),
                 ],
             )
             .unwrap();

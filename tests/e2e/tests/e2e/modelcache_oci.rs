@@ -27,7 +27,6 @@ use kubeairunway_testcluster::registry::Registry;
 use oci_client::Reference;
 use oci_client::client::{Config, ImageLayer};
 use oci_client::manifest::OciImageManifest;
-use oci_client::secrets::RegistryAuth;
 use serde_json::json;
 use sha2::{Digest as _, Sha256};
 
@@ -126,7 +125,7 @@ async fn push(
             &reference,
             layers,
             config,
-            &RegistryAuth::Anonymous,
+            &kubeairunway_e2e::cache_images::registry_auth(registry),
             Some(manifest),
         )
         .await
@@ -601,21 +600,23 @@ async fn an_oci_model_cache_goes_ready_through_the_agent() {
 }
 
 /// Under a `KernelCachePolicy`, the controller verifies an `oci://` source's pinned digest
-/// as it does a KernelCache's image (cosign signatures in the same registry, real keys):
-/// the signed artifact, pulled with registry credentials from a docker config Secret
-/// handed over to the agent, goes Ready; an unsigned one and one signed by an untrusted
-/// key are `Ready=False`/`VerificationFailed`, and the agent pulls nothing of them. A
-/// Secret without an entry for the registry is `CredentialsMissing`.
+/// as it does a KernelCache's image (cosign signatures in the same registry, real keys),
+/// from a registry that requires credentials (401 without them or with wrong ones): the
+/// signed artifact, pulled with registry credentials from a docker config Secret handed
+/// over to the agent, goes Ready; an unsigned one and one signed by an untrusted key are
+/// `Ready=False`/`VerificationFailed`, and the agent pulls nothing of them. A Secret
+/// without an entry for the registry is `CredentialsMissing`; one with a wrong password
+/// is refused by the registry, and nothing is pulled.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn oci_model_caches_are_verified_under_the_policy_and_pulled_with_credentials() {
     use k8s_openapi::api::core::v1::Secret;
     use kube::api::{Api, Patch, PatchParams, PostParams};
-    use kubeairunway_e2e::cache_images::{new_signer, sign};
+    use kubeairunway_e2e::cache_images::{new_signer, sign, start_registry_with_user};
     use kubeairunway_kernelcache_api::KernelCachePolicy;
     use kubeairunway_kernelcache_api::names::model_token_secret;
     use kubeairunway_kernelcache_artifact::sealed::node_secret_name;
 
-    let registry = start_registry("oci-model-verify").unwrap();
+    let registry = start_registry_with_user("oci-model-verify", "robot", "pw").unwrap();
     let addr = registry.addr().to_string();
     let artifact = |seed| vec![layer(weight(4096, seed), RAW, Some("model.safetensors"))];
     let signed = push_modelpack(&registry, "models/acme/signed:v1", &artifact(1)).await;
@@ -642,7 +643,13 @@ async fn oci_model_caches_are_verified_under_the_policy_and_pulled_with_credenti
         .unwrap();
     let config = json!({"auths": {addr.clone(): {"username": "robot", "password": "pw"}}});
     let elsewhere = json!({"auths": {"other.example": {"username": "u", "password": "p"}}});
-    for (name, config) in [("regcred", config), ("othercred", elsewhere)] {
+    let wrong_password =
+        json!({"auths": {addr.clone(): {"username": "robot", "password": "nope"}}});
+    for (name, config) in [
+        ("regcred", config),
+        ("othercred", elsewhere),
+        ("badcred", wrong_password),
+    ] {
         let secret = json!({
             "apiVersion": "v1", "kind": "Secret", "metadata": {"name": name},
             "type": "kubernetes.io/dockerconfigjson",
@@ -685,9 +692,10 @@ async fn oci_model_caches_are_verified_under_the_policy_and_pulled_with_credenti
     });
     for (name, pinned, secret) in [
         ("signed", &signed, Some("regcred")),
-        ("unsigned", &unsigned, None),
-        ("wrong", &wrong, None),
+        ("unsigned", &unsigned, Some("regcred")),
+        ("wrong", &wrong, Some("regcred")),
         ("nocred", &signed, Some("othercred")),
+        ("badpass", &signed, Some("badcred")),
     ] {
         let mut spec = json!({"source": format!("oci://{pinned}")});
         if let Some(secret) = secret {
@@ -714,13 +722,23 @@ async fn oci_model_caches_are_verified_under_the_policy_and_pulled_with_credenti
     // The credentials reached the agent through the controller's copy, sealed to the
     // node's key in the node's Secret (the pull above opened it); nothing in the clear.
     let creds = Api::<Secret>::namespaced(client.clone(), "kernelcache-credentials");
-    let handed = creds.get(&node_secret_name("oci-v")).await.unwrap();
-    let data = handed.data.unwrap();
-    assert_eq!(
-        data.keys().collect::<Vec<_>>(),
-        [&stale_name],
-        "the one cache with credentials on this node"
-    );
+    let mut expected: Vec<String> = ["signed", "unsigned", "wrong", "badpass"]
+        .iter()
+        .map(|c| model_token_secret(crate::modelcache::NS, c))
+        .collect();
+    expected.sort();
+    // The caches whose credentials could be read (not nocred's).
+    let data = eventually(60, "the node's sealed entries", || async {
+        let data = creds
+            .get(&node_secret_name("oci-v"))
+            .await
+            .ok()?
+            .data
+            .unwrap_or_default();
+        (data.keys().cloned().collect::<Vec<_>>() == expected).then_some(data)
+    })
+    .await
+    .unwrap();
     let sealed = String::from_utf8_lossy(&data[&stale_name].0).to_string();
     assert!(
         !sealed.contains("robot") && !sealed.contains("auths"),
@@ -785,6 +803,13 @@ async fn oci_model_caches_are_verified_under_the_policy_and_pulled_with_credenti
     .await;
     assert_eq!(s.verified_digest, None, "no verdict without credentials");
     assert!(!hub_dir.join("models--acme--nocred").exists());
+    let s = cache_where(&client, "badpass", "refused by the registry", |s| {
+        condition(s, conditions::READY).is_some_and(|c| c.0 == "False")
+            && s.conditions.iter().any(|c| c.message.contains("401"))
+    })
+    .await;
+    assert_eq!(s.verified_digest, None, "{s:?}");
+    assert!(!hub_dir.join("models--acme--badpass").exists());
     let _ = stop.send(());
     controller.await.unwrap().unwrap();
     agent.stop().await;
