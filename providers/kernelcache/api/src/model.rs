@@ -42,8 +42,9 @@ pub mod conditions {
 pub mod reasons {
     /// `Accepted=True`.
     pub const ACCEPTED: &str = "Accepted";
-    /// A layer media type of an `oci://` artifact the agents do not read (`tar+zstd`,
-    /// anything but the ModelPack and KitOps layer types).
+    /// A layer media type of an `oci://` artifact the agents do not read (anything but
+    /// the ModelPack and KitOps layer types: a `zip` packing, a `v2` type, a container
+    /// image's layer).
     pub const UNSUPPORTED_MEDIA_TYPE: &str = "UnsupportedMediaType";
     /// An `oci://` artifact whose manifest is not a model's (neither ModelPack nor KitOps)
     /// or whose layers cannot be laid out (a raw layer without a safe file path, two

@@ -87,6 +87,10 @@ pub enum ExtractError {
         /// Its type.
         kind: String,
     },
+    /// A compressed stream that cannot be read (malformed, or a zstd frame asking for a
+    /// window over [`ZSTD_MAX_WINDOW`]).
+    #[error("the layer's compressed stream: {0}")]
+    Compressed(String),
     /// More content than the limit.
     #[error("layer content exceeds {limit} bytes")]
     TooLarge {
@@ -176,6 +180,58 @@ pub enum Compression {
     None,
     /// A gzip tar.
     Gzip,
+    /// A zstd tar (one or more frames; a frame's window at most
+    /// [`ZSTD_MAX_WINDOW`], as libzstd's default).
+    Zstd,
+}
+
+/// The largest zstd window a layer may ask for (128 MiB, libzstd's default limit,
+/// `ZSTD_WINDOWLOG_LIMIT_DEFAULT`): a frame declaring more is refused before anything is
+/// allocated for it.
+pub const ZSTD_MAX_WINDOW: u64 = 128 << 20;
+
+/// The decompressed bytes of a zstd stream of one or more frames (pzstd and `zstd -T`
+/// write several), each checked against [`ZSTD_MAX_WINDOW`].
+struct ZstdFrames<R: Read> {
+    decoder: Option<ruzstd::decoding::StreamingDecoder<R, ruzstd::decoding::FrameDecoder>>,
+}
+
+impl<R: BufRead> ZstdFrames<R> {
+    fn new(source: R) -> Result<Self, ExtractError> {
+        let decoder =
+            ruzstd::decoding::StreamingDecoder::new_with_max_window_size(source, ZSTD_MAX_WINDOW)
+                .map_err(|e| ExtractError::Compressed(e.to_string()))?;
+        Ok(Self {
+            decoder: Some(decoder),
+        })
+    }
+}
+
+impl<R: BufRead> Read for ZstdFrames<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            let Some(decoder) = self.decoder.as_mut() else {
+                return Ok(0);
+            };
+            let n = decoder.read(buf)?;
+            if n > 0 || buf.is_empty() {
+                return Ok(n);
+            }
+            // This frame is done: another follows unless the stream ends here.
+            if decoder.get_mut().fill_buf()?.is_empty() {
+                return Ok(0);
+            }
+            let Some(done) = self.decoder.take() else {
+                return Ok(0);
+            };
+            let (source, mut frame) = done.into_parts();
+            frame.set_max_window_size(ZSTD_MAX_WINDOW);
+            self.decoder = Some(
+                ruzstd::decoding::StreamingDecoder::new_with_decoder(source, frame)
+                    .map_err(io::Error::other)?,
+            );
+        }
+    }
 }
 
 /// Extract the tar `layer` (compressed as `compression`) into `dir`, an empty directory
@@ -289,6 +345,23 @@ fn unpack(
     let stats = match compression {
         Compression::Gzip => unpack_entries(GzDecoder::new(&mut layer), dir, limits, rewrite)?,
         Compression::None => unpack_entries(&mut layer, dir, limits, rewrite)?,
+        Compression::Zstd => {
+            unpack_entries(ZstdFrames::new(&mut layer)?, dir, limits, rewrite).map_err(
+                |e| match e {
+                    // The decoder's refusals (a window too large, a malformed frame) are
+                    // the layer's, not the disk's.
+                    ExtractError::Io { source, .. }
+                        if source.kind() == io::ErrorKind::Other
+                            && source.get_ref().is_some_and(|i| {
+                                i.is::<ruzstd::decoding::errors::FrameDecoderError>()
+                            }) =>
+                    {
+                        ExtractError::Compressed(source.to_string())
+                    }
+                    other => other,
+                },
+            )?
+        }
     };
     // The rest (end-of-archive blocks, padding, gzip's trailer), so that the layer's
     // reader sees its end before the cache can appear.

@@ -11,11 +11,10 @@
 //! - ModelPack (`artifactType` [`MODELPACK_ARTIFACT_TYPE`] or config
 //!   [`MODELPACK_CONFIG`]): layers `application/vnd.cncf.model.<kind>.v1.<packing>`,
 //!   kind `weight`, `weight.config`, `doc`, `code`, `dataset`; packing `raw` (one file,
-//!   its path in the annotation [`FILEPATH_ANNOTATION`]), `tar`, `tar+gzip`, `tar+zstd`
-//!   (refused: no zstd decoder here yet);
+//!   its path in the annotation [`FILEPATH_ANNOTATION`]), `tar`, `tar+gzip`, `tar+zstd`;
 //! - KitOps ModelKit (config [`KITOPS_CONFIG`]): layers
-//!   `application/vnd.kitops.modelkit.<kind>.v1.tar[+gzip]`, kind `model`, `modelpart`,
-//!   `dataset`, `code`, `docs`.
+//!   `application/vnd.kitops.modelkit.<kind>.v1.tar[+gzip|+zstd]`, kind `model`,
+//!   `modelpart`, `dataset`, `code`, `docs`.
 //!
 //! Any other layer media type is refused by name (never skipped: a model missing a layer
 //! it declares is not the model).
@@ -58,6 +57,8 @@ pub enum Packing {
     Tar,
     /// A gzip tar, extracted at the snapshot's root.
     TarGzip,
+    /// A zstd tar, extracted at the snapshot's root.
+    TarZstd,
 }
 
 /// One layer to fetch.
@@ -173,6 +174,7 @@ pub fn plan(manifest: &OciImageManifest) -> Result<Plan, PlanError> {
             }
             Kind::Tar => Packing::Tar,
             Kind::TarGzip => Packing::TarGzip,
+            Kind::TarZstd => Packing::TarZstd,
         };
         layers.push(Layer {
             digest,
@@ -208,6 +210,7 @@ enum Kind {
     Raw,
     Tar,
     TarGzip,
+    TarZstd,
 }
 
 /// The packing a layer media type names in `format`, or why it is refused.
@@ -229,9 +232,7 @@ fn packing(format: Format, media_type: &str) -> Result<Kind, String> {
         "raw" if raw_ok => Ok(Kind::Raw),
         "tar" => Ok(Kind::Tar),
         "tar+gzip" => Ok(Kind::TarGzip),
-        "tar+zstd" => {
-            Err(": zstd-compressed layers are not supported yet (raw, tar and tar+gzip are)".into())
-        }
+        "tar+zstd" => Ok(Kind::TarZstd),
         _ => Err(String::new()),
     }
 }

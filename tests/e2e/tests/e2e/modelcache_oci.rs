@@ -38,6 +38,7 @@ const RAW: &str = "application/vnd.cncf.model.weight.v1.raw";
 const CONFIG_RAW: &str = "application/vnd.cncf.model.weight.config.v1.raw";
 const DOC_TAR: &str = "application/vnd.cncf.model.doc.v1.tar";
 const CODE_TAR_GZIP: &str = "application/vnd.cncf.model.code.v1.tar+gzip";
+const DATASET_TAR_ZSTD: &str = "application/vnd.cncf.model.dataset.v1.tar+zstd";
 
 fn sha(bytes: &[u8]) -> String {
     format!("{:x}", Sha256::digest(bytes))
@@ -227,7 +228,8 @@ fn offline(py: &Path, repo: &str, rev: &str, cache: &Path, single: &str) -> serd
     )
 }
 
-/// A ModelPack artifact (raw weight and config, a plain tar of docs, a gzip tar of code)
+/// A ModelPack artifact (raw weight and config, a plain tar of docs, a gzip tar of code, a
+/// zstd tar of data)
 /// pulled by the CLI is read offline by huggingface_hub under the model id, at `main` and
 /// at the snapshot id; a second pull downloads nothing. A KitOps ModelKit too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -237,6 +239,7 @@ async fn a_modelpack_artifact_is_pulled_and_read_offline_by_huggingface_hub() {
     let config = br#"{"architectures":["Tiny"]}"#.to_vec();
     let (readme, notes) = (b"# tiny\n".to_vec(), b"notes\n".to_vec());
     let code = b"print('hi')\n".to_vec();
+    let data = b"{\"text\": \"hi\"}\n".repeat(100);
     let layers = [
         layer(big.clone(), RAW, Some("model.safetensors")),
         layer(config.clone(), CONFIG_RAW, Some("config.json")),
@@ -246,6 +249,14 @@ async fn a_modelpack_artifact_is_pulled_and_read_offline_by_huggingface_hub() {
             Some("README.md"),
         ),
         layer(tar(&[("code/run.py", &code)], true), CODE_TAR_GZIP, None),
+        layer(
+            ruzstd::encoding::compress_to_vec(
+                &tar(&[("data/train.jsonl", &data)], false)[..],
+                ruzstd::encoding::CompressionLevel::Fastest,
+            ),
+            DATASET_TAR_ZSTD,
+            None,
+        ),
     ];
     let pinned = push_modelpack(&registry, "models/acme/tiny:v1", &layers).await;
     let cache = tempfile::tempdir().unwrap();
@@ -273,7 +284,7 @@ async fn a_modelpack_artifact_is_pulled_and_read_offline_by_huggingface_hub() {
         "the repository's last two segments"
     );
     assert_eq!(pulled["commit"], snapshot_id.as_str());
-    assert_eq!(pulled["files"], 5);
+    assert_eq!(pulled["files"], 6);
     assert!(pulled["bytesReceived"].as_u64().unwrap() > 3 << 20);
     let repo = cache.path().join("models--acme--tiny");
     assert_eq!(
@@ -289,6 +300,7 @@ async fn a_modelpack_artifact_is_pulled_and_read_offline_by_huggingface_hub() {
         "README.md": sha(&readme),
         "docs/notes.txt": sha(&notes),
         "code/run.py": sha(&code),
+        "data/train.jsonl": sha(&data),
     });
     if let Some(py) = judge() {
         for rev in ["main", snapshot_id.as_str()] {
@@ -421,16 +433,16 @@ async fn a_hostile_tar_is_refused() {
     }
 }
 
-/// A layer media type that is not read (zstd, another kind) and an artifact that is not a
-/// model are refused before any layer is downloaded, naming what was refused.
+/// A layer media type that is not read (a zip) and an artifact that is not a model are
+/// refused before any layer is downloaded, naming what was refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unsupported_layer_type_is_refused_with_a_clear_reason() {
     let registry = start_registry("oci-model-unsupported").unwrap();
-    let zstd = "application/vnd.cncf.model.weight.v1.tar+zstd";
+    let zip = "application/vnd.cncf.model.weight.v1.zip";
     let pinned = push_modelpack(
         &registry,
-        "models/acme/zstd:v1",
-        &[layer(b"x".to_vec(), zstd, None)],
+        "models/acme/zip:v1",
+        &[layer(b"x".to_vec(), zip, None)],
     )
     .await;
     let cache = tempfile::tempdir().unwrap();
@@ -438,7 +450,7 @@ async fn an_unsupported_layer_type_is_refused_with_a_clear_reason() {
         .await
         .unwrap_err();
     assert_eq!(oci_reason(&err), reasons::UNSUPPORTED_MEDIA_TYPE, "{err}");
-    assert!(err.to_string().contains(zstd), "{err}");
+    assert!(err.to_string().contains(zip), "{err}");
     assert!(
         !cache.path().join("models--acme--m").exists(),
         "nothing downloaded"
@@ -464,7 +476,7 @@ async fn an_unsupported_layer_type_is_refused_with_a_clear_reason() {
 }
 
 /// A ModelCache of an `oci://` source goes Ready on a real agent (the snapshot under its
-/// model id, the snapshot id as its commit); one of an artifact with a zstd layer fails
+/// model id, the snapshot id as its commit); one of an artifact with a zip layer fails
 /// with `UnsupportedMediaType`, and one from a registry the agent does not allow with
 /// `RegistryNotAllowed`; the controller adds that up into each ModelCache's status.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -480,12 +492,12 @@ async fn an_oci_model_cache_goes_ready_through_the_agent() {
         ],
     )
     .await;
-    let zstd = push_modelpack(
+    let zip = push_modelpack(
         &registry,
-        "models/acme/zstd:v1",
+        "models/acme/zip:v1",
         &[layer(
             b"x".to_vec(),
-            "application/vnd.cncf.model.weight.v1.tar+zstd",
+            "application/vnd.cncf.model.weight.v1.zip",
             None,
         )],
     )
@@ -508,7 +520,7 @@ async fn an_oci_model_cache_goes_ready_through_the_agent() {
     )
     .await
     .unwrap();
-    model_cache(&client, "zstd", json!({"source": format!("oci://{zstd}")}))
+    model_cache(&client, "zip", json!({"source": format!("oci://{zip}")}))
         .await
         .unwrap();
     let elsewhere = format!("oci://other.example/acme/m@sha256:{}", "c".repeat(64));
@@ -528,7 +540,7 @@ async fn an_oci_model_cache_goes_ready_through_the_agent() {
             .into_iter()
             .map(|e| (e.name.clone(), e))
             .collect();
-        let settled = ["tiny", "zstd", "elsewhere"].iter().all(|n| {
+        let settled = ["tiny", "zip", "elsewhere"].iter().all(|n| {
             by_name
                 .get(*n)
                 .is_some_and(|e| e.state != ModelCacheState::Downloading)
@@ -548,14 +560,14 @@ async fn an_oci_model_cache_goes_ready_through_the_agent() {
         std::fs::read(snapshot.join("model.safetensors")).unwrap(),
         big
     );
-    let zstd = &entries["zstd"];
+    let zip = &entries["zip"];
     assert_eq!(
-        (zstd.state, zstd.reason.as_deref()),
+        (zip.state, zip.reason.as_deref()),
         (
             ModelCacheState::Failed,
             Some(reasons::UNSUPPORTED_MEDIA_TYPE)
         ),
-        "{zstd:?}"
+        "{zip:?}"
     );
     let elsewhere = &entries["elsewhere"];
     assert_eq!(
@@ -580,7 +592,7 @@ async fn an_oci_model_cache_goes_ready_through_the_agent() {
     assert_eq!(s.resolved_commit.as_deref(), Some(snapshot_id.as_str()));
     assert_eq!(s.size_bytes, Some((1 << 20) + 2), "the layers' bytes");
     for (name, reason) in [
-        ("zstd", reasons::UNSUPPORTED_MEDIA_TYPE),
+        ("zip", reasons::UNSUPPORTED_MEDIA_TYPE),
         ("elsewhere", reasons::REGISTRY_NOT_ALLOWED),
     ] {
         let s = cache_where(&client, name, "failed", |s| s.failed_nodes == 1).await;

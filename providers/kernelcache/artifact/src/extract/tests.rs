@@ -373,3 +373,79 @@ fn a_corrupt_layer_is_an_error_not_a_panic() {
     assert!(matches!(e, ExtractError::Io { .. }), "{e}");
     assert!(!root.path().join("t").exists());
 }
+
+/// `layer`'s tar, uncompressed.
+fn plain(entries: &[Raw<'_>]) -> Vec<u8> {
+    let mut tar = Vec::new();
+    flate2::read::GzDecoder::new(&layer(entries)[..])
+        .read_to_end(&mut tar)
+        .unwrap();
+    tar
+}
+
+fn zstd(bytes: &[u8]) -> Vec<u8> {
+    ruzstd::encoding::compress_to_vec(bytes, ruzstd::encoding::CompressionLevel::Fastest)
+}
+
+fn unpack_zstd(layer: &[u8]) -> (tempfile::TempDir, Result<Extracted, ExtractError>) {
+    let dir = tempfile::tempdir().unwrap();
+    let result = unpack_into(
+        layer,
+        super::Compression::Zstd,
+        dir.path(),
+        Limits::default(),
+    );
+    (dir, result)
+}
+
+/// A zstd tar is extracted as a gzip one is, from one frame or several (pzstd writes
+/// several), with the same refusals.
+#[test]
+fn zstd_tars_are_extracted_from_one_frame_or_several() {
+    let entries = [file("a/one.bin", &[1u8; 5000]), file("two.txt", b"two")];
+    let tar = plain(&entries);
+    let (half, rest) = tar.split_at(tar.len() / 2 + 7);
+    for (what, layer) in [
+        ("one frame", zstd(&tar)),
+        ("two frames", [zstd(half), zstd(rest)].concat()),
+    ] {
+        let (dir, result) = unpack_zstd(&layer);
+        let extracted = result.unwrap_or_else(|e| panic!("{what}: {e}"));
+        assert_eq!(extracted.files, 2, "{what}");
+        assert_eq!(fs::read(dir.path().join("a/one.bin")).unwrap(), [1u8; 5000]);
+        assert_eq!(fs::read(dir.path().join("two.txt")).unwrap(), b"two");
+    }
+    let (_dir, result) = unpack_zstd(&zstd(&plain(&[file("../escape", b"x")])));
+    assert!(
+        matches!(result, Err(ExtractError::ParentDir(_))),
+        "{result:?}"
+    );
+}
+
+/// A frame asking for a window over the limit is refused before anything is allocated for
+/// it, and a stream that is not zstd is refused as the layer's, not as a disk error.
+#[test]
+fn zstd_frames_over_the_window_limit_or_malformed_are_refused() {
+    // Magic, a descriptor without content size, a window of 2^(10 + 20) = 1 GiB.
+    let huge_window = [0x28, 0xB5, 0x2F, 0xFD, 0x00, 20 << 3, 0, 0, 0];
+    let (_dir, result) = unpack_zstd(&huge_window);
+    match result {
+        Err(ExtractError::Compressed(why)) => assert!(why.contains("window"), "{why}"),
+        other => panic!("{other:?}"),
+    }
+    let (_dir, result) = unpack_zstd(b"not zstd at all, just text");
+    assert!(
+        matches!(result, Err(ExtractError::Compressed(_))),
+        "{result:?}"
+    );
+    // A valid frame header, then garbage for its blocks.
+    let mut broken = zstd(&plain(&[file("f", &[7u8; 4096])]));
+    let at = broken.len() / 2;
+    broken.truncate(at);
+    broken.extend_from_slice(&[0xFF; 64]);
+    let (_dir, result) = unpack_zstd(&broken);
+    assert!(
+        matches!(result, Err(ExtractError::Compressed(_))),
+        "{result:?}"
+    );
+}

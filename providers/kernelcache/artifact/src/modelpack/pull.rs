@@ -236,6 +236,10 @@ impl Puller {
                 self.tar(reference, layer, Compression::Gzip, blobs, limits)
                     .await
             }
+            Packing::TarZstd => {
+                self.tar(reference, layer, Compression::Zstd, blobs, limits)
+                    .await
+            }
         }
     }
 

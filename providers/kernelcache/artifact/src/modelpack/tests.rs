@@ -121,7 +121,6 @@ fn other_artifacts_and_media_types_are_refused_by_name() {
     );
     assert!(matches!(plan(&image), Err(PlanError::NotAModel { .. })));
     for refused in [
-        "application/vnd.cncf.model.weight.v1.tar+zstd",
         "application/vnd.cncf.model.weight.v1.zip",
         "application/vnd.cncf.model.secret.v1.raw",
         "application/vnd.cncf.model.weight.v2.raw",
@@ -136,12 +135,23 @@ fn other_artifacts_and_media_types_are_refused_by_name() {
             other => panic!("{refused}: {other:?}"),
         }
     }
+    // zstd tars are read (ModelPack and KitOps).
     let zstd = modelpack(vec![layer(
         "application/vnd.cncf.model.weight.v1.tar+zstd",
         'a',
         None,
     )]);
-    assert!(plan(&zstd).unwrap_err().to_string().contains("zstd"));
+    assert_eq!(plan(&zstd).unwrap().layers[0].packing, Packing::TarZstd);
+    let kit_zstd = manifest(
+        None,
+        KITOPS_CONFIG,
+        vec![layer(
+            "application/vnd.kitops.modelkit.model.v1.tar+zstd",
+            'a',
+            None,
+        )],
+    );
+    assert_eq!(plan(&kit_zstd).unwrap().layers[0].packing, Packing::TarZstd);
     // A KitOps ModelKit has no raw layers.
     let kit_raw = manifest(
         None,
