@@ -30,12 +30,13 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Client, Resource as _};
 use kubeairunway_kernelcache_api::KernelCacheNode;
-use kubeairunway_kernelcache_api::model::{ModelCache, NodeModelCache};
+use kubeairunway_kernelcache_api::model::{ModelCache, ModelCacheState, NodeModelCache, reasons};
 use kubeairunway_kernelcache_api::report::kube_error;
 use kubeairunway_kernelcache_artifact::allow::AllowedRegistries;
 use kubeairunway_kernelcache_artifact::secrets::SecretApi;
 use kubeairunway_sdk::events::{Recorder, Reporter};
 use serde_json::json;
+use tokio::sync::{Notify, watch};
 use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 use tracing::{info, warn};
@@ -44,7 +45,7 @@ use crate::metrics::Metrics;
 use crate::node::NodeApi;
 use crate::space::Size;
 use decide::{Entry, Key, Known};
-use download::{Done, Failure, Job, Shared};
+use download::{Done, Failure, Grants, Job, Shared};
 
 /// The field manager of `status.modelCaches`.
 pub const FIELD_MANAGER: &str = "modelcache-agent";
@@ -128,6 +129,10 @@ struct Running {
     generation: i64,
     abort: AbortHandle,
     progress: Shared,
+    /// The bytes to fetch while it waits for a slot across nodes.
+    queued: Arc<std::sync::Mutex<Option<u64>>>,
+    /// The cache's bound across nodes.
+    max_nodes: Option<u32>,
 }
 
 type Outcome = (Key, i64, Result<Done, Failure>);
@@ -149,7 +154,15 @@ struct Loop {
     /// When to look again at caches with a nodeSelector, while this node's labels are
     /// unknown (its Node not read yet).
     labels_retry: Option<Instant>,
+    /// The download slots across nodes granted to this node, for the downloads waiting.
+    grants: watch::Sender<Grants>,
+    /// Woken by a download that starts or stops waiting for a slot.
+    wake: Arc<Notify>,
 }
+
+/// How often the slots granted to this node are read again while a download waits for
+/// one (one GET of its KernelCacheNode).
+const GRANTS_EVERY: Duration = Duration::from_secs(2);
 
 /// How soon caches with a nodeSelector are looked at again while the node's labels are
 /// unknown.
@@ -179,8 +192,16 @@ pub async fn run(
     let mut next_resync = Instant::now() + this.settings.resync;
     loop {
         let wake = this.next_wake(next_resync);
+        let queued_changed = Arc::clone(&this.wake);
         tokio::select! {
             () = &mut shutdown => break,
+            // A download started or stopped waiting for a slot: reported at once, and
+            // the slots read (one may be granted already).
+            () = queued_changed.notified() => {
+                if this.queued() {
+                    this.read_grants().await;
+                }
+            }
             event = changes.next() => match event {
                 Some(Ok(watcher::Event::InitDone)) => { synced = true; dirty = true; }
                 Some(Ok(_)) => dirty = true,
@@ -197,6 +218,9 @@ pub async fn run(
                 if Instant::now() >= next_resync {
                     next_resync = Instant::now() + this.settings.resync;
                     dirty = true;
+                }
+                if this.queued() {
+                    this.read_grants().await;
                 }
                 // Failures due for a retry, or the node's labels to read again.
                 let now = Instant::now();
@@ -245,6 +269,33 @@ impl Loop {
             entries: Vec::new(),
             written: None,
             labels_retry: None,
+            grants: watch::Sender::new(None),
+            wake: Arc::new(Notify::new()),
+        }
+    }
+
+    /// Whether a download waits for a slot across nodes.
+    fn queued(&self) -> bool {
+        self.running
+            .values()
+            .any(|r| r.queued.lock().is_ok_and(|q| q.is_some()))
+    }
+
+    /// Reads the slots granted to this node again (its KernelCacheNode's
+    /// `spec.modelDownloads`), for the downloads waiting for one.
+    async fn read_grants(&self) {
+        match self.nodes.get_opt(&self.ctx.node_name).await {
+            Ok(node) => {
+                let grants = node.and_then(|n| n.spec.model_downloads);
+                self.grants.send_if_modified(|g| {
+                    let changed = *g != grants;
+                    *g = grants;
+                    changed
+                });
+            }
+            Err(e) => {
+                warn!(error = %kube_error(&e), "reading the download slots granted to this node");
+            }
         }
     }
 
@@ -260,7 +311,8 @@ impl Loop {
             })
             .min();
         let progress = (!self.running.is_empty()).then(|| now + self.settings.progress_every);
-        [Some(resync), retry, progress, self.labels_retry]
+        let grants = self.queued().then(|| now + GRANTS_EVERY);
+        [Some(resync), retry, progress, self.labels_retry, grants]
             .into_iter()
             .flatten()
             .min()
@@ -332,6 +384,7 @@ impl Loop {
         for w in plan.start {
             info!(cache = %w.key, repo = %w.repo, revision = %w.revision, "downloading model cache");
             let progress = Shared::default();
+            let queued = Arc::new(std::sync::Mutex::new(None));
             let job = Job {
                 wanted: w.clone(),
                 cache_dir: self.settings.cache_dir(),
@@ -345,8 +398,13 @@ impl Loop {
                 credentials_namespace: self.ctx.credentials_namespace.clone(),
                 secrets: Arc::clone(&self.ctx.secrets),
                 progress: Arc::clone(&progress),
+                slot: download::Slot {
+                    grants: self.grants.subscribe(),
+                    queued: Arc::clone(&queued),
+                    wake: Arc::clone(&self.wake),
+                },
             };
-            let (key, generation) = (w.key.clone(), w.generation);
+            let (key, generation, max_nodes) = (w.key.clone(), w.generation, w.max_nodes);
             let abort = self.tasks.spawn(async move {
                 let result = download::run(job).await;
                 (key, generation, result)
@@ -359,6 +417,8 @@ impl Loop {
                     generation,
                     abort,
                     progress,
+                    queued,
+                    max_nodes,
                 },
             );
         }
@@ -404,10 +464,17 @@ impl Loop {
         self.entries
             .iter()
             .map(|e| {
-                let progress = self
-                    .running
-                    .get(&e.key)
-                    .and_then(|r| r.progress.lock().ok().and_then(|p| p.clone()));
+                let running = self.running.get(&e.key);
+                let progress = running.and_then(|r| r.progress.lock().ok().and_then(|p| p.clone()));
+                // A download waiting for a slot across nodes says so.
+                let queued = running.and_then(|r| {
+                    let missing = (*r.queued.lock().ok()?)?;
+                    Some(decide::queued_message(r.max_nodes?, missing))
+                });
+                let (reason, message) = match (e.state, queued) {
+                    (ModelCacheState::Downloading, Some(m)) => (reasons::DOWNLOAD_QUEUED, Some(m)),
+                    _ => (e.reason, e.message.clone()),
+                };
                 let before = previous
                     .iter()
                     .find(|p| p.namespace == e.key.namespace && p.name == e.key.name);
@@ -424,8 +491,8 @@ impl Loop {
                         .clone()
                         .or_else(|| progress.as_ref().map(|p| p.commit.clone())),
                     state: e.state,
-                    reason: Some(e.reason.to_string()),
-                    message: e.message.clone(),
+                    reason: Some(reason.to_string()),
+                    message,
                     bytes_done: e
                         .bytes
                         .or_else(|| progress.as_ref().map(download::Progress::done))

@@ -221,6 +221,12 @@ pub struct KernelCacheNodeSpec {
     /// writes it: then the agent evicts nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub in_use: Option<Vec<String>>,
+    /// The download slots the controller granted this node, for ModelCaches bounded
+    /// across nodes (`spec.download.maxNodes`): `<namespace>/<name>` to the cache's
+    /// generation the slot is for. Written by the controller (field
+    /// manager `kernelcache-controller-downloads`), read by the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_downloads: Option<BTreeMap<String, i64>>,
 }
 
 /// GPUs found and caches staged on a node.

@@ -60,6 +60,10 @@ pub mod reasons {
     pub const READY: &str = "Ready";
     /// Nodes are downloading, none is ready yet.
     pub const DOWNLOADING: &str = "Downloading";
+    /// A node's state `Downloading` while it waits for a download slot across nodes
+    /// (`spec.download.maxNodes`): its files are incomplete, and the controller has not
+    /// granted it a slot yet.
+    pub const DOWNLOAD_QUEUED: &str = "DownloadQueued";
     /// Every node that reports the cache failed.
     pub const FAILED: &str = "Failed";
     /// No node reports the cache (none matches the nodeSelector, or no agent runs there).
@@ -165,6 +169,21 @@ pub struct ModelCacheSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "budget_schema")]
     pub storage_budget: Option<Quantity>,
+    /// How the nodes download it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub download: Option<DownloadSpec>,
+}
+
+/// How the nodes download a ModelCache.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DownloadSpec {
+    /// At most this many nodes download the cache at once (the controller grants the
+    /// slots; a node whose files are complete needs none); unset: no bound across nodes,
+    /// each node downloads as soon as its agent has a slot of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_nodes: Option<i32>,
 }
 
 /// A budget: a quantity string the agents parse exactly (no fractions or exponents).
@@ -176,6 +195,15 @@ fn budget_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 }
 
 impl ModelCacheSpec {
+    /// The bound across nodes on concurrent downloads (`download.maxNodes`), when there
+    /// is one (a value below 1, which admission refuses, counts as 1).
+    pub fn max_nodes(&self) -> Option<u32> {
+        self.download
+            .as_ref()
+            .and_then(|d| d.max_nodes)
+            .map(|n| u32::try_from(n).unwrap_or(0).max(1))
+    }
+
     /// The revision asked for (`main` when unset).
     pub fn revision(&self) -> &str {
         self.revision.as_deref().unwrap_or(DEFAULT_REVISION)
@@ -508,6 +536,25 @@ pub fn choose<C: std::borrow::Borrow<ModelCache>>(
         .map_or(NotChosen::NoCache, |c| NotChosen::NotReady(name(c))))
 }
 
+/// The key of a ModelCache's download slot in `KernelCacheNode.spec.modelDownloads`:
+/// `<namespace>/<name>`.
+pub fn slot_key(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+/// Whether `grants` (a node's `spec.modelDownloads`) hold a download slot for the cache
+/// `namespace/name` at `generation`: a slot granted for another generation is not one.
+pub fn slot_granted(
+    grants: Option<&BTreeMap<String, i64>>,
+    namespace: &str,
+    name: &str,
+    generation: i64,
+) -> bool {
+    grants
+        .and_then(|g| g.get(&slot_key(namespace, name)))
+        .is_some_and(|g| *g == generation)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -754,5 +801,27 @@ mod tests {
         let spec = ModelCacheSpec::default();
         assert_eq!(spec.revision(), "main");
         assert_eq!(CredentialsSecretRef::default().key(), "token");
+    }
+
+    #[test]
+    fn a_slot_counts_for_its_cache_and_generation_only() {
+        let grants = BTreeMap::from([(slot_key("ml", "qwen"), 3)]);
+        assert!(slot_granted(Some(&grants), "ml", "qwen", 3));
+        assert!(!slot_granted(Some(&grants), "ml", "qwen", 4));
+        assert!(!slot_granted(Some(&grants), "ml", "other", 3));
+        assert!(!slot_granted(Some(&grants), "other", "qwen", 3));
+        assert!(!slot_granted(None, "ml", "qwen", 3));
+    }
+
+    #[test]
+    fn the_bound_across_nodes_is_at_least_one_and_unset_by_default() {
+        let mut spec = ModelCacheSpec::default();
+        assert_eq!(spec.max_nodes(), None);
+        spec.download = Some(DownloadSpec { max_nodes: None });
+        assert_eq!(spec.max_nodes(), None);
+        spec.download = Some(DownloadSpec { max_nodes: Some(2) });
+        assert_eq!(spec.max_nodes(), Some(2));
+        spec.download = Some(DownloadSpec { max_nodes: Some(0) });
+        assert_eq!(spec.max_nodes(), Some(1));
     }
 }

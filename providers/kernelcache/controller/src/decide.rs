@@ -495,6 +495,7 @@ mod tests {
             KernelCacheNodeSpec {
                 node_name: name.into(),
                 in_use: None,
+                model_downloads: None,
             },
         );
         n.status = Some(KernelCacheNodeStatus {

@@ -149,6 +149,7 @@ mod tests {
             KernelCacheNodeSpec {
                 node_name: "gpu-1".into(),
                 in_use: None,
+                model_downloads: None,
             },
         );
         let model = |name: &str, state| NodeModelCache {

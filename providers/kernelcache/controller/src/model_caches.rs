@@ -26,7 +26,7 @@ use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use kubeairunway_kernelcache_api::model::{
-    FINALIZER, ModelCache, ModelCacheStatus, Source, conditions, parse_source,
+    self, FINALIZER, ModelCache, ModelCacheStatus, Source, conditions, parse_source,
 };
 use kubeairunway_kernelcache_api::names::{
     self, DOCKER_CONFIG_KEY, MODEL_TOKEN_KEY, model_token_secret,
@@ -283,12 +283,20 @@ pub(crate) fn model_controller(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> impl std::future::Future<Output = ()> {
     let mentioned = reports.flat_map(|n| {
-        let refs: Vec<ObjectRef<ModelCache>> = n
+        // And the caches it holds a download slot of: a slot goes when the entry does.
+        let slots = n.spec.model_downloads.iter().flat_map(|g| g.keys());
+        let mut refs: Vec<ObjectRef<ModelCache>> = n
             .status
             .iter()
             .flat_map(|s| s.model_caches.iter())
             .map(|c| ObjectRef::new(&c.name).within(&c.namespace))
+            .chain(slots.filter_map(|k| {
+                k.split_once('/')
+                    .map(|(ns, name)| ObjectRef::new(name).within(ns))
+            }))
             .collect();
+        refs.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        refs.dedup();
         futures::stream::iter(refs)
     });
     // A ModelDeployment's change (or its deletion) wakes the deleted caches of its
@@ -375,6 +383,7 @@ async fn reconcile(cache: Arc<ModelCache>, ctx: Arc<ModelCtx>) -> Result<Action,
             .conditions
             .retain(|c| c.type_ != conditions::VERIFIED),
     }
+    download_slots(&ctx, &cache, &reports, cache.spec.max_nodes()).await?;
     let volumes_ok = volumes(&ctx, &cache, &mut status).await;
     if cache.status.as_ref() != Some(&status) {
         let api: Api<ModelCache> =
@@ -532,6 +541,10 @@ async fn finish_deletion(ctx: &ModelCtx, cache: &ModelCache) -> Result<Action, E
     let name = cache.name_any();
     match users {
         Deletion::Held(users) => {
+            // The agents keep it while it is held, and may still be downloading it.
+            let reports = ctx.reports.store.state();
+            let reports: Vec<&KernelCacheNode> = reports.iter().map(AsRef::as_ref).collect();
+            download_slots(ctx, cache, &reports, cache.spec.max_nodes()).await?;
             let previous = cache.status.clone().unwrap_or_default();
             let status = model_decide::held(previous.clone(), &users, cache.metadata.generation);
             if status != previous {
@@ -543,6 +556,9 @@ async fn finish_deletion(ctx: &ModelCtx, cache: &ModelCache) -> Result<Action, E
             Ok(Action::requeue(ctx.resync))
         }
         Deletion::Release => {
+            let reports = ctx.reports.store.state();
+            let reports: Vec<&KernelCacheNode> = reports.iter().map(AsRef::as_ref).collect();
+            download_slots(ctx, cache, &reports, None).await?;
             ctx.delete_volumes(&namespace, &name).await;
             if let Ok(mut a) = ctx.applied.lock() {
                 a.remove(&(namespace.clone(), name.clone()));
@@ -558,6 +574,52 @@ async fn finish_deletion(ctx: &ModelCtx, cache: &ModelCache) -> Result<Action, E
             Ok(Action::await_change())
         }
     }
+}
+
+/// The field manager of the download slots in the nodes' `spec.modelDownloads` (merge
+/// patches: each cache's reconcile changes its own key only).
+pub const SLOTS_MANAGER: &str = "kernelcache-controller-downloads";
+
+/// The download slots of `cache` granted and released on the nodes
+/// ([`model_decide::download_slots`], bounded by `max_nodes`; none: every slot goes), a
+/// phase of [`reconcile`]: one merge patch of `spec.modelDownloads` per node that
+/// changes (a node whose report is gone is skipped).
+async fn download_slots(
+    ctx: &ModelCtx,
+    cache: &ModelCache,
+    reports: &[&KernelCacheNode],
+    max_nodes: Option<u32>,
+) -> Result<(), Error> {
+    let namespace = cache.namespace().unwrap_or_default();
+    let name = cache.name_any();
+    let generation = cache.metadata.generation;
+    let slots = model_decide::download_slots(&namespace, &name, generation, max_nodes, reports);
+    let key = model::slot_key(&namespace, &name);
+    let api: Api<KernelCacheNode> = Api::all(ctx.client.clone());
+    let params = PatchParams {
+        field_manager: Some(SLOTS_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    let changes = slots
+        .release
+        .iter()
+        .map(|n| (n, None))
+        .chain(slots.grant.iter().map(|n| (n, generation)));
+    for (node, granted) in changes {
+        let patch = model_decide::slot_patch(&key, granted);
+        match api.patch(node, &params, &Patch::Merge(&patch)).await {
+            Ok(_) => {
+                if granted.is_some() {
+                    info!(%namespace, cache = %name, %node, "download slot granted");
+                } else {
+                    info!(%namespace, cache = %name, %node, "download slot released");
+                }
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 /// The part of a ModelDeployment that says which cache it uses.

@@ -253,7 +253,7 @@ async fn enforce_controller_policies(
             )
             .await,
         &name_of("-node-reports"),
-        "the kernel-cache controller changes only spec.inUse of a KernelCacheNode",
+        "the kernel-cache controller changes only spec.inUse and spec.modelDownloads of a KernelCacheNode",
     );
     reports
         .delete("probe-node", &DeleteParams::default())

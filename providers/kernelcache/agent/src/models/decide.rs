@@ -61,6 +61,9 @@ pub struct Wanted {
     /// Whether the controller lets the nodes pull it ([`pull_verdict`]: an `oci://`
     /// digest only once verified, or digest-only without a policy).
     pub verdict: PullVerdict,
+    /// The bound across nodes on concurrent downloads (`spec.download.maxNodes`): with
+    /// one, bytes are fetched only with a slot the controller granted ([`needs_slot`]).
+    pub max_nodes: Option<u32>,
 }
 
 /// The ModelCaches this node holds: those whose nodeSelector its labels match (`hf://`
@@ -139,6 +142,7 @@ fn wanted_one(c: &ModelCache) -> Wanted {
         token: c.spec.credentials_secret_ref.is_some(),
         invalid,
         verdict: pull_verdict(c),
+        max_nodes: c.spec.max_nodes(),
     }
 }
 
@@ -371,6 +375,21 @@ pub fn check_space(
         ));
     }
     Ok(())
+}
+
+/// Whether a download must wait for a slot across nodes before fetching: only when the
+/// cache is bounded (`max_nodes`) and bytes are `missing` on this node. A node whose
+/// files are complete (an agent restarted, a revision already there) never waits.
+pub fn needs_slot(max_nodes: Option<u32>, missing: u64) -> bool {
+    max_nodes.is_some() && missing > 0
+}
+
+/// The message of an entry `Downloading`/`DownloadQueued`: waiting for one of the
+/// `max_nodes` slots across nodes, with `missing` bytes to fetch.
+pub fn queued_message(max_nodes: u32, missing: u64) -> String {
+    format!(
+        "waiting for a download slot across nodes: at most {max_nodes} node(s) download this cache at once (spec.download.maxNodes), the controller grants the slots; {missing} bytes to fetch"
+    )
 }
 
 /// The reason of a hub error (the message is the error's own text).
@@ -817,5 +836,24 @@ mod tests {
         );
         assert_eq!(backoff(1), Duration::from_secs(10));
         assert_eq!(backoff(30), Duration::from_secs(600));
+    }
+
+    #[test]
+    fn only_a_bounded_cache_with_bytes_missing_waits_for_a_slot() {
+        assert!(needs_slot(Some(1), 1));
+        // Complete on disk (a restarted agent): no slot needed.
+        assert!(!needs_slot(Some(1), 0));
+        // Not bounded across nodes.
+        assert!(!needs_slot(None, 1 << 30));
+        let m = queued_message(2, 42);
+        assert!(
+            m.contains("at most 2 node(s)") && m.contains("maxNodes") && m.contains("42 bytes"),
+            "{m}"
+        );
+        let mut c = cache("q", "hf://o/q", None);
+        assert_eq!(wanted(&[c.clone()], None)[0].max_nodes, None);
+        c.spec.download =
+            Some(kubeairunway_kernelcache_api::model::DownloadSpec { max_nodes: Some(3) });
+        assert_eq!(wanted(&[c], None)[0].max_nodes, Some(3));
     }
 }

@@ -235,6 +235,7 @@ mod tests {
             token: false,
             invalid: None,
             verdict: kubeairunway_kernelcache_api::model::PullVerdict::Allowed,
+            max_nodes: None,
         }
     }
 
