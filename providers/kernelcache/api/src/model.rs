@@ -468,6 +468,8 @@ pub struct Chosen {
     pub commit: String,
     /// Nodes where it is ready.
     pub ready_nodes: i32,
+    /// The one GGUF file its `include` names ([`single_gguf`]), for llama.cpp.
+    pub gguf: Option<String>,
 }
 
 /// Why a ModelDeployment's pods mount no model cache.
@@ -502,7 +504,31 @@ pub fn ready(cache: &ModelCache) -> Option<Chosen> {
         repo,
         commit: status.resolved_commit.clone().unwrap_or_default(),
         ready_nodes: status.ready_nodes,
+        gguf: single_gguf(&cache.spec.include),
     })
+}
+
+/// The one GGUF file `include` names, when it names exactly one and no pattern could
+/// select another: one pattern that is a literal path ending in `.gguf` (no `*`, `?`,
+/// `[`), and every other pattern ending in a literal that is not `.gguf` (`*.json`,
+/// `tokenizer.model`). A wildcard GGUF pattern (`*Q4_K_M.gguf`), a folder (`sub/`), a
+/// pattern ending in a wildcard, or no `include` at all (every file) name none: which
+/// file is on the nodes is then not known from the spec.
+pub fn single_gguf(include: &[String]) -> Option<String> {
+    let is_gguf = |p: &str| p.to_ascii_lowercase().ends_with(".gguf");
+    let wild = |p: &str| p.contains(['*', '?', '[']);
+    let mut found = None;
+    for p in include {
+        let last = p.chars().last()?;
+        if is_gguf(p) && !wild(p) {
+            if found.replace(p.clone()).is_some() {
+                return None;
+            }
+        } else if is_gguf(p) || matches!(last, '*' | '?' | ']' | '/') {
+            return None;
+        }
+    }
+    found
 }
 
 /// The cache the pods of a ModelDeployment whose model is `model` mount, among `caches`
@@ -610,6 +636,7 @@ mod tests {
                 repo: "Qwen/Qwen3".into(),
                 commit: "abc".into(),
                 ready_nodes: 2,
+                gguf: None,
             }
         );
         assert_eq!(
@@ -823,5 +850,34 @@ mod tests {
         assert_eq!(spec.max_nodes(), Some(2));
         spec.download = Some(DownloadSpec { max_nodes: Some(0) });
         assert_eq!(spec.max_nodes(), Some(1));
+    }
+
+    #[test]
+    fn a_gguf_file_is_known_only_when_include_names_exactly_one() {
+        let of = |patterns: &[&str]| {
+            single_gguf(
+                &patterns
+                    .iter()
+                    .map(|p| (*p).to_string())
+                    .collect::<Vec<_>>(),
+            )
+        };
+        assert_eq!(
+            of(&["gemma-3-1b-it-q8_0.gguf"]),
+            Some("gemma-3-1b-it-q8_0.gguf".into())
+        );
+        assert_eq!(
+            of(&["*.json", "sub/Model-Q4_K_M.GGUF", "tokenizer.model"]),
+            Some("sub/Model-Q4_K_M.GGUF".into())
+        );
+        // Two files, a wildcard, a folder, a pattern that may match any name: unknown.
+        assert_eq!(of(&["a.gguf", "b.gguf"]), None);
+        assert_eq!(of(&["*Q4_K_M.gguf"]), None);
+        assert_eq!(of(&["a.gguf", "*"]), None);
+        assert_eq!(of(&["a.gguf", "sub/"]), None);
+        assert_eq!(of(&["a.gguf", "model-0000?"]), None);
+        assert_eq!(of(&["a.gguf", "[ab].bin", "x.gguf"]), None);
+        assert_eq!(of(&["*.json"]), None);
+        assert_eq!(of(&[]), None);
     }
 }
