@@ -76,6 +76,10 @@ pub struct ModelSettings {
     pub progress_every: Duration,
     /// Everything is looked at again this often without a change.
     pub resync: Duration,
+    /// A Ready cache at a moving revision (a branch or a tag) is resolved again this
+    /// often, and a new commit downloaded next to the one in use ([`decide::refresh_due`]);
+    /// none: only on a spec change or a restart.
+    pub refresh_every: Option<Duration>,
 }
 
 impl ModelSettings {
@@ -91,6 +95,7 @@ impl ModelSettings {
             allowed: AllowedRegistries::default(),
             progress_every: Duration::from_secs(5),
             resync: Duration::from_secs(120),
+            refresh_every: Some(Duration::from_secs(3600)),
         }
     }
 
@@ -224,7 +229,11 @@ pub async fn run(
                 }
                 // Failures due for a retry, or the node's labels to read again.
                 let now = Instant::now();
+                let refresh_due = |checked: &Instant| {
+                    this.settings.refresh_every.is_some_and(|e| !e.is_zero() && *checked + e <= now)
+                };
                 dirty |= this.known.values().any(|k| matches!(k, Known::Failed { retry_at, .. } if *retry_at <= now))
+                    || this.known.values().any(|k| matches!(k, Known::Ready { checked, .. } if refresh_due(checked)))
                     || this.labels_retry.is_some_and(|at| at <= now);
             }
         }
@@ -312,11 +321,28 @@ impl Loop {
             .min();
         let progress = (!self.running.is_empty()).then(|| now + self.settings.progress_every);
         let grants = self.queued().then(|| now + GRANTS_EVERY);
-        [Some(resync), retry, progress, self.labels_retry, grants]
-            .into_iter()
-            .flatten()
-            .min()
-            .unwrap_or(resync)
+        let refresh = self.settings.refresh_every.and_then(|every| {
+            self.known
+                .values()
+                .filter_map(|k| match k {
+                    Known::Ready { checked, .. } => Some(*checked + every),
+                    _ => None,
+                })
+                .min()
+                .map(|at| at.max(now))
+        });
+        [
+            Some(resync),
+            retry,
+            progress,
+            self.labels_retry,
+            grants,
+            refresh,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(resync)
     }
 
     fn finished(&mut self, key: Key, generation: i64, result: Result<Done, Failure>) {
@@ -330,6 +356,27 @@ impl Loop {
             return;
         }
         self.running.remove(&key);
+        // A refresh keeps the commit in use when it fails (its files are on disk).
+        if let Some(Known::Refreshing { commit, bytes, .. }) = self.known.get(&key).cloned() {
+            let now = Instant::now();
+            let outcome = match result {
+                Ok(done) => {
+                    if done.commit != commit {
+                        info!(cache = %key, from = %commit, to = %done.commit, received = done.received, "model cache refreshed: its revision moved");
+                    }
+                    self.ctx.metrics.model_download(Ok(done.received));
+                    Ok((done.commit, done.bytes))
+                }
+                Err(f) => {
+                    warn!(cache = %key, reason = f.reason, error = %f.message, %commit, "refreshing a model cache failed; the commit in use stays");
+                    self.ctx.metrics.model_download(Err(f.reason));
+                    Err(())
+                }
+            };
+            let known = decide::after_refresh(generation, (commit, bytes), outcome, now);
+            self.known.insert(key, known);
+            return;
+        }
         let known = match result {
             Ok(done) => {
                 info!(cache = %key, commit = %done.commit, bytes = done.bytes, received = done.received, "model cache ready");
@@ -339,6 +386,7 @@ impl Loop {
                     generation,
                     commit: done.commit,
                     bytes: done.bytes,
+                    checked: Instant::now(),
                 }
             }
             Err(f) => {
@@ -365,6 +413,25 @@ impl Loop {
         self.labels_retry = labels.is_none().then(|| Instant::now() + LABELS_RETRY);
         let caches = self.store.state();
         let wanted = decide::wanted(caches.iter().map(AsRef::as_ref), labels.as_ref());
+        let now = Instant::now();
+        for key in decide::due_refreshes(&wanted, &self.known, now, self.settings.refresh_every) {
+            if let Some(Known::Ready {
+                generation,
+                commit,
+                bytes,
+                ..
+            }) = self.known.remove(&key)
+            {
+                self.known.insert(
+                    key,
+                    Known::RefreshDue {
+                        generation,
+                        commit,
+                        bytes,
+                    },
+                );
+            }
+        }
         let plan = decide::plan(
             &wanted,
             &self.known,
@@ -409,8 +476,22 @@ impl Loop {
                 let result = download::run(job).await;
                 (key, generation, result)
             });
-            self.known
-                .insert(w.key.clone(), Known::Running { generation });
+            let known = match self.known.remove(&w.key) {
+                Some(Known::RefreshDue {
+                    generation: refreshed,
+                    commit,
+                    bytes,
+                }) if refreshed == generation => {
+                    info!(cache = %w.key, %commit, "resolving a moving revision again");
+                    Known::Refreshing {
+                        generation,
+                        commit,
+                        bytes,
+                    }
+                }
+                _ => Known::Running { generation },
+            };
+            self.known.insert(w.key.clone(), known);
             self.running.insert(
                 w.key,
                 Running {
@@ -473,6 +554,10 @@ impl Loop {
                 });
                 let (reason, message) = match (e.state, queued) {
                     (ModelCacheState::Downloading, Some(m)) => (reasons::DOWNLOAD_QUEUED, Some(m)),
+                    // A refresh waiting for a slot stays Ready at the commit in use.
+                    (ModelCacheState::Ready, Some(m)) if e.reason == reasons::REFRESHING => {
+                        (reasons::DOWNLOAD_QUEUED, Some(m))
+                    }
                     _ => (e.reason, e.message.clone()),
                 };
                 let before = previous

@@ -64,6 +64,9 @@ pub mod reasons {
     /// (`spec.download.maxNodes`): its files are incomplete, and the controller has not
     /// granted it a slot yet.
     pub const DOWNLOAD_QUEUED: &str = "DownloadQueued";
+    /// A node's state `Ready` while its agent resolves a moving revision (a branch or a
+    /// tag) again and downloads its new commit, if any, next to the commit in use.
+    pub const REFRESHING: &str = "Refreshing";
     /// Every node that reports the cache failed.
     pub const FAILED: &str = "Failed";
     /// No node reports the cache (none matches the nodeSelector, or no agent runs there).

@@ -445,7 +445,8 @@ pub struct Slots {
 /// by `max_nodes` (`spec.download.maxNodes`; none: no bound, every slot goes).
 ///
 /// - A node **holds** its slot while its report says `Downloading` for the current
-///   generation (queued or downloading) and its grant is for that generation.
+///   generation (queued or downloading), or `Ready` with `DownloadQueued`/`Refreshing`
+///   (a refresh of a moving revision), and its grant is for that generation.
 /// - Every other grant is **released**: the node is `Ready` or `Failed` (a failed node
 ///   asks again at its retry, behind the nodes already waiting), its entry is gone or of
 ///   another generation, or the cache lost its bound. A node that is gone takes its
@@ -480,10 +481,17 @@ pub fn download_slots(
                 .iter()
                 .find(|e| e.namespace == namespace && e.name == name)
         });
+        // Downloading, or Ready at the commit in use while a refresh of a moving revision
+        // waits for a slot or downloads the new commit.
         let current = entry.filter(|e| {
+            let refresh = e.state == ModelCacheState::Ready
+                && matches!(
+                    e.reason.as_deref(),
+                    Some(reasons::DOWNLOAD_QUEUED | reasons::REFRESHING)
+                );
             generation.is_some()
                 && e.observed_generation == generation
-                && e.state == ModelCacheState::Downloading
+                && (e.state == ModelCacheState::Downloading || refresh)
         });
         let holds = max_nodes.is_some() && current.is_some() && granted == generation;
         if holds {
@@ -985,5 +993,35 @@ mod tests {
         let (b, c) = (queued("b", 50, None), queued("c", 60, None));
         assert_eq!(slots(Some(1), &[&retried, &b, &c]).grant, ["b"]);
         assert_eq!(slots(Some(2), &[&retried, &b, &c]).grant, ["b", "c"]);
+    }
+
+    #[test]
+    fn a_ready_node_refreshing_a_moving_revision_asks_and_holds_like_a_download() {
+        let mut asking = entry(ModelCacheState::Ready, reasons::DOWNLOAD_QUEUED, 2);
+        asking.last_transition_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::from_second(5).unwrap(),
+        ));
+        let waiting = report("a", vec![asking]);
+        assert_eq!(slots(Some(1), &[&waiting]).grant, ["a"]);
+        let refreshing = with_grant(
+            report(
+                "b",
+                vec![entry(ModelCacheState::Ready, reasons::REFRESHING, 2)],
+            ),
+            Some(2),
+        );
+        assert_eq!(slots(Some(1), &[&refreshing, &waiting]), Slots::default());
+        // Done: Ready again, the slot goes.
+        let done = with_grant(
+            report("b", vec![entry(ModelCacheState::Ready, reasons::READY, 2)]),
+            Some(2),
+        );
+        assert_eq!(
+            slots(Some(1), &[&done, &waiting]),
+            Slots {
+                grant: vec!["a".into()],
+                release: vec!["b".into()]
+            }
+        );
     }
 }
