@@ -754,6 +754,23 @@ async fn model_cache_sources_are_checked_at_admission() {
     )
     .await;
     assert!(budget.is_err(), "a budget is a quantity: {budget:?}");
+    // The bound across nodes: at least one node downloads.
+    let none = model_cache(
+        &client,
+        "bound",
+        json!({"source": "hf://o/m", "download": {"maxNodes": 0}}),
+    )
+    .await
+    .unwrap_err();
+    assert!(none.to_string().contains("maxNodes"), "{none}");
+    let one = model_cache(
+        &client,
+        "bound",
+        json!({"source": "hf://o/m", "download": {"maxNodes": 1}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(one.spec.max_nodes(), Some(1));
 }
 
 /// The controller, as its chart's service account when helm is there (allowed to read the
