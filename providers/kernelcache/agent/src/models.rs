@@ -356,9 +356,18 @@ impl Loop {
             return;
         }
         self.running.remove(&key);
-        // A refresh keeps the commit in use when it fails (its files are on disk).
-        if let Some(Known::Refreshing { commit, bytes, .. }) = self.known.get(&key).cloned() {
-            let now = Instant::now();
+        // A refresh keeps the commit in use when it fails (its files are on disk), unless
+        // the hub refused the cache's access: then it fails as a download does.
+        let refreshing = match self.known.get(&key) {
+            Some(Known::Refreshing { commit, bytes, .. }) => Some((commit.clone(), *bytes)),
+            _ => None,
+        };
+        let kept = match (&refreshing, &result) {
+            (Some(_), Err(f)) => decide::refresh_keeps(f.reason),
+            (Some(_), Ok(_)) => true,
+            (None, _) => false,
+        };
+        if let (Some((commit, bytes)), true) = (refreshing, kept) {
             let outcome = match result {
                 Ok(done) => {
                     if done.commit != commit {
@@ -373,7 +382,7 @@ impl Loop {
                     Err(())
                 }
             };
-            let known = decide::after_refresh(generation, (commit, bytes), outcome, now);
+            let known = decide::after_refresh(generation, (commit, bytes), outcome, Instant::now());
             self.known.insert(key, known);
             return;
         }

@@ -124,6 +124,7 @@ pub async fn run(
             plain_http: settings.plain_http.clone(),
             allowed: settings.allowed.clone(),
         },
+        &node_meta,
     );
     let ctx = caches::new_ctx(
         &client, settings, secrets, metrics, &nodes, &caches, policies,

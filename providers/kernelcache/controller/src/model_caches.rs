@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 
 use base64::Engine as _;
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim, Secret};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim, Secret};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -101,6 +102,9 @@ pub(crate) struct ModelCtx {
     verifying: Verifying,
     /// Failed verifications waiting for their retry, per cache.
     retries: Retries,
+    /// The Nodes (metadata): a report left behind by a deleted Node holds no download
+    /// slot.
+    nodes: Cache<PartialObjectMeta<Node>>,
 }
 
 impl ModelCtx {
@@ -117,6 +121,7 @@ impl ModelCtx {
         model_root: Option<String>,
         mds: &Cache<Compact<ModelDeployment>>,
         verifying: Verifying,
+        nodes: &Cache<PartialObjectMeta<Node>>,
     ) -> Arc<Self> {
         Arc::new(Self {
             client: client.clone(),
@@ -132,6 +137,7 @@ impl ModelCtx {
             mds: mds.clone(),
             verifying,
             retries: Retries::default(),
+            nodes: nodes.clone(),
         })
     }
 
@@ -352,8 +358,10 @@ async fn reconcile(cache: Arc<ModelCache>, ctx: Arc<ModelCtx>) -> Result<Action,
     let _timing = ctx.metrics.reconciling("ModelCache");
     // Counting an empty store's reports would say no node holds anything; an empty
     // policy store would let an `oci://` digest through unverified.
+    // An empty Node store would take every report for one left behind.
     if !(ctx.reports.synced_within(SYNC_WAIT).await
-        && ctx.verifying.policies.synced_within(SYNC_WAIT).await)
+        && ctx.verifying.policies.synced_within(SYNC_WAIT).await
+        && ctx.nodes.synced_within(SYNC_WAIT).await)
     {
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
@@ -593,7 +601,21 @@ async fn download_slots(
     let namespace = cache.namespace().unwrap_or_default();
     let name = cache.name_any();
     let generation = cache.metadata.generation;
-    let slots = model_decide::download_slots(&namespace, &name, generation, max_nodes, reports);
+    let nodes: std::collections::BTreeSet<String> = ctx
+        .nodes
+        .store
+        .state()
+        .iter()
+        .map(|n| n.name_any())
+        .collect();
+    let slots = model_decide::download_slots(
+        &namespace,
+        &name,
+        generation,
+        max_nodes,
+        reports,
+        Some(&nodes),
+    );
     let key = model::slot_key(&namespace, &name);
     let api: Api<KernelCacheNode> = Api::all(ctx.client.clone());
     let params = PatchParams {

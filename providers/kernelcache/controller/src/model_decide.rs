@@ -450,7 +450,9 @@ pub struct Slots {
 /// - Every other grant is **released**: the node is `Ready` or `Failed` (a failed node
 ///   asks again at its retry, behind the nodes already waiting), its entry is gone or of
 ///   another generation, or the cache lost its bound. A node that is gone takes its
-///   grant with it (its KernelCacheNode goes with the Node it is owned by).
+///   grant with it (its KernelCacheNode goes with the Node it is owned by); a report left
+///   behind by one (not in `nodes`, the Nodes that exist; none: unknown) neither holds
+///   nor asks, and its grant is released.
 /// - The free slots go to the **waiting** nodes (`Downloading`/`DownloadQueued` at the
 ///   current generation, no slot) in the order they started waiting (the entry's
 ///   `lastTransitionTime`, then the node's name), so no node is passed over for ever.
@@ -463,6 +465,7 @@ pub fn download_slots(
     generation: Option<i64>,
     max_nodes: Option<u32>,
     reports: &[&KernelCacheNode],
+    nodes: Option<&std::collections::BTreeSet<String>>,
 ) -> Slots {
     let key = model::slot_key(namespace, name);
     let mut slots = Slots::default();
@@ -470,6 +473,8 @@ pub fn download_slots(
     let mut waiting: Vec<(Option<k8s_openapi::jiff::Timestamp>, String)> = Vec::new();
     for node in reports {
         let node_name = node.name_any();
+        // A report left behind by a Node that is gone holds nothing and asks for nothing.
+        let exists = nodes.is_none_or(|n| n.contains(&node_name));
         let granted = node
             .spec
             .model_downloads
@@ -483,7 +488,7 @@ pub fn download_slots(
         });
         // Downloading, or Ready at the commit in use while a refresh of a moving revision
         // waits for a slot or downloads the new commit.
-        let current = entry.filter(|e| {
+        let current = entry.filter(|_| exists).filter(|e| {
             let refresh = e.state == ModelCacheState::Ready
                 && matches!(
                     e.reason.as_deref(),
@@ -872,7 +877,7 @@ mod tests {
     }
 
     fn slots(max: Option<u32>, reports: &[&KernelCacheNode]) -> Slots {
-        download_slots("ml", "qwen", Some(2), max, reports)
+        download_slots("ml", "qwen", Some(2), max, reports, None)
     }
 
     #[test]
@@ -1023,5 +1028,29 @@ mod tests {
                 release: vec!["b".into()]
             }
         );
+    }
+
+    #[test]
+    fn a_report_left_behind_by_a_deleted_node_releases_its_slot() {
+        let orphan = queued("gone", 1, Some(2));
+        let waiting = queued("b", 10, None);
+        let nodes = std::collections::BTreeSet::from(["b".to_string()]);
+        let s = download_slots(
+            "ml",
+            "qwen",
+            Some(2),
+            Some(1),
+            &[&orphan, &waiting],
+            Some(&nodes),
+        );
+        assert_eq!(
+            s,
+            Slots {
+                grant: vec!["b".into()],
+                release: vec!["gone".into()]
+            }
+        );
+        // Nodes unknown: every report counts.
+        assert_eq!(slots(Some(1), &[&orphan, &waiting]), Slots::default());
     }
 }

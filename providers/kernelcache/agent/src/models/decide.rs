@@ -439,6 +439,19 @@ pub fn due_refreshes(
         .collect()
 }
 
+/// Whether a refresh that failed with `reason` keeps the commit in use `Ready`: yes,
+/// unless the hub refused the cache's access (`GatedRepo`, `Unauthorized`,
+/// `CredentialsMissing`): files already on the node are no pass (a first download checks
+/// the token the same way), so the cache then fails on this node as a download does. An
+/// outage, a revision gone upstream or a new commit over the budget or the free space
+/// keep the commit in use.
+pub fn refresh_keeps(reason: &str) -> bool {
+    !matches!(
+        reason,
+        reasons::GATED | reasons::UNAUTHORIZED | reasons::CREDENTIALS_MISSING
+    )
+}
+
 /// What a finished refresh of a cache Ready at `commit` (`bytes`) leaves: the new
 /// commit Ready, or, when it failed, the commit in use still Ready (its files are on
 /// disk; the next refresh tries again), checked at `now` either way.
@@ -1069,6 +1082,22 @@ mod tests {
             [key("a")]
         );
 
+        // A refused access fails the cache; anything else keeps the commit in use.
+        for refused in [
+            reasons::GATED,
+            reasons::UNAUTHORIZED,
+            reasons::CREDENTIALS_MISSING,
+        ] {
+            assert!(!refresh_keeps(refused), "{refused}");
+        }
+        for kept in [
+            reasons::DOWNLOAD_FAILED,
+            reasons::NOT_FOUND,
+            reasons::OVER_BUDGET,
+            reasons::NO_SPACE,
+        ] {
+            assert!(refresh_keeps(kept), "{kept}");
+        }
         // Done: the new commit; failed: the commit in use, checked again either way.
         assert_eq!(
             after_refresh(1, ("c0".into(), 7), Ok(("c1".into(), 9)), later),
