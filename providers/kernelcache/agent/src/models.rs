@@ -321,7 +321,8 @@ impl Loop {
             .min();
         let progress = (!self.running.is_empty()).then(|| now + self.settings.progress_every);
         let grants = self.queued().then(|| now + GRANTS_EVERY);
-        let refresh = self.settings.refresh_every.and_then(|every| {
+        let every = self.settings.refresh_every.filter(|e| !e.is_zero());
+        let refresh = every.and_then(|every| {
             self.known
                 .values()
                 .filter_map(|k| match k {
