@@ -622,6 +622,10 @@ pub struct AgentModelCaches {
     /// Download progress alone is written to the KernelCacheNode at most this often
     /// (--model-progress-every).
     pub progress_every: String,
+    /// A Ready ModelCache at a branch or tag is resolved again this often, and a new
+    /// upstream commit downloaded next to the one in use; "off": only on a spec change or
+    /// an agent restart (--model-refresh-every).
+    pub refresh_every: String,
 }
 
 /// One GPU of an inventory (the agent's inventory file format,

@@ -73,6 +73,8 @@ mod modelcache;
 mod modelcache_mount;
 #[path = "e2e/modelcache_oci.rs"]
 mod modelcache_oci;
+#[path = "e2e/modelcache_slots.rs"]
+mod modelcache_slots;
 #[path = "e2e/providers_rbac.rs"]
 mod providers_rbac;
 #[path = "e2e/reference_compat.rs"]

@@ -91,10 +91,27 @@ pub struct Cli {
     /// change of state is written at once).
     #[arg(long, env = "MODEL_PROGRESS_EVERY", default_value = "5s", value_parser = parse_duration)]
     pub model_progress_every: Duration,
+    /// A Ready model cache at a branch or tag is resolved again this often (one request
+    /// to the hub per cache and node), and a new commit downloaded next to the one in
+    /// use; `off`: only on a spec change or a restart.
+    #[arg(long, env = "MODEL_REFRESH_EVERY", default_value = "1h", value_parser = parse_refresh)]
+    pub model_refresh_every: Refresh,
     /// Flags every binary shares: metrics address, log format (leader election is
     /// meaningless for a per-node agent and stays off).
     #[command(flatten)]
     pub process: kubeairunway_sdk::process::Options,
+}
+
+/// `--model-refresh-every`: a duration, or none (`off`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Refresh(pub Option<Duration>);
+
+/// Parses `--model-refresh-every`: `off` (or `0`), else a positive duration.
+pub fn parse_refresh(s: &str) -> Result<Refresh, String> {
+    match s.trim() {
+        "off" | "0" => Ok(Refresh(None)),
+        d => parse_duration(d).map(|d| Refresh(Some(d))),
+    }
 }
 
 /// The component's name.
@@ -128,6 +145,7 @@ impl Cli {
                 allowed: self.registries.allowed(),
                 progress_every: self.model_progress_every,
                 resync: self.resync,
+                refresh_every: self.model_refresh_every.0,
             }),
         }
     }
@@ -221,6 +239,32 @@ mod tests {
         assert_eq!(with_models.hf_endpoint, "http://127.0.0.1:9");
         assert_eq!(with_models.parallel_downloads, 3);
         assert_eq!(with_models.parallel_files, 4);
+        assert_eq!(with_models.refresh_every, Some(Duration::from_secs(3600)));
+        for (flag, refresh) in [
+            ("--model-refresh-every=off", None),
+            ("--model-refresh-every=0", None),
+            ("--model-refresh-every=10m", Some(Duration::from_secs(600))),
+        ] {
+            let m = Cli::try_parse_from([
+                "kernelcache-agent",
+                "--node-name=n",
+                "--model-cache-root=/m",
+                flag,
+            ])
+            .unwrap()
+            .settings()
+            .models
+            .unwrap();
+            assert_eq!(m.refresh_every, refresh, "{flag}");
+        }
+        assert!(
+            Cli::try_parse_from([
+                "kernelcache-agent",
+                "--node-name=n",
+                "--model-refresh-every=soon"
+            ])
+            .is_err()
+        );
         assert!(
             Cli::try_parse_from([
                 "kernelcache-agent",

@@ -30,12 +30,13 @@ use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::{WatchStreamExt as _, watcher};
 use kube::{Client, Resource as _};
 use kubeairunway_kernelcache_api::KernelCacheNode;
-use kubeairunway_kernelcache_api::model::{ModelCache, NodeModelCache};
+use kubeairunway_kernelcache_api::model::{ModelCache, ModelCacheState, NodeModelCache, reasons};
 use kubeairunway_kernelcache_api::report::kube_error;
 use kubeairunway_kernelcache_artifact::allow::AllowedRegistries;
 use kubeairunway_kernelcache_artifact::secrets::SecretApi;
 use kubeairunway_sdk::events::{Recorder, Reporter};
 use serde_json::json;
+use tokio::sync::{Notify, watch};
 use tokio::task::{AbortHandle, JoinSet};
 use tokio::time::Instant;
 use tracing::{info, warn};
@@ -44,7 +45,7 @@ use crate::metrics::Metrics;
 use crate::node::NodeApi;
 use crate::space::Size;
 use decide::{Entry, Key, Known};
-use download::{Done, Failure, Job, Shared};
+use download::{Done, Failure, Grants, Job, Shared};
 
 /// The field manager of `status.modelCaches`.
 pub const FIELD_MANAGER: &str = "modelcache-agent";
@@ -75,6 +76,10 @@ pub struct ModelSettings {
     pub progress_every: Duration,
     /// Everything is looked at again this often without a change.
     pub resync: Duration,
+    /// A Ready cache at a moving revision (a branch or a tag) is resolved again this
+    /// often, and a new commit downloaded next to the one in use ([`decide::refresh_due`]);
+    /// none: only on a spec change or a restart.
+    pub refresh_every: Option<Duration>,
 }
 
 impl ModelSettings {
@@ -90,6 +95,7 @@ impl ModelSettings {
             allowed: AllowedRegistries::default(),
             progress_every: Duration::from_secs(5),
             resync: Duration::from_secs(120),
+            refresh_every: Some(Duration::from_secs(3600)),
         }
     }
 
@@ -130,6 +136,10 @@ struct Running {
     generation: i64,
     abort: AbortHandle,
     progress: Shared,
+    /// The bytes to fetch while it waits for a slot across nodes.
+    queued: Arc<std::sync::Mutex<Option<u64>>>,
+    /// The cache's bound across nodes.
+    max_nodes: Option<u32>,
 }
 
 type Outcome = (Key, i64, Result<Done, Failure>);
@@ -151,7 +161,15 @@ struct Loop {
     /// When to look again at caches with a nodeSelector, while this node's labels are
     /// unknown (its Node not read yet).
     labels_retry: Option<Instant>,
+    /// The download slots across nodes granted to this node, for the downloads waiting.
+    grants: watch::Sender<Grants>,
+    /// Woken by a download that starts or stops waiting for a slot.
+    wake: Arc<Notify>,
 }
+
+/// How often the slots granted to this node are read again while a download waits for
+/// one (one GET of its KernelCacheNode).
+const GRANTS_EVERY: Duration = Duration::from_secs(2);
 
 /// How soon caches with a nodeSelector are looked at again while the node's labels are
 /// unknown.
@@ -181,8 +199,16 @@ pub async fn run(
     let mut next_resync = Instant::now() + this.settings.resync;
     loop {
         let wake = this.next_wake(next_resync);
+        let queued_changed = Arc::clone(&this.wake);
         tokio::select! {
             () = &mut shutdown => break,
+            // A download started or stopped waiting for a slot: reported at once, and
+            // the slots read (one may be granted already).
+            () = queued_changed.notified() => {
+                if this.queued() {
+                    this.read_grants().await;
+                }
+            }
             event = changes.next() => match event {
                 Some(Ok(watcher::Event::InitDone)) => { synced = true; dirty = true; }
                 Some(Ok(_)) => dirty = true,
@@ -200,9 +226,16 @@ pub async fn run(
                     next_resync = Instant::now() + this.settings.resync;
                     dirty = true;
                 }
+                if this.queued() {
+                    this.read_grants().await;
+                }
                 // Failures due for a retry, or the node's labels to read again.
                 let now = Instant::now();
+                let refresh_due = |checked: &Instant| {
+                    this.settings.refresh_every.is_some_and(|e| !e.is_zero() && *checked + e <= now)
+                };
                 dirty |= this.known.values().any(|k| matches!(k, Known::Failed { retry_at, .. } if *retry_at <= now))
+                    || this.known.values().any(|k| matches!(k, Known::Ready { checked, .. } if refresh_due(checked)))
                     || this.labels_retry.is_some_and(|at| at <= now);
             }
         }
@@ -247,6 +280,33 @@ impl Loop {
             entries: Vec::new(),
             written: None,
             labels_retry: None,
+            grants: watch::Sender::new(None),
+            wake: Arc::new(Notify::new()),
+        }
+    }
+
+    /// Whether a download waits for a slot across nodes.
+    fn queued(&self) -> bool {
+        self.running
+            .values()
+            .any(|r| r.queued.lock().is_ok_and(|q| q.is_some()))
+    }
+
+    /// Reads the slots granted to this node again (its KernelCacheNode's
+    /// `spec.modelDownloads`), for the downloads waiting for one.
+    async fn read_grants(&self) {
+        match self.nodes.get_opt(&self.ctx.node_name).await {
+            Ok(node) => {
+                let grants = node.and_then(|n| n.spec.model_downloads);
+                self.grants.send_if_modified(|g| {
+                    let changed = *g != grants;
+                    *g = grants;
+                    changed
+                });
+            }
+            Err(e) => {
+                warn!(error = %kube_error(&e), "reading the download slots granted to this node");
+            }
         }
     }
 
@@ -262,11 +322,30 @@ impl Loop {
             })
             .min();
         let progress = (!self.running.is_empty()).then(|| now + self.settings.progress_every);
-        [Some(resync), retry, progress, self.labels_retry]
-            .into_iter()
-            .flatten()
-            .min()
-            .unwrap_or(resync)
+        let grants = self.queued().then(|| now + GRANTS_EVERY);
+        let every = self.settings.refresh_every.filter(|e| !e.is_zero());
+        let refresh = every.and_then(|every| {
+            self.known
+                .values()
+                .filter_map(|k| match k {
+                    Known::Ready { checked, .. } => Some(*checked + every),
+                    _ => None,
+                })
+                .min()
+                .map(|at| at.max(now))
+        });
+        [
+            Some(resync),
+            retry,
+            progress,
+            self.labels_retry,
+            grants,
+            refresh,
+        ]
+        .into_iter()
+        .flatten()
+        .min()
+        .unwrap_or(resync)
     }
 
     fn finished(&mut self, key: Key, generation: i64, result: Result<Done, Failure>) {
@@ -280,6 +359,36 @@ impl Loop {
             return;
         }
         self.running.remove(&key);
+        // A refresh keeps the commit in use when it fails (its files are on disk), unless
+        // the hub refused the cache's access: then it fails as a download does.
+        let refreshing = match self.known.get(&key) {
+            Some(Known::Refreshing { commit, bytes, .. }) => Some((commit.clone(), *bytes)),
+            _ => None,
+        };
+        let kept = match (&refreshing, &result) {
+            (Some(_), Err(f)) => decide::refresh_keeps(f.reason),
+            (Some(_), Ok(_)) => true,
+            (None, _) => false,
+        };
+        if let (Some((commit, bytes)), true) = (refreshing, kept) {
+            let outcome = match result {
+                Ok(done) => {
+                    if done.commit != commit {
+                        info!(cache = %key, from = %commit, to = %done.commit, received = done.received, "model cache refreshed: its revision moved");
+                    }
+                    self.ctx.metrics.model_download(Ok(done.received));
+                    Ok((done.commit, done.bytes))
+                }
+                Err(f) => {
+                    warn!(cache = %key, reason = f.reason, error = %f.message, %commit, "refreshing a model cache failed; the commit in use stays");
+                    self.ctx.metrics.model_download(Err(f.reason));
+                    Err(())
+                }
+            };
+            let known = decide::after_refresh(generation, (commit, bytes), outcome, Instant::now());
+            self.known.insert(key, known);
+            return;
+        }
         let known = match result {
             Ok(done) => {
                 info!(cache = %key, commit = %done.commit, bytes = done.bytes, received = done.received, "model cache ready");
@@ -289,6 +398,7 @@ impl Loop {
                     generation,
                     commit: done.commit,
                     bytes: done.bytes,
+                    checked: Instant::now(),
                 }
             }
             Err(f) => {
@@ -315,6 +425,25 @@ impl Loop {
         self.labels_retry = labels.is_none().then(|| Instant::now() + LABELS_RETRY);
         let caches = self.store.state();
         let wanted = decide::wanted(caches.iter().map(AsRef::as_ref), labels.as_ref());
+        let now = Instant::now();
+        for key in decide::due_refreshes(&wanted, &self.known, now, self.settings.refresh_every) {
+            if let Some(Known::Ready {
+                generation,
+                commit,
+                bytes,
+                ..
+            }) = self.known.remove(&key)
+            {
+                self.known.insert(
+                    key,
+                    Known::RefreshDue {
+                        generation,
+                        commit,
+                        bytes,
+                    },
+                );
+            }
+        }
         let plan = decide::plan(
             &wanted,
             &self.known,
@@ -334,6 +463,7 @@ impl Loop {
         for w in plan.start {
             info!(cache = %w.key, repo = %w.repo, revision = %w.revision, "downloading model cache");
             let progress = Shared::default();
+            let queued = Arc::new(std::sync::Mutex::new(None));
             let job = Job {
                 wanted: w.clone(),
                 cache_dir: self.settings.cache_dir(),
@@ -347,20 +477,41 @@ impl Loop {
                 credentials_namespace: self.ctx.credentials_namespace.clone(),
                 secrets: Arc::clone(&self.ctx.secrets),
                 progress: Arc::clone(&progress),
+                slot: download::Slot {
+                    grants: self.grants.subscribe(),
+                    queued: Arc::clone(&queued),
+                    wake: Arc::clone(&self.wake),
+                },
             };
-            let (key, generation) = (w.key.clone(), w.generation);
+            let (key, generation, max_nodes) = (w.key.clone(), w.generation, w.max_nodes);
             let abort = self.tasks.spawn(async move {
                 let result = download::run(job).await;
                 (key, generation, result)
             });
-            self.known
-                .insert(w.key.clone(), Known::Running { generation });
+            let known = match self.known.remove(&w.key) {
+                Some(Known::RefreshDue {
+                    generation: refreshed,
+                    commit,
+                    bytes,
+                }) if refreshed == generation => {
+                    info!(cache = %w.key, %commit, "resolving a moving revision again");
+                    Known::Refreshing {
+                        generation,
+                        commit,
+                        bytes,
+                    }
+                }
+                _ => Known::Running { generation },
+            };
+            self.known.insert(w.key.clone(), known);
             self.running.insert(
                 w.key,
                 Running {
                     generation,
                     abort,
                     progress,
+                    queued,
+                    max_nodes,
                 },
             );
         }
@@ -406,10 +557,21 @@ impl Loop {
         self.entries
             .iter()
             .map(|e| {
-                let progress = self
-                    .running
-                    .get(&e.key)
-                    .and_then(|r| r.progress.lock().ok().and_then(|p| p.clone()));
+                let running = self.running.get(&e.key);
+                let progress = running.and_then(|r| r.progress.lock().ok().and_then(|p| p.clone()));
+                // A download waiting for a slot across nodes says so.
+                let queued = running.and_then(|r| {
+                    let missing = (*r.queued.lock().ok()?)?;
+                    Some(decide::queued_message(r.max_nodes?, missing))
+                });
+                let (reason, message) = match (e.state, queued) {
+                    (ModelCacheState::Downloading, Some(m)) => (reasons::DOWNLOAD_QUEUED, Some(m)),
+                    // A refresh waiting for a slot stays Ready at the commit in use.
+                    (ModelCacheState::Ready, Some(m)) if e.reason == reasons::REFRESHING => {
+                        (reasons::DOWNLOAD_QUEUED, Some(m))
+                    }
+                    _ => (e.reason, e.message.clone()),
+                };
                 let before = previous
                     .iter()
                     .find(|p| p.namespace == e.key.namespace && p.name == e.key.name);
@@ -426,8 +588,8 @@ impl Loop {
                         .clone()
                         .or_else(|| progress.as_ref().map(|p| p.commit.clone())),
                     state: e.state,
-                    reason: Some(e.reason.to_string()),
-                    message: e.message.clone(),
+                    reason: Some(reason.to_string()),
+                    message,
                     bytes_done: e
                         .bytes
                         .or_else(|| progress.as_ref().map(download::Progress::done))

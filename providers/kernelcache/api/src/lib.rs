@@ -227,6 +227,12 @@ pub struct KernelCacheNodeSpec {
     /// never leaves the agent's memory (a restarted agent publishes a new one).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub credentials_key: Option<String>,
+    /// The download slots the controller granted this node, for ModelCaches bounded
+    /// across nodes (`spec.download.maxNodes`): `<namespace>/<name>` to the cache's
+    /// generation the slot is for. Written by the controller (field
+    /// manager `kernelcache-controller-downloads`), read by the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_downloads: Option<BTreeMap<String, i64>>,
 }
 
 /// GPUs found and caches staged on a node.

@@ -61,6 +61,13 @@ pub mod reasons {
     pub const READY: &str = "Ready";
     /// Nodes are downloading, none is ready yet.
     pub const DOWNLOADING: &str = "Downloading";
+    /// A node's state `Downloading` while it waits for a download slot across nodes
+    /// (`spec.download.maxNodes`): its files are incomplete, and the controller has not
+    /// granted it a slot yet.
+    pub const DOWNLOAD_QUEUED: &str = "DownloadQueued";
+    /// A node's state `Ready` while its agent resolves a moving revision (a branch or a
+    /// tag) again and downloads its new commit, if any, next to the commit in use.
+    pub const REFRESHING: &str = "Refreshing";
     /// Every node that reports the cache failed.
     pub const FAILED: &str = "Failed";
     /// No node reports the cache (none matches the nodeSelector, or no agent runs there).
@@ -166,6 +173,21 @@ pub struct ModelCacheSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "budget_schema")]
     pub storage_budget: Option<Quantity>,
+    /// How the nodes download it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub download: Option<DownloadSpec>,
+}
+
+/// How the nodes download a ModelCache.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DownloadSpec {
+    /// At most this many nodes download the cache at once (the controller grants the
+    /// slots; a node whose files are complete needs none); unset: no bound across nodes,
+    /// each node downloads as soon as its agent has a slot of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1))]
+    pub max_nodes: Option<i32>,
 }
 
 /// A budget: a quantity string the agents parse exactly (no fractions or exponents).
@@ -177,6 +199,15 @@ fn budget_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
 }
 
 impl ModelCacheSpec {
+    /// The bound across nodes on concurrent downloads (`download.maxNodes`), when there
+    /// is one (a value below 1, which admission refuses, counts as 1).
+    pub fn max_nodes(&self) -> Option<u32> {
+        self.download
+            .as_ref()
+            .and_then(|d| d.max_nodes)
+            .map(|n| u32::try_from(n).unwrap_or(0).max(1))
+    }
+
     /// The revision asked for (`main` when unset).
     pub fn revision(&self) -> &str {
         self.revision.as_deref().unwrap_or(DEFAULT_REVISION)
@@ -441,6 +472,8 @@ pub struct Chosen {
     pub commit: String,
     /// Nodes where it is ready.
     pub ready_nodes: i32,
+    /// The one GGUF file its `include` names ([`single_gguf`]), for llama.cpp.
+    pub gguf: Option<String>,
 }
 
 /// Why a ModelDeployment's pods mount no model cache.
@@ -475,7 +508,31 @@ pub fn ready(cache: &ModelCache) -> Option<Chosen> {
         repo,
         commit: status.resolved_commit.clone().unwrap_or_default(),
         ready_nodes: status.ready_nodes,
+        gguf: single_gguf(&cache.spec.include),
     })
+}
+
+/// The one GGUF file `include` names, when it names exactly one and no pattern could
+/// select another: one pattern that is a literal path ending in `.gguf` (no `*`, `?`,
+/// `[`), and every other pattern ending in a literal that is not `.gguf` (`*.json`,
+/// `tokenizer.model`). A wildcard GGUF pattern (`*Q4_K_M.gguf`), a folder (`sub/`), a
+/// pattern ending in a wildcard, or no `include` at all (every file) name none: which
+/// file is on the nodes is then not known from the spec.
+pub fn single_gguf(include: &[String]) -> Option<String> {
+    let is_gguf = |p: &str| p.to_ascii_lowercase().ends_with(".gguf");
+    let wild = |p: &str| p.contains(['*', '?', '[']);
+    let mut found = None;
+    for p in include {
+        let last = p.chars().last()?;
+        if is_gguf(p) && !wild(p) {
+            if found.replace(p.clone()).is_some() {
+                return None;
+            }
+        } else if is_gguf(p) || matches!(last, '*' | '?' | ']' | '/') {
+            return None;
+        }
+    }
+    found
 }
 
 /// The cache the pods of a ModelDeployment whose model is `model` mount, among `caches`
@@ -507,6 +564,25 @@ pub fn choose<C: std::borrow::Borrow<ModelCache>>(
     Err(matching
         .first()
         .map_or(NotChosen::NoCache, |c| NotChosen::NotReady(name(c))))
+}
+
+/// The key of a ModelCache's download slot in `KernelCacheNode.spec.modelDownloads`:
+/// `<namespace>/<name>`.
+pub fn slot_key(namespace: &str, name: &str) -> String {
+    format!("{namespace}/{name}")
+}
+
+/// Whether `grants` (a node's `spec.modelDownloads`) hold a download slot for the cache
+/// `namespace/name` at `generation`: a slot granted for another generation is not one.
+pub fn slot_granted(
+    grants: Option<&BTreeMap<String, i64>>,
+    namespace: &str,
+    name: &str,
+    generation: i64,
+) -> bool {
+    grants
+        .and_then(|g| g.get(&slot_key(namespace, name)))
+        .is_some_and(|g| *g == generation)
 }
 
 #[cfg(test)]
@@ -564,6 +640,7 @@ mod tests {
                 repo: "Qwen/Qwen3".into(),
                 commit: "abc".into(),
                 ready_nodes: 2,
+                gguf: None,
             }
         );
         assert_eq!(
@@ -755,5 +832,56 @@ mod tests {
         let spec = ModelCacheSpec::default();
         assert_eq!(spec.revision(), "main");
         assert_eq!(CredentialsSecretRef::default().key(), "token");
+    }
+
+    #[test]
+    fn a_slot_counts_for_its_cache_and_generation_only() {
+        let grants = BTreeMap::from([(slot_key("ml", "qwen"), 3)]);
+        assert!(slot_granted(Some(&grants), "ml", "qwen", 3));
+        assert!(!slot_granted(Some(&grants), "ml", "qwen", 4));
+        assert!(!slot_granted(Some(&grants), "ml", "other", 3));
+        assert!(!slot_granted(Some(&grants), "other", "qwen", 3));
+        assert!(!slot_granted(None, "ml", "qwen", 3));
+    }
+
+    #[test]
+    fn the_bound_across_nodes_is_at_least_one_and_unset_by_default() {
+        let mut spec = ModelCacheSpec::default();
+        assert_eq!(spec.max_nodes(), None);
+        spec.download = Some(DownloadSpec { max_nodes: None });
+        assert_eq!(spec.max_nodes(), None);
+        spec.download = Some(DownloadSpec { max_nodes: Some(2) });
+        assert_eq!(spec.max_nodes(), Some(2));
+        spec.download = Some(DownloadSpec { max_nodes: Some(0) });
+        assert_eq!(spec.max_nodes(), Some(1));
+    }
+
+    #[test]
+    fn a_gguf_file_is_known_only_when_include_names_exactly_one() {
+        let of = |patterns: &[&str]| {
+            single_gguf(
+                &patterns
+                    .iter()
+                    .map(|p| (*p).to_string())
+                    .collect::<Vec<_>>(),
+            )
+        };
+        assert_eq!(
+            of(&["gemma-3-1b-it-q8_0.gguf"]),
+            Some("gemma-3-1b-it-q8_0.gguf".into())
+        );
+        assert_eq!(
+            of(&["*.json", "sub/Model-Q4_K_M.GGUF", "tokenizer.model"]),
+            Some("sub/Model-Q4_K_M.GGUF".into())
+        );
+        // Two files, a wildcard, a folder, a pattern that may match any name: unknown.
+        assert_eq!(of(&["a.gguf", "b.gguf"]), None);
+        assert_eq!(of(&["*Q4_K_M.gguf"]), None);
+        assert_eq!(of(&["a.gguf", "*"]), None);
+        assert_eq!(of(&["a.gguf", "sub/"]), None);
+        assert_eq!(of(&["a.gguf", "model-0000?"]), None);
+        assert_eq!(of(&["a.gguf", "[ab].bin", "x.gguf"]), None);
+        assert_eq!(of(&["*.json"]), None);
+        assert_eq!(of(&[]), None);
     }
 }

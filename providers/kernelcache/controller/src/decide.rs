@@ -496,6 +496,7 @@ mod tests {
                 node_name: name.into(),
                 in_use: None,
                 credentials_key: None,
+                model_downloads: None,
             },
         );
         n.status = Some(KernelCacheNodeStatus {

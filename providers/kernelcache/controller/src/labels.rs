@@ -150,6 +150,7 @@ mod tests {
                 node_name: "gpu-1".into(),
                 in_use: None,
                 credentials_key: None,
+                model_downloads: None,
             },
         );
         let model = |name: &str, state| NodeModelCache {

@@ -129,6 +129,7 @@ pub async fn run(
             plain_http: settings.plain_http.clone(),
             allowed: settings.allowed.clone(),
         },
+        &node_meta,
     );
     let sealing = handover.map(|h| {
         let (nodes, node_meta, caches, models) = (

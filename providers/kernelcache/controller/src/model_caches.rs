@@ -18,14 +18,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
-use k8s_openapi::api::core::v1::{PersistentVolume, PersistentVolumeClaim};
+use k8s_openapi::api::core::v1::{Node, PersistentVolume, PersistentVolumeClaim};
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::core::PartialObjectMeta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use kubeairunway_kernelcache_api::model::{
-    FINALIZER, ModelCache, ModelCacheStatus, Source, conditions, parse_source,
+    self, FINALIZER, ModelCache, ModelCacheStatus, Source, conditions, parse_source,
 };
 use kubeairunway_kernelcache_api::names::{self, MODEL_TOKEN_KEY, model_token_secret};
 use kubeairunway_kernelcache_api::report::{Error, kube_error};
@@ -98,6 +99,9 @@ pub(crate) struct ModelCtx {
     verifying: Verifying,
     /// Failed verifications waiting for their retry, per cache.
     retries: Retries,
+    /// The Nodes (metadata): a report left behind by a deleted Node holds no download
+    /// slot.
+    nodes: Cache<PartialObjectMeta<Node>>,
 }
 
 impl ModelCtx {
@@ -114,6 +118,7 @@ impl ModelCtx {
         model_root: Option<String>,
         mds: &Cache<Compact<ModelDeployment>>,
         verifying: Verifying,
+        nodes: &Cache<PartialObjectMeta<Node>>,
     ) -> Arc<Self> {
         Arc::new(Self {
             client: client.clone(),
@@ -129,6 +134,7 @@ impl ModelCtx {
             mds: mds.clone(),
             verifying,
             retries: Retries::default(),
+            nodes: nodes.clone(),
         })
     }
 
@@ -259,12 +265,20 @@ pub(crate) fn model_controller(
     shutdown: impl std::future::Future<Output = ()> + Send + Sync + 'static,
 ) -> impl std::future::Future<Output = ()> {
     let mentioned = reports.flat_map(|n| {
-        let refs: Vec<ObjectRef<ModelCache>> = n
+        // And the caches it holds a download slot of: a slot goes when the entry does.
+        let slots = n.spec.model_downloads.iter().flat_map(|g| g.keys());
+        let mut refs: Vec<ObjectRef<ModelCache>> = n
             .status
             .iter()
             .flat_map(|s| s.model_caches.iter())
             .map(|c| ObjectRef::new(&c.name).within(&c.namespace))
+            .chain(slots.filter_map(|k| {
+                k.split_once('/')
+                    .map(|(ns, name)| ObjectRef::new(name).within(ns))
+            }))
             .collect();
+        refs.sort_by(|a, b| (&a.namespace, &a.name).cmp(&(&b.namespace, &b.name)));
+        refs.dedup();
         futures::stream::iter(refs)
     });
     // A ModelDeployment's change (or its deletion) wakes the deleted caches of its
@@ -320,8 +334,10 @@ async fn reconcile(cache: Arc<ModelCache>, ctx: Arc<ModelCtx>) -> Result<Action,
     let _timing = ctx.metrics.reconciling("ModelCache");
     // Counting an empty store's reports would say no node holds anything; an empty
     // policy store would let an `oci://` digest through unverified.
+    // An empty Node store would take every report for one left behind.
     if !(ctx.reports.synced_within(SYNC_WAIT).await
-        && ctx.verifying.policies.synced_within(SYNC_WAIT).await)
+        && ctx.verifying.policies.synced_within(SYNC_WAIT).await
+        && ctx.nodes.synced_within(SYNC_WAIT).await)
     {
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
@@ -351,6 +367,7 @@ async fn reconcile(cache: Arc<ModelCache>, ctx: Arc<ModelCtx>) -> Result<Action,
             .conditions
             .retain(|c| c.type_ != conditions::VERIFIED),
     }
+    download_slots(&ctx, &cache, &reports, cache.spec.max_nodes()).await?;
     let volumes_ok = volumes(&ctx, &cache, &mut status).await;
     if cache.status.as_ref() != Some(&status) {
         let api: Api<ModelCache> =
@@ -508,6 +525,10 @@ async fn finish_deletion(ctx: &ModelCtx, cache: &ModelCache) -> Result<Action, E
     let name = cache.name_any();
     match users {
         Deletion::Held(users) => {
+            // The agents keep it while it is held, and may still be downloading it.
+            let reports = ctx.reports.store.state();
+            let reports: Vec<&KernelCacheNode> = reports.iter().map(AsRef::as_ref).collect();
+            download_slots(ctx, cache, &reports, cache.spec.max_nodes()).await?;
             let previous = cache.status.clone().unwrap_or_default();
             let status = model_decide::held(previous.clone(), &users, cache.metadata.generation);
             if status != previous {
@@ -519,6 +540,9 @@ async fn finish_deletion(ctx: &ModelCtx, cache: &ModelCache) -> Result<Action, E
             Ok(Action::requeue(ctx.resync))
         }
         Deletion::Release => {
+            let reports = ctx.reports.store.state();
+            let reports: Vec<&KernelCacheNode> = reports.iter().map(AsRef::as_ref).collect();
+            download_slots(ctx, cache, &reports, None).await?;
             ctx.delete_volumes(&namespace, &name).await;
             if let Ok(mut a) = ctx.applied.lock() {
                 a.remove(&(namespace.clone(), name.clone()));
@@ -534,6 +558,66 @@ async fn finish_deletion(ctx: &ModelCtx, cache: &ModelCache) -> Result<Action, E
             Ok(Action::await_change())
         }
     }
+}
+
+/// The field manager of the download slots in the nodes' `spec.modelDownloads` (merge
+/// patches: each cache's reconcile changes its own key only).
+pub const SLOTS_MANAGER: &str = "kernelcache-controller-downloads";
+
+/// The download slots of `cache` granted and released on the nodes
+/// ([`model_decide::download_slots`], bounded by `max_nodes`; none: every slot goes), a
+/// phase of [`reconcile`]: one merge patch of `spec.modelDownloads` per node that
+/// changes (a node whose report is gone is skipped).
+async fn download_slots(
+    ctx: &ModelCtx,
+    cache: &ModelCache,
+    reports: &[&KernelCacheNode],
+    max_nodes: Option<u32>,
+) -> Result<(), Error> {
+    let namespace = cache.namespace().unwrap_or_default();
+    let name = cache.name_any();
+    let generation = cache.metadata.generation;
+    let nodes: std::collections::BTreeSet<String> = ctx
+        .nodes
+        .store
+        .state()
+        .iter()
+        .map(|n| n.name_any())
+        .collect();
+    let slots = model_decide::download_slots(
+        &namespace,
+        &name,
+        generation,
+        max_nodes,
+        reports,
+        Some(&nodes),
+    );
+    let key = model::slot_key(&namespace, &name);
+    let api: Api<KernelCacheNode> = Api::all(ctx.client.clone());
+    let params = PatchParams {
+        field_manager: Some(SLOTS_MANAGER.into()),
+        ..PatchParams::default()
+    };
+    let changes = slots
+        .release
+        .iter()
+        .map(|n| (n, None))
+        .chain(slots.grant.iter().map(|n| (n, generation)));
+    for (node, granted) in changes {
+        let patch = model_decide::slot_patch(&key, granted);
+        match api.patch(node, &params, &Patch::Merge(&patch)).await {
+            Ok(_) => {
+                if granted.is_some() {
+                    info!(%namespace, cache = %name, %node, "download slot granted");
+                } else {
+                    info!(%namespace, cache = %name, %node, "download slot released");
+                }
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
 }
 
 /// The part of a ModelDeployment that says which cache it uses.

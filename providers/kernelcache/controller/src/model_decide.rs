@@ -430,6 +430,102 @@ pub fn model_deployment_condition<C: std::borrow::Borrow<ModelCache>>(
     }
 }
 
+/// The download slots of one ModelCache to change on the nodes: a node in `grant` gets
+/// the slot of the cache's current generation in its `spec.modelDownloads`, a node in
+/// `release` loses the cache's slot.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Slots {
+    /// Nodes that get a slot now, by name.
+    pub grant: Vec<String>,
+    /// Nodes whose slot goes, by name.
+    pub release: Vec<String>,
+}
+
+/// The download slots of the cache `namespace/name` at `generation`, bounded across nodes
+/// by `max_nodes` (`spec.download.maxNodes`; none: no bound, every slot goes).
+///
+/// - A node **holds** its slot while its report says `Downloading` for the current
+///   generation (queued or downloading), or `Ready` with `DownloadQueued`/`Refreshing`
+///   (a refresh of a moving revision), and its grant is for that generation.
+/// - Every other grant is **released**: the node is `Ready` or `Failed` (a failed node
+///   asks again at its retry, behind the nodes already waiting), its entry is gone or of
+///   another generation, or the cache lost its bound. A node that is gone takes its
+///   grant with it (its KernelCacheNode goes with the Node it is owned by); a report left
+///   behind by one (not in `nodes`, the Nodes that exist; none: unknown) neither holds
+///   nor asks, and its grant is released.
+/// - The free slots go to the **waiting** nodes (`Downloading`/`DownloadQueued` at the
+///   current generation, no slot) in the order they started waiting (the entry's
+///   `lastTransitionTime`, then the node's name), so no node is passed over for ever.
+///
+/// Nodes whose files are complete never ask (the agent asks only when bytes are
+/// missing), so they never wait for a slot.
+pub fn download_slots(
+    namespace: &str,
+    name: &str,
+    generation: Option<i64>,
+    max_nodes: Option<u32>,
+    reports: &[&KernelCacheNode],
+    nodes: Option<&std::collections::BTreeSet<String>>,
+) -> Slots {
+    let key = model::slot_key(namespace, name);
+    let mut slots = Slots::default();
+    let mut holders = 0usize;
+    let mut waiting: Vec<(Option<k8s_openapi::jiff::Timestamp>, String)> = Vec::new();
+    for node in reports {
+        let node_name = node.name_any();
+        // A report left behind by a Node that is gone holds nothing and asks for nothing.
+        let exists = nodes.is_none_or(|n| n.contains(&node_name));
+        let granted = node
+            .spec
+            .model_downloads
+            .as_ref()
+            .and_then(|g| g.get(&key))
+            .copied();
+        let entry = node.status.as_ref().and_then(|s| {
+            s.model_caches
+                .iter()
+                .find(|e| e.namespace == namespace && e.name == name)
+        });
+        // Downloading, or Ready at the commit in use while a refresh of a moving revision
+        // waits for a slot or downloads the new commit.
+        let current = entry.filter(|_| exists).filter(|e| {
+            let refresh = e.state == ModelCacheState::Ready
+                && matches!(
+                    e.reason.as_deref(),
+                    Some(reasons::DOWNLOAD_QUEUED | reasons::REFRESHING)
+                );
+            generation.is_some()
+                && e.observed_generation == generation
+                && (e.state == ModelCacheState::Downloading || refresh)
+        });
+        let holds = max_nodes.is_some() && current.is_some() && granted == generation;
+        if holds {
+            holders += 1;
+        } else if granted.is_some() {
+            slots.release.push(node_name.clone());
+        }
+        if let Some(e) = current.filter(|e| {
+            !holds && max_nodes.is_some() && e.reason.as_deref() == Some(reasons::DOWNLOAD_QUEUED)
+        }) {
+            let since = e.last_transition_time.as_ref().map(|t| t.0);
+            waiting.push((since, node_name));
+        }
+    }
+    // Unknown times last: a report without one is the odd one out, not the first.
+    waiting.sort_by(|(a, an), (b, bn)| (a.is_none(), a, an).cmp(&(b.is_none(), b, bn)));
+    let free = max_nodes.map_or(0, |m| (m as usize).saturating_sub(holders));
+    slots.grant = waiting.into_iter().take(free).map(|(_, n)| n).collect();
+    slots.grant.sort();
+    slots.release.sort();
+    slots
+}
+
+/// The merge patch of a node's `spec.modelDownloads` that grants (`Some(generation)`) or
+/// releases (`None`) the slot of `key`.
+pub fn slot_patch(key: &str, generation: Option<i64>) -> serde_json::Value {
+    serde_json::json!({"spec": {"modelDownloads": {key: generation}}})
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -517,6 +613,7 @@ mod tests {
                 node_name: node.into(),
                 in_use: None,
                 credentials_key: None,
+                model_downloads: None,
             },
         );
         n.status = Some(KernelCacheNodeStatus {
@@ -764,5 +861,197 @@ mod tests {
             deletion(&c, rest.iter().map(|(ns, n, m)| (*ns, *n, *m))),
             Deletion::Release
         );
+    }
+
+    fn queued(node: &str, at: i64, granted: Option<i64>) -> KernelCacheNode {
+        let mut e = entry(ModelCacheState::Downloading, reasons::DOWNLOAD_QUEUED, 2);
+        e.last_transition_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::from_second(at).unwrap(),
+        ));
+        with_grant(report(node, vec![e]), granted)
+    }
+
+    fn with_grant(mut n: KernelCacheNode, granted: Option<i64>) -> KernelCacheNode {
+        n.spec.model_downloads =
+            granted.map(|g| BTreeMap::from([(model::slot_key("ml", "qwen"), g)]));
+        n
+    }
+
+    fn slots(max: Option<u32>, reports: &[&KernelCacheNode]) -> Slots {
+        download_slots("ml", "qwen", Some(2), max, reports, None)
+    }
+
+    #[test]
+    fn free_slots_go_to_the_nodes_waiting_longest() {
+        let (a, b, c) = (
+            queued("a", 30, None),
+            queued("b", 10, None),
+            queued("c", 20, None),
+        );
+        assert_eq!(
+            slots(Some(1), &[&a, &b, &c]),
+            Slots {
+                grant: vec!["b".into()],
+                release: vec![]
+            }
+        );
+        assert_eq!(
+            slots(Some(2), &[&a, &b, &c]),
+            Slots {
+                grant: vec!["b".into(), "c".into()],
+                release: vec![]
+            }
+        );
+        // The same time: by name.
+        let (later_name, earlier_name) = (queued("y", 10, None), queued("x", 10, None));
+        assert_eq!(slots(Some(1), &[&later_name, &earlier_name]).grant, ["x"]);
+    }
+
+    #[test]
+    fn a_node_downloading_or_not_yet_started_with_its_slot_holds_it() {
+        let downloading = with_grant(
+            report(
+                "a",
+                vec![entry(ModelCacheState::Downloading, reasons::DOWNLOADING, 2)],
+            ),
+            Some(2),
+        );
+        // Granted, the agent has not noticed yet: still queued, still holding.
+        let granted_queued = queued("b", 5, Some(2));
+        let waiting = queued("c", 1, None);
+        assert_eq!(slots(Some(1), &[&downloading, &waiting]), Slots::default());
+        assert_eq!(
+            slots(Some(2), &[&downloading, &granted_queued, &waiting]),
+            Slots::default()
+        );
+        assert_eq!(
+            slots(Some(3), &[&downloading, &granted_queued, &waiting]).grant,
+            ["c"]
+        );
+    }
+
+    #[test]
+    fn slots_are_released_when_a_node_finishes_fails_or_moves_on() {
+        let ready = with_grant(
+            report("a", vec![entry(ModelCacheState::Ready, reasons::READY, 2)]),
+            Some(2),
+        );
+        let failed = with_grant(
+            report(
+                "b",
+                vec![entry(ModelCacheState::Failed, reasons::DOWNLOAD_FAILED, 2)],
+            ),
+            Some(2),
+        );
+        let gone = with_grant(report("c", vec![]), Some(2));
+        let older = with_grant(
+            report(
+                "d",
+                vec![entry(ModelCacheState::Downloading, reasons::DOWNLOADING, 1)],
+            ),
+            Some(1),
+        );
+        // Granted for the old generation, now at the new one: released, and asks again.
+        let stale = queued("e", 50, Some(1));
+        let waiting = queued("f", 40, None);
+        let s = slots(Some(1), &[&ready, &failed, &gone, &older, &stale, &waiting]);
+        assert_eq!(s.release, ["a", "b", "c", "d", "e"]);
+        assert_eq!(s.grant, ["f"]);
+    }
+
+    #[test]
+    fn a_node_with_its_files_complete_never_waits_and_takes_no_slot() {
+        // An agent restarted with the files complete reports Downloading (resolving),
+        // then Ready, without asking: it is not waiting, and holds nothing.
+        let resolving = report(
+            "a",
+            vec![entry(ModelCacheState::Downloading, reasons::DOWNLOADING, 2)],
+        );
+        let waiting = queued("b", 10, None);
+        assert_eq!(slots(Some(1), &[&resolving, &waiting]).grant, ["b"]);
+    }
+
+    #[test]
+    fn without_a_bound_nothing_is_granted_and_every_slot_goes() {
+        let holding = queued("a", 10, Some(2));
+        let waiting = queued("b", 20, None);
+        assert_eq!(
+            slots(None, &[&holding, &waiting]),
+            Slots {
+                grant: vec![],
+                release: vec!["a".into()]
+            }
+        );
+        assert_eq!(
+            slot_patch("ml/qwen", Some(2)),
+            serde_json::json!({"spec": {"modelDownloads": {"ml/qwen": 2}}})
+        );
+        assert_eq!(
+            slot_patch("ml/qwen", None),
+            serde_json::json!({"spec": {"modelDownloads": {"ml/qwen": null}}})
+        );
+    }
+
+    #[test]
+    fn a_failed_node_asking_again_waits_behind_the_others() {
+        // It failed and released its slot; at its retry it waits again, from then.
+        let retried = queued("a", 100, None);
+        let (b, c) = (queued("b", 50, None), queued("c", 60, None));
+        assert_eq!(slots(Some(1), &[&retried, &b, &c]).grant, ["b"]);
+        assert_eq!(slots(Some(2), &[&retried, &b, &c]).grant, ["b", "c"]);
+    }
+
+    #[test]
+    fn a_ready_node_refreshing_a_moving_revision_asks_and_holds_like_a_download() {
+        let mut asking = entry(ModelCacheState::Ready, reasons::DOWNLOAD_QUEUED, 2);
+        asking.last_transition_time = Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+            k8s_openapi::jiff::Timestamp::from_second(5).unwrap(),
+        ));
+        let waiting = report("a", vec![asking]);
+        assert_eq!(slots(Some(1), &[&waiting]).grant, ["a"]);
+        let refreshing = with_grant(
+            report(
+                "b",
+                vec![entry(ModelCacheState::Ready, reasons::REFRESHING, 2)],
+            ),
+            Some(2),
+        );
+        assert_eq!(slots(Some(1), &[&refreshing, &waiting]), Slots::default());
+        // Done: Ready again, the slot goes.
+        let done = with_grant(
+            report("b", vec![entry(ModelCacheState::Ready, reasons::READY, 2)]),
+            Some(2),
+        );
+        assert_eq!(
+            slots(Some(1), &[&done, &waiting]),
+            Slots {
+                grant: vec!["a".into()],
+                release: vec!["b".into()]
+            }
+        );
+    }
+
+    #[test]
+    fn a_report_left_behind_by_a_deleted_node_releases_its_slot() {
+        let orphan = queued("gone", 1, Some(2));
+        let waiting = queued("b", 10, None);
+        let nodes = std::collections::BTreeSet::from(["b".to_string()]);
+        let s = download_slots(
+            "ml",
+            "qwen",
+            Some(2),
+            Some(1),
+            &[&orphan, &waiting],
+            Some(&nodes),
+        );
+        assert_eq!(
+            s,
+            Slots {
+                grant: vec!["b".into()],
+                release: vec!["gone".into()]
+            }
+        );
+        // Nodes unknown: every report counts.
+        assert_eq!(slots(Some(1), &[&orphan, &waiting]), Slots::default());
     }
 }

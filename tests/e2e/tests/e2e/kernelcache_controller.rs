@@ -1023,14 +1023,15 @@ fn chart_lints_and_renders_the_controller_the_agent_and_the_webhook() {
         };
     assert!(writes(&controller["rules"], "kernelcaches/status"));
     assert!(!writes(&controller["rules"], "kernelcaches"));
-    // Of the agents' reports, only spec.inUse (the chart's policy below), never status.
+    // Of the agents' reports, only spec.inUse and spec.modelDownloads (the chart's policy
+    // below), never status.
     assert!(writes(&controller["rules"], "kernelcachenodes"));
     assert!(!writes(&controller["rules"], "kernelcachenodes/status"));
     assert!(
         helm::of_kind(&objects, "ValidatingAdmissionPolicy")
             .iter()
             .any(|p| p["metadata"]["name"] == "release-kernelcache-provider-node-reports"),
-        "a policy keeps the controller's report writes to spec.inUse"
+        "a policy keeps the controller's report writes to spec.inUse and spec.modelDownloads"
     );
     assert!(writes(&controller["rules"], "modeldeployments/status"));
     assert!(!writes(&controller["rules"], "modeldeployments"));

@@ -553,6 +553,82 @@ async fn a_download_interrupted_by_an_agent_restart_resumes_where_it_stopped() {
     second.stop().await;
 }
 
+/// A cache at `main` follows a new upstream commit without a spec change: the agent
+/// resolves the revision again (`refresh_every`, here 1 s), downloads the new commit next
+/// to the one in use, and reports it Ready; the entry never leaves `Ready` meanwhile (a
+/// watch sees every change), and the old snapshot goes only once the new one is complete.
+#[tokio::test]
+async fn a_moving_revision_is_followed_and_the_old_commit_stays_until_the_new_one_is_complete() {
+    use futures::StreamExt as _;
+    use kube::runtime::{WatchStreamExt as _, watcher};
+    let (_cluster, client) = setup("mc-refresh").await;
+    let hub = StandIn::start().await;
+    let (c1, c2) = (commit_id("tiny-1"), commit_id("tiny-2"));
+    hub.commit("acme/tiny", "main", &c1, files());
+    node(&client, "gpu-a", "a").await;
+    model_cache(&client, "tiny", json!({"source": "hf://acme/tiny"}))
+        .await
+        .unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let agent = start_agent_with(&client, "gpu-a", root.path(), &hub, |m| {
+        m.refresh_every = Some(Duration::from_secs(1));
+    });
+    node_where(&client, "gpu-a", "tiny Ready at the first commit", |n| {
+        entry(n, "tiny").is_some_and(|e| {
+            e.state == ModelCacheState::Ready && e.commit.as_deref() == Some(c1.as_str())
+        })
+    })
+    .await;
+    // From now on, every state the report goes through.
+    let seen = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let watching = {
+        let seen = Arc::clone(&seen);
+        let api: Api<KernelCacheNode> = Api::all(client.clone());
+        tokio::spawn(async move {
+            let mut events = watcher(api, watcher::Config::default())
+                .applied_objects()
+                .boxed();
+            while let Some(Ok(n)) = events.next().await {
+                if let Some(e) = entry(&n, "tiny") {
+                    seen.lock()
+                        .unwrap()
+                        .push((e.state, e.reason.clone(), e.commit.clone()));
+                }
+            }
+        })
+    };
+    // Upstream moves main to a new commit: a changed config and a new file.
+    let mut moved = files();
+    moved[0] = StandInFile::regular("config.json", b"{\"model_type\": \"tiny\", \"v\": 2}\n");
+    moved.push(StandInFile::regular("generation_config.json", b"{}\n"));
+    hub.commit("acme/tiny", "main", &c2, moved.clone());
+    node_where(&client, "gpu-a", "tiny Ready at the new commit", |n| {
+        entry(n, "tiny").is_some_and(|e| {
+            e.state == ModelCacheState::Ready && e.commit.as_deref() == Some(c2.as_str())
+        })
+    })
+    .await;
+    assert_cached(root.path(), "models--acme--tiny", &c2, &moved);
+    // The old snapshot goes once the new one is complete.
+    let old = root
+        .path()
+        .join("models/hub/models--acme--tiny/snapshots")
+        .join(&c1);
+    eventually(30, "the old snapshot removed", || async {
+        (!old.exists()).then_some(())
+    })
+    .await
+    .unwrap();
+    watching.abort();
+    let seen = seen.lock().unwrap().clone();
+    assert!(
+        seen.iter()
+            .all(|(state, _, _)| *state == ModelCacheState::Ready),
+        "the entry stayed Ready throughout: {seen:?}"
+    );
+    agent.stop().await;
+}
+
 /// An agent started before its Node exists: caches with a nodeSelector wait for its
 /// labels and download once the Node appears, without waiting for a resync (here an hour).
 #[tokio::test]
@@ -695,6 +771,23 @@ async fn model_cache_sources_are_checked_at_admission() {
     )
     .await;
     assert!(budget.is_err(), "a budget is a quantity: {budget:?}");
+    // The bound across nodes: at least one node downloads.
+    let none = model_cache(
+        &client,
+        "bound",
+        json!({"source": "hf://o/m", "download": {"maxNodes": 0}}),
+    )
+    .await
+    .unwrap_err();
+    assert!(none.to_string().contains("maxNodes"), "{none}");
+    let one = model_cache(
+        &client,
+        "bound",
+        json!({"source": "hf://o/m", "download": {"maxNodes": 1}}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(one.spec.max_nodes(), Some(1));
 }
 
 /// The controller, as its chart's service account when helm is there (allowed to read the

@@ -253,7 +253,7 @@ async fn enforce_controller_policies(
             )
             .await,
         &name_of("-node-reports"),
-        "the kernel-cache controller changes only spec.inUse of a KernelCacheNode",
+        "the kernel-cache controller changes only spec.inUse and spec.modelDownloads of a KernelCacheNode",
     );
     // Nor the key the agent published: the controller cannot have a node's credentials
     // sealed to a key of its choosing.
@@ -266,7 +266,7 @@ async fn enforce_controller_policies(
             )
             .await,
         &name_of("-node-reports"),
-        "the kernel-cache controller changes only spec.inUse of a KernelCacheNode",
+        "the kernel-cache controller changes only spec.inUse and spec.modelDownloads of a KernelCacheNode",
     );
     reports
         .delete("probe-node", &DeleteParams::default())
@@ -638,6 +638,62 @@ async fn serving_pods_mount_a_ready_model_cache_in_a_restricted_namespace() {
             .iter()
             .all(|v| v.name != VOLUME)
     );
+
+    // A llama.cpp pod naming its model with --hf-repo (the Deployment provider's
+    // container, LLAMA_CACHE on a volume of its own): the claim where llama.cpp looks,
+    // offline. The ModelDeployment goes after (it would hold the cache's deletion).
+    let mds: Api<kubeairunway_sdk::ModelDeployment> = Api::namespaced(client.clone(), NS);
+    mds.patch(
+        "gguf",
+        &PatchParams::apply("user").force(),
+        &Patch::Apply(json!({
+            "apiVersion": "kubeairunway.ai/v1alpha1", "kind": "ModelDeployment",
+            "metadata": {"name": "gguf", "namespace": NS},
+            "spec": {"model": {"id": "acme/tiny", "cacheRef": {"name": "tiny"}},
+                     "engine": {"type": "llamacpp"}, "resources": {"gpu": {"count": 0}}},
+        })),
+    )
+    .await
+    .unwrap();
+    let mut llama_pod = serde_json::to_value(serving_pod("gguf", true)).unwrap();
+    let container = &mut llama_pod["spec"]["containers"][0];
+    container["name"] = json!("llama");
+    container["args"] = json!(["--hf-repo", "acme/tiny", "--port", "8000"]);
+    container["env"] = json!([{"name": "LLAMA_CACHE", "value": "/model-cache"}]);
+    container["volumeMounts"] = json!([{"name": "model-cache", "mountPath": "/model-cache"}]);
+    llama_pod["spec"]["volumes"] = json!([{"name": "model-cache", "emptyDir": {}}]);
+    let llama_pod: Pod = serde_json::from_value(llama_pod).unwrap();
+    let llama = eventually(60, "a llama.cpp pod with the model cache", || async {
+        let p = pods.create(&PostParams::default(), &llama_pod).await.ok()?;
+        p.metadata
+            .annotations
+            .as_ref()?
+            .contains_key(MODEL_INJECTED_ANNOTATION)
+            .then_some(p)
+    })
+    .await
+    .unwrap();
+    let c = serde_json::to_value(&llama.spec.as_ref().unwrap().containers[0]).unwrap();
+    assert_eq!(
+        c["volumeMounts"][1],
+        json!({"name": VOLUME, "mountPath": "/model-cache/models--acme--tiny", "readOnly": true}),
+        "{c}"
+    );
+    assert_eq!(
+        c["env"],
+        json!([
+            {"name": "LLAMA_CACHE", "value": "/model-cache"},
+            {"name": "HF_HUB_OFFLINE", "value": "1"},
+            {"name": "LLAMA_ARG_OFFLINE", "value": "1"},
+        ]),
+        "no GGUF file named by the cache's include: llama.cpp picks among the cached ones"
+    );
+    mds.delete("gguf", &DeleteParams::default()).await.unwrap();
+    eventually(30, "the llama.cpp ModelDeployment gone", || async {
+        mds.get_opt("gguf").await.ok()?.is_none().then_some(())
+    })
+    .await
+    .unwrap();
 
     // Status says whether the cache is used: which one at which commit, or why not.
     let condition = |name: &'static str| {

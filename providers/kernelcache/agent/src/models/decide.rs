@@ -61,6 +61,9 @@ pub struct Wanted {
     /// Whether the controller lets the nodes pull it ([`pull_verdict`]: an `oci://`
     /// digest only once verified, or digest-only without a policy).
     pub verdict: PullVerdict,
+    /// The bound across nodes on concurrent downloads (`spec.download.maxNodes`): with
+    /// one, bytes are fetched only with a slot the controller granted ([`needs_slot`]).
+    pub max_nodes: Option<u32>,
 }
 
 /// The ModelCaches this node holds: those whose nodeSelector its labels match (`hf://`
@@ -139,6 +142,7 @@ fn wanted_one(c: &ModelCache) -> Wanted {
         token: c.spec.credentials_secret_ref.is_some(),
         invalid,
         verdict: pull_verdict(c),
+        max_nodes: c.spec.max_nodes(),
     }
 }
 
@@ -155,6 +159,30 @@ pub enum Known {
         /// The generation downloaded.
         generation: i64,
         /// The commit.
+        commit: String,
+        /// Its bytes.
+        bytes: u64,
+        /// When its revision was last resolved (a refresh is due `refresh_every` later:
+        /// [`refresh_due`]).
+        checked: Instant,
+    },
+    /// `generation` is on disk at `commit`, and its revision is due to be resolved again
+    /// ([`due_refreshes`]): a refresh starts when a slot is free.
+    RefreshDue {
+        /// The generation downloaded.
+        generation: i64,
+        /// The commit in use.
+        commit: String,
+        /// Its bytes.
+        bytes: u64,
+    },
+    /// `generation` is on disk at `commit`, and a refresh runs: the revision resolved
+    /// again, a new commit downloaded next to it. `commit` stays in use (and on disk)
+    /// until the new one is complete.
+    Refreshing {
+        /// The generation downloaded.
+        generation: i64,
+        /// The commit in use.
         commit: String,
         /// Its bytes.
         bytes: u64,
@@ -175,10 +203,17 @@ pub enum Known {
 }
 
 impl Known {
+    /// Whether a download runs (a first one or a refresh).
+    pub fn downloads(&self) -> bool {
+        matches!(self, Self::Running { .. } | Self::Refreshing { .. })
+    }
+
     fn generation(&self) -> i64 {
         match self {
             Self::Running { generation }
             | Self::Ready { generation, .. }
+            | Self::RefreshDue { generation, .. }
+            | Self::Refreshing { generation, .. }
             | Self::Failed { generation, .. } => *generation,
         }
     }
@@ -230,13 +265,13 @@ pub fn plan(
         let outdated = current
             .get(key)
             .is_none_or(|w| w.generation != k.generation() || w.verdict != PullVerdict::Allowed);
-        if matches!(k, Known::Running { .. }) && outdated {
+        if k.downloads() && outdated {
             plan.stop.push(key.clone());
         }
     }
     let mut running = known
         .iter()
-        .filter(|(key, k)| matches!(k, Known::Running { .. }) && !plan.stop.contains(key))
+        .filter(|(key, k)| k.downloads() && !plan.stop.contains(key))
         .count();
     for w in wanted {
         let same = known.get(&w.key).filter(|k| k.generation() == w.generation);
@@ -310,6 +345,25 @@ fn one(
             },
             false,
         ),
+        // A refresh: the commit in use stays Ready while the revision is resolved again
+        // (and a new commit downloaded); due and no slot: Ready as it is.
+        Some(Known::RefreshDue { commit, bytes, .. } | Known::Refreshing { commit, bytes, .. }) => {
+            let start = matches!(known, Some(Known::RefreshDue { .. })) && slot;
+            let refreshing = start || matches!(known, Some(Known::Refreshing { .. }));
+            let (reason, message) = if refreshing {
+                (reasons::REFRESHING, Some(refreshing_message(w, commit)))
+            } else {
+                (reasons::READY, None)
+            };
+            (
+                Entry {
+                    commit: Some(commit.clone()),
+                    bytes: Some(*bytes),
+                    ..entry(ModelCacheState::Ready, reason, message)
+                },
+                start,
+            )
+        }
         Some(Known::Failed {
             reason,
             message,
@@ -337,6 +391,82 @@ fn one(
             ),
             false,
         ),
+    }
+}
+
+/// The message of a Ready entry being refreshed.
+fn refreshing_message(w: &Wanted, commit: &str) -> String {
+    format!(
+        "resolving {} again: a new commit is downloaded next to {commit}, which stays in use until it is complete",
+        w.revision
+    )
+}
+
+/// Whether `revision` is a commit (40 hex digits), which never moves.
+pub fn is_commit(revision: &str) -> bool {
+    revision.len() == 40 && revision.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// Whether the revision of `w`, Ready since it was resolved at `checked`, is due to be
+/// resolved again at `now` (`every`; none: never): an `hf://` source at a branch or tag
+/// (a commit never moves, an `oci://` source is pinned to its digest).
+pub fn refresh_due(w: &Wanted, checked: Instant, now: Instant, every: Option<Duration>) -> bool {
+    let Some(every) = every.filter(|e| !e.is_zero()) else {
+        return false;
+    };
+    w.oci.is_none() && w.invalid.is_none() && !is_commit(&w.revision) && now >= checked + every
+}
+
+/// The wanted caches Ready at their current generation whose revision is due to be
+/// resolved again ([`refresh_due`]).
+pub fn due_refreshes(
+    wanted: &[Wanted],
+    known: &BTreeMap<Key, Known>,
+    now: Instant,
+    every: Option<Duration>,
+) -> Vec<Key> {
+    wanted
+        .iter()
+        .filter(|w| match known.get(&w.key) {
+            Some(Known::Ready {
+                generation,
+                checked,
+                ..
+            }) => *generation == w.generation && refresh_due(w, *checked, now, every),
+            _ => false,
+        })
+        .map(|w| w.key.clone())
+        .collect()
+}
+
+/// Whether a refresh that failed with `reason` keeps the commit in use `Ready`: yes,
+/// unless the hub refused the cache's access (`GatedRepo`, `Unauthorized`,
+/// `CredentialsMissing`): files already on the node are no pass (a first download checks
+/// the token the same way), so the cache then fails on this node as a download does. An
+/// outage, a revision gone upstream or a new commit over the budget or the free space
+/// keep the commit in use.
+pub fn refresh_keeps(reason: &str) -> bool {
+    !matches!(
+        reason,
+        reasons::GATED | reasons::UNAUTHORIZED | reasons::CREDENTIALS_MISSING
+    )
+}
+
+/// What a finished refresh of a cache Ready at `commit` (`bytes`) leaves: the new
+/// commit Ready, or, when it failed, the commit in use still Ready (its files are on
+/// disk; the next refresh tries again), checked at `now` either way.
+pub fn after_refresh(
+    generation: i64,
+    (commit, bytes): (String, u64),
+    result: Result<(String, u64), ()>,
+    now: Instant,
+) -> Known {
+    let (commit, bytes) = result.unwrap_or((commit, bytes));
+    Known::Ready {
+        generation,
+        commit,
+        bytes,
+        checked: now,
     }
 }
 
@@ -371,6 +501,21 @@ pub fn check_space(
         ));
     }
     Ok(())
+}
+
+/// Whether a download must wait for a slot across nodes before fetching: only when the
+/// cache is bounded (`max_nodes`) and bytes are `missing` on this node. A node whose
+/// files are complete (an agent restarted, a revision already there) never waits.
+pub fn needs_slot(max_nodes: Option<u32>, missing: u64) -> bool {
+    max_nodes.is_some() && missing > 0
+}
+
+/// The message of an entry `Downloading`/`DownloadQueued`: waiting for one of the
+/// `max_nodes` slots across nodes, with `missing` bytes to fetch.
+pub fn queued_message(max_nodes: u32, missing: u64) -> String {
+    format!(
+        "waiting for a download slot across nodes: at most {max_nodes} node(s) download this cache at once (spec.download.maxNodes), the controller grants the slots; {missing} bytes to fetch"
+    )
 }
 
 /// The reason of a hub error (the message is the error's own text).
@@ -424,8 +569,10 @@ pub fn event(
     node: &str,
 ) -> Option<(&'static str, bool, String)> {
     let same_state = before.is_some_and(|b| b.state == now.state);
+    // A refresh that brought a new commit is a download too.
+    let new_commit = before.is_some_and(|b| b.commit != now.commit);
     match now.state {
-        ModelCacheState::Ready if !same_state => Some((
+        ModelCacheState::Ready if !same_state || new_commit => Some((
             events::DOWNLOADED,
             false,
             format!(
@@ -687,6 +834,7 @@ mod tests {
                 generation: 1,
                 commit: "c0".into(),
                 bytes: 7,
+                checked: now,
             },
         )]);
         let p = plan(&wanted[..1], &ready, 1, now);
@@ -817,5 +965,172 @@ mod tests {
         );
         assert_eq!(backoff(1), Duration::from_secs(10));
         assert_eq!(backoff(30), Duration::from_secs(600));
+    }
+
+    #[test]
+    fn only_a_bounded_cache_with_bytes_missing_waits_for_a_slot() {
+        assert!(needs_slot(Some(1), 1));
+        // Complete on disk (a restarted agent): no slot needed.
+        assert!(!needs_slot(Some(1), 0));
+        // Not bounded across nodes.
+        assert!(!needs_slot(None, 1 << 30));
+        let m = queued_message(2, 42);
+        assert!(
+            m.contains("at most 2 node(s)") && m.contains("maxNodes") && m.contains("42 bytes"),
+            "{m}"
+        );
+        let mut c = cache("q", "hf://o/q", None);
+        assert_eq!(wanted(&[c.clone()], None)[0].max_nodes, None);
+        c.spec.download =
+            Some(kubeairunway_kernelcache_api::model::DownloadSpec { max_nodes: Some(3) });
+        assert_eq!(wanted(&[c], None)[0].max_nodes, Some(3));
+    }
+
+    #[test]
+    fn a_moving_revision_is_resolved_again_when_due_and_stays_ready_meanwhile() {
+        let now = Instant::now();
+        let hour = Some(Duration::from_secs(3600));
+        let w = want("a", 1);
+        let ready = |checked| {
+            BTreeMap::from([(
+                key("a"),
+                Known::Ready {
+                    generation: 1,
+                    commit: "c0".into(),
+                    bytes: 7,
+                    checked,
+                },
+            )])
+        };
+        assert!(due_refreshes(std::slice::from_ref(&w), &ready(now), now, hour).is_empty());
+        let later = now + Duration::from_secs(3601);
+        assert_eq!(
+            due_refreshes(std::slice::from_ref(&w), &ready(now), later, hour),
+            [key("a")]
+        );
+        // Off, a commit, an oci:// digest, another generation: never.
+        assert!(due_refreshes(std::slice::from_ref(&w), &ready(now), later, None).is_empty());
+        assert!(
+            due_refreshes(
+                std::slice::from_ref(&w),
+                &ready(now),
+                later,
+                Some(Duration::ZERO)
+            )
+            .is_empty()
+        );
+        let pinned = Wanted {
+            revision: "0123456789abcdef0123456789abcdef01234567".into(),
+            ..w.clone()
+        };
+        assert!(is_commit(&pinned.revision) && !is_commit("main"));
+        assert!(due_refreshes(&[pinned], &ready(now), later, hour).is_empty());
+        let oci = Wanted {
+            oci: Some("r/m@sha256:ab".into()),
+            ..w.clone()
+        };
+        assert!(due_refreshes(&[oci], &ready(now), later, hour).is_empty());
+        assert!(due_refreshes(&[want("a", 2)], &ready(now), later, hour).is_empty());
+
+        // Due with a slot: a refresh starts, the entry stays Ready at the commit in use.
+        let due = BTreeMap::from([(
+            key("a"),
+            Known::RefreshDue {
+                generation: 1,
+                commit: "c0".into(),
+                bytes: 7,
+            },
+        )]);
+        let p = plan(std::slice::from_ref(&w), &due, 1, later);
+        assert_eq!(p.start.len(), 1);
+        let e = &p.entries[0];
+        assert_eq!(
+            (e.state, e.reason, e.commit.as_deref(), e.bytes),
+            (
+                ModelCacheState::Ready,
+                reasons::REFRESHING,
+                Some("c0"),
+                Some(7)
+            )
+        );
+        assert!(e.message.as_deref().unwrap().contains("stays in use"));
+        // Due, no slot: Ready as it is, nothing started.
+        let busy = BTreeMap::from([
+            (key("a"), due[&key("a")].clone()),
+            (key("b"), Known::Running { generation: 1 }),
+        ]);
+        let p = plan(&[w.clone(), want("b", 1)], &busy, 1, later);
+        assert!(p.start.is_empty());
+        assert_eq!(
+            (p.entries[0].state, p.entries[0].reason),
+            (ModelCacheState::Ready, reasons::READY)
+        );
+        // Running: Ready/Refreshing, counted as a download, stopped on a new generation.
+        let refreshing = BTreeMap::from([(
+            key("a"),
+            Known::Refreshing {
+                generation: 1,
+                commit: "c0".into(),
+                bytes: 7,
+            },
+        )]);
+        let p = plan(&[w.clone(), want("b", 1)], &refreshing, 1, later);
+        assert_eq!(p.entries[0].reason, reasons::REFRESHING);
+        assert!(p.start.is_empty(), "the refresh takes the one slot");
+        assert_eq!(
+            plan(&[want("a", 2)], &refreshing, 1, later).stop,
+            [key("a")]
+        );
+
+        // A refused access fails the cache; anything else keeps the commit in use.
+        for refused in [
+            reasons::GATED,
+            reasons::UNAUTHORIZED,
+            reasons::CREDENTIALS_MISSING,
+        ] {
+            assert!(!refresh_keeps(refused), "{refused}");
+        }
+        for kept in [
+            reasons::DOWNLOAD_FAILED,
+            reasons::NOT_FOUND,
+            reasons::OVER_BUDGET,
+            reasons::NO_SPACE,
+        ] {
+            assert!(refresh_keeps(kept), "{kept}");
+        }
+        // Done: the new commit; failed: the commit in use, checked again either way.
+        assert_eq!(
+            after_refresh(1, ("c0".into(), 7), Ok(("c1".into(), 9)), later),
+            Known::Ready {
+                generation: 1,
+                commit: "c1".into(),
+                bytes: 9,
+                checked: later
+            }
+        );
+        assert_eq!(
+            after_refresh(1, ("c0".into(), 7), Err(()), later),
+            Known::Ready {
+                generation: 1,
+                commit: "c0".into(),
+                bytes: 7,
+                checked: later
+            }
+        );
+    }
+
+    #[test]
+    fn a_refresh_to_a_new_commit_is_published_as_a_download() {
+        let at = |commit: &str| NodeModelCache {
+            namespace: "ml".into(),
+            name: "qwen".into(),
+            state: ModelCacheState::Ready,
+            commit: Some(commit.into()),
+            ..NodeModelCache::default()
+        };
+        assert!(event(Some(&at("c0")), &at("c0"), "n").is_none());
+        let (reason, warning, note) = event(Some(&at("c0")), &at("c1"), "n").unwrap();
+        assert_eq!((reason, warning), (events::DOWNLOADED, false));
+        assert!(note.contains("c1"), "{note}");
     }
 }

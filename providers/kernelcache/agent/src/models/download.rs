@@ -7,10 +7,13 @@
 //! ([`run_oci`]: the allow-list, the manifest by digest, the budget and free space, then
 //! [`Puller::pull_model`]).
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use kubeairunway_kernelcache_api::model::reasons;
+use tokio::sync::{Notify, watch};
+
+use kubeairunway_kernelcache_api::model::{reasons, slot_granted};
 use kubeairunway_kernelcache_api::names::{MODEL_TOKEN_KEY, model_token_secret};
 use kubeairunway_kernelcache_artifact::allow::AllowedRegistries;
 use kubeairunway_kernelcache_artifact::credentials::{registry_auth, registry_of};
@@ -26,7 +29,7 @@ use kubeairunway_modelcache_hub::pull::{missing_bytes, select, unique_bytes};
 use kubeairunway_modelcache_hub::{Hub, HubFile, PullOptions, RepoId, pull_resolved};
 use oci_client::secrets::RegistryAuth;
 
-use crate::models::decide::{Wanted, check_budget, check_space, oci_reason, reason};
+use crate::models::decide::{Wanted, check_budget, check_space, needs_slot, oci_reason, reason};
 use crate::space::{Size, filesystem};
 
 /// How far a download is, once its revision is resolved (read by the report).
@@ -76,6 +79,22 @@ pub struct RegistrySettings {
 /// Where a running download reports its progress.
 pub type Shared = Arc<Mutex<Option<Progress>>>;
 
+/// The download slots across nodes the controller granted this node (its
+/// KernelCacheNode's `spec.modelDownloads`; none until read).
+pub type Grants = Option<BTreeMap<String, i64>>;
+
+/// How a download waits for a slot across nodes (a cache with `download.maxNodes`).
+#[derive(Clone, Debug)]
+pub struct Slot {
+    /// The slots granted to this node, as the loop last read them.
+    pub grants: watch::Receiver<Grants>,
+    /// The bytes still to fetch while the download waits for a slot (none otherwise), for
+    /// the report.
+    pub queued: Arc<Mutex<Option<u64>>>,
+    /// Wakes the loop when the download starts or stops waiting.
+    pub wake: Arc<Notify>,
+}
+
 /// One download to run.
 pub struct Job {
     /// The cache.
@@ -96,6 +115,8 @@ pub struct Job {
     pub secrets: Arc<dyn SecretApi>,
     /// Progress, for the report.
     pub progress: Shared,
+    /// The wait for a slot across nodes.
+    pub slot: Slot,
 }
 
 impl std::fmt::Debug for Job {
@@ -184,8 +205,8 @@ pub async fn run(job: Job) -> Result<Done, Failure> {
     let layout = RepoLayout::new(&job.cache_dir, &repo);
     let fs = filesystem(&job.cache_dir)
         .map_err(|e| with_commit(failure(reasons::DOWNLOAD_FAILED, e)))?;
-    check_space(missing_bytes(&layout, &files), fs, job.min_free)
-        .map_err(|(r, m)| with_commit(failure(r, m)))?;
+    let missing = missing_bytes(&layout, &files);
+    check_space(missing, fs, job.min_free).map_err(|(r, m)| with_commit(failure(r, m)))?;
     if let Ok(mut p) = job.progress.lock() {
         *p = Some(Progress {
             commit: info.commit.clone(),
@@ -194,6 +215,7 @@ pub async fn run(job: Job) -> Result<Done, Failure> {
             files: Files::Hub(files.into_iter().cloned().collect()),
         });
     }
+    wait_for_slot(&job, missing).await;
     let options = PullOptions {
         include: w.include.clone(),
         parallel: job.parallel_files.max(1),
@@ -207,6 +229,31 @@ pub async fn run(job: Job) -> Result<Done, Failure> {
         bytes: report.bytes_total,
         received: report.bytes_received,
     })
+}
+
+/// Waits, when the cache is bounded across nodes and `missing` bytes are to be fetched
+/// ([`needs_slot`]), until the controller granted this node a slot for the cache's
+/// generation (a phase of [`run`] and [`run_oci`], after the checks and before a byte is
+/// fetched). While it waits the report says `Downloading`/`DownloadQueued`.
+async fn wait_for_slot(job: &Job, missing: u64) {
+    let w = &job.wanted;
+    if !needs_slot(w.max_nodes, missing) {
+        return;
+    }
+    let set = |queued: Option<u64>| {
+        if let Ok(mut q) = job.slot.queued.lock() {
+            *q = queued;
+        }
+        job.slot.wake.notify_one();
+    };
+    set(Some(missing));
+    let mut grants = job.slot.grants.clone();
+    let (namespace, name, generation) = (&w.key.namespace, &w.key.name, w.generation);
+    // The sender goes only with the loop, which aborts its downloads first.
+    let _ = grants
+        .wait_for(|g| slot_granted(g.as_ref(), namespace, name, generation))
+        .await;
+    set(None);
 }
 
 fn oci_failure(e: &ModelError) -> Failure {
@@ -245,8 +292,8 @@ pub async fn run_oci(job: &Job, reference: &str) -> Result<Done, Failure> {
     let layout = RepoLayout::new(&job.cache_dir, &repo);
     let fs = filesystem(&job.cache_dir)
         .map_err(|e| with_commit(failure(reasons::DOWNLOAD_FAILED, e)))?;
-    check_space(oci::missing_bytes(&layout, &inspected), fs, job.min_free)
-        .map_err(|(r, m)| with_commit(failure(r, m)))?;
+    let missing = oci::missing_bytes(&layout, &inspected);
+    check_space(missing, fs, job.min_free).map_err(|(r, m)| with_commit(failure(r, m)))?;
     // A tar layer may not expand past the budget nor the room left above the floor.
     let room = fs.free.saturating_sub(job.min_free.bytes(fs.total));
     let limits = Limits {
@@ -261,6 +308,7 @@ pub async fn run_oci(job: &Job, reference: &str) -> Result<Done, Failure> {
             files: Files::Oci(Box::new(inspected.clone())),
         });
     }
+    wait_for_slot(job, missing).await;
     let target = Target {
         cache_dir: &job.cache_dir,
         model_id: &repo,

@@ -13,7 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 use std::path::Path;
 
-use kubeairunway_kernelcache_api::model::ModelCacheState;
+use kubeairunway_kernelcache_api::model::{ModelCacheState, reasons};
 use kubeairunway_kernelcache_api::names::hub_folder;
 
 use super::decide::{Entry, Wanted};
@@ -47,7 +47,12 @@ pub fn keep(wanted: &[Wanted], entries: &[Entry]) -> Keep {
         let folder = hub_folder(&w.repo);
         let entry = entries.iter().find(|e| e.key == w.key);
         let ready = entry
-            .filter(|e| e.state == ModelCacheState::Ready && e.generation == w.generation)
+            // A refresh downloads a new commit: its blobs, not linked yet, must stay.
+            .filter(|e| {
+                e.state == ModelCacheState::Ready
+                    && e.reason != reasons::REFRESHING
+                    && e.generation == w.generation
+            })
             .and_then(|e| e.commit.clone());
         let slot = keep.entry(folder).or_insert_with(|| Some(BTreeSet::new()));
         match (ready, slot.as_mut()) {
@@ -235,6 +240,7 @@ mod tests {
             token: false,
             invalid: None,
             verdict: kubeairunway_kernelcache_api::model::PullVerdict::Allowed,
+            max_nodes: None,
         }
     }
 
@@ -285,6 +291,21 @@ mod tests {
 
     /// A changed revision still downloading (or failed) keeps every snapshot of its
     /// folder, the old commit included, even where another cache of it is Ready.
+    #[test]
+    fn a_folder_being_refreshed_keeps_every_snapshot_and_blob() {
+        // A refresh downloads the new commit of a moving revision while the entry stays
+        // Ready at the old one: the new blobs, linked by no snapshot yet, must stay.
+        let a = wanted("ns", "a", "acme/tiny");
+        let refreshing = Entry {
+            reason: reasons::REFRESHING,
+            ..entry(&a, ModelCacheState::Ready, Some("old"))
+        };
+        let keep = keep(std::slice::from_ref(&a), &[refreshing]);
+        assert_eq!(keep.get("models--acme--tiny"), Some(&None));
+        let on_disk = disk(&[("models--acme--tiny", &["old", ".new.staging"])]);
+        assert!(removals(&on_disk, &keep).is_empty());
+    }
+
     #[test]
     fn a_folder_with_a_download_not_ready_keeps_every_snapshot() {
         let a = wanted("ns", "a", "acme/tiny");
