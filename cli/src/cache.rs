@@ -12,18 +12,15 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::Context as _;
-use kube::api::Api;
-use kubeairunway_kernelcache_api::{KernelCachePolicy, KernelCachePolicySpec, Verification};
+use kubeairunway_kernelcache_api::{KernelCachePolicySpec, Verification};
 use kubeairunway_kernelcache_artifact::image::{CacheType, Target, normalize_arch};
 use kubeairunway_kernelcache_controller::decide::{self, Verdict, reasons};
 use kubeairunway_kernelcache_signing::build;
 use kubeairunway_kernelcache_signing::sign;
 use kubeairunway_kernelcache_signing::verify;
-use oci_client::secrets::RegistryAuth;
 use serde::Serialize;
 
 use crate::Terminal;
-use crate::cluster;
 use crate::output::{self, Format};
 
 /// `cache`.
@@ -205,21 +202,6 @@ pub struct Built {
     pub signer: Option<String>,
 }
 
-/// The registry of an image reference (`host[:port]`).
-fn registry_of(image: &str) -> anyhow::Result<String> {
-    let reference: oci_client::Reference = image
-        .parse()
-        .with_context(|| format!("invalid image reference {image:?}"))?;
-    Ok(reference.resolve_registry().to_string())
-}
-
-/// The credentials Docker or Podman keep for the registry of `image`.
-pub(crate) fn auth_for(image: &str) -> anyhow::Result<RegistryAuth> {
-    let registry = registry_of(image)?;
-    build::docker_auth(&registry)
-        .map_err(|e| anyhow::anyhow!("reading the credentials for {registry}: {e}"))
-}
-
 /// The public key of a cosign private key, and the signer name the controller reports.
 fn signer_of(key: &[u8], password: &[u8]) -> anyhow::Result<String> {
     use sigstore::crypto::signing_key::SigStoreKeyPair;
@@ -249,7 +231,7 @@ pub async fn run_build(args: &BuildArgs, term: &mut Terminal) -> anyhow::Result<
         }
         None => None,
     };
-    let auth = auth_for(&args.image)?;
+    let auth = crate::trust::auth_for(&args.image)?;
     term.err(&format!("packaging {}\n", args.dir.display()));
     let dir = args.dir.clone();
     let (kind, targets) = (CacheType::from(args.kind), args.targets.clone());
@@ -332,41 +314,13 @@ async fn policy(
     args: &VerifyArgs,
     state_dir: &Path,
 ) -> anyhow::Result<(Option<KernelCachePolicySpec>, String)> {
-    policy_of(
+    crate::trust::policy_of(
         &args.policy,
         args.policy_file.as_deref(),
         args.kubeconfig.as_deref(),
         state_dir,
     )
     .await
-}
-
-/// The KernelCachePolicy `name` of the cluster (through `kubeconfig`), or the one in
-/// `file`; `None` when the cluster has none of that name. Returns it with where it came
-/// from.
-pub(crate) async fn policy_of(
-    name: &str,
-    file: Option<&Path>,
-    kubeconfig: Option<&Path>,
-    state_dir: &Path,
-) -> anyhow::Result<(Option<KernelCachePolicySpec>, String)> {
-    if let Some(path) = file {
-        let text =
-            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-        let policy: KernelCachePolicy = serde_saphyr::from_str(&text)
-            .with_context(|| format!("{} is not a KernelCachePolicy", path.display()))?;
-        return Ok((Some(policy.spec), path.display().to_string()));
-    }
-    let target = cluster::connect(kubeconfig, state_dir).await?;
-    let api: Api<KernelCachePolicy> = Api::all(target.client);
-    let origin = format!("KernelCachePolicy/{name}");
-    match api.get_opt(name).await {
-        Ok(found) => Ok((found.map(|p| p.spec), origin)),
-        Err(kube::Error::Api(s)) if s.code == 404 => anyhow::bail!(
-            "this cluster has no KernelCachePolicy CRD (kernelcachepolicies.cache.kubeairunway.ai): the kernel-cache provider is not installed; install charts/kernelcache-provider (or run `kubeairunway up`), or pass --policy-file"
-        ),
-        Err(e) => Err(e).with_context(|| format!("reading {origin}")),
-    }
 }
 
 /// Run `cache verify`: exit code 0 when the controller would let nodes use the image.
@@ -376,7 +330,7 @@ pub async fn run_verify(
     term: &mut Terminal,
 ) -> anyhow::Result<i32> {
     let (spec, origin) = policy(args, state_dir).await?;
-    let auth = auth_for(&args.image)?;
+    let auth = crate::trust::auth_for(&args.image)?;
     let result = match spec {
         None => Verified {
             image: args.image.clone(),
@@ -471,16 +425,6 @@ mod tests {
         for bad in ["cuda", "cuda:", "metal:1", "hip:gfx90a:x", "cuda:90:32:1"] {
             assert!(parse_target(bad).is_err(), "{bad}");
         }
-    }
-
-    #[test]
-    fn registries_of_references() {
-        assert_eq!(
-            registry_of("127.0.0.1:5000/caches/x:v1").unwrap(),
-            "127.0.0.1:5000"
-        );
-        assert_eq!(registry_of("ghcr.io/org/x@sha256:0000000000000000000000000000000000000000000000000000000000000000").unwrap(), "ghcr.io");
-        assert!(registry_of("Not A Reference").is_err());
     }
 
     #[test]

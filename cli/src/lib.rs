@@ -34,6 +34,7 @@ pub mod output;
 pub mod providers;
 pub mod render;
 pub mod terminal;
+pub mod trust;
 pub mod up;
 
 use std::ffi::OsString;

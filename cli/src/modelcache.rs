@@ -230,7 +230,7 @@ async fn refused_by_policy(
         return Ok(None);
     }
     let name = args.policy.as_deref().unwrap_or("default");
-    let (spec, origin) = crate::cache::policy_of(
+    let (spec, origin) = crate::trust::policy_of(
         name,
         args.policy_file.as_deref(),
         args.kubeconfig.as_deref(),
@@ -278,7 +278,7 @@ async fn run_pull_oci(
     let cache_dir = cache_dir(args)?;
     // The registry credentials Docker or Podman keep (as `cache build` and `cache verify`
     // read them); anonymous without.
-    let auth = crate::cache::auth_for(reference)?;
+    let auth = crate::trust::auth_for(reference)?;
     if let Some(refused) = refused_by_policy(args, reference, &auth, state_dir, term).await? {
         term.err(&format!("{reference}: {refused}; nothing pulled\n"));
         return Ok(crate::terminal::FAILURE);

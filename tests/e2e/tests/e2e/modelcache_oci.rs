@@ -611,6 +611,33 @@ async fn an_oci_model_cache_goes_ready_through_the_agent() {
     agent.stop().await;
 }
 
+/// Three ModelPack artifacts pushed to `registry`: one signed with a new key (`public`),
+/// one unsigned, one signed by another key.
+struct Artifacts {
+    signed: String,
+    unsigned: String,
+    wrong: String,
+    public: String,
+}
+
+async fn signed_artifacts(registry: &Registry) -> Artifacts {
+    use kubeairunway_e2e::cache_images::{new_signer, sign};
+    let artifact = |seed| vec![layer(weight(4096, seed), RAW, Some("model.safetensors"))];
+    let signed = push_modelpack(registry, "models/acme/signed:v1", &artifact(1)).await;
+    let unsigned = push_modelpack(registry, "models/acme/unsigned:v1", &artifact(2)).await;
+    let wrong = push_modelpack(registry, "models/acme/wrong:v1", &artifact(3)).await;
+    let (signer, public) = new_signer().unwrap();
+    let (other_signer, _) = new_signer().unwrap();
+    sign(registry, &signed, signer).await.unwrap();
+    sign(registry, &wrong, other_signer).await.unwrap();
+    Artifacts {
+        signed,
+        unsigned,
+        wrong,
+        public,
+    }
+}
+
 /// Under a `KernelCachePolicy`, the controller verifies an `oci://` source's pinned digest
 /// as it does a KernelCache's image (cosign signatures in the same registry, real keys),
 /// from a registry that requires credentials (401 without them or with wrong ones): the
@@ -623,21 +650,19 @@ async fn an_oci_model_cache_goes_ready_through_the_agent() {
 async fn oci_model_caches_are_verified_under_the_policy_and_pulled_with_credentials() {
     use k8s_openapi::api::core::v1::Secret;
     use kube::api::{Api, Patch, PatchParams, PostParams};
-    use kubeairunway_e2e::cache_images::{new_signer, sign, start_registry_with_user};
+    use kubeairunway_e2e::cache_images::start_registry_with_user;
     use kubeairunway_kernelcache_api::KernelCachePolicy;
     use kubeairunway_kernelcache_api::names::model_token_secret;
     use kubeairunway_kernelcache_artifact::sealed::node_secret_name;
 
     let registry = start_registry_with_user("oci-model-verify", "robot", "pw").unwrap();
     let addr = registry.addr().to_string();
-    let artifact = |seed| vec![layer(weight(4096, seed), RAW, Some("model.safetensors"))];
-    let signed = push_modelpack(&registry, "models/acme/signed:v1", &artifact(1)).await;
-    let unsigned = push_modelpack(&registry, "models/acme/unsigned:v1", &artifact(2)).await;
-    let wrong = push_modelpack(&registry, "models/acme/wrong:v1", &artifact(3)).await;
-    let (signer, public) = new_signer().unwrap();
-    let (other_signer, _) = new_signer().unwrap();
-    sign(&registry, &signed, signer).await.unwrap();
-    sign(&registry, &wrong, other_signer).await.unwrap();
+    let Artifacts {
+        signed,
+        unsigned,
+        wrong,
+        public,
+    } = signed_artifacts(&registry).await;
 
     let (cluster, client) = setup("mc-oci-verify").await;
     node(&client, "oci-v", "a").await;
@@ -829,20 +854,17 @@ async fn oci_model_caches_are_verified_under_the_policy_and_pulled_with_credenti
 
 /// `cache model pull --policy-file` verifies an `oci://` artifact as the kernel-cache
 /// controller verifies a ModelCache before any node pulls it: a signed artifact is pulled;
-/// an unsigned one, one signed by an untrusted key, and a policy file naming no policy are
-/// refused with exit code 1 and nothing written.
+/// an unsigned one and one signed by an untrusted key are refused with exit code 1 and
+/// nothing written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cli_verifies_an_oci_artifact_under_a_policy_before_pulling_it() {
-    use kubeairunway_e2e::cache_images::{new_signer, sign};
     let registry = start_registry("oci-model-cli-verify").unwrap();
-    let artifact = |seed| vec![layer(weight(4096, seed), RAW, Some("model.safetensors"))];
-    let signed = push_modelpack(&registry, "models/acme/signed:v1", &artifact(1)).await;
-    let unsigned = push_modelpack(&registry, "models/acme/unsigned:v1", &artifact(2)).await;
-    let wrong = push_modelpack(&registry, "models/acme/wrong:v1", &artifact(3)).await;
-    let (signer, public) = new_signer().unwrap();
-    let (other_signer, _) = new_signer().unwrap();
-    sign(&registry, &signed, signer).await.unwrap();
-    sign(&registry, &wrong, other_signer).await.unwrap();
+    let Artifacts {
+        signed,
+        unsigned,
+        wrong,
+        public,
+    } = signed_artifacts(&registry).await;
     let files = tempfile::tempdir().unwrap();
     let policy = files.path().join("policy.yaml");
     std::fs::write(
