@@ -199,10 +199,15 @@ pub struct CoreWebhook {
     /// The webhook server's port (--webhook-bind-address 0.0.0.0:<port>).
     #[schemars(range(min = 1, max = 65535))]
     pub port: i32,
-    /// Validating webhook: Fail, so that nothing the rules refuse is stored.
+    /// Both webhooks: Fail, so that nothing the rules refuse is stored (the mutating
+    /// webhook validates creations).
     pub failure_policy: FailurePolicy,
-    /// Mutating webhook (defaults; the CRD schema applies the same defaults).
-    pub mutating_failure_policy: FailurePolicy,
+    /// Have the validating webhook check creations too, after every mutation (one more
+    /// call to core per create). Off: the mutating webhook validates a creation, and the
+    /// API server calls it again when a later mutating webhook or policy changes the
+    /// object (reinvocation); turn on when something mutates ModelDeployments after
+    /// that.
+    pub validate_creations: bool,
     /// Seconds the API server waits for a webhook.
     #[schemars(range(min = 1, max = 30))]
     pub timeout_seconds: i32,

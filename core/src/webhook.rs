@@ -6,8 +6,10 @@
 //!   and `engine.extraArgs`, warnings, and for an inline warmup custom action whether its
 //!   author may create pods there, asked of the API server ([`crate::access`]). The rules a
 //!   CRD can state are the CRD's, enforced by the API server before this webhook is called.
-//! - Mutating (`/mutate-modeldeployment`): defaults, and on creation the finalizer of the
-//!   provider core will select, as a JSON patch.
+//! - Mutating (`/mutate-modeldeployment`): on creation the validating checks first (one
+//!   admission call per create: the API server calls the validating webhook for changes
+//!   of the spec only, unless the chart asks for it on creation too), then the defaults,
+//!   and on creation the finalizer of the provider core will select, as a JSON patch.
 //!
 //! Every request gets an AdmissionReview back, malformed ones included (`allowed: false`
 //! with the reason); nothing a client sends makes the handler panic.
@@ -382,6 +384,16 @@ pub fn validate_body(body: &[u8], state: &WebhookState) -> AdmissionResponse {
 /// checks, then, for an inline custom action, the author's right to create pods.
 pub async fn validate_checked(body: &[u8], state: &WebhookState) -> AdmissionResponse {
     let (r, review) = validate_parsed(body, state);
+    ask_access(r, review, state).await
+}
+
+/// `r`, or the refusal of the custom action's author when `review` (the access review a
+/// validation needs) says no.
+async fn ask_access(
+    r: AdmissionResponse,
+    review: Option<SubjectAccessReview>,
+    state: &WebhookState,
+) -> AdmissionResponse {
     match (review, &state.access) {
         (Some(review), Some(client)) => {
             match kubeairunway_sdk::access::ask(client, access::CUSTOM_ACTION_FIELD, &review).await
@@ -424,15 +436,70 @@ fn access_review(req: &AdmissionRequest<DynamicObject>) -> Option<SubjectAccessR
     access::review_for(req, &new, old.as_ref())
 }
 
-/// Answer a mutating request body (what the HTTP handler does, without HTTP).
+/// Whether the API server will refuse `req`'s object after mutation by the CRD's own
+/// schema or rules (it validates between the mutating and the validating webhooks): then
+/// the mutating webhook leaves the refusal to it, with its own words and every field it
+/// names, as when the validating webhook checked creations.
+fn crd_refuses(req: &AdmissionRequest<DynamicObject>) -> bool {
+    let Some(obj) = req.object.as_ref() else {
+        return false;
+    };
+    if typed(obj).is_err() {
+        return true;
+    }
+    let Some(mut spec) = serde_json::to_value(obj)
+        .ok()
+        .and_then(|v| v.get("spec").cloned())
+    else {
+        return true;
+    };
+    crate::defaults::apply(&mut spec);
+    !kubeairunway_sdk::validation::check(&spec).is_empty()
+}
+
+/// Answer a mutating request body with the checks that need no request of their own
+/// (what [`mutate_checked`] does before it asks the API server anything).
 pub fn mutate_body(body: &[u8], state: &WebhookState) -> AdmissionResponse {
-    match parse(body) {
-        Ok(req) => review_mutate(&req, state),
+    mutate_parsed(body, state).0
+}
+
+/// Answer a mutating request body (what the HTTP handler does, without HTTP): on creation
+/// the validation ([`validate_checked`]'s, the custom action's access review included),
+/// then the defaults and the foreseen finalizer, the validation's warnings kept.
+pub async fn mutate_checked(body: &[u8], state: &WebhookState) -> AdmissionResponse {
+    let (r, review) = mutate_parsed(body, state);
+    ask_access(r, review, state).await
+}
+
+/// The pure answer to a mutating request, and the SubjectAccessReview to ask when it
+/// admits a creation.
+fn mutate_parsed(
+    body: &[u8],
+    state: &WebhookState,
+) -> (AdmissionResponse, Option<SubjectAccessReview>) {
+    let req = match parse(body) {
+        Ok(req) => req,
         Err(r) => {
             warn!(reason = %r.result.message, "rejected a malformed mutating request");
-            *r
+            return (*r, None);
         }
+    };
+    if req.operation != Operation::Create || crd_refuses(&req) {
+        return (review_mutate(&req, state), None);
     }
+    let verdict = review_validate(&req, state);
+    debug!(uid = %req.uid, allowed = verdict.allowed, name = %req.name, namespace = ?req.namespace, "validated on creation");
+    if !verdict.allowed {
+        return (verdict, None);
+    }
+    let mut r = review_mutate(&req, state);
+    if r.allowed
+        && let Some(warnings) = verdict.warnings
+    {
+        r.warnings.get_or_insert_with(Vec::new).extend(warnings);
+    }
+    let review = r.allowed.then(|| access_review(&req)).flatten();
+    (r, review)
 }
 
 async fn validate_handler(State(state): State<Arc<WebhookState>>, body: Bytes) -> Response {
@@ -440,7 +507,7 @@ async fn validate_handler(State(state): State<Arc<WebhookState>>, body: Bytes) -
 }
 
 async fn mutate_handler(State(state): State<Arc<WebhookState>>, body: Bytes) -> Response {
-    respond(mutate_body(&body, &state))
+    respond(mutate_checked(&body, &state).await)
 }
 
 #[cfg(test)]
@@ -592,6 +659,56 @@ mod tests {
         v["request"]["object"]["spec"]["engine"]["extraArgs"] = json!(["--other", "k"]);
         let resp = validate_body(&serde_json::to_vec(&v).unwrap(), &state);
         assert!(resp.allowed, "{}", resp.result.message);
+    }
+
+    /// On creation the mutating webhook validates first, as the validating webhook does
+    /// (the API server calls only the mutating one for a create): what validation refuses
+    /// is refused with the same message, its warnings come with the patch; a change of the
+    /// spec is left to the validating webhook.
+    #[test]
+    fn a_creation_is_validated_by_the_mutating_webhook_too() {
+        let state = WebhookState::new(None);
+        let mut v = review();
+        v["request"]["operation"] = json!("CREATE");
+        v["request"]["object"]["spec"] = json!({"model": {"id": "a/b"},
+            "engine": {"type": "vllm", "args": {"k": "v"}, "extraArgs": ["--k=w"]}});
+        let body = serde_json::to_vec(&v).unwrap();
+        let (validated, mutated) = (validate_body(&body, &state), mutate_body(&body, &state));
+        assert!(!validated.allowed && !mutated.allowed);
+        assert_eq!(mutated.result.message, validated.result.message);
+        assert!(mutated.patch.is_none());
+        // The same change of an existing object: the mutating webhook only defaults.
+        v["request"]["operation"] = json!("UPDATE");
+        let resp = mutate_body(&serde_json::to_vec(&v).unwrap(), &state);
+        assert!(resp.allowed, "{}", resp.result.message);
+        // A creation the CRD's own rules refuse (no GPU for vLLM): left to the API
+        // server's words, as when the validating webhook checked creations.
+        let mut crd = v.clone();
+        crd["request"]["operation"] = json!("CREATE");
+        crd["request"]["object"]["spec"]["resources"] = json!({"gpu": {"count": 0}});
+        let resp = mutate_body(&serde_json::to_vec(&crd).unwrap(), &state);
+        assert!(resp.allowed, "{}", resp.result.message);
+        // A valid creation: the defaults' patch, and the validation's warnings with it (a
+        // served name a custom source ignores).
+        let mut v = review();
+        v["request"]["operation"] = json!("CREATE");
+        v["request"]["object"]["spec"] = json!({"model": {"id": "a/b", "source": "custom", "servedName": "s"},
+            "engine": {"type": "vllm"}});
+        let body = serde_json::to_vec(&v).unwrap();
+        let (validated, mutated) = (validate_body(&body, &state), mutate_body(&body, &state));
+        assert!(
+            validated.allowed && mutated.allowed,
+            "{}",
+            mutated.result.message
+        );
+        assert!(mutated.patch.is_some());
+        assert!(validated.warnings.as_ref().is_some_and(|w| !w.is_empty()));
+        for w in validated.warnings.unwrap() {
+            assert!(
+                mutated.warnings.as_ref().is_some_and(|m| m.contains(&w)),
+                "{w}"
+            );
+        }
     }
 
     /// A vLLM spec with no GPU request is patched to one GPU (the default AI Runway's

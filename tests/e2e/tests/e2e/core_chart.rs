@@ -226,7 +226,25 @@ fn core_chart_lints_and_renders_least_privilege_rbac_and_webhooks() {
             serde_json::json!(["modeldeployments"])
         );
     }
+    // Both fail closed; creations are validated by the mutating webhook (called again
+    // after later mutations), the validating one checks changes of the spec, and
+    // creations too when asked.
     assert_eq!(vwc["webhooks"][0]["failurePolicy"], "Fail");
+    assert_eq!(mwc["webhooks"][0]["failurePolicy"], "Fail");
+    assert_eq!(mwc["webhooks"][0]["reinvocationPolicy"], "IfNeeded");
+    assert_eq!(
+        mwc["webhooks"][0]["rules"][0]["operations"],
+        serde_json::json!(["CREATE", "UPDATE"])
+    );
+    assert_eq!(
+        vwc["webhooks"][0]["rules"][0]["operations"],
+        serde_json::json!(["UPDATE"])
+    );
+    let both = template(&helm, &["--set", "webhook.validateCreations=true"]);
+    assert_eq!(
+        find(&both, "ValidatingWebhookConfiguration")["webhooks"][0]["rules"][0]["operations"],
+        serde_json::json!(["CREATE", "UPDATE"])
+    );
 
     // Two replicas: a disruption budget keeps one serving the webhooks.
     let pdb = find(&docs, "PodDisruptionBudget");

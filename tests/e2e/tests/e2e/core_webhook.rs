@@ -737,10 +737,11 @@ async fn core_chart_webhooks_are_called_by_the_api_server_through_rotation() {
         "{}",
         denied.message
     );
+    // A creation is validated by the mutating webhook (one call to core per create).
     assert!(
         denied
             .message
-            .contains("validate.modeldeployments.kubeairunway.ai"),
+            .contains("default.modeldeployments.kubeairunway.ai"),
         "the API server names the webhook: {}",
         denied.message
     );
@@ -954,8 +955,8 @@ async fn core_chart_webhooks_are_called_by_the_api_server_through_rotation() {
     let _ = stop_tx.send(());
     core.await.unwrap().unwrap();
 
-    // Core is down and its validating webhook fails closed: changes of the spec are
-    // refused...
+    // Core is down and its webhooks fail closed (the mutating one, called first, too):
+    // changes of the spec are refused...
     let refused = mds
         .patch(
             "valid",
@@ -964,7 +965,7 @@ async fn core_chart_webhooks_are_called_by_the_api_server_through_rotation() {
         )
         .await;
     assert!(
-        matches!(&refused, Err(kube::Error::Api(s)) if s.message.contains("validate.modeldeployments.kubeairunway.ai")),
+        matches!(&refused, Err(kube::Error::Api(s)) if s.message.contains("default.modeldeployments.kubeairunway.ai")),
         "{refused:?}"
     );
     // ...not those of labels or annotations, which the webhooks never look at (the chart's
