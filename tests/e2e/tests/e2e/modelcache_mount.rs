@@ -244,30 +244,20 @@ async fn enforce_controller_policies(
         )
         .await
         .unwrap();
-    policy::assert_denied(
-        &Api::<KernelCacheNode>::all(controller.clone())
-            .patch(
-                "probe-node",
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"nodeName": "gpu-a", "inUse": []}})),
-            )
-            .await,
-        &name_of("-node-reports"),
-        "the kernel-cache controller changes only spec.inUse and spec.modelDownloads of a KernelCacheNode",
-    );
-    // Nor the key the agent published: the controller cannot have a node's credentials
-    // sealed to a key of its choosing.
-    policy::assert_denied(
-        &Api::<KernelCacheNode>::all(controller.clone())
-            .patch(
-                "probe-node",
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"credentialsKey": "AAAA", "inUse": []}})),
-            )
-            .await,
-        &name_of("-node-reports"),
-        "the kernel-cache controller changes only spec.inUse and spec.modelDownloads of a KernelCacheNode",
-    );
+    // Nor its nodeName, nor the key the agent published (the controller cannot have a
+    // node's credentials sealed to a key of its choosing).
+    for change in [
+        json!({"spec": {"nodeName": "gpu-a", "inUse": []}}),
+        json!({"spec": {"credentialsKey": "AAAA", "inUse": []}}),
+    ] {
+        policy::assert_denied(
+            &Api::<KernelCacheNode>::all(controller.clone())
+                .patch("probe-node", &PatchParams::default(), &Patch::Merge(change))
+                .await,
+            &name_of("-node-reports"),
+            "the kernel-cache controller changes only spec.inUse and spec.modelDownloads of a KernelCacheNode",
+        );
+    }
     reports
         .delete("probe-node", &DeleteParams::default())
         .await
