@@ -268,8 +268,10 @@ pub const TERM_GRACE: Duration = Duration::from_secs(5);
 /// reconciles, and each one's requests open an HTTP/1.1 connection of its own (with its
 /// TLS state and buffers): measured with the scale benchmark's heap profile, core held
 /// hundreds of connections at 2,000 ModelDeployments, and the API server paid a TLS
-/// handshake for each.
-pub const RECONCILE_CONCURRENCY: u16 = 16;
+/// handshake for each. At 16 the controllers finished 21 s after the last of 10,000
+/// creates (a saturated API server answers each request late); at 32 they keep up
+/// (docs/benchmarks.md), for a few MB more.
+pub const RECONCILE_CONCURRENCY: u16 = 32;
 
 /// The configuration of every controller of the platform: [`RECONCILE_CONCURRENCY`].
 pub fn controller_config() -> kube::runtime::controller::Config {
