@@ -61,16 +61,13 @@ impl Ctx {
             .is_some()
     }
 
-    /// Forget what is kept per cache for caches that no longer exist, and take their
-    /// handed-over credentials back.
+    /// Forget what is kept per cache for caches that no longer exist (their handed-over
+    /// credentials are taken back by the handover's own loop).
     pub(crate) fn prune(&self) {
         let exists = |(ns, name): &(String, String)| self.exists(ns, name);
         self.retries.retain(exists);
         if let Ok(mut p) = self.pin_checked.lock() {
             p.retain(|k, _| exists(k));
-        }
-        if let Some(h) = &self.handover {
-            h.retain(handover::Kind::Kernel, |ns, name| self.exists(ns, name));
         }
     }
 }

@@ -205,24 +205,6 @@ impl Handover {
         }
     }
 
-    /// Takes back the entries of caches of `kind` for which `exists` is false.
-    pub fn retain(&self, kind: Kind, exists: impl Fn(&str, &str) -> bool) {
-        let mut changed = false;
-        if let Ok(mut entries) = self.entries.lock() {
-            entries.retain(|_, e| {
-                let keep = e.owner.0 != kind || exists(&e.owner.1, &e.owner.2);
-                changed |= !keep;
-                keep
-            });
-        }
-        if let Ok(mut t) = self.tried.lock() {
-            t.retain(|o| o.0 != kind || exists(&o.1, &o.2));
-        }
-        if changed {
-            self.changed.notify_one();
-        }
-    }
-
     /// Writes the node Secrets until dropped: once `expected` (the caches that hand
     /// something over, from the synced watch caches) have all been tried, or after
     /// [`SETTLE`], leftovers are deleted, then every change is written; entries of caches
@@ -262,9 +244,14 @@ impl Handover {
         }
     }
 
+    /// Takes back the entries of caches not in `owners` (deleted, or naming no
+    /// credentials any more), and forgets that they were tried.
     fn keep_only(&self, owners: &BTreeSet<Owner>) {
         if let Ok(mut entries) = self.entries.lock() {
             entries.retain(|_, e| owners.contains(&e.owner));
+        }
+        if let Ok(mut t) = self.tried.lock() {
+            t.retain(|o| owners.contains(o));
         }
     }
 

@@ -150,17 +150,12 @@ impl ModelCtx {
             .is_some()
     }
 
-    /// Forget what is kept of caches that no longer exist, and take their handed-over
-    /// credentials back.
+    /// Forget what is kept of caches that no longer exist (their handed-over credentials
+    /// are taken back by the handover's own loop).
     pub(crate) fn prune(&self) {
         self.retries.retain(|key| self.exists(key));
         if let Ok(mut handed) = self.handed.lock() {
             handed.retain(|key, _| self.exists(key));
-        }
-        if let Some(h) = &self.handover {
-            h.retain(handover::Kind::Model, |ns, name| {
-                self.exists(&(ns.to_string(), name.to_string()))
-            });
         }
     }
 
@@ -666,10 +661,8 @@ async fn hand_over(ctx: &ModelCtx, cache: &ModelCache) -> (Option<String>, Regis
     let namespace = cache.namespace().unwrap_or_default();
     let name = cache.name_any();
     let Some(reference) = cache.spec.credentials_secret_ref.as_ref() else {
-        if let Some(h) = &ctx.handover {
-            let owner = (handover::Kind::Model, namespace.clone(), name.clone());
-            h.hand_over(&owner, &model_token_secret(&namespace, &name), None);
-        }
+        // Nothing to hand over: the handover's loop takes back what was (a cache that
+        // names no credentials Secret is not among those it keeps).
         return (None, RegistryAuth::Anonymous);
     };
     let key = (namespace.clone(), name.clone());
