@@ -447,14 +447,11 @@ fn crd_refuses(req: &AdmissionRequest<DynamicObject>) -> bool {
     if typed(obj).is_err() {
         return true;
     }
-    let Some(mut spec) = serde_json::to_value(obj)
+    // `check` reads the spec with its defaults, as the API server will see it.
+    serde_json::to_value(obj)
         .ok()
         .and_then(|v| v.get("spec").cloned())
-    else {
-        return true;
-    };
-    crate::defaults::apply(&mut spec);
-    !kubeairunway_sdk::validation::check(&spec).is_empty()
+        .is_none_or(|spec| !kubeairunway_sdk::validation::check(&spec).is_empty())
 }
 
 /// Answer a mutating request body with the checks that need no request of their own
