@@ -374,6 +374,21 @@ fn restricted_violations(pod: &Value) -> Vec<String> {
     out
 }
 
+/// `pod` created (again, until the webhook's configuration and CA bundle reach the API
+/// server's informers) with the model cache injected: what the API server stored.
+async fn created_with_cache(pods: &Api<Pod>, pod: &Pod, what: &str) -> Pod {
+    eventually(60, &format!("{what} with the model cache"), || async {
+        let p = pods.create(&PostParams::default(), pod).await.ok()?;
+        p.metadata
+            .annotations
+            .as_ref()?
+            .contains_key(MODEL_INJECTED_ANNOTATION)
+            .then_some(p)
+    })
+    .await
+    .unwrap()
+}
+
 /// A serving pod of the ModelDeployment `md` that the `restricted` level admits (or, with
 /// `compliant` false, one it refuses: no security context).
 fn serving_pod(md: &str, compliant: bool) -> Pod {
@@ -589,19 +604,7 @@ async fn serving_pods_mount_a_ready_model_cache_in_a_restricted_namespace() {
     let (webhook_identity, stop_webhook, webhook) =
         start_webhook(&cluster, &client, &objects).await;
     // The webhook's CA bundle and configuration reach the API server's informers.
-    let injected = eventually(60, "a serving pod with the model cache", || async {
-        let p = pods
-            .create(&PostParams::default(), &serving_pod("llama", true))
-            .await
-            .ok()?;
-        p.metadata
-            .annotations
-            .as_ref()?
-            .contains_key(MODEL_INJECTED_ANNOTATION)
-            .then_some(p)
-    })
-    .await
-    .unwrap();
+    let injected = created_with_cache(&pods, &serving_pod("llama", true), "a serving pod").await;
     assert_eq!(
         injected.metadata.annotations.as_ref().unwrap()[MODEL_INJECTED_ANNOTATION],
         format!("{NS}/tiny@{commit}")
@@ -653,16 +656,7 @@ async fn serving_pods_mount_a_ready_model_cache_in_a_restricted_namespace() {
     container["volumeMounts"] = json!([{"name": "model-cache", "mountPath": "/model-cache"}]);
     llama_pod["spec"]["volumes"] = json!([{"name": "model-cache", "emptyDir": {}}]);
     let llama_pod: Pod = serde_json::from_value(llama_pod).unwrap();
-    let llama = eventually(60, "a llama.cpp pod with the model cache", || async {
-        let p = pods.create(&PostParams::default(), &llama_pod).await.ok()?;
-        p.metadata
-            .annotations
-            .as_ref()?
-            .contains_key(MODEL_INJECTED_ANNOTATION)
-            .then_some(p)
-    })
-    .await
-    .unwrap();
+    let llama = created_with_cache(&pods, &llama_pod, "a llama.cpp pod").await;
     let c = serde_json::to_value(&llama.spec.as_ref().unwrap().containers[0]).unwrap();
     assert_eq!(
         c["volumeMounts"][1],
