@@ -49,25 +49,29 @@ use super::warmup::DeploymentWarmup;
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[serde(rename_all = "camelCase")]
+// The rules read optional fields with `self.?a.?b.orValue(..)`, not `has(self.a) &&
+// has(self.a.b) && self.a.b`: the API server evaluates every rule on each write of the
+// object (status writes too), and each field it reads off the spec costs it a copy of the
+// spec schema's properties; this way a rule reads each field once (docs/benchmarks.md).
 #[schemars(extend("x-kubernetes-validations" = [
     {
-        "rule": "(has(self.model.source) && self.model.source != 'huggingface') || (has(self.model.id) && size(self.model.id) > 0)",
+        "rule": "self.model.?source.orValue('huggingface') != 'huggingface' || self.model.?id.orValue('') != ''",
         "message": "model.id is required when source is huggingface",
         "fieldPath": ".model.id",
         "reason": "FieldValueRequired"
     },
     {
-        "rule": "!(has(self.engine) && has(self.engine.type) && self.engine.type == 'vllm') || (has(self.serving) && has(self.serving.mode) && self.serving.mode == 'disaggregated') || (has(self.resources) && has(self.resources.gpu) && has(self.resources.gpu.count) && self.resources.gpu.count > 0)",
+        "rule": "self.?engine.?type.orValue('') != 'vllm' || self.?serving.?mode.orValue('') == 'disaggregated' || self.?resources.?gpu.?count.orValue(0) > 0",
         "message": "vLLM engine requires GPU (set resources.gpu.count > 0)",
         "fieldPath": ".resources.gpu.count"
     },
     {
-        "rule": "!(has(self.engine) && has(self.engine.type) && self.engine.type == 'sglang') || (has(self.serving) && has(self.serving.mode) && self.serving.mode == 'disaggregated') || (has(self.resources) && has(self.resources.gpu) && has(self.resources.gpu.count) && self.resources.gpu.count > 0)",
+        "rule": "self.?engine.?type.orValue('') != 'sglang' || self.?serving.?mode.orValue('') == 'disaggregated' || self.?resources.?gpu.?count.orValue(0) > 0",
         "message": "SGLang engine requires GPU (set resources.gpu.count > 0)",
         "fieldPath": ".resources.gpu.count"
     },
     {
-        "rule": "!(has(self.engine) && has(self.engine.type) && self.engine.type == 'trtllm') || (has(self.serving) && has(self.serving.mode) && self.serving.mode == 'disaggregated') || (has(self.resources) && has(self.resources.gpu) && has(self.resources.gpu.count) && self.resources.gpu.count > 0)",
+        "rule": "self.?engine.?type.orValue('') != 'trtllm' || self.?serving.?mode.orValue('') == 'disaggregated' || self.?resources.?gpu.?count.orValue(0) > 0",
         "message": "TensorRT-LLM engine requires GPU (set resources.gpu.count > 0)",
         "fieldPath": ".resources.gpu.count"
     },
@@ -77,25 +81,25 @@ use super::warmup::DeploymentWarmup;
         "fieldPath": ".engine.image"
     },
     {
-        "rule": "!(has(self.serving) && has(self.serving.mode) && self.serving.mode == 'disaggregated') || !has(self.resources) || !has(self.resources.gpu)",
+        "rule": "self.?serving.?mode.orValue('') != 'disaggregated' || !has(self.resources) || !has(self.resources.gpu)",
         "message": "Cannot specify both resources.gpu and scaling.prefill/decode",
         "fieldPath": ".resources.gpu",
         "reason": "FieldValueForbidden"
     },
     {
-        "rule": "!(has(self.serving) && has(self.serving.mode) && self.serving.mode == 'disaggregated') || (has(self.scaling) && has(self.scaling.prefill) && has(self.scaling.decode))",
+        "rule": "self.?serving.?mode.orValue('') != 'disaggregated' || (has(self.scaling) && has(self.scaling.prefill) && has(self.scaling.decode))",
         "message": "Disaggregated mode requires scaling.prefill and scaling.decode",
         "fieldPath": ".scaling",
         "reason": "FieldValueRequired"
     },
     {
-        "rule": "!(has(self.serving) && has(self.serving.mode) && self.serving.mode == 'disaggregated') || !has(self.scaling) || !has(self.scaling.prefill) || (has(self.scaling.prefill.gpu) && has(self.scaling.prefill.gpu.count) && self.scaling.prefill.gpu.count > 0)",
+        "rule": "self.?serving.?mode.orValue('') != 'disaggregated' || !has(self.scaling) || !has(self.scaling.prefill) || (has(self.scaling.prefill.gpu) && has(self.scaling.prefill.gpu.count) && self.scaling.prefill.gpu.count > 0)",
         "message": "Disaggregated mode requires scaling.prefill.gpu.count",
         "fieldPath": ".scaling.prefill.gpu.count",
         "reason": "FieldValueRequired"
     },
     {
-        "rule": "!(has(self.serving) && has(self.serving.mode) && self.serving.mode == 'disaggregated') || !has(self.scaling) || !has(self.scaling.decode) || (has(self.scaling.decode.gpu) && has(self.scaling.decode.gpu.count) && self.scaling.decode.gpu.count > 0)",
+        "rule": "self.?serving.?mode.orValue('') != 'disaggregated' || !has(self.scaling) || !has(self.scaling.decode) || (has(self.scaling.decode.gpu) && has(self.scaling.decode.gpu.count) && self.scaling.decode.gpu.count > 0)",
         "message": "Disaggregated mode requires scaling.decode.gpu.count",
         "fieldPath": ".scaling.decode.gpu.count",
         "reason": "FieldValueRequired"

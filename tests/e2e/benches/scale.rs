@@ -5,7 +5,7 @@
 //! ```console
 //! $ cargo bench -p kubeairunway-e2e --bench scale -- --n 1000 [--connections 8] [--steady 60s] \
 //!       [--provider dynamo|kuberay|kaito|deployment] [--kernel-cache] [--bin-dir target/release] \
-//!       [--raw-watches]
+//!       [--raw-watches] [--cpu-profile 10s]
 //! ```
 //!
 //! It starts a private test API server (etcd + the upstream apiserver code), installs the
@@ -37,6 +37,9 @@
 //! With `--raw-watches`, the plain client's writes are made while watches like the
 //! platform's are open (three of ModelDeployments, one of the provider's upstream kind): the
 //! difference is what serving the watches costs the API server.
+//!
+//! With `--cpu-profile DURATION`, the API server's CPU is profiled (Go's pprof) for that
+//! long from the start of each timed phase, into `apiserver-<phase>.pprof`.
 //!
 //! Requests are read from the API server's own `apiserver_request_total`, by verb and
 //! resource, minus the benchmark's own; reconciles from the controllers' metrics; RSS
@@ -103,6 +106,8 @@ struct Args {
     raw_watches: bool,
     /// The provider run with core.
     provider: Role,
+    /// Sample the API server's CPU profile for this long from the start of each timed phase.
+    cpu_profile: Option<Duration>,
 }
 
 fn args() -> Args {
@@ -114,6 +119,7 @@ fn args() -> Args {
         bin_dir: None,
         raw_watches: false,
         provider: Role::Dynamo,
+        cpu_profile: None,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -133,6 +139,13 @@ fn args() -> Args {
             }
             "--kernel-cache" => out.kernel_cache = true,
             "--raw-watches" => out.raw_watches = true,
+            "--cpu-profile" => {
+                out.cpu_profile = Some(
+                    it.next()
+                        .and_then(|v| humantime::parse_duration(&v).ok())
+                        .expect("--cpu-profile DURATION"),
+                );
+            }
             "--provider" => {
                 out.provider = match it.next().as_deref() {
                     Some("dynamo") => Role::Dynamo,
@@ -625,6 +638,7 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
     let mut baselines = Vec::new();
     for baseline in [Baseline::Platform, Baseline::Minimal] {
         let cpu_before = cpu_use(cluster, &[]);
+        let profile = cpu_profile(&client, args, &format!("raw-{}", baseline.name()));
         let raw = raw_writes(cluster, args, api.clone(), builtins.clone(), baseline).await?;
         print_cpu(
             &format!("the raw requests ({})", baseline.name()),
@@ -632,6 +646,7 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
             &cpu_use(cluster, &[]),
             raw,
         );
+        finish_profile(profile).await;
         let per = baseline.requests(kinds.len());
         println!(
             "raw requests ({}): {} ({per} per ModelDeployment, {} objects rendered) in {:.1} s ({:.0}/s)",
@@ -644,6 +659,7 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
         // The plain client's objects go before the next phase: the providers would
         // otherwise cache them, and the ModelDeployments' objects (created without an
         // owner) would be refused as someone else's and retried for the whole run.
+        sample_size(&client, "raw", "raw-0", &kinds).await?;
         remove_raw(cluster, args, &kinds).await?;
         baselines.push((baseline, raw));
     }
@@ -680,6 +696,7 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
     }
     let before = request_counts(&client).await?;
     let cpu_before = cpu_use(cluster, &controllers);
+    let profile = cpu_profile(&client, args, "platform");
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
     let watch = tokio::spawn(count_done(client.clone(), args.n, done_tx));
     let (n, provider) = (args.n, args.provider);
@@ -695,6 +712,7 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
     let end_to_end = started.elapsed();
     let cpu_after = cpu_use(cluster, &controllers);
     watch.abort();
+    finish_profile(profile).await;
     let after = request_counts(&client).await?;
     println!(
         "platform: {n} ModelDeployments created in {:.1} s, all deployed after {:.1} s",
@@ -722,6 +740,7 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
         &rollout,
         n,
     );
+    sample_size(&client, "scale", "md-0", &kinds).await?;
     let reconciles_rollout = reconciles(&controllers).await?;
 
     // 3. Steady state.
@@ -757,6 +776,71 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// The size of one ModelDeployment and of the objects rendered for it as stored (JSON),
+/// and of their `managedFields`: what every later write, watch event and validation of
+/// them costs the API server grows with it. Each is written to `stored-<ns>-<plural>.json`
+/// in the working directory.
+async fn sample_size(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    kinds: &[ApiResource],
+) -> anyhow::Result<()> {
+    let md_kind = ApiResource::erase::<ModelDeployment>(&());
+    let mut sizes = Vec::new();
+    for kind in std::iter::once(&md_kind).chain(kinds) {
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, kind);
+        let object = api.get(name).await?;
+        let managed = serde_json::to_vec(&object.metadata.managed_fields)?.len();
+        std::fs::write(
+            format!("stored-{ns}-{}.json", kind.plural),
+            serde_json::to_vec_pretty(&object)?,
+        )?;
+        sizes.push(format!(
+            "{} {} bytes (managedFields {managed})",
+            kind.kind,
+            serde_json::to_vec(&object)?.len()
+        ));
+    }
+    println!("stored {ns}/{name}: {}", sizes.join(", "));
+    Ok(())
+}
+
+/// With `--cpu-profile`, the API server's CPU profile (Go's pprof, from its
+/// `/debug/pprof/profile`) of the phase's first seconds, written to
+/// `apiserver-<phase>.pprof` in the working directory (`go tool pprof -top` reads it).
+fn cpu_profile(
+    client: &Client,
+    args: &Args,
+    phase: &str,
+) -> Option<tokio::task::JoinHandle<anyhow::Result<PathBuf>>> {
+    let seconds = args.cpu_profile?.as_secs().max(1);
+    let (client, path) = (
+        client.clone(),
+        PathBuf::from(format!("apiserver-{phase}.pprof")),
+    );
+    Some(tokio::spawn(async move {
+        let request = http::Request::get(format!("/debug/pprof/profile?seconds={seconds}"))
+            .body(Vec::new())?;
+        let body = client.request_stream(request).await?;
+        let mut bytes = Vec::new();
+        futures::io::AsyncReadExt::read_to_end(&mut Box::pin(body), &mut bytes).await?;
+        std::fs::write(&path, bytes)?;
+        Ok(path)
+    }))
+}
+
+/// Wait for a phase's profile and say where it is.
+async fn finish_profile(profile: Option<tokio::task::JoinHandle<anyhow::Result<PathBuf>>>) {
+    if let Some(profile) = profile {
+        match profile.await {
+            Ok(Ok(path)) => println!("API server CPU profile: {}", path.display()),
+            Ok(Err(e)) => println!("API server CPU profile failed: {e:#}"),
+            Err(e) => println!("API server CPU profile failed: {e}"),
+        }
+    }
 }
 
 /// Watches like those open during the platform's run, their events read and dropped: of
