@@ -129,11 +129,13 @@ impl WebhookState {
     }
 
     /// The provider core will select for `md` (defaults applied), when the cache of
-    /// providers has synced and one will be.
-    fn foreseen_provider(&self, md: &ModelDeployment) -> Option<String> {
+    /// providers has synced and one will be (`checked`: `md` is known to be valid).
+    fn foreseen_provider(&self, md: &ModelDeployment, checked: Checked) -> Option<String> {
         let foresight = self.foresight.as_ref()?;
         let store = self.providers.as_ref().filter(|s| s.is_synced())?;
-        if labels::is_paused(md.metadata.annotations.as_ref()) || !validate(&md.spec).is_valid() {
+        if labels::is_paused(md.metadata.annotations.as_ref())
+            || (checked == Checked::No && !validate(&md.spec).is_valid())
+        {
             return None;
         }
         if let Some(name) = md.spec.provider_name() {
@@ -325,6 +327,23 @@ pub fn review_mutate(
     req: &AdmissionRequest<DynamicObject>,
     state: &WebhookState,
 ) -> AdmissionResponse {
+    mutate_review(req, state, Checked::No)
+}
+
+/// Whether the object under review is known to keep the CRD's rules and the webhook's
+/// (checked already in this review: not checked again, the costliest part of a review).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Checked {
+    Yes,
+    No,
+}
+
+/// [`review_mutate`], the object's validity `checked` or not.
+fn mutate_review(
+    req: &AdmissionRequest<DynamicObject>,
+    state: &WebhookState,
+    checked: Checked,
+) -> AdmissionResponse {
     let resp = AdmissionResponse::from(req);
     let Some(obj) = req.object.as_ref() else {
         return resp;
@@ -345,7 +364,7 @@ pub fn review_mutate(
         crate::defaults::apply(spec);
     }
     if req.operation == Operation::Create {
-        add_foreseen_finalizer(&mut defaulted, state);
+        add_foreseen_finalizer(&mut defaulted, state, checked);
     }
     let patch = json_patch::diff(&original, &defaulted);
     if patch.0.is_empty() {
@@ -359,11 +378,11 @@ pub fn review_mutate(
 
 /// Add the finalizer of the provider core will select to `object` (a ModelDeployment
 /// with its defaults), if one is foreseen.
-fn add_foreseen_finalizer(object: &mut Value, state: &WebhookState) {
+fn add_foreseen_finalizer(object: &mut Value, state: &WebhookState, checked: Checked) {
     let Some(md) = serde_json::from_value::<ModelDeployment>(object.clone()).ok() else {
         return;
     };
-    let Some(provider) = state.foreseen_provider(&md) else {
+    let Some(provider) = state.foreseen_provider(&md, checked) else {
         return;
     };
     let Some(finalizers) = finalizers::with(&md, &finalizers::of_provider(&provider)) else {
@@ -489,7 +508,8 @@ fn mutate_parsed(
     if !verdict.allowed {
         return (verdict, None);
     }
-    let mut r = review_mutate(&req, state);
+    // Neither refused by the CRD's rules (`crd_refuses`) nor by the webhook's.
+    let mut r = mutate_review(&req, state, Checked::Yes);
     if r.allowed
         && let Some(warnings) = verdict.warnings
     {
