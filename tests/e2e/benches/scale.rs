@@ -5,12 +5,16 @@
 //! ```console
 //! $ cargo bench -p kubeairunway-e2e --bench scale -- --n 1000 [--connections 8] [--steady 60s] \
 //!       [--provider dynamo|kuberay|kaito|deployment] [--kernel-cache] [--bin-dir target/release] \
-//!       [--raw-watches] [--cpu-profile 10s]
+//!       [--raw-watches] [--lean-raw] [--cpu-profile 10s]
 //! ```
 //!
 //! It starts a private test API server (etcd + the upstream apiserver code), installs the
 //! platform's CRDs and the provider's upstream CRD (Dynamo's by default), then:
-//! 1. **raw**, two baselines made by a plain client over `--connections` connections:
+//! 1. **raw**, two baselines made by a plain client over `--connections` connections, each
+//!    reaching the platform's end state: the statuses carry the fields and conditions core
+//!    and the provider write, the objects are finished as the provider runtime applies them
+//!    (labels, annotations, owner), so stored objects are the platform's size (printed);
+//!    `--lean-raw` writes one condition per status and the objects as rendered instead:
 //!    - *the platform's requests*: per ModelDeployment, the requests the platform makes for
 //!      it, in the same order (create the ModelDeployment with the finalizer core's
 //!      webhook gives it, core's status and event, the provider's create-only apply of
@@ -45,7 +49,10 @@
 //! resource, minus the benchmark's own; reconciles from the controllers' metrics; RSS
 //! (current and peak) from `/proc/<pid>/status`; CPU time, of the machine and of each
 //! process (the API server and etcd, each controller, this client), from `/proc` during
-//! both timed phases: what bounds a phase when the machine's cores are all busy.
+//! both timed phases: what bounds a phase when the machine's cores are all busy. The API
+//! server's and etcd's CPU per ModelDeployment is compared between the platform and each
+//! baseline: what the platform costs a cluster's control plane, whatever else shares this
+//! machine's cores (the controllers, which on a cluster run on other nodes).
 //!
 //! The controllers are this binary, re-executed in a role (`SCALE_BENCH_ROLE`) that runs
 //! what the controller's own `main` runs, unless `--bin-dir` names a directory holding the
@@ -88,7 +95,7 @@ use kubeairunway_sdk::runtime::ProviderFlags as _;
 use kubeairunway_sdk::testing::ModelDeploymentBuilder;
 use kubeairunway_sdk::{Provider, UpstreamApi, UpstreamRef};
 use kubeairunway_testcluster::{Lifetime, TestCluster, install_crds};
-use serde_json::json;
+use serde_json::{Value, json};
 
 const ROLE: &str = "SCALE_BENCH_ROLE";
 /// The namespace core's chart is rendered for.
@@ -106,6 +113,9 @@ struct Args {
     raw_watches: bool,
     /// The provider run with core.
     provider: Role,
+    /// The raw writes carry lean content (one condition each, the rendered objects without
+    /// the platform's labels, annotations and owner) rather than the platform's.
+    lean_raw: bool,
     /// Sample the API server's CPU profile for this long from the start of each timed phase.
     cpu_profile: Option<Duration>,
 }
@@ -120,6 +130,7 @@ fn args() -> Args {
         raw_watches: false,
         provider: Role::Dynamo,
         cpu_profile: None,
+        lean_raw: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -139,6 +150,7 @@ fn args() -> Args {
             }
             "--kernel-cache" => out.kernel_cache = true,
             "--raw-watches" => out.raw_watches = true,
+            "--lean-raw" => out.lean_raw = true,
             "--cpu-profile" => {
                 out.cpu_profile = Some(
                     it.next()
@@ -395,17 +407,25 @@ async fn upstream_api(
 }
 
 /// `provider`'s objects for `md` in the order its runtime applies them: what supports the
-/// primary object first, the primary (of `api`'s kind) last.
+/// primary object first, the primary (of `api`'s kind) last; `finished`, as the runtime
+/// applies them (labels, annotations, owner: `render::finalize`), else as rendered.
 fn rendered_in_order(
     provider: &dyn Provider,
     md: &ModelDeployment,
     api: &UpstreamApi,
+    finished: bool,
 ) -> anyhow::Result<Vec<DynamicObject>> {
-    let mut objects = provider
+    let rendered = provider
         .render(md, api)
         .map_err(|e| anyhow::anyhow!("{e}"))?
         .objects;
-    anyhow::ensure!(!objects.is_empty(), "nothing rendered");
+    anyhow::ensure!(!rendered.is_empty(), "nothing rendered");
+    let mut objects = if finished {
+        kubeairunway_sdk::render::finalize(provider, md, api, rendered)
+            .map_err(|e| anyhow::anyhow!("{e}"))?
+    } else {
+        rendered
+    };
     let primary = objects.remove(0);
     objects.push(primary);
     Ok(objects)
@@ -619,6 +639,7 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
         provider(&builtins, args.provider)?,
         &vllm("sample", "raw", args.provider),
         &api,
+        false,
     )?;
     let kinds: Vec<ApiResource> = sample.iter().map(|o| api.resource_of(o)).collect();
     println!(
@@ -638,9 +659,9 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
     let mut baselines = Vec::new();
     for baseline in [Baseline::Platform, Baseline::Minimal] {
         let cpu_before = cpu_use(cluster, &[]);
-        let profile = cpu_profile(&client, args, &format!("raw-{}", baseline.name()));
+        let profile = cpu_profile(&client, args, baseline.slug());
         let raw = raw_writes(cluster, args, api.clone(), builtins.clone(), baseline).await?;
-        print_cpu(
+        let server = print_cpu(
             &format!("the raw requests ({})", baseline.name()),
             &cpu_before,
             &cpu_use(cluster, &[]),
@@ -661,7 +682,7 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
         // owner) would be refused as someone else's and retried for the whole run.
         sample_size(&client, "raw", "raw-0", &kinds).await?;
         remove_raw(cluster, args, &kinds).await?;
-        baselines.push((baseline, raw));
+        baselines.push((baseline, raw, server));
     }
     drop(watches);
 
@@ -719,19 +740,31 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
         created.as_secs_f64(),
         end_to_end.as_secs_f64()
     );
-    for (baseline, raw) in &baselines {
+    for (baseline, raw, _) in &baselines {
         println!(
             "ratio end-to-end / {} made raw: {:.2}x",
             baseline.name(),
             end_to_end.as_secs_f64() / raw.as_secs_f64()
         );
     }
-    print_cpu(
+    let server = print_cpu(
         "the platform's rollout",
         &cpu_before,
         &cpu_after,
         end_to_end,
     );
+    // What the API server spends, whatever else runs on the machine (on a cluster the
+    // controllers run elsewhere; here they share its cores).
+    let per_md = |cpu: f64| cpu * 1e3 / n as f64;
+    for (baseline, _, raw_server) in &baselines {
+        println!(
+            "API server and etcd CPU per ModelDeployment: the platform {:.1} ms, {} made raw {:.1} ms: {:.2}x",
+            per_md(server),
+            baseline.name(),
+            per_md(*raw_server),
+            server / raw_server
+        );
+    }
     let mut rollout = diff(&before, &after);
     // The benchmark's own requests: the creates and its one watch.
     subtract(&mut rollout, "POST modeldeployments", n);
@@ -925,6 +958,14 @@ impl Baseline {
         }
     }
 
+    /// The phase's name in file names.
+    fn slug(self) -> &'static str {
+        match self {
+            Self::Platform => "raw-platform",
+            Self::Minimal => "raw-minimal",
+        }
+    }
+
     /// Requests per ModelDeployment, where the provider renders `objects`.
     fn requests(self, objects: usize) -> usize {
         match self {
@@ -942,7 +983,7 @@ async fn raw_writes(
     builtins: Arc<BuiltIns>,
     baseline: Baseline,
 ) -> anyhow::Result<Duration> {
-    let role = args.provider;
+    let (role, lean) = (args.provider, args.lean_raw);
     let events = matches!(baseline, Baseline::Platform);
     fan_out(cluster, args.n, args.connections, move |client, i| {
         let (api, builtins) = (api.clone(), builtins.clone());
@@ -953,11 +994,16 @@ async fn raw_writes(
             let mds: Api<ModelDeployment> = Api::namespaced(client.clone(), "raw");
             let created = mds.create(&PostParams::default(), &md).await?;
             md.metadata.uid = created.metadata.uid.clone();
-            let core_status = json!({
-                "apiVersion": "kubeairunway.ai/v1alpha1", "kind": "ModelDeployment",
-                "status": {"provider": {"name": role.name(), "selectedReason": "raw"},
-                           "conditions": [{"type": "ProviderSelected", "status": "True", "reason": "AutoSelected",
-                                           "message": "raw", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+            let core_status = if lean {
+                lean_status(
+                    "ProviderSelected",
+                    "True",
+                    "AutoSelected",
+                    json!({"provider": {"name": role.name(), "selectedReason": "raw"}}),
+                )
+            } else {
+                core_status(role)
+            };
             mds.patch_status(
                 &name,
                 &PatchParams::apply("raw-core").force(),
@@ -967,7 +1013,9 @@ async fn raw_writes(
             if events {
                 raw_event(&client, &created, "ProviderSelected").await?;
             }
-            for mut object in rendered_in_order(provider(&builtins, role)?, &md, &api)? {
+            let objects = rendered_in_order(provider(&builtins, role)?, &md, &api, !lean)?;
+            let images = kubeairunway_sdk::render::images(&objects);
+            for mut object in objects {
                 object.metadata.namespace = Some("raw".into());
                 if events {
                     // Create-only, as the provider's first write.
@@ -987,12 +1035,18 @@ async fn raw_writes(
             if events {
                 raw_event(&client, &created, "ResourceCreated").await?;
             }
-            let provider_status = json!({
-                "apiVersion": "kubeairunway.ai/v1alpha1", "kind": "ModelDeployment",
-                "status": {"phase": "Deploying", "message": "raw",
-                           "provider": {"resourceName": name, "resourceKind": api.api_resource().kind},
-                           "conditions": [{"type": "Ready", "status": "False", "reason": "DeploymentProgressing",
-                                           "message": "raw", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+            let kind = &api.api_resource().kind;
+            let provider_status = if lean {
+                lean_status(
+                    "Ready",
+                    "False",
+                    "DeploymentProgressing",
+                    json!({"phase": "Deploying", "message": "raw",
+                    "provider": {"resourceName": name, "resourceKind": kind}}),
+                )
+            } else {
+                provider_status(&created, kind, &images)
+            };
             mds.patch_status(
                 &name,
                 &PatchParams::apply("raw-provider").force(),
@@ -1003,6 +1057,58 @@ async fn raw_writes(
         }
     })
     .await
+}
+
+/// A status with one condition and `fields` (`--lean-raw`).
+fn lean_status(type_: &str, status: &str, reason: &str, mut fields: Value) -> Value {
+    fields["conditions"] = json!([{"type": type_, "status": status, "reason": reason,
+        "message": "raw", "lastTransitionTime": "2026-01-01T00:00:00Z"}]);
+    json!({"apiVersion": "kubeairunway.ai/v1alpha1", "kind": "ModelDeployment", "status": fields})
+}
+
+/// A condition as the platform writes it.
+fn condition(type_: &str, status: &str, reason: &str, message: &str) -> Value {
+    json!({"type": type_, "status": status, "reason": reason, "message": message,
+        "observedGeneration": 1, "lastTransitionTime": "2026-01-01T00:00:00Z"})
+}
+
+/// Core's status for a ModelDeployment naming its engine and selected automatically: the
+/// fields and conditions core writes, with messages of the same length.
+fn core_status(role: Role) -> Value {
+    let reason = format!(
+        "matched capabilities: engine=vllm, gpu=true, mode=aggregated; rule `spec.engine.type == 'vllm' && has(spec.resources) && has(spec.resources.gpu) && spec.resources.gpu.count > 0` priority 50 ({})",
+        role.name()
+    );
+    json!({"apiVersion": "kubeairunway.ai/v1alpha1", "kind": "ModelDeployment", "status": {
+        "conditions": [
+            condition("Validated", "True", "ValidationPassed", "Spec validation passed"),
+            condition("EngineSelected", "True", "ExplicitSelection", "explicit engine selection"),
+            condition("ProviderSelected", "True", "AutoSelected", &reason),
+        ],
+        "engine": {"type": "vllm", "selectedReason": "explicit engine selection"},
+        "provider": {"name": role.name(), "selectedReason": reason},
+    }})
+}
+
+/// The provider's status once it has applied the upstream object of `kind`: the fields and
+/// conditions the provider runtime writes, with messages of the same length.
+fn provider_status(md: &ModelDeployment, kind: &str, images: &[String]) -> Value {
+    let (name, ns) = (md.name_any(), md.namespace().unwrap_or_default());
+    let waiting = "waiting for the upstream operator to report status";
+    json!({"apiVersion": "kubeairunway.ai/v1alpha1", "kind": "ModelDeployment", "status": {
+        "conditions": [
+            condition("ProviderCompatible", "True", "CompatibilityVerified", &format!("the provider serves this spec with {kind}")),
+            condition("ResourceCreated", "True", "ResourceCreated", &format!("{kind} '{name}' is applied")),
+            condition("Ready", "False", "DeploymentProgressing", waiting),
+        ],
+        "endpoint": {"service": format!("{name}-frontend"), "port": 8000},
+        "message": waiting,
+        "observedGeneration": 1,
+        "phase": "Deploying",
+        "provider": {"images": images, "resourceKind": kind, "resourceName": name},
+        "selector": format!("nvidia.com/dynamo-component-type=worker,nvidia.com/dynamo-graph-deployment-name={name}"),
+        "url": format!("http://{name}-frontend.{ns}.svc.cluster.local:8000/v1"),
+    }})
 }
 
 /// An event about `md`, as a controller's event recorder writes it.
@@ -1191,8 +1297,9 @@ fn cpu_use(cluster: &TestCluster, controllers: &[Controller]) -> CpuUse {
     }
 }
 
-/// Print the CPU used during a phase of `elapsed`, in cores (CPU seconds per second).
-fn print_cpu(phase: &str, before: &CpuUse, after: &CpuUse, elapsed: Duration) {
+/// Print the CPU used during a phase of `elapsed`, in cores (CPU seconds per second);
+/// returns the CPU seconds of the API server and etcd.
+fn print_cpu(phase: &str, before: &CpuUse, after: &CpuUse, elapsed: Duration) -> f64 {
     let secs = elapsed.as_secs_f64();
     let cores = std::thread::available_parallelism().map_or(0, std::num::NonZero::get);
     let parts: Vec<String> = after
@@ -1206,6 +1313,11 @@ fn print_cpu(phase: &str, before: &CpuUse, after: &CpuUse, elapsed: Duration) {
         (after.machine - before.machine) / secs,
         parts.join(", ")
     );
+    after
+        .parts
+        .first()
+        .zip(before.parts.first())
+        .map_or(0.0, |((_, a), (_, b))| a - b)
 }
 
 /// Seconds per clock tick of `/proc`'s CPU times (`getconf CLK_TCK`; 100 per second
