@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use kube::ResourceExt;
 
 use kubeairunway_kernelcache_api::names;
-use kubeairunway_kernelcache_api::{CacheState, GpuInfo, IncompatibleGpu, KernelCache};
+use kubeairunway_kernelcache_api::{CacheState, GpuInfo, IncompatibleGpu, KernelCache, selects};
 use kubeairunway_kernelcache_artifact::compat;
 use kubeairunway_kernelcache_artifact::image::Target;
 
@@ -65,15 +65,6 @@ pub struct Wanted {
     pub pull_secrets: Vec<String>,
     /// Why it cannot be staged at all (reported as `Failed`).
     pub problem: Option<String>,
-}
-
-/// Whether `selector` (all pairs must match; none selects every node) selects a node
-/// with `labels`.
-pub fn selects(
-    selector: Option<&BTreeMap<String, String>>,
-    labels: &BTreeMap<String, String>,
-) -> bool {
-    selector.is_none_or(|s| s.iter().all(|(k, v)| labels.get(k) == Some(v)))
 }
 
 /// Where pods see the Triton cache of `cache` (`names::triton_dir`).

@@ -369,6 +369,16 @@ pub mod node_reasons {
     pub const EVICTED_FOR_SPACE: &str = "EvictedForSpace";
 }
 
+/// Whether a cache's `nodeSelector` (all pairs must match; none selects every node)
+/// selects a node with `labels`: where its agent stages it, the warmup waits for it and the
+/// controller seals its credentials.
+pub fn selects(
+    selector: Option<&BTreeMap<String, String>>,
+    labels: &BTreeMap<String, String>,
+) -> bool {
+    selector.is_none_or(|s| s.iter().all(|(k, v)| labels.get(k) == Some(v)))
+}
+
 /// The CRDs of the group (kernel and model caches), ready to apply.
 pub fn crds()
 -> Vec<k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition>

@@ -11,9 +11,10 @@
 //! report on the cache's current generation counts.
 
 use k8s_openapi::api::core::v1::Node;
+use kube::ResourceExt;
 
 use kubeairunway_kernelcache_api::model::{ModelCache, ModelCacheState};
-use kubeairunway_kernelcache_api::{CacheState, KernelCache, KernelCacheNode};
+use kubeairunway_kernelcache_api::{CacheState, KernelCache, KernelCacheNode, selects};
 use kubeairunway_sdk::api::warmup::reasons;
 
 /// A KernelCache on one node, as far as the warmup is concerned.
@@ -27,16 +28,6 @@ pub enum OnNode {
     Failed(&'static str, String),
 }
 
-/// Whether a cache's `nodeSelector` (none: every node) selects `node`, as its agent
-/// decides where to stage it.
-fn selects(selector: Option<&std::collections::BTreeMap<String, String>>, node: &Node) -> bool {
-    let labels = node.metadata.labels.as_ref();
-    selector
-        .into_iter()
-        .flatten()
-        .all(|(k, v)| labels.and_then(|l| l.get(k)) == Some(v))
-}
-
 /// The state of KernelCache `name` (`cache`, absent when there is none) on `node`, whose
 /// agent reported `report`.
 pub fn on_node(
@@ -48,7 +39,7 @@ pub fn on_node(
     let Some(cache) = cache else {
         return OnNode::Waiting(format!("there is no KernelCache '{name}' (yet)"));
     };
-    if !selects(cache.spec.node_selector.as_ref(), node) {
+    if !selects(cache.spec.node_selector.as_ref(), node.labels()) {
         return OnNode::Failed(
             reasons::KERNEL_CACHE_NOT_TARGETED,
             format!("KernelCache '{name}' does not select this node (its nodeSelector)"),
@@ -123,7 +114,7 @@ pub fn model_on_node(
     let Some(cache) = cache else {
         return OnNode::Waiting(format!("there is no ModelCache '{name}' (yet)"));
     };
-    if !selects(cache.spec.node_selector.as_ref(), node) {
+    if !selects(cache.spec.node_selector.as_ref(), node.labels()) {
         return OnNode::Failed(
             reasons::MODEL_CACHE_NOT_TARGETED,
             format!("ModelCache '{name}' does not select this node (its nodeSelector)"),

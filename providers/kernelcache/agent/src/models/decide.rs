@@ -17,8 +17,8 @@ use kubeairunway_kernelcache_artifact::modelpack::pull::ModelError;
 use kubeairunway_modelcache_hub::Error as HubError;
 use tokio::time::Instant;
 
-use crate::plan::selects;
 use crate::space::{Filesystem, Size};
+use kubeairunway_kernelcache_api::selects;
 
 /// A ModelCache: (namespace, name).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
