@@ -25,8 +25,8 @@ use serde_json::json;
 use tokio::sync::Notify;
 use tracing::{info, warn};
 
-use kubeairunway_kernelcache_api::KernelCacheNode;
 use kubeairunway_kernelcache_api::report::kube_error;
+use kubeairunway_kernelcache_api::{KernelCacheNode, selects};
 use kubeairunway_kernelcache_artifact::sealed::{
     NODE_ANNOTATION, NODE_SECRET_LABEL, node_secret_name, seal, valid_key,
 };
@@ -97,19 +97,17 @@ pub struct Want {
 /// The node Secrets wanted: every node with a valid key and at least one entry whose
 /// cache's nodeSelector selects it (pure).
 pub fn desired(nodes: &[NodeView], entries: &BTreeMap<String, Entry>) -> BTreeMap<String, Want> {
+    // Each entry's digest once, not once per node it selects.
+    let digests: Vec<(&Entry, String)> = entries.values().map(|e| (e, digest(&e.data))).collect();
     let mut out = BTreeMap::new();
     for node in nodes {
         let Some(key) = node.key.as_deref().filter(|k| valid_key(k)) else {
             continue;
         };
-        let selected: BTreeMap<String, String> = entries
-            .values()
-            .filter(|e| {
-                e.selector
-                    .as_ref()
-                    .is_none_or(|s| s.iter().all(|(k, v)| node.labels.get(k) == Some(v)))
-            })
-            .map(|e| (e.name.clone(), digest(&e.data)))
+        let selected: BTreeMap<String, String> = digests
+            .iter()
+            .filter(|(e, _)| selects(e.selector.as_ref(), &node.labels))
+            .map(|(e, d)| (e.name.clone(), d.clone()))
             .collect();
         if !selected.is_empty() {
             out.insert(
