@@ -260,7 +260,11 @@ fn parse(body: &[u8]) -> Result<AdmissionRequest<DynamicObject>, Box<AdmissionRe
 /// The typed ModelDeployment; an error names the field that does not decode (for example
 /// `spec.scaling.replicas: invalid type: string "two", expected i32`).
 fn typed(obj: &DynamicObject) -> Result<ModelDeployment, String> {
-    let value = serde_json::to_value(obj).map_err(|e| e.to_string())?;
+    typed_value(serde_json::to_value(obj).map_err(|e| e.to_string())?)
+}
+
+/// [`typed`], from the object as JSON.
+fn typed_value(value: Value) -> Result<ModelDeployment, String> {
     serde_path_to_error::deserialize(value)
         .map_err(|e| format!("invalid ModelDeployment: {}: {}", e.path(), e.inner()))
 }
@@ -463,14 +467,14 @@ fn crd_refuses(req: &AdmissionRequest<DynamicObject>) -> bool {
     let Some(obj) = req.object.as_ref() else {
         return false;
     };
-    if typed(obj).is_err() {
+    let Ok(value) = serde_json::to_value(obj) else {
         return true;
-    }
+    };
     // `check` reads the spec with its defaults, as the API server will see it.
-    serde_json::to_value(obj)
-        .ok()
-        .and_then(|v| v.get("spec").cloned())
-        .is_none_or(|spec| !kubeairunway_sdk::validation::check(&spec).is_empty())
+    value
+        .get("spec")
+        .is_none_or(|spec| !kubeairunway_sdk::validation::check(spec).is_empty())
+        || typed_value(value).is_err()
 }
 
 /// Answer a mutating request body with the checks that need no request of their own
