@@ -85,22 +85,25 @@ pub enum SealError {
 /// `data` sealed to the base64 public key `public` (anyone may seal; only the holder of
 /// the private half opens).
 pub fn seal(public: &str, data: &SecretData) -> Result<Vec<u8>, SealError> {
-    let bytes: [u8; 32] = STANDARD
-        .decode(public.trim())
-        .ok()
-        .and_then(|b| b.try_into().ok())
-        .ok_or(SealError::BadKey)?;
+    let key = public_key(public)?;
     let plain = serde_json::to_vec(data).map_err(|e| SealError::Malformed(e.to_string()))?;
-    crypto_box::PublicKey::from(bytes)
-        .seal(&mut crypto_box::aead::OsRng, &plain)
+    key.seal(&mut crypto_box::aead::OsRng, &plain)
         .map_err(|_| SealError::BadKey)
 }
 
 /// Whether `public` is a key [`seal`] accepts.
 pub fn valid_key(public: &str) -> bool {
-    STANDARD
+    public_key(public).is_ok()
+}
+
+/// The public key `public` names (32 bytes, base64).
+fn public_key(public: &str) -> Result<crypto_box::PublicKey, SealError> {
+    let bytes: [u8; crypto_box::KEY_SIZE] = STANDARD
         .decode(public.trim())
-        .is_ok_and(|b| b.len() == crypto_box::KEY_SIZE)
+        .ok()
+        .and_then(|b| b.try_into().ok())
+        .ok_or(SealError::BadKey)?;
+    Ok(crypto_box::PublicKey::from(bytes))
 }
 
 /// The agent's view of the credentials namespace: a read of the handed-over Secret
