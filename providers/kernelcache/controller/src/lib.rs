@@ -131,7 +131,7 @@ pub async fn run(
         },
         &node_meta,
     );
-    let sealing = handover.map(|h| {
+    let sealing = handover.clone().map(|h| {
         let (nodes, node_meta, caches, models) = (
             nodes.clone(),
             node_meta.clone(),
@@ -144,16 +144,9 @@ pub async fn run(
         })
     });
     let ctx = caches::new_ctx(
-        &client,
-        settings,
-        secrets,
-        metrics,
-        &nodes,
-        &caches,
-        policies,
-        model_ctx.handover(),
+        &client, settings, secrets, metrics, &nodes, &caches, policies, handover,
     );
-    let sweepers = spawn_sweepers(&model_ctx, &models);
+    let sweeper = spawn_sweeper(&model_ctx, &models);
     let shutdown = futures::FutureExt::shared(Box::pin(shutdown));
     let registration = tokio::spawn(registration::register(client.clone(), ctx.settings.resync));
     // The node reports wake two controllers, both reading the reports' store: each gets
@@ -204,7 +197,7 @@ pub async fn run(
     tokio::join!(caches_ctl, mds_ctl, labels_ctl, models_ctl);
     registration.abort();
     reports.abort();
-    for task in sweepers.into_iter().chain(sealing) {
+    for task in std::iter::once(sweeper).chain(sealing) {
         task.abort();
     }
     readiness.abort();
@@ -240,18 +233,18 @@ fn spawn_readiness(
 
 /// Deletes what earlier runs left of deleted model caches, once they are synced (a part
 /// of [`run`]).
-fn spawn_sweepers(
+fn spawn_sweeper(
     model_ctx: &Arc<model_caches::ModelCtx>,
     models: &Cache<ModelCache>,
-) -> [tokio::task::JoinHandle<()>; 1] {
+) -> tokio::task::JoinHandle<()> {
     let model_ctx = Arc::clone(model_ctx);
     let models = models.clone();
-    [tokio::spawn(async move {
+    tokio::spawn(async move {
         if models.synced().await {
             model_ctx.prune();
             model_ctx.prune_volumes(true).await;
         }
-    })]
+    })
 }
 
 /// The caches that hand credentials over (a part of [`run`]): KernelCaches naming pull

@@ -138,11 +138,6 @@ impl ModelCtx {
         })
     }
 
-    /// The sealed handover (shared with the KernelCache controller).
-    pub(crate) fn handover(&self) -> Option<Arc<Handover>> {
-        self.handover.clone()
-    }
-
     fn exists(&self, (namespace, name): &Key) -> bool {
         self.caches
             .store
