@@ -677,10 +677,11 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
             raw.as_secs_f64(),
             (per * args.n) as f64 / raw.as_secs_f64()
         );
-        // The plain client's objects go before the next phase: the providers would
-        // otherwise cache them, and the ModelDeployments' objects (created without an
-        // owner) would be refused as someone else's and retried for the whole run.
         sample_size(&client, "raw", "raw-0", &kinds).await?;
+        // The plain client's objects go before the next phase: the providers would
+        // otherwise cache them, and reconcile the plain client's ModelDeployments, whose
+        // objects (not the provider's writes) it would refuse as someone else's and
+        // retry for the whole run.
         remove_raw(cluster, args, &kinds).await?;
         baselines.push((baseline, raw, server));
     }
@@ -813,8 +814,7 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
 
 /// The size of one ModelDeployment and of the objects rendered for it as stored (JSON),
 /// and of their `managedFields`: what every later write, watch event and validation of
-/// them costs the API server grows with it. Each is written to `stored-<ns>-<plural>.json`
-/// in the working directory.
+/// them costs the API server grows with it.
 async fn sample_size(
     client: &Client,
     ns: &str,
@@ -827,10 +827,6 @@ async fn sample_size(
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, kind);
         let object = api.get(name).await?;
         let managed = serde_json::to_vec(&object.metadata.managed_fields)?.len();
-        std::fs::write(
-            format!("stored-{ns}-{}.json", kind.plural),
-            serde_json::to_vec_pretty(&object)?,
-        )?;
         sizes.push(format!(
             "{} {} bytes (managedFields {managed})",
             kind.kind,
