@@ -611,13 +611,14 @@ async fn an_oci_model_cache_goes_ready_through_the_agent() {
     agent.stop().await;
 }
 
-/// Three ModelPack artifacts pushed to `registry`: one signed with a new key (`public`),
-/// one unsigned, one signed by another key.
+/// Three ModelPack artifacts pushed to `registry`: one signed with a new key, one
+/// unsigned, one signed by another key; and the KernelCachePolicy `default` trusting the
+/// new key.
 struct Artifacts {
     signed: String,
     unsigned: String,
     wrong: String,
-    public: String,
+    policy: serde_json::Value,
 }
 
 async fn signed_artifacts(registry: &Registry) -> Artifacts {
@@ -634,7 +635,11 @@ async fn signed_artifacts(registry: &Registry) -> Artifacts {
         signed,
         unsigned,
         wrong,
-        public,
+        policy: json!({
+            "apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "KernelCachePolicy",
+            "metadata": {"name": "default"},
+            "spec": {"mode": "key", "publicKeys": [public]},
+        }),
     }
 }
 
@@ -661,7 +666,7 @@ async fn oci_model_caches_are_verified_under_the_policy_and_pulled_with_credenti
         signed,
         unsigned,
         wrong,
-        public,
+        policy,
     } = signed_artifacts(&registry).await;
 
     let (cluster, client) = setup("mc-oci-verify").await;
@@ -670,11 +675,7 @@ async fn oci_model_caches_are_verified_under_the_policy_and_pulled_with_credenti
         .patch(
             "default",
             &PatchParams::apply("user"),
-            &Patch::Apply(json!({
-                "apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "KernelCachePolicy",
-                "metadata": {"name": "default"},
-                "spec": {"mode": "key", "publicKeys": [public]},
-            })),
+            &Patch::Apply(policy),
         )
         .await
         .unwrap();
@@ -863,20 +864,11 @@ async fn the_cli_verifies_an_oci_artifact_under_a_policy_before_pulling_it() {
         signed,
         unsigned,
         wrong,
-        public,
+        policy: trusted,
     } = signed_artifacts(&registry).await;
     let files = tempfile::tempdir().unwrap();
     let policy = files.path().join("policy.yaml");
-    std::fs::write(
-        &policy,
-        serde_json::to_string(&json!({
-            "apiVersion": "cache.kubeairunway.ai/v1alpha1", "kind": "KernelCachePolicy",
-            "metadata": {"name": "default"},
-            "spec": {"mode": "key", "publicKeys": [public]},
-        }))
-        .unwrap(),
-    )
-    .unwrap();
+    std::fs::write(&policy, serde_json::to_string(&trusted).unwrap()).unwrap();
     let cache = tempfile::tempdir().unwrap();
     let pull = |pinned: &str| {
         let source = format!("oci://{pinned}");
