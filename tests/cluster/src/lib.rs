@@ -122,6 +122,7 @@ pub struct TestCluster {
     dir: PathBuf,
     server: String,
     kubeconfig: PathBuf,
+    etcd_port: u16,
     processes: Vec<Child>,
     lifetime: Lifetime,
 }
@@ -184,6 +185,7 @@ impl TestCluster {
             dir: dir.to_path_buf(),
             server: format!("https://127.0.0.1:{api_port}"),
             kubeconfig: dir.join("kubeconfig"),
+            etcd_port: etcd_client,
             processes: Vec::new(),
             lifetime,
         };
@@ -423,6 +425,26 @@ impl TestCluster {
         )
     }
 
+    /// Drop the store's history up to now and give its space back (etcd's compaction,
+    /// then defragmentation): what a long-running cluster's periodic compaction keeps it
+    /// at. Benchmarks call it between phases so that each starts from the same store, not
+    /// one holding the previous phase's deleted objects.
+    pub fn compact_store(&self) -> anyhow::Result<()> {
+        let head = etcd_post(
+            self.etcd_port,
+            "/v3/kv/range",
+            r#"{"key":"AA==","limit":1}"#,
+        )?;
+        let revision = head["header"]["revision"]
+            .as_str()
+            .context("etcd's answer has no revision")?
+            .to_string();
+        let compaction = serde_json::json!({"revision": revision, "physical": true});
+        etcd_post(self.etcd_port, "/v3/kv/compaction", &compaction.to_string())?;
+        etcd_post(self.etcd_port, "/v3/maintenance/defragment", "{}")?;
+        Ok(())
+    }
+
     /// The API server URL.
     pub fn server(&self) -> &str {
         &self.server
@@ -595,6 +617,27 @@ fn etcd_healthy(port: u16) -> bool {
     let mut body = String::new();
     let _ = s.read_to_string(&mut body);
     body.contains("\"health\":\"true\"")
+}
+
+/// POST `body` to etcd's JSON gateway (plain HTTP on loopback; one request, so a
+/// hand-written HTTP/1.0 exchange like [`etcd_healthy`]'s rather than a client library).
+fn etcd_post(port: u16, path: &str, body: &str) -> anyhow::Result<serde_json::Value> {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).context("connecting to etcd")?;
+    s.set_read_timeout(Some(Duration::from_secs(120)))?;
+    write!(
+        s,
+        "POST {path} HTTP/1.0\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut answer = String::new();
+    s.read_to_string(&mut answer)?;
+    let (head, json) = answer
+        .split_once("\r\n\r\n")
+        .context("etcd's answer has no body")?;
+    if !head.starts_with("HTTP/1.0 200") && !head.starts_with("HTTP/1.1 200") {
+        bail!("etcd refused {path}: {head} {json}");
+    }
+    serde_json::from_str(json).with_context(|| format!("etcd's answer to {path}: {json}"))
 }
 
 /// The cache directory for binaries and run directories.

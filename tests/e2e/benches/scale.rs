@@ -5,7 +5,7 @@
 //! ```console
 //! $ cargo bench -p kubeairunway-e2e --bench scale -- --n 1000 [--connections 8] [--steady 60s] \
 //!       [--provider dynamo|kuberay|kaito|deployment] [--kernel-cache] [--bin-dir target/release] \
-//!       [--raw-watches] [--lean-raw] [--cpu-profile 10s]
+//!       [--raw-watches] [--lean-raw] [--no-again] [--cpu-profile 10s]
 //! ```
 //!
 //! It starts a private test API server (etcd + the upstream apiserver code), installs the
@@ -21,6 +21,9 @@
 //!      each object rendered, the provider's event and status);
 //!    - *the minimal writes*: the smallest useful set (create, one core status, the upstream
 //!      apply, one provider status);
+//!
+//!    After each baseline its objects are removed and etcd's history is compacted and
+//!    its database defragmented, so that every phase starts from the same store;
 //! 2. **platform**: core (`kubeairunway-controller`, its webhooks installed from its chart
 //!    and called by the API server) and `dynamo-provider` run as child processes, each
 //!    with the flags its Deployment gives it; the same number of
@@ -30,7 +33,12 @@
 //!    ModelDeployment: the kernel-cache controller (`KernelCacheReady` on those naming a
 //!    cache) and the warmup controller (the ModelDeployments that Warmups target);
 //! 3. **steady state**: nothing changes for `--steady`; requests and reconciles are
-//!    counted again.
+//!    counted again;
+//! 4. **the minimal writes again** (unless `--no-again`): the controllers stopped, core's
+//!    webhooks and the platform's objects removed, the store compacted, the minimal writes
+//!    are timed once more. The machine's speed drifts within a run (a shared virtual
+//!    machine's by up to a quarter); with a baseline on each side of the platform, the
+//!    ratio to their mean is the one drift moves least.
 //!
 //! `--provider` runs another provider in Dynamo's place, with the same phases:
 //! `kuberay-provider` (RayServices), `kaito-provider` (Workspaces and their inference
@@ -116,6 +124,8 @@ struct Args {
     /// The raw writes carry lean content (one condition each, the rendered objects without
     /// the platform's labels, annotations and owner) rather than the platform's.
     lean_raw: bool,
+    /// Time the minimal writes again after the platform (`--no-again`: not).
+    again: bool,
     /// Sample the API server's CPU profile for this long from the start of each timed phase.
     cpu_profile: Option<Duration>,
 }
@@ -131,6 +141,7 @@ fn args() -> Args {
         provider: Role::Dynamo,
         cpu_profile: None,
         lean_raw: false,
+        again: true,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -151,6 +162,7 @@ fn args() -> Args {
             "--kernel-cache" => out.kernel_cache = true,
             "--raw-watches" => out.raw_watches = true,
             "--lean-raw" => out.lean_raw = true,
+            "--no-again" => out.again = false,
             "--cpu-profile" => {
                 out.cpu_profile = Some(
                     it.next()
@@ -652,37 +664,19 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
     // 1. The plain client's writes (with `--raw-watches`, while the watches the platform's
     // run has open are open too: what serving them costs the API server).
     let watches = if args.raw_watches {
-        platform_watches(&client, &api)
+        platform_watches(&client, &api, args.provider.name())
     } else {
         tokio::task::JoinSet::new()
     };
     let mut baselines = Vec::new();
     for baseline in [Baseline::Platform, Baseline::Minimal] {
-        let cpu_before = cpu_use(cluster, &[]);
-        let profile = cpu_profile(&client, args, baseline.slug());
-        let raw = raw_writes(cluster, args, api.clone(), builtins.clone(), baseline).await?;
-        let server = print_cpu(
-            &format!("the raw requests ({})", baseline.name()),
-            &cpu_before,
-            &cpu_use(cluster, &[]),
-            raw,
-        );
-        finish_profile(profile).await;
-        let per = baseline.requests(kinds.len());
-        println!(
-            "raw requests ({}): {} ({per} per ModelDeployment, {} objects rendered) in {:.1} s ({:.0}/s)",
-            baseline.name(),
-            per * args.n,
-            kinds.len(),
-            raw.as_secs_f64(),
-            (per * args.n) as f64 / raw.as_secs_f64()
-        );
-        sample_size(&client, "raw", "raw-0", &kinds).await?;
+        let (raw, server) =
+            timed_baseline(cluster, args, &api, &builtins, &kinds, baseline, "").await?;
         // The plain client's objects go before the next phase: the providers would
         // otherwise cache them, and reconcile the plain client's ModelDeployments, whose
         // objects (not the provider's writes) it would refuse as someone else's and
         // retry for the whole run.
-        remove_raw(cluster, args, &kinds).await?;
+        remove(cluster, args, "raw", "raw", &kinds).await?;
         baselines.push((baseline, raw, server));
     }
     drop(watches);
@@ -720,7 +714,12 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
     let cpu_before = cpu_use(cluster, &controllers);
     let profile = cpu_profile(&client, args, "platform");
     let (done_tx, done_rx) = tokio::sync::oneshot::channel();
-    let watch = tokio::spawn(count_done(client.clone(), args.n, done_tx));
+    let watch = tokio::spawn(count_done(
+        client.clone(),
+        args.provider.name(),
+        args.n,
+        done_tx,
+    ));
     let (n, provider) = (args.n, args.provider);
     let started = Instant::now();
     let created = fan_out(cluster, n, args.connections, move |client, i| async move {
@@ -809,6 +808,56 @@ async fn bench(cluster: &TestCluster, args: &Args) -> anyhow::Result<()> {
             m.peak as f64 / 1e6
         );
     }
+
+    // 4. The minimal writes again, after the platform: the machine's speed drifts within
+    // a run, and a baseline on each side of the platform shows how far.
+    if args.again {
+        drop(controllers);
+        remove_webhooks(&client).await?;
+        remove(cluster, args, "scale", "md", &kinds).await?;
+        let (again, server_again) = timed_baseline(
+            cluster,
+            args,
+            &api,
+            &builtins,
+            &kinds,
+            Baseline::Minimal,
+            " again",
+        )
+        .await?;
+        let before = baselines
+            .iter()
+            .find(|(b, ..)| matches!(b, Baseline::Minimal))
+            .map_or(again, |(_, raw, _)| *raw);
+        let mean = (before + again).as_secs_f64() / 2.0;
+        println!(
+            "ratio end-to-end / the minimal writes made raw after the platform: {:.2}x; / the mean of both: {:.2}x",
+            end_to_end.as_secs_f64() / again.as_secs_f64(),
+            end_to_end.as_secs_f64() / mean
+        );
+        println!(
+            "API server and etcd CPU per ModelDeployment: the platform {:.1} ms, the minimal writes made raw after it {:.1} ms: {:.2}x",
+            per_md(server),
+            per_md(server_again),
+            server / server_again
+        );
+    }
+    Ok(())
+}
+
+/// Remove the admission webhooks of core's chart (core is stopped: the API server would
+/// refuse every ModelDeployment it cannot call them for).
+async fn remove_webhooks(client: &Client) -> anyhow::Result<()> {
+    use k8s_openapi::api::admissionregistration::v1::{
+        MutatingWebhookConfiguration, ValidatingWebhookConfiguration,
+    };
+    let (dp, lp) = (DeleteParams::default(), ListParams::default());
+    Api::<MutatingWebhookConfiguration>::all(client.clone())
+        .delete_collection(&dp, &lp)
+        .await?;
+    Api::<ValidatingWebhookConfiguration>::all(client.clone())
+        .delete_collection(&dp, &lp)
+        .await?;
     Ok(())
 }
 
@@ -872,44 +921,104 @@ async fn finish_profile(profile: Option<tokio::task::JoinHandle<anyhow::Result<P
     }
 }
 
+/// Time `baseline`'s raw writes (the phase's name given `suffix`), printing the CPU used,
+/// the requests made and the stored objects' sizes: its duration and the CPU the API
+/// server and etcd used.
+async fn timed_baseline(
+    cluster: &TestCluster,
+    args: &Args,
+    api: &Arc<UpstreamApi>,
+    builtins: &Arc<BuiltIns>,
+    kinds: &[ApiResource],
+    baseline: Baseline,
+    suffix: &str,
+) -> anyhow::Result<(Duration, f64)> {
+    let client = cluster.client().await?;
+    let name = format!("{}{suffix}", baseline.name());
+    let cpu_before = cpu_use(cluster, &[]);
+    let profile = cpu_profile(
+        &client,
+        args,
+        &format!("{}{}", baseline.slug(), suffix.replace(' ', "-")),
+    );
+    let raw = raw_writes(cluster, args, api.clone(), builtins.clone(), baseline).await?;
+    let server = print_cpu(
+        &format!("the raw requests ({name})"),
+        &cpu_before,
+        &cpu_use(cluster, &[]),
+        raw,
+    );
+    finish_profile(profile).await;
+    let per = baseline.requests(kinds.len());
+    println!(
+        "raw requests ({name}): {} ({per} per ModelDeployment, {} objects rendered) in {:.1} s ({:.0}/s)",
+        per * args.n,
+        kinds.len(),
+        raw.as_secs_f64(),
+        (per * args.n) as f64 / raw.as_secs_f64()
+    );
+    sample_size(&client, "raw", "raw-0", kinds).await?;
+    Ok((raw, server))
+}
+
 /// Watches like those open during the platform's run, their events read and dropped: of
 /// ModelDeployments core's, the provider's and the benchmark's own, and the provider's of
 /// its upstream kind (DynamoGraphDeployments, RayServices).
-fn platform_watches(client: &Client, api: &UpstreamApi) -> tokio::task::JoinSet<()> {
+fn platform_watches(
+    client: &Client,
+    api: &UpstreamApi,
+    provider: &str,
+) -> tokio::task::JoinSet<()> {
     let mut watches = tokio::task::JoinSet::new();
-    for _ in 0..3 {
+    // Core's sees every ModelDeployment; the provider's and the benchmark's only those
+    // whose status names the provider.
+    let selected = format!("status.provider.name={provider}");
+    for config in [
+        watcher::Config::default(),
+        watcher::Config::default().fields(&selected),
+        watcher::Config::default().fields(&selected),
+    ] {
         let mds: Api<ModelDeployment> = Api::all(client.clone());
-        watches.spawn(watcher(mds, watcher::Config::default()).for_each(|_| async {}));
+        watches.spawn(watcher(mds, config).for_each(|_| async {}));
     }
     let dgds: Api<DynamicObject> = Api::all_with(client.clone(), &api.api_resource());
     watches.spawn(watcher(dgds, watcher::Config::default()).for_each(|_| async {}));
     watches
 }
 
-/// Delete what [`raw_writes`] created (the ModelDeployments' finalizers first, then the
-/// ModelDeployments and every object of `kinds`) and wait until it is gone.
-async fn remove_raw(
+/// Delete the ModelDeployments `<prefix>-<i>` of `ns` (their finalizers first, then the
+/// ModelDeployments) and every object of `kinds` in `ns`, and wait until they are gone; then
+/// compact etcd's history and defragment it, so that the next phase starts from the same
+/// store, not one holding the history of what this phase created and removed.
+async fn remove(
     cluster: &TestCluster,
     args: &Args,
+    ns: &'static str,
+    prefix: &'static str,
     kinds: &[ApiResource],
 ) -> anyhow::Result<()> {
-    fan_out(cluster, args.n, args.connections, |client, i| async move {
-        let mds: Api<ModelDeployment> = Api::namespaced(client, "raw");
-        let none = json!({"metadata": {"finalizers": null}});
-        mds.patch(
-            &format!("raw-{i}"),
-            &PatchParams::default(),
-            &Patch::Merge(&none),
-        )
-        .await?;
-        Ok(())
-    })
+    fan_out(
+        cluster,
+        args.n,
+        args.connections,
+        move |client, i| async move {
+            let mds: Api<ModelDeployment> = Api::namespaced(client, ns);
+            let none = json!({"metadata": {"finalizers": null}});
+            mds.patch(
+                &format!("{prefix}-{i}"),
+                &PatchParams::default(),
+                &Patch::Merge(&none),
+            )
+            .await?;
+            Ok(())
+        },
+    )
     .await?;
     let client = cluster.client().await?;
-    let mds: Api<ModelDeployment> = Api::namespaced(client.clone(), "raw");
+    let mds: Api<ModelDeployment> = Api::namespaced(client.clone(), ns);
     let objects: Vec<Api<DynamicObject>> = kinds
         .iter()
-        .map(|kind| Api::namespaced_with(client.clone(), "raw", kind))
+        .map(|kind| Api::namespaced_with(client.clone(), ns, kind))
         .collect();
     let (dp, lp) = (DeleteParams::default(), ListParams::default());
     mds.delete_collection(&dp, &lp).await?;
@@ -923,11 +1032,11 @@ async fn remove_raw(
             left += api.list_metadata(&lp.clone().limit(1)).await?.items.len();
         }
         if left == 0 {
-            return Ok(());
+            return cluster.compact_store();
         }
         anyhow::ensure!(
             Instant::now() < deadline,
-            "the raw objects were never deleted"
+            "the objects of {ns} were never deleted"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -1149,12 +1258,17 @@ async fn wait_registered(
 /// DynamoGraphDeployment.
 async fn count_done(
     client: Client,
+    provider: &'static str,
     n: usize,
     done: tokio::sync::oneshot::Sender<()>,
 ) -> anyhow::Result<()> {
     let mds: Api<ModelDeployment> = Api::namespaced(client, "scale");
     let mut deployed = std::collections::HashSet::new();
-    let stream = watcher(mds, watcher::Config::default()).applied_objects();
+    // Only those the provider was selected for: the benchmark's own watch is served by
+    // the API server during the platform's run, and of the three writes of each
+    // ModelDeployment, the create is of no use to it.
+    let selected = format!("status.provider.name={provider}");
+    let stream = watcher(mds, watcher::Config::default().fields(&selected)).applied_objects();
     let mut stream = std::pin::pin!(stream);
     while let Some(md) = stream.next().await {
         let md = md?;
