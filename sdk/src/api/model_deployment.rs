@@ -860,6 +860,12 @@ impl ModelDeployment {
         })
     }
 
+    /// The field selector of the ModelDeployments whose `status.provider.name` is
+    /// `provider` (the CRD's selectable field): what a provider watches.
+    pub fn selected_for(provider: &str) -> String {
+        format!("status.provider.name={provider}")
+    }
+
     /// The provider that owns this ModelDeployment: `status.provider.name`.
     pub fn selected_provider(&self) -> Option<&str> {
         self.status
@@ -873,6 +879,22 @@ impl ModelDeployment {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_provider_selector_names_the_crds_selectable_field() {
+        use kube::CustomResourceExt as _;
+        let crd = ModelDeployment::crd();
+        let selectable: Vec<String> = crd.spec.versions[0]
+            .selectable_fields
+            .iter()
+            .flatten()
+            .map(|f| f.json_path.clone())
+            .collect();
+        let selector = ModelDeployment::selected_for("dynamo");
+        let (field, value) = selector.split_once('=').unwrap();
+        assert_eq!(value, "dynamo");
+        assert_eq!(selectable, vec![format!(".{field}")]);
+    }
 
     #[test]
     fn defaults_match_the_reference_crd() {

@@ -323,7 +323,7 @@ async fn lead<P: Provider>(
     // the selection while still holding our finalizer is released (its objects deleted,
     // the finalizer removed).
     let (release_tx, release_rx) = mpsc::unbounded_channel::<(String, String)>();
-    let selector = format!("status.provider.name={name}");
+    let selector = ModelDeployment::selected_for(&name);
     let finalizer_name = finalizer(&name);
     let (mds, stream) = reflect::compact_cache(
         Api::<ModelDeployment>::all(client.clone()),

@@ -972,7 +972,7 @@ fn platform_watches(
     let mut watches = tokio::task::JoinSet::new();
     // Core's sees every ModelDeployment; the provider's and the benchmark's only those
     // whose status names the provider.
-    let selected = format!("status.provider.name={provider}");
+    let selected = ModelDeployment::selected_for(provider);
     for config in [
         watcher::Config::default(),
         watcher::Config::default().fields(&selected),
@@ -1267,7 +1267,7 @@ async fn count_done(
     // Only those the provider was selected for: the benchmark's own watch is served by
     // the API server during the platform's run, and of the three writes of each
     // ModelDeployment, the create is of no use to it.
-    let selected = format!("status.provider.name={provider}");
+    let selected = ModelDeployment::selected_for(provider);
     let stream = watcher(mds, watcher::Config::default().fields(&selected)).applied_objects();
     let mut stream = std::pin::pin!(stream);
     while let Some(md) = stream.next().await {

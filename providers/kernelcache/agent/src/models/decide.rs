@@ -11,6 +11,7 @@ use kubeairunway_kernelcache_api::model::{
     ModelCache, ModelCacheState, NodeModelCache, PullVerdict, Source, parse_source, pull_verdict,
     reasons,
 };
+use kubeairunway_kernelcache_api::selects;
 use kubeairunway_kernelcache_artifact::extract::ExtractError;
 use kubeairunway_kernelcache_artifact::modelpack::PlanError;
 use kubeairunway_kernelcache_artifact::modelpack::pull::ModelError;
@@ -18,7 +19,6 @@ use kubeairunway_modelcache_hub::Error as HubError;
 use tokio::time::Instant;
 
 use crate::space::{Filesystem, Size};
-use kubeairunway_kernelcache_api::selects;
 
 /// A ModelCache: (namespace, name).
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
