@@ -445,6 +445,12 @@ impl TestCluster {
         Ok(())
     }
 
+    /// etcd's client URL (plain HTTP on loopback; its JSON gateway answers under `/v3/`),
+    /// for tests that look at the store beneath the API server.
+    pub fn etcd_url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.etcd_port)
+    }
+
     /// The API server URL.
     pub fn server(&self) -> &str {
         &self.server

@@ -4,7 +4,8 @@
 //! name with two field managers; field selectors on lists and watches; a Lease renewed by
 //! strategic-merge patch; NamespaceLifecycle; the admission webhook plugins calling a real
 //! HTTPS webhook registered by webhook configurations with a CA bundle, for a Pod and for
-//! a custom resource; failure policies; and the audit log's users.
+//! a custom resource; failure policies; the audit log's users; and the compaction of the
+//! store the benchmarks run between phases.
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
@@ -1091,4 +1092,74 @@ fn rbac_measurement_matches_requests_to_rules() {
     let rules = rbac::granted_rules(&named_create, "sys", "core");
     assert!(rbac::measure(&rules, &[applied(201)], "sa").is_least_privilege());
     assert!(!rbac::measure(&rules, &[applied(200)], "sa").is_least_privilege());
+}
+
+/// `TestCluster::compact_store` (which the scale benchmark runs between its phases) drops
+/// the store's history and keeps its present: etcd refuses to read at a revision from
+/// before it, and the API server still lists every object. (The API server's own
+/// answers at old revisions come from its watch cache's snapshots, not from etcd, so the
+/// history is checked in etcd itself.)
+#[tokio::test]
+async fn compacting_the_store_drops_its_history_and_keeps_the_objects() {
+    // A cluster of its own: the shared one's watches would have to start over.
+    let dir = kubeairunway_testcluster::cache_dir()
+        .join("runs")
+        .join(format!("{}-compact", std::process::id()));
+    let cluster = tokio::task::spawn_blocking(move || {
+        TestCluster::start(&dir, kubeairunway_testcluster::Lifetime::TiedToProcess)
+    })
+    .await
+    .unwrap()
+    .unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(cluster.client().await.unwrap(), "default");
+    let named = |name: &str| -> ConfigMap {
+        serde_json::from_value(serde_json::json!({"metadata": {"name": name}})).unwrap()
+    };
+    let before = cms
+        .create(&PostParams::default(), &named("before"))
+        .await
+        .unwrap()
+        .resource_version()
+        .unwrap();
+    cms.delete("before", &DeleteParams::default())
+        .await
+        .unwrap();
+    cms.create(&PostParams::default(), &named("after"))
+        .await
+        .unwrap();
+    // The whole store ("\0" to the end), counted in etcd as it was at the deleted
+    // ConfigMap's creation.
+    let http = reqwest::Client::new();
+    let read_at_before = || {
+        http.post(format!("{}/v3/kv/range", cluster.etcd_url()))
+            .json(&serde_json::json!({"key": "AA==", "range_end": "AA==",
+                "revision": before, "count_only": true}))
+            .send()
+    };
+    let then: serde_json::Value = read_at_before().await.unwrap().json().await.unwrap();
+    assert!(
+        then["count"]
+            .as_str()
+            .and_then(|c| c.parse::<u64>().ok())
+            .is_some_and(|c| c > 0),
+        "{then}"
+    );
+
+    // Blocking, but brief (the store holds a few objects).
+    cluster.compact_store().unwrap();
+    let now: serde_json::Value = read_at_before().await.unwrap().json().await.unwrap();
+    assert!(
+        now["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("compacted")),
+        "etcd still reads a revision from before the compaction: {now}"
+    );
+    let listed: Vec<String> = cms
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .iter()
+        .map(ResourceExt::name_any)
+        .collect();
+    assert_eq!(listed, ["after"]);
 }
